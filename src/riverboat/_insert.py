@@ -1,0 +1,290 @@
+"""Turning user args and options into validated, encoded insert parameters (no I/O)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from riverboat._job import InsertManyParams, InsertOpts, JobState
+from riverboat._json import go_json_dumps, utc_now
+from riverboat._unique import unique_key, unique_states_bitmask, validate_unique_opts
+from riverboat.errors import InvalidArgsError, InvalidInputError
+
+__all__ = [
+    "InsertDefaults",
+    "InsertParams",
+    "encode_args",
+    "resolve_insert",
+    "validate_kind",
+    "validate_queue",
+]
+
+# River's validation patterns (client.go, insert_opts.go). Go's \w is ASCII-only.
+_KIND_RE = re.compile(r"\A[\w][\w\-\[\]<>\/.·:+]+\Z", re.ASCII)
+_QUEUE_RE = re.compile(r"^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$")
+_TAG_RE = re.compile(r"\A[\w][\w\-]+[\w]\Z", re.ASCII)
+QUEUE_NAME_MAX = 64
+KIND_MAX = 127
+TAG_MAX = 255
+SMALLINT_MAX = 32767
+
+
+@dataclass(slots=True, frozen=True)
+class InsertDefaults:
+    """Client-level defaults (River's Config.MaxAttempts and friends)."""
+
+    queue: str = "default"
+    priority: int = 1
+    max_attempts: int = 25
+
+
+@dataclass(slots=True)
+class InsertParams:
+    """One job ready for a dialect's insert statement."""
+
+    kind: str
+    encoded_args: str
+    queue: str
+    priority: int
+    max_attempts: int
+    scheduled_at: datetime | None
+    state: JobState
+    tags: list[str]
+    encoded_metadata: str
+    unique_key: bytes | None
+    unique_states: int | None
+
+
+def validate_kind(kind: object, field: str = "kind") -> str:
+    if not isinstance(kind, str):
+        raise InvalidInputError(field, f"must be a str, not {type(kind).__name__}")
+    if not kind:
+        raise InvalidInputError(field, "must not be empty")
+    if len(kind) > KIND_MAX:
+        raise InvalidInputError(field, f"must be at most {KIND_MAX} characters")
+    if not _KIND_RE.match(kind):
+        raise InvalidInputError(
+            field, f"{kind!r} does not match River's kind format {_KIND_RE.pattern}"
+        )
+    return kind
+
+
+def validate_queue(queue: object, field: str = "queue") -> str:
+    if not isinstance(queue, str):
+        raise InvalidInputError(field, f"must be a str, not {type(queue).__name__}")
+    if not queue:
+        raise InvalidInputError(field, "must not be empty")
+    if len(queue) > QUEUE_NAME_MAX:
+        raise InvalidInputError(field, f"must be at most {QUEUE_NAME_MAX} characters")
+    if not _QUEUE_RE.match(queue):
+        raise InvalidInputError(
+            field, f"{queue!r} must be lowercase letters and digits separated by - or _"
+        )
+    return queue
+
+
+def _validate_int(value: object, field: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(field, f"must be an int, not {type(value).__name__}")
+    if not low <= value <= high:
+        raise InvalidInputError(field, f"must be between {low} and {high}, got {value}")
+    return value
+
+
+def _validate_tags(tags: object, field: str) -> list[str]:
+    if isinstance(tags, (str, bytes)) or not isinstance(tags, Sequence):
+        raise InvalidInputError(field, "must be a list of str")
+    out = []
+    for tag in tags:
+        if not isinstance(tag, str):
+            raise InvalidInputError(field, f"tags must be str, not {type(tag).__name__}")
+        if len(tag) > TAG_MAX:
+            raise InvalidInputError(field, f"a tag must be at most {TAG_MAX} characters")
+        if not _TAG_RE.match(tag):
+            raise InvalidInputError(
+                field, f"tag {tag!r} must be 3+ characters of letters, digits, _ or -"
+            )
+        out.append(tag)
+    return out
+
+
+def _validate_time(value: object, field: str) -> datetime:
+    if not isinstance(value, datetime):
+        raise InvalidInputError(field, f"must be a datetime, not {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInputError(field, "must be timezone-aware (naive datetimes are ambiguous)")
+    return value
+
+
+def encode_metadata(metadata: object, field: str = "opts.metadata") -> str:
+    if not isinstance(metadata, Mapping):
+        raise InvalidInputError(field, f"must be a mapping, not {type(metadata).__name__}")
+    try:
+        return go_json_dumps(dict(metadata))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(field, f"is not JSON serialisable: {exc}") from None
+
+
+def _check_object_text(text: str, field: str) -> str:
+    stripped = text.strip()
+    if not (stripped.startswith("{") and stripped.endswith("}")):
+        raise InvalidArgsError(field, "must encode to a JSON object")
+    return stripped
+
+
+def encode_args(args: object, kind: str | None = None) -> tuple[str, str]:
+    """Return ``(kind, encoded JSON)`` for any supported args shape.
+
+    Supported: a mapping with an explicit ``kind``; an object with ``kind`` and
+    ``to_json()``; a pydantic model with ``kind``; a dataclass with ``kind``.
+    """
+    if isinstance(args, Mapping):
+        if kind is None:
+            raise InvalidArgsError("kind", "dict args need an explicit kind=")
+        validate_kind(kind)
+        try:
+            return kind, go_json_dumps(dict(args))
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgsError("args", f"is not JSON serialisable: {exc}") from None
+    own_kind = getattr(args, "kind", None)
+    if own_kind is None:
+        if kind is None:
+            raise InvalidArgsError(
+                "args",
+                f"{type(args).__name__} has no kind; give it a `kind` attribute or pass kind=",
+            )
+        own_kind = kind
+    elif kind is not None and kind != own_kind:
+        raise InvalidArgsError("kind", f"{kind!r} contradicts the args' own kind {own_kind!r}")
+    validate_kind(own_kind)
+    to_json = getattr(args, "to_json", None)
+    try:
+        if callable(to_json):
+            raw = to_json()
+            if isinstance(raw, bytes):
+                raw = raw.decode()
+            if isinstance(raw, Mapping):
+                return own_kind, go_json_dumps(dict(raw))
+            if not isinstance(raw, str):
+                raise InvalidArgsError("args", "to_json() must return str, bytes or a dict")
+            return own_kind, _check_object_text(raw, "args")
+        model_dump_json = getattr(args, "model_dump_json", None)
+        if callable(model_dump_json):
+            return own_kind, _check_object_text(model_dump_json(), "args")
+        if dataclasses.is_dataclass(args) and not isinstance(args, type):
+            fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(args)}
+            return own_kind, go_json_dumps(fields)
+    except InvalidArgsError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgsError("args", f"is not JSON serialisable: {exc}") from None
+    raise InvalidArgsError(
+        "args",
+        f"{type(args).__name__} is not a supported args type "
+        "(a dataclass, a pydantic model, an object with to_json(), or a dict with kind=)",
+    )
+
+
+def _pick(*values: Any) -> Any:
+    for value in values:
+        if value is not None:
+            return value
+    return None
+
+
+def resolve_insert(
+    args: object,
+    opts: InsertOpts | None,
+    kind: str | None,
+    defaults: InsertDefaults,
+    now: datetime | None = None,
+) -> InsertParams:
+    """Validate and encode one job; raises before anything reaches the database."""
+    if opts is not None and not isinstance(opts, InsertOpts):
+        raise InvalidInputError("opts", f"must be InsertOpts, not {type(opts).__name__}")
+    job_kind, encoded_args = encode_args(args, kind)
+    own_opts = None
+    own = getattr(args, "insert_opts", None)
+    if callable(own):
+        own_opts = own()
+        if own_opts is not None and not isinstance(own_opts, InsertOpts):
+            raise InvalidInputError("args.insert_opts()", "must return InsertOpts or None")
+    o = opts or InsertOpts()
+    a = own_opts or InsertOpts()
+
+    queue = validate_queue(_pick(o.queue, a.queue, defaults.queue), "opts.queue")
+    priority = _validate_int(
+        _pick(o.priority, a.priority, defaults.priority), "opts.priority", 1, 4
+    )
+    max_attempts = _validate_int(
+        _pick(o.max_attempts, a.max_attempts, defaults.max_attempts),
+        "opts.max_attempts",
+        1,
+        SMALLINT_MAX,
+    )
+    tags_value = o.tags if o.tags is not None else a.tags
+    tags = _validate_tags(tags_value, "opts.tags") if tags_value is not None else []
+    encoded_metadata = "{}" if o.metadata is None else encode_metadata(o.metadata)
+
+    scheduled_value = _pick(o.scheduled_at, a.scheduled_at)
+    scheduled_at = None
+    state = JobState.AVAILABLE
+    if scheduled_value is not None:
+        scheduled_at = _validate_time(scheduled_value, "opts.scheduled_at")
+        state = JobState.SCHEDULED  # River: any explicit time means scheduled, even if past
+    if o.pending or a.pending:
+        state = JobState.PENDING
+
+    key = None
+    states = None
+    unique = o.unique_opts if o.unique_opts is not None else a.unique_opts
+    if unique is not None and not unique.is_empty():
+        validate_unique_opts(unique)
+        key = unique_key(
+            unique,
+            kind=job_kind,
+            encoded_args=encoded_args,
+            queue=queue,
+            now=now or utc_now(),
+            unique_fields=getattr(args, "unique_fields", None),
+        )
+        states = unique_states_bitmask(unique.by_state)
+
+    return InsertParams(
+        kind=job_kind,
+        encoded_args=encoded_args,
+        queue=queue,
+        priority=priority,
+        max_attempts=max_attempts,
+        scheduled_at=scheduled_at,
+        state=state,
+        tags=tags,
+        encoded_metadata=encoded_metadata,
+        unique_key=key,
+        unique_states=states,
+    )
+
+
+def resolve_many(
+    items: Sequence[object], defaults: InsertDefaults, now: datetime | None = None
+) -> list[InsertParams]:
+    """Resolve every job of an ``insert_many`` call; all are checked before any is sent."""
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Sequence):
+        raise InvalidInputError("params", "must be a list of args or InsertManyParams")
+    if not items:
+        raise InvalidInputError("params", "must contain at least one job")
+    now = now or utc_now()
+    out = []
+    for index, item in enumerate(items):
+        try:
+            if isinstance(item, InsertManyParams):
+                out.append(resolve_insert(item.args, item.opts, item.kind, defaults, now))
+            else:
+                out.append(resolve_insert(item, None, None, defaults, now))
+        except InvalidInputError as exc:
+            raise type(exc)(f"params[{index}].{exc.field}", str(exc).split(": ", 1)[-1]) from None
+    return out

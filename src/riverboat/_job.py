@@ -1,0 +1,208 @@
+"""The job model: River's row, states, error entries and insert options."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "AttemptError",
+    "InsertManyParams",
+    "InsertOpts",
+    "InsertResult",
+    "JobRow",
+    "JobState",
+    "UniqueOpts",
+    "format_rfc3339_nano",
+]
+
+
+class JobState(StrEnum):
+    """River's job states (the ``river_job_state`` enum)."""
+
+    AVAILABLE = "available"
+    CANCELLED = "cancelled"
+    COMPLETED = "completed"
+    DISCARDED = "discarded"
+    PENDING = "pending"
+    RETRYABLE = "retryable"
+    RUNNING = "running"
+    SCHEDULED = "scheduled"
+
+
+FINALIZED_STATES = frozenset({JobState.CANCELLED, JobState.COMPLETED, JobState.DISCARDED})
+# A plain dict lookup is several times cheaper than JobState(value) on the hot path.
+STATE_BY_NAME: dict[str, JobState] = {s.value: s for s in JobState}
+
+
+def format_rfc3339_nano(moment: datetime) -> str:
+    """Format like Go's time.RFC3339Nano in UTC: trailing fractional zeros are dropped."""
+    moment = moment.astimezone(UTC)
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    if moment.microsecond:
+        text += f".{moment.microsecond:06d}".rstrip("0")
+    return text + "Z"
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """Parse the timestamps River writes into JSON (RFC3339 with up to nanoseconds)."""
+    value = text.strip()
+    if value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"
+    # Go writes up to 9 fractional digits; Python keeps 6.
+    dot = value.find(".")
+    if dot != -1:
+        end = dot + 1
+        while end < len(value) and value[end].isdigit():
+            end += 1
+        digits = value[dot + 1 : end][:6]
+        value = value[: dot + 1] + digits + value[end:]
+    moment = datetime.fromisoformat(value)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment
+
+
+@dataclass(slots=True, frozen=True)
+class AttemptError:
+    """One entry of a job's ``errors`` list, in River's shape."""
+
+    at: datetime
+    attempt: int
+    error: str
+    trace: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "at": format_rfc3339_nano(self.at),
+                "attempt": self.attempt,
+                "error": self.error,
+                "trace": self.trace,
+            },
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, raw: str | Mapping[str, Any]) -> AttemptError:
+        data = json.loads(raw) if isinstance(raw, str) else raw
+        at_raw = data.get("at")
+        try:
+            at = parse_rfc3339(at_raw) if isinstance(at_raw, str) else datetime.min
+        except ValueError:
+            at = datetime.min
+        return cls(
+            at=at,
+            attempt=int(data.get("attempt") or 0),
+            error=str(data.get("error", "")),
+            trace=str(data.get("trace", "")),
+        )
+
+
+_UNDECODED: Any = object()
+
+
+@dataclass(slots=True, eq=False)
+class JobRow:
+    """A ``river_job`` row, decoded positionally from a statement's RETURNING list.
+
+    ``encoded_args`` stays the raw JSON text from the database; :attr:`args` decodes it
+    on first use and keeps the result, so a job's args are parsed at most once.
+    """
+
+    id: int
+    encoded_args: str
+    attempt: int
+    attempted_at: datetime | None
+    attempted_by: list[str]
+    created_at: datetime
+    errors: list[AttemptError]
+    finalized_at: datetime | None
+    kind: str
+    max_attempts: int
+    metadata: dict[str, Any]
+    priority: int
+    queue: str
+    state: JobState
+    scheduled_at: datetime
+    tags: list[str]
+    unique_key: bytes | None
+    unique_states: int | None
+    _args: Any = field(default=_UNDECODED, repr=False)
+
+    @property
+    def args(self) -> Any:
+        """The job's args decoded from JSON (a dict for every job River writes)."""
+        if self._args is _UNDECODED:
+            self._args = json.loads(self.encoded_args)
+        return self._args
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, JobRow):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in _COMPARED_FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+_COMPARED_FIELDS = tuple(n for n in JobRow.__dataclass_fields__ if n != "_args")
+
+
+@dataclass(slots=True, frozen=True)
+class UniqueOpts:
+    """River's unique-job options.
+
+    A job is unique when any of ``by_args``, ``by_period``, ``by_queue`` or ``by_state``
+    is set; ``exclude_kind`` alone does not make a job unique (River's rule).
+    ``by_period`` accepts a :class:`datetime.timedelta` or seconds.
+    """
+
+    by_args: bool = False
+    by_period: timedelta | float | None = None
+    by_queue: bool = False
+    by_state: Sequence[JobState | str] | None = None
+    exclude_kind: bool = False
+
+    def is_empty(self) -> bool:
+        return (
+            not self.by_args
+            and not self.by_period
+            and not self.by_queue
+            and (self.by_state is None)
+        )
+
+
+@dataclass(slots=True, frozen=True)
+class InsertOpts:
+    """Per-insert options; ``None`` means "use the args' or the client's default"."""
+
+    queue: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    scheduled_at: datetime | None = None
+    tags: Sequence[str] | None = None
+    metadata: Mapping[str, Any] | None = None
+    pending: bool = False
+    unique_opts: UniqueOpts | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class InsertManyParams:
+    """One job for :meth:`Client.insert_many`: args, options, and a kind for dict args."""
+
+    args: Any
+    opts: InsertOpts | None = None
+    kind: str | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class InsertResult:
+    """The inserted (or, for a unique duplicate, the existing) job."""
+
+    job: JobRow
+    unique_skipped_as_duplicate: bool

@@ -1,0 +1,267 @@
+"""Client (sync) and AsyncClient: inserting jobs, and running workers.
+
+Both clients are thin: the statements and their encoding come from the dialect
+(``riverboat.dialect``), validation from ``riverboat._insert``, and each method is one
+driver call. The ``*_tx`` forms run inside the caller's open transaction, so a job
+commits or rolls back with the caller's own rows.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, resolve_many
+from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow
+from riverboat._sql import Statement
+from riverboat._url import async_driver_from_url, driver_from_url
+from riverboat.errors import InvalidInputError, NotFoundError
+
+__all__ = ["AsyncClient", "Client", "default_client_id"]
+
+INSERT_BATCH_MAX = 5000  # River's insert batch size; also bounds one statement's arrays
+
+
+def default_client_id() -> str:
+    """River's client ID shape: ``<host with . as _, ≤60 chars>_<UTC start time>``."""
+    host = socket.gethostname().replace(".", "_")[:60]
+    stamp = datetime.now(UTC).strftime("%Y_%m_%dT%H_%M_%S_%f")
+    return f"{host}_{stamp}"[:100]
+
+
+class _NotifyLimiter:
+    """At most one insert notification per queue per cooldown, as River's notifylimiter."""
+
+    __slots__ = ("_cooldown", "_last")
+
+    def __init__(self, cooldown: float) -> None:
+        self._cooldown = cooldown
+        self._last: dict[str, float] = {}
+
+    def queues_to_notify(self, jobs: Sequence[InsertParams]) -> list[str]:
+        now = time.monotonic()
+        out: list[str] = []
+        for job in jobs:
+            if job.state != "available" or job.queue in out:
+                continue
+            last = self._last.get(job.queue)
+            if last is None or now - last >= self._cooldown:
+                self._last[job.queue] = now
+                out.append(job.queue)
+        return out
+
+
+class _ClientCore:
+    """Everything both clients share that does no I/O."""
+
+    def __init__(
+        self,
+        driver: Any,
+        *,
+        id: str | None,
+        max_attempts: int,
+        fetch_cooldown: float,
+    ) -> None:
+        self.driver = driver
+        self.dialect = driver.dialect
+        self.id = id or default_client_id()
+        if not isinstance(self.id, str) or not 0 < len(self.id) <= 100:
+            raise InvalidInputError("id", "must be a str of 1 to 100 characters")
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise InvalidInputError("max_attempts", "must be an int of at least 1")
+        self.defaults = InsertDefaults(max_attempts=max_attempts)
+        self._limiter = _NotifyLimiter(fetch_cooldown)
+
+    def insert_statement(
+        self, args: object, opts: InsertOpts | None, kind: str | None
+    ) -> tuple[Statement, list[InsertParams]]:
+        jobs = [resolve_insert(args, opts, kind, self.defaults)]
+        return self.dialect.job_insert_many(jobs, self._limiter.queues_to_notify(jobs)), jobs
+
+    def insert_many_statements(
+        self, params: Sequence[object]
+    ) -> tuple[list[Statement], list[InsertParams]]:
+        jobs = resolve_many(params, self.defaults)
+        statements = []
+        for start in range(0, len(jobs), INSERT_BATCH_MAX):
+            batch = jobs[start : start + INSERT_BATCH_MAX]
+            statements.append(
+                self.dialect.job_insert_many(batch, self._limiter.queues_to_notify(batch))
+            )
+        return statements, jobs
+
+    def one_job(self, rows: Sequence[Any], job_id: int) -> JobRow:
+        if not rows:
+            raise NotFoundError(f"job {job_id} not found")
+        job: JobRow = self.dialect.decode_job(rows[0])
+        return job
+
+
+def _check_job_id(job_id: object) -> int:
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise InvalidInputError("job_id", f"must be an int, not {type(job_id).__name__}")
+    return job_id
+
+
+class Client:
+    """The synchronous client: inserts and administration from ordinary code.
+
+    ``driver`` is a sync driver (``PsycopgDriver``, ``SqliteDriver``...) or a URL.
+    """
+
+    def __init__(
+        self,
+        driver: Any,
+        *,
+        id: str | None = None,
+        schema: str | None = None,
+        max_attempts: int = 25,
+        fetch_cooldown: float = 0.1,
+    ) -> None:
+        if isinstance(driver, str):
+            driver = driver_from_url(driver, schema=schema)
+            self._owns_driver = True
+        else:
+            self._owns_driver = False
+        self._core = _ClientCore(
+            driver, id=id, max_attempts=max_attempts, fetch_cooldown=fetch_cooldown
+        )
+        self.driver = driver
+
+    @property
+    def id(self) -> str:
+        return self._core.id
+
+    def insert(
+        self, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
+    ) -> InsertResult:
+        """Insert one job in one statement (no transaction is opened)."""
+        stmt, _ = self._core.insert_statement(args, opts, kind)
+        return self._core.dialect.decode_insert(self.driver.fetch(stmt))[0]  # type: ignore[no-any-return]
+
+    def insert_tx(
+        self, conn: Any, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
+    ) -> InsertResult:
+        """Insert one job inside the caller's open transaction on ``conn``."""
+        stmt, _ = self._core.insert_statement(args, opts, kind)
+        rows = self.driver.wrap(conn).fetch(stmt)
+        return self._core.dialect.decode_insert(rows)[0]  # type: ignore[no-any-return]
+
+    def insert_many(self, params: Sequence[InsertManyParams | object]) -> list[InsertResult]:
+        """Insert many jobs: one statement per 5,000, in one transaction when there are
+        several batches so the call is all-or-nothing."""
+        statements, _ = self._core.insert_many_statements(params)
+        decode = self._core.dialect.decode_insert
+        if len(statements) == 1:
+            return decode(self.driver.fetch(statements[0]))  # type: ignore[no-any-return]
+        results: list[InsertResult] = []
+        with self.driver.transaction() as tx:
+            for stmt in statements:
+                results.extend(decode(tx.fetch(stmt)))
+        return results
+
+    def insert_many_tx(
+        self, conn: Any, params: Sequence[InsertManyParams | object]
+    ) -> list[InsertResult]:
+        statements, _ = self._core.insert_many_statements(params)
+        executor = self.driver.wrap(conn)
+        decode = self._core.dialect.decode_insert
+        results: list[InsertResult] = []
+        for stmt in statements:
+            results.extend(decode(executor.fetch(stmt)))
+        return results
+
+    def job_get(self, job_id: int) -> JobRow:
+        """Fetch one job by ID; raises NotFoundError."""
+        rows = self.driver.fetch(self._core.dialect.job_get_by_id(_check_job_id(job_id)))
+        return self._core.one_job(rows, job_id)
+
+    def close(self) -> None:
+        if self._owns_driver:
+            self.driver.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient:
+    """The asyncio client: inserts, administration, and the worker runtime."""
+
+    def __init__(
+        self,
+        driver: Any,
+        *,
+        id: str | None = None,
+        schema: str | None = None,
+        max_attempts: int = 25,
+        fetch_cooldown: float = 0.1,
+    ) -> None:
+        if isinstance(driver, str):
+            driver = async_driver_from_url(driver, schema=schema)
+            self._owns_driver = True
+        else:
+            self._owns_driver = False
+        self._core = _ClientCore(
+            driver, id=id, max_attempts=max_attempts, fetch_cooldown=fetch_cooldown
+        )
+        self.driver = driver
+
+    @property
+    def id(self) -> str:
+        return self._core.id
+
+    async def insert(
+        self, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
+    ) -> InsertResult:
+        stmt, _ = self._core.insert_statement(args, opts, kind)
+        rows = await self.driver.fetch(stmt)
+        return self._core.dialect.decode_insert(rows)[0]  # type: ignore[no-any-return]
+
+    async def insert_tx(
+        self, conn: Any, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
+    ) -> InsertResult:
+        stmt, _ = self._core.insert_statement(args, opts, kind)
+        rows = await self.driver.wrap(conn).fetch(stmt)
+        return self._core.dialect.decode_insert(rows)[0]  # type: ignore[no-any-return]
+
+    async def insert_many(self, params: Sequence[InsertManyParams | object]) -> list[InsertResult]:
+        statements, _ = self._core.insert_many_statements(params)
+        decode = self._core.dialect.decode_insert
+        if len(statements) == 1:
+            return decode(await self.driver.fetch(statements[0]))  # type: ignore[no-any-return]
+        results: list[InsertResult] = []
+        async with self.driver.transaction() as tx:
+            for stmt in statements:
+                results.extend(decode(await tx.fetch(stmt)))
+        return results
+
+    async def insert_many_tx(
+        self, conn: Any, params: Sequence[InsertManyParams | object]
+    ) -> list[InsertResult]:
+        statements, _ = self._core.insert_many_statements(params)
+        executor = self.driver.wrap(conn)
+        decode = self._core.dialect.decode_insert
+        results: list[InsertResult] = []
+        for stmt in statements:
+            results.extend(decode(await executor.fetch(stmt)))
+        return results
+
+    async def job_get(self, job_id: int) -> JobRow:
+        rows = await self.driver.fetch(self._core.dialect.job_get_by_id(_check_job_id(job_id)))
+        return self._core.one_job(rows, job_id)
+
+    async def close(self) -> None:
+        if self._owns_driver:
+            await self.driver.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,288 @@
+"""Postgres: River's statements, rewritten for riverboat, with array-typed arguments.
+
+Every statement returning jobs lists the columns explicitly in :data:`JOB_COLUMNS` order
+and casts JSON to text, ``bit(8)`` to integer and the enum to text, so every Postgres
+driver (psycopg, asyncpg, SQLAlchemy, Django) hands back the same Python types and one
+decoder serves them all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from riverboat._insert import InsertParams
+from riverboat._job import STATE_BY_NAME, AttemptError, InsertResult, JobRow
+from riverboat._sql import Statement
+from riverboat.dialect.base import Dialect, JobStateUpdate
+
+__all__ = ["JOB_COLUMNS", "PostgresDialect"]
+
+_COLUMN_EXPRS = (
+    ("id", "{t}id"),
+    ("args", "{t}args::text"),
+    ("attempt", "{t}attempt"),
+    ("attempted_at", "{t}attempted_at"),
+    ("attempted_by", "{t}attempted_by"),
+    ("created_at", "{t}created_at"),
+    ("errors", "{t}errors::text[]"),
+    ("finalized_at", "{t}finalized_at"),
+    ("kind", "{t}kind"),
+    ("max_attempts", "{t}max_attempts"),
+    ("metadata", "{t}metadata::text"),
+    ("priority", "{t}priority"),
+    ("queue", "{t}queue"),
+    ("state", "{t}state::text"),
+    ("scheduled_at", "{t}scheduled_at"),
+    ("tags", "{t}tags::text[]"),
+    ("unique_key", "{t}unique_key"),
+    ("unique_states", "{t}unique_states::integer"),
+)
+JOB_COLUMNS = tuple(name for name, _ in _COLUMN_EXPRS)
+
+
+def _cols(table: str = "") -> str:
+    prefix = f"{table}." if table else ""
+    return ", ".join(f"{expr.format(t=prefix)} AS {name}" for name, expr in _COLUMN_EXPRS)
+
+
+_CHANNEL = "concat(coalesce(:schema::text, current_schema()), '.{topic}')"
+_UNIQUE_CONFLICT = """ON CONFLICT (unique_key)
+    WHERE unique_key IS NOT NULL
+      AND unique_states IS NOT NULL
+      AND <schema>river_job_state_in_bitmask(unique_states, state)"""
+
+QUERIES: dict[str, str] = {}
+
+# One statement inserts the whole batch, returns full rows (existing ones for unique
+# duplicates, flagged by xmax), and sends the insert notification for the queues the
+# client's limiter allows. No transaction is needed: a single statement is atomic, and a
+# NOTIFY inside it goes out at commit.
+QUERIES["job_insert_many"] = f"""
+WITH raw AS (
+    SELECT *
+    FROM unnest(
+        :args::jsonb[], :kind::text[], :max_attempts::smallint[], :metadata::jsonb[],
+        :priority::smallint[], :queue::text[], :scheduled_at::timestamptz[], :state::text[],
+        :tags::text[], :unique_key::bytea[], :unique_states::integer[]
+    ) AS r(args, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags,
+           unique_key, unique_states)
+),
+inserted AS (
+    INSERT INTO <schema>river_job (
+        args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state,
+        tags, unique_key, unique_states
+    )
+    SELECT args, now(), kind, max_attempts, metadata, priority, queue,
+           coalesce(scheduled_at, now()), state::<schema>river_job_state,
+           string_to_array(tags, ',')::varchar(255)[], unique_key, unique_states::bit(8)
+    FROM raw
+    {_UNIQUE_CONFLICT}
+    DO UPDATE SET kind = EXCLUDED.kind
+    RETURNING {_cols()}, (xmax != 0) AS unique_skipped_as_duplicate
+),
+notified AS (
+    SELECT count(pg_notify({_CHANNEL.format(topic="river_insert")},
+                           '{{"queue": ' || to_json(q.queue)::text || '}}')) AS n
+    FROM (
+        SELECT DISTINCT queue FROM inserted
+        WHERE state = 'available' AND queue = ANY(:notify_queues::text[])
+    ) AS q
+)
+SELECT inserted.* FROM inserted CROSS JOIN notified
+"""
+
+# River's JobGetAvailable: lock with SKIP LOCKED, mark running, return every column.
+QUERIES["job_get_available"] = f"""
+WITH locked_jobs AS (
+    SELECT id
+    FROM <schema>river_job
+    WHERE state = 'available'
+      AND queue = :queue::text
+      AND scheduled_at <= coalesce(:now::timestamptz, now())
+    ORDER BY priority ASC, scheduled_at ASC, id ASC
+    LIMIT :max_to_lock::integer
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE <schema>river_job
+SET state = 'running',
+    attempt = river_job.attempt + 1,
+    attempted_at = coalesce(:now::timestamptz, now()),
+    attempted_by = array_append(
+        CASE WHEN array_length(river_job.attempted_by, 1) >= :max_attempted_by::integer
+             THEN river_job.attempted_by[
+                array_length(river_job.attempted_by, 1) + 2 - :max_attempted_by::integer:]
+             ELSE river_job.attempted_by
+        END,
+        :attempted_by::text)
+FROM locked_jobs
+WHERE river_job.id = locked_jobs.id
+RETURNING {_cols("river_job")}
+"""
+
+# River's JobSetStateIfRunningMany: only rows still running change (a rescued or deleted
+# job is not clobbered), metadata merges regardless, and a retry or snooze of a job with
+# cancel_attempted_at becomes a cancellation. The input is joined through a LATERAL
+# primary-key lookup so the plan stays an index scan even when statistics say the table
+# is empty.
+_SET_STATE_BODY = """
+WITH job_input AS (
+    SELECT *
+    FROM unnest(
+        :ids::bigint[], :attempt::integer[], :errors::jsonb[], :finalized::boolean[],
+        :metadata_updates::jsonb[], :scheduled_at::timestamptz[], :state::text[]
+    ) AS i(id, attempt, errors, finalized, metadata_updates, scheduled_at, state)
+),
+target AS (
+    SELECT job_input.*, j.state AS current_state,
+           (job_input.state IN ('retryable', 'scheduled')
+            AND j.metadata ? 'cancel_attempted_at') AS cancel
+    FROM job_input
+    CROSS JOIN LATERAL (
+        SELECT river_job.state, river_job.metadata
+        FROM <schema>river_job
+        WHERE river_job.id = job_input.id
+        FOR UPDATE
+    ) AS j
+    WHERE j.state = 'running' OR job_input.metadata_updates IS NOT NULL
+)
+UPDATE <schema>river_job
+SET attempt = CASE WHEN t.current_state = 'running' AND NOT t.cancel AND t.attempt IS NOT NULL
+                   THEN t.attempt ELSE river_job.attempt END,
+    errors = CASE WHEN t.current_state = 'running' AND t.errors IS NOT NULL
+                  THEN array_append(river_job.errors, t.errors) ELSE river_job.errors END,
+    finalized_at = CASE WHEN t.current_state = 'running' AND (t.cancel OR t.finalized)
+                        THEN now() ELSE river_job.finalized_at END,
+    metadata = CASE WHEN t.metadata_updates IS NOT NULL
+                    THEN river_job.metadata || t.metadata_updates ELSE river_job.metadata END,
+    scheduled_at = CASE WHEN t.current_state = 'running' AND NOT t.cancel
+                             AND t.scheduled_at IS NOT NULL
+                        THEN t.scheduled_at ELSE river_job.scheduled_at END,
+    state = CASE WHEN t.current_state = 'running' AND t.cancel
+                 THEN 'cancelled'::<schema>river_job_state
+                 WHEN t.current_state = 'running'
+                 THEN t.state::<schema>river_job_state
+                 ELSE river_job.state END
+FROM target AS t
+WHERE river_job.id = t.id
+"""
+QUERIES["job_set_state_if_running_many"] = _SET_STATE_BODY + f"RETURNING {_cols('river_job')}"
+QUERIES["job_set_state_if_running_many_no_return"] = _SET_STATE_BODY
+
+QUERIES["job_get_by_id"] = f"SELECT {_cols()} FROM <schema>river_job WHERE id = :id::bigint"
+
+QUERIES["job_get_by_id_many"] = (
+    f"SELECT {_cols()} FROM <schema>river_job WHERE id = ANY(:ids::bigint[]) ORDER BY id"
+)
+
+# River's QueueCreateOrSetUpdatedAt: an existing queue keeps paused_at and metadata.
+QUERIES["queue_create_or_set_updated_at"] = """
+INSERT INTO <schema>river_queue (created_at, metadata, name, paused_at, updated_at)
+VALUES (now(), coalesce(:metadata::jsonb, '{}'::jsonb), :name::text, NULL, now())
+ON CONFLICT (name) DO UPDATE SET updated_at = EXCLUDED.updated_at
+RETURNING name, created_at, metadata::text, paused_at, updated_at
+"""
+
+QUERIES["ping"] = "SELECT 1"
+QUERIES["current_schema"] = "SELECT coalesce(current_schema(), '')"
+QUERIES["pg_notify"] = "SELECT pg_notify(:channel::text, :payload::text)"
+QUERIES["listen_channel"] = "SELECT " + _CHANNEL.format(topic="") + " || :topic::text"
+
+
+def _tags_packed(tags: list[str]) -> str:
+    # River packs tag lists as comma-joined strings (tags cannot contain commas).
+    return ",".join(tags)
+
+
+class PostgresDialect(Dialect):
+    """River's Postgres SQL (riverpgxv5) for riverboat."""
+
+    name = "postgres"
+    _queries = QUERIES
+
+    def job_insert_many(
+        self, jobs: Sequence[InsertParams], notify_queues: Sequence[str]
+    ) -> Statement:
+        return self.stmt(
+            "job_insert_many",
+            args=[j.encoded_args for j in jobs],
+            kind=[j.kind for j in jobs],
+            max_attempts=[j.max_attempts for j in jobs],
+            metadata=[j.encoded_metadata for j in jobs],
+            priority=[j.priority for j in jobs],
+            queue=[j.queue for j in jobs],
+            scheduled_at=[j.scheduled_at for j in jobs],
+            state=[j.state.value for j in jobs],
+            tags=[_tags_packed(j.tags) for j in jobs],
+            unique_key=[j.unique_key for j in jobs],
+            unique_states=[j.unique_states for j in jobs],
+            notify_queues=list(notify_queues),
+            schema=self.schema,
+        )
+
+    def decode_insert(self, rows: Sequence[Sequence[Any]]) -> list[InsertResult]:
+        decode = self.decode_job
+        return [InsertResult(decode(row), bool(row[18])) for row in rows]
+
+    def decode_job(self, row: Sequence[Any]) -> JobRow:
+        errors = row[6]
+        unique_key = row[16]
+        return JobRow(
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            row[4] or [],
+            row[5],
+            [AttemptError.from_json(e) for e in errors] if errors else [],
+            row[7],
+            row[8],
+            row[9],
+            json.loads(row[10]),
+            row[11],
+            row[12],
+            STATE_BY_NAME[row[13]],
+            row[14],
+            row[15],
+            bytes(unique_key) if unique_key is not None else None,
+            row[17],
+        )
+
+    def job_get_available(
+        self, *, queue: str, max_to_lock: int, client_id: str, now: datetime | None = None
+    ) -> Statement:
+        return self.stmt(
+            "job_get_available",
+            queue=queue,
+            max_to_lock=max_to_lock,
+            max_attempted_by=100,
+            attempted_by=client_id,
+            now=now,
+        )
+
+    def job_set_state_if_running_many(
+        self, updates: Sequence[JobStateUpdate], *, returning: bool = True
+    ) -> Statement:
+        name = (
+            "job_set_state_if_running_many"
+            if returning
+            else "job_set_state_if_running_many_no_return"
+        )
+        return self.stmt(
+            name,
+            ids=[u.id for u in updates],
+            attempt=[u.attempt for u in updates],
+            errors=[u.error for u in updates],
+            finalized=[u.finalized for u in updates],
+            metadata_updates=[u.metadata_updates for u in updates],
+            scheduled_at=[u.scheduled_at for u in updates],
+            state=[u.state.value for u in updates],
+        )
+
+    def job_get_by_id(self, job_id: int) -> Statement:
+        return self.stmt("job_get_by_id", id=job_id)
+
+    def queue_create_or_set_updated_at(self, name: str) -> Statement:
+        return self.stmt("queue_create_or_set_updated_at", name=name, metadata=None)

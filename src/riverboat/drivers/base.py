@@ -1,0 +1,128 @@
+"""The executor protocols every driver implements, sync and async."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from riverboat._sql import Statement
+
+if TYPE_CHECKING:
+    from riverboat.dialect.base import Dialect
+
+__all__ = [
+    "AsyncDriver",
+    "AsyncExecutor",
+    "AsyncListener",
+    "Capabilities",
+    "Driver",
+    "DriverStats",
+    "Executor",
+    "Notification",
+]
+
+Row = Sequence[Any]
+
+
+@dataclass(slots=True, frozen=True)
+class Capabilities:
+    """What a driver can do; checked when a client is built."""
+
+    listen: bool = False
+    sync: bool = False
+    async_: bool = False
+
+
+@dataclass(slots=True)
+class DriverStats:
+    """Counters the benchmark reports. A reset is a connection handed back in a state
+    (open transaction, error) that forced a rollback or discard before reuse."""
+
+    statements: int = 0
+    leases: int = 0
+    resets: int = 0
+    connections_opened: int = 0
+    by_query: dict[str, int] = field(default_factory=dict)
+
+    def count(self, name: str) -> None:
+        self.statements += 1
+        self.by_query[name] = self.by_query.get(name, 0) + 1
+
+
+@dataclass(slots=True, frozen=True)
+class Notification:
+    channel: str
+    payload: str
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs statements synchronously; each call is one statement."""
+
+    def fetch(self, stmt: Statement) -> list[Row]: ...
+
+    def execute(self, stmt: Statement) -> int: ...
+
+
+@runtime_checkable
+class AsyncExecutor(Protocol):
+    """Runs statements on the event loop; each call is one statement."""
+
+    async def fetch(self, stmt: Statement) -> list[Row]: ...
+
+    async def execute(self, stmt: Statement) -> int: ...
+
+
+class AsyncListener(Protocol):
+    """A dedicated connection that LISTENs; iterate it for notifications."""
+
+    async def listen(self, channel: str) -> None: ...
+
+    async def unlisten(self, channel: str) -> None: ...
+
+    def notifications(self) -> AsyncIterator[Notification]: ...
+
+    async def close(self) -> None: ...
+
+
+class Driver(Executor, Protocol):
+    """A sync driver: a pool (or a single connection) plus transactions."""
+
+    dialect: Dialect
+    capabilities: Capabilities
+    stats: DriverStats
+
+    def transaction(self) -> AbstractContextManager[Executor]: ...
+
+    def wrap(self, conn: Any) -> Executor:
+        """An executor over the caller's own connection or transaction (for ``*_tx``)."""
+        ...
+
+    def execute_script(self, sql: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class AsyncDriver(AsyncExecutor, Protocol):
+    """An async driver; the runtime runs on these."""
+
+    dialect: Dialect
+    capabilities: Capabilities
+    stats: DriverStats
+
+    def transaction(self) -> AbstractAsyncContextManager[AsyncExecutor]: ...
+
+    def wrap(self, conn: Any) -> AsyncExecutor: ...
+
+    async def execute_script(self, sql: str) -> None: ...
+
+    async def listener(self) -> AsyncListener: ...
+
+    async def close(self) -> None: ...
+
+
+# Re-exported for driver modules' type hints.
+CloseHook = Callable[[], None]
+RowIterator = Iterator[Row]

@@ -1,0 +1,446 @@
+"""psycopg 3 driver, sync (:class:`PsycopgDriver`) and async (:class:`AsyncPsycopgDriver`).
+
+Connections are autocommit, so a single statement needs no BEGIN/COMMIT, and raw cursors
+speak Postgres's own ``$1`` placeholders, so psycopg does no query rewriting per call.
+Hot statements are prepared server-side (``prepare=False`` turns it off for PgBouncer in
+transaction pooling before 1.21).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any
+
+from riverboat._sql import Statement
+from riverboat.dialect.postgres import PostgresDialect
+from riverboat.drivers.base import Capabilities, DriverStats, Notification
+from riverboat.errors import DriverError, MissingDependencyError
+
+if TYPE_CHECKING:
+    import psycopg
+    import psycopg_pool
+
+__all__ = ["AsyncPsycopgDriver", "PsycopgDriver"]
+
+
+def _import_psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise MissingDependencyError("psycopg", "psycopg") from None
+    return psycopg
+
+
+def _translate(exc: Exception) -> DriverError:
+    err = DriverError(f"{type(exc).__name__}: {exc}".strip())
+    err.__cause__ = exc
+    return err
+
+
+def _libpq_url(url: str) -> str:
+    # SQLAlchemy-style scheme suffixes ("postgresql+psycopg://") mean nothing to libpq.
+    for prefix in ("postgresql+psycopg://", "postgresql+asyncpg://", "postgres+psycopg://"):
+        if url.startswith(prefix):
+            return "postgresql://" + url[len(prefix) :]
+    return url
+
+
+class _SyncExecutor:
+    """Runs statements on one borrowed connection (a transaction or a caller's conn)."""
+
+    __slots__ = ("_conn", "_cursor_cls", "_stats")
+
+    def __init__(self, conn: Any, stats: DriverStats) -> None:
+        psycopg = _import_psycopg()
+        self._conn = conn
+        self._stats = stats
+        self._cursor_cls = psycopg.RawCursor
+
+    def fetch(self, stmt: Statement) -> list[Any]:
+        sql, names = stmt.query.compile("dollar")
+        params = stmt.params
+        self._stats.count(stmt.query.name)
+        try:
+            cur = self._cursor_cls(self._conn)
+            cur.execute(sql, [params[n] for n in names])
+            return cur.fetchall() if cur.description is not None else []
+        except Exception as exc:
+            if _is_db_error(exc):
+                raise _translate(exc) from exc
+            raise
+
+    def execute(self, stmt: Statement) -> int:
+        sql, names = stmt.query.compile("dollar")
+        params = stmt.params
+        self._stats.count(stmt.query.name)
+        try:
+            cur = self._cursor_cls(self._conn)
+            cur.execute(sql, [params[n] for n in names])
+            return int(cur.rowcount)
+        except Exception as exc:
+            if _is_db_error(exc):
+                raise _translate(exc) from exc
+            raise
+
+
+def _is_db_error(exc: Exception) -> bool:
+    psycopg = _import_psycopg()
+    return isinstance(exc, psycopg.Error)
+
+
+class PsycopgDriver:
+    """Sync psycopg driver over a URL, a ``psycopg.Connection`` or a ``ConnectionPool``.
+
+    With a URL the driver owns a ``psycopg_pool.ConnectionPool`` of autocommit
+    connections; with a connection it uses that one (serialised by a lock); with a pool
+    it borrows from the caller's pool for each statement.
+    """
+
+    capabilities = Capabilities(listen=True, sync=True)
+
+    def __init__(
+        self,
+        source: str | psycopg.Connection[Any] | psycopg_pool.ConnectionPool[Any],
+        *,
+        schema: str | None = None,
+        max_pool_size: int = 10,
+        prepare: bool = True,
+    ) -> None:
+        psycopg = _import_psycopg()
+        self.dialect = PostgresDialect(schema)
+        self.stats = DriverStats()
+        self._prepare: bool | None = True if prepare else None
+        self._owned_pool = False
+        self._conn: Any = None
+        self._pool: Any = None
+        self.url: str | None = None
+        if isinstance(source, str):
+            try:
+                import psycopg_pool
+            except ImportError:
+                raise MissingDependencyError("psycopg_pool", "psycopg") from None
+            self.url = _libpq_url(source)
+            self._pool = psycopg_pool.ConnectionPool(
+                self.url,
+                min_size=1,
+                max_size=max_pool_size,
+                kwargs={
+                    "autocommit": True,
+                    "cursor_factory": psycopg.RawCursor,
+                    "prepare_threshold": 0 if prepare else None,
+                },
+                open=True,
+                configure=self._on_connect,
+            )
+            self._owned_pool = True
+        elif isinstance(source, psycopg.Connection):
+            self._conn = source
+        else:
+            self._pool = source
+        import threading
+
+        self._lock = threading.Lock()
+
+    def _on_connect(self, conn: Any) -> None:
+        self.stats.connections_opened += 1
+
+    @contextmanager
+    def _lease(self) -> Iterator[Any]:
+        self.stats.leases += 1
+        if self._pool is None:
+            with self._lock:
+                yield self._conn
+            return
+        with self._pool.connection() as conn:
+            yield conn
+            if not conn.autocommit and conn.info.transaction_status != 0:
+                conn.commit()
+
+    def _run(self, stmt: Statement, want_rows: bool) -> Any:
+        sql, names = stmt.query.compile("dollar")
+        params = stmt.params
+        args = [params[n] for n in names]
+        self.stats.count(stmt.query.name)
+        psycopg = _import_psycopg()
+        with self._lease() as conn:
+            try:
+                cur = psycopg.RawCursor(conn)
+                cur.execute(sql, args, prepare=self._prepare)
+                if want_rows:
+                    return cur.fetchall() if cur.description is not None else []
+                return int(cur.rowcount)
+            except psycopg.Error as exc:
+                raise _translate(exc) from exc
+
+    def fetch(self, stmt: Statement) -> list[Any]:
+        result: list[Any] = self._run(stmt, True)
+        return result
+
+    def execute(self, stmt: Statement) -> int:
+        result: int = self._run(stmt, False)
+        return result
+
+    @contextmanager
+    def transaction(self) -> Iterator[_SyncExecutor]:
+        with self._lease() as conn:
+            with conn.transaction():
+                yield _SyncExecutor(conn, self.stats)
+
+    def wrap(self, conn: Any) -> _SyncExecutor:
+        """An executor over the caller's connection; their transaction stays theirs."""
+        psycopg = _import_psycopg()
+        if not isinstance(conn, psycopg.Connection):
+            raise TypeError(f"expected a psycopg.Connection, got {type(conn).__name__}")
+        return _SyncExecutor(conn, self.stats)
+
+    def execute_script(self, sql: str) -> None:
+        psycopg = _import_psycopg()
+        with self._lease() as conn:
+            try:
+                # Plain cursors accept several statements when there are no parameters.
+                with psycopg.ClientCursor(conn) as cur:
+                    cur.execute(sql)
+            except psycopg.Error as exc:
+                raise _translate(exc) from exc
+
+    def close(self) -> None:
+        if self._owned_pool:
+            self._pool.close()
+
+    def async_driver(self) -> AsyncPsycopgDriver:
+        """An async driver on the same database, for running workers from sync code."""
+        if self.url is None:
+            raise TypeError("only a driver built from a URL can make its async twin")
+        return AsyncPsycopgDriver(self.url, schema=self.dialect.schema)
+
+
+class _AsyncExecutor:
+    __slots__ = ("_conn", "_stats")
+
+    def __init__(self, conn: Any, stats: DriverStats) -> None:
+        self._conn = conn
+        self._stats = stats
+
+    async def fetch(self, stmt: Statement) -> list[Any]:
+        psycopg = _import_psycopg()
+        sql, names = stmt.query.compile("dollar")
+        params = stmt.params
+        self._stats.count(stmt.query.name)
+        try:
+            cur = psycopg.AsyncRawCursor(self._conn)
+            await cur.execute(sql, [params[n] for n in names])
+            return await cur.fetchall() if cur.description is not None else []
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc
+
+    async def execute(self, stmt: Statement) -> int:
+        psycopg = _import_psycopg()
+        sql, names = stmt.query.compile("dollar")
+        params = stmt.params
+        self._stats.count(stmt.query.name)
+        try:
+            cur = psycopg.AsyncRawCursor(self._conn)
+            await cur.execute(sql, [params[n] for n in names])
+            return int(cur.rowcount)
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc
+
+
+class _AsyncListener:
+    """One dedicated autocommit connection running LISTEN."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._lock = asyncio.Lock()
+
+    async def listen(self, channel: str) -> None:
+        await self._conn.execute('LISTEN "' + channel.replace('"', '""') + '"')
+
+    async def unlisten(self, channel: str) -> None:
+        await self._conn.execute('UNLISTEN "' + channel.replace('"', '""') + '"')
+
+    async def notifications(self) -> AsyncIterator[Notification]:
+        psycopg = _import_psycopg()
+        try:
+            async for note in self._conn.notifies():
+                yield Notification(note.channel, note.payload)
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+
+class _AsyncPool:
+    """A minimal pool of autocommit connections for the runtime's hot path.
+
+    psycopg_pool does more per checkout (health checks, resets) than a lease of one
+    autocommit statement needs. This pool bounds open connections with a semaphore, hands
+    out an idle one or opens a new one, and drops connections that come back broken or
+    mid-transaction (the latter counted as resets).
+    """
+
+    def __init__(self, url: str, max_size: int, prepare: bool, stats: DriverStats) -> None:
+        self._url = url
+        self._prepare = prepare
+        self._idle: list[Any] = []
+        self._slots = asyncio.Semaphore(max_size)
+        self._stats = stats
+        self._closed = False
+
+    async def get(self) -> Any:
+        if self._closed:
+            raise DriverError("the driver is closed")
+        await self._slots.acquire()
+        try:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.closed and not conn.broken:
+                    return conn
+            psycopg = _import_psycopg()
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self._url,
+                    autocommit=True,
+                    prepare_threshold=0 if self._prepare else None,
+                )
+            except psycopg.Error as exc:
+                raise _translate(exc) from exc
+            self._stats.connections_opened += 1
+            return conn
+        except BaseException:
+            self._slots.release()
+            raise
+
+    async def put(self, conn: Any) -> None:
+        try:
+            if conn.closed or conn.broken:
+                return
+            if conn.info.transaction_status != 0:  # not IDLE: the lease left a mess
+                self._stats.resets += 1
+                await conn.close()
+                return
+            if self._closed:
+                await conn.close()
+                return
+            self._idle.append(conn)
+        finally:
+            self._slots.release()
+
+    async def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()
+
+
+class AsyncPsycopgDriver:
+    """Async psycopg driver over a URL, an ``AsyncConnection`` or an ``AsyncConnectionPool``."""
+
+    capabilities = Capabilities(listen=True, async_=True)
+
+    def __init__(
+        self,
+        source: str | psycopg.AsyncConnection[Any] | psycopg_pool.AsyncConnectionPool[Any],
+        *,
+        schema: str | None = None,
+        max_pool_size: int = 10,
+        prepare: bool = True,
+    ) -> None:
+        psycopg = _import_psycopg()
+        self.dialect = PostgresDialect(schema)
+        self.stats = DriverStats()
+        self._prepare: bool | None = True if prepare else None
+        self._conn: Any = None
+        self._user_pool: Any = None
+        self._pool: _AsyncPool | None = None
+        self.url: str | None = None
+        if isinstance(source, str):
+            self.url = _libpq_url(source)
+            self._pool = _AsyncPool(self.url, max_pool_size, prepare, self.stats)
+        elif isinstance(source, psycopg.AsyncConnection):
+            self._conn = source
+            self.url = None
+        else:
+            self._user_pool = source
+        self._conn_lock = asyncio.Lock()
+
+    @asynccontextmanager
+    async def _lease(self) -> AsyncIterator[Any]:
+        self.stats.leases += 1
+        if self._pool is not None:
+            conn = await self._pool.get()
+            try:
+                yield conn
+            finally:
+                await self._pool.put(conn)
+        elif self._conn is not None:
+            async with self._conn_lock:
+                yield self._conn
+        else:
+            async with self._user_pool.connection() as conn:
+                yield conn
+                if not conn.autocommit and conn.info.transaction_status != 0:
+                    await conn.commit()
+
+    async def _run(self, stmt: Statement, want_rows: bool) -> Any:
+        psycopg = _import_psycopg()
+        sql, names = stmt.query.compile("dollar")
+        params = stmt.params
+        args = [params[n] for n in names]
+        self.stats.count(stmt.query.name)
+        async with self._lease() as conn:
+            try:
+                cur = psycopg.AsyncRawCursor(conn)
+                await cur.execute(sql, args, prepare=self._prepare)
+                if want_rows:
+                    return await cur.fetchall() if cur.description is not None else []
+                return int(cur.rowcount)
+            except psycopg.Error as exc:
+                raise _translate(exc) from exc
+
+    async def fetch(self, stmt: Statement) -> list[Any]:
+        result: list[Any] = await self._run(stmt, True)
+        return result
+
+    async def execute(self, stmt: Statement) -> int:
+        result: int = await self._run(stmt, False)
+        return result
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[_AsyncExecutor]:
+        async with self._lease() as conn:
+            async with conn.transaction():
+                yield _AsyncExecutor(conn, self.stats)
+
+    def wrap(self, conn: Any) -> _AsyncExecutor:
+        psycopg = _import_psycopg()
+        if not isinstance(conn, psycopg.AsyncConnection):
+            raise TypeError(f"expected a psycopg.AsyncConnection, got {type(conn).__name__}")
+        return _AsyncExecutor(conn, self.stats)
+
+    async def execute_script(self, sql: str) -> None:
+        psycopg = _import_psycopg()
+        async with self._lease() as conn:
+            try:
+                async with psycopg.AsyncClientCursor(conn) as cur:
+                    await cur.execute(sql)
+            except psycopg.Error as exc:
+                raise _translate(exc) from exc
+
+    async def listener(self) -> _AsyncListener:
+        psycopg = _import_psycopg()
+        if self.url is None:
+            raise DriverError("LISTEN needs a driver built from a URL (a dedicated connection)")
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc
+        self.stats.connections_opened += 1
+        return _AsyncListener(conn)
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()

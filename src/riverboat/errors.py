@@ -1,0 +1,89 @@
+"""Exceptions raised by riverboat.
+
+Every exception riverboat raises on purpose derives from :class:`RiverboatError`::
+
+    RiverboatError
+    ├── InvalidInputError (also ValueError)      bad argument to a public API; names the field
+    │   └── InvalidArgsError (also TypeError)    job args that cannot be encoded as a JSON object
+    ├── NotFoundError                             job, queue or migration row missing
+    ├── JobRunningError                           the operation is refused while the job runs
+    ├── UnknownJobKindError                       no worker registered for a job's kind
+    ├── DriverError                               a database error, translated at the driver
+    │                                             boundary (the original is ``__cause__``)
+    ├── MissingDependencyError (also ImportError) an optional extra is not installed
+    └── MigrationError                            the schema is not at a version riverboat knows
+
+Driver errors keep the underlying library's exception as ``__cause__`` so callers can
+still reach its details (SQLSTATE and so on).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DriverError",
+    "InvalidArgsError",
+    "InvalidInputError",
+    "JobRunningError",
+    "MigrationError",
+    "MissingDependencyError",
+    "NotFoundError",
+    "RiverboatError",
+    "UnknownJobKindError",
+]
+
+
+class RiverboatError(Exception):
+    """Root of every exception riverboat raises on purpose."""
+
+
+class InvalidInputError(RiverboatError, ValueError):
+    """A public API was given a value it refuses; raised before anything is written.
+
+    ``field`` names the offending parameter (``"queue"``, ``"opts.priority"``...).
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class InvalidArgsError(InvalidInputError, TypeError):
+    """Job args that are not a JSON object, or cannot be serialised."""
+
+
+class NotFoundError(RiverboatError):
+    """The job, queue or row the operation targets does not exist."""
+
+
+class JobRunningError(RiverboatError):
+    """The operation is refused because the job is running (River's ErrJobRunning)."""
+
+
+class UnknownJobKindError(RiverboatError):
+    """No worker is registered for the job's kind.
+
+    The message matches River's so that error entries read the same from either runtime.
+    """
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"job kind is not registered in the client's Workers bundle: {kind}")
+        self.kind = kind
+
+
+class DriverError(RiverboatError):
+    """A database error, translated at the driver boundary; the original is ``__cause__``."""
+
+
+class MissingDependencyError(RiverboatError, ImportError):
+    """An optional dependency is missing; the message names the extra to install."""
+
+    def __init__(self, package: str, extra: str) -> None:
+        super().__init__(
+            f"{package} is not installed; install it with: pip install 'riverboat[{extra}]'"
+        )
+        self.package = package
+        self.extra = extra
+
+
+class MigrationError(RiverboatError):
+    """The database schema is missing, too old or newer than this riverboat knows."""
