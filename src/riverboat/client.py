@@ -8,9 +8,10 @@ commits or rolls back with the caller's own rows.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +19,12 @@ from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, reso
 from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow
 from riverboat._sql import Statement
 from riverboat._url import async_driver_from_url, driver_from_url
-from riverboat.errors import InvalidInputError, NotFoundError
+from riverboat.errors import InvalidInputError, NotFoundError, UnknownJobKindError
+from riverboat.runtime.events import EventKind, Subscription
+from riverboat.runtime.producer import QueueConfig
+from riverboat.runtime.retry import RetryPolicy
+from riverboat.runtime.runner import Runtime, RuntimeConfig
+from riverboat.runtime.worker import Workers
 
 __all__ = ["AsyncClient", "Client", "default_client_id"]
 
@@ -74,17 +80,30 @@ class _ClientCore:
             raise InvalidInputError("max_attempts", "must be an int of at least 1")
         self.defaults = InsertDefaults(max_attempts=max_attempts)
         self._limiter = _NotifyLimiter(fetch_cooldown)
+        self.workers: Workers | None = None
+        self.skip_unknown_job_check = False
+
+    def _check_kinds(self, jobs: Sequence[InsertParams]) -> None:
+        # River refuses to insert a kind this client has no worker for (when it has
+        # workers at all), catching typos before a job sits unworkable in the queue.
+        if self.workers is None or not len(self.workers) or self.skip_unknown_job_check:
+            return
+        for job in jobs:
+            if job.kind not in self.workers:
+                raise UnknownJobKindError(job.kind)
 
     def insert_statement(
         self, args: object, opts: InsertOpts | None, kind: str | None
     ) -> tuple[Statement, list[InsertParams]]:
         jobs = [resolve_insert(args, opts, kind, self.defaults)]
+        self._check_kinds(jobs)
         return self.dialect.job_insert_many(jobs, self._limiter.queues_to_notify(jobs)), jobs
 
     def insert_many_statements(
         self, params: Sequence[object]
     ) -> tuple[list[Statement], list[InsertParams]]:
         jobs = resolve_many(params, self.defaults)
+        self._check_kinds(jobs)
         statements = []
         for start in range(0, len(jobs), INSERT_BATCH_MAX):
             batch = jobs[start : start + INSERT_BATCH_MAX]
@@ -191,7 +210,11 @@ class Client:
 
 
 class AsyncClient:
-    """The asyncio client: inserts, administration, and the worker runtime."""
+    """The asyncio client: inserts, administration, and the worker runtime.
+
+    Without ``queues`` it is insert-only. With ``queues`` and ``workers``, ``start()``
+    runs a producer per queue, the batch completer and the notifier until ``stop()``.
+    """
 
     def __init__(
         self,
@@ -199,8 +222,15 @@ class AsyncClient:
         *,
         id: str | None = None,
         schema: str | None = None,
+        queues: Mapping[str, QueueConfig] | None = None,
+        workers: Workers | None = None,
         max_attempts: int = 25,
         fetch_cooldown: float = 0.1,
+        fetch_poll_interval: float = 1.0,
+        job_timeout: float | None = 60.0,
+        poll_only: bool = False,
+        retry_policy: RetryPolicy | None = None,
+        skip_unknown_job_check: bool = False,
     ) -> None:
         if isinstance(driver, str):
             driver = async_driver_from_url(driver, schema=schema)
@@ -210,7 +240,68 @@ class AsyncClient:
         self._core = _ClientCore(
             driver, id=id, max_attempts=max_attempts, fetch_cooldown=fetch_cooldown
         )
+        self._core.workers = workers
+        self._core.skip_unknown_job_check = skip_unknown_job_check
         self.driver = driver
+        self._runtime: Runtime | None = None
+        if queues:
+            self._runtime = Runtime(
+                driver,
+                self._core.id,
+                RuntimeConfig(
+                    queues=dict(queues),
+                    workers=workers if workers is not None else Workers(),
+                    fetch_cooldown=fetch_cooldown,
+                    fetch_poll_interval=fetch_poll_interval,
+                    job_timeout=job_timeout,
+                    poll_only=poll_only,
+                    retry_policy=retry_policy or RetryPolicy(),
+                ),
+            )
+        elif workers is not None and not isinstance(workers, Workers):
+            raise InvalidInputError("workers", "must be a riverboat.Workers registry")
+
+    # -- runtime ---------------------------------------------------------------------
+    @property
+    def runtime(self) -> Runtime:
+        if self._runtime is None:
+            raise InvalidInputError("queues", "this client has no queues; it is insert-only")
+        return self._runtime
+
+    async def start(self) -> None:
+        """Start working jobs: completer, notifier and one producer per queue."""
+        await self.runtime.start()
+
+    async def stop(self) -> None:
+        """Soft stop: stop fetching, let running jobs finish, write every outcome."""
+        if self._runtime is not None:
+            await self._runtime.stop()
+
+    async def stop_and_cancel(self) -> None:
+        """Hard stop: cancel running async jobs (they are *interrupted*: available again
+        with the attempt rolled back), wait for sync jobs, write every outcome."""
+        if self._runtime is not None:
+            await self._runtime.stop(cancel_running=True)
+
+    def subscribe(self, *kinds: EventKind | str, maxsize: int = 1000) -> Subscription:
+        """Events for the given kinds (all when none are named), delivered after each
+        outcome is written. Slow subscribers lose events rather than slowing jobs."""
+        return self.runtime.subscribe(kinds, maxsize)
+
+    async def run_until_idle(self, *, poll: float = 0.05) -> None:
+        """Start if needed, work until every queue is drained, then stop (soft)."""
+        runtime = self.runtime
+        if not runtime.started:
+            await runtime.start()
+        try:
+            while not runtime.is_idle():
+                await asyncio.sleep(poll)
+        finally:
+            await runtime.stop()
+
+    def _after_insert(self, jobs: Sequence[InsertParams]) -> None:
+        if self._runtime is not None and self._runtime.started:
+            self._runtime.wake_queues({j.queue for j in jobs if j.state == "available"})
 
     @property
     def id(self) -> str:
@@ -219,8 +310,10 @@ class AsyncClient:
     async def insert(
         self, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
     ) -> InsertResult:
-        stmt, _ = self._core.insert_statement(args, opts, kind)
+        """Insert one job in one statement (no transaction is opened)."""
+        stmt, jobs = self._core.insert_statement(args, opts, kind)
         rows = await self.driver.fetch(stmt)
+        self._after_insert(jobs)
         return self._core.dialect.decode_insert(rows)[0]  # type: ignore[no-any-return]
 
     async def insert_tx(
@@ -231,14 +324,16 @@ class AsyncClient:
         return self._core.dialect.decode_insert(rows)[0]  # type: ignore[no-any-return]
 
     async def insert_many(self, params: Sequence[InsertManyParams | object]) -> list[InsertResult]:
-        statements, _ = self._core.insert_many_statements(params)
+        statements, jobs = self._core.insert_many_statements(params)
         decode = self._core.dialect.decode_insert
         if len(statements) == 1:
-            return decode(await self.driver.fetch(statements[0]))  # type: ignore[no-any-return]
-        results: list[InsertResult] = []
-        async with self.driver.transaction() as tx:
-            for stmt in statements:
-                results.extend(decode(await tx.fetch(stmt)))
+            results: list[InsertResult] = decode(await self.driver.fetch(statements[0]))
+        else:
+            results = []
+            async with self.driver.transaction() as tx:
+                for stmt in statements:
+                    results.extend(decode(await tx.fetch(stmt)))
+        self._after_insert(jobs)
         return results
 
     async def insert_many_tx(

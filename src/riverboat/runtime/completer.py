@@ -1,0 +1,192 @@
+"""The batch completer: job outcomes are buffered and written one statement per batch.
+
+Outcomes wait in a dict keyed by job id (a later outcome for the same job replaces an
+earlier one). A flush starts when the backlog reaches ``batch_threshold`` or
+``flush_delay`` after the first outcome arrived, so one lone job is written quickly and a
+busy queue writes hundreds per statement. The statement only changes rows that are still
+``running`` and runs without a wrapping transaction. A failed flush puts its batch back and
+retries with backoff; nothing is dropped while the completer runs, and ``stop`` flushes
+everything left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from riverboat._job import JobRow
+from riverboat.dialect.base import JobStateUpdate
+from riverboat.errors import DriverError
+from riverboat.runtime.events import Event, EventKind, JobStatistics
+
+__all__ = ["Completer", "PendingCompletion"]
+
+log = logging.getLogger("riverboat.completer")
+
+BATCH_MAX = 5000  # jobs per statement
+BACKPRESSURE_HIGH = 10_000  # new outcomes wait above this backlog...
+BACKPRESSURE_LOW = 5_000  # ...until it falls below this
+
+
+@dataclass(slots=True)
+class PendingCompletion:
+    update: JobStateUpdate
+    job: JobRow
+    event_kind: EventKind
+    queue_wait: float
+    run_duration: float
+    finished_at: float  # monotonic
+
+
+class Completer:
+    def __init__(
+        self,
+        driver: Any,
+        *,
+        emit: Callable[[Event], None] | None = None,
+        want_events: Callable[[], bool] = lambda: False,
+        batch_threshold: int = 100,
+        flush_delay: float = 0.05,
+        retry_backoff: tuple[float, ...] = (0.1, 0.5, 1.0, 2.0, 4.0),
+    ) -> None:
+        self._driver = driver
+        self._dialect = driver.dialect
+        self._emit = emit
+        self._want_events = want_events
+        self._batch_threshold = batch_threshold
+        self._flush_delay = flush_delay
+        self._retry_backoff = retry_backoff
+        self._buffer: dict[int, PendingCompletion] = {}
+        self._has_items = asyncio.Event()
+        self._full = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._below_low = asyncio.Event()
+        self._below_low.set()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.flushes = 0
+        self.flush_errors = 0
+
+    @property
+    def backlog(self) -> int:
+        return len(self._buffer)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="riverboat-completer")
+
+    async def add(self, pending: PendingCompletion) -> None:
+        """Buffer one outcome; waits only when the backlog is past the high-water mark."""
+        if len(self._buffer) >= BACKPRESSURE_HIGH:
+            self._below_low.clear()
+            await self._below_low.wait()
+        self._buffer[pending.update.id] = pending
+        self._drained.clear()
+        self._has_items.set()
+        if len(self._buffer) >= self._batch_threshold:
+            self._full.set()
+
+    async def wait_drained(self) -> None:
+        """Return once every buffered outcome has been written."""
+        await self._drained.wait()
+
+    async def _run(self) -> None:
+        while True:
+            await self._has_items.wait()
+            if not self._stopping and len(self._buffer) < self._batch_threshold:
+                try:
+                    await asyncio.wait_for(self._full.wait(), self._flush_delay)
+                except TimeoutError:
+                    pass
+            await self._flush_available()
+            if self._stopping and not self._buffer:
+                return
+
+    async def _flush_available(self) -> None:
+        attempt = 0
+        while self._buffer:
+            batch = self._take(BATCH_MAX)
+            try:
+                await self._write(batch)
+                attempt = 0
+            except DriverError as exc:
+                self.flush_errors += 1
+                self._put_back(batch)
+                delay = self._retry_backoff[min(attempt, len(self._retry_backoff) - 1)]
+                delay *= 1 + random.uniform(-0.1, 0.1)
+                attempt += 1
+                log.warning(
+                    "completer: writing %d job outcomes failed (attempt %d), retrying in %.2fs: %s",
+                    len(batch),
+                    attempt,
+                    delay,
+                    exc,
+                )
+                await asyncio.sleep(delay)
+        self._has_items.clear()
+        self._full.clear()
+        self._drained.set()
+
+    def _take(self, limit: int) -> list[PendingCompletion]:
+        if len(self._buffer) <= limit:
+            batch = list(self._buffer.values())
+            self._buffer.clear()
+        else:
+            batch = []
+            for job_id in list(self._buffer)[:limit]:
+                batch.append(self._buffer.pop(job_id))
+        if len(self._buffer) < BACKPRESSURE_LOW:
+            self._below_low.set()
+        if len(self._buffer) < self._batch_threshold:
+            self._full.clear()
+        return batch
+
+    def _put_back(self, batch: list[PendingCompletion]) -> None:
+        for pending in batch:
+            # A newer outcome for the same job, added while we were writing, wins.
+            self._buffer.setdefault(pending.update.id, pending)
+
+    async def _write(self, batch: list[PendingCompletion]) -> None:
+        updates = [p.update for p in batch]
+        want_rows = self._emit is not None and self._want_events()
+        stmt = self._dialect.job_set_state_if_running_many(updates, returning=want_rows)
+        if not want_rows:
+            await self._driver.execute(stmt)
+            self.flushes += 1
+            return
+        rows = await self._driver.fetch(stmt)
+        self.flushes += 1
+        now = time.monotonic()
+        by_id = {p.update.id: p for p in batch}
+        assert self._emit is not None
+        for row in rows:
+            job = self._dialect.decode_job(row)
+            pending = by_id.get(job.id)
+            if pending is None:
+                continue
+            kind = pending.event_kind
+            if job.state == "cancelled" and kind != EventKind.JOB_CANCELLED:
+                kind = EventKind.JOB_CANCELLED  # the cancel_attempted_at override applied
+            self._emit(
+                Event(
+                    kind,
+                    job,
+                    JobStatistics(
+                        pending.queue_wait, pending.run_duration, now - pending.finished_at
+                    ),
+                )
+            )
+
+    async def stop(self) -> None:
+        """Flush everything buffered, then end the loop."""
+        self._stopping = True
+        self._has_items.set()
+        self._full.set()
+        if self._task is not None:
+            await self._task
+            self._task = None

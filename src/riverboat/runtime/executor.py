@@ -1,0 +1,307 @@
+"""Running one job and turning what happened into a completer update.
+
+The outcome rules are River's (river-compat §5.2): success completes; an error retries
+with backoff (straight to ``available`` when the retry is ≤ 5s away) or discards once
+attempts are used up; ``JobCancel`` cancels; ``JobSnooze`` reschedules without counting
+the attempt; a hard stop interrupts (attempt rolled back, available now, no error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import os
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from riverboat._job import AttemptError, JobRow, JobState
+from riverboat._json import go_json_dumps
+from riverboat.dialect.base import JobStateUpdate
+from riverboat.errors import UnknownJobKindError
+from riverboat.runtime.completer import PendingCompletion
+from riverboat.runtime.events import EventKind
+from riverboat.runtime.retry import RetryPolicy
+from riverboat.runtime.worker import (
+    Job,
+    JobCancel,
+    JobSnooze,
+    RegisteredWorker,
+    Workers,
+    _work_context,
+    _WorkContext,
+)
+
+__all__ = ["ExecutorConfig", "JobTimeoutError", "execute_job"]
+
+# River's SchedulerInterval: a retry or snooze this close is made available directly
+# instead of waiting for the scheduler to promote it.
+SCHEDULER_INTERVAL = timedelta(seconds=5)
+
+
+class JobTimeoutError(Exception):
+    """A job ran past its timeout."""
+
+
+class JobCancelledRemotely(Exception):
+    """Someone cancelled this running job through the client (River's cancel control)."""
+
+    def __init__(self) -> None:
+        super().__init__("job cancelled remotely")
+
+
+@dataclass(slots=True)
+class ExecutorConfig:
+    workers: Workers
+    job_timeout: float | None  # seconds; None or -1 means no timeout
+    retry_policy: RetryPolicy
+    thread_pool: Executor | None
+
+
+@dataclass(slots=True)
+class RunState:
+    """Per-job flags the producer sets from outside (remote cancel, hard stop)."""
+
+    job: Job[Any] | None = None
+    cancelled_remotely: bool = False
+    interrupted: bool = False
+
+
+_RUNTIME_FRAMES = (
+    os.path.dirname(os.path.abspath(__file__)),
+    os.path.dirname(asyncio.__file__),
+    os.path.dirname(concurrent.futures.__file__),
+)
+
+
+def _user_traceback(exc: BaseException) -> str:
+    """The traceback without riverboat's and asyncio's own frames above the work function."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_RUNTIME_FRAMES):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+
+
+def _error_entry(row: JobRow, started: datetime, exc: BaseException) -> str:
+    text = str(exc)
+    message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    trace = _user_traceback(exc) if exc.__traceback__ else ""
+    return AttemptError(started, row.attempt, message, trace).to_json()
+
+
+def _timeout_for(worker: RegisteredWorker | None, default: float | None) -> float | None:
+    value = worker.timeout if worker is not None and worker.timeout is not None else default
+    if value is None or value == -1 or value <= 0:
+        return None
+    return value
+
+
+async def _call(
+    worker: RegisteredWorker,
+    job: Job[Any],
+    ctx: _WorkContext,
+    timeout: float | None,
+    pool: Executor | None,
+    on_thread_done: Callable[[], None] | None,
+) -> None:
+    if worker.is_async:
+        _work_context.set(ctx)
+        if timeout is None:
+            await worker.fn(job)
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                await worker.fn(job)
+        except TimeoutError:
+            raise JobTimeoutError(f"job exceeded its timeout of {timeout:g}s") from None
+        return
+    context = contextvars.copy_context()
+    context.run(_work_context.set, ctx)
+    loop = asyncio.get_running_loop()
+    future = loop.run_in_executor(pool, context.run, worker.fn, job)
+    if timeout is None:
+        await future
+        return
+    try:
+        await asyncio.wait_for(asyncio.shield(future), timeout)
+    except TimeoutError:
+        # A thread cannot be stopped from outside: record the timeout now, and keep the
+        # job's slot until the function really returns so the pool is not oversubscribed.
+        if on_thread_done is not None:
+            future.add_done_callback(lambda _f: on_thread_done())
+        raise JobTimeoutError(
+            f"job exceeded its timeout of {timeout:g}s (its thread was left to finish)"
+        ) from None
+
+
+async def execute_job(
+    row: JobRow,
+    config: ExecutorConfig,
+    state: RunState,
+    on_thread_done: Callable[[], None] | None = None,
+) -> tuple[PendingCompletion, bool]:
+    """Run ``row``'s worker; return its outcome and whether the slot is still held by a
+    timed-out thread (then ``on_thread_done`` releases it later)."""
+    started_mono = time.monotonic()
+    started = datetime.now(UTC)
+    queue_wait = max(0.0, (started - row.scheduled_at).total_seconds())
+    worker = config.workers.get(row.kind)
+    ctx = _WorkContext()
+    error: BaseException | None = None
+    held_by_thread = False
+    try:
+        if worker is None:
+            raise UnknownJobKindError(row.kind)
+        job = Job(row, worker.decode(row))
+        state.job = job
+        await _call(
+            worker,
+            job,
+            ctx,
+            _timeout_for(worker, config.job_timeout),
+            config.thread_pool,
+            on_thread_done,
+        )
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        if state.cancelled_remotely:
+            error = JobCancel(JobCancelledRemotely())
+        elif state.interrupted:
+            error = None
+        else:
+            raise
+    except JobTimeoutError as exc:
+        error = exc
+        held_by_thread = not worker.is_async if worker is not None else False
+    except BaseException as exc:
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        error = exc
+    if state.cancelled_remotely and error is not None and not isinstance(error, JobCancel):
+        # River: an error after a remote cancel becomes the cancellation.
+        error = JobCancel(JobCancelledRemotely())
+    run_duration = time.monotonic() - started_mono
+    update, kind = _outcome(row, error, ctx, state, worker, config, started)
+    return (
+        PendingCompletion(update, row, kind, queue_wait, run_duration, time.monotonic()),
+        held_by_thread,
+    )
+
+
+def _merge(ctx: _WorkContext, extra: dict[str, Any] | None = None) -> str | None:
+    updates = dict(ctx.metadata_updates)
+    if extra:
+        updates.update(extra)
+    return go_json_dumps(updates) if updates else None
+
+
+def _outcome(
+    row: JobRow,
+    error: BaseException | None,
+    ctx: _WorkContext,
+    state: RunState,
+    worker: RegisteredWorker | None,
+    config: ExecutorConfig,
+    started: datetime,
+) -> tuple[JobStateUpdate, EventKind]:
+    now = datetime.now(UTC)
+    if error is None and state.interrupted and not state.cancelled_remotely:
+        return (
+            JobStateUpdate(
+                row.id,
+                JobState.AVAILABLE,
+                attempt=max(row.attempt - 1, 0),
+                scheduled_at=now,
+                metadata_updates=_merge(ctx),
+            ),
+            EventKind.JOB_INTERRUPTED,
+        )
+    if error is None:
+        return (
+            JobStateUpdate(
+                row.id, JobState.COMPLETED, finalized=True, metadata_updates=_merge(ctx)
+            ),
+            EventKind.JOB_COMPLETED,
+        )
+    if isinstance(error, JobSnooze):
+        snoozes = row.metadata.get("snoozes")
+        count = snoozes if isinstance(snoozes, int) and not isinstance(snoozes, bool) else 0
+        when = now + timedelta(seconds=error.seconds)
+        return (
+            JobStateUpdate(
+                row.id,
+                JobState.SCHEDULED
+                if timedelta(seconds=error.seconds) > SCHEDULER_INTERVAL
+                else JobState.AVAILABLE,
+                attempt=max(row.attempt - 1, 0),
+                scheduled_at=when,
+                metadata_updates=_merge(ctx, {"snoozes": count + 1}),
+            ),
+            EventKind.JOB_SNOOZED,
+        )
+    if isinstance(error, JobCancel):
+        reason = error.reason
+        cause = reason if isinstance(reason, BaseException) else error
+        return (
+            JobStateUpdate(
+                row.id,
+                JobState.CANCELLED,
+                error=_error_entry(row, started, cause),
+                finalized=True,
+                metadata_updates=_merge(ctx),
+            ),
+            EventKind.JOB_CANCELLED,
+        )
+    entry = _error_entry(row, started, error)
+    if row.attempt >= row.max_attempts:
+        return (
+            JobStateUpdate(
+                row.id,
+                JobState.DISCARDED,
+                error=entry,
+                finalized=True,
+                metadata_updates=_merge(ctx),
+            ),
+            EventKind.JOB_FAILED,
+        )
+    next_at = _next_retry(row, worker, config, now, state)
+    return (
+        JobStateUpdate(
+            row.id,
+            JobState.AVAILABLE if next_at - now <= SCHEDULER_INTERVAL else JobState.RETRYABLE,
+            error=entry,
+            scheduled_at=next_at,
+            metadata_updates=_merge(ctx),
+        ),
+        EventKind.JOB_FAILED,
+    )
+
+
+def _next_retry(
+    row: JobRow,
+    worker: RegisteredWorker | None,
+    config: ExecutorConfig,
+    now: datetime,
+    state: RunState,
+) -> datetime:
+    candidate: datetime | None = None
+    if worker is not None and worker.next_retry is not None and state.job is not None:
+        try:
+            candidate = worker.next_retry(state.job)
+        except Exception:
+            candidate = None
+    if candidate is None:
+        candidate = config.retry_policy.next_retry(row, now)
+    if candidate.tzinfo is None or candidate < now:
+        # River falls back to the default policy for a time in the past.
+        from riverboat.runtime.retry import default_next_retry
+
+        candidate = default_next_retry(row, now)
+    return candidate

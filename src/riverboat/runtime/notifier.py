@@ -1,0 +1,110 @@
+"""LISTEN on River's topics through one dedicated connection, with reconnects.
+
+Subscribers register per topic (``river_insert``, ``river_control``,
+``river_leadership``); payloads are parsed as JSON, never by string matching. While the
+connection is down, producers keep polling; after a reconnect every subscriber is told
+(``on_reconnect``) so it can fetch at once in case a notification was missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+from riverboat.errors import DriverError
+
+__all__ = ["TOPICS", "Notifier"]
+
+log = logging.getLogger("riverboat.notifier")
+
+TOPICS = ("river_insert", "river_control", "river_leadership")
+Handler = Callable[[dict[str, Any]], None]
+
+
+class Notifier:
+    def __init__(self, driver: Any, schema_name: str) -> None:
+        self._driver = driver
+        self._schema = schema_name
+        self._handlers: dict[str, list[Handler]] = {topic: [] for topic in TOPICS}
+        self._reconnect_handlers: list[Callable[[], None]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._listener: Any = None
+        self.connected = asyncio.Event()
+        self.reconnects = 0
+
+    def channel(self, topic: str) -> str:
+        return f"{self._schema}.{topic}"
+
+    def subscribe(self, topic: str, handler: Handler) -> None:
+        self._handlers[topic].append(handler)
+
+    def on_reconnect(self, handler: Callable[[], None]) -> None:
+        self._reconnect_handlers.append(handler)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="riverboat-notifier")
+
+    async def _run(self) -> None:
+        attempt = 0
+        topic_by_channel = {self.channel(t): t for t in TOPICS}
+        while True:
+            try:
+                self._listener = await self._driver.listener()
+                for channel in topic_by_channel:
+                    await self._listener.listen(channel)
+                if attempt or self.reconnects:
+                    for wake in self._reconnect_handlers:
+                        wake()
+                self.connected.set()
+                attempt = 0
+                async for note in self._listener.notifications():
+                    topic = topic_by_channel.get(note.channel)
+                    if topic is None:
+                        continue
+                    try:
+                        payload = json.loads(note.payload)
+                    except ValueError:
+                        log.warning("ignoring a non-JSON notification on %s", note.channel)
+                        continue
+                    if not isinstance(payload, dict):
+                        continue
+                    for handler in self._handlers[topic]:
+                        handler(payload)
+            except asyncio.CancelledError:
+                raise
+            except (DriverError, OSError) as exc:
+                self.connected.clear()
+                delay = min(2.0**attempt, 30.0) * random.uniform(0.9, 1.1)
+                attempt += 1
+                self.reconnects += 1
+                log.warning("notifier: connection lost (%s); reconnecting in %.1fs", exc, delay)
+                await self._close_listener()
+                await asyncio.sleep(delay)
+            else:
+                # The notification stream ended without an error: the connection closed.
+                self.connected.clear()
+                await self._close_listener()
+                self.reconnects += 1
+                await asyncio.sleep(0.1)
+
+    async def _close_listener(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            try:
+                await listener.close()
+            except Exception:
+                pass
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        await self._close_listener()

@@ -1,0 +1,258 @@
+"""One producer per queue: claims as many jobs as it has free slots, in one statement.
+
+Wake-ups come from insert notifications for this queue, the poll timer (with jitter), a
+freed slot after a full batch, resume, and local inserts. Fetches are debounced: the
+first wake-up fetches at once, more within ``fetch_cooldown`` collapse into one fetch at
+the end of the cooldown (River's leading-edge debounce).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from riverboat._job import JobRow
+from riverboat.errors import DriverError
+from riverboat.runtime.completer import Completer
+from riverboat.runtime.events import Event, EventKind
+from riverboat.runtime.executor import ExecutorConfig, RunState, execute_job
+
+__all__ = ["Producer", "QueueConfig"]
+
+log = logging.getLogger("riverboat.producer")
+
+QUEUE_REPORT_INTERVAL = 600.0  # River refreshes river_queue.updated_at every 10 minutes
+MAX_WORKERS_LIMIT = 10_000
+
+
+@dataclass(slots=True, frozen=True)
+class QueueConfig:
+    """A queue this client works. ``None`` cooldown/poll take the client's defaults
+    (River: 100 ms and 1 s)."""
+
+    max_workers: int = 100
+    fetch_cooldown: float | None = None
+    fetch_poll_interval: float | None = None
+
+
+class Producer:
+    def __init__(
+        self,
+        *,
+        queue: str,
+        config: QueueConfig,
+        driver: Any,
+        client_id: str,
+        completer: Completer,
+        executor_config: ExecutorConfig,
+        fetch_cooldown: float,
+        fetch_poll_interval: float,
+        emit: Callable[[Event], None],
+    ) -> None:
+        self.queue = queue
+        self.max_workers = config.max_workers
+        self._driver = driver
+        self._dialect = driver.dialect
+        self._client_id = client_id
+        self._completer = completer
+        self._cooldown = fetch_cooldown
+        self._poll = fetch_poll_interval
+        self._emit = emit
+        self._pool = ThreadPoolExecutor(
+            max_workers=config.max_workers, thread_name_prefix=f"riverboat-{queue}"
+        )
+        self._exec_config = ExecutorConfig(
+            executor_config.workers,
+            executor_config.job_timeout,
+            executor_config.retry_policy,
+            self._pool,
+        )
+        self._wake = asyncio.Event()
+        self._active: dict[int, tuple[asyncio.Task[None], RunState]] = {}
+        self._slots_held = 0  # slots taken by jobs, including timed-out threads
+        self._fetch_when_slots_free = False
+        self._stopping = False
+        self._paused = False
+        self._task: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.last_fetch_count = -1
+        self.fetches = 0
+        self.jobs_started = 0
+        self.fetch_errors = 0
+
+    # -- external signals ------------------------------------------------------------
+    def wake(self) -> None:
+        self._wake.set()
+
+    def handle_insert(self, payload: dict[str, Any]) -> None:
+        if payload.get("queue") == self.queue:
+            self._wake.set()
+
+    def handle_control(self, payload: dict[str, Any]) -> None:
+        action = payload.get("action")
+        queue = payload.get("queue")
+        if action == "cancel":
+            if queue == self.queue:
+                job_id = payload.get("job_id")
+                if isinstance(job_id, int):
+                    self.cancel_job(job_id)
+            return
+        if queue not in (self.queue, "*"):
+            return
+        if action == "pause":
+            self.set_paused(True)
+        elif action == "resume":
+            self.set_paused(False)
+
+    def set_paused(self, paused: bool) -> None:
+        if paused == self._paused:
+            return
+        self._paused = paused
+        self._emit(
+            Event(EventKind.QUEUE_PAUSED if paused else EventKind.QUEUE_RESUMED, queue=self.queue)
+        )
+        if not paused:
+            self._wake.set()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def cancel_job(self, job_id: int) -> bool:
+        entry = self._active.get(job_id)
+        if entry is None:
+            return False
+        task, state = entry
+        state.cancelled_remotely = True
+        if state.job is not None:
+            state.job._cancel_requested = True
+        task.cancel()
+        return True
+
+    @property
+    def active(self) -> int:
+        return len(self._active)
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def start(self) -> None:
+        rows = await self._driver.fetch(self._dialect.queue_create_or_set_updated_at(self.queue))
+        if rows and rows[0][3] is not None:
+            self._paused = True
+        self._task = asyncio.create_task(self._run(), name=f"riverboat-producer-{self.queue}")
+
+    async def _run(self) -> None:
+        last_fetch = 0.0
+        next_report = time.monotonic() + QUEUE_REPORT_INTERVAL
+        jitter_cap = max(self._poll / 10, 0.01)
+        self._wake.set()  # fetch at start
+        while not self._stopping:
+            timeout = self._poll + random.uniform(0, jitter_cap)
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+            if self._stopping:
+                break
+            wait = self._cooldown - (time.monotonic() - last_fetch)
+            if wait > 0:
+                await asyncio.sleep(wait)
+                if self._stopping:
+                    break
+            self._wake.clear()
+            if time.monotonic() >= next_report:
+                next_report = time.monotonic() + QUEUE_REPORT_INTERVAL
+                await self._report_queue()
+            if self._paused:
+                continue
+            free = self.max_workers - self._slots_held
+            if free <= 0:
+                self._fetch_when_slots_free = True
+                continue
+            last_fetch = time.monotonic()
+            try:
+                rows = await self._driver.fetch(
+                    self._dialect.job_get_available(
+                        queue=self.queue, max_to_lock=free, client_id=self._client_id
+                    )
+                )
+            except DriverError as exc:
+                self.fetch_errors += 1
+                log.warning("producer %s: fetching jobs failed: %s", self.queue, exc)
+                continue
+            self.fetches += 1
+            self.last_fetch_count = len(rows)
+            if rows:
+                decode = self._dialect.decode_job
+                for raw in rows:
+                    self._start_job(decode(raw))
+            self._fetch_when_slots_free = len(rows) == free
+
+    async def _report_queue(self) -> None:
+        try:
+            await self._driver.fetch(self._dialect.queue_create_or_set_updated_at(self.queue))
+        except DriverError as exc:
+            log.warning("producer %s: refreshing river_queue failed: %s", self.queue, exc)
+
+    def _start_job(self, row: JobRow) -> None:
+        state = RunState()
+        self._slots_held += 1
+        self._idle.clear()
+        self.jobs_started += 1
+        task = asyncio.create_task(self._work(row, state))
+        self._active[row.id] = (task, state)
+
+    def _release_slot(self) -> None:
+        self._slots_held -= 1
+        if self._slots_held == 0 and not self._active:
+            self._idle.set()
+        if self._fetch_when_slots_free:
+            self._fetch_when_slots_free = False
+            self._wake.set()
+
+    async def _work(self, row: JobRow, state: RunState) -> None:
+        held = False
+        try:
+            pending, held = await execute_job(
+                row,
+                self._exec_config,
+                state,
+                # Runs on the loop (an asyncio future's done callback) once a timed-out
+                # thread really returns.
+                on_thread_done=self._release_slot,
+            )
+            await self._completer.add(pending)
+        except Exception:  # pragma: no cover - execute_job turns user errors into outcomes
+            log.exception("producer %s: job %d failed outside its worker", self.queue, row.id)
+        finally:
+            del self._active[row.id]
+            if not held:
+                self._release_slot()
+            elif not self._active and self._slots_held == 0:
+                self._idle.set()
+
+    async def stop(self, *, cancel_running: bool = False) -> None:
+        """Stop fetching; wait for running jobs (cancelling async ones first when
+        ``cancel_running``: they are then *interrupted*, River's hard-stop outcome)."""
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+        if cancel_running:
+            for task, state in list(self._active.values()):
+                state.interrupted = True
+                task.cancel()
+        tasks = [task for task, _ in self._active.values()]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._pool.shutdown(wait=False, cancel_futures=False)
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()

@@ -1,0 +1,199 @@
+"""The running part of an AsyncClient: completer, notifier, producers, events.
+
+Start order: check the database and schema version, start the completer, the notifier
+(unless poll-only or the driver cannot LISTEN), then one producer per queue. Stop order
+is the reverse, so every outcome a job produced is written before the client stops:
+producers stop fetching and their jobs finish (or are interrupted on a hard stop), the
+completer flushes, then the notifier closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from riverboat._insert import validate_queue
+from riverboat.errors import InvalidInputError
+from riverboat.runtime.completer import Completer
+from riverboat.runtime.events import Event, EventKind, Subscription
+from riverboat.runtime.executor import ExecutorConfig
+from riverboat.runtime.notifier import Notifier
+from riverboat.runtime.producer import MAX_WORKERS_LIMIT, Producer, QueueConfig
+from riverboat.runtime.retry import RetryPolicy
+from riverboat.runtime.worker import Workers
+
+__all__ = ["Runtime", "RuntimeConfig"]
+
+log = logging.getLogger("riverboat.client")
+
+
+@dataclass(slots=True)
+class RuntimeConfig:
+    queues: Mapping[str, QueueConfig]
+    workers: Workers
+    fetch_cooldown: float = 0.1
+    fetch_poll_interval: float = 1.0
+    job_timeout: float | None = 60.0
+    poll_only: bool = False
+    retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
+    completer_batch_threshold: int = 100
+    completer_flush_delay: float = 0.05
+
+    def validate(self) -> None:
+        if not isinstance(self.workers, Workers):
+            raise InvalidInputError("workers", "must be a riverboat.Workers registry")
+        for name, cfg in self.queues.items():
+            validate_queue(name, f"queues[{name!r}]")
+            if not isinstance(cfg, QueueConfig):
+                raise InvalidInputError(f"queues[{name!r}]", "must be a QueueConfig")
+            if (
+                isinstance(cfg.max_workers, bool)
+                or not isinstance(cfg.max_workers, int)
+                or not (1 <= cfg.max_workers <= MAX_WORKERS_LIMIT)
+            ):
+                raise InvalidInputError(
+                    f"queues[{name!r}].max_workers", f"must be 1..{MAX_WORKERS_LIMIT}"
+                )
+            for attr in ("fetch_cooldown", "fetch_poll_interval"):
+                value = getattr(cfg, attr)
+                if value is not None and (not isinstance(value, (int, float)) or value < 0.001):
+                    raise InvalidInputError(f"queues[{name!r}].{attr}", "must be ≥ 0.001 s")
+        if self.fetch_cooldown < 0.001:
+            raise InvalidInputError("fetch_cooldown", "must be at least 0.001 s")
+        if self.fetch_poll_interval < self.fetch_cooldown:
+            raise InvalidInputError("fetch_poll_interval", "must be ≥ fetch_cooldown")
+        if self.job_timeout is not None and self.job_timeout <= 0 and self.job_timeout != -1:
+            raise InvalidInputError("job_timeout", "must be positive, -1 (none) or None")
+
+
+class Runtime:
+    def __init__(self, driver: Any, client_id: str, config: RuntimeConfig) -> None:
+        config.validate()
+        self.driver = driver
+        self.client_id = client_id
+        self.config = config
+        self._subscriptions: list[Subscription] = []
+        self.completer: Completer | None = None
+        self.notifier: Notifier | None = None
+        self.producers: dict[str, Producer] = {}
+        self.started = False
+        self._stopped = asyncio.Event()
+        self.schema_name = ""
+        self._extra_services: list[Any] = []
+        self.on_start: list[Callable[[Runtime], Any]] = []
+
+    # -- events ----------------------------------------------------------------------
+    def subscribe(self, kinds: Iterable[EventKind | str], maxsize: int = 1000) -> Subscription:
+        chosen = [EventKind(k) for k in kinds] or list(EventKind)
+        sub = Subscription(chosen, maxsize, self._unsubscribe)
+        self._subscriptions.append(sub)
+        return sub
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        if sub in self._subscriptions:
+            self._subscriptions.remove(sub)
+
+    def _emit(self, event: Event) -> None:
+        for sub in self._subscriptions:
+            sub._offer(event)
+
+    def _want_events(self) -> bool:
+        return bool(self._subscriptions)
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def start(self) -> None:
+        dialect = self.driver.dialect
+        await self.driver.fetch(dialect.stmt("ping"))
+        await check_schema_version(self.driver)
+        if dialect.schema:
+            self.schema_name = dialect.schema
+        elif dialect.name == "postgres":
+            rows = await self.driver.fetch(dialect.stmt("current_schema"))
+            self.schema_name = rows[0][0] if rows else "public"
+        cfg = self.config
+        self.completer = Completer(
+            self.driver,
+            emit=self._emit,
+            want_events=self._want_events,
+            batch_threshold=cfg.completer_batch_threshold,
+            flush_delay=cfg.completer_flush_delay,
+        )
+        self.completer.start()
+        executor_config = ExecutorConfig(cfg.workers, cfg.job_timeout, cfg.retry_policy, None)
+        for name, qcfg in cfg.queues.items():
+            self.producers[name] = Producer(
+                queue=name,
+                config=qcfg,
+                driver=self.driver,
+                client_id=self.client_id,
+                completer=self.completer,
+                executor_config=executor_config,
+                fetch_cooldown=qcfg.fetch_cooldown or cfg.fetch_cooldown,
+                fetch_poll_interval=qcfg.fetch_poll_interval or cfg.fetch_poll_interval,
+                emit=self._emit,
+            )
+        if not cfg.poll_only and self.driver.capabilities.listen:
+            self.notifier = Notifier(self.driver, self.schema_name)
+            for producer in self.producers.values():
+                self.notifier.subscribe("river_insert", producer.handle_insert)
+                self.notifier.subscribe("river_control", producer.handle_control)
+                self.notifier.on_reconnect(producer.wake)
+            self.notifier.start()
+        for producer in self.producers.values():
+            await producer.start()
+        for hook in self.on_start:
+            result = hook(self)
+            if asyncio.iscoroutine(result):
+                await result
+        self.started = True
+        self._stopped.clear()
+
+    def wake_queues(self, queues: Iterable[str]) -> None:
+        """Local wake-up after this client inserted jobs (poll-only mode and SQLite)."""
+        for queue in queues:
+            producer = self.producers.get(queue)
+            if producer is not None:
+                producer.wake()
+
+    def add_service(self, service: Any) -> None:
+        """Register something with async ``stop()`` to stop after the producers."""
+        self._extra_services.append(service)
+
+    async def stop(self, *, cancel_running: bool = False) -> None:
+        if not self.started:
+            return
+        self.started = False
+        for service in self._extra_services:
+            await service.stop()
+        await asyncio.gather(
+            *(p.stop(cancel_running=cancel_running) for p in self.producers.values())
+        )
+        if self.completer is not None:
+            await self.completer.stop()
+        if self.notifier is not None:
+            await self.notifier.stop()
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    def is_idle(self) -> bool:
+        """No job running, none buffered, and every producer's last fetch came back empty."""
+        if self.completer is not None and self.completer.backlog:
+            return False
+        return all(
+            p.active == 0 and p.last_fetch_count == 0 and not p.paused
+            for p in self.producers.values()
+        )
+
+
+async def check_schema_version(driver: Any) -> None:
+    """Refuse to run on a schema older than River's bulk-unique migration (006)."""
+    try:
+        from riverboat.migrations import require_current_async
+    except ImportError:  # pragma: no cover - the migrations package always ships it
+        return
+    await require_current_async(driver)

@@ -1,0 +1,264 @@
+"""Registering work functions and classes, and the signals a job can raise.
+
+A worker is registered per job kind. Its function may be ``async def`` (run on the event
+loop) or a plain ``def`` (run in the queue's thread pool). It receives a :class:`Job`
+whose ``args`` are decoded once into the worker's args type: a dataclass, a pydantic
+model, or ``dict`` for raw args.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+from riverboat._insert import validate_kind
+from riverboat._job import AttemptError, JobRow
+from riverboat._json import go_json_dumps
+from riverboat.errors import InvalidInputError
+
+__all__ = [
+    "Job",
+    "JobCancel",
+    "JobSnooze",
+    "Worker",
+    "Workers",
+    "record_output",
+]
+
+T = TypeVar("T")
+
+OUTPUT_MAX_BYTES = 32 * 1024 * 1024  # River's limit for recorded output
+
+
+class JobSnooze(Exception):
+    """Raise from a work function to try the job again after ``seconds`` without counting
+    an attempt (River's ``JobSnooze``). ``0`` makes it available again at once."""
+
+    def __init__(self, seconds: float | timedelta) -> None:
+        delay = seconds.total_seconds() if isinstance(seconds, timedelta) else float(seconds)
+        if delay < 0:
+            raise InvalidInputError("seconds", "snooze duration must not be negative")
+        super().__init__(f"job snoozed for {delay:g}s")
+        self.seconds = delay
+
+
+class JobCancel(Exception):
+    """Raise from a work function to cancel the job for good, recording ``reason`` as its
+    error, whatever attempts remain (River's ``JobCancel``)."""
+
+    def __init__(self, reason: str | BaseException = "job cancelled") -> None:
+        super().__init__(str(reason))
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class _WorkContext:
+    metadata_updates: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+_work_context: contextvars.ContextVar[_WorkContext | None] = contextvars.ContextVar(
+    "riverboat_work_context", default=None
+)
+
+
+def record_output(value: Any) -> None:
+    """Store ``value`` (JSON-serialisable) as the job's output in ``metadata["output"]``,
+    written with the job's completion, as River's ``RecordOutput`` does."""
+    ctx = _work_context.get()
+    if ctx is None:
+        raise RuntimeError("record_output() can only be called while a job is being worked")
+    encoded = go_json_dumps(value)
+    if len(encoded.encode()) > OUTPUT_MAX_BYTES:
+        raise InvalidInputError("output", "must encode to at most 32 MB of JSON")
+    ctx.metadata_updates["output"] = json.loads(encoded)
+
+
+class Job(Generic[T]):
+    """What a work function receives: the row, plus args decoded into the worker's type."""
+
+    __slots__ = ("_cancel_requested", "args", "row")
+
+    def __init__(self, row: JobRow, args: T) -> None:
+        self.row = row
+        self.args = args
+        self._cancel_requested = False
+
+    id = property(lambda self: self.row.id)
+    kind = property(lambda self: self.row.kind)
+    queue = property(lambda self: self.row.queue)
+    attempt = property(lambda self: self.row.attempt)
+    max_attempts = property(lambda self: self.row.max_attempts)
+    priority = property(lambda self: self.row.priority)
+    tags = property(lambda self: self.row.tags)
+    metadata = property(lambda self: self.row.metadata)
+    created_at = property(lambda self: self.row.created_at)
+    scheduled_at = property(lambda self: self.row.scheduled_at)
+    attempted_at = property(lambda self: self.row.attempted_at)
+
+    @property
+    def errors(self) -> list[AttemptError]:
+        return self.row.errors
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once someone cancelled this running job remotely. Sync work functions
+        cannot be interrupted, so long-running ones should check this and stop."""
+        return self._cancel_requested
+
+    def __repr__(self) -> str:
+        return f"Job(id={self.row.id}, kind={self.row.kind!r}, attempt={self.row.attempt})"
+
+
+WorkFn = Callable[[Job[Any]], Any]
+
+
+def _decoder_for(args_type: Any) -> Callable[[JobRow], Any]:
+    if args_type is None or args_type is dict:
+        return lambda row: row.args
+    validate_json = getattr(args_type, "model_validate_json", None)
+    if callable(validate_json):  # pydantic: parse straight from the raw JSON text
+        return lambda row: validate_json(row.encoded_args)
+    if dataclasses.is_dataclass(args_type) and isinstance(args_type, type):
+        names = {f.name for f in dataclasses.fields(args_type) if f.init}
+
+        def decode_dataclass(row: JobRow) -> Any:
+            data = row.args
+            if not isinstance(data, dict):
+                raise TypeError(f"args must be a JSON object, got {type(data).__name__}")
+            # River args may carry fields this worker doesn't know; ignore them like Go's
+            # json.Unmarshal does, rather than failing the job.
+            cls: Any = args_type
+            return cls(**{k: v for k, v in data.items() if k in names})
+
+        return decode_dataclass
+    from_json = getattr(args_type, "from_json", None)
+    if callable(from_json):
+        return lambda row: from_json(row.encoded_args)
+    raise InvalidInputError(
+        "args_type",
+        f"{args_type!r} must be a dataclass, a pydantic model, a class with from_json(), or dict",
+    )
+
+
+class Worker(Generic[T]):
+    """Base class for class-based workers.
+
+    Set ``kind`` (or ``args_type`` with a ``kind`` attribute), implement ``work`` (sync or
+    async), and optionally ``timeout`` (seconds; ``None`` = client default, ``-1`` = none)
+    and ``next_retry(job)`` returning a datetime (``None`` = the default policy).
+    """
+
+    kind: str | None = None
+    args_type: Any = None
+    timeout: float | None = None
+
+    def work(self, job: Job[T]) -> Any | Awaitable[Any]:
+        raise NotImplementedError
+
+    def next_retry(self, job: Job[T]) -> datetime | None:
+        return None
+
+
+@dataclass(slots=True)
+class RegisteredWorker:
+    kind: str
+    fn: WorkFn
+    is_async: bool
+    decode: Callable[[JobRow], Any]
+    timeout: float | None
+    next_retry: Callable[[Job[Any]], datetime | None] | None
+
+
+class Workers:
+    """The registry of work functions by kind (River's Workers bundle)."""
+
+    def __init__(self) -> None:
+        self._by_kind: dict[str, RegisteredWorker] = {}
+
+    def _add(
+        self,
+        kind: str,
+        fn: WorkFn,
+        args_type: Any,
+        timeout: float | None,
+        next_retry: Callable[[Job[Any]], datetime | None] | None,
+    ) -> None:
+        validate_kind(kind)
+        if kind in self._by_kind:
+            raise InvalidInputError("kind", f"a worker for {kind!r} is already registered")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+        ):
+            raise InvalidInputError("timeout", "must be seconds (a number), -1 or None")
+        if timeout is not None and timeout <= 0 and timeout != -1:
+            raise InvalidInputError("timeout", "must be positive, -1 (no timeout) or None")
+        self._by_kind[kind] = RegisteredWorker(
+            kind=kind,
+            fn=fn,
+            is_async=inspect.iscoroutinefunction(fn),
+            decode=_decoder_for(args_type),
+            timeout=timeout,
+            next_retry=next_retry,
+        )
+
+    def register(
+        self,
+        kind_or_args: str | type | None = None,
+        *,
+        args_type: Any = None,
+        timeout: float | None = None,
+        next_retry: Callable[[Job[Any]], datetime | None] | None = None,
+    ) -> Callable[[WorkFn], WorkFn]:
+        """Decorator: ``@workers.register("email")`` or ``@workers.register(EmailArgs)``."""
+        if isinstance(kind_or_args, type):
+            args_type = kind_or_args
+            kind = getattr(kind_or_args, "kind", None)
+        else:
+            kind = kind_or_args if kind_or_args is not None else getattr(args_type, "kind", None)
+        if not isinstance(kind, str):
+            raise InvalidInputError("kind", "give a kind, or an args type with a kind attribute")
+
+        def decorate(fn: WorkFn) -> WorkFn:
+            self._add(kind, fn, args_type, timeout, next_retry)
+            return fn
+
+        return decorate
+
+    def add(self, worker: Worker[Any]) -> None:
+        """Register a :class:`Worker` instance."""
+        kind = worker.kind or getattr(worker.args_type, "kind", None)
+        if not isinstance(kind, str):
+            raise InvalidInputError("kind", f"{type(worker).__name__} needs a kind")
+        custom_retry = type(worker).next_retry is not Worker.next_retry
+        self._add(
+            kind,
+            worker.work,
+            worker.args_type,
+            worker.timeout,
+            worker.next_retry if custom_retry else None,
+        )
+
+    def get(self, kind: str) -> RegisteredWorker | None:
+        return self._by_kind.get(kind)
+
+    def kinds(self) -> list[str]:
+        return sorted(self._by_kind)
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self._by_kind
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_kind)
+
+    def __len__(self) -> int:
+        return len(self._by_kind)
+
+
+def as_mapping(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    return dict(value) if value else {}
