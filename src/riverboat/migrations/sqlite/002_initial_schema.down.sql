@@ -1,0 +1,2 @@
+DROP TABLE <schema>river_job;
+DROP TABLE <schema>river_leader;
