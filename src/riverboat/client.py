@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from riverboat._admin import AsyncAdmin, SyncAdmin
 from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, resolve_many
 from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow
 from riverboat._sql import Statement
@@ -125,7 +126,7 @@ def _check_job_id(job_id: object) -> int:
     return job_id
 
 
-class Client:
+class Client(SyncAdmin):
     """The synchronous client: inserts and administration from ordinary code.
 
     ``driver`` is a sync driver (``PsycopgDriver``, ``SqliteDriver``...) or a URL.
@@ -209,7 +210,7 @@ class Client:
         self.close()
 
 
-class AsyncClient:
+class AsyncClient(AsyncAdmin):
     """The asyncio client: inserts, administration, and the worker runtime.
 
     Without ``queues`` it is insert-only. With ``queues`` and ``workers``, ``start()``
@@ -231,6 +232,8 @@ class AsyncClient:
         poll_only: bool = False,
         retry_policy: RetryPolicy | None = None,
         skip_unknown_job_check: bool = False,
+        maintenance: Any = None,
+        periodic_jobs: Sequence[Any] = (),
     ) -> None:
         if isinstance(driver, str):
             driver = async_driver_from_url(driver, schema=schema)
@@ -256,6 +259,8 @@ class AsyncClient:
                     job_timeout=job_timeout,
                     poll_only=poll_only,
                     retry_policy=retry_policy or RetryPolicy(),
+                    maintenance=maintenance,
+                    periodic_jobs=list(periodic_jobs),
                 ),
             )
         elif workers is not None and not isinstance(workers, Workers):

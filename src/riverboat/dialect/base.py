@@ -56,13 +56,17 @@ class Dialect:
     """Base class: holds the rendered queries and the schema."""
 
     name: ClassVar[str]
-    _queries: ClassVar[dict[str, str]]
+    # Each class in the hierarchy (the dialect and its per-entity mixins, such as
+    # PostgresAdmin) contributes its own statements; they are merged here.
+    _queries: ClassVar[dict[str, str]] = {}
 
     def __init__(self, schema: str | None = None) -> None:
         self.schema = validate_schema_name(schema)
+        texts: dict[str, str] = {}
+        for klass in reversed(type(self).__mro__):
+            texts.update(klass.__dict__.get("_queries", {}))
         self.q = {
-            name: Query(name, render_schema(text, self.schema))
-            for name, text in self._queries.items()
+            name: Query(name, render_schema(text, self.schema)) for name, text in texts.items()
         }
 
     def stmt(self, query_name: str, /, **params: Any) -> Statement:

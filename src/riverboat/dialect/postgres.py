@@ -16,43 +16,12 @@ from typing import Any
 from riverboat._insert import InsertParams
 from riverboat._job import STATE_BY_NAME, AttemptError, InsertResult, JobRow
 from riverboat._sql import Statement
+from riverboat.dialect._pg_common import CHANNEL, JOB_COLUMNS, UNIQUE_CONFLICT, job_columns
 from riverboat.dialect.base import Dialect, JobStateUpdate
+from riverboat.dialect.postgres_admin import PostgresAdmin
+from riverboat.dialect.postgres_leadership import PostgresLeadership
 
 __all__ = ["JOB_COLUMNS", "PostgresDialect"]
-
-_COLUMN_EXPRS = (
-    ("id", "{t}id"),
-    ("args", "{t}args::text"),
-    ("attempt", "{t}attempt"),
-    ("attempted_at", "{t}attempted_at"),
-    ("attempted_by", "{t}attempted_by"),
-    ("created_at", "{t}created_at"),
-    ("errors", "{t}errors::text[]"),
-    ("finalized_at", "{t}finalized_at"),
-    ("kind", "{t}kind"),
-    ("max_attempts", "{t}max_attempts"),
-    ("metadata", "{t}metadata::text"),
-    ("priority", "{t}priority"),
-    ("queue", "{t}queue"),
-    ("state", "{t}state::text"),
-    ("scheduled_at", "{t}scheduled_at"),
-    ("tags", "{t}tags::text[]"),
-    ("unique_key", "{t}unique_key"),
-    ("unique_states", "{t}unique_states::integer"),
-)
-JOB_COLUMNS = tuple(name for name, _ in _COLUMN_EXPRS)
-
-
-def _cols(table: str = "") -> str:
-    prefix = f"{table}." if table else ""
-    return ", ".join(f"{expr.format(t=prefix)} AS {name}" for name, expr in _COLUMN_EXPRS)
-
-
-_CHANNEL = "concat(coalesce(:schema::text, current_schema()), '.{topic}')"
-_UNIQUE_CONFLICT = """ON CONFLICT (unique_key)
-    WHERE unique_key IS NOT NULL
-      AND unique_states IS NOT NULL
-      AND <schema>river_job_state_in_bitmask(unique_states, state)"""
 
 QUERIES: dict[str, str] = {}
 
@@ -79,12 +48,12 @@ inserted AS (
            coalesce(scheduled_at, now()), state::<schema>river_job_state,
            string_to_array(tags, ',')::varchar(255)[], unique_key, unique_states::bit(8)
     FROM raw
-    {_UNIQUE_CONFLICT}
+    {UNIQUE_CONFLICT}
     DO UPDATE SET kind = EXCLUDED.kind
-    RETURNING {_cols()}, (xmax != 0) AS unique_skipped_as_duplicate
+    RETURNING {job_columns()}, (xmax != 0) AS unique_skipped_as_duplicate
 ),
 notified AS (
-    SELECT count(pg_notify({_CHANNEL.format(topic="river_insert")},
+    SELECT count(pg_notify({CHANNEL.format(topic="river_insert")},
                            '{{"queue": ' || to_json(q.queue)::text || '}}')) AS n
     FROM (
         SELECT DISTINCT queue FROM inserted
@@ -119,7 +88,7 @@ SET state = 'running',
         :attempted_by::text)
 FROM locked_jobs
 WHERE river_job.id = locked_jobs.id
-RETURNING {_cols("river_job")}
+RETURNING {job_columns("river_job")}
 """
 
 # River's JobSetStateIfRunningMany: only rows still running change (a rescued or deleted
@@ -168,13 +137,13 @@ SET attempt = CASE WHEN t.current_state = 'running' AND NOT t.cancel AND t.attem
 FROM target AS t
 WHERE river_job.id = t.id
 """
-QUERIES["job_set_state_if_running_many"] = _SET_STATE_BODY + f"RETURNING {_cols('river_job')}"
+QUERIES["job_set_state_if_running_many"] = _SET_STATE_BODY + f"RETURNING {job_columns('river_job')}"
 QUERIES["job_set_state_if_running_many_no_return"] = _SET_STATE_BODY
 
-QUERIES["job_get_by_id"] = f"SELECT {_cols()} FROM <schema>river_job WHERE id = :id::bigint"
+QUERIES["job_get_by_id"] = f"SELECT {job_columns()} FROM <schema>river_job WHERE id = :id::bigint"
 
 QUERIES["job_get_by_id_many"] = (
-    f"SELECT {_cols()} FROM <schema>river_job WHERE id = ANY(:ids::bigint[]) ORDER BY id"
+    f"SELECT {job_columns()} FROM <schema>river_job WHERE id = ANY(:ids::bigint[]) ORDER BY id"
 )
 
 # River's QueueCreateOrSetUpdatedAt: an existing queue keeps paused_at and metadata.
@@ -188,7 +157,7 @@ RETURNING name, created_at, metadata::text, paused_at, updated_at
 QUERIES["ping"] = "SELECT 1"
 QUERIES["current_schema"] = "SELECT coalesce(current_schema(), '')"
 QUERIES["pg_notify"] = "SELECT pg_notify(:channel::text, :payload::text)"
-QUERIES["listen_channel"] = "SELECT " + _CHANNEL.format(topic="") + " || :topic::text"
+QUERIES["listen_channel"] = "SELECT " + CHANNEL.format(topic="") + " || :topic::text"
 
 
 def _tags_packed(tags: list[str]) -> str:
@@ -196,7 +165,7 @@ def _tags_packed(tags: list[str]) -> str:
     return ",".join(tags)
 
 
-class PostgresDialect(Dialect):
+class PostgresDialect(PostgresAdmin, PostgresLeadership, Dialect):
     """River's Postgres SQL (riverpgxv5) for riverboat."""
 
     name = "postgres"

@@ -41,6 +41,9 @@ class RuntimeConfig:
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
     completer_batch_threshold: int = 100
     completer_flush_delay: float = 0.05
+    # Leader election and maintenance (riverboat.runtime.elector / .maintenance).
+    maintenance: Any = None
+    periodic_jobs: list[Any] = field(default_factory=list)
 
     def validate(self) -> None:
         if not isinstance(self.workers, Workers):
