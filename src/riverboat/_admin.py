@@ -7,16 +7,19 @@ forms run on the caller's connection.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from riverboat.client import _ClientCore
 
 __all__ = ["AsyncAdmin", "SyncAdmin"]
 
 
 class SyncAdmin:
     driver: Any
-    _core: Any
+    _core: _ClientCore
 
 
 class AsyncAdmin:
     driver: Any
-    _core: Any
+    _core: _ClientCore
