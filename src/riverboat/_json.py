@@ -9,12 +9,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import uuid
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["go_json_dumps", "split_object", "to_jsonable"]
+__all__ = ["go_float", "go_json_canonical", "go_json_dumps", "split_object", "to_jsonable"]
 
 # Go's HTML-safe escaping; these characters only ever appear inside JSON strings, so a plain
 # replace on the encoded text is exact.
@@ -41,7 +42,10 @@ def _format_go_time(moment: datetime) -> str:
 
 
 def to_jsonable(value: Any) -> Any:
-    """``json.dumps`` default hook: dataclasses, datetimes, UUIDs, enums, decimals."""
+    """``json.dumps`` default hook: dataclasses, datetimes, UUIDs, enums, decimals.
+
+    Sets become lists here (in iteration order); job args and metadata refuse them
+    instead (see :func:`_to_jsonable_ordered`)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     if isinstance(value, datetime):
@@ -62,14 +66,99 @@ def to_jsonable(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def go_json_dumps(value: Any) -> str:
-    """Encode ``value`` as Go's encoding/json would (compact, HTML-escaped, UTF-8)."""
+def _to_jsonable_ordered(value: Any) -> Any:
+    # A set's iteration order depends on hashing (randomised per process for str), so the
+    # same args would encode, and hash into unique keys, differently from one process to
+    # the next. Job args and metadata therefore refuse sets rather than pick an order.
+    if isinstance(value, (set, frozenset)):
+        raise TypeError(
+            f"Object of type {type(value).__name__} is not JSON serializable "
+            "(sets have no stable order; pass a sorted list)"
+        )
+    return to_jsonable(value)
+
+
+def _check_utf8(text: str) -> str:
+    # Lone surrogates (from surrogateescape decoding, or "\ud800" literals) are not
+    # Unicode scalar values: they cannot be sent as UTF-8, so fail here with a clear
+    # ValueError instead of deep in a driver.
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise ValueError("contains a lone surrogate, which is not valid Unicode") from None
+    return text
+
+
+def go_json_dumps(value: Any, *, allow_sets: bool = True) -> str:
+    """Encode ``value`` as Go's encoding/json would (compact, HTML-escaped, UTF-8).
+
+    Floats keep Python's ``repr`` (``1.0`` stays ``1.0``) so Python readers get the type
+    back; unique keys use :func:`go_json_canonical`, which formats them as Go does.
+    ``allow_sets=False`` refuses sets (used for job args and metadata).
+    """
     text = json.dumps(
-        value, ensure_ascii=False, separators=(",", ":"), default=to_jsonable, allow_nan=False
+        value,
+        ensure_ascii=False,
+        separators=(",", ":"),
+        default=to_jsonable if allow_sets else _to_jsonable_ordered,
+        allow_nan=False,
     )
     if not _NEEDS_ESCAPE.isdisjoint(text):
         text = text.translate(_GO_ESCAPES)
-    return text
+    return _check_utf8(text)
+
+
+def go_float(value: float) -> str:
+    """Format a float as Go's encoding/json formats a float64.
+
+    Go uses the shortest round-tripping digits (as Python's ``repr``), in plain notation
+    for 1e-6 <= |x| < 1e21 (``1.0`` is ``1``, ``1e16`` is ``10000000000000000``) and in
+    exponent notation outside it, where ``e-07`` is shortened to ``e-7``.
+    """
+    if not math.isfinite(value):
+        raise ValueError(f"Out of range float values are not JSON compliant: {value!r}")
+    if value == 0:
+        return "-0" if math.copysign(1.0, value) < 0 else "0"
+    text = repr(value)
+    magnitude = abs(value)
+    if magnitude < 1e-6 or magnitude >= 1e21:
+        # Python's repr is already in exponent form here, with Go's two-digit minimum.
+        mantissa, _, exponent = text.partition("e")
+        if len(exponent) == 3 and exponent.startswith("-0"):
+            exponent = "-" + exponent[2]
+        return f"{mantissa}e{exponent}"
+    return format(Decimal(text).normalize(), "f")
+
+
+def _go_string(text: str) -> str:
+    encoded = json.dumps(text, ensure_ascii=False)
+    if not _NEEDS_ESCAPE.isdisjoint(encoded):
+        encoded = encoded.translate(_GO_ESCAPES)
+    return encoded
+
+
+def go_json_canonical(value: Any) -> str:
+    """Encode a decoded JSON value (``json.loads`` output) exactly as Go's encoding/json
+    encodes the equivalent Go value: objects keep their key order, floats as
+    :func:`go_float`. This is the text River hashes into unique keys."""
+    if isinstance(value, str):
+        return _go_string(value)
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else ("true" if value else "false")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return go_float(value)
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ",".join(_go_string(k) + ":" + go_json_canonical(v) for k, v in value.items())
+            + "}"
+        )
+    if isinstance(value, list):
+        return "[" + ",".join(go_json_canonical(v) for v in value) + "]"
+    raise TypeError(f"not a decoded JSON value: {type(value).__name__}")
 
 
 def _skip_ws(text: str, pos: int) -> int:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from riverboat._job import STATE_BY_NAME, JobState, UniqueOpts
-from riverboat._json import split_object
+from riverboat._json import go_json_canonical
 from riverboat.errors import InvalidInputError
 
 __all__ = [
@@ -67,9 +68,17 @@ def validate_unique_opts(opts: UniqueOpts, field: str = "opts.unique_opts") -> N
             opts.by_period, (timedelta, int, float)
         ):
             raise InvalidInputError(f"{field}.by_period", "must be a timedelta or seconds")
-        if _period_seconds(opts.by_period) < timedelta(seconds=1):
+        if isinstance(opts.by_period, float) and not math.isfinite(opts.by_period):
+            raise InvalidInputError(f"{field}.by_period", "must be a finite number of seconds")
+        try:
+            period = _period_seconds(opts.by_period)
+        except OverflowError:
+            raise InvalidInputError(f"{field}.by_period", "is too large") from None
+        if period < timedelta(seconds=1):
             raise InvalidInputError(f"{field}.by_period", "must not be less than 1 second")
-    if opts.by_state is not None:
+    if isinstance(opts.by_state, str):
+        raise InvalidInputError(f"{field}.by_state", "must be a list of job states, not a str")
+    if opts.by_state:  # River treats an empty list like no list: the default states
         states = []
         for state in opts.by_state:
             found = STATE_BY_NAME.get(state) if isinstance(state, str) else None
@@ -86,7 +95,7 @@ def validate_unique_opts(opts: UniqueOpts, field: str = "opts.unique_opts") -> N
 
 def unique_states_bitmask(states: Iterable[JobState | str] | None) -> int:
     """River's ``unique_states`` value for ``by_state`` (the default set when ``None``)."""
-    chosen = DEFAULT_UNIQUE_STATES if states is None else states
+    chosen = states or DEFAULT_UNIQUE_STATES
     mask = 0
     for state in chosen:
         mask |= STATE_BITS[STATE_BY_NAME[state]]
@@ -103,57 +112,79 @@ def _truncate(moment: datetime, period: timedelta) -> datetime:
 
 
 def _format_rfc3339(moment: datetime) -> str:
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    if moment.microsecond:  # RFC3339 (not Nano) omits the fraction only when it is zero
-        text += f".{moment.microsecond:06d}".rstrip("0")
-    return text + "Z"
+    # Go's time.RFC3339 layout has no fractional seconds at all (only RFC3339Nano does), so a
+    # bound that falls on a fraction (a 1.5s period) still prints whole seconds.
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _sjson_key(key: str) -> str:
+    # River assembles the object with sjson, which writes a key verbatim between quotes
+    # unless it holds a control character, a non-ASCII byte, a quote or a backslash; only
+    # then does it go through Go's encoder (which also HTML-escapes). So an ASCII key "a<b"
+    # stays "a<b" while the same text as a value becomes "a\u003cb".
+    if key.isascii() and not any(ch < " " or ch in '"\\' for ch in key):
+        return '"' + key + '"'
+    return go_json_canonical(key)
+
+
+def _object(items: Iterable[tuple[str, str]]) -> str:
+    return "{" + ",".join(_sjson_key(k) + ":" + v for k, v in items) + "}"
+
+
+_MISSING = object()
+
+
+def _lookup(value: object, path: list[str]) -> object:
+    for part in path:
+        if not isinstance(value, dict) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+def _check_unique_fields(unique_fields: object) -> list[str]:
+    if isinstance(unique_fields, str) or not isinstance(unique_fields, Sequence):
+        raise InvalidInputError("args.unique_fields", "must be a list of dotted JSON paths")
+    for path in unique_fields:
+        if not isinstance(path, str) or not path or "" in path.split("."):
+            raise InvalidInputError(
+                "args.unique_fields", f"{path!r} is not a dotted JSON path such as 'a.b'"
+            )
+    return sorted(unique_fields)
 
 
 def _args_for_unique(encoded_args: str, unique_fields: Sequence[str] | None) -> str:
-    if unique_fields:
-        return _subset_json(encoded_args, sorted(unique_fields))
-    pairs = split_object(encoded_args)
-    pairs.sort(key=lambda pair: pair[0])
-    return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + v for k, v in pairs) + "}"
+    """The ``&args=`` part: River's sorted (or ``river:"unique"``-filtered) args object.
 
-
-def _lookup(encoded: str, path: list[str]) -> str | None:
-    raw = encoded
-    for part in path:
-        try:
-            pairs = split_object(raw)
-        except ValueError:
-            return None
-        for key, value in pairs:
-            if key == part:
-                raw = value
-                break
-        else:
-            return None
-    return raw
-
-
-def _subset_json(encoded_args: str, paths: list[str]) -> str:
-    """Build the object River builds from ``river:"unique"`` fields: sorted dotted paths."""
+    Go copies each value's raw bytes from its own encoding of the args. riverboat's
+    encoded args may differ from those bytes (``to_json()`` output, floats such as
+    ``1.0`` that Go writes as ``1``), so values are re-encoded the way Go's encoder
+    writes them, which is what Go's raw bytes are.
+    """
+    decoded = json.loads(encoded_args)
+    if not isinstance(decoded, dict):
+        raise InvalidInputError("args", "must encode to a JSON object")
+    paths = _check_unique_fields(unique_fields) if unique_fields is not None else []
+    if not paths:
+        return _object((k, go_json_canonical(decoded[k])) for k in sorted(decoded))
+    # Nested paths become nested objects, built in sorted-path order as sjson builds them.
     tree: dict[str, object] = {}
     for path in paths:
         parts = path.split(".")
-        raw = _lookup(encoded_args, parts)
-        if raw is None:
-            continue
+        found = _lookup(decoded, parts)
+        if found is _MISSING:
+            continue  # Go skips fields absent from the encoded args (omitempty)
         node = tree
         for part in parts[:-1]:
             child = node.setdefault(part, {})
-            assert isinstance(child, dict)
+            if not isinstance(child, dict):
+                break  # a parent path was already taken as a whole value
             node = child
-        node[parts[-1]] = raw
+        else:
+            node[parts[-1]] = go_json_canonical(found)
 
     def emit(node: dict[str, object]) -> str:
-        items = []
-        for key, value in node.items():
-            text = emit(value) if isinstance(value, dict) else str(value)
-            items.append(json.dumps(key, ensure_ascii=False) + ":" + text)
-        return "{" + ",".join(items) + "}"
+        return _object((k, emit(v) if isinstance(v, dict) else str(v)) for k, v in node.items())
 
     return emit(tree)
 
