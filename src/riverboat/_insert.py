@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from riverboat._job import InsertManyParams, InsertOpts, JobState
+from riverboat._job import InsertManyParams, InsertOpts, JobState, UniqueOpts
 from riverboat._json import go_json_dumps, utc_now
 from riverboat._unique import unique_key, unique_states_bitmask, validate_unique_opts
 from riverboat.errors import InvalidArgsError, InvalidInputError
@@ -25,7 +26,8 @@ __all__ = [
 
 # River's validation patterns (client.go, insert_opts.go). Go's \w is ASCII-only.
 _KIND_RE = re.compile(r"\A[\w][\w\-\[\]<>\/.·:+]+\Z", re.ASCII)
-_QUEUE_RE = re.compile(r"^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$")
+# Python's "$" also matches before a trailing newline (Go's does not), so anchor with \Z.
+_QUEUE_RE = re.compile(r"\A(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*\Z")
 _TAG_RE = re.compile(r"\A[\w][\w\-]+[\w]\Z", re.ASCII)
 QUEUE_NAME_MAX = 64
 KIND_MAX = 127
@@ -124,16 +126,28 @@ def encode_metadata(metadata: object, field: str = "opts.metadata") -> str:
     if not isinstance(metadata, Mapping):
         raise InvalidInputError(field, f"must be a mapping, not {type(metadata).__name__}")
     try:
-        return go_json_dumps(dict(metadata))
+        return go_json_dumps(dict(metadata), allow_sets=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(field, f"is not JSON serialisable: {exc}") from None
 
 
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not valid JSON")
+
+
 def _check_object_text(text: str, field: str) -> str:
-    stripped = text.strip()
-    if not (stripped.startswith("{") and stripped.endswith("}")):
-        raise InvalidArgsError(field, "must encode to a JSON object")
-    return stripped
+    """Validate JSON text from ``to_json()``/pydantic and re-encode it as Go's
+    ``json.Marshal`` does with a ``MarshalJSON`` result (compact, HTML-escaped), so the
+    stored args and the unique key do not depend on how the text was spaced or escaped."""
+    try:
+        decoded = json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise InvalidArgsError(field, f"is not valid JSON: {exc}") from None
+    if not isinstance(decoded, dict):
+        raise InvalidArgsError(
+            field, f"must encode to a JSON object, not a JSON {type(decoded).__name__}"
+        )
+    return go_json_dumps(decoded)
 
 
 def encode_args(args: object, kind: str | None = None) -> tuple[str, str]:
@@ -147,7 +161,7 @@ def encode_args(args: object, kind: str | None = None) -> tuple[str, str]:
             raise InvalidArgsError("kind", "dict args need an explicit kind=")
         validate_kind(kind)
         try:
-            return kind, go_json_dumps(dict(args))
+            return kind, go_json_dumps(dict(args), allow_sets=False)
         except (TypeError, ValueError) as exc:
             raise InvalidArgsError("args", f"is not JSON serialisable: {exc}") from None
     own_kind = getattr(args, "kind", None)
@@ -168,7 +182,7 @@ def encode_args(args: object, kind: str | None = None) -> tuple[str, str]:
             if isinstance(raw, bytes):
                 raw = raw.decode()
             if isinstance(raw, Mapping):
-                return own_kind, go_json_dumps(dict(raw))
+                return own_kind, go_json_dumps(dict(raw), allow_sets=False)
             if not isinstance(raw, str):
                 raise InvalidArgsError("args", "to_json() must return str, bytes or a dict")
             return own_kind, _check_object_text(raw, "args")
@@ -177,7 +191,7 @@ def encode_args(args: object, kind: str | None = None) -> tuple[str, str]:
             return own_kind, _check_object_text(model_dump_json(), "args")
         if dataclasses.is_dataclass(args) and not isinstance(args, type):
             fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(args)}
-            return own_kind, go_json_dumps(fields)
+            return own_kind, go_json_dumps(fields, allow_sets=False)
     except InvalidArgsError:
         raise
     except (TypeError, ValueError) as exc:
@@ -241,7 +255,14 @@ def resolve_insert(
 
     key = None
     states = None
-    unique = o.unique_opts if o.unique_opts is not None else a.unique_opts
+    # River: the per-insert UniqueOpts win unless they are empty, then the args' own.
+    unique = o.unique_opts
+    if unique is None or (isinstance(unique, UniqueOpts) and unique.is_empty()):
+        unique = a.unique_opts
+    if unique is not None and not isinstance(unique, UniqueOpts):
+        raise InvalidInputError(
+            "opts.unique_opts", f"must be UniqueOpts, not {type(unique).__name__}"
+        )
     if unique is not None and not unique.is_empty():
         validate_unique_opts(unique)
         key = unique_key(
