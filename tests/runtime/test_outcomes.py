@@ -1,0 +1,280 @@
+"""Every outcome a worker can produce, written as River writes it (river-compat §5.2)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, ClassVar
+
+import pytest
+
+from riverboat import InsertOpts, JobState
+from riverboat.runtime.events import EventKind
+from riverboat.runtime.worker import Job, JobCancel, JobSnooze, Worker, Workers, record_output
+from tests.runtime.helpers import make_client, next_events, wait_for
+
+pytestmark = pytest.mark.asyncio
+
+
+@dataclass
+class Greet:
+    kind: ClassVar[str] = "greet"
+    name: str
+
+
+async def test_async_worker_completes_with_typed_args(apg_driver: Any) -> None:
+    seen: list[str] = []
+    workers = Workers()
+
+    @workers.register(Greet)
+    async def greet(job: Job[Greet]) -> None:
+        seen.append(job.args.name)
+        record_output({"hello": job.args.name})
+
+    client = make_client(apg_driver, workers)
+    inserted = await client.insert(Greet(name="ada"))
+    sub = client.subscribe(EventKind.JOB_COMPLETED)
+    await client.start()
+    try:
+        (event,) = await next_events(sub, 1)
+    finally:
+        await client.stop()
+    job = event.job
+    assert job is not None and job.id == inserted.job.id
+    assert seen == ["ada"]
+    assert job.state == JobState.COMPLETED
+    assert job.attempt == 1
+    assert job.attempted_by == [client.id]
+    assert job.finalized_at is not None and job.attempted_at is not None
+    assert job.metadata == {"output": {"hello": "ada"}}
+    assert event.stats is not None and event.stats.run_duration >= 0
+    stored = await client.job_get(job.id)
+    assert stored == job
+
+
+async def test_sync_worker_runs_in_a_thread(apg_driver: Any) -> None:
+    threads: list[str] = []
+    workers = Workers()
+
+    @workers.register("sync_kind")
+    def work(job: Job[dict[str, Any]]) -> None:
+        threads.append(threading.current_thread().name)
+        assert job.args == {"n": 1}
+
+    client = make_client(apg_driver, workers)
+    await client.insert({"n": 1}, kind="sync_kind")
+    sub = client.subscribe(EventKind.JOB_COMPLETED)
+    await client.start()
+    try:
+        await next_events(sub, 1)
+    finally:
+        await client.stop()
+    assert len(threads) == 1 and threads[0].startswith("riverboat-default")
+
+
+async def test_error_retries_soon_then_with_backoff(apg_driver: Any) -> None:
+    workers = Workers()
+
+    @workers.register("flaky")
+    async def flaky(job: Job[Any]) -> None:
+        raise RuntimeError(f"attempt {job.attempt} failed")
+
+    client = make_client(apg_driver, workers)
+    inserted = (await client.insert({}, kind="flaky")).job
+    sub = client.subscribe(EventKind.JOB_FAILED)
+    await client.start()
+    try:
+        event = await wait_for([EventKind.JOB_FAILED], sub, inserted.id)
+        first = event.job
+        assert first is not None
+        # The first retry is ~1 s away (≤ 5 s): River makes it available at once with a
+        # future scheduled_at instead of waiting for the scheduler.
+        assert first.state == JobState.AVAILABLE
+        assert first.scheduled_at > first.attempted_at  # type: ignore[operator]
+        assert len(first.errors) == 1
+        err = first.errors[0]
+        assert err.attempt == 1 and err.error == "RuntimeError: attempt 1 failed"
+        assert "raise RuntimeError" in err.trace and "riverboat/runtime" not in err.trace
+        event = await wait_for([EventKind.JOB_FAILED], sub, inserted.id)
+        second = event.job
+    finally:
+        await client.stop()
+    assert second is not None
+    # Second failure: (2 errors)^4 = 16 s ± 10% → retryable, for the scheduler.
+    assert second.state == JobState.RETRYABLE
+    assert second.attempt == 2 and len(second.errors) == 2
+    delay = (second.scheduled_at - datetime.now(timezone.utc)).total_seconds()
+    assert 12 < delay < 18
+
+
+async def test_exhausted_attempts_discard(apg_driver: Any) -> None:
+    workers = Workers()
+
+    @workers.register("doomed")
+    async def doomed(job: Job[Any]) -> None:
+        raise ValueError("no")
+
+    client = make_client(apg_driver, workers)
+    inserted = (await client.insert({}, InsertOpts(max_attempts=1), kind="doomed")).job
+    sub = client.subscribe(EventKind.JOB_FAILED)
+    await client.start()
+    try:
+        event = await wait_for([EventKind.JOB_FAILED], sub, inserted.id)
+    finally:
+        await client.stop()
+    assert event.job is not None
+    assert event.job.state == JobState.DISCARDED
+    assert event.job.finalized_at is not None
+    assert event.job.errors[0].error == "ValueError: no"
+
+
+async def test_cancel_signal_cancels_with_error(apg_driver: Any) -> None:
+    workers = Workers()
+
+    @workers.register("cancel_me")
+    async def cancel_me(job: Job[Any]) -> None:
+        raise JobCancel("customer closed their account")
+
+    client = make_client(apg_driver, workers)
+    inserted = (await client.insert({}, kind="cancel_me")).job
+    sub = client.subscribe(EventKind.JOB_CANCELLED)
+    await client.start()
+    try:
+        event = await wait_for([EventKind.JOB_CANCELLED], sub, inserted.id)
+    finally:
+        await client.stop()
+    job = event.job
+    assert job is not None and job.state == JobState.CANCELLED and job.finalized_at
+    assert job.errors[0].error == "JobCancel: customer closed their account"
+
+
+@pytest.mark.parametrize(("seconds", "state"), [(30, JobState.SCHEDULED), (0, JobState.AVAILABLE)])
+async def test_snooze_reschedules_without_counting_an_attempt(
+    apg_driver: Any, seconds: int, state: JobState
+) -> None:
+    workers = Workers()
+    runs = 0
+
+    @workers.register("sleepy")
+    async def sleepy(job: Job[Any]) -> None:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            raise JobSnooze(seconds)
+
+    client = make_client(apg_driver, workers)
+    inserted = (await client.insert({}, kind="sleepy")).job
+    sub = client.subscribe(EventKind.JOB_SNOOZED, EventKind.JOB_COMPLETED)
+    await client.start()
+    try:
+        event = await wait_for([EventKind.JOB_SNOOZED], sub, inserted.id)
+        if seconds == 0:
+            done = await wait_for([EventKind.JOB_COMPLETED], sub, inserted.id)
+    finally:
+        await client.stop()
+    job = event.job
+    assert job is not None
+    assert job.state == state
+    assert job.attempt == 0
+    assert job.errors == []
+    assert job.metadata == {"snoozes": 1}
+    if seconds:
+        wait = (job.scheduled_at - datetime.now(timezone.utc)).total_seconds()
+        assert 25 < wait <= 30
+    else:
+        assert done.job is not None and done.job.attempt == 1
+
+
+async def test_async_timeout_is_an_error(apg_driver: Any) -> None:
+    workers = Workers()
+
+    class Slow(Worker[dict[str, Any]]):
+        kind = "slow"
+        timeout = 0.05
+
+        async def work(self, job: Job[dict[str, Any]]) -> None:
+            await asyncio.Event().wait()
+
+    workers.add(Slow())
+    client = make_client(apg_driver, workers)
+    inserted = (await client.insert({}, kind="slow")).job
+    sub = client.subscribe(EventKind.JOB_FAILED)
+    await client.start()
+    try:
+        event = await wait_for([EventKind.JOB_FAILED], sub, inserted.id)
+    finally:
+        await client.stop()
+    assert event.job is not None
+    assert event.job.errors[0].error == "JobTimeoutError: job exceeded its timeout of 0.05s"
+
+
+async def test_sync_timeout_is_recorded_and_the_thread_finishes(apg_driver: Any) -> None:
+    release = threading.Event()
+    finished = threading.Event()
+    workers = Workers()
+
+    @workers.register("stuck_thread", timeout=0.05)
+    def stuck(job: Job[Any]) -> None:
+        release.wait(10)
+        finished.set()
+
+    client = make_client(apg_driver, workers)
+    inserted = (await client.insert({}, kind="stuck_thread")).job
+    sub = client.subscribe(EventKind.JOB_FAILED)
+    await client.start()
+    try:
+        event = await wait_for([EventKind.JOB_FAILED], sub, inserted.id)
+        assert event.job is not None
+        assert "its thread was left to finish" in event.job.errors[0].error
+        producer = client.runtime.producers["default"]
+        assert producer._slots_held == 1  # the slot stays taken until the thread returns
+        release.set()
+    finally:
+        await client.stop()
+    assert finished.is_set()
+
+
+async def test_unknown_kind_fails_with_rivers_error(apg_driver: Any) -> None:
+    workers = Workers()
+
+    @workers.register("known")
+    async def known(job: Job[Any]) -> None:
+        pass
+
+    client = make_client(apg_driver, workers, skip_unknown_job_check=True)
+    inserted = (await client.insert({}, kind="never_registered")).job
+    sub = client.subscribe(EventKind.JOB_FAILED)
+    await client.start()
+    try:
+        event = await wait_for([EventKind.JOB_FAILED], sub, inserted.id)
+    finally:
+        await client.stop()
+    assert event.job is not None
+    assert event.job.errors[0].error == (
+        "UnknownJobKindError: job kind is not registered in the client's Workers bundle: "
+        "never_registered"
+    )
+    assert event.job.state == JobState.AVAILABLE  # retried like any error
+
+
+async def test_custom_next_retry(apg_driver: Any) -> None:
+    workers = Workers()
+    when = datetime.now(timezone.utc) + timedelta(hours=3)
+
+    @workers.register("later", next_retry=lambda job: when)
+    async def later(job: Job[Any]) -> None:
+        raise RuntimeError("try again in three hours")
+
+    client = make_client(apg_driver, workers)
+    inserted = (await client.insert({}, kind="later")).job
+    sub = client.subscribe(EventKind.JOB_FAILED)
+    await client.start()
+    try:
+        event = await wait_for([EventKind.JOB_FAILED], sub, inserted.id)
+    finally:
+        await client.stop()
+    assert event.job is not None
+    assert event.job.state == JobState.RETRYABLE
+    assert abs((event.job.scheduled_at - when).total_seconds()) < 0.01
