@@ -1,0 +1,405 @@
+"""SQLite: River's riversqlite statements, rewritten for riverboat.
+
+Values follow River's SQLite encodings: JSON columns are JSONB blobs (written with
+``jsonb()``, read back as text with ``json()``), timestamps are UTC text
+``YYYY-MM-DD HH:MM:SS.sss``, ``unique_key`` a raw blob and ``unique_states`` an integer.
+SQLite binds no arrays, so a batch travels as one JSON array parameter expanded with
+``json_each``. Rows come back in :data:`~riverboat.dialect.postgres.JOB_COLUMNS` order.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from riverboat._insert import InsertParams
+from riverboat._job import STATE_BY_NAME, AttemptError, InsertResult, JobRow
+from riverboat._sql import Statement
+from riverboat.dialect.base import Dialect, JobStateUpdate
+
+__all__ = [
+    "SqliteDialect",
+    "StatementChain",
+    "format_timestamp",
+    "parse_timestamp",
+]
+
+MAX_ATTEMPTED_BY = 100
+NONCE_KEY = "river:unique_nonce"
+
+_COLUMN_EXPRS = (
+    ("id", "{t}id"),
+    ("args", "json({t}args)"),
+    ("attempt", "{t}attempt"),
+    ("attempted_at", "{t}attempted_at"),
+    ("attempted_by", "json({t}attempted_by)"),
+    ("created_at", "{t}created_at"),
+    ("errors", "json({t}errors)"),
+    ("finalized_at", "{t}finalized_at"),
+    ("kind", "{t}kind"),
+    ("max_attempts", "{t}max_attempts"),
+    ("metadata", "json({t}metadata)"),
+    ("priority", "{t}priority"),
+    ("queue", "{t}queue"),
+    ("state", "{t}state"),
+    ("scheduled_at", "{t}scheduled_at"),
+    ("tags", "json({t}tags)"),
+    ("unique_key", "{t}unique_key"),
+    ("unique_states", "{t}unique_states"),
+)
+
+
+def _cols(table: str = "") -> str:
+    prefix = f"{table}." if table else ""
+    return ", ".join(f"{expr.format(t=prefix)} AS {name}" for name, expr in _COLUMN_EXPRS)
+
+
+_NOW = "datetime('now', 'subsec')"
+
+# Must be the same expression as river_job_unique_idx's WHERE clause: SQLite only accepts
+# an upsert target on a partial index when it can prove the two predicates match.
+_UNIQUE_CONFLICT = """ON CONFLICT (unique_key)
+    WHERE unique_key IS NOT NULL
+      AND unique_states IS NOT NULL
+      AND CASE state
+            WHEN 'available' THEN unique_states & (1 << 0)
+            WHEN 'cancelled' THEN unique_states & (1 << 1)
+            WHEN 'completed' THEN unique_states & (1 << 2)
+            WHEN 'discarded' THEN unique_states & (1 << 3)
+            WHEN 'pending' THEN unique_states & (1 << 4)
+            WHEN 'retryable' THEN unique_states & (1 << 5)
+            WHEN 'running' THEN unique_states & (1 << 6)
+            WHEN 'scheduled' THEN unique_states & (1 << 7)
+            ELSE 0
+          END >= 1"""
+
+QUERIES: dict[str, str] = {}
+
+# One statement for the whole batch. A conflicting unique job makes the no-op DO UPDATE
+# return the existing row. SQLite has no xmax, so each unique job carries a nonce of
+# "<batch nonce>-<position>" in its metadata: a returned row whose nonce is not the one
+# its position was sent with is an existing row (River's trick, made per position so
+# that two equal jobs in one batch are told apart too). The WHERE true keeps SQLite's
+# parser from reading ON CONFLICT as a join constraint.
+QUERIES["job_insert_many"] = f"""
+INSERT INTO <schema>river_job (
+    args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state,
+    tags, unique_key, unique_states
+)
+SELECT
+    jsonb(j.value -> '$.args'),
+    {_NOW},
+    j.value ->> '$.kind',
+    j.value ->> '$.max_attempts',
+    CASE WHEN (j.value ->> '$.unique_key') IS NULL
+         THEN jsonb(j.value -> '$.metadata')
+         ELSE jsonb_set(j.value -> '$.metadata', '$."{NONCE_KEY}"', :nonce || '-' || j.key)
+    END,
+    j.value ->> '$.priority',
+    j.value ->> '$.queue',
+    coalesce(j.value ->> '$.scheduled_at', {_NOW}),
+    j.value ->> '$.state',
+    jsonb(j.value -> '$.tags'),
+    unhex(j.value ->> '$.unique_key'),
+    nullif(j.value ->> '$.unique_states', 0)
+FROM json_each(:jobs) AS j
+WHERE true
+{_UNIQUE_CONFLICT}
+DO UPDATE SET kind = excluded.kind
+RETURNING {_cols()}, metadata ->> '$."{NONCE_KEY}"' AS unique_nonce, :nonce AS batch_nonce
+"""
+
+# SQLite allows one table per DML statement, so the insert notification is a second
+# statement run in the insert's transaction (see StatementChain).
+QUERIES["notify_insert"] = """
+INSERT INTO <schema>river_notification (payload, topic)
+SELECT '{"queue": ' || json_quote(q.value) || '}', 'river_insert'
+FROM json_each(:queues) AS q
+"""
+
+QUERIES["notification_insert_many"] = """
+INSERT INTO <schema>river_notification (payload, topic)
+SELECT n.value ->> '$.payload', n.value ->> '$.topic'
+FROM json_each(:notifications) AS n
+"""
+
+# River's JobGetAvailable for SQLite. No SKIP LOCKED is needed: a write statement holds
+# SQLite's single write lock from start to end, so two claimers serialise. attempted_by
+# keeps its last MAX_ATTEMPTED_BY - 1 entries and appends the client ID.
+QUERIES["job_get_available"] = f"""
+UPDATE <schema>river_job
+SET attempt = river_job.attempt + 1,
+    attempted_at = coalesce(:now, {_NOW}),
+    attempted_by = jsonb_insert(
+        CASE WHEN json_array_length(river_job.attempted_by) >= :max_attempted_by
+             THEN (SELECT jsonb_group_array(e.value ORDER BY e.key)
+                   FROM json_each(river_job.attempted_by) AS e
+                   WHERE e.key > json_array_length(river_job.attempted_by) - :max_attempted_by)
+             ELSE coalesce(river_job.attempted_by, jsonb('[]'))
+        END,
+        '$[#]', :attempted_by),
+    state = 'running'
+WHERE id IN (
+    SELECT id
+    FROM <schema>river_job
+    WHERE state = 'available'
+      AND queue = :queue
+      AND priority >= 0
+      AND scheduled_at <= coalesce(:now, {_NOW})
+    ORDER BY priority ASC, scheduled_at ASC, id ASC
+    LIMIT :max_to_lock
+)
+RETURNING {_cols()}
+"""
+
+# River's JobSetStateIfRunning, for a whole batch in one UPDATE ... FROM. Every SET
+# expression sees the row as it was before the statement, so `river_job.state =
+# 'running'` is the guard throughout: a job that is no longer running (rescued, or
+# deleted and re-inserted) only gets its metadata patched. A retry or snooze of a job
+# carrying cancel_attempted_at becomes a cancellation. Metadata merges with jsonb_patch
+# (RFC 7396, recursive), as River's SQLite driver does.
+_CANCEL = (
+    "(u.state IN ('retryable', 'scheduled')"
+    " AND json_type(river_job.metadata, '$.cancel_attempted_at') IS NOT NULL)"
+)
+_SET_STATE_BODY = f"""
+UPDATE <schema>river_job
+SET attempt = CASE WHEN river_job.state = 'running' AND NOT {_CANCEL}
+                        AND u.attempt IS NOT NULL
+                   THEN u.attempt ELSE river_job.attempt END,
+    errors = CASE WHEN river_job.state = 'running' AND u.error IS NOT NULL
+                  THEN jsonb_insert(coalesce(river_job.errors, jsonb('[]')), '$[#]',
+                                    jsonb(u.error))
+                  ELSE river_job.errors END,
+    finalized_at = CASE WHEN river_job.state = 'running' AND ({_CANCEL} OR u.finalized)
+                        THEN {_NOW} ELSE river_job.finalized_at END,
+    metadata = CASE WHEN u.metadata_updates IS NOT NULL
+                    THEN jsonb_patch(river_job.metadata, u.metadata_updates)
+                    ELSE river_job.metadata END,
+    scheduled_at = CASE WHEN river_job.state = 'running' AND NOT {_CANCEL}
+                             AND u.scheduled_at IS NOT NULL
+                        THEN u.scheduled_at ELSE river_job.scheduled_at END,
+    state = CASE WHEN river_job.state = 'running' AND {_CANCEL} THEN 'cancelled'
+                 WHEN river_job.state = 'running' THEN u.state
+                 ELSE river_job.state END
+FROM (
+    SELECT j.value ->> '$.id' AS id,
+           j.value ->> '$.state' AS state,
+           j.value ->> '$.attempt' AS attempt,
+           j.value -> '$.error' AS error,
+           coalesce(j.value ->> '$.finalized', 0) AS finalized,
+           j.value -> '$.metadata_updates' AS metadata_updates,
+           j.value ->> '$.scheduled_at' AS scheduled_at
+    FROM json_each(:updates) AS j
+) AS u
+WHERE river_job.id = u.id
+  AND (river_job.state = 'running' OR u.metadata_updates IS NOT NULL)
+"""
+QUERIES["job_set_state_if_running_many"] = _SET_STATE_BODY + f"RETURNING {_cols()}"
+QUERIES["job_set_state_if_running_many_no_return"] = _SET_STATE_BODY
+
+QUERIES["job_get_by_id"] = f"SELECT {_cols()} FROM <schema>river_job WHERE id = :id"
+
+QUERIES["job_get_by_id_many"] = f"""
+SELECT {_cols()} FROM <schema>river_job
+WHERE id IN (SELECT value FROM json_each(:ids))
+ORDER BY id
+"""
+
+# River's QueueCreateOrSetUpdatedAt: an existing queue keeps paused_at and metadata.
+QUERIES["queue_create_or_set_updated_at"] = f"""
+INSERT INTO <schema>river_queue (created_at, metadata, name, paused_at, updated_at)
+VALUES ({_NOW}, jsonb(coalesce(:metadata, '{{}}')), :name, NULL, {_NOW})
+ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at
+RETURNING name, created_at, json(metadata), paused_at, updated_at
+"""
+
+QUERIES["ping"] = "SELECT 1"
+
+
+@dataclass(slots=True, frozen=True)
+class StatementChain(Statement):
+    """A statement whose rows are the result, followed by statements that must commit
+    with it. SQLite allows no multi-table DML in one statement; a driver runs the chain in
+    one transaction (or in the caller's) and returns the first statement's rows."""
+
+    then: tuple[Statement, ...] = ()
+
+
+def format_timestamp(moment: datetime) -> str:
+    """River's SQLite timestamp text: UTC, ``YYYY-MM-DD HH:MM:SS.sss``, rounded to the
+    millisecond (naive datetimes are taken as UTC)."""
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    # Go's Round(time.Millisecond) rounds halves up.
+    moment = moment + timedelta(microseconds=500)
+    return f"{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond // 1000:03d}"
+
+
+def parse_timestamp(value: Any) -> datetime | None:
+    """A stored timestamp as an aware UTC datetime. Accepts River's text (with or
+    without fractional seconds, ``T`` or space, with or without an offset) and, for rows
+    written by other tools, Unix seconds."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        moment = datetime.fromisoformat(value)
+        if moment.tzinfo is None:
+            return moment.replace(tzinfo=UTC)
+        return moment.astimezone(UTC)
+    if isinstance(value, (int, float)):
+        return datetime.fromtimestamp(value, UTC)
+    raise ValueError(f"unrecognised SQLite timestamp: {value!r}")
+
+
+def _ts_or_none(moment: datetime | None) -> str | None:
+    return None if moment is None else format_timestamp(moment)
+
+
+def _encode_insert_job(job: InsertParams) -> str:
+    # Built by hand so the already-encoded args and metadata are embedded as they are,
+    # without a decode and re-encode per job.
+    key = job.unique_key.hex() if job.unique_key is not None else None
+    scheduled = _ts_or_none(job.scheduled_at)
+    return (
+        f'{{"args":{job.encoded_args},"kind":{json.dumps(job.kind)},'
+        f'"max_attempts":{job.max_attempts},"metadata":{job.encoded_metadata},'
+        f'"priority":{job.priority},"queue":{json.dumps(job.queue)},'
+        f'"scheduled_at":{json.dumps(scheduled)},"state":"{job.state.value}",'
+        f'"tags":{json.dumps(job.tags)},"unique_key":{json.dumps(key)},'
+        f'"unique_states":{json.dumps(job.unique_states)}}}'
+    )
+
+
+def _encode_update(update: JobStateUpdate) -> str:
+    parts = [f'"id":{int(update.id)}', f'"state":"{update.state.value}"']
+    if update.attempt is not None:
+        parts.append(f'"attempt":{int(update.attempt)}')
+    if update.error is not None:
+        parts.append(f'"error":{update.error}')
+    if update.finalized:
+        parts.append('"finalized":1')
+    if update.metadata_updates is not None:
+        parts.append(f'"metadata_updates":{update.metadata_updates}')
+    if update.scheduled_at is not None:
+        parts.append(f'"scheduled_at":"{format_timestamp(update.scheduled_at)}"')
+    return "{" + ",".join(parts) + "}"
+
+
+class SqliteDialect(Dialect):
+    """River's SQLite SQL (riversqlite) for riverboat.
+
+    ``schema`` names an attached database; ``None`` means the connection's main one.
+    """
+
+    name = "sqlite"
+    _queries = QUERIES
+
+    def job_insert_many(
+        self, jobs: Sequence[InsertParams], notify_queues: Sequence[str]
+    ) -> Statement:
+        """Insert a batch; with ``notify_queues`` the outbox rows ride in the same
+        transaction, as a :class:`StatementChain`."""
+        params = {
+            "jobs": "[" + ",".join(_encode_insert_job(j) for j in jobs) + "]",
+            "nonce": secrets.token_hex(8),
+        }
+        if not notify_queues:
+            return self.stmt("job_insert_many", **params)
+        notify = self.stmt("notify_insert", queues=json.dumps(list(notify_queues)))
+        return StatementChain(self.q["job_insert_many"], params, (notify,))
+
+    def decode_insert(self, rows: Sequence[Sequence[Any]]) -> list[InsertResult]:
+        """Rows of :meth:`job_insert_many`, in input order, with duplicates flagged."""
+        decode = self.decode_job
+        out = []
+        for position, row in enumerate(rows):
+            nonce = row[18]
+            duplicate = row[16] is not None and nonce != f"{row[19]}-{position}"
+            out.append(InsertResult(decode(row), duplicate))
+        return out
+
+    def decode_job(self, row: Sequence[Any]) -> JobRow:
+        attempted_by = row[4]
+        errors = row[6]
+        unique_key = row[16]
+        return JobRow(
+            row[0],
+            row[1],
+            row[2],
+            parse_timestamp(row[3]),
+            json.loads(attempted_by) if attempted_by else [],
+            parse_timestamp(row[5]),  # type: ignore[arg-type]
+            [AttemptError.from_json(e) for e in json.loads(errors)] if errors else [],
+            parse_timestamp(row[7]),
+            row[8],
+            row[9],
+            json.loads(row[10]),
+            row[11],
+            row[12],
+            STATE_BY_NAME[row[13]],
+            parse_timestamp(row[14]),  # type: ignore[arg-type]
+            json.loads(row[15]) if row[15] else [],
+            bytes(unique_key) if unique_key is not None else None,
+            row[17],
+        )
+
+    def job_get_available(
+        self, *, queue: str, max_to_lock: int, client_id: str, now: datetime | None = None
+    ) -> Statement:
+        return self.stmt(
+            "job_get_available",
+            queue=queue,
+            max_to_lock=max_to_lock,
+            max_attempted_by=MAX_ATTEMPTED_BY,
+            attempted_by=client_id,
+            now=_ts_or_none(now),
+        )
+
+    def job_set_state_if_running_many(
+        self, updates: Sequence[JobStateUpdate], *, returning: bool = True
+    ) -> Statement:
+        # UPDATE ... FROM uses one arbitrary source row per target row, so a repeated
+        # id keeps only its last update (the completer's own rule).
+        last: dict[int, JobStateUpdate] = {}
+        for update in updates:
+            last[update.id] = update
+        name = (
+            "job_set_state_if_running_many"
+            if returning
+            else "job_set_state_if_running_many_no_return"
+        )
+        payload = "[" + ",".join(_encode_update(u) for u in last.values()) + "]"
+        return self.stmt(name, updates=payload)
+
+    def job_get_by_id(self, job_id: int) -> Statement:
+        return self.stmt("job_get_by_id", id=job_id)
+
+    def job_get_by_id_many(self, job_ids: Sequence[int]) -> Statement:
+        return self.stmt("job_get_by_id_many", ids=json.dumps([int(i) for i in job_ids]))
+
+    def queue_create_or_set_updated_at(self, name: str) -> Statement:
+        return self.stmt("queue_create_or_set_updated_at", name=name, metadata=None)
+
+    def decode_queue(self, row: Sequence[Any]) -> tuple[Any, ...]:
+        """A queue row with its timestamps as datetimes, as Postgres drivers return them:
+        ``(name, created_at, metadata text, paused_at, updated_at)``."""
+        return (
+            row[0],
+            parse_timestamp(row[1]),
+            row[2],
+            parse_timestamp(row[3]),
+            parse_timestamp(row[4]),
+        )
+
+    def notification_insert_many(self, notifications: Sequence[tuple[str, str]]) -> Statement:
+        """Outbox rows ``(topic, payload)``: SQLite's stand-in for NOTIFY."""
+        payload = json.dumps([{"topic": t, "payload": p} for t, p in notifications])
+        return self.stmt("notification_insert_many", notifications=payload)
+
+    def ping(self) -> Statement:
+        return self.stmt("ping")

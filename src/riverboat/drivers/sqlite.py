@@ -1,0 +1,596 @@
+"""SQLite driver, sync (:class:`SqliteDriver`) and async (:class:`AsyncSqliteDriver`).
+
+SQLite allows one writer at a time, so each driver keeps a single connection and
+serialises its users: a sync driver behind a re-entrant lock, an async one on a dedicated
+worker thread. Connections are in autocommit mode; ``transaction()`` opens with
+``BEGIN IMMEDIATE`` so a transaction takes the write lock before it reads and can never
+deadlock upgrading a read lock. "database is locked" from other processes is waited out
+(``busy_timeout``) and then retried with backoff, so it does not reach callers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from riverboat._sql import Statement
+from riverboat.dialect.sqlite import SqliteDialect
+from riverboat.drivers._sqlite_module import sqlite_module
+from riverboat.drivers.base import Capabilities, DriverStats
+from riverboat.errors import DriverError, InvalidInputError
+
+__all__ = ["AsyncSqliteDriver", "SqliteDriver", "sqlite_path_from_url"]
+
+T = TypeVar("T")
+
+_BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
+_RETRY_FOR = 60.0  # seconds of "database is locked" retries before giving up
+_MEMORY = ":memory:"
+
+
+def sqlite_path_from_url(url_or_path: str | Path) -> str:
+    """The file path of ``sqlite:///relative``, ``sqlite:////absolute``,
+    ``sqlite:///:memory:`` or a plain path."""
+    if isinstance(url_or_path, Path):
+        return str(url_or_path)
+    if not isinstance(url_or_path, str) or not url_or_path:
+        raise InvalidInputError("database_url", "must be a sqlite:/// URL or a file path")
+    text = url_or_path
+    if text.startswith("sqlite:"):
+        rest = text[len("sqlite:") :]
+        if rest.startswith("///"):
+            path = rest[3:]
+        elif rest.startswith("//"):
+            raise InvalidInputError(
+                "database_url",
+                "SQLite URLs have no host: use sqlite:///relative/path or sqlite:////abs/path",
+            )
+        else:
+            path = rest
+        if "?" in path:
+            raise InvalidInputError("database_url", "SQLite URL query options are not supported")
+        if not path:
+            raise InvalidInputError("database_url", "the SQLite URL names no file")
+        return path
+    return text
+
+
+def _is_busy(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return (code & 0xFF) in _BUSY_CODES
+    message = str(exc)
+    return "database is locked" in message or "database table is locked" in message
+
+
+def _translate(exc: BaseException) -> DriverError:
+    name = getattr(exc, "sqlite_errorname", None)
+    label = f"{type(exc).__name__} ({name})" if name else type(exc).__name__
+    err = DriverError(f"{label}: {exc}")
+    err.__cause__ = exc
+    return err
+
+
+def _params(stmt: Statement) -> Mapping[str, Any]:
+    params = stmt.params
+    return params if isinstance(params, dict) else dict(params)
+
+
+def _chain(stmt: Statement) -> tuple[Statement, ...]:
+    return tuple(getattr(stmt, "then", ()))
+
+
+def _split_script(sql: str, complete: Callable[[str], bool]) -> list[str]:
+    """Split a script into statements; ``complete`` (sqlite3.complete_statement) knows
+    about semicolons inside strings, comments and trigger bodies."""
+    statements: list[str] = []
+    buffer = ""
+    for piece in sql.split(";"):
+        buffer += piece + ";"
+        if complete(buffer):
+            if buffer.strip(" \t\r\n;"):
+                statements.append(buffer)
+            buffer = ""
+    if buffer.strip(" \t\r\n;"):
+        statements.append(buffer)
+    return statements
+
+
+class _Connection:
+    """One SQLite connection with riverboat's pragmas; used from one thread at a time."""
+
+    def __init__(
+        self,
+        path: str,
+        schema: str | None,
+        attach_path: str | None,
+        busy_timeout: float,
+        stats: DriverStats,
+    ) -> None:
+        self.module = sqlite_module()
+        self.stats = stats
+        try:
+            self.conn = self.module.connect(
+                path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=busy_timeout,
+                cached_statements=256,
+            )
+        except self.module.Error as exc:
+            raise _translate(exc) from exc
+        stats.connections_opened += 1
+        try:
+            self._configure(schema, attach_path, busy_timeout)
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _configure(self, schema: str | None, attach_path: str | None, timeout: float) -> None:
+        def run(sql: str, *args: Any) -> None:
+            self.retrying(lambda: self.conn.execute(sql, args).fetchall())
+
+        run(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+        run("PRAGMA foreign_keys = ON")
+        if schema is not None and attach_path is not None:
+            run(f'ATTACH DATABASE ? AS "{schema}"', attach_path)
+        for db in ["main"] + ([schema] if schema else []):
+            # Switching to WAL needs a moment of exclusive access, hence the retry; it
+            # is a no-op for in-memory databases and files already in WAL mode.
+            run(f'PRAGMA "{db}".journal_mode = WAL')
+            run(f'PRAGMA "{db}".synchronous = NORMAL')
+
+    def retrying(self, operation: Callable[[], T]) -> T:
+        """Run ``operation``, retrying while SQLite reports the database busy.
+
+        Only for operations that leave nothing behind when they fail: a single
+        autocommit statement, BEGIN, or COMMIT."""
+        deadline = time.monotonic() + _RETRY_FOR
+        delay = 0.001
+        while True:
+            try:
+                return operation()
+            except self.module.Error as exc:
+                if not _is_busy(exc) or time.monotonic() >= deadline:
+                    raise _translate(exc) from exc
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.1)
+
+    @property
+    def in_transaction(self) -> bool:
+        return bool(self.conn.in_transaction)
+
+    def run(self, stmt: Statement, want_rows: bool, retry: bool) -> Any:
+        sql, _ = stmt.query.compile("named")
+        params = _params(stmt)
+        self.stats.count(stmt.query.name)
+
+        def once() -> Any:
+            cur = self.conn.execute(sql, params)
+            if want_rows:
+                return cur.fetchall() if cur.description is not None else []
+            return cur.rowcount
+
+        if retry:
+            return self.retrying(once)
+        try:
+            return once()
+        except self.module.Error as exc:
+            raise _translate(exc) from exc
+
+    def run_statement(self, stmt: Statement, want_rows: bool) -> Any:
+        """A statement (or a chain) on this connection, atomically.
+
+        Outside a transaction a lone statement runs in autocommit (and may be retried); a
+        chain gets its own IMMEDIATE transaction. Inside a transaction nothing is retried,
+        since a half-done transaction cannot be replayed from here."""
+        then = _chain(stmt)
+        if self.in_transaction:
+            result = self.run(stmt, want_rows, retry=False)
+            for follow in then:
+                self.run(follow, False, retry=False)
+            return result
+        if not then:
+            return self.run(stmt, want_rows, retry=True)
+        with self.transaction():
+            result = self.run(stmt, want_rows, retry=False)
+            for follow in then:
+                self.run(follow, False, retry=False)
+            return result
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        if self.in_transaction:
+            # Nested use on the same connection (a migrator calling execute_script inside
+            # its transaction): a savepoint keeps the inner part all-or-nothing.
+            name = f"rb_{id(self)}_{time.monotonic_ns()}"
+            self.retrying(lambda: self.conn.execute(f'SAVEPOINT "{name}"'))
+            try:
+                yield
+            except BaseException:
+                self.conn.execute(f'ROLLBACK TO "{name}"')
+                self.conn.execute(f'RELEASE "{name}"')
+                raise
+            self.conn.execute(f'RELEASE "{name}"')
+            return
+        self.retrying(lambda: self.conn.execute("BEGIN IMMEDIATE"))
+        try:
+            yield
+        except BaseException:
+            if self.conn.in_transaction:
+                try:
+                    self.conn.execute("ROLLBACK")
+                except self.module.Error:
+                    pass
+            raise
+        try:
+            self.retrying(lambda: self.conn.execute("COMMIT"))
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+
+    def execute_script(self, sql: str) -> None:
+        statements = _split_script(sql, self.module.complete_statement)
+        with self.transaction():
+            for text in statements:
+                try:
+                    self.conn.execute(text)
+                except self.module.Error as exc:
+                    raise _translate(exc) from exc
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except self.module.Error as exc:
+            raise _translate(exc) from exc
+
+
+def _attach_path(path: str, schema: str | None, attach: Mapping[str, str] | None) -> str | None:
+    if schema is None:
+        return None
+    if attach and schema in attach:
+        return attach[schema]
+    if schema in ("main", "temp"):
+        return None
+    if path == _MEMORY or path == "":
+        return _MEMORY
+    file = Path(path)
+    return str(file.with_name(f"{file.stem}-{schema}{file.suffix}"))
+
+
+class _SyncExecutor:
+    """Runs statements on a connection already inside a transaction (ours or the
+    caller's); nothing is retried there."""
+
+    __slots__ = ("_conn", "_run")
+
+    def __init__(self, conn: Any, run: Callable[[Statement, bool], Any]) -> None:
+        self._conn = conn
+        self._run = run
+
+    def fetch(self, stmt: Statement) -> list[Any]:
+        result: list[Any] = self._run(stmt, True)
+        return result
+
+    def execute(self, stmt: Statement) -> int:
+        result: int = self._run(stmt, False)
+        return result
+
+
+class SqliteDriver:
+    """Sync SQLite driver over a URL or a path.
+
+    ``schema`` names an attached database (River's notion of a schema on SQLite). It is
+    attached from ``attach[schema]`` if given, otherwise from a sibling file
+    ``<stem>-<schema><suffix>`` (or a private in-memory database for ``:memory:``).
+    With ``schema=None`` everything lives in the main database.
+    """
+
+    capabilities = Capabilities(listen=False, sync=True)
+
+    def __init__(
+        self,
+        url_or_path: str | Path,
+        schema: str | None = None,
+        *,
+        attach: Mapping[str, str] | None = None,
+        busy_timeout: float = 10.0,
+    ) -> None:
+        self.dialect = SqliteDialect(schema)
+        self.stats = DriverStats()
+        self.path = sqlite_path_from_url(url_or_path)
+        self.url = url_or_path if isinstance(url_or_path, str) else f"sqlite:///{url_or_path}"
+        self._attach = dict(attach) if attach else None
+        self._busy_timeout = busy_timeout
+        self._lock = threading.RLock()
+        self._conn = _Connection(
+            self.path,
+            self.dialect.schema,
+            _attach_path(self.path, self.dialect.schema, attach),
+            busy_timeout,
+            self.stats,
+        )
+        self._closed = False
+
+    @contextmanager
+    def _lease(self) -> Iterator[_Connection]:
+        with self._lock:
+            if self._closed:
+                raise DriverError("the driver is closed")
+            self.stats.leases += 1
+            yield self._conn
+
+    def fetch(self, stmt: Statement) -> list[Any]:
+        with self._lease() as conn:
+            result: list[Any] = conn.run_statement(stmt, True)
+            return result
+
+    def execute(self, stmt: Statement) -> int:
+        with self._lease() as conn:
+            result: int = conn.run_statement(stmt, False)
+            return result
+
+    @contextmanager
+    def transaction(self) -> Iterator[_SyncExecutor]:
+        """An IMMEDIATE transaction; commits on success, rolls back on an exception."""
+        with self._lease() as conn, conn.transaction():
+            yield _SyncExecutor(conn.conn, conn.run_statement)
+
+    def wrap(self, conn: Any) -> _SyncExecutor:
+        """An executor over the caller's sqlite3 connection (their transaction stays
+        theirs), or over an executor from :meth:`transaction`."""
+        return _wrap_connection(conn, self.stats)
+
+    def execute_script(self, sql: str) -> None:
+        """Run several statements (a migration) atomically: in a transaction of their
+        own, or in a savepoint when a transaction of this driver is open."""
+        with self._lease() as conn:
+            conn.execute_script(sql)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+    def async_driver(self) -> AsyncSqliteDriver:
+        """An async driver on the same database (its own connection)."""
+        return AsyncSqliteDriver(
+            self.url,
+            schema=self.dialect.schema,
+            attach=self._attach,
+            busy_timeout=self._busy_timeout,
+        )
+
+    def __enter__(self) -> SqliteDriver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _AsyncExecutor:
+    __slots__ = ("_call",)
+
+    def __init__(self, call: Callable[[Statement, bool], Any]) -> None:
+        self._call = call
+
+    async def fetch(self, stmt: Statement) -> list[Any]:
+        result: list[Any] = await self._call(stmt, True)
+        return result
+
+    async def execute(self, stmt: Statement) -> int:
+        result: int = await self._call(stmt, False)
+        return result
+
+
+class AsyncSqliteDriver:
+    """Async SQLite driver: one connection, worked by one dedicated thread.
+
+    Every call is queued to that thread, so statements never run concurrently on the
+    connection and the event loop never blocks on SQLite. A transaction holds the
+    driver for its task: other tasks wait until it commits or rolls back.
+    """
+
+    capabilities = Capabilities(listen=False, async_=True)
+
+    def __init__(
+        self,
+        url_or_path: str | Path,
+        schema: str | None = None,
+        *,
+        attach: Mapping[str, str] | None = None,
+        busy_timeout: float = 10.0,
+    ) -> None:
+        self.dialect = SqliteDialect(schema)
+        self.stats = DriverStats()
+        self.path = sqlite_path_from_url(url_or_path)
+        self._attach_path = _attach_path(self.path, self.dialect.schema, attach)
+        self._busy_timeout = busy_timeout
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="riverboat-sqlite")
+        self._conn: _Connection | None = None
+        self._closed = False
+        # Owner task of the open transaction (re-entrant for that task only).
+        self._owner: asyncio.Task[Any] | None = None
+        self._depth = 0
+        self._free: asyncio.Condition | None = None
+
+    def _connection(self) -> _Connection:
+        # Runs on the worker thread: the connection is opened lazily there.
+        if self._conn is None:
+            self._conn = _Connection(
+                self.path,
+                self.dialect.schema,
+                self._attach_path,
+                self._busy_timeout,
+                self.stats,
+            )
+        return self._conn
+
+    async def _on_thread(self, fn: Callable[[], T]) -> T:
+        if self._closed:
+            raise DriverError("the driver is closed")
+        loop = asyncio.get_running_loop()
+        # The job is queued before any cancellation can land, and the single thread runs
+        # jobs in order, so a later ROLLBACK always follows the statement it undoes.
+        return await loop.run_in_executor(self._thread, fn)
+
+    def _condition(self) -> asyncio.Condition:
+        if self._free is None:
+            self._free = asyncio.Condition()
+        return self._free
+
+    @asynccontextmanager
+    async def _hold(self) -> AsyncIterator[bool]:
+        """Exclusive use of the connection for the current task; yields whether this
+        is the outermost hold."""
+        task = asyncio.current_task()
+        if self._owner is not None and self._owner is task:
+            self._depth += 1
+            try:
+                yield False
+            finally:
+                self._depth -= 1
+            return
+        free = self._condition()
+        async with free:
+            await free.wait_for(lambda: self._owner is None)
+            self._owner = task
+            self._depth = 1
+        try:
+            yield True
+        finally:
+            async with free:
+                self._owner = None
+                self._depth = 0
+                free.notify_all()
+
+    async def _run(self, stmt: Statement, want_rows: bool) -> Any:
+        self.stats.leases += 1
+        task = asyncio.current_task()
+        if self._owner is not None and self._owner is task:
+            return await self._on_thread(lambda: self._connection().run_statement(stmt, want_rows))
+        async with self._hold():
+            return await self._on_thread(lambda: self._connection().run_statement(stmt, want_rows))
+
+    async def fetch(self, stmt: Statement) -> list[Any]:
+        result: list[Any] = await self._run(stmt, True)
+        return result
+
+    async def execute(self, stmt: Statement) -> int:
+        result: int = await self._run(stmt, False)
+        return result
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[_AsyncExecutor]:
+        """An IMMEDIATE transaction (a savepoint when this task already has one)."""
+        async with self._hold():
+            tx: list[Any] = []
+
+            def begin() -> None:
+                manager = self._connection().transaction()
+                manager.__enter__()
+                tx.append(manager)
+
+            def finish(exc: BaseException | None) -> None:
+                manager = tx.pop()
+                if exc is None:
+                    manager.__exit__(None, None, None)
+                else:
+                    try:
+                        manager.__exit__(type(exc), exc, exc.__traceback__)
+                    except BaseException as raised:
+                        if raised is not exc:
+                            raise
+
+            try:
+                await self._on_thread(begin)
+            except BaseException as exc:
+                # Cancelled while BEGIN was queued: it still runs, so undo it after.
+                failure = exc
+
+                def undo() -> None:
+                    if tx:
+                        finish(failure)
+
+                self._thread.submit(undo)
+                raise
+
+            def run_in_tx(stmt: Statement, want_rows: bool) -> Any:
+                return self._on_thread(lambda: self._connection().run_statement(stmt, want_rows))
+
+            try:
+                yield _AsyncExecutor(run_in_tx)
+            except BaseException as exc:
+                error = exc
+                await asyncio.shield(self._on_thread(lambda: finish(error)))
+                raise
+            await self._on_thread(lambda: finish(None))
+
+    def wrap(self, conn: Any) -> _AsyncExecutor:
+        """An executor from :meth:`transaction` as is, or one over the caller's sqlite3
+        connection, run on the event loop thread (the caller's connection may only be
+        usable from there)."""
+        if isinstance(conn, _AsyncExecutor):
+            return conn
+        sync = _wrap_connection(conn, self.stats)
+
+        async def call(stmt: Statement, want_rows: bool) -> Any:
+            return sync.fetch(stmt) if want_rows else sync.execute(stmt)
+
+        return _AsyncExecutor(call)
+
+    async def execute_script(self, sql: str) -> None:
+        async with self._hold():
+            await self._on_thread(lambda: self._connection().execute_script(sql))
+
+    async def listener(self) -> Any:
+        """SQLite has no LISTEN; notifications are rows in ``river_notification``."""
+        raise DriverError("SQLite has no LISTEN/NOTIFY; poll the river_notification outbox instead")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        async with self._hold():
+            conn = self._conn
+            if conn is not None:
+                await self._on_thread(conn.close)
+            self._closed = True
+        self._thread.shutdown(wait=False)
+
+
+def _wrap_connection(conn: Any, stats: DriverStats) -> _SyncExecutor:
+    """An executor over a caller's sqlite3 connection: statements (and chains) run
+    as they come, inside whatever transaction the caller has open."""
+    if isinstance(conn, _SyncExecutor):
+        return conn
+    module = sqlite_module()
+    if not isinstance(conn, module.Connection):
+        raise TypeError(f"expected a {module.__name__}.Connection, got {type(conn).__name__}")
+
+    def run_one(stmt: Statement, want_rows: bool) -> Any:
+        sql, _ = stmt.query.compile("named")
+        stats.count(stmt.query.name)
+        try:
+            cur = conn.execute(sql, _params(stmt))
+            if want_rows:
+                return cur.fetchall() if cur.description is not None else []
+            return cur.rowcount
+        except module.Error as exc:
+            raise _translate(exc) from exc
+
+    def run(stmt: Statement, want_rows: bool) -> Any:
+        result = run_one(stmt, want_rows)
+        for follow in _chain(stmt):
+            run_one(follow, False)
+        return result
+
+    return _SyncExecutor(conn, run)
