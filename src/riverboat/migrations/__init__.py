@@ -218,6 +218,11 @@ class Migrator:
         """The newest version bundled for this driver's dialect."""
         return max(self._bundles)
 
+    @property
+    def names(self) -> dict[int, str]:
+        """River's name of every known version ("initial schema" for 002)."""
+        return {v: b.name for v, b in sorted(self._bundles.items())}
+
     def current_version(self) -> int:
         """The highest applied version, 0 when ``river_migration`` does not exist.
 

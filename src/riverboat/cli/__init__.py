@@ -1,0 +1,75 @@
+"""The ``riverboat`` command line.
+
+Commands live in their own modules, registered in :data:`COMMANDS` and imported only
+when chosen, so ``riverboat --help`` and one command's start-up stay fast whatever the
+others import. A command module provides ``add_arguments(parser)`` and
+``run(args) -> int`` (the exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from riverboat.errors import RiverboatError
+
+__all__ = ["COMMANDS", "main"]
+
+# name -> (module, one-line help). Add a command by adding a row.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "migrate": ("riverboat.cli.migrate", "apply, revert, list or print River's schema migrations"),
+}
+
+
+def _load(name: str) -> ModuleType:
+    return importlib.import_module(COMMANDS[name][0])
+
+
+def _chosen_command(argv: Sequence[str]) -> str | None:
+    # The first bare word is the command; options before it belong to the top level.
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The top-level parser; only the command named in ``argv`` gets its arguments."""
+    parser = argparse.ArgumentParser(
+        prog="riverboat",
+        description="riverboat: a Python job queue on River's schema",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    chosen = _chosen_command(argv)
+    for name, (_module, help_text) in COMMANDS.items():
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            _load(name).add_arguments(command_parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``riverboat`` console script; returns the exit code.
+
+    Errors riverboat raises on purpose (bad URL, schema too new, a failing migration)
+    are printed as one line on stderr with exit code 1. Set ``RIVERBOAT_TRACEBACK=1``
+    to see the traceback instead.
+    """
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(args_list)
+    args = parser.parse_args(args_list)
+    try:
+        code: int = _load(args.command).run(args)
+    except RiverboatError as exc:
+        if os.environ.get("RIVERBOAT_TRACEBACK"):
+            raise
+        # Server messages can span lines (HINT, DETAIL); keep the error on one.
+        print(f"riverboat: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code

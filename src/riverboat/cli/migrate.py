@@ -1,0 +1,167 @@
+"""``riverboat migrate up|down|list|get-sql``: River's schema migrations from the shell.
+
+The database comes from ``--database-url`` or ``DATABASE_URL``: ``postgresql://...``
+uses psycopg, ``sqlite:///path`` the embedded SQLite driver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from riverboat._url import driver_from_url, is_sqlite_url
+from riverboat.dialect.base import validate_schema_name
+from riverboat.errors import DriverError, InvalidInputError, MissingDependencyError
+from riverboat.migrations import Migrator, render_sql
+
+__all__ = ["add_arguments", "run"]
+
+_PG_PREFIXES = ("postgresql://", "postgres://", "postgresql+psycopg://")
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="postgresql://... or sqlite:///path (default: $DATABASE_URL)",
+    )
+    parser.add_argument(
+        "--schema", metavar="S", help="schema to migrate (default: the search_path's)"
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``migrate``'s subcommands on its parser."""
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    up = sub.add_parser("up", help="apply missing migrations (default: all of them)")
+    _common(up)
+    up.add_argument("--target-version", type=int, metavar="N", help="stop after applying version N")
+
+    down = sub.add_parser("down", help="revert migrations (default: only the newest one)")
+    _common(down)
+    down.add_argument(
+        "--target-version",
+        type=int,
+        metavar="N",
+        help="revert every version above N; 0 removes River's schema entirely",
+    )
+
+    listing = sub.add_parser("list", help="show known migrations and which are applied")
+    _common(listing)
+
+    get_sql = sub.add_parser(
+        "get-sql", help="print migration SQL without running it (no connection needed)"
+    )
+    _common(get_sql)
+    get_sql.add_argument("--direction", choices=("up", "down"), default="up", help="default: up")
+    get_sql.add_argument(
+        "--version",
+        type=int,
+        action="append",
+        metavar="N",
+        help="only version N (repeatable); default: every version up to --target-version",
+    )
+    get_sql.add_argument(
+        "--target-version",
+        type=int,
+        metavar="N",
+        help="up: versions 1..N; down: versions above N (newest first)",
+    )
+    get_sql.add_argument(
+        "--dialect",
+        choices=("postgres", "sqlite"),
+        help="default: taken from the database URL if there is one, else postgres",
+    )
+
+
+def _url(args: argparse.Namespace) -> str | None:
+    url: str | None = args.database_url or os.environ.get("DATABASE_URL") or None
+    return url
+
+
+def _open_driver(args: argparse.Namespace) -> tuple[Any, Any]:
+    """``(driver, connection to close or None)``."""
+    url = _url(args)
+    if url is None:
+        raise InvalidInputError("database_url", "pass --database-url or set DATABASE_URL")
+    schema = validate_schema_name(args.schema)
+    if not url.startswith(_PG_PREFIXES):
+        # sqlite:/// URLs, and refusing anything else with the usual message.
+        return driver_from_url(url, schema=schema), None
+    # One direct connection instead of the driver's pool: a wrong host or password
+    # then fails at once with the server's message, not after the pool's timeout.
+    try:
+        import psycopg
+    except ImportError:
+        raise MissingDependencyError("psycopg", "psycopg") from None
+    from riverboat.drivers.psycopg import PsycopgDriver, _libpq_url
+
+    try:
+        conn = psycopg.connect(_libpq_url(url), autocommit=True, connect_timeout=10)
+    except psycopg.Error as exc:
+        raise DriverError(f"cannot connect to the database: {exc}") from exc
+    return PsycopgDriver(conn, schema=schema), conn
+
+
+def _print_versions(verb: str, versions: list[int], names: Mapping[int, str]) -> None:
+    for version in versions:
+        print(f"{verb} {version:03d} {names[version]}")
+
+
+def _get_sql(args: argparse.Namespace) -> int:
+    url = _url(args)
+    dialect = args.dialect or ("sqlite" if url and is_sqlite_url(url) else "postgres")
+    latest = None
+    if args.version:
+        versions: list[int] | None = args.version
+    elif args.target_version is not None:
+        from riverboat.migrations._files import load_bundles
+
+        latest = max(load_bundles(dialect))
+        target = args.target_version
+        if not 0 <= target <= latest:
+            raise InvalidInputError("target_version", f"must be in 0..{latest}, not {target}")
+        versions = (
+            list(range(1, target + 1))
+            if args.direction == "up"
+            else list(range(target + 1, latest + 1))
+        )
+    else:
+        versions = None
+    sys.stdout.write(render_sql(dialect, args.direction, versions, schema=args.schema))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one ``migrate`` action; returns the exit code."""
+    if args.action == "get-sql":
+        return _get_sql(args)
+    driver, conn = _open_driver(args)
+    try:
+        migrator = Migrator(driver)
+        names = migrator.names
+        if args.action == "up":
+            applied = migrator.up(args.target_version)
+            _print_versions("applied", applied, names)
+            if not applied:
+                print(f"nothing to apply; at version {migrator.current_version()}")
+        elif args.action == "down":
+            reverted = migrator.down(args.target_version)
+            _print_versions("reverted", reverted, names)
+            if not reverted:
+                print("nothing to revert")
+        else:
+            for info in migrator.list():
+                when = info.applied_at.isoformat(sep=" ") if info.applied_at else "-"
+                mark = "*" if info.applied else " "
+                print(f"{mark} {info.version:03d}  {info.name:<50} {when}")
+        print(f"current version: {migrator.current_version()} (latest {migrator.latest_version})")
+        return 0
+    finally:
+        driver.close()
+        if conn is not None:
+            conn.close()
