@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -129,7 +130,10 @@ def _check_job_id(job_id: object) -> int:
 class Client(SyncAdmin):
     """The synchronous client: inserts and administration from ordinary code.
 
-    ``driver`` is a sync driver (``PsycopgDriver``, ``SqliteDriver``...) or a URL.
+    ``driver`` is a sync driver (``PsycopgDriver``, ``SqliteDriver``...) or a URL. With
+    ``queues`` and ``workers`` it can also work jobs: ``start()`` runs the asyncio runtime
+    on a background thread (embedded mode) over the driver's async twin, and ``stop()``
+    stops it, so a sync program never has to touch an event loop.
     """
 
     def __init__(
@@ -138,8 +142,11 @@ class Client(SyncAdmin):
         *,
         id: str | None = None,
         schema: str | None = None,
+        queues: Mapping[str, QueueConfig] | None = None,
+        workers: Workers | None = None,
         max_attempts: int = 25,
         fetch_cooldown: float = 0.1,
+        **runtime_options: Any,
     ) -> None:
         if isinstance(driver, str):
             driver = driver_from_url(driver, schema=schema)
@@ -149,7 +156,53 @@ class Client(SyncAdmin):
         self._core = _ClientCore(
             driver, id=id, max_attempts=max_attempts, fetch_cooldown=fetch_cooldown
         )
+        self._core.workers = workers
+        self._core.skip_unknown_job_check = bool(runtime_options.get("skip_unknown_job_check"))
         self.driver = driver
+        self._embedded: _Embedded | None = None
+        if queues:
+            self._embedded = _Embedded(
+                lambda: AsyncClient(
+                    driver.async_driver(),
+                    id=self._core.id,
+                    queues=queues,
+                    workers=workers,
+                    max_attempts=max_attempts,
+                    fetch_cooldown=fetch_cooldown,
+                    **runtime_options,
+                )
+            )
+
+    def start(self) -> None:
+        """Start working jobs on a background thread (embedded mode)."""
+        if self._embedded is None:
+            raise InvalidInputError("queues", "this client has no queues; it is insert-only")
+        self._embedded.start()
+
+    def stop(self) -> None:
+        """Soft stop: running jobs finish and every outcome is written."""
+        if self._embedded is not None:
+            self._embedded.stop(cancel_running=False)
+
+    def stop_and_cancel(self) -> None:
+        """Hard stop: running async jobs are interrupted; every outcome is written."""
+        if self._embedded is not None:
+            self._embedded.stop(cancel_running=True)
+
+    def run_until_idle(self) -> None:
+        """Work until every queue is drained, then stop."""
+        if self._embedded is None:
+            raise InvalidInputError("queues", "this client has no queues; it is insert-only")
+        self._embedded.run_until_idle()
+
+    @property
+    def async_client(self) -> AsyncClient | None:
+        """The embedded runtime's AsyncClient, once started."""
+        return self._embedded.client if self._embedded is not None else None
+
+    def _after_insert(self, jobs: Sequence[InsertParams]) -> None:
+        if self._embedded is not None:
+            self._embedded.wake({j.queue for j in jobs if j.state == "available"})
 
     @property
     def id(self) -> str:
@@ -159,8 +212,10 @@ class Client(SyncAdmin):
         self, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
     ) -> InsertResult:
         """Insert one job in one statement (no transaction is opened)."""
-        stmt, _ = self._core.insert_statement(args, opts, kind)
-        return self._core.dialect.decode_insert(self.driver.fetch(stmt))[0]  # type: ignore[no-any-return]
+        stmt, jobs = self._core.insert_statement(args, opts, kind)
+        result: InsertResult = self._core.dialect.decode_insert(self.driver.fetch(stmt))[0]
+        self._after_insert(jobs)
+        return result
 
     def insert_tx(
         self, conn: Any, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
@@ -173,14 +228,16 @@ class Client(SyncAdmin):
     def insert_many(self, params: Sequence[InsertManyParams | object]) -> list[InsertResult]:
         """Insert many jobs: one statement per 5,000, in one transaction when there are
         several batches so the call is all-or-nothing."""
-        statements, _ = self._core.insert_many_statements(params)
+        statements, jobs = self._core.insert_many_statements(params)
         decode = self._core.dialect.decode_insert
         if len(statements) == 1:
-            return decode(self.driver.fetch(statements[0]))  # type: ignore[no-any-return]
-        results: list[InsertResult] = []
-        with self.driver.transaction() as tx:
-            for stmt in statements:
-                results.extend(decode(tx.fetch(stmt)))
+            results: list[InsertResult] = decode(self.driver.fetch(statements[0]))
+        else:
+            results = []
+            with self.driver.transaction() as tx:
+                for stmt in statements:
+                    results.extend(decode(tx.fetch(stmt)))
+        self._after_insert(jobs)
         return results
 
     def insert_many_tx(
@@ -200,6 +257,8 @@ class Client(SyncAdmin):
         return self._core.one_job(rows, job_id)
 
     def close(self) -> None:
+        if self._embedded is not None and self._embedded.running:
+            self._embedded.stop(cancel_running=False)
         if self._owns_driver:
             self.driver.close()
 
@@ -365,3 +424,67 @@ class AsyncClient(AsyncAdmin):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+class _Embedded:
+    """An AsyncClient running on its own event loop in a background thread."""
+
+    def __init__(self, factory: Any) -> None:
+        self._factory = factory
+        self.client: AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self.running = False
+
+    def start(self) -> None:
+        if self.running:
+            return
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(
+            target=loop.run_forever, name="riverboat-runtime", daemon=True
+        )
+        self._thread.start()
+        self.client = self._call(self._make())
+        self._call(self.client.start())
+        self.running = True
+
+    async def _make(self) -> AsyncClient:
+        client: AsyncClient = self._factory()
+        return client
+
+    def _call(self, coro: Any) -> Any:
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def wake(self, queues: set[str]) -> None:
+        client, loop = self.client, self._loop
+        if client is not None and loop is not None and client._runtime is not None:
+            loop.call_soon_threadsafe(client._runtime.wake_queues, queues)
+
+    def run_until_idle(self) -> None:
+        self.start()
+        assert self.client is not None
+        self._call(self.client.run_until_idle())
+        self._shutdown()
+
+    def stop(self, *, cancel_running: bool) -> None:
+        if not self.running or self.client is None:
+            return
+        if cancel_running:
+            self._call(self.client.stop_and_cancel())
+        else:
+            self._call(self.client.stop())
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self.client is not None:
+            self._call(self.client.driver.close())
+        loop, thread = self._loop, self._thread
+        if loop is not None and thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()
+        self._loop = self._thread = None
+        self.client = None
+        self.running = False

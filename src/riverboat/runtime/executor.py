@@ -70,6 +70,12 @@ class RunState:
     job: Job[Any] | None = None
     cancelled_remotely: bool = False
     interrupted: bool = False
+    # Threads can't be interrupted: cancelling a sync job's task would free its slot and
+    # requeue it while the thread still runs it. Only async jobs are cancelled.
+    cancellable: bool = True
+    # Set once execute_job runs. A task cancelled before its first step never runs any
+    # of its code (so no outcome would be written); such jobs get flags instead.
+    started: bool = False
 
 
 _RUNTIME_FRAMES = (
@@ -155,8 +161,11 @@ async def execute_job(
     error: BaseException | None = None
     held_by_thread = False
     try:
+        if state.interrupted or state.cancelled_remotely:
+            raise asyncio.CancelledError  # flagged before it started: same outcome
         if worker is None:
             raise UnknownJobKindError(row.kind)
+        state.cancellable = worker.is_async
         job = Job(row, worker.decode(row))
         state.job = job
         await _call(
@@ -169,7 +178,7 @@ async def execute_job(
         )
     except asyncio.CancelledError:
         task = asyncio.current_task()
-        if task is not None:
+        if task is not None and task.cancelling():
             task.uncancel()
         if state.cancelled_remotely:
             error = JobCancel(JobCancelledRemotely())

@@ -133,7 +133,8 @@ class Producer:
         state.cancelled_remotely = True
         if state.job is not None:
             state.job._cancel_requested = True
-        task.cancel()
+        if state.cancellable and state.started:
+            task.cancel()
         return True
 
     @property
@@ -237,6 +238,15 @@ class Producer:
             elif not self._active and self._slots_held == 0:
                 self._idle.set()
 
+    def interrupt_running(self) -> None:
+        """Cancel every running async job; each ends *interrupted* (available again,
+        attempt rolled back). Sync jobs can't be interrupted and run to the end."""
+        for task, state in list(self._active.values()):
+            if state.cancellable:
+                state.interrupted = True
+                if state.started:
+                    task.cancel()
+
     async def stop(self, *, cancel_running: bool = False) -> None:
         """Stop fetching; wait for running jobs (cancelling async ones first when
         ``cancel_running``: they are then *interrupted*, River's hard-stop outcome)."""
@@ -246,9 +256,7 @@ class Producer:
             await self._task
             self._task = None
         if cancel_running:
-            for task, state in list(self._active.values()):
-                state.interrupted = True
-                task.cancel()
+            self.interrupt_running()
         tasks = [task for task, _ in self._active.values()]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)

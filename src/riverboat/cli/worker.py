@@ -1,0 +1,154 @@
+"""``riverboat worker MODULE:ATTR``: run a client's workers until signalled.
+
+``ATTR`` names an ``AsyncClient``, a ``Client`` with queues, or a zero-argument callable
+returning one (a factory is best with ``--processes``: every process builds its own
+client and connections). SIGTERM or SIGINT stops softly (running jobs finish, outcomes
+are written); a second signal stops hard (running async jobs are interrupted and made
+available again, outcomes written). ``--exit-when-idle`` drains every configured queue
+and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import multiprocessing
+import signal
+import sys
+from typing import Any
+
+from riverboat.client import AsyncClient, Client
+from riverboat.errors import InvalidInputError
+
+__all__ = ["add_arguments", "load_client", "run"]
+
+log = logging.getLogger("riverboat.worker")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", metavar="MODULE:ATTR", help="the client (or its factory)")
+    parser.add_argument(
+        "--processes", type=int, default=1, help="worker processes to run (default 1)"
+    )
+    parser.add_argument(
+        "--exit-when-idle",
+        action="store_true",
+        help="exit 0 once every configured queue is drained",
+    )
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+
+
+def load_client(target: str) -> AsyncClient:
+    """Import ``MODULE:ATTR`` and return an AsyncClient with queues."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise InvalidInputError("target", f"{target!r} must look like package.module:attribute")
+    if "" not in sys.path:
+        sys.path.insert(0, "")  # like `python -m`, find modules in the working directory
+    module = importlib.import_module(module_name)
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    if callable(obj) and not isinstance(obj, (AsyncClient, Client)):
+        obj = obj()
+    if isinstance(obj, Client):
+        embedded = obj._embedded
+        if embedded is None:
+            raise InvalidInputError("target", f"{target} is a Client without queues")
+        return embedded._factory()  # type: ignore[no-any-return]
+    if not isinstance(obj, AsyncClient):
+        raise InvalidInputError(
+            "target", f"{target} is a {type(obj).__name__}, not a riverboat AsyncClient or Client"
+        )
+    if obj._runtime is None:
+        raise InvalidInputError("target", f"{target} has no queues to work")
+    return obj
+
+
+async def _serve(client: AsyncClient, exit_when_idle: bool) -> int:
+    loop = asyncio.get_running_loop()
+    signals = 0
+    soft = asyncio.Event()
+    hard = asyncio.Event()
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            log.info("stopping: waiting for running jobs (signal again to cancel them)")
+            soft.set()
+        else:
+            log.info("stopping now: cancelling running jobs")
+            hard.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    await client.start()
+    runtime = client.runtime
+    log.info("worker %s started: queues %s", client.id, ", ".join(runtime.producers))
+    try:
+        while not soft.is_set():
+            if exit_when_idle and runtime.is_idle():
+                break
+            try:
+                await asyncio.wait_for(soft.wait(), 0.05 if exit_when_idle else 1.0)
+            except TimeoutError:
+                pass
+        stopping = asyncio.ensure_future(client.stop())
+        hard_wait = asyncio.ensure_future(hard.wait())
+        done, _ = await asyncio.wait({stopping, hard_wait}, return_when=asyncio.FIRST_COMPLETED)
+        if stopping not in done:
+            # A second signal: interrupt running async jobs; the soft stop then finishes.
+            for producer in runtime.producers.values():
+                producer.interrupt_running()
+            await stopping
+        hard_wait.cancel()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await client.close()
+    log.info("worker %s stopped", client.id)
+    return 0
+
+
+def _run_one(target: str, exit_when_idle: bool, log_level: str) -> int:
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    client = load_client(target)
+    return asyncio.run(_serve(client, exit_when_idle))
+
+
+def _child(target: str, exit_when_idle: bool, log_level: str) -> None:
+    sys.exit(_run_one(target, exit_when_idle, log_level))
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.processes < 1:
+        raise InvalidInputError("--processes", "must be at least 1")
+    if args.processes == 1:
+        return _run_one(args.target, args.exit_when_idle, args.log_level)
+    # spawn, not fork: each process imports the target afresh and opens its own
+    # connections (a forked connection or event loop is shared state gone wrong).
+    ctx = multiprocessing.get_context("spawn")
+    procs = [
+        ctx.Process(target=_child, args=(args.target, args.exit_when_idle, args.log_level))
+        for _ in range(args.processes)
+    ]
+    for proc in procs:
+        proc.start()
+
+    def forward(signum: int, _frame: object) -> None:
+        for proc in procs:
+            if proc.pid is not None and proc.is_alive():
+                import os
+
+                os.kill(proc.pid, signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    for proc in procs:
+        proc.join()
+    return max((proc.exitcode or 0) for proc in procs)
