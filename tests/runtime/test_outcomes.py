@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 import pytest
@@ -105,7 +105,7 @@ async def test_error_retries_soon_then_with_backoff(apg_driver: Any) -> None:
     # Second failure: (2 errors)^4 = 16 s ± 10% → retryable, for the scheduler.
     assert second.state == JobState.RETRYABLE
     assert second.attempt == 2 and len(second.errors) == 2
-    delay = (second.scheduled_at - datetime.now(timezone.utc)).total_seconds()
+    delay = (second.scheduled_at - datetime.now(UTC)).total_seconds()
     assert 12 < delay < 18
 
 
@@ -181,7 +181,7 @@ async def test_snooze_reschedules_without_counting_an_attempt(
     assert job.errors == []
     assert job.metadata == {"snoozes": 1}
     if seconds:
-        wait = (job.scheduled_at - datetime.now(timezone.utc)).total_seconds()
+        wait = (job.scheduled_at - datetime.now(UTC)).total_seconds()
         assert 25 < wait <= 30
     else:
         assert done.job is not None and done.job.attempt == 1
@@ -261,7 +261,7 @@ async def test_unknown_kind_fails_with_rivers_error(apg_driver: Any) -> None:
 
 async def test_custom_next_retry(apg_driver: Any) -> None:
     workers = Workers()
-    when = datetime.now(timezone.utc) + timedelta(hours=3)
+    when = datetime.now(UTC) + timedelta(hours=3)
 
     @workers.register("later", next_retry=lambda job: when)
     async def later(job: Job[Any]) -> None:

@@ -153,6 +153,7 @@ async def execute_job(
 ) -> tuple[PendingCompletion, bool]:
     """Run ``row``'s worker; return its outcome and whether the slot is still held by a
     timed-out thread (then ``on_thread_done`` releases it later)."""
+    state.started = True
     started_mono = time.monotonic()
     started = datetime.now(UTC)
     queue_wait = max(0.0, (started - row.scheduled_at).total_seconds())
