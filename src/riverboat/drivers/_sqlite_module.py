@@ -37,6 +37,7 @@ class SqliteTooOldError(MissingDependencyError):
             "install a bundled SQLite with: pip install 'riverboat[sqlite]'"
         )
         self.args = (message,)
+        self.msg = message  # ImportError.__str__ prints msg, not args
         self.found = list(found)
 
 

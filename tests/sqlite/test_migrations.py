@@ -1,0 +1,236 @@
+"""The bundled SQLite migrations produce River's SQLite schema, up and down."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from riverboat.drivers.sqlite import SqliteDriver
+from riverboat.migrations import Migrator
+from tests.sqlite.helpers import query, raw
+
+# River's SQLite schema at version 7 (riverdriver/riversqlite), written out by hand:
+# (name, declared type, NOT NULL, default, primary-key position) per column.
+EXPECTED_COLUMNS: dict[str, list[tuple[str, str, int, str | None, int]]] = {
+    "river_job": [
+        ("id", "integer", 0, None, 1),
+        ("args", "blob", 1, "jsonb('{}')", 0),
+        ("attempt", "integer", 1, "0", 0),
+        ("attempted_at", "timestamp", 0, None, 0),
+        ("attempted_by", "blob", 0, None, 0),
+        ("created_at", "timestamp", 1, "CURRENT_TIMESTAMP", 0),
+        ("errors", "blob", 0, None, 0),
+        ("finalized_at", "timestamp", 0, None, 0),
+        ("kind", "text", 1, None, 0),
+        ("metadata", "blob", 1, "jsonb('{}')", 0),
+        ("priority", "integer", 1, "1", 0),
+        ("queue", "text", 1, "'default'", 0),
+        ("state", "text", 1, "'available'", 0),
+        ("scheduled_at", "timestamp", 1, "CURRENT_TIMESTAMP", 0),
+        ("tags", "blob", 1, "jsonb('[]')", 0),
+        ("unique_key", "blob", 0, None, 0),
+        ("unique_states", "integer", 0, None, 0),
+        ("max_attempts", "integer", 1, "25", 0),
+    ],
+    "river_leader": [
+        ("elected_at", "timestamp", 1, None, 0),
+        ("expires_at", "timestamp", 1, None, 0),
+        ("leader_id", "text", 1, None, 0),
+        ("name", "text", 1, "'default'", 1),
+    ],
+    "river_migration": [
+        ("line", "text", 1, None, 1),
+        ("version", "integer", 1, None, 2),
+        ("created_at", "timestamp", 1, "CURRENT_TIMESTAMP", 0),
+    ],
+    "river_notification": [
+        ("id", "integer", 0, None, 1),
+        ("created_at", "timestamp", 1, "datetime('now', 'subsec')", 0),
+        ("payload", "text", 1, None, 0),
+        ("topic", "text", 1, None, 0),
+    ],
+    "river_queue": [
+        ("name", "text", 1, None, 1),
+        ("created_at", "timestamp", 1, "CURRENT_TIMESTAMP", 0),
+        ("metadata", "blob", 1, "jsonb('{}')", 0),
+        ("paused_at", "timestamp", 0, None, 0),
+        ("updated_at", "timestamp", 1, "CURRENT_TIMESTAMP", 0),
+    ],
+}
+
+# (table, unique, partial, columns) per named index.
+EXPECTED_INDEXES = {
+    "river_job_kind": ("river_job", 0, 0, ["kind"]),
+    "river_job_state_and_finalized_at_index": ("river_job", 0, 1, ["state", "finalized_at"]),
+    "river_job_prioritized_fetching_index": (
+        "river_job",
+        0,
+        0,
+        ["state", "queue", "priority", "scheduled_at", "id"],
+    ),
+    "river_job_unique_idx": ("river_job", 1, 1, ["unique_key"]),
+    "river_notification_created_at_idx": ("river_notification", 0, 0, ["created_at"]),
+    "river_notification_topic_id_idx": ("river_notification", 0, 0, ["topic", "id"]),
+}
+
+EXPECTED_CHECKS = {
+    "river_job": [
+        "finalized_or_finalized_at_null",
+        "kind_length",
+        "priority_in_range",
+        "queue_length",
+        "state_valid",
+    ],
+    "river_leader": ["leader_id_length", "name_length"],
+    "river_migration": ["line_length", "version_gte_1"],
+    "river_notification": ["topic_length"],
+    "river_queue": [],
+}
+
+
+def _norm(sql: str | None) -> str:
+    return re.sub(r"[\s\"]+", "", re.sub(r"--[^\n]*", "", sql or "")).lower()
+
+
+def schema_shape(url: str, db: str = "main") -> dict[str, Any]:
+    """Tables, columns, named indexes and CHECK names of a database, comparable."""
+    conn = raw(url)
+    try:
+        shape: dict[str, Any] = {"tables": {}, "indexes": {}, "checks": {}}
+        rows = conn.execute(
+            f'SELECT type, name, tbl_name, sql FROM "{db}".sqlite_master '
+            "WHERE name NOT LIKE 'sqlite_%'"
+        ).fetchall()
+        for kind, name, table, sql in rows:
+            if kind == "table":
+                cols = conn.execute(f'PRAGMA "{db}".table_info("{name}")').fetchall()
+                shape["tables"][name] = [(c[1], c[2].lower(), c[3], c[4], c[5]) for c in cols]
+                shape["checks"][name] = sorted(re.findall(r"constraint(\w+)check", _norm(sql)))
+            elif kind == "index":
+                listed = {
+                    r[1]: r for r in conn.execute(f'PRAGMA "{db}".index_list("{table}")').fetchall()
+                }
+                cols = [
+                    r[2] for r in conn.execute(f'PRAGMA "{db}".index_info("{name}")').fetchall()
+                ]
+                shape["indexes"][name] = (table, listed[name][2], listed[name][4], cols)
+        return shape
+    finally:
+        conn.close()
+
+
+def test_latest_schema_is_rivers(sqlite_url: str) -> None:
+    shape = schema_shape(sqlite_url)
+    assert shape["tables"] == EXPECTED_COLUMNS
+    assert shape["indexes"] == EXPECTED_INDEXES
+    assert shape["checks"] == EXPECTED_CHECKS
+    versions = query(sqlite_url, "SELECT line, version FROM river_migration ORDER BY version")
+    assert versions == [("main", v) for v in range(1, 8)]
+
+
+def test_unique_index_predicate_follows_unique_states(sqlite_url: str) -> None:
+    conn = raw(sqlite_url)
+    try:
+        insert = (
+            "INSERT INTO river_job (kind, state, finalized_at, unique_key, unique_states) "
+            "VALUES ('k', ?, ?, x'01', ?)"
+        )
+        # 245 = every state but cancelled and discarded.
+        conn.execute(insert, ("completed", "2026-01-01 00:00:00.000", 245))
+        with pytest.raises(Exception, match="UNIQUE"):
+            conn.execute(insert, ("available", None, 245))
+        # A cancelled row is outside the index, so it never conflicts.
+        conn.execute(insert, ("cancelled", "2026-01-01 00:00:00.000", 245))
+        conn.execute("DELETE FROM river_job")
+        conn.execute(insert, ("available", None, 1))
+        conn.execute(insert, ("running", None, 1))  # running (64) is not in mask 1
+        with pytest.raises(Exception, match="CHECK"):
+            conn.execute(insert, ("bogus", None, None))
+    finally:
+        conn.close()
+
+
+def test_down_to_zero_and_up_again(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cycle.sqlite3'}"
+    with SqliteDriver(url) as driver:
+        migrator = Migrator(driver)
+        migrator.up()
+        migrator.down(target_version=0)
+        assert schema_shape(url)["tables"] == {}
+        migrator.up()
+    assert schema_shape(url)["tables"] == EXPECTED_COLUMNS
+
+
+def test_006_rows_are_converted_to_jsonb(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'v6.sqlite3'}"
+    with SqliteDriver(url) as driver:
+        migrator = Migrator(driver)
+        migrator.up(target_version=6)
+        conn = raw(url)
+        try:
+            conn.execute(
+                "INSERT INTO river_job (args, kind, max_attempts, metadata, tags, attempted_by) "
+                "VALUES ('{\"n\":1}', 'k', 3, '{\"m\":true}', '[\"t1\"]', '[\"c1\"]')"
+            )
+            conn.execute(
+                "INSERT INTO river_queue (name, metadata, updated_at) "
+                "VALUES ('q', '{\"a\":1}', '2026-01-01 00:00:00')"
+            )
+        finally:
+            conn.close()
+        migrator.up()
+    row = query(
+        url,
+        "SELECT typeof(args), json(args), json(metadata), json(tags), json(attempted_by), "
+        "errors, max_attempts FROM river_job",
+    )
+    assert row == [("blob", '{"n":1}', '{"m":true}', '["t1"]', '["c1"]', None, 3)]
+    assert query(url, "SELECT json(metadata), typeof(metadata) FROM river_queue") == [
+        ('{"a":1}', "blob")
+    ]
+
+
+def test_007_down_restores_json_text(sqlite_url: str) -> None:
+    conn = raw(sqlite_url)
+    try:
+        conn.execute("INSERT INTO river_job (kind, args) VALUES ('k', jsonb('{\"x\":2}'))")
+    finally:
+        conn.close()
+    with SqliteDriver(sqlite_url) as driver:
+        Migrator(driver).down(target_version=6)
+    assert query(sqlite_url, "SELECT typeof(args), args, max_attempts FROM river_job") == [
+        ("text", '{"x":2}', 25)
+    ]
+
+
+def test_attached_schema(tmp_path: Path) -> None:
+    main = tmp_path / "main.sqlite3"
+    other = tmp_path / "jobs.sqlite3"
+    url = f"sqlite:///{main}"
+    with SqliteDriver(url, schema="jobs", attach={"jobs": str(other)}) as driver:
+        Migrator(driver).up()
+    assert schema_shape(f"sqlite:///{other}")["tables"] == EXPECTED_COLUMNS
+    assert schema_shape(url)["tables"] == {}
+
+
+RIVER_SQLITE = Path("/tmp/river/riverdriver/riversqlite/migration/main")
+
+
+@pytest.mark.skipif(not RIVER_SQLITE.is_dir(), reason="River's source is not checked out")
+def test_matches_rivers_own_files_at_every_version(tmp_path: Path) -> None:
+    """Apply River's SQL and riverboat's side by side; the schemas agree at each version."""
+    ours_url = f"sqlite:///{tmp_path / 'ours.sqlite3'}"
+    theirs_url = f"sqlite:///{tmp_path / 'theirs.sqlite3'}"
+    theirs = raw(theirs_url)
+    try:
+        with SqliteDriver(ours_url) as driver:
+            migrator = Migrator(driver)
+            for version, path in enumerate(sorted(RIVER_SQLITE.glob("*.up.sql")), start=1):
+                migrator.up(target_version=version)
+                theirs.executescript(path.read_text().replace("/* TEMPLATE: schema */", ""))
+                assert schema_shape(ours_url) == schema_shape(theirs_url), path.name
+    finally:
+        theirs.close()
