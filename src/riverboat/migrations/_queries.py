@@ -15,7 +15,7 @@ LINE = "main"
 # the bytes of "riverbmg" read as a big-endian signed 64-bit integer. One key for the
 # whole database (not per schema), so migrations of different schemas also queue up;
 # they are rare and short, and a fixed key is easy to spot in pg_locks
-# (classid 1919510114, objid 1651337063).
+# (classid 1919514213, objid 1919053159), i.e. 8244250770961231207.
 PG_LOCK_KEY = int.from_bytes(b"riverbmg", "big", signed=True)
 
 _PG: dict[str, str | None] = {
