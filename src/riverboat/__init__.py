@@ -1,5 +1,6 @@
 """riverboat: a Python job queue on Postgres and SQLite that speaks River's schema."""
 
+from riverboat._admin import JobListCursor, JobListResult
 from riverboat._job import (
     AttemptError,
     InsertManyParams,
@@ -9,6 +10,7 @@ from riverboat._job import (
     JobState,
     UniqueOpts,
 )
+from riverboat._queue import QueueRow
 from riverboat.client import AsyncClient, Client
 from riverboat.errors import (
     DriverError,
@@ -18,6 +20,7 @@ from riverboat.errors import (
     MigrationError,
     MissingDependencyError,
     NotFoundError,
+    NotSupportedError,
     RiverboatError,
     UnknownJobKindError,
 )
@@ -32,12 +35,16 @@ __all__ = [
     "InsertResult",
     "InvalidArgsError",
     "InvalidInputError",
+    "JobListCursor",
+    "JobListResult",
     "JobRow",
     "JobRunningError",
     "JobState",
     "MigrationError",
     "MissingDependencyError",
     "NotFoundError",
+    "NotSupportedError",
+    "QueueRow",
     "RiverboatError",
     "UniqueOpts",
     "UnknownJobKindError",

@@ -3,23 +3,768 @@
 Mixins over the clients' ``driver`` and ``_core``: each operation is one statement from
 the dialect that returns full rows, run without a wrapping transaction. The ``*_tx``
 forms run on the caller's connection.
+
+Everything without I/O lives in :class:`_Ops`: it validates the inputs, asks the dialect
+for the statement and returns a :class:`_Plan` whose ``finish`` turns the rows into the
+result (raising NotFoundError and friends). The two mixins only run the statement.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import base64
+import binascii
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+from riverboat._insert import validate_queue
+from riverboat._job import STATE_BY_NAME, JobRow, JobState, format_rfc3339_nano, parse_rfc3339
+from riverboat._queue import QueueRow
+from riverboat._sql import Statement
+from riverboat.errors import (
+    InvalidInputError,
+    JobRunningError,
+    NotFoundError,
+    NotSupportedError,
+)
 
 if TYPE_CHECKING:
     from riverboat.client import _ClientCore
+    from riverboat.runtime.runner import Runtime
 
-__all__ = ["AsyncAdmin", "SyncAdmin"]
+__all__ = ["AsyncAdmin", "JobListCursor", "JobListResult", "SyncAdmin"]
+
+T = TypeVar("T")
+Row = Sequence[Any]
+
+JobListOrder = Literal["id", "time", "scheduled_at", "finalized_at"]
+_ORDER_BY = ("id", "time", "scheduled_at", "finalized_at")
+JOB_LIST_LIMIT_DEFAULT = 100
+JOB_LIST_LIMIT_MAX = 10_000
+QUEUE_LIST_LIMIT_DEFAULT = 100
+ALL_QUEUES = "*"
+
+
+def _time_column(order_by: str, states: Sequence[JobState] | None) -> str:
+    """The column an order sorts on. ``time`` follows River: the first listed state decides
+    (scheduled_at for jobs waiting to run, attempted_at for running, finalized_at for
+    finalized); with no state filter it is scheduled_at (River lists available first)."""
+    if order_by == "id":
+        return "id"
+    if order_by != "time":
+        return order_by
+    first = states[0] if states else JobState.AVAILABLE
+    if first == JobState.RUNNING:
+        return "attempted_at"
+    if first in (JobState.CANCELLED, JobState.COMPLETED, JobState.DISCARDED):
+        return "finalized_at"
+    return "scheduled_at"
+
+
+@dataclass(slots=True, frozen=True)
+class JobListCursor:
+    """Where a job list left off: the last job's id and the value of the sorted column.
+
+    Pass it (or its string form, ``str(cursor)``) as ``cursor=`` to get the rows after it
+    in the same order. A cursor is only valid with the ``order_by`` it was made for.
+    """
+
+    id: int
+    order_by: str = "id"
+    column: str = "id"
+    time: datetime | None = None
+
+    @classmethod
+    def from_job(
+        cls,
+        job: JobRow,
+        order_by: JobListOrder = "id",
+        states: Sequence[JobState | str] | None = None,
+    ) -> JobListCursor:
+        """The cursor just after ``job`` in a list ordered by ``order_by``."""
+        if order_by not in _ORDER_BY:
+            raise InvalidInputError("order_by", f"must be one of {', '.join(_ORDER_BY)}")
+        column = _time_column(order_by, [_state(s, "states") for s in states or ()])
+        value = None if column == "id" else getattr(job, column)
+        return cls(job.id, order_by, column, value)
+
+    def encode(self) -> str:
+        body: dict[str, Any] = {"id": self.id, "order_by": self.order_by, "column": self.column}
+        if self.column != "id":
+            body["time"] = None if self.time is None else format_rfc3339_nano(self.time)
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> JobListCursor:
+        try:
+            padded = text + "=" * (-len(text) % 4)
+            body = json.loads(base64.urlsafe_b64decode(padded.encode()))
+            job_id, order_by, column = body["id"], body["order_by"], body["column"]
+            raw_time = body.get("time")
+            moment = parse_rfc3339(raw_time) if isinstance(raw_time, str) else None
+        except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+            raise InvalidInputError("cursor", "is not a job list cursor") from exc
+        if (
+            isinstance(job_id, bool)
+            or not isinstance(job_id, int)
+            or order_by not in _ORDER_BY
+            or column not in ("id", "scheduled_at", "attempted_at", "finalized_at")
+        ):
+            raise InvalidInputError("cursor", "is not a job list cursor")
+        return cls(job_id, order_by, column, moment)
+
+    def __str__(self) -> str:
+        return self.encode()
+
+
+@dataclass(slots=True, frozen=True)
+class JobListResult:
+    """One page of jobs. ``next_cursor`` is set when more rows may follow (pass it back as
+    ``cursor=``); ``last_cursor`` points after the last job of the page whenever it has
+    one (for tailing a list that grows)."""
+
+    jobs: list[JobRow]
+    next_cursor: JobListCursor | None
+    last_cursor: JobListCursor | None
+
+
+@dataclass(slots=True, frozen=True)
+class _Plan(Generic[T]):
+    """A statement and how to turn its rows into the operation's result. ``local`` is the
+    effect on this client's own producers when their notifier cannot hear the NOTIFY."""
+
+    stmt: Statement
+    finish: Callable[[list[Row]], T]
+    local: Callable[[T, Runtime], None] | None = None
+
+
+# -- validation ---------------------------------------------------------------------------
+def _job_id(value: object, field: str = "job_id") -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(field, f"must be an int, not {type(value).__name__}")
+    return value
+
+
+def _state(value: object, field: str) -> JobState:
+    if isinstance(value, JobState):
+        return value
+    if isinstance(value, str) and value in STATE_BY_NAME:
+        return STATE_BY_NAME[value]
+    raise InvalidInputError(field, f"{value!r} is not a job state ({', '.join(STATE_BY_NAME)})")
+
+
+def _str_list(value: object, field: str) -> list[str]:
+    items = _list(value, field)
+    for item in items:
+        if not isinstance(item, str) or not item:
+            raise InvalidInputError(field, "must contain non-empty strings")
+    return items  # type: ignore[return-value]
+
+
+def _list(value: object, field: str) -> list[object]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise InvalidInputError(field, f"must be a list, not {type(value).__name__}")
+    items = list(value)
+    if not items:
+        raise InvalidInputError(field, "must not be empty (leave it out to match everything)")
+    return items
+
+
+def _json_object(value: object, field: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(field, f"must be a dict, not {type(value).__name__}")
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(field, f"cannot be encoded as JSON: {exc}") from exc
+    return dict(value)
+
+
+def _queue_name(name: object, *, allow_all: bool) -> str:
+    if allow_all and name == ALL_QUEUES:
+        return ALL_QUEUES
+    return validate_queue(name, "name")
+
+
+def _limit(value: object, default: int) -> int:
+    if value is None:
+        return default
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 1 <= value <= JOB_LIST_LIMIT_MAX
+    ):
+        raise InvalidInputError("limit", f"must be an int between 1 and {JOB_LIST_LIMIT_MAX}")
+    return value
+
+
+def _filters(
+    *,
+    ids: Iterable[int] | None,
+    kinds: Iterable[str] | None,
+    queues: Iterable[str] | None,
+    states: Iterable[JobState | str] | None,
+    priorities: Iterable[int] | None,
+    tags_all: Iterable[str] | None,
+    tags_any: Iterable[str] | None,
+    metadata: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if ids is not None:
+        out["ids"] = [_job_id(i, "ids") for i in _list(ids, "ids")]
+    if kinds is not None:
+        out["kinds"] = _str_list(kinds, "kinds")
+    if queues is not None:
+        out["queues"] = [validate_queue(q, "queues") for q in _list(queues, "queues")]
+    if states is not None:
+        out["states"] = [_state(s, "states").value for s in _list(states, "states")]
+    if priorities is not None:
+        out["priorities"] = []
+        for p in _list(priorities, "priorities"):
+            if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 4:
+                raise InvalidInputError("priorities", "must contain ints from 1 to 4")
+            out["priorities"].append(p)
+    if tags_all is not None:
+        out["tags_all"] = _str_list(tags_all, "tags_all")
+    if tags_any is not None:
+        out["tags_any"] = _str_list(tags_any, "tags_any")
+    if metadata is not None:
+        out["metadata"] = _json_object(metadata, "metadata")
+    return out
+
+
+# -- local effects (poll-only / no LISTEN) --------------------------------------------------
+def _local_pause(paused: bool, name: str) -> Callable[[Any, Runtime], None]:
+    def apply(_result: Any, runtime: Runtime) -> None:
+        for queue, producer in runtime.producers.items():
+            if name in (ALL_QUEUES, queue):
+                producer.set_paused(paused)
+
+    return apply
+
+
+def _local_cancel(job: JobRow, runtime: Runtime) -> None:
+    if job.state == JobState.RUNNING:
+        producer = runtime.producers.get(job.queue)
+        if producer is not None:
+            producer.cancel_job(job.id)
+
+
+def _hears_notifications(runtime: Runtime) -> bool:
+    driver = runtime.driver
+    return bool(driver.capabilities.listen) and not runtime.config.poll_only
+
+
+class _Ops:
+    """The pure half of every admin operation, shared by the sync and async mixins."""
+
+    __slots__ = ("dialect",)
+
+    def __init__(self, dialect: Any) -> None:
+        self.dialect = dialect
+
+    def _op(self, name: str) -> Callable[..., Statement]:
+        method = getattr(self.dialect, name, None)
+        if method is None:
+            raise NotSupportedError(f"{name} is not supported by the {self.dialect.name} dialect")
+        return method  # type: ignore[no-any-return]
+
+    def _one_job(self, job_id: int) -> Callable[[list[Row]], JobRow]:
+        decode = self.dialect.decode_job
+
+        def finish(rows: list[Row]) -> JobRow:
+            if not rows:
+                raise NotFoundError(f"job {job_id} not found")
+            job: JobRow = decode(rows[0])
+            return job
+
+        return finish
+
+    # -- jobs --------------------------------------------------------------------------
+    def job_cancel(self, job_id: object) -> _Plan[JobRow]:
+        jid = _job_id(job_id)
+        now = format_rfc3339_nano(datetime.now(UTC))
+        return _Plan(self._op("job_cancel")(jid, now), self._one_job(jid), _local_cancel)
+
+    def job_retry(self, job_id: object) -> _Plan[JobRow]:
+        jid = _job_id(job_id)
+        return _Plan(self._op("job_retry")(jid), self._one_job(jid))
+
+    def job_delete(self, job_id: object) -> _Plan[JobRow]:
+        jid = _job_id(job_id)
+        stmt = self._op("job_delete")(jid)
+        decode_deleted = self.dialect.decode_deleted
+
+        def finish(rows: list[Row]) -> JobRow:
+            if not rows:
+                raise NotFoundError(f"job {jid} not found")
+            job, deleted = decode_deleted(rows[0])
+            if not deleted:
+                raise JobRunningError(f"job {jid} is running; running jobs cannot be deleted")
+            return job  # type: ignore[no-any-return]
+
+        return _Plan(stmt, finish)
+
+    def job_delete_many(
+        self, *, all: bool, limit: int | None, **filters: Any
+    ) -> _Plan[list[JobRow]]:
+        chosen = _filters(**filters)
+        if not chosen and all is not True:
+            raise InvalidInputError(
+                "filters",
+                "job_delete_many needs at least one filter, or all=True to delete "
+                "every job that is not running",
+            )
+        stmt = self._op("job_delete_many")(
+            filters=chosen, limit=_limit(limit, JOB_LIST_LIMIT_DEFAULT)
+        )
+        return _Plan(stmt, self.dialect.decode_jobs)
+
+    def job_list(
+        self,
+        *,
+        order_by: str,
+        descending: bool,
+        limit: int | None,
+        cursor: JobListCursor | str | None,
+        **filters: Any,
+    ) -> _Plan[JobListResult]:
+        chosen = _filters(**filters)
+        if order_by not in _ORDER_BY:
+            raise InvalidInputError("order_by", f"must be one of {', '.join(_ORDER_BY)}")
+        if not isinstance(descending, bool):
+            raise InvalidInputError("descending", "must be a bool")
+        states = [STATE_BY_NAME[s] for s in chosen.get("states", ())]
+        column = _time_column(order_by, states)
+        count = _limit(limit, JOB_LIST_LIMIT_DEFAULT)
+        after: tuple[int, datetime | None] | None = None
+        if cursor is not None:
+            if isinstance(cursor, str):
+                cursor = JobListCursor.decode(cursor)
+            elif not isinstance(cursor, JobListCursor):
+                raise InvalidInputError("cursor", "must be a JobListCursor or its string form")
+            if cursor.order_by != order_by or cursor.column != column:
+                raise InvalidInputError(
+                    "cursor",
+                    f"was made for order_by={cursor.order_by!r} ({cursor.column}), "
+                    f"not {order_by!r} ({column})",
+                )
+            after = (cursor.id, cursor.time)
+        # One row more than asked tells whether another page follows.
+        stmt = self._op("job_list")(
+            filters=chosen,
+            order_column=column,
+            descending=descending,
+            limit=count + 1,
+            after=after,
+        )
+        decode_jobs = self.dialect.decode_jobs
+
+        def finish(rows: list[Row]) -> JobListResult:
+            jobs: list[JobRow] = decode_jobs(rows[:count])
+            last = None
+            if jobs:
+                tail = jobs[-1]
+                last = JobListCursor(
+                    tail.id, order_by, column, None if column == "id" else getattr(tail, column)
+                )
+            return JobListResult(jobs, last if len(rows) > count else None, last)
+
+        return _Plan(stmt, finish)
+
+    def job_update(
+        self, job_id: object, *, output: Any, metadata: Mapping[str, Any] | None, unset: Any
+    ) -> _Plan[JobRow]:
+        jid = _job_id(job_id)
+        merge = _json_object(metadata, "metadata") if metadata is not None else {}
+        if output is not unset:
+            try:
+                json.dumps(output)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInputError("output", f"cannot be encoded as JSON: {exc}") from exc
+            merge["output"] = output
+        if not merge:  # nothing to write: read the row instead of rewriting it
+            return _Plan(self.dialect.job_get_by_id(jid), self._one_job(jid))
+        return _Plan(self._op("job_update")(jid, merge), self._one_job(jid))
+
+    # -- queues ------------------------------------------------------------------------
+    def _one_queue(self, name: str) -> Callable[[list[Row]], QueueRow]:
+        decode_queues = self.dialect.decode_queues
+
+        def finish(rows: list[Row]) -> QueueRow:
+            queues: list[QueueRow] = decode_queues(rows)
+            if not queues:
+                raise NotFoundError(f"queue {name!r} not found")
+            return queues[0]
+
+        return finish
+
+    def queue_get(self, name: object) -> _Plan[QueueRow]:
+        queue = _queue_name(name, allow_all=False)
+        return _Plan(self._op("queue_get")(queue), self._one_queue(queue))
+
+    def queue_list(self, limit: int | None) -> _Plan[list[QueueRow]]:
+        stmt = self._op("queue_list")(_limit(limit, QUEUE_LIST_LIMIT_DEFAULT))
+        return _Plan(stmt, self.dialect.decode_queues)
+
+    def _queue_toggle(self, op: str, name: object, paused: bool) -> _Plan[list[QueueRow]]:
+        queue = _queue_name(name, allow_all=True)
+        decode_queues = self.dialect.decode_queues
+
+        def finish(rows: list[Row]) -> list[QueueRow]:
+            queues: list[QueueRow] = decode_queues(rows)
+            if not queues and queue != ALL_QUEUES:
+                raise NotFoundError(f"queue {queue!r} not found")
+            return queues
+
+        return _Plan(self._op(op)(queue), finish, _local_pause(paused, queue))
+
+    def queue_pause(self, name: object) -> _Plan[list[QueueRow]]:
+        return self._queue_toggle("queue_pause", name, True)
+
+    def queue_resume(self, name: object) -> _Plan[list[QueueRow]]:
+        return self._queue_toggle("queue_resume", name, False)
+
+    def queue_update(self, name: object, metadata: Mapping[str, Any] | None) -> _Plan[QueueRow]:
+        queue = _queue_name(name, allow_all=False)
+        meta = _json_object(metadata, "metadata") if metadata is not None else None
+        return _Plan(self._op("queue_update")(queue, meta), self._one_queue(queue))
+
+
+_UNSET: Any = object()
+
+
+def _ops(core: _ClientCore) -> _Ops:
+    return _Ops(core.dialect)
 
 
 class SyncAdmin:
+    """Administration for :class:`~riverboat.Client`; see :class:`AsyncAdmin` for docs."""
+
     driver: Any
     _core: _ClientCore
+
+    def _run(self, plan: _Plan[T]) -> T:
+        result = plan.finish(self.driver.fetch(plan.stmt))
+        if plan.local is not None:
+            self._apply_local(plan.local, result)
+        return result
+
+    def _run_tx(self, conn: Any, plan: _Plan[T]) -> T:
+        return plan.finish(self.driver.wrap(conn).fetch(plan.stmt))
+
+    def _apply_local(self, effect: Callable[[T, Runtime], None], result: T) -> None:
+        # An embedded runtime lives on its own loop thread: hand the effect to that loop.
+        embedded = getattr(self, "_embedded", None)
+        client = getattr(embedded, "client", None)
+        loop = getattr(embedded, "_loop", None)
+        runtime = getattr(client, "_runtime", None)
+        if runtime is not None and loop is not None and not _hears_notifications(runtime):
+            loop.call_soon_threadsafe(effect, result, runtime)
+
+    def job_cancel(self, job_id: int) -> JobRow:
+        return self._run(_ops(self._core).job_cancel(job_id))
+
+    def job_cancel_tx(self, conn: Any, job_id: int) -> JobRow:
+        return self._run_tx(conn, _ops(self._core).job_cancel(job_id))
+
+    def job_retry(self, job_id: int) -> JobRow:
+        return self._run(_ops(self._core).job_retry(job_id))
+
+    def job_retry_tx(self, conn: Any, job_id: int) -> JobRow:
+        return self._run_tx(conn, _ops(self._core).job_retry(job_id))
+
+    def job_delete(self, job_id: int) -> JobRow:
+        return self._run(_ops(self._core).job_delete(job_id))
+
+    def job_delete_tx(self, conn: Any, job_id: int) -> JobRow:
+        return self._run_tx(conn, _ops(self._core).job_delete(job_id))
+
+    def job_delete_many(
+        self,
+        *,
+        ids: Iterable[int] | None = None,
+        kinds: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+        states: Iterable[JobState | str] | None = None,
+        priorities: Iterable[int] | None = None,
+        tags_all: Iterable[str] | None = None,
+        tags_any: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+        all: bool = False,
+    ) -> list[JobRow]:
+        return self._run(
+            _ops(self._core).job_delete_many(
+                ids=ids, kinds=kinds, queues=queues, states=states, priorities=priorities,
+                tags_all=tags_all, tags_any=tags_any, metadata=metadata, limit=limit, all=all,
+            )
+        )  # fmt: skip
+
+    def job_delete_many_tx(self, conn: Any, **kwargs: Any) -> list[JobRow]:
+        kwargs.setdefault("limit", None)
+        kwargs.setdefault("all", False)
+        return self._run_tx(conn, _ops(self._core).job_delete_many(**_with_filters(kwargs)))
+
+    def job_list(
+        self,
+        *,
+        ids: Iterable[int] | None = None,
+        kinds: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+        states: Iterable[JobState | str] | None = None,
+        priorities: Iterable[int] | None = None,
+        tags_all: Iterable[str] | None = None,
+        tags_any: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        order_by: JobListOrder = "id",
+        descending: bool = False,
+        limit: int | None = None,
+        cursor: JobListCursor | str | None = None,
+    ) -> JobListResult:
+        return self._run(
+            _ops(self._core).job_list(
+                ids=ids, kinds=kinds, queues=queues, states=states, priorities=priorities,
+                tags_all=tags_all, tags_any=tags_any, metadata=metadata, order_by=order_by,
+                descending=descending, limit=limit, cursor=cursor,
+            )
+        )  # fmt: skip
+
+    def job_list_tx(self, conn: Any, **kwargs: Any) -> JobListResult:
+        return self._run_tx(conn, _ops(self._core).job_list(**_with_list_defaults(kwargs)))
+
+    def job_update(
+        self, job_id: int, *, output: Any = _UNSET, metadata: Mapping[str, Any] | None = None
+    ) -> JobRow:
+        return self._run(
+            _ops(self._core).job_update(job_id, output=output, metadata=metadata, unset=_UNSET)
+        )
+
+    def job_update_tx(
+        self,
+        conn: Any,
+        job_id: int,
+        *,
+        output: Any = _UNSET,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> JobRow:
+        plan = _ops(self._core).job_update(job_id, output=output, metadata=metadata, unset=_UNSET)
+        return self._run_tx(conn, plan)
+
+    def queue_get(self, name: str) -> QueueRow:
+        return self._run(_ops(self._core).queue_get(name))
+
+    def queue_list(self, *, limit: int | None = None) -> list[QueueRow]:
+        return self._run(_ops(self._core).queue_list(limit))
+
+    def queue_pause(self, name: str) -> list[QueueRow]:
+        return self._run(_ops(self._core).queue_pause(name))
+
+    def queue_pause_tx(self, conn: Any, name: str) -> list[QueueRow]:
+        return self._run_tx(conn, _ops(self._core).queue_pause(name))
+
+    def queue_resume(self, name: str) -> list[QueueRow]:
+        return self._run(_ops(self._core).queue_resume(name))
+
+    def queue_resume_tx(self, conn: Any, name: str) -> list[QueueRow]:
+        return self._run_tx(conn, _ops(self._core).queue_resume(name))
+
+    def queue_update(self, name: str, *, metadata: Mapping[str, Any] | None = None) -> QueueRow:
+        return self._run(_ops(self._core).queue_update(name, metadata))
+
+    def queue_update_tx(
+        self, conn: Any, name: str, *, metadata: Mapping[str, Any] | None = None
+    ) -> QueueRow:
+        return self._run_tx(conn, _ops(self._core).queue_update(name, metadata))
+
+
+_FILTER_NAMES = (
+    "ids", "kinds", "queues", "states", "priorities", "tags_all", "tags_any", "metadata",
+)  # fmt: skip
+
+
+def _with_filters(kwargs: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(kwargs) - {*_FILTER_NAMES, "limit", "all", "order_by", "descending", "cursor"}
+    if unknown:
+        raise InvalidInputError(sorted(unknown)[0], "is not a job filter")
+    return {name: kwargs.get(name) for name in _FILTER_NAMES} | {
+        k: v for k, v in kwargs.items() if k not in _FILTER_NAMES
+    }
+
+
+def _with_list_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
+    kwargs.setdefault("order_by", "id")
+    kwargs.setdefault("descending", False)
+    kwargs.setdefault("limit", None)
+    kwargs.setdefault("cursor", None)
+    return _with_filters(kwargs)
 
 
 class AsyncAdmin:
+    """Job and queue administration for :class:`~riverboat.AsyncClient`.
+
+    Every method is one statement returning full rows; ``*_tx`` forms run on the caller's
+    connection inside their transaction (and, like River's, never touch this client's
+    producers directly: the NOTIFY is delivered only if that transaction commits).
+    """
+
     driver: Any
     _core: _ClientCore
+
+    async def _run(self, plan: _Plan[T]) -> T:
+        result = plan.finish(await self.driver.fetch(plan.stmt))
+        runtime: Runtime | None = getattr(self, "_runtime", None)
+        if plan.local is not None and runtime is not None and runtime.started:
+            if not _hears_notifications(runtime):
+                plan.local(result, runtime)
+        return result
+
+    async def _run_tx(self, conn: Any, plan: _Plan[T]) -> T:
+        return plan.finish(await self.driver.wrap(conn).fetch(plan.stmt))
+
+    async def job_cancel(self, job_id: int) -> JobRow:
+        """Cancel a job (River's JobCancel). A job that is not running is cancelled now;
+        a running one is signalled to its producer and ends ``cancelled`` if its work
+        then fails or is interrupted (``completed`` if it still succeeds). A finalized job
+        is returned unchanged. Raises NotFoundError."""
+        return await self._run(_ops(self._core).job_cancel(job_id))
+
+    async def job_cancel_tx(self, conn: Any, job_id: int) -> JobRow:
+        return await self._run_tx(conn, _ops(self._core).job_cancel(job_id))
+
+    async def job_retry(self, job_id: int) -> JobRow:
+        """Make a job available now (River's JobRetry): not for running jobs, nor for an
+        available one that is already due (both are returned unchanged). A job that used
+        its last attempt gets one more. Raises NotFoundError."""
+        return await self._run(_ops(self._core).job_retry(job_id))
+
+    async def job_retry_tx(self, conn: Any, job_id: int) -> JobRow:
+        return await self._run_tx(conn, _ops(self._core).job_retry(job_id))
+
+    async def job_delete(self, job_id: int) -> JobRow:
+        """Delete a job and return it. Raises JobRunningError for a running job,
+        NotFoundError for a missing one."""
+        return await self._run(_ops(self._core).job_delete(job_id))
+
+    async def job_delete_tx(self, conn: Any, job_id: int) -> JobRow:
+        return await self._run_tx(conn, _ops(self._core).job_delete(job_id))
+
+    async def job_delete_many(
+        self,
+        *,
+        ids: Iterable[int] | None = None,
+        kinds: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+        states: Iterable[JobState | str] | None = None,
+        priorities: Iterable[int] | None = None,
+        tags_all: Iterable[str] | None = None,
+        tags_any: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+        all: bool = False,
+    ) -> list[JobRow]:
+        """Delete up to ``limit`` (default 100) matching jobs, oldest id first, skipping
+        running jobs and rows locked by others; returns them. With no filter it refuses
+        unless ``all=True``."""
+        return await self._run(
+            _ops(self._core).job_delete_many(
+                ids=ids, kinds=kinds, queues=queues, states=states, priorities=priorities,
+                tags_all=tags_all, tags_any=tags_any, metadata=metadata, limit=limit, all=all,
+            )
+        )  # fmt: skip
+
+    async def job_delete_many_tx(self, conn: Any, **kwargs: Any) -> list[JobRow]:
+        kwargs.setdefault("limit", None)
+        kwargs.setdefault("all", False)
+        return await self._run_tx(conn, _ops(self._core).job_delete_many(**_with_filters(kwargs)))
+
+    async def job_list(
+        self,
+        *,
+        ids: Iterable[int] | None = None,
+        kinds: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+        states: Iterable[JobState | str] | None = None,
+        priorities: Iterable[int] | None = None,
+        tags_all: Iterable[str] | None = None,
+        tags_any: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        order_by: JobListOrder = "id",
+        descending: bool = False,
+        limit: int | None = None,
+        cursor: JobListCursor | str | None = None,
+    ) -> JobListResult:
+        """List jobs (River's JobList): filters combine with AND; ``tags_all`` needs every
+        tag, ``tags_any`` one of them, ``metadata`` is JSON containment (``@>``). Ordered by
+        ``order_by`` (``time`` = scheduled_at, attempted_at or finalized_at depending on
+        the first listed state) then id; ``limit`` defaults to 100. Pass ``next_cursor``
+        back as ``cursor`` for the next page."""
+        return await self._run(
+            _ops(self._core).job_list(
+                ids=ids, kinds=kinds, queues=queues, states=states, priorities=priorities,
+                tags_all=tags_all, tags_any=tags_any, metadata=metadata, order_by=order_by,
+                descending=descending, limit=limit, cursor=cursor,
+            )
+        )  # fmt: skip
+
+    async def job_list_tx(self, conn: Any, **kwargs: Any) -> JobListResult:
+        return await self._run_tx(conn, _ops(self._core).job_list(**_with_list_defaults(kwargs)))
+
+    async def job_update(
+        self, job_id: int, *, output: Any = _UNSET, metadata: Mapping[str, Any] | None = None
+    ) -> JobRow:
+        """Merge ``metadata`` (shallow) and/or ``output`` (stored as ``metadata.output``, as
+        River's recorded output) into a job, whatever its state. Raises NotFoundError."""
+        return await self._run(
+            _ops(self._core).job_update(job_id, output=output, metadata=metadata, unset=_UNSET)
+        )
+
+    async def job_update_tx(
+        self,
+        conn: Any,
+        job_id: int,
+        *,
+        output: Any = _UNSET,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> JobRow:
+        plan = _ops(self._core).job_update(job_id, output=output, metadata=metadata, unset=_UNSET)
+        return await self._run_tx(conn, plan)
+
+    async def queue_get(self, name: str) -> QueueRow:
+        """One ``river_queue`` row; raises NotFoundError."""
+        return await self._run(_ops(self._core).queue_get(name))
+
+    async def queue_list(self, *, limit: int | None = None) -> list[QueueRow]:
+        """Queues by name, at most ``limit`` (default 100)."""
+        return await self._run(_ops(self._core).queue_list(limit))
+
+    async def queue_pause(self, name: str) -> list[QueueRow]:
+        """Pause one queue, or every queue with ``"*"``: producers stop fetching (running
+        jobs go on) until resumed, across restarts. Returns the affected rows; raises
+        NotFoundError for a named queue that does not exist."""
+        return await self._run(_ops(self._core).queue_pause(name))
+
+    async def queue_pause_tx(self, conn: Any, name: str) -> list[QueueRow]:
+        return await self._run_tx(conn, _ops(self._core).queue_pause(name))
+
+    async def queue_resume(self, name: str) -> list[QueueRow]:
+        """Resume one queue, or every queue with ``"*"``; see :meth:`queue_pause`."""
+        return await self._run(_ops(self._core).queue_resume(name))
+
+    async def queue_resume_tx(self, conn: Any, name: str) -> list[QueueRow]:
+        return await self._run_tx(conn, _ops(self._core).queue_resume(name))
+
+    async def queue_update(
+        self, name: str, *, metadata: Mapping[str, Any] | None = None
+    ) -> QueueRow:
+        """Replace a queue's metadata (River's QueueUpdate) and tell producers
+        (``metadata_changed``). Raises NotFoundError."""
+        return await self._run(_ops(self._core).queue_update(name, metadata))
+
+    async def queue_update_tx(
+        self, conn: Any, name: str, *, metadata: Mapping[str, Any] | None = None
+    ) -> QueueRow:
+        return await self._run_tx(conn, _ops(self._core).queue_update(name, metadata))

@@ -11,6 +11,7 @@ Every exception riverboat raises on purpose derives from :class:`RiverboatError`
     ├── DriverError                               a database error, translated at the driver
     │                                             boundary (the original is ``__cause__``)
     ├── MissingDependencyError (also ImportError) an optional extra is not installed
+    ├── NotSupportedError (also NotImplementedError) the dialect lacks this operation
     └── MigrationError                            the schema is not at a version riverboat knows
 
 Driver errors keep the underlying library's exception as ``__cause__`` so callers can
@@ -27,6 +28,7 @@ __all__ = [
     "MigrationError",
     "MissingDependencyError",
     "NotFoundError",
+    "NotSupportedError",
     "RiverboatError",
     "UnknownJobKindError",
 ]
@@ -57,6 +59,10 @@ class NotFoundError(RiverboatError):
 
 class JobRunningError(RiverboatError):
     """The operation is refused because the job is running (River's ErrJobRunning)."""
+
+
+class NotSupportedError(RiverboatError, NotImplementedError):
+    """The database's dialect does not implement this operation (yet); names it."""
 
 
 class UnknownJobKindError(RiverboatError):
