@@ -1,0 +1,162 @@
+"""The Migrator on SQLite: bookkeeping, targets, refusal, concurrency and the CLI.
+
+The SQLite schema itself is compared with River's in tests/sqlite/test_migrations.py.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from riverboat.drivers.sqlite import SqliteDriver
+from riverboat.errors import MigrationError
+from riverboat.migrations import LATEST_VERSION, Migrator, require_current
+
+ALL = list(range(1, LATEST_VERSION + 1))
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def migration_rows(path: Path) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(path) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "river_migration" not in tables:
+            return []
+        cols = [r[1] for r in conn.execute("PRAGMA table_info(river_migration)")]
+        select = "line, version" if "line" in cols else "version"
+        return conn.execute(f"SELECT {select} FROM river_migration ORDER BY version").fetchall()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "m.sqlite3"
+
+
+def test_up_down_and_bookkeeping(db: Path) -> None:
+    with SqliteDriver(f"sqlite:///{db}") as driver:
+        migrator = Migrator(driver)
+        assert migrator.current_version() == 0
+        assert migrator.up(4) == [1, 2, 3, 4]
+        assert migration_rows(db) == [(1,), (2,), (3,), (4,)]  # no line column before 005
+        assert migrator.up() == [5, 6, 7]
+        assert migration_rows(db) == [("main", v) for v in ALL]
+        assert [i.applied for i in migrator.list()] == [True] * 7
+        assert all(i.applied_at is not None and i.applied_at.tzinfo for i in migrator.list())
+        assert migrator.down() == [7]
+        assert migrator.down(4) == [6, 5]
+        assert migration_rows(db) == [(1,), (2,), (3,), (4,)]
+        with pytest.raises(MigrationError, match="not applied"):
+            migrator.down(6)
+        assert migrator.down(0) == [4, 3, 2, 1]
+        assert migration_rows(db) == []
+        assert migrator.up() == ALL
+        assert require_current(driver) == 7
+
+
+def test_legacy_table_upgrade(db: Path) -> None:
+    with SqliteDriver(f"sqlite:///{db}") as driver:
+        Migrator(driver).up(4)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE river_migration SET created_at = '2024-01-02 03:04:05'")
+    with SqliteDriver(f"sqlite:///{db}") as driver:
+        migrator = Migrator(driver)
+        assert migrator.current_version() == 4
+        assert migrator.up() == [5, 6, 7]
+        first = migrator.list()[0]
+        assert first.applied_at is not None
+        assert first.applied_at.isoformat() == "2024-01-02T03:04:05+00:00"
+
+
+def test_newer_version_refused(db: Path) -> None:
+    with SqliteDriver(f"sqlite:///{db}") as driver:
+        migrator = Migrator(driver)
+        migrator.up()
+        with sqlite3.connect(db) as conn:
+            conn.execute("INSERT INTO river_migration (line, version) VALUES ('main', 99)")
+        assert migrator.current_version() == 99
+        for call in (migrator.up, migrator.down, migrator.list, lambda: require_current(driver)):
+            with pytest.raises(MigrationError, match="newer"):
+                call()
+
+
+def test_require_current_below_6(db: Path) -> None:
+    with SqliteDriver(f"sqlite:///{db}") as driver:
+        Migrator(driver).up(5)
+        with pytest.raises(MigrationError, match="riverboat migrate up"):
+            require_current(driver)
+
+
+def test_attached_schema_is_read_in_its_own_database(tmp_path: Path) -> None:
+    main = tmp_path / "main.sqlite3"
+    jobs = tmp_path / "jobs.sqlite3"
+    # The main database at version 7 must not make the attached one look migrated.
+    with SqliteDriver(f"sqlite:///{main}") as driver:
+        Migrator(driver).up()
+    with SqliteDriver(f"sqlite:///{main}", schema="jobs", attach={"jobs": str(jobs)}) as driver:
+        migrator = Migrator(driver)
+        assert migrator.current_version() == 0
+        assert migrator.up(3) == [1, 2, 3]
+        assert migrator.current_version() == 3
+    assert migration_rows(jobs) == [(1,), (2,), (3,)]
+    assert migration_rows(main) == [("main", v) for v in ALL]
+
+
+def _up_in_process(url: str, barrier: Any, results: Any) -> None:
+    try:
+        with SqliteDriver(url) as driver:
+            barrier.wait(timeout=30)
+            results.put(("ok", Migrator(driver).up()))
+    except Exception as exc:  # reported to the parent, which fails the test
+        results.put(("error", repr(exc)))
+
+
+def test_concurrent_up_from_processes(db: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    workers = 4
+    barrier = ctx.Barrier(workers)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_up_in_process, args=(f"sqlite:///{db}", barrier, results))
+        for _ in range(workers)
+    ]
+    for proc in procs:
+        proc.start()
+    outcomes = [results.get(timeout=60) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=30)
+    assert [kind for kind, _ in outcomes] == ["ok"] * workers, outcomes
+    assert sorted(v for _, versions in outcomes for v in versions) == ALL
+    assert migration_rows(db) == [("main", v) for v in ALL]
+
+
+def test_cli(db: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env["DATABASE_URL"] = f"sqlite:///{db}"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "riverboat.cli", "migrate", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=60,
+        )
+
+    up = run("up")
+    assert up.returncode == 0, up.stderr
+    assert up.stdout.splitlines()[-1] == f"current version: 7 (latest {LATEST_VERSION})"
+    listing = run("list")
+    assert listing.returncode == 0 and listing.stdout.count("* 0") == 7
+    sql = run("get-sql", "--version", "7")
+    assert sql.returncode == 0 and "river_notification" in sql.stdout
+    assert "jsonb" in sql.stdout  # the SQLite files, picked from the URL
+    down = run("down", "--target-version", "0")
+    assert down.returncode == 0, down.stderr
+    assert migration_rows(db) == []
