@@ -1,0 +1,176 @@
+"""The loop every maintenance service shares: its own interval, its own error backoff.
+
+A service runs once at start (after a small random stagger), then every ``interval``.
+When a run fails it backs off exponentially (``error_backoff_base`` doubling up to
+``error_backoff_max``, ±10%) and during a backoff nothing but stopping ends the wait:
+:meth:`Service.wake` (or anything else that nudges the service) is ignored until the
+backoff has passed, so a burst of ordinary wake-ups cannot hammer a failing database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from riverboat.errors import DriverError
+
+if TYPE_CHECKING:
+    from riverboat.runtime.maintenance import MaintenanceConfig
+    from riverboat.runtime.retry import RetryPolicy
+    from riverboat.runtime.worker import Workers
+
+__all__ = ["MaintenanceContext", "Service", "ServiceStats", "backoff_delay"]
+
+log = logging.getLogger("riverboat.maintenance")
+
+RUN_STARTS_KEPT = 100
+
+
+def backoff_delay(errors: int, base: float, cap: float, *, jitter: bool = True) -> float:
+    """Delay after the ``errors``-th consecutive failure: base, 2·base, 4·base ... ≤ cap."""
+    delay = min(base * 2.0 ** max(errors - 1, 0), cap)
+    return delay * random.uniform(0.9, 1.1) if jitter else delay
+
+
+@dataclass(slots=True)
+class MaintenanceContext:
+    """What the services need from the runtime."""
+
+    driver: Any
+    client_id: str
+    config: MaintenanceConfig
+    workers: Workers
+    retry_policy: RetryPolicy
+    job_timeout: float | None
+    wake_queues: Callable[[Iterable[str]], None] = lambda queues: None
+
+    @property
+    def dialect(self) -> Any:
+        return self.driver.dialect
+
+
+@dataclass(slots=True)
+class ServiceStats:
+    runs: int = 0
+    successes: int = 0
+    errors: int = 0
+    consecutive_errors: int = 0
+    wakes_ignored: int = 0
+    last_error: BaseException | None = None
+    # time.monotonic() of each run's start (the last RUN_STARTS_KEPT), and the end of the
+    # current error backoff (0 when not backing off).
+    run_started: list[float] = field(default_factory=list)
+    backoff_until: float = 0.0
+
+
+class Service:
+    """Base class: override :meth:`run_once` (and :meth:`next_delay` for timers)."""
+
+    name: ClassVar[str] = "service"
+
+    def __init__(self, ctx: MaintenanceContext, interval: float) -> None:
+        self.ctx = ctx
+        self.interval = interval
+        self.stats = ServiceStats()
+        self._wake = asyncio.Event()
+        self._changed = asyncio.Condition()
+        self._stop: asyncio.Event | None = None
+
+    # -- hooks -------------------------------------------------------------------------
+    async def run_once(self) -> None:
+        raise NotImplementedError
+
+    def next_delay(self) -> float:
+        """Seconds from the end of a successful run to the next one."""
+        return self.interval
+
+    async def on_start(self) -> None:
+        """Called each time the service starts (leadership gained)."""
+
+    # -- signals -----------------------------------------------------------------------
+    def wake(self) -> None:
+        """Run now instead of at the next interval, unless backing off after an error."""
+        if time.monotonic() < self.stats.backoff_until:
+            self.stats.wakes_ignored += 1
+            return
+        self._wake.set()
+
+    async def wait_for(self, predicate: Callable[[ServiceStats], bool]) -> ServiceStats:
+        """Wait until ``predicate(stats)`` holds (checked after every run)."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: predicate(self.stats))
+        return self.stats
+
+    # -- the loop ----------------------------------------------------------------------
+    async def _sleep(self, seconds: float, stop: asyncio.Event, *, wakeable: bool) -> None:
+        waiters = [asyncio.ensure_future(stop.wait())]
+        if wakeable:
+            waiters.append(asyncio.ensure_future(self._wake.wait()))
+        try:
+            await asyncio.wait(waiters, timeout=max(seconds, 0.0), return_when="FIRST_COMPLETED")
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def pause_between_batches(self) -> None:
+        cfg = self.ctx.config
+        stop = self._stop
+        delay = random.uniform(cfg.batch_pause_min, cfg.batch_pause_max)
+        if stop is not None:
+            await self._sleep(delay, stop, wakeable=False)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop is not None and self._stop.is_set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        cfg = self.ctx.config
+        self._stop = stop
+        self._wake.clear()
+        if cfg.start_jitter > 0:
+            await self._sleep(random.uniform(0, cfg.start_jitter), stop, wakeable=False)
+        await self.on_start()
+        while not stop.is_set():
+            stats = self.stats
+            stats.runs += 1
+            stats.run_started.append(time.monotonic())
+            del stats.run_started[:-RUN_STARTS_KEPT]
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(cfg.run_timeout):
+                    await self.run_once()
+            except Exception as exc:  # a database error, a timeout, or a bug: back off
+                stats.errors += 1
+                stats.consecutive_errors += 1
+                stats.last_error = exc
+                delay = backoff_delay(
+                    stats.consecutive_errors, cfg.error_backoff_base, cfg.error_backoff_max
+                )
+                stats.backoff_until = time.monotonic() + delay
+                expected = isinstance(exc, (DriverError, TimeoutError))
+                log.log(
+                    logging.WARNING if expected else logging.ERROR,
+                    "maintenance %s: run failed (%s: %s); backing off %.2fs",
+                    self.name,
+                    type(exc).__name__,
+                    exc,
+                    delay,
+                )
+                await self._notify()
+                # Only stopping ends a backoff early.
+                await self._sleep(delay, stop, wakeable=False)
+                stats.backoff_until = 0.0
+                continue
+            stats.successes += 1
+            stats.consecutive_errors = 0
+            await self._notify()
+            await self._sleep(self.next_delay(), stop, wakeable=True)
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()

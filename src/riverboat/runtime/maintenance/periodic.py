@@ -1,0 +1,232 @@
+"""Periodic jobs, enqueued by the leader (River §7.4).
+
+``PeriodicJob(schedule, constructor, run_on_start=False, id=None)``: ``schedule`` is a
+cron expression (``croniter`` syntax, evaluated in UTC; needs ``riverboat[cron]``) or a
+fixed interval (a ``timedelta`` or seconds). ``constructor()`` returns the job's args,
+``(args, InsertOpts)``, an :class:`~riverboat.InsertManyParams`, or ``None`` to skip this
+run; it may be a coroutine function.
+
+Each run is inserted with ``scheduled_at`` = its tick and metadata ``"periodic": true``
+(plus ``"river:periodic_job_id"`` when an id is set), through the normal insert path.
+Unless the constructor brings its own unique options, the job is unique over the periodic
+job (its id, else its kind and args) and the tick, so a run is inserted at most once
+however many clients there are and even when leadership changes mid-tick. Interval
+ticks are aligned to the Unix epoch so every client computes the same ticks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, validate_kind
+from riverboat._job import InsertManyParams, InsertOpts, JobState, format_rfc3339_nano
+from riverboat._unique import unique_states_bitmask
+from riverboat.errors import InvalidInputError, MissingDependencyError
+from riverboat.runtime.maintenance._service import MaintenanceContext, Service
+
+__all__ = ["PeriodicJob", "PeriodicJobEnqueuer"]
+
+log = logging.getLogger("riverboat.maintenance")
+
+# A run is due when its tick is less than this far away (River's margin).
+DUE_MARGIN = timedelta(milliseconds=100)
+ID_MAX = 127
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _import_croniter() -> Any:
+    try:
+        from croniter import croniter
+    except ImportError:
+        raise MissingDependencyError("croniter", "cron") from None
+    return croniter
+
+
+class PeriodicJob:
+    """A job the leader inserts on a schedule."""
+
+    __slots__ = ("_cron", "_interval", "constructor", "id", "run_on_start", "schedule")
+
+    def __init__(
+        self,
+        schedule: str | timedelta | float,
+        constructor: Callable[[], Any],
+        run_on_start: bool = False,
+        id: str | None = None,
+    ) -> None:
+        if not callable(constructor):
+            raise InvalidInputError("constructor", "must be callable")
+        if id is not None:
+            validate_kind(id, "id")
+            if len(id) > ID_MAX:
+                raise InvalidInputError("id", f"must be at most {ID_MAX} characters")
+        self.schedule = schedule
+        self.constructor = constructor
+        self.run_on_start = bool(run_on_start)
+        self.id = id
+        self._cron: Any = None
+        self._interval: timedelta | None = None
+        if isinstance(schedule, str):
+            croniter = _import_croniter()
+            if not croniter.is_valid(schedule):
+                raise InvalidInputError("schedule", f"{schedule!r} is not a cron expression")
+            self._cron = schedule
+        elif isinstance(schedule, timedelta) or (
+            isinstance(schedule, (int, float)) and not isinstance(schedule, bool)
+        ):
+            interval = schedule if isinstance(schedule, timedelta) else timedelta(seconds=schedule)
+            if interval < timedelta(milliseconds=1):
+                raise InvalidInputError("schedule", "an interval must be at least 1 ms")
+            self._interval = interval
+        else:
+            raise InvalidInputError(
+                "schedule", "must be a cron expression (str) or an interval (timedelta/seconds)"
+            )
+
+    def next_after(self, moment: datetime) -> datetime:
+        """The first tick strictly after ``moment``."""
+        moment = moment.astimezone(UTC)
+        if self._interval is not None:
+            step = self._interval // timedelta(microseconds=1)
+            since = (moment - _EPOCH) // timedelta(microseconds=1)
+            return _EPOCH + timedelta(microseconds=(since // step + 1) * step)
+        croniter = _import_croniter()
+        result: datetime = croniter(self._cron, moment).get_next(datetime)
+        return result.astimezone(UTC)
+
+    def __repr__(self) -> str:
+        return f"PeriodicJob({self.schedule!r}, id={self.id!r})"
+
+
+def periodic_unique_key(ident: str, tick: datetime) -> bytes:
+    """The unique key of one run: the periodic job's identity and its tick."""
+    text = f"&river:periodic={ident}&at={format_rfc3339_nano(tick)}"
+    return hashlib.sha256(text.encode()).digest()
+
+
+class _Entry:
+    __slots__ = ("job", "next_run_at")
+
+    def __init__(self, job: PeriodicJob) -> None:
+        self.job = job
+        self.next_run_at: datetime | None = None
+
+
+class PeriodicJobEnqueuer(Service):
+    name = "periodic"
+
+    def __init__(
+        self,
+        ctx: MaintenanceContext,
+        jobs: list[PeriodicJob],
+        defaults: InsertDefaults | None = None,
+    ) -> None:
+        super().__init__(ctx, 1.0)
+        seen: set[str] = set()
+        for job in jobs:
+            if not isinstance(job, PeriodicJob):
+                raise InvalidInputError("periodic_jobs", "must be riverboat.PeriodicJob values")
+            if job.id is not None:
+                if job.id in seen:
+                    raise InvalidInputError(
+                        "periodic_jobs", f"duplicate periodic job id {job.id!r}"
+                    )
+                seen.add(job.id)
+        self._entries = [_Entry(job) for job in jobs]
+        self._defaults = defaults or InsertDefaults()
+        self._run_on_start_pending = False
+        self.inserted = 0
+        self.skipped_duplicates = 0
+
+    async def on_start(self) -> None:
+        # A new leader computes the schedule afresh (schedules live only in memory).
+        now = datetime.now(UTC)
+        for entry in self._entries:
+            entry.next_run_at = entry.job.next_after(now)
+        self._run_on_start_pending = any(e.job.run_on_start for e in self._entries)
+
+    def next_delay(self) -> float:
+        upcoming = [e.next_run_at for e in self._entries if e.next_run_at is not None]
+        if not upcoming:
+            return 3600.0
+        return max((min(upcoming) - datetime.now(UTC)).total_seconds(), 0.0)
+
+    async def run_once(self) -> None:
+        now = datetime.now(UTC)
+        due: list[tuple[_Entry, datetime, bool]] = []
+        if self._run_on_start_pending:
+            due.extend((e, now, True) for e in self._entries if e.job.run_on_start)
+        for entry in self._entries:
+            if entry.next_run_at is not None and entry.next_run_at < now + DUE_MARGIN:
+                due.append((entry, entry.next_run_at, False))
+        if not due:
+            return
+        params: list[InsertParams] = []
+        for entry, tick, on_start in due:
+            built = await self._build(entry.job, tick, unique=not on_start)
+            if built is not None:
+                params.append(built)
+        if params:
+            dialect = self.ctx.dialect
+            queues = sorted({p.queue for p in params if p.state == JobState.AVAILABLE})
+            rows = await self.ctx.driver.fetch(dialect.job_insert_many(params, queues))
+            results = dialect.decode_insert(rows)
+            skipped = sum(1 for r in results if r.unique_skipped_as_duplicate)
+            self.skipped_duplicates += skipped
+            self.inserted += len(results) - skipped
+            if queues:
+                self.ctx.wake_queues(queues)
+        # Advance only once the runs are written, so a failed insert is retried (after
+        # the error backoff) for the same ticks; the unique key keeps that idempotent.
+        self._run_on_start_pending = False
+        for entry, tick, on_start in due:
+            if not on_start:
+                entry.next_run_at = entry.job.next_after(tick)
+
+    async def _build(
+        self, job: PeriodicJob, tick: datetime, *, unique: bool
+    ) -> InsertParams | None:
+        try:
+            made = job.constructor()
+            if inspect.isawaitable(made):
+                made = await made
+        except Exception:
+            log.exception("periodic job %r: constructor failed; skipping this run", job)
+            return None
+        if made is None:
+            return None
+        kind: str | None = None
+        opts: InsertOpts | None = None
+        if isinstance(made, InsertManyParams):
+            args, opts, kind = made.args, made.opts, made.kind
+        elif (
+            isinstance(made, tuple)
+            and len(made) == 2
+            and (made[1] is None or isinstance(made[1], InsertOpts))
+        ):
+            args, opts = made
+        else:
+            args = made
+        if args is None:
+            return None
+        base = opts or InsertOpts()
+        metadata = dict(base.metadata or {})
+        metadata["periodic"] = True
+        if job.id is not None:
+            metadata["river:periodic_job_id"] = job.id
+        opts = dataclasses.replace(base, metadata=metadata)
+        params = resolve_insert(args, opts, kind, self._defaults, now=tick)
+        if base.scheduled_at is None and params.state != JobState.PENDING:
+            # River sets scheduled_at to the tick and keeps the job available.
+            params.scheduled_at = tick
+        if unique and params.unique_key is None:
+            ident = job.id if job.id is not None else f"{params.kind}&{params.encoded_args}"
+            params.unique_key = periodic_unique_key(ident, tick)
+            params.unique_states = unique_states_bitmask(None)
+        return params
