@@ -1,0 +1,128 @@
+"""Job statements that target ids keep ``river_job_pkey`` index scans when statistics are
+stale: the table was analyzed while empty, autovacuum is off, and then 100,000 jobs
+arrive (the situation that made Postgres 17 pick sequential scans for River's completer).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from riverboat._job import JobState
+from riverboat._sql import Statement
+from riverboat.dialect.base import JobStateUpdate
+from riverboat.dialect.postgres import PostgresDialect
+
+ROWS = 100_000
+
+
+@pytest.fixture
+def stale(pg_url: str, pg_schema: str) -> Iterator[psycopg.Connection[Any]]:
+    conn = psycopg.connect(pg_url, autocommit=True)
+    conn.execute(f'SET search_path TO "{pg_schema}"')
+    conn.execute("ALTER TABLE river_job SET (autovacuum_enabled = false)")
+    conn.execute("ANALYZE river_job")
+    conn.execute(
+        """
+        INSERT INTO river_job (args, kind, state, attempt, attempted_at, queue)
+        SELECT '{}', 'bulk', 'running', 1, now(), 'default' FROM generate_series(1, %s)
+        """,
+        (ROWS,),
+    )
+    stats = conn.execute(
+        "SELECT reltuples FROM pg_class WHERE oid = 'river_job'::regclass"
+    ).fetchone()
+    assert stats is not None and stats[0] <= 0  # the planner still believes it is empty
+    yield conn
+    conn.close()
+
+
+def _explain(conn: psycopg.Connection[Any], stmt: Statement, generic: bool) -> dict[str, Any]:
+    sql, names = stmt.query.compile("dollar")
+    params = [stmt.params[n] for n in names]
+    if generic:
+        # The plan a prepared statement may switch to after five runs, built without
+        # looking at the parameter values.
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute("DEALLOCATE ALL")
+        conn.execute(f"PREPARE admin_plan AS {sql}")
+        cur = psycopg.ClientCursor(conn)
+        placeholders = ", ".join(["%s"] * len(params))
+        row = cur.execute(
+            f"EXPLAIN (FORMAT JSON) EXECUTE admin_plan({placeholders})", params
+        ).fetchone()
+        conn.execute("RESET plan_cache_mode")
+    else:
+        cur = psycopg.RawCursor(conn)
+        row = cur.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchone()
+    assert row is not None
+    plan = row[0] if not isinstance(row[0], str) else json.loads(row[0])
+    return plan[0]["Plan"]  # type: ignore[no-any-return]
+
+
+def _scans(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    if "Relation Name" in node and node["Node Type"] != "ModifyTable":
+        yield node
+    for child in node.get("Plans", ()):
+        yield from _scans(child)
+
+
+def _assert_pkey(plan: dict[str, Any], what: str) -> None:
+    scans = [n for n in _scans(plan) if n["Relation Name"] == "river_job"]
+    assert scans, f"{what}: no scan of river_job in the plan"
+    for node in scans:
+        kind = node["Node Type"]
+        if kind == "Bitmap Heap Scan":  # fed by a bitmap index scan, which must be the key
+            indexes = {c.get("Index Name") for c in node.get("Plans", ())}
+            assert indexes == {"river_job_pkey"}, f"{what}: bitmap scan of {indexes}"
+            continue
+        assert kind in ("Index Scan", "Index Only Scan"), (
+            f"{what}: {kind} on river_job\n{json.dumps(plan, indent=1)}"
+        )
+        assert node["Index Name"] == "river_job_pkey", what
+
+
+def _statements(dialect: PostgresDialect, job_id: int) -> dict[str, Statement]:
+    updates = [
+        JobStateUpdate(id=job_id, state=JobState.COMPLETED, finalized=True),
+        JobStateUpdate(
+            id=job_id + 1, state=JobState.RETRYABLE, error='{"error":"x"}', metadata_updates="{}"
+        ),
+    ]
+    return {
+        "job_cancel": dialect.job_cancel(job_id, "2026-01-01T00:00:00Z"),
+        "job_retry": dialect.job_retry(job_id),
+        "job_delete": dialect.job_delete(job_id),
+        "job_get": dialect.job_get_by_id(job_id),
+        "job_update": dialect.job_update(job_id, {"output": 1}),
+        "job_set_state_if_running_many": dialect.job_set_state_if_running_many(updates),
+        "job_list by ids": dialect.job_list(
+            filters={"ids": [job_id, job_id + 1]}, order_column="id", descending=False, limit=10
+        ),
+    }
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom", "generic"])
+def test_id_targeted_statements_use_the_primary_key(
+    stale: psycopg.Connection[Any], pg_schema: str, generic: bool
+) -> None:
+    dialect = PostgresDialect(pg_schema)
+    (job_id,) = stale.execute("SELECT min(id) + 500 FROM river_job").fetchone() or (0,)
+    for name, stmt in _statements(dialect, job_id).items():
+        _assert_pkey(_explain(stale, stmt, generic), name)
+
+
+def test_the_check_catches_a_sequential_scan(
+    stale: psycopg.Connection[Any], pg_schema: str
+) -> None:
+    # A guard against a vacuous assertion: a statement that cannot use the key must fail.
+    from riverboat._sql import Query, render_schema
+
+    text = render_schema("SELECT id FROM <schema>river_job WHERE attempt = :n::smallint", pg_schema)
+    plan = _explain(stale, Statement(Query("seq", text), {"n": 1}), generic=False)
+    with pytest.raises(AssertionError, match="Seq Scan"):
+        _assert_pkey(plan, "seq")
