@@ -90,9 +90,15 @@ class AsyncListener(Protocol):
 class Driver(Executor, Protocol):
     """A sync driver: a pool (or a single connection) plus transactions."""
 
-    dialect: Dialect
-    capabilities: Capabilities
-    stats: DriverStats
+    # Read-only in the protocol so a driver may hold a Dialect subclass.
+    @property
+    def dialect(self) -> Dialect: ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    @property
+    def stats(self) -> DriverStats: ...
 
     def transaction(self) -> AbstractContextManager[Executor]: ...
 
@@ -108,9 +114,15 @@ class Driver(Executor, Protocol):
 class AsyncDriver(AsyncExecutor, Protocol):
     """An async driver; the runtime runs on these."""
 
-    dialect: Dialect
-    capabilities: Capabilities
-    stats: DriverStats
+    # Read-only in the protocol so a driver may hold a Dialect subclass.
+    @property
+    def dialect(self) -> Dialect: ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    @property
+    def stats(self) -> DriverStats: ...
 
     def transaction(self) -> AbstractAsyncContextManager[AsyncExecutor]: ...
 

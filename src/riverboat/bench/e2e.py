@@ -1,0 +1,168 @@
+"""End to end: insert N jobs, then work them with the real runtime, accounting CPU.
+
+Settings follow River's riverbench (river-compat §11): one queue, 2,000 workers, 2 ms
+fetch cooldown, 20 ms poll, batch completion, no-op jobs of kind ``benchmark``, 5,000-job
+insert batches, and throughput counted from completion events (after the completion is
+written), not from the work function returning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from riverboat._job import InsertManyParams
+from riverboat.runtime.events import EventKind
+from riverboat.runtime.producer import QueueConfig
+from riverboat.runtime.worker import Job, Workers
+
+__all__ = ["E2EResult", "InsertPhase", "run_e2e"]
+
+
+@dataclass(slots=True)
+class InsertPhase:
+    jobs: int
+    jobs_per_sec: float
+    python_cpu_ms_per_job: float
+    postgres_cpu_ms_per_job: float | None
+    total_cpu_ms_per_job: float | None
+    statements_per_job: float
+
+
+@dataclass(slots=True)
+class E2EResult:
+    jobs: int
+    jobs_per_sec: float
+    python_cpu_ms_per_job: float
+    postgres_cpu_ms_per_job: float | None
+    total_cpu_ms_per_job: float | None
+    statements_per_job: float
+    statements_per_job_with_insert: float
+    server_statements_per_job: float | None
+    connection_resets: int
+    followup_job_reads: int
+    insert_many: InsertPhase
+    insert_single: InsertPhase
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Meter:
+    def __init__(self, server_cpu: Callable[[], float] | None, driver: Any) -> None:
+        self._server_cpu = server_cpu
+        self._driver = driver
+
+    def __enter__(self) -> _Meter:
+        self.cpu = time.process_time()
+        self.wall = time.perf_counter()
+        self.server = self._server_cpu() if self._server_cpu else None
+        self.statements = self._driver.stats.statements
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cpu = time.process_time() - self.cpu
+        self.wall = time.perf_counter() - self.wall
+        if self._server_cpu is not None and self.server is not None:
+            self.server = self._server_cpu() - self.server
+        self.statements = self._driver.stats.statements - self.statements
+
+    def phase(self, jobs: int) -> InsertPhase:
+        py = self.cpu / jobs * 1000
+        pg = self.server / jobs * 1000 if self.server is not None else None
+        return InsertPhase(
+            jobs,
+            round(jobs / self.wall, 1),
+            round(py, 4),
+            round(pg, 4) if pg is not None else None,
+            round(py + pg, 4) if pg is not None else None,
+            round(self.statements / jobs, 4),
+        )
+
+
+async def run_e2e(
+    make_client: Callable[..., Any],
+    jobs: int,
+    *,
+    server_cpu: Callable[[], float] | None,
+    server_statements: Callable[[], int] | None,
+    reset: Callable[[], Any],
+    progress: Callable[[str], None] = lambda _m: None,
+    single_inserts: int = 1000,
+) -> E2EResult:
+    workers = Workers()
+
+    @workers.register("benchmark")
+    async def benchmark(job: Job[Any]) -> None:
+        return None
+
+    client = make_client(
+        queues={"default": QueueConfig(max_workers=2000)},
+        workers=workers,
+        fetch_cooldown=0.002,
+        fetch_poll_interval=0.02,
+    )
+    driver = client.driver
+    try:
+        # Insert phase on its own: single inserts, then insert_many in 5,000-job batches.
+        progress(f"e2e: {single_inserts} single inserts")
+        with _Meter(server_cpu, driver) as meter:
+            for _ in range(single_inserts):
+                await client.insert({"num": 0}, kind="benchmark")
+        single = meter.phase(single_inserts)
+        await reset()
+        progress(f"e2e: inserting {jobs} jobs with insert_many")
+        with _Meter(server_cpu, driver) as meter:
+            for start in range(0, jobs, 5000):
+                count = min(5000, jobs - start)
+                await client.insert_many(
+                    [InsertManyParams({"num": 0}, kind="benchmark") for _ in range(count)]
+                )
+        many = meter.phase(jobs)
+
+        sub = client.subscribe(
+            EventKind.JOB_COMPLETED,
+            EventKind.JOB_FAILED,
+            EventKind.JOB_CANCELLED,
+            maxsize=jobs + 1000,
+        )
+        reads_before = driver.stats.by_query.get("job_get_by_id", 0)
+        resets_before = driver.stats.resets
+        server_before = server_statements() if server_statements else None
+        worked = 0
+        progress(f"e2e: working {jobs} jobs")
+        with _Meter(server_cpu, driver) as meter:
+            await client.start()
+            last_report = time.perf_counter()
+            while worked < jobs:
+                await asyncio.wait_for(sub.get(), 60)
+                worked += 1
+                if time.perf_counter() - last_report > 2:
+                    last_report = time.perf_counter()
+                    progress(f"e2e: worked {worked}/{jobs}")
+        await client.stop()
+        work = meter.phase(jobs)
+        server_statements_per_job = None
+        if server_statements is not None and server_before is not None:
+            server_statements_per_job = round((server_statements() - server_before) / jobs, 4)
+        return E2EResult(
+            jobs=jobs,
+            jobs_per_sec=work.jobs_per_sec,
+            python_cpu_ms_per_job=work.python_cpu_ms_per_job,
+            postgres_cpu_ms_per_job=work.postgres_cpu_ms_per_job,
+            total_cpu_ms_per_job=work.total_cpu_ms_per_job,
+            statements_per_job=work.statements_per_job,
+            statements_per_job_with_insert=round(
+                work.statements_per_job + many.statements_per_job, 4
+            ),
+            server_statements_per_job=server_statements_per_job,
+            connection_resets=driver.stats.resets - resets_before,
+            followup_job_reads=driver.stats.by_query.get("job_get_by_id", 0) - reads_before,
+            insert_many=many,
+            insert_single=single,
+        )
+    finally:
+        await client.close()

@@ -1,0 +1,114 @@
+"""Rendering a bench report as a table or JSON, and comparing it with a baseline."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["compare", "render_table"]
+
+# The seed PR's Ruby figures (ActiveRecord/Sequel "after"; µs), for the side-by-side.
+SEED_OPS_US = {
+    "claim_50": 3691.0,
+    "claim_complete": 449.0,
+    "merge_metadata": 156.0,
+    "update_job": 154.0,
+    "insert_pending": 272.0,
+    "upsert_queue": 143.0,
+}
+SEED_E2E = {
+    "total_cpu_ms_per_job": 0.904,
+    "jobs_per_sec": 8843.0,
+    "statements_per_job": 1.288,
+    "connection_resets": 0,
+    "followup_job_reads": 0,
+}
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def render_table(report: dict[str, Any]) -> str:
+    lines = [
+        f"riverboat bench — driver {report['driver']} ({report['dialect']}), "
+        f"server {report.get('server_version') or '-'}, statements counted by "
+        f"{report['statement_source']}",
+        "",
+        f"{'operation':<26}{'median µs':>11}{'p90 µs':>10}{'stmts/call':>12}{'seed µs':>10}",
+    ]
+    for op in report.get("operations", []):
+        stmts = op["server_statements_per_call"]
+        if stmts is None:
+            stmts = op["statements_per_call"]
+        lines.append(
+            f"{op['name']:<26}{_fmt(op['median_us']):>11}{_fmt(op['p90_us']):>10}"
+            f"{_fmt(stmts):>12}{_fmt(SEED_OPS_US.get(op['name'])):>10}"
+        )
+    e2e = report.get("end_to_end")
+    if e2e:
+        lines += [
+            "",
+            f"end to end ({e2e['jobs']} no-op jobs)",
+            f"{'metric':<32}{'riverboat':>12}{'seed':>10}",
+        ]
+        for key in (
+            "python_cpu_ms_per_job",
+            "postgres_cpu_ms_per_job",
+            "total_cpu_ms_per_job",
+            "jobs_per_sec",
+            "statements_per_job",
+            "statements_per_job_with_insert",
+            "server_statements_per_job",
+            "connection_resets",
+            "followup_job_reads",
+        ):
+            lines.append(f"{key:<32}{_fmt(e2e.get(key)):>12}{_fmt(SEED_E2E.get(key)):>10}")
+        for phase in ("insert_many", "insert_single"):
+            p = e2e[phase]
+            lines.append(
+                f"{phase:<32}{_fmt(p['jobs_per_sec']):>12} jobs/s, "
+                f"{_fmt(p['total_cpu_ms_per_job'] or p['python_cpu_ms_per_job'])} ms CPU/job, "
+                f"{_fmt(p['statements_per_job'])} stmts/job"
+            )
+    floor = report.get("raw_sql_floor")
+    if floor:
+        lines.append(
+            f"{'raw SQL floor total CPU/job':<32}{_fmt(floor.get('total_cpu_ms_per_job')):>12}"
+            f"   (riverboat / floor = {_fmt(report.get('overhead_ratio'))})"
+        )
+    for name, scenario in report.get("scenarios", {}).items():
+        lines += ["", f"scenario {name}: " + json.dumps(scenario)]
+    return "\n".join(lines)
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, float]:
+    out: dict[str, float] = {}
+    if isinstance(data, dict):
+        for key, value in data.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+    elif isinstance(data, list):
+        for item in data:
+            if isinstance(item, dict) and "name" in item:
+                out.update(_flatten(item, f"{prefix}{item['name']}."))
+    elif isinstance(data, (int, float)) and not isinstance(data, bool):
+        out[prefix[:-1]] = float(data)
+    return out
+
+
+def compare(report: dict[str, Any], baseline: dict[str, Any]) -> str:
+    """Each numeric figure beside the baseline's, with current / baseline."""
+    now, then = _flatten(report), _flatten(baseline)
+    lines = [f"{'figure':<58}{'baseline':>12}{'now':>12}{'ratio':>8}"]
+    for key in sorted(now):
+        if key in then and not key.endswith((".calls", ".jobs", ".rows")):
+            ratio = now[key] / then[key] if then[key] else None
+            lines.append(
+                f"{key:<58}{_fmt(then[key]):>12}{_fmt(now[key]):>12}"
+                f"{(f'{ratio:.2f}' if ratio is not None else '-'):>8}"
+            )
+    return "\n".join(lines)

@@ -1,0 +1,166 @@
+"""Running the whole benchmark and assembling one report document."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from riverboat.bench.env import (
+    BenchTarget,
+    ServerCpu,
+    StatementCounter,
+    make_async_driver,
+    scratch_target,
+)
+
+__all__ = ["BenchConfig", "run_bench"]
+
+
+@dataclass(slots=True)
+class BenchConfig:
+    database_url: str | None
+    driver: str = "psycopg"
+    jobs: int = 20_000
+    op_calls: int = 200
+    include_ops: bool = True
+    include_e2e: bool = True
+    include_floor: bool = True
+    include_scenarios: bool = True
+
+
+def _progress_printer(enabled: bool) -> Callable[[str], None]:
+    tty = sys.stderr.isatty()
+    started = time.perf_counter()
+
+    def emit(message: str) -> None:
+        if not enabled:
+            return
+        text = f"[{time.perf_counter() - started:6.1f}s] {message}"
+        if tty:
+            sys.stderr.write("\r\033[K" + text)
+        else:
+            sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+    return emit
+
+
+async def _run(
+    config: BenchConfig, target: BenchTarget, progress: Callable[[str], None]
+) -> dict[str, Any]:
+    import riverboat
+
+    report: dict[str, Any] = {
+        "riverboat_version": riverboat.__version__,
+        "driver": target.driver,
+        "dialect": target.dialect,
+        "jobs": config.jobs,
+        "statement_source": "driver counter",
+    }
+    server_cpu: ServerCpu | None = None
+    counter: StatementCounter | None = None
+    if target.dialect == "postgres":
+        import psycopg
+
+        with psycopg.connect(target.url, autocommit=True) as conn:
+            row = conn.execute("SHOW server_version").fetchone()
+            report["server_version"] = row[0] if row else None
+        server_cpu = ServerCpu(target.url)
+        if not server_cpu.available:
+            server_cpu = None
+        counter = StatementCounter(target.url)
+        if counter.available:
+            report["statement_source"] = "pg_stat_statements"
+        else:
+            counter = None
+    else:
+        from riverboat.drivers._sqlite_module import sqlite_module
+
+        report["server_version"] = f"SQLite {sqlite_module().sqlite_version}"
+
+    def server_statements() -> int:
+        assert counter is not None and target.schema is not None
+        return counter.total(target.schema)
+
+    def make_client(**kwargs: Any) -> Any:
+        return riverboat.AsyncClient(make_async_driver(target), **kwargs)
+
+    async def reset() -> None:
+        driver = make_async_driver(target)
+        try:
+            from riverboat.bench.ops import _truncate
+
+            await driver.execute_script(_truncate(driver.dialect))
+        finally:
+            await driver.close()
+
+    if config.include_ops:
+        from riverboat.bench.ops import run_ops
+
+        client = make_client()
+        try:
+            ops = await run_ops(
+                client,
+                config.op_calls,
+                server_statements if counter is not None else None,
+                progress,
+            )
+        finally:
+            await client.close()
+        report["operations"] = [asdict(op) for op in ops]
+    if config.include_e2e:
+        from riverboat.bench.e2e import run_e2e
+
+        await reset()
+        e2e = await run_e2e(
+            make_client,
+            config.jobs,
+            server_cpu=server_cpu.seconds if server_cpu is not None else None,
+            server_statements=server_statements if counter is not None else None,
+            reset=reset,
+            progress=progress,
+        )
+        report["end_to_end"] = e2e.to_dict()
+    if config.include_floor and target.dialect == "postgres" and target.schema:
+        from riverboat.bench.floor import run_floor
+
+        progress("raw SQL floor")
+        floor = await asyncio.to_thread(
+            run_floor,
+            target.url,
+            target.schema,
+            config.jobs,
+            server_cpu.seconds if server_cpu is not None else None,
+        )
+        report["raw_sql_floor"] = floor.to_dict()
+        e2e_total = report.get("end_to_end", {}).get("total_cpu_ms_per_job")
+        if e2e_total and floor.total_cpu_ms_per_job:
+            report["overhead_ratio"] = round(e2e_total / floor.total_cpu_ms_per_job, 2)
+    if config.include_scenarios:
+        from riverboat.bench import scenarios
+
+        report["scenarios"] = {}
+        progress("scenario: SQLite batch claim")
+        report["scenarios"]["sqlite_batch_claim"] = await asyncio.to_thread(
+            scenarios.sqlite_batch_claim
+        )
+        if target.dialect == "postgres" and target.schema:
+            progress("scenario: stale statistics completion plan")
+            report["scenarios"]["stale_statistics_completion"] = await asyncio.to_thread(
+                scenarios.stale_statistics_completion, target.url, target.schema
+            )
+    return report
+
+
+def run_bench(config: BenchConfig, *, show_progress: bool = True) -> dict[str, Any]:
+    """Run the benchmark on a scratch schema (or SQLite file) and return the report."""
+    progress = _progress_printer(show_progress)
+    with scratch_target(config.database_url, config.driver) as target:
+        report = asyncio.run(_run(config, target, progress))
+    if show_progress and sys.stderr.isatty():
+        sys.stderr.write("\r\033[K")
+    return report

@@ -1,0 +1,82 @@
+"""``riverboat bench``: per-operation timings, an end-to-end run, the seed's scenarios
+and a raw-SQL floor, on a scratch schema (or SQLite file) it creates and removes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from riverboat.bench.env import DRIVERS
+from riverboat.errors import InvalidInputError
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("DATABASE_URL"),
+        help="Postgres URL (default $DATABASE_URL); the sqlite driver uses a temp file",
+    )
+    parser.add_argument("--driver", default="psycopg", choices=sorted(DRIVERS))
+    parser.add_argument("--jobs", type=int, default=20_000, help="end-to-end jobs (20,000)")
+    parser.add_argument("--calls", type=int, default=200, help="calls per operation (200)")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="accepted for River parity; the run is sized by --jobs",
+    )
+    parser.add_argument(
+        "--only",
+        choices=["ops", "e2e", "floor", "scenarios"],
+        action="append",
+        help="run only these parts (repeatable)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument(
+        "--compare",
+        metavar="BASELINE.json",
+        help="print each figure beside a saved baseline, with the ratio",
+    )
+    parser.add_argument("--output", metavar="FILE", help="also write the JSON report here")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    from riverboat.bench.report import compare, render_table
+    from riverboat.bench.runner import BenchConfig, run_bench
+
+    if args.jobs < 1 or args.calls < 1:
+        raise InvalidInputError("--jobs/--calls", "must be positive")
+    only = set(args.only or [])
+    url = args.database_url
+    if args.driver == "sqlite":
+        url = None
+    config = BenchConfig(
+        database_url=url,
+        driver=args.driver,
+        jobs=args.jobs,
+        op_calls=args.calls,
+        include_ops=not only or "ops" in only,
+        include_e2e=not only or "e2e" in only,
+        include_floor=not only or "floor" in only,
+        include_scenarios=not only or "scenarios" in only,
+    )
+    report = run_bench(config, show_progress=not args.quiet)
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump(report, f, indent=2)
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(render_table(report))
+    if args.compare:
+        with open(args.compare) as f:
+            baseline = json.load(f)
+        print()
+        print(compare(report, baseline))
+    return 0
