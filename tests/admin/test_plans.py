@@ -48,13 +48,13 @@ def _explain(conn: psycopg.Connection[Any], stmt: Statement, generic: bool) -> d
         # The plan a prepared statement may switch to after five runs, built without
         # looking at the parameter values.
         conn.execute("SET plan_cache_mode = force_generic_plan")
-        conn.execute("DEALLOCATE ALL")
         conn.execute(f"PREPARE admin_plan AS {sql}")
         cur = psycopg.ClientCursor(conn)
         placeholders = ", ".join(["%s"] * len(params))
         row = cur.execute(
             f"EXPLAIN (FORMAT JSON) EXECUTE admin_plan({placeholders})", params
         ).fetchone()
+        conn.execute("DEALLOCATE admin_plan")
         conn.execute("RESET plan_cache_mode")
     else:
         cur = psycopg.RawCursor(conn)
