@@ -24,6 +24,7 @@ from riverboat.errors import (
     RiverboatError,
     UnknownJobKindError,
 )
+from riverboat.runtime.maintenance import MaintenanceConfig, PeriodicJob
 
 __all__ = [
     "AsyncClient",
@@ -40,10 +41,12 @@ __all__ = [
     "JobRow",
     "JobRunningError",
     "JobState",
+    "MaintenanceConfig",
     "MigrationError",
     "MissingDependencyError",
     "NotFoundError",
     "NotSupportedError",
+    "PeriodicJob",
     "QueueRow",
     "RiverboatError",
     "UniqueOpts",

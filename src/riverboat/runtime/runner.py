@@ -147,12 +147,55 @@ class Runtime:
             self.notifier.start()
         for producer in self.producers.values():
             await producer.start()
+        self._start_leadership()
         for hook in self.on_start:
             result = hook(self)
             if asyncio.iscoroutine(result):
                 await result
         self.started = True
         self._stopped.clear()
+
+    # -- leader election and maintenance (riverboat.runtime.elector / .maintenance) -----
+    def _start_leadership(self) -> None:
+        """Run for leader, and run the maintenance services while leading; only when the
+        dialect has the leadership statements."""
+        self.elector: Any = None
+        self.maintainer: Any = None
+        if not hasattr(self.driver.dialect, "leader_attempt_elect"):
+            return
+        from riverboat.runtime.elector import Elector
+        from riverboat.runtime.maintenance import (
+            Maintainer,
+            MaintenanceConfig,
+            MaintenanceContext,
+            build_services,
+        )
+
+        cfg = self.config
+        mcfg = cfg.maintenance if cfg.maintenance is not None else MaintenanceConfig()
+        if not isinstance(mcfg, MaintenanceConfig):
+            raise InvalidInputError("maintenance", "must be a riverboat.MaintenanceConfig")
+        ctx = MaintenanceContext(
+            driver=self.driver,
+            client_id=self.client_id,
+            config=mcfg,
+            workers=cfg.workers,
+            retry_policy=cfg.retry_policy,
+            job_timeout=cfg.job_timeout,
+            wake_queues=self.wake_queues,
+        )
+        self.elector = Elector(self.driver, self.client_id, mcfg.elector, notifier=self.notifier)
+        self.maintainer = Maintainer(self.elector, build_services(ctx, cfg.periodic_jobs))
+        self.maintainer.start()
+        self.elector.start()
+
+    async def _stop_leadership(self) -> None:
+        maintainer = getattr(self, "maintainer", None)
+        if maintainer is not None:
+            await maintainer.stop()
+        elector = getattr(self, "elector", None)
+        if elector is not None:
+            await elector.stop()  # resigns, notifying the others
 
     def wake_queues(self, queues: Iterable[str]) -> None:
         """Local wake-up after this client inserted jobs (poll-only mode and SQLite)."""
@@ -169,6 +212,7 @@ class Runtime:
         if not self.started:
             return
         self.started = False
+        await self._stop_leadership()
         for service in self._extra_services:
             await service.stop()
         await asyncio.gather(
