@@ -1,0 +1,202 @@
+"""Leader election between real clients on one schema."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from riverboat import AsyncClient
+from tests.leadership._helpers import (
+    FAST_ELECTOR,
+    LeaderWatch,
+    elector_of,
+    eventually,
+    leader_row,
+    make_client,
+    sql,
+    wait_any_leader,
+)
+
+pytestmark = pytest.mark.asyncio
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def _start_all(pg_url: str, schema: str, ids: list[str], watch: LeaderWatch) -> list[AsyncClient]:
+    clients = []
+    for client_id in ids:
+        client = make_client(pg_url, schema, client_id)
+        await client.start()
+        watch.add(client)
+        clients.append(client)
+    for client in clients:
+        assert client.runtime.notifier is not None
+        await asyncio.wait_for(client.runtime.notifier.connected.wait(), 5)
+    return clients
+
+
+async def _stop_all(clients: list[AsyncClient]) -> None:
+    for client in clients:
+        await client.stop()
+        await client.close()
+
+
+async def test_three_clients_one_leader_and_fast_handover_on_stop(
+    pg_url: str, pg_schema: str
+) -> None:
+    watch = LeaderWatch()
+    clients = await _start_all(pg_url, pg_schema, ["c1", "c2", "c3"], watch)
+    try:
+        leader = await wait_any_leader(clients, 5)
+        elector = elector_of(leader)
+        # Let the leader renew its term a few times while the others keep trying.
+        await eventually(lambda: elector.stats.reelections >= 3, 5)
+        assert [c.id for c in clients if elector_of(c).is_leader] == [leader.id]
+        row = leader_row(pg_url, pg_schema)
+        assert row is not None and row[0] == leader.id
+        for other in clients:
+            if other is not leader:
+                assert elector_of(other).stats.elect_attempts >= 1
+                assert elector_of(other).stats.elections_won == 0
+
+        # Stop the leader: it resigns with a notification and a follower takes over
+        # at once, not after the 0.3 s poll (let alone the 2 s TTL).
+        followers = [c for c in clients if c is not leader]
+        started = time.monotonic()
+        await leader.stop()
+        successor = await wait_any_leader(followers, 1.0)
+        handover = time.monotonic() - started
+        assert handover < 1.0
+        assert elector_of(leader).stats.resignations == 1
+        row = leader_row(pg_url, pg_schema)
+        assert row is not None and row[0] == successor.id
+        assert watch.max_concurrent == 1
+        await leader.close()
+        clients.remove(leader)
+    finally:
+        await _stop_all(clients)
+    assert watch.max_concurrent == 1
+    assert leader_row(pg_url, pg_schema) is None  # the last one resigned too
+
+
+async def test_killed_leader_hands_over_after_its_ttl(pg_url: str, pg_schema: str) -> None:
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'src'}")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.leadership._leader_proc",
+        pg_url,
+        pg_schema,
+        "doomed",
+        stdout=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+    )
+    clients: list[AsyncClient] = []
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 20)
+        assert line.strip() == b"LEADER"
+        watch = LeaderWatch()
+        clients = await _start_all(pg_url, pg_schema, ["f1", "f2"], watch)
+        await eventually(
+            lambda: all(elector_of(c).stats.elect_attempts >= 2 for c in clients), 5
+        )
+        assert watch.gains == []  # the process leads; nobody else does
+
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+        killed_at = time.monotonic()
+        row = leader_row(pg_url, pg_schema)
+        assert row is not None and row[0] == "doomed"  # no resignation happened
+        successor = await wait_any_leader(clients, FAST_ELECTOR.ttl + 3)
+        waited = time.monotonic() - killed_at
+        new_row = leader_row(pg_url, pg_schema)
+        assert new_row is not None and new_row[0] == successor.id
+        # Nobody took over before the dead leader's term expired in the database.
+        assert new_row[1] >= row[2]
+        assert waited <= FAST_ELECTOR.ttl + FAST_ELECTOR.elect_interval + 1.5
+        assert watch.max_concurrent == 1
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await _stop_all(clients)
+
+
+async def test_one_statement_per_acquisition_reelection_and_resignation(
+    pg_url: str, pg_schema: str
+) -> None:
+    client = make_client(pg_url, pg_schema, "solo")
+    await client.start()
+    elector = elector_of(client)
+    by_query = client.driver.stats.by_query
+    try:
+        await asyncio.wait_for(elector.leader.wait(), 5)
+        assert elector.stats.elections_won == 1
+        acquisition = {k: v for k, v in by_query.items() if k.startswith("leader_")}
+        assert acquisition == {"leader_attempt_elect": 1}
+        await eventually(lambda: elector.stats.reelections >= 3, 5)
+        reelections = elector.stats.reelections
+        assert by_query.get("leader_attempt_reelect", 0) in (reelections, reelections + 1)
+        assert elector.stats.reelect_statements == by_query["leader_attempt_reelect"]
+    finally:
+        await client.stop()
+        await client.close()
+    assert by_query["leader_resign"] == 1
+    assert elector.stats.resignations == 1
+    assert by_query["leader_attempt_reelect"] == elector.stats.reelections
+    assert by_query["leader_attempt_elect"] == elector.stats.elect_attempts == 1
+
+
+async def test_request_resign_makes_the_leader_resign_and_rerun(
+    pg_url: str, pg_schema: str
+) -> None:
+    watch = LeaderWatch()
+    clients = await _start_all(pg_url, pg_schema, ["r1", "r2"], watch)
+    try:
+        leader = await wait_any_leader(clients, 5)
+        sql(
+            pg_url,
+            pg_schema,
+            "SELECT pg_notify(%s, %s)",
+            f"{pg_schema}.river_leadership",
+            '{"action":"request_resign","leader_id":""}',
+        )
+        await eventually(lambda: elector_of(leader).stats.resignations == 1, 5)
+        await wait_any_leader(clients, 2)  # someone (maybe the same one) leads again
+        assert watch.max_concurrent == 1
+    finally:
+        await _stop_all(clients)
+
+
+async def test_dialect_without_leadership_runs_without_an_elector(
+    pg_url: str, pg_schema: str
+) -> None:
+    client = make_client(pg_url, pg_schema, "plain")
+
+    class NoLeadership:
+        """A dialect facade without the leadership statements (SQLite today)."""
+
+        def __init__(self, inner: object) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> object:
+            if name.startswith(("leader_", "job_schedule", "job_rescue", "job_delete_before")):
+                raise AttributeError(name)
+            return getattr(self._inner, name)
+
+    client.driver.dialect = NoLeadership(client.driver.dialect)
+    await client.start()
+    try:
+        assert client.runtime.elector is None
+        assert client.runtime.maintainer is None
+    finally:
+        await client.stop()
+        await client.close()
