@@ -1,0 +1,160 @@
+"""Admin operations reaching running producers: pause/resume through the river_control
+notification (or directly, when the client cannot LISTEN), and a remote cancel of a
+running job."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+import riverboat
+from riverboat import JobState
+from riverboat.runtime.events import Event, EventKind, Subscription
+from riverboat.runtime.producer import QueueConfig
+from riverboat.runtime.worker import Job, Workers
+
+pytestmark = pytest.mark.asyncio
+
+
+async def next_event(sub: Subscription, kind: EventKind, timeout: float = 10.0) -> Event:
+    async with asyncio.timeout(timeout):
+        while True:
+            event = await sub.get()
+            if event.kind == kind:
+                return event
+
+
+async def job_event(sub: Subscription, kind: EventKind, job_id: int) -> Event:
+    async with asyncio.timeout(10):
+        while True:
+            event = await sub.get()
+            if event.kind == kind and event.job is not None and event.job.id == job_id:
+                return event
+
+
+def make_client(driver: Any, workers: Workers, poll_only: bool) -> riverboat.AsyncClient:
+    return riverboat.AsyncClient(
+        driver,
+        queues={"default": QueueConfig(max_workers=5)},
+        workers=workers,
+        poll_only=poll_only,
+        fetch_cooldown=0.01,
+        fetch_poll_interval=0.05,
+    )
+
+
+@pytest.mark.parametrize("poll_only", [False, True], ids=["listen", "poll_only"])
+async def test_pause_and_resume_reach_the_producer(apg_driver: Any, poll_only: bool) -> None:
+    workers = Workers()
+
+    @workers.register("tick")
+    async def tick(job: Job[Any]) -> None:
+        return None
+
+    client = make_client(apg_driver, workers, poll_only)
+    sub = client.subscribe(EventKind.QUEUE_PAUSED, EventKind.QUEUE_RESUMED, EventKind.JOB_COMPLETED)
+    await client.start()
+    try:
+        producer = client.runtime.producers["default"]
+        assert (client.runtime.notifier is None) == poll_only
+        first = (await client.insert({}, kind="tick")).job
+        await job_event(sub, EventKind.JOB_COMPLETED, first.id)
+
+        started = time.monotonic()
+        (row,) = await client.queue_pause("default")
+        assert row.paused_at is not None
+        event = await next_event(sub, EventKind.QUEUE_PAUSED, timeout=1.0)
+        assert event.queue == "default"
+        assert time.monotonic() - started < 1.0
+        assert producer.paused
+
+        # While paused nothing is fetched: watch several poll ticks (an observation
+        # window, not synchronisation) and the job stays available. A fetch already in
+        # flight when the pause landed may still finish, hence the +1.
+        fetches = producer.fetches
+        held = (await client.insert({}, kind="tick")).job
+        await asyncio.sleep(0.3)
+        assert producer.fetches <= fetches + 1
+        assert (await client.job_get(held.id)).state == JobState.AVAILABLE
+
+        started = time.monotonic()
+        await client.queue_resume("*")
+        await next_event(sub, EventKind.QUEUE_RESUMED, timeout=1.0)
+        assert time.monotonic() - started < 1.0
+        done = await job_event(sub, EventKind.JOB_COMPLETED, held.id)
+        assert done.job is not None and done.job.state == JobState.COMPLETED
+    finally:
+        await client.stop()
+
+
+async def test_producer_starts_paused_after_queue_pause(apg_driver: Any) -> None:
+    workers = Workers()
+
+    @workers.register("tick")
+    async def tick(job: Job[Any]) -> None:
+        return None
+
+    admin = riverboat.AsyncClient(apg_driver)
+    await apg_driver.fetch(apg_driver.dialect.queue_create_or_set_updated_at("default"))
+    await admin.queue_pause("default")
+    client = make_client(apg_driver, workers, poll_only=False)
+    await client.start()
+    try:
+        assert client.runtime.producers["default"].paused  # paused_at survives restarts
+    finally:
+        await client.stop()
+
+
+@pytest.mark.parametrize("poll_only", [False, True], ids=["listen", "poll_only"])
+async def test_cancel_of_a_running_async_job_ends_cancelled(
+    apg_driver: Any, poll_only: bool
+) -> None:
+    workers = Workers()
+    running = asyncio.Event()
+
+    @workers.register("forever")
+    async def forever(job: Job[Any]) -> None:
+        running.set()
+        await asyncio.Event().wait()  # only a cancellation ends this
+
+    client = make_client(apg_driver, workers, poll_only)
+    sub = client.subscribe(EventKind.JOB_CANCELLED, EventKind.JOB_COMPLETED, EventKind.JOB_FAILED)
+    await client.start()
+    try:
+        job = (await client.insert({}, kind="forever")).job
+        async with asyncio.timeout(10):
+            await running.wait()
+        with_stats = apg_driver.stats.by_query.get("job_cancel", 0)
+        out = await client.job_cancel(job.id)
+        assert apg_driver.stats.by_query["job_cancel"] == with_stats + 1
+        assert out.state == JobState.RUNNING  # the producer finishes the cancellation
+        assert "cancel_attempted_at" in out.metadata
+        event = await job_event(sub, EventKind.JOB_CANCELLED, job.id)
+    finally:
+        await client.stop()
+    assert event.job is not None
+    assert event.job.state == JobState.CANCELLED
+    assert event.job.finalized_at is not None
+    assert "cancel_attempted_at" in event.job.metadata
+    assert (await client.job_get(job.id)).state == JobState.CANCELLED
+
+
+async def test_tx_forms_leave_local_producers_to_the_notification(apg_driver: Any) -> None:
+    # A poll-only client's *_tx calls must not pause its producers directly: the caller's
+    # transaction may still roll back.
+    import psycopg
+
+    workers = Workers()
+    client = make_client(apg_driver, workers, poll_only=True)
+    await client.start()
+    try:
+        async with await psycopg.AsyncConnection.connect(apg_driver.url) as conn:
+            await client.queue_pause_tx(conn, "default")
+            await conn.rollback()
+        assert not client.runtime.producers["default"].paused
+        assert (await client.queue_get("default")).paused_at is None
+    finally:
+        await client.stop()
