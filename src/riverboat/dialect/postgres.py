@@ -93,49 +93,37 @@ RETURNING {job_columns("river_job")}
 
 # River's JobSetStateIfRunningMany: only rows still running change (a rescued or deleted
 # job is not clobbered), metadata merges regardless, and a retry or snooze of a job with
-# cancel_attempted_at becomes a cancellation. The input is joined through a LATERAL
-# primary-key lookup so the plan stays an index scan even when statistics say the table
-# is empty.
-_SET_STATE_BODY = """
-WITH job_input AS (
-    SELECT *
-    FROM unnest(
-        :ids::bigint[], :attempt::integer[], :errors::jsonb[], :finalized::boolean[],
-        :metadata_updates::jsonb[], :scheduled_at::timestamptz[], :state::text[]
-    ) AS i(id, attempt, errors, finalized, metadata_updates, scheduled_at, state)
-),
-target AS (
-    SELECT job_input.*, j.state AS current_state,
-           (job_input.state IN ('retryable', 'scheduled')
-            AND j.metadata ? 'cancel_attempted_at') AS cancel
-    FROM job_input
-    CROSS JOIN LATERAL (
-        SELECT river_job.state, river_job.metadata
-        FROM <schema>river_job
-        WHERE river_job.id = job_input.id
-        FOR UPDATE
-    ) AS j
-    WHERE j.state = 'running' OR job_input.metadata_updates IS NOT NULL
-)
+# cancel_attempted_at becomes a cancellation. One UPDATE joined to the unnested input by
+# id: the planner drives it with primary-key lookups per input row, even when statistics
+# say the table is empty. (An extra `id = ANY(:ids)` predicate looks harmless but, with
+# stale statistics, lets the planner scan the (state, ...) index over every running job;
+# see tests/admin for the EXPLAIN check.) The guard is re-checked by Postgres against the
+# latest row version if a concurrent transaction changed it first.
+_CANCEL = "(i.state IN ('retryable', 'scheduled') AND river_job.metadata ? 'cancel_attempted_at')"
+_SET_STATE_BODY = f"""
 UPDATE <schema>river_job
-SET attempt = CASE WHEN t.current_state = 'running' AND NOT t.cancel AND t.attempt IS NOT NULL
-                   THEN t.attempt ELSE river_job.attempt END,
-    errors = CASE WHEN t.current_state = 'running' AND t.errors IS NOT NULL
-                  THEN array_append(river_job.errors, t.errors) ELSE river_job.errors END,
-    finalized_at = CASE WHEN t.current_state = 'running' AND (t.cancel OR t.finalized)
+SET attempt = CASE WHEN river_job.state = 'running' AND NOT {_CANCEL} AND i.attempt IS NOT NULL
+                   THEN i.attempt ELSE river_job.attempt END,
+    errors = CASE WHEN river_job.state = 'running' AND i.errors IS NOT NULL
+                  THEN array_append(river_job.errors, i.errors) ELSE river_job.errors END,
+    finalized_at = CASE WHEN river_job.state = 'running' AND ({_CANCEL} OR i.finalized)
                         THEN now() ELSE river_job.finalized_at END,
-    metadata = CASE WHEN t.metadata_updates IS NOT NULL
-                    THEN river_job.metadata || t.metadata_updates ELSE river_job.metadata END,
-    scheduled_at = CASE WHEN t.current_state = 'running' AND NOT t.cancel
-                             AND t.scheduled_at IS NOT NULL
-                        THEN t.scheduled_at ELSE river_job.scheduled_at END,
-    state = CASE WHEN t.current_state = 'running' AND t.cancel
+    metadata = CASE WHEN i.metadata_updates IS NOT NULL
+                    THEN river_job.metadata || i.metadata_updates ELSE river_job.metadata END,
+    scheduled_at = CASE WHEN river_job.state = 'running' AND NOT {_CANCEL}
+                             AND i.scheduled_at IS NOT NULL
+                        THEN i.scheduled_at ELSE river_job.scheduled_at END,
+    state = CASE WHEN river_job.state = 'running' AND {_CANCEL}
                  THEN 'cancelled'::<schema>river_job_state
-                 WHEN t.current_state = 'running'
-                 THEN t.state::<schema>river_job_state
+                 WHEN river_job.state = 'running'
+                 THEN i.state::<schema>river_job_state
                  ELSE river_job.state END
-FROM target AS t
-WHERE river_job.id = t.id
+FROM unnest(
+    :ids::bigint[], :attempt::integer[], :errors::jsonb[], :finalized::boolean[],
+    :metadata_updates::jsonb[], :scheduled_at::timestamptz[], :state::text[]
+) AS i(id, attempt, errors, finalized, metadata_updates, scheduled_at, state)
+WHERE river_job.id = i.id
+  AND (river_job.state = 'running' OR i.metadata_updates IS NOT NULL)
 """
 QUERIES["job_set_state_if_running_many"] = _SET_STATE_BODY + f"RETURNING {job_columns('river_job')}"
 QUERIES["job_set_state_if_running_many_no_return"] = _SET_STATE_BODY
