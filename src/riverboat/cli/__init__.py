@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "migrate": ("riverboat.cli.migrate", "apply, revert, list or print River's schema migrations"),
     "bench": ("riverboat.cli.bench", "benchmark operations and an end-to-end run, like the seed PR"),
     "worker": ("riverboat.cli.worker", "work jobs with a client's workers until signalled"),
+    "jobs": ("riverboat.cli.jobs", "list, show, cancel, retry or delete jobs"),
+    "queues": ("riverboat.cli.queues", "list, pause or resume queues"),
 }
 
 
