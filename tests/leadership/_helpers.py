@@ -80,9 +80,7 @@ def elector_of(client: AsyncClient) -> Elector:
 
 async def wait_any_leader(clients: Iterable[AsyncClient], timeout: float) -> AsyncClient:
     """The first of ``clients`` to gain leadership (or fail after ``timeout``)."""
-    by_future = {
-        asyncio.ensure_future(elector_of(c).leader.wait()): c for c in clients
-    }
+    by_future = {asyncio.ensure_future(elector_of(c).leader.wait()): c for c in clients}
     try:
         done, _ = await asyncio.wait(by_future, timeout=timeout, return_when="FIRST_COMPLETED")
     finally:

@@ -9,8 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from riverboat import AsyncClient
 from tests.leadership._helpers import (
     FAST_ELECTOR,
@@ -23,12 +21,12 @@ from tests.leadership._helpers import (
     wait_any_leader,
 )
 
-pytestmark = pytest.mark.asyncio
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def _start_all(pg_url: str, schema: str, ids: list[str], watch: LeaderWatch) -> list[AsyncClient]:
+async def _start_all(
+    pg_url: str, schema: str, ids: list[str], watch: LeaderWatch
+) -> list[AsyncClient]:
     clients = []
     for client_id in ids:
         client = make_client(pg_url, schema, client_id)
@@ -105,9 +103,7 @@ async def test_killed_leader_hands_over_after_its_ttl(pg_url: str, pg_schema: st
         assert line.strip() == b"LEADER"
         watch = LeaderWatch()
         clients = await _start_all(pg_url, pg_schema, ["f1", "f2"], watch)
-        await eventually(
-            lambda: all(elector_of(c).stats.elect_attempts >= 2 for c in clients), 5
-        )
+        await eventually(lambda: all(elector_of(c).stats.elect_attempts >= 2 for c in clients), 5)
         assert watch.gains == []  # the process leads; nobody else does
 
         proc.send_signal(signal.SIGKILL)

@@ -8,12 +8,9 @@ import json
 from typing import Any
 
 import psycopg
-import pytest
 
 from riverboat.drivers.psycopg import AsyncPsycopgDriver
 from tests.leadership._helpers import leader_row, sql
-
-pytestmark = pytest.mark.asyncio
 
 # River's Go elector (riverpgxv5 LeaderDeleteExpired + LeaderAttemptElect), which runs
 # both in one transaction.
@@ -57,7 +54,9 @@ async def test_elect_replaces_an_expired_term_in_one_statement(
     apg_driver: AsyncPsycopgDriver,
 ) -> None:
     d = apg_driver.dialect
-    old = d.decode_leader((await apg_driver.fetch(d.leader_attempt_elect(leader_id="a", ttl=-1)))[0])
+    old = d.decode_leader(
+        (await apg_driver.fetch(d.leader_attempt_elect(leader_id="a", ttl=-1)))[0]
+    )
     # a's term has expired: it can't renew it, and b takes over with one statement.
     assert (
         await apg_driver.fetch(
@@ -75,7 +74,9 @@ async def test_resign_notifies_river_leadership(
     apg_driver: AsyncPsycopgDriver, pg_url: str, pg_schema: str
 ) -> None:
     d = apg_driver.dialect
-    term = d.decode_leader((await apg_driver.fetch(d.leader_attempt_elect(leader_id="a", ttl=15)))[0])
+    term = d.decode_leader(
+        (await apg_driver.fetch(d.leader_attempt_elect(leader_id="a", ttl=15)))[0]
+    )
     listener = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
     try:
         await listener.execute(f'LISTEN "{pg_schema}.river_leadership"')
@@ -101,7 +102,9 @@ async def test_go_elector_and_riverboat_never_both_lead(
 ) -> None:
     d = apg_driver.dialect
     # riverboat holds the row: Go's elector gets nothing.
-    term = d.decode_leader((await apg_driver.fetch(d.leader_attempt_elect(leader_id="py", ttl=15)))[0])
+    term = d.decode_leader(
+        (await apg_driver.fetch(d.leader_attempt_elect(leader_id="py", ttl=15)))[0]
+    )
     assert _go_elect(pg_url, pg_schema, "go") == []
     await apg_driver.fetch(d.leader_resign(leader_id="py", elected_at=term.elected_at))
     # Go holds it: riverboat gets nothing.
@@ -137,7 +140,7 @@ async def test_job_schedule_promotes_discards_conflicts_and_notifies(
         """INSERT INTO river_job (args, kind, queue, state, scheduled_at, unique_key,
                                   unique_states, finalized_at)
            VALUES ('{}', 'k', 'q1', 'scheduled', now() - interval '1 s', NULL, NULL, NULL),
-                  ('{}', 'k', 'q2', 'retryable', now() - interval '1 s', '\\x01', B'11010101', NULL),
+                  ('{}', 'k', 'q2', 'retryable', now() - interval '1s', '\\x01', B'11010101', NULL),
                   ('{}', 'k', 'q2', 'available', now(), '\\x01', B'11010101', NULL),
                   ('{}', 'k', 'q3', 'scheduled', now() + interval '1 hour', NULL, NULL, NULL)""",
     )
@@ -152,7 +155,9 @@ async def test_job_schedule_promotes_discards_conflicts_and_notifies(
         await listener.close()
     assert [(queue, discarded) for _, queue, discarded in rows] == [("q1", False), ("q2", True)]
     assert json.loads(note.payload) == {"queue": "q1"}
-    states = sql(pg_url, pg_schema, "SELECT queue, state::text, metadata FROM river_job ORDER BY id")
+    states = sql(
+        pg_url, pg_schema, "SELECT queue, state::text, metadata FROM river_job ORDER BY id"
+    )
     assert states[0][:2] == ("q1", "available")
     assert states[1][:2] == ("q2", "discarded")
     assert states[1][2] == {"unique_key_conflict": "scheduler_discarded"}

@@ -1,0 +1,152 @@
+"""Periodic jobs: enqueued by the leader only, once per tick however many clients."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from riverboat import InsertOpts, MissingDependencyError, PeriodicJob
+from riverboat.drivers.psycopg import AsyncPsycopgDriver
+from riverboat.errors import InvalidInputError
+from riverboat.runtime.maintenance import MaintenanceContext
+from riverboat.runtime.maintenance.periodic import PeriodicJobEnqueuer
+from riverboat.runtime.retry import RetryPolicy
+from tests.leadership._helpers import (
+    LeaderWatch,
+    TickArgs,
+    default_workers,
+    elector_of,
+    eventually,
+    fast_maintenance,
+    make_client,
+    sql,
+    wait_any_leader,
+)
+
+
+def _ticks(pg_url: str, schema: str) -> list[tuple[Any, ...]]:
+    return sql(
+        pg_url,
+        schema,
+        "SELECT scheduled_at, metadata FROM river_job WHERE kind = 'periodic_tick' ORDER BY id",
+    )
+
+
+async def test_one_second_schedule_enqueues_once_per_tick_across_three_clients(
+    pg_url: str, pg_schema: str
+) -> None:
+    periodic = [PeriodicJob(timedelta(seconds=1), lambda: TickArgs(n=1), id="every_second")]
+    watch = LeaderWatch()
+    clients = []
+    for client_id in ("p1", "p2", "p3"):
+        client = make_client(pg_url, pg_schema, client_id, periodic_jobs=periodic)
+        await client.start()
+        watch.add(client)
+        clients.append(client)
+    try:
+        leader = await wait_any_leader(clients, 5)
+        await eventually(lambda: len(_ticks(pg_url, pg_schema)) >= 2, 5)
+        # Hand leadership over mid-schedule; the next leader carries on.
+        await leader.stop()
+        await leader.close()
+        clients.remove(leader)
+        await wait_any_leader(clients, 2)
+        count = len(_ticks(pg_url, pg_schema))
+        await eventually(lambda: len(_ticks(pg_url, pg_schema)) >= count + 2, 5)
+    finally:
+        for client in clients:
+            await client.stop()
+            await client.close()
+    rows = _ticks(pg_url, pg_schema)
+    per_tick = Counter(scheduled_at for scheduled_at, _ in rows)
+    assert per_tick and max(per_tick.values()) == 1, per_tick
+    for scheduled_at, metadata in rows:
+        assert scheduled_at.microsecond == 0  # epoch-aligned whole seconds
+        assert metadata == {"periodic": True, "river:periodic_job_id": "every_second"}
+    assert watch.max_concurrent == 1
+
+
+def _enqueuer(driver: AsyncPsycopgDriver, client_id: str, jobs: list[PeriodicJob]) -> Any:
+    ctx = MaintenanceContext(
+        driver=driver,
+        client_id=client_id,
+        config=fast_maintenance(),
+        workers=default_workers(),
+        retry_policy=RetryPolicy(),
+        job_timeout=60.0,
+    )
+    return PeriodicJobEnqueuer(ctx, jobs)
+
+
+async def test_two_leaders_on_the_same_tick_insert_it_once(
+    apg_driver: AsyncPsycopgDriver, pg_url: str, pg_schema: str
+) -> None:
+    # What a leadership change mid-tick amounts to: two enqueuers firing the same tick.
+    jobs = [
+        PeriodicJob(60, lambda: TickArgs(n=2)),  # no id: unique over kind + args
+        PeriodicJob("*/5 * * * *", lambda: (TickArgs(n=3), InsertOpts(priority=2)), id="cron"),
+    ]
+    first = _enqueuer(apg_driver, "old-leader", jobs)
+    second = _enqueuer(apg_driver, "new-leader", jobs)
+    tick = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
+    for enqueuer in (first, second):
+        await enqueuer.on_start()
+        for entry in enqueuer._entries:
+            entry.next_run_at = tick
+    await asyncio.gather(first.run_once(), second.run_once())
+    assert first.inserted + second.inserted == 2
+    assert first.skipped_duplicates + second.skipped_duplicates == 2
+    rows = sql(pg_url, pg_schema, "SELECT scheduled_at, priority, state::text FROM river_job")
+    assert sorted(r[1] for r in rows) == [1, 2]
+    assert {r[0] for r in rows} == {tick}
+    assert {r[2] for r in rows} == {"available"}  # River keeps periodic runs available
+
+
+async def test_run_on_start_and_skipping_constructor(pg_url: str, pg_schema: str) -> None:
+    calls: list[int] = []
+
+    def maybe() -> TickArgs | None:
+        calls.append(1)
+        return None  # skip every run
+
+    periodic = [
+        PeriodicJob(3600, lambda: TickArgs(n=9), run_on_start=True, id="boot"),
+        PeriodicJob(3600, maybe, run_on_start=True, id="never"),
+    ]
+    client = make_client(pg_url, pg_schema, "starter", periodic_jobs=periodic)
+    await client.start()
+    try:
+        await asyncio.wait_for(elector_of(client).leader.wait(), 5)
+        svc = client.runtime.maintainer.services["periodic"]  # type: ignore[union-attr]
+        await svc.wait_for(lambda s: s.successes >= 1)
+    finally:
+        await client.stop()
+        await client.close()
+    rows = _ticks(pg_url, pg_schema)
+    assert [m for _, m in rows] == [{"periodic": True, "river:periodic_job_id": "boot"}]
+    assert calls == [1]
+
+
+def test_schedules_and_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    start = datetime(2024, 1, 1, 12, 0, 0, 400000, tzinfo=UTC)
+    every = PeriodicJob(timedelta(minutes=15), lambda: None)
+    assert every.next_after(start) == datetime(2024, 1, 1, 12, 15, tzinfo=UTC)
+    cron = PeriodicJob("0 * * * *", lambda: None)
+    assert cron.next_after(start) == datetime(2024, 1, 1, 13, 0, tzinfo=UTC)
+    seconds = PeriodicJob("* * * * * */2", lambda: None)
+    assert seconds.next_after(start) == datetime(2024, 1, 1, 12, 0, 2, tzinfo=UTC)
+    with pytest.raises(InvalidInputError):
+        PeriodicJob("not cron", lambda: None)
+    with pytest.raises(InvalidInputError):
+        PeriodicJob(timedelta(0), lambda: None)
+    with pytest.raises(InvalidInputError):
+        PeriodicJob(1, lambda: None, id="has space")
+    monkeypatch.setitem(sys.modules, "croniter", None)
+    with pytest.raises(MissingDependencyError) as err:
+        PeriodicJob("0 * * * *", lambda: None)
+    assert "riverboat[cron]" in str(err.value)
