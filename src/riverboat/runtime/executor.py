@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import logging
 import os
 import time
 import traceback
@@ -42,6 +43,23 @@ __all__ = ["ExecutorConfig", "JobTimeoutError", "execute_job"]
 # River's SchedulerInterval: a retry or snooze this close is made available directly
 # instead of waiting for the scheduler to promote it.
 SCHEDULER_INTERVAL = timedelta(seconds=5)
+
+
+# Called in the worker thread after every sync job, whatever its outcome: the place to
+# hand back thread-bound resources (riverboat.contrib.django closes the thread's Django
+# connections here). A hook's exception is logged, never the job's outcome.
+AFTER_SYNC_JOB: list[Callable[[], None]] = []
+
+
+def _run_sync(fn: Callable[[Job[Any]], Any], job: Job[Any]) -> Any:
+    try:
+        return fn(job)
+    finally:
+        for hook in AFTER_SYNC_JOB:
+            try:
+                hook()
+            except Exception:
+                logging.getLogger(__name__).exception("after_sync_job hook %r failed", hook)
 
 
 class JobTimeoutError(Exception):
@@ -129,7 +147,7 @@ async def _call(
     context = contextvars.copy_context()
     context.run(_work_context.set, ctx)
     loop = asyncio.get_running_loop()
-    future = loop.run_in_executor(pool, context.run, worker.fn, job)
+    future = loop.run_in_executor(pool, context.run, _run_sync, worker.fn, job)
     if timeout is None:
         await future
         return

@@ -1,0 +1,1 @@
+"""Integrations with frameworks: each subpackage imports its framework lazily."""

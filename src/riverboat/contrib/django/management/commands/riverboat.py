@@ -1,0 +1,88 @@
+"""``python manage.py riverboat migrate [up|down|list]`` and ``riverboat worker``.
+
+``migrate`` runs riverboat's :class:`~riverboat.migrations.Migrator` on the Django
+database (``--database``, default ``RIVERBOAT["DATABASE_ALIAS"]``), in River's schema
+(``--schema``, default ``RIVERBOAT["SCHEMA"]``). ``worker`` is ``riverboat worker`` with
+the client made from ``settings.RIVERBOAT`` (queues, workers, Django tasks).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from riverboat.errors import RiverboatError
+
+FACTORY = "riverboat.contrib.django.settings:make_async_client"
+
+
+class Command(BaseCommand):
+    help = "riverboat: River's schema migrations and the job worker, on Django's database"
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+        migrate = sub.add_parser("migrate", help="apply, revert or list River's migrations")
+        migrate.add_argument(
+            "action", nargs="?", choices=("up", "down", "list"), default="up", help="default: up"
+        )
+        migrate.add_argument("--target-version", type=int, metavar="N")
+        migrate.add_argument("--database", metavar="ALIAS", help="a DATABASES alias")
+        migrate.add_argument("--schema", metavar="S", help="River's schema")
+        worker = sub.add_parser("worker", help="work the configured queues until SIGTERM")
+        worker.add_argument("--processes", type=int, default=1, help="default 1")
+        worker.add_argument(
+            "--exit-when-idle", action="store_true", help="exit once every queue is drained"
+        )
+        worker.add_argument("--log-level", default="INFO", help="default INFO")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            if options["command"] == "migrate":
+                self._migrate(options)
+            else:
+                self._worker(options)
+        except RiverboatError as exc:
+            raise CommandError(" ".join(str(exc).split())) from exc
+
+    def _migrate(self, options: dict[str, Any]) -> None:
+        from riverboat.contrib.django.settings import get_driver
+        from riverboat.migrations import Migrator
+
+        migrator = Migrator(get_driver(options["database"], options["schema"]))
+        names = migrator.names
+        action = options["action"]
+        if action == "up":
+            done = migrator.up(options["target_version"])
+            for version in done:
+                self.stdout.write(f"applied {version:03d} {names[version]}")
+            if not done:
+                self.stdout.write(f"nothing to apply; at version {migrator.current_version()}")
+        elif action == "down":
+            done = migrator.down(options["target_version"])
+            for version in done:
+                self.stdout.write(f"reverted {version:03d} {names[version]}")
+            if not done:
+                self.stdout.write("nothing to revert")
+        else:
+            for info in migrator.list():
+                when = info.applied_at.isoformat(sep=" ") if info.applied_at else "-"
+                mark = "*" if info.applied else " "
+                self.stdout.write(f"{mark} {info.version:03d}  {info.name:<50} {when}")
+        self.stdout.write(
+            f"current version: {migrator.current_version()} (latest {migrator.latest_version})"
+        )
+
+    def _worker(self, options: dict[str, Any]) -> None:
+        from riverboat.cli import worker as cli_worker
+
+        namespace = argparse.Namespace(
+            target=FACTORY,
+            processes=options["processes"],
+            exit_when_idle=options["exit_when_idle"],
+            log_level=options["log_level"],
+        )
+        code = cli_worker.run(namespace)
+        if code:
+            raise CommandError(f"worker exited with code {code}", returncode=code)

@@ -1,0 +1,280 @@
+"""Django driver: riverboat's statements on Django's own database connection.
+
+:class:`DjangoDriver` runs every statement through ``django.db.connections[alias]``, the
+connection Django's ORM uses in the calling thread. So ``client.insert(...)`` inside
+``transaction.atomic()`` is part of that transaction: the job commits or rolls back with
+the caller's rows, with no ``insert_tx`` needed (``insert_tx(connection, ...)`` works
+too). Statements use ``Query.compile("format")`` (``%s`` placeholders, literal ``%``
+doubled), the DB-API style every Django backend's cursor speaks; Postgres backends get
+:class:`~riverboat.dialect.postgres.PostgresDialect`, and psycopg (the adapter behind
+Django's backend) adapts the Python lists of the batch statements to Postgres arrays.
+A ``sqlite3`` database gets riverboat's SQLite dialect, which needs an SQLite with
+``jsonb()`` (3.45+) under Python's ``sqlite3`` module.
+
+The worker runtime does **not** run on this driver. :meth:`DjangoDriver.async_driver`
+builds an :class:`~riverboat.drivers.psycopg.AsyncPsycopgDriver` from the same
+``DATABASES`` entry instead, because:
+
+* the runtime is asyncio, and Django's connections are bound to the thread that opened
+  them and refuse use from a running event loop (``SynchronousOnlyOperation``); hopping
+  to a thread per statement (``sync_to_async``) would serialise the producers, completer
+  and notifier on one thread connection and cost a thread switch per statement;
+* the runtime needs a dedicated LISTEN connection and short autocommit leases, which a
+  Django connection (one per thread, closed at Django's request boundaries) cannot give.
+
+Work functions still use the ORM freely: sync ones run in worker threads, each with its
+own Django connection, which :mod:`riverboat.contrib.django` closes or hands back after
+every job (see :func:`reclaim_connections`).
+
+In async views call the sync client through asgiref: ``await
+sync_to_async(client.insert)(args)``, or :func:`insert_async`, which does just that on
+Django's thread-sensitive executor so it joins the request's ``atomic()`` blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from riverboat._sql import Statement
+from riverboat.drivers.base import Capabilities, DriverStats
+from riverboat.errors import DriverError, InvalidInputError, MissingDependencyError
+
+if TYPE_CHECKING:
+    from riverboat._job import InsertOpts, InsertResult
+    from riverboat.client import Client
+    from riverboat.dialect.base import Dialect
+    from riverboat.drivers.psycopg import AsyncPsycopgDriver
+
+__all__ = ["DjangoDriver", "insert_async", "libpq_params", "reclaim_connections"]
+
+# Django-only keys of a postgresql DATABASES entry's connection parameters that libpq
+# does not know (get_connection_params() already drops assume_role, pool and the like).
+_NOT_LIBPQ = ("cursor_factory", "context", "prepare_threshold")
+
+
+def _django() -> Any:
+    try:
+        import django.db
+    except ImportError:
+        raise MissingDependencyError("django", "django") from None
+    return django.db
+
+
+def _translate(exc: Exception) -> DriverError:
+    err = DriverError(f"{type(exc).__name__}: {exc}".strip())
+    err.__cause__ = exc
+    return err
+
+
+def _is_raw(stmt: Statement) -> bool:
+    # Migration DDL (RawQuery) is sent exactly as written: no parameters, no % doubling.
+    from riverboat.migrations._files import RawQuery
+
+    return isinstance(stmt.query, RawQuery)
+
+
+def _run_on(cursor: Any, stmt: Statement, stats: DriverStats, want_rows: bool) -> Any:
+    db = _django()
+    stats.count(stmt.query.name)
+    sql, names = stmt.query.compile("format")
+    try:
+        if _is_raw(stmt):
+            cursor.execute(sql)
+        else:
+            params = stmt.params
+            # An empty list, not None: the backend then un-doubles literal %%.
+            cursor.execute(sql, [params[n] for n in names])
+        result: Any
+        if want_rows:
+            result = list(cursor.fetchall()) if cursor.description is not None else []
+        else:
+            result = int(cursor.rowcount)
+        for follow in getattr(stmt, "then", ()):  # SQLite statement chains
+            _run_on(cursor, follow, stats, False)
+        return result
+    except db.Error as exc:
+        raise _translate(exc) from exc
+
+
+def _dialect_for(vendor: str, schema: str | None) -> Dialect:
+    if vendor == "postgresql":
+        from riverboat.dialect.postgres import PostgresDialect
+
+        return PostgresDialect(schema)
+    if vendor == "sqlite":
+        try:
+            from riverboat.dialect.sqlite import SqliteDialect
+        except ImportError:  # pragma: no cover - the module ships with riverboat
+            pass
+        else:
+            return SqliteDialect(schema)
+    raise InvalidInputError(
+        "alias", f"riverboat supports Django's postgresql and sqlite3 backends, not {vendor!r}"
+    )
+
+
+class _Executor:
+    """Statements on one Django connection (a transaction, or the caller's)."""
+
+    __slots__ = ("_conn", "_stats")
+
+    def __init__(self, conn: Any, stats: DriverStats) -> None:
+        self._conn = conn
+        self._stats = stats
+
+    def fetch(self, stmt: Statement) -> list[Any]:
+        with self._conn.cursor() as cur:
+            result: list[Any] = _run_on(cur, stmt, self._stats, True)
+        return result
+
+    def execute(self, stmt: Statement) -> int:
+        with self._conn.cursor() as cur:
+            result: int = _run_on(cur, stmt, self._stats, False)
+        return result
+
+
+class DjangoDriver:
+    """A sync driver over ``django.db.connections[alias]``.
+
+    Every call uses the calling thread's connection for ``alias``, exactly as the ORM
+    does, so statements join whatever ``atomic()`` block is open there. Outside one, a
+    statement runs in Django's autocommit mode (each statement commits by itself).
+    ``schema`` is where River's tables live (default: the connection's search_path).
+    """
+
+    capabilities = Capabilities(sync=True)
+
+    def __init__(self, alias: str = "default", schema: str | None = None) -> None:
+        db = _django()
+        if alias not in db.connections.settings:
+            raise InvalidInputError("alias", f"no database {alias!r} in settings.DATABASES")
+        self.alias = alias
+        self.stats = DriverStats()
+        vendor = db.connections[alias].vendor
+        self.vendor: str = vendor
+        self.dialect = _dialect_for(vendor, schema)
+
+    @property
+    def connection(self) -> Any:
+        """This thread's Django connection for the alias."""
+        return _django().connections[self.alias]
+
+    def _executor(self) -> _Executor:
+        self.stats.leases += 1
+        return _Executor(self.connection, self.stats)
+
+    def fetch(self, stmt: Statement) -> list[Any]:
+        return self._executor().fetch(stmt)
+
+    def execute(self, stmt: Statement) -> int:
+        return self._executor().execute(stmt)
+
+    @contextmanager
+    def transaction(self) -> Iterator[_Executor]:
+        """``transaction.atomic(using=alias)``: a transaction, or a savepoint inside the
+        caller's."""
+        from django.db import transaction
+
+        with transaction.atomic(using=self.alias):
+            yield self._executor()
+
+    def wrap(self, conn: Any) -> _Executor:
+        """An executor over a Django connection (``django.db.connection``,
+        ``connections[alias]``); its transaction stays the caller's."""
+        db = _django()
+        from django.db.backends.base.base import BaseDatabaseWrapper
+        from django.utils.connection import ConnectionProxy
+
+        if isinstance(conn, ConnectionProxy):  # django.db.connection
+            conn = db.connections[conn._alias]
+        if not isinstance(conn, BaseDatabaseWrapper):
+            raise TypeError(f"expected a Django database connection, got {type(conn).__name__}")
+        return _Executor(conn, self.stats)
+
+    def execute_script(self, sql: str) -> None:
+        db = _django()
+        self.stats.leases += 1
+        try:
+            with self.connection.cursor() as cur:
+                cur.execute(sql)
+        except db.Error as exc:
+            raise _translate(exc) from exc
+
+    def close(self) -> None:
+        """Nothing to close: the connections are Django's."""
+
+    def async_driver(
+        self, *, prepare: bool | None = None, max_pool_size: int = 10
+    ) -> AsyncPsycopgDriver:
+        """An async psycopg driver on the same database, for the worker runtime.
+
+        Built from the alias's ``DATABASES`` entry (NAME, USER, PASSWORD, HOST, PORT and
+        libpq ``OPTIONS`` such as ``sslmode`` or ``options``). ``prepare`` defaults to
+        Django's own choice: server-side prepared statements only when ``OPTIONS`` sets
+        ``prepare_threshold`` (Django leaves them off so PgBouncer keeps working).
+        """
+        if self.vendor != "postgresql":
+            raise InvalidInputError(
+                "alias", "the worker runtime from Django settings needs a postgresql database"
+            )
+        from riverboat.drivers.psycopg import AsyncPsycopgDriver
+
+        conninfo, django_prepare = libpq_params(self.alias)
+        return AsyncPsycopgDriver(
+            conninfo,
+            schema=self.dialect.schema,
+            max_pool_size=max_pool_size,
+            prepare=django_prepare if prepare is None else prepare,
+        )
+
+    def __repr__(self) -> str:
+        return f"DjangoDriver(alias={self.alias!r}, schema={self.dialect.schema!r})"
+
+
+def libpq_params(alias: str = "default") -> tuple[str, bool]:
+    """``(libpq conninfo string, prepared statements wanted)`` for a postgresql alias."""
+    db = _django()
+    try:
+        from psycopg.conninfo import make_conninfo
+    except ImportError:
+        raise MissingDependencyError("psycopg", "psycopg") from None
+    params = dict(db.connections[alias].get_connection_params())
+    prepare = params.get("prepare_threshold") is not None
+    for key in _NOT_LIBPQ:
+        params.pop(key, None)
+    return make_conninfo("", **{k: v for k, v in params.items() if v is not None}), prepare
+
+
+def reclaim_connections(*, always: bool = False) -> None:
+    """Hand back this thread's Django connections after a unit of work.
+
+    The same as Django's ``close_old_connections()`` at the end of a request: each
+    connection this thread has opened is closed if it is broken, outlived
+    ``CONN_MAX_AGE`` (``0``, the default, means after every job) or was left outside
+    autocommit; with Django's connection pool (``OPTIONS["pool"]``) closing returns it
+    to the pool. ``always=True`` closes every opened connection regardless.
+    A connection still inside an ``atomic()`` block (a job that left one open) is
+    closed too, as Django does: its transaction is rolled back.
+    """
+    db = _django()
+    for conn in db.connections.all(initialized_only=True):
+        if always:
+            conn.close()
+        else:
+            conn.close_if_unusable_or_obsolete()
+
+
+async def insert_async(
+    client: Client, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
+) -> InsertResult:
+    """``client.insert`` from async code (async views), on Django's thread-sensitive
+    executor, so it uses the same connection (and ``atomic()`` blocks) as the ORM's
+    ``sync_to_async`` calls in that request."""
+    from asgiref.sync import sync_to_async
+
+    result: InsertResult = await sync_to_async(client.insert, thread_sensitive=True)(
+        args, opts, kind=kind
+    )
+    return result

@@ -1,0 +1,83 @@
+"""Sync jobs that use the ORM hand their thread's Django connection back after every
+job (the riverboat.contrib.django hook); without the hook, worker threads keep them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+import riverboat
+from riverboat.contrib.django.apps import install_connection_hook, uninstall_connection_hook
+from riverboat.drivers.psycopg import AsyncPsycopgDriver
+from riverboat.runtime.events import EventKind
+from riverboat.runtime.executor import AFTER_SYNC_JOB
+from riverboat.runtime.producer import QueueConfig
+from tests.django.helpers import backends, rows
+
+JOBS = 8
+
+
+@pytest.fixture
+def no_hook() -> Iterator[None]:
+    uninstall_connection_hook()
+    try:
+        yield
+    finally:
+        install_connection_hook()
+
+
+async def _work(pg_url: str, pg_schema: str, app_name: str) -> tuple[int, int]:
+    """Run JOBS bump jobs on 4 worker threads; return (Django backends open after they
+    completed while the runtime still runs, the counter)."""
+    from tests.django.testapp import jobs
+
+    await asyncio.to_thread(
+        rows, pg_url, pg_schema, "INSERT INTO testapp_counter (name, n) VALUES ('c', 0) RETURNING id"
+    )
+    client = riverboat.AsyncClient(
+        AsyncPsycopgDriver(pg_url, schema=pg_schema),  # the runtime's own connections
+        queues={"default": QueueConfig(max_workers=4)},
+        workers=jobs.workers,
+        fetch_cooldown=0.01,
+        fetch_poll_interval=0.1,
+    )
+    assert await asyncio.to_thread(backends, pg_url, app_name) == 0
+    sub = client.subscribe(EventKind.JOB_COMPLETED)
+    await client.start()
+    try:
+        await client.insert_many([
+            riverboat.InsertManyParams({"name": "c"}, kind="bump") for _ in range(JOBS)
+        ])
+        async with asyncio.timeout(20):
+            for _ in range(JOBS):
+                await sub.get()
+        await asyncio.sleep(0.05)
+        open_backends = await asyncio.to_thread(backends, pg_url, app_name)
+    finally:
+        await client.stop()
+        await client.driver.close()
+    counter = rows(pg_url, pg_schema, "SELECT n FROM testapp_counter WHERE name = 'c'")[0][0]
+    return open_backends, int(counter)
+
+
+async def test_orm_jobs_leave_no_connection_behind(dj: str, pg_url: str, pg_schema: str) -> None:
+    from tests.django.testapp import jobs
+
+    assert AFTER_SYNC_JOB, "the app's ready() installs the hook"
+    open_backends, counter = await _work(pg_url, pg_schema, dj)
+    assert counter == JOBS
+    assert open_backends == 0
+    # Every thread's connection object was closed at the end of its job.
+    assert len(jobs.seen) == JOBS
+    assert all(wrapper.connection is None for _, wrapper in jobs.seen)
+
+
+async def test_without_the_hook_threads_keep_connections(
+    dj: str, pg_url: str, pg_schema: str, no_hook: None
+) -> None:
+    # The control: proves the test above can see a leak.
+    open_backends, counter = await _work(pg_url, pg_schema, dj)
+    assert counter == JOBS
+    assert open_backends >= 1
