@@ -266,10 +266,13 @@ class _Ops:
     def __init__(self, dialect: Any) -> None:
         self.dialect = dialect
 
-    def _op(self, name: str) -> Callable[..., Statement]:
+    def _op(self, name: str) -> Callable[..., Any]:
+        """The dialect's method ``name``: a statement builder or a decoder. A dialect that
+        has not implemented it yet raises NotSupportedError naming the operation."""
         method = getattr(self.dialect, name, None)
         if method is None:
-            raise NotSupportedError(f"{name} is not supported by the {self.dialect.name} dialect")
+            dialect = getattr(self.dialect, "name", type(self.dialect).__name__)
+            raise NotSupportedError(f"{name} is not supported by the {dialect} dialect")
         return method  # type: ignore[no-any-return]
 
     def _one_job(self, job_id: int) -> Callable[[list[Row]], JobRow]:
@@ -296,7 +299,7 @@ class _Ops:
     def job_delete(self, job_id: object) -> _Plan[JobRow]:
         jid = _job_id(job_id)
         stmt = self._op("job_delete")(jid)
-        decode_deleted = self.dialect.decode_deleted
+        decode_deleted = self._op("decode_deleted")
 
         def finish(rows: list[Row]) -> JobRow:
             if not rows:
@@ -392,7 +395,7 @@ class _Ops:
 
     # -- queues ------------------------------------------------------------------------
     def _one_queue(self, name: str) -> Callable[[list[Row]], QueueRow]:
-        decode_queues = self.dialect.decode_queues
+        decode_queues = self._op("decode_queues")
 
         def finish(rows: list[Row]) -> QueueRow:
             queues: list[QueueRow] = decode_queues(rows)
@@ -408,11 +411,12 @@ class _Ops:
 
     def queue_list(self, limit: int | None) -> _Plan[list[QueueRow]]:
         stmt = self._op("queue_list")(_limit(limit, QUEUE_LIST_LIMIT_DEFAULT))
-        return _Plan(stmt, self.dialect.decode_queues)
+        return _Plan(stmt, self._op("decode_queues"))
 
     def _queue_toggle(self, op: str, name: object, paused: bool) -> _Plan[list[QueueRow]]:
         queue = _queue_name(name, allow_all=True)
-        decode_queues = self.dialect.decode_queues
+        stmt = self._op(op)(queue)
+        decode_queues = self._op("decode_queues")
 
         def finish(rows: list[Row]) -> list[QueueRow]:
             queues: list[QueueRow] = decode_queues(rows)
@@ -420,7 +424,7 @@ class _Ops:
                 raise NotFoundError(f"queue {queue!r} not found")
             return queues
 
-        return _Plan(self._op(op)(queue), finish, _local_pause(paused, queue))
+        return _Plan(stmt, finish, _local_pause(paused, queue))
 
     def queue_pause(self, name: object) -> _Plan[list[QueueRow]]:
         return self._queue_toggle("queue_pause", name, True)
