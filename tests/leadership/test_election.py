@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from riverboat import AsyncClient
 from tests.leadership._helpers import (
@@ -196,3 +197,37 @@ async def test_dialect_without_leadership_runs_without_an_elector(
     finally:
         await client.stop()
         await client.close()
+
+
+async def test_unreachable_leader_steps_down_before_its_term_expires(
+    pg_url: str, pg_schema: str
+) -> None:
+    watch = LeaderWatch()
+    clients = await _start_all(pg_url, pg_schema, ["cut", "other"], watch)
+    try:
+        leader = await wait_any_leader(clients, 5)
+        other = next(c for c in clients if c is not leader)
+        await eventually(lambda: elector_of(leader).stats.reelections >= 1, 5)
+        # Cut the leader off from the database: its leadership statements never return.
+        real_fetch = leader.driver.fetch
+        cut = asyncio.Event()
+
+        async def partitioned(stmt: Any) -> Any:
+            if stmt.query.name.startswith("leader_"):
+                await cut.wait()
+            return await real_fetch(stmt)
+
+        leader.driver.fetch = partitioned  # type: ignore[method-assign]
+        cut_at = time.monotonic()
+        await eventually(lambda: not elector_of(leader).is_leader, FAST_ELECTOR.ttl)
+        stepped_down = time.monotonic()
+        await wait_any_leader([other], FAST_ELECTOR.ttl + 2)
+        took_over = time.monotonic()
+        assert stepped_down - cut_at <= FAST_ELECTOR.ttl - FAST_ELECTOR.safety_margin + 0.1
+        assert stepped_down < took_over
+        assert elector_of(leader).stats.step_downs == 1
+        assert watch.max_concurrent == 1
+        cut.set()
+        leader.driver.fetch = real_fetch  # type: ignore[method-assign]
+    finally:
+        await _stop_all(clients)
