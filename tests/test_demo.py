@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+from riverboat.demo import run_demo
 
 FAST_JOBS = 12
 # Fast jobs plus the flaky, snoozed and unique ones complete; the scheduled one too when
@@ -89,3 +92,20 @@ def test_demo_rejects_a_bad_job_count(tmp_path: Path) -> None:
     )
     assert run.returncode == 1
     assert "--jobs" in run.stderr
+
+
+def test_demo_on_postgres_uses_the_leaders_scheduler_and_periodic_jobs(
+    pg_url: str, pg_schema: str
+) -> None:
+    sep = "&" if "?" in pg_url else "?"
+    url = f"{pg_url}{sep}options=-csearch_path%3D{pg_schema}"
+    out = io.StringIO()
+    report = run_demo(url, jobs=5, out=out, plain=True)
+    text = out.getvalue()
+    assert report.ok, text
+    assert report.scheduler
+    assert "scheduled job: ran 3 s after insert as scheduled" in text
+    assert re.search(r"^periodic job: [2-9] runs completed", text, re.M), text
+    assert int(_summary_row(text, "completed")[0]) == 5 + 4
+    assert "flaky job: completed after 2 retries (attempt 3)" in text
+    assert report.duration < 30

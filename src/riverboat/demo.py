@@ -666,7 +666,6 @@ async def _watch(
     grace = 10.0 if report.scheduler else 2.0
     scheduled = report.by_label("scheduled")
     announced_due = False
-    dialect = client.driver.dialect
 
     def log(text: str) -> None:
         display.log(elapsed(), text)
@@ -676,12 +675,10 @@ async def _watch(
         # Jobs the scheduler moves, or that wait between attempts, don't emit events:
         # read their rows.
         waiting = [t.id for t in report.jobs.values() if not t.final]
-        if waiting:
-            for raw in await client.driver.fetch(dialect.job_get_by_id_many(waiting)):
-                row = dialect.decode_job(raw)
-                tracked = report.jobs[row.id]
-                if not tracked.final:
-                    tracked.state = row.state
+        for row in await _fetch_rows(client, waiting):
+            tracked = report.jobs[row.id]
+            if not tracked.final:
+                tracked.state = row.state
         now = datetime.now(UTC)
         status = _status(report, now, scheduled, periodic)
         display.update(report, elapsed(), status)
@@ -733,17 +730,26 @@ async def _final_rows(url: str, report: DemoReport) -> None:
     """Read every tracked job's final row (errors, metadata) once the client stopped."""
     client = AsyncClient(url)
     try:
-        ids = list(report.jobs)
-        dialect = client.driver.dialect
-        for start in range(0, len(ids), 500):
-            rows = await client.driver.fetch(dialect.job_get_by_id_many(ids[start : start + 500]))
-            for raw in rows:
-                row = dialect.decode_job(raw)
-                tracked = report.jobs[row.id]
-                tracked.row = row
-                tracked.state = row.state
+        for row in await _fetch_rows(client, list(report.jobs)):
+            tracked = report.jobs[row.id]
+            tracked.row = row
+            tracked.state = row.state
     finally:
         await client.close()
+
+
+async def _fetch_rows(client: AsyncClient, ids: Sequence[int]) -> list[JobRow]:
+    """The rows of ``ids``: one statement per 500 (SQLite), or River's job list."""
+    dialect = client.driver.dialect
+    rows: list[JobRow] = []
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        if hasattr(dialect, "job_get_by_id_many"):
+            raw = await client.driver.fetch(dialect.job_get_by_id_many(chunk))
+            rows.extend(dialect.decode_job(r) for r in raw)
+        else:
+            rows.extend((await client.job_list(ids=chunk, limit=len(chunk))).jobs)
+    return rows
 
 
 def run_demo(

@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--database-url",
         metavar="URL",
         default=DEFAULT_URL,
-        help=f"where to run the demo (default: {DEFAULT_URL})",
+        help=f"sqlite:///path or postgresql://... (default: {DEFAULT_URL})",
     )
     parser.add_argument(
         "--jobs", type=int, default=50, metavar="N", help="fast jobs to insert (default 50)"
