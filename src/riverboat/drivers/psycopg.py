@@ -70,7 +70,7 @@ class _SyncExecutor:
         self._stats.count(stmt.query.name)
         try:
             cur = self._cursor_cls(self._conn)
-            cur.execute(sql, [params[n] for n in names])
+            cur.execute(sql, [params[n] for n in names], binary=True)
             return cur.fetchall() if cur.description is not None else []
         except Exception as exc:
             if _is_db_error(exc):
@@ -83,7 +83,7 @@ class _SyncExecutor:
         self._stats.count(stmt.query.name)
         try:
             cur = self._cursor_cls(self._conn)
-            cur.execute(sql, [params[n] for n in names])
+            cur.execute(sql, [params[n] for n in names], binary=True)
             return int(cur.rowcount)
         except Exception as exc:
             if _is_db_error(exc):
@@ -175,7 +175,7 @@ class PsycopgDriver:
         with self._lease() as conn:
             try:
                 cur = psycopg.RawCursor(conn)
-                cur.execute(sql, args, prepare=self._prepare)
+                cur.execute(sql, args, prepare=self._prepare, binary=True)
                 if want_rows:
                     return cur.fetchall() if cur.description is not None else []
                 return int(cur.rowcount)
@@ -238,7 +238,7 @@ class _AsyncExecutor:
         self._stats.count(stmt.query.name)
         try:
             cur = psycopg.AsyncRawCursor(self._conn)
-            await cur.execute(sql, [params[n] for n in names])
+            await cur.execute(sql, [params[n] for n in names], binary=True)
             return await cur.fetchall() if cur.description is not None else []
         except psycopg.Error as exc:
             raise _translate(exc) from exc
@@ -250,7 +250,7 @@ class _AsyncExecutor:
         self._stats.count(stmt.query.name)
         try:
             cur = psycopg.AsyncRawCursor(self._conn)
-            await cur.execute(sql, [params[n] for n in names])
+            await cur.execute(sql, [params[n] for n in names], binary=True)
             return int(cur.rowcount)
         except psycopg.Error as exc:
             raise _translate(exc) from exc
@@ -404,7 +404,7 @@ class AsyncPsycopgDriver:
         async with self._lease() as conn:
             try:
                 cur = psycopg.AsyncRawCursor(conn)
-                await cur.execute(sql, args, prepare=self._prepare)
+                await cur.execute(sql, args, prepare=self._prepare, binary=True)
                 if want_rows:
                     return await cur.fetchall() if cur.description is not None else []
                 return int(cur.rowcount)
