@@ -254,7 +254,9 @@ class DemoReport:
 class Display(Protocol):
     def start(self) -> None: ...
     def log(self, elapsed: float, text: str) -> None: ...
-    def update(self, report: DemoReport, elapsed: float, status: str) -> None: ...
+    def update(self, report: DemoReport, elapsed: float, status: Sequence[str]) -> None:
+        """``status``: jobs per state, then what the demo is waiting for."""
+
     def stop(self) -> None: ...
     def summary(self, report: DemoReport) -> None: ...
 
@@ -370,11 +372,12 @@ class PlainDisplay:
     def log(self, elapsed: float, text: str) -> None:
         print(f"[{elapsed:5.1f}s] {text}", file=self._out, flush=True)
 
-    def update(self, report: DemoReport, elapsed: float, status: str) -> None:
-        if status != self._last_status and elapsed - self._last_print >= 1.0:
-            self._last_status = status
+    def update(self, report: DemoReport, elapsed: float, status: Sequence[str]) -> None:
+        line = "; ".join(status)
+        if line != self._last_status and elapsed - self._last_print >= 1.0:
+            self._last_status = line
             self._last_print = elapsed
-            self.log(elapsed, status)
+            self.log(elapsed, line)
 
     def stop(self) -> None:
         pass
@@ -395,13 +398,13 @@ class PlainDisplay:
 
 
 class RichDisplay:
-    """A live panel: a progress bar, jobs per state, and the latest notable events."""
+    """Notable events as they happen, under them a live panel: a progress bar, jobs per
+    state, and what the demo is waiting for."""
 
     def __init__(self, out: TextIO) -> None:
         from rich.console import Console
 
         self._console = Console(file=out)
-        self._lines: list[str] = []
         self._live: Any = None
 
     def start(self) -> None:
@@ -411,10 +414,14 @@ class RichDisplay:
         self._live.start()
 
     def log(self, elapsed: float, text: str) -> None:
-        self._lines.append(f"[dim]{elapsed:5.1f}s[/dim] {text}")
-        del self._lines[:-10]
+        # Printed above the live panel, so the whole story stays on screen.
+        from rich.text import Text
 
-    def update(self, report: DemoReport, elapsed: float, status: str) -> None:
+        line = Text(f"{elapsed:5.1f}s ", style="dim")
+        line.append(text)
+        self._console.print(line)
+
+    def update(self, report: DemoReport, elapsed: float, status: Sequence[str]) -> None:
         from rich.console import Group
         from rich.progress_bar import ProgressBar
         from rich.table import Table
@@ -425,21 +432,20 @@ class RichDisplay:
         counts: dict[str, int] = {}
         for tracked in report.jobs.values():
             counts[tracked.state] = counts.get(tracked.state, 0) + 1
+        present = [state for state in STATE_ORDER if counts.get(state)]
         states = Table.grid(padding=(0, 2))
-        for state in STATE_ORDER:
-            if counts.get(state):
-                states.add_column(justify="right")
-        states.add_row(*(f"{state} [bold]{counts[state]}[/bold]" for state in STATE_ORDER
-                         if counts.get(state)))  # fmt: skip
+        for _ in present:
+            states.add_column(justify="right")
+        states.add_row(*(f"{state} [bold]{counts[state]}[/bold]" for state in present))
         bar = Table.grid(padding=(0, 1))
         bar.add_row(
             Text(f"{elapsed:5.1f}s"),
             ProgressBar(total=max(total, 1), completed=done, width=40),
             Text(f"{done}/{total} finalized"),
         )
-        log = Text.from_markup("\n".join(self._lines)) if self._lines else Text("")
         if self._live is not None:
-            self._live.update(Group(bar, states, Text(status, style="dim"), log))
+            waiting = Text("; ".join(status[1:]), style="dim")
+            self._live.update(Group(bar, states, waiting))
 
     def stop(self) -> None:
         if self._live is not None:
@@ -701,16 +707,18 @@ async def _watch(
                 log(f"stopped waiting for {scheduled[0].kind} #{scheduled[0].id}")
                 pending = []
         periodic_done = not periodic or report.periodic_runs >= PERIODIC_RUNS_WANTED
-        if not pending and periodic_done:
-            return
         if elapsed() > DEADLINE:
             report.timed_out = True
             log(f"deadline of {DEADLINE:g} s reached; stopping")
+        if (not pending and periodic_done) or report.timed_out:
+            display.update(report, elapsed(), _status(report, now, scheduled, periodic))
             return
         await asyncio.sleep(POLL)
 
 
-def _status(report: DemoReport, now: datetime, scheduled: Sequence[Tracked], periodic: bool) -> str:
+def _status(
+    report: DemoReport, now: datetime, scheduled: Sequence[Tracked], periodic: bool
+) -> list[str]:
     parts = []
     counts: dict[str, int] = {}
     for tracked in report.jobs.values():
@@ -723,7 +731,7 @@ def _status(report: DemoReport, now: datetime, scheduled: Sequence[Tracked], per
         )
     if periodic:
         parts.append(f"periodic runs {report.periodic_runs}")
-    return "; ".join(parts)
+    return parts
 
 
 async def _final_rows(url: str, report: DemoReport) -> None:
