@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,19 @@ from riverboat.runtime.events import Event, EventKind
 from riverboat.runtime.executor import ExecutorConfig, RunState, execute_job
 
 __all__ = ["Producer", "QueueConfig"]
+
+if sys.version_info >= (3, 12):
+
+    def _start_task(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        # Eager start: a job that finishes without suspending (a quick async job) runs to
+        # completion right here, skipping a trip through the event loop. It still gets a
+        # real Task, so current_task(), timeouts and cancellation behave as usual.
+        return asyncio.Task(coro, loop=asyncio.get_running_loop(), eager_start=True)
+
+else:
+
+    def _start_task(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(coro)
 
 log = logging.getLogger("riverboat.producer")
 
@@ -206,8 +220,9 @@ class Producer:
         self._slots_held += 1
         self._idle.clear()
         self.jobs_started += 1
-        task = asyncio.create_task(self._work(row, state))
-        self._active[row.id] = (task, state)
+        task = _start_task(self._work(row, state))
+        if not task.done():
+            self._active[row.id] = (task, state)
 
     def _release_slot(self) -> None:
         self._slots_held -= 1
@@ -232,7 +247,7 @@ class Producer:
         except Exception:  # pragma: no cover - execute_job turns user errors into outcomes
             log.exception("producer %s: job %d failed outside its worker", self.queue, row.id)
         finally:
-            del self._active[row.id]
+            self._active.pop(row.id, None)
             if not held:
                 self._release_slot()
             elif not self._active and self._slots_held == 0:
