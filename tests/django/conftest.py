@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("django")
 pytest.importorskip("django_tasks")
 
-from tests.django import djsetup  # noqa: E402
+from tests.django import djsetup
 
 
 @pytest.fixture(scope="session")

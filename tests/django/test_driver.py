@@ -83,7 +83,8 @@ def test_insert_many_arrays_unique_tags_schedule(dj: str, pg_schema: str) -> Non
                 kind="many",
             ),
             riverboat.InsertManyParams(
-                {"i": 3}, InsertOpts(unique_opts=UniqueOpts(by_args=True), metadata={"m": 1}),
+                {"i": 3},
+                InsertOpts(unique_opts=UniqueOpts(by_args=True), metadata={"m": 1}),
                 kind="many",
             ),
         ]
@@ -96,9 +97,7 @@ def test_insert_many_arrays_unique_tags_schedule(dj: str, pg_schema: str) -> Non
     assert abs((second.scheduled_at - later).total_seconds()) < 0.001
     third = results[2].job
     assert third.unique_key is not None and third.metadata["m"] == 1
-    again = client.insert(
-        {"i": 3}, InsertOpts(unique_opts=UniqueOpts(by_args=True)), kind="many"
-    )
+    again = client.insert({"i": 3}, InsertOpts(unique_opts=UniqueOpts(by_args=True)), kind="many")
     assert again.unique_skipped_as_duplicate and again.job.id == third.id
 
 
@@ -114,7 +113,9 @@ def test_claim_and_completion_statements(dj: str, pg_url: str, pg_schema: str) -
     assert sorted(j.id for j in claimed) == ids
     assert all(j.state == JobState.RUNNING and j.attempted_by == ["dj"] for j in claimed)
     updates = [
-        JobStateUpdate(ids[0], JobState.COMPLETED, finalized=True, metadata_updates='{"output": 7}'),
+        JobStateUpdate(
+            ids[0], JobState.COMPLETED, finalized=True, metadata_updates='{"output": 7}'
+        ),
         JobStateUpdate(
             ids[1],
             JobState.RETRYABLE,
@@ -181,10 +182,10 @@ def test_async_driver_from_django_settings(dj: str, pg_schema: str) -> None:
 
 
 async def test_insert_async_helper(dj: str, pg_url: str, pg_schema: str) -> None:
-    from riverboat.drivers.django import insert_async
-
     from asgiref.sync import sync_to_async
     from django.db import connections
+
+    from riverboat.drivers.django import insert_async
 
     client = riverboat.Client(DjangoDriver(schema=pg_schema))
     try:

@@ -34,7 +34,10 @@ async def _work(pg_url: str, pg_schema: str, app_name: str) -> tuple[int, int]:
     from tests.django.testapp import jobs
 
     await asyncio.to_thread(
-        rows, pg_url, pg_schema, "INSERT INTO testapp_counter (name, n) VALUES ('c', 0) RETURNING id"
+        rows,
+        pg_url,
+        pg_schema,
+        "INSERT INTO testapp_counter (name, n) VALUES ('c', 0) RETURNING id",
     )
     client = riverboat.AsyncClient(
         AsyncPsycopgDriver(pg_url, schema=pg_schema),  # the runtime's own connections
@@ -47,9 +50,9 @@ async def _work(pg_url: str, pg_schema: str, app_name: str) -> tuple[int, int]:
     sub = client.subscribe(EventKind.JOB_COMPLETED)
     await client.start()
     try:
-        await client.insert_many([
-            riverboat.InsertManyParams({"name": "c"}, kind="bump") for _ in range(JOBS)
-        ])
+        await client.insert_many(
+            [riverboat.InsertManyParams({"name": "c"}, kind="bump") for _ in range(JOBS)]
+        )
         async with asyncio.timeout(20):
             for _ in range(JOBS):
                 await sub.get()
@@ -78,6 +81,17 @@ async def test_without_the_hook_threads_keep_connections(
     dj: str, pg_url: str, pg_schema: str, no_hook: None
 ) -> None:
     # The control: proves the test above can see a leak.
-    open_backends, counter = await _work(pg_url, pg_schema, dj)
-    assert counter == JOBS
-    assert open_backends >= 1
+    from tests.django.testapp import jobs
+
+    try:
+        open_backends, counter = await _work(pg_url, pg_schema, dj)
+        assert counter == JOBS
+        assert open_backends >= 1
+        assert any(wrapper.connection is not None for _, wrapper in jobs.seen)
+    finally:
+        # Close the leaked connections here (their threads are gone), not in a later
+        # test's garbage collection.
+        for _, wrapper in jobs.seen:
+            if wrapper.connection is not None:
+                wrapper.connection.close()
+                wrapper.connection = None

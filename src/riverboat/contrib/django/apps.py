@@ -34,7 +34,7 @@ def uninstall_connection_hook() -> None:
     AFTER_SYNC_JOB[:] = [h for h in AFTER_SYNC_JOB if h not in (_reclaim_obsolete, _reclaim_always)]
 
 
-class RiverboatConfig(AppConfig):
+class RiverboatConfig(AppConfig):  # type: ignore[misc]
     name = "riverboat.contrib.django"
     label = "riverboat"
     verbose_name = "riverboat"

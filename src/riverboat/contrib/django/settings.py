@@ -49,7 +49,8 @@ def _queue_config(name: str, value: object) -> QueueConfig:
         except TypeError as exc:
             raise InvalidInputError(f"RIVERBOAT['QUEUES'][{name!r}]", str(exc)) from None
     raise InvalidInputError(
-        f"RIVERBOAT['QUEUES'][{name!r}]", "must be a dict of QueueConfig fields, an int or a QueueConfig"
+        f"RIVERBOAT['QUEUES'][{name!r}]",
+        "must be a dict of QueueConfig fields, an int or a QueueConfig",
     )
 
 
@@ -112,7 +113,9 @@ def _load(spec: str) -> Any:
     if not sep:
         module_name, _, attr = spec.rpartition(".")
     if not module_name or not attr:
-        raise InvalidInputError("RIVERBOAT['WORKERS']", f"{spec!r} must look like package.module:attr")
+        raise InvalidInputError(
+            "RIVERBOAT['WORKERS']", f"{spec!r} must look like package.module:attr"
+        )
     obj: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
@@ -144,8 +147,9 @@ def make_async_client(**overrides: Any) -> AsyncClient:
     """An AsyncClient with the configured queues and workers, on an async psycopg driver
     built from the Django database settings (the runtime does not use Django's
     thread-bound connections). A zero-argument factory for ``riverboat worker``."""
-    import django
     from django.apps import apps
+
+    import django
 
     if not apps.ready:  # a fresh process (riverboat worker --processes N)
         django.setup()

@@ -18,7 +18,7 @@ from riverboat.errors import RiverboatError
 FACTORY = "riverboat.contrib.django.settings:make_async_client"
 
 
-class Command(BaseCommand):
+class Command(BaseCommand):  # type: ignore[misc]
     help = "riverboat: River's schema migrations and the job worker, on Django's database"
 
     def add_arguments(self, parser: CommandParser) -> None:

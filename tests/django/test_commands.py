@@ -1,0 +1,79 @@
+"""``manage.py riverboat migrate`` and ``manage.py riverboat worker``."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import override_settings
+
+import riverboat
+from riverboat.drivers.django import DjangoDriver
+from tests.django import djsetup
+from tests.django.helpers import rows
+
+
+def _run(*args: str) -> str:
+    out = io.StringIO()
+    call_command("riverboat", *args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.fixture
+def empty_schema(django_configured: str, pg_url: str) -> Iterator[str]:
+    schema = "t_" + uuid.uuid4().hex[:16]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        with djsetup.use_schema(schema):
+            yield schema
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def test_migrate_list_up_down(empty_schema: str, pg_url: str) -> None:
+    listing = _run("migrate", "list")
+    assert "current version: 0 (latest 7)" in listing
+    assert "  002  initial schema" in listing
+    out = _run("migrate", "up", "--target-version", "3")
+    assert "applied 001" in out and "applied 003" in out and "applied 004" not in out
+    out = _run("migrate")  # up is the default action
+    assert "applied 007" in out and "current version: 7" in out
+    assert "nothing to apply" in _run("migrate", "up")
+    assert "* 007" in _run("migrate", "list")
+    out = _run("migrate", "down")
+    assert "reverted 007" in out and "current version: 6" in out
+    out = _run("migrate", "down", "--target-version", "0")
+    assert "reverted 001" in out
+    assert rows(pg_url, empty_schema, "SELECT to_regclass('river_job')") == [(None,)]
+
+
+def test_migrate_errors_become_command_errors(empty_schema: str) -> None:
+    with pytest.raises(CommandError, match="target_version"):
+        _run("migrate", "up", "--target-version", "99")
+
+
+def test_worker_works_the_configured_queues(dj: str, pg_url: str, pg_schema: str) -> None:
+    from tests.django.testapp.models import Counter
+
+    Counter.objects.create(name="w")
+    client = riverboat.Client(DjangoDriver(schema=pg_schema))
+    for _ in range(3):
+        client.insert({"name": "w"}, kind="bump")
+    conf = {
+        "SCHEMA": pg_schema,
+        "QUEUES": {"default": {"max_workers": 2}},
+        "WORKERS": "tests.django.testapp.jobs:workers",
+        "CLIENT_OPTIONS": {"fetch_poll_interval": 0.1},
+    }
+    with override_settings(RIVERBOAT=conf):
+        _run("worker", "--exit-when-idle", "--log-level", "WARNING")
+    assert Counter.objects.get(name="w").n == 3
+    states = rows(pg_url, pg_schema, "SELECT state::text, count(*) FROM river_job GROUP BY 1")
+    assert states == [("completed", 3)]

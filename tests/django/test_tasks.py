@@ -1,0 +1,130 @@
+"""The Django tasks backend: ``@task`` functions become River jobs, run by the worker."""
+
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.management import call_command
+from django.db import transaction
+from django.test import override_settings
+from django_tasks import TaskResultStatus, task_backends
+from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
+
+from riverboat.contrib.django.tasks import RiverboatBackend, django_priority_to_river
+from tests.django.helpers import job_count, rows
+
+
+class Boom(Exception):
+    pass
+
+
+def _work(pg_schema: str, **options: object) -> None:
+    conf = {
+        "SCHEMA": pg_schema,
+        "QUEUES": {"default": 2, "urgent": 1},
+        "CLIENT_OPTIONS": {"fetch_poll_interval": 0.1},
+        **options,
+    }
+    with override_settings(RIVERBOAT=conf):
+        call_command(
+            "riverboat",
+            "worker",
+            "--exit-when-idle",
+            "--log-level",
+            "WARNING",
+            stdout=io.StringIO(),
+        )
+
+
+def test_backend_is_riverboat(dj: str) -> None:
+    backend = task_backends["default"]
+    assert isinstance(backend, RiverboatBackend)
+    assert backend.supports_get_result and backend.supports_defer
+
+
+def test_enqueue_in_atomic_then_the_worker_runs_it(dj: str, pg_url: str, pg_schema: str) -> None:
+    from tests.django.testapp import tasks
+    from tests.django.testapp.models import Counter
+
+    Counter.objects.create(name="tasks")
+    with pytest.raises(Boom), transaction.atomic():
+        tasks.add.enqueue(100, 100)
+        raise Boom
+    assert job_count(pg_url, pg_schema) == 0
+
+    with transaction.atomic():
+        result = tasks.add.enqueue(2, b=3)
+    assert result.status == TaskResultStatus.READY
+    job = rows(pg_url, pg_schema, "SELECT kind, args::text, priority, queue FROM river_job")
+    assert job == [
+        ("tests.django.testapp.tasks.add", '{"args": [2], "kwargs": {"b": 3}}', 2, "default")
+    ]
+    _work(pg_schema)
+    assert Counter.objects.get(name="tasks").n == 5
+    done = tasks.add.get_result(result.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL
+    assert done.return_value == 5
+    assert done.args == [2] and done.kwargs == {"b": 3}
+    assert done.finished_at is not None and done.worker_ids
+    result.refresh()
+    assert result.return_value == 5
+
+
+def test_priority_queue_context_and_defer(dj: str, pg_url: str, pg_schema: str) -> None:
+    from tests.django.testapp import tasks
+
+    urgent = tasks.urgent.enqueue("hi")
+    ctx = tasks.with_context.enqueue(4)
+    later = tasks.urgent.using(run_after=datetime.now(UTC) + timedelta(hours=1)).enqueue("x")
+    got = dict(rows(pg_url, pg_schema, "SELECT id::text, queue || ':' || priority FROM river_job"))
+    assert got[urgent.id] == "urgent:1" and got[ctx.id] == "default:2"
+    _work(pg_schema)
+    assert tasks.urgent.get_result(urgent.id).return_value == {"echo": "hi"}
+    assert tasks.with_context.get_result(ctx.id).return_value == 41
+    assert tasks.urgent.get_result(later.id).status == TaskResultStatus.READY
+
+
+def test_failure_is_recorded(dj: str, pg_schema: str) -> None:
+    from tests.django.testapp import tasks
+
+    with override_settings(
+        TASKS={
+            "default": {
+                "BACKEND": "riverboat.contrib.django.tasks.RiverboatBackend",
+                "OPTIONS": {"MAX_ATTEMPTS": 1},
+            }
+        }
+    ):
+        result = tasks.explode.enqueue()
+        _work(pg_schema)
+        failed = tasks.explode.get_result(result.id)
+    assert failed.status == TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in failed.errors] == ["builtins.KeyError"]
+    assert failed.errors[0].exception_class is KeyError
+    assert "boom" in failed.errors[0].traceback
+
+
+def test_unknown_ids_and_bad_queues(dj: str) -> None:
+    from tests.django.testapp import tasks
+
+    backend = task_backends["default"]
+    with pytest.raises(TaskResultDoesNotExist):
+        backend.get_result("123456")
+    with pytest.raises(TaskResultDoesNotExist):
+        backend.get_result("not-an-id")
+    with pytest.raises(InvalidTaskError):
+        tasks.add.using(queue_name="Not A Queue")
+
+
+def test_priority_mapping() -> None:
+    assert [django_priority_to_river(p) for p in (100, 1, 0, -1, -50, -51, -100)] == [
+        1,
+        1,
+        2,
+        3,
+        3,
+        4,
+        4,
+    ]
