@@ -8,7 +8,8 @@ from riverboat.errors import InvalidInputError
 
 __all__ = ["async_driver_from_url", "driver_from_url", "is_sqlite_url"]
 
-_PG_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://")
+_PG_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://", "postgresql+asyncpg://")
+_ASYNCPG_SCHEME = "postgresql+asyncpg://"
 
 
 def is_sqlite_url(url: str) -> bool:
@@ -27,7 +28,8 @@ def _check(url: object) -> str:
 
 
 def driver_from_url(url: str, *, schema: str | None = None) -> Any:
-    """A sync driver: psycopg for ``postgresql://``, sqlite3 for ``sqlite:///path``."""
+    """A sync driver: psycopg for ``postgresql://`` (and for ``postgresql+asyncpg://``,
+    asyncpg having no sync mode), sqlite3 for ``sqlite:///path``."""
     url = _check(url)
     if is_sqlite_url(url):
         from riverboat.drivers.sqlite import SqliteDriver
@@ -39,12 +41,17 @@ def driver_from_url(url: str, *, schema: str | None = None) -> Any:
 
 
 def async_driver_from_url(url: str, *, schema: str | None = None) -> Any:
-    """An async driver: psycopg's async connections, or sqlite3 on a worker thread."""
+    """An async driver: psycopg's async connections, asyncpg for
+    ``postgresql+asyncpg://``, or sqlite3 on a worker thread."""
     url = _check(url)
     if is_sqlite_url(url):
         from riverboat.drivers.sqlite import AsyncSqliteDriver
 
         return AsyncSqliteDriver(url, schema=schema)
+    if url.startswith(_ASYNCPG_SCHEME):
+        from riverboat.drivers.asyncpg import AsyncpgDriver
+
+        return AsyncpgDriver(url, schema=schema)
     from riverboat.drivers.psycopg import AsyncPsycopgDriver
 
     return AsyncPsycopgDriver(url, schema=schema)

@@ -1,0 +1,344 @@
+"""asyncpg driver: :class:`AsyncpgDriver`, over a URL, an ``asyncpg.Pool`` or a connection.
+
+asyncpg speaks Postgres's ``$1`` placeholders and prepares every statement itself (its
+per-connection statement cache), so the hot statements are parsed once per connection.
+Parameter types come from the server: every dialect statement casts its parameters
+(``:ids::bigint[]``), and the dialects pass the Python values asyncpg's codecs want
+(``str`` for ``text``/``jsonb`` and their arrays, ``datetime`` for ``timestamptz``,
+``bytes`` for ``bytea``, ``int`` for integers).
+
+A pool built from a URL skips asyncpg's reset query on release (``RESET ALL``,
+``UNLISTEN *``... one round trip per lease): riverboat's leases leave no session state
+behind, and a lease that leaves a transaction open is rolled back by asyncpg and counted
+in :attr:`DriverStats.resets`. Pass ``statement_cache_size=0`` behind PgBouncer in
+transaction pooling mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from riverboat._sql import Statement
+from riverboat.dialect.postgres import PostgresDialect
+from riverboat.drivers.base import Capabilities, DriverStats, Notification
+from riverboat.errors import DriverError, MissingDependencyError
+
+if TYPE_CHECKING:
+    import asyncpg
+
+__all__ = ["AsyncpgDriver", "connect_listener"]
+
+
+def _import_asyncpg() -> Any:
+    try:
+        import asyncpg
+    except ImportError:
+        raise MissingDependencyError("asyncpg", "asyncpg") from None
+    return asyncpg
+
+
+def _errors(asyncpg: Any) -> tuple[type[BaseException], ...]:
+    # PostgresError: the server said no. InterfaceError (and its DataError): asyncpg
+    # refused an argument or the connection is gone. OSError: the socket failed.
+    return (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+
+
+def _translate(exc: BaseException) -> DriverError:
+    err = DriverError(f"{type(exc).__name__}: {exc}".strip())
+    err.__cause__ = exc
+    return err
+
+
+def _asyncpg_url(url: str) -> str:
+    # SQLAlchemy-style scheme suffixes mean nothing to asyncpg.
+    for prefix in ("postgresql+asyncpg://", "postgresql+psycopg://", "postgres+asyncpg://"):
+        if url.startswith(prefix):
+            return "postgresql://" + url[len(prefix) :]
+    return url
+
+
+def _rowcount(status: str) -> int:
+    # asyncpg returns the command tag: "UPDATE 3", "INSERT 0 1", "SELECT 2", "NOTIFY".
+    last = status.rpartition(" ")[2]
+    return int(last) if last.isdigit() else 0
+
+
+async def _fetch(conn: Any, stmt: Statement, stats: DriverStats) -> list[Any]:
+    sql, names = stmt.query.compile("dollar")
+    params = stmt.params
+    stats.count(stmt.query.name)
+    asyncpg = _import_asyncpg()
+    try:
+        records = await conn.fetch(sql, *[params[n] for n in names])
+    except _errors(asyncpg) as exc:
+        raise _translate(exc) from exc
+    # Records index like tuples; plain tuples keep callers independent of asyncpg.
+    return [tuple(r) for r in records]
+
+
+async def _execute(conn: Any, stmt: Statement, stats: DriverStats) -> int:
+    sql, names = stmt.query.compile("dollar")
+    params = stmt.params
+    stats.count(stmt.query.name)
+    asyncpg = _import_asyncpg()
+    try:
+        status = await conn.execute(sql, *[params[n] for n in names])
+    except _errors(asyncpg) as exc:
+        raise _translate(exc) from exc
+    return _rowcount(status or "")
+
+
+class _Executor:
+    """Runs statements on one connection: a transaction's, or the caller's own."""
+
+    __slots__ = ("_conn", "_stats")
+
+    def __init__(self, conn: Any, stats: DriverStats) -> None:
+        self._conn = conn
+        self._stats = stats
+
+    async def fetch(self, stmt: Statement) -> list[Any]:
+        return await _fetch(self._conn, stmt, self._stats)
+
+    async def execute(self, stmt: Statement) -> int:
+        return await _execute(self._conn, stmt, self._stats)
+
+
+_CLOSED = object()
+
+
+class _Listener:
+    """A dedicated connection LISTENing through ``add_listener``.
+
+    asyncpg delivers notifications to callbacks; they are queued here and handed out by
+    :meth:`notifications`, which raises :class:`DriverError` once the connection is lost
+    so the notifier reconnects.
+    """
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._channels: set[str] = set()
+        conn.add_termination_listener(self._on_terminate)
+
+    def _on_notify(self, _conn: Any, _pid: int, channel: str, payload: str) -> None:
+        self._queue.put_nowait(Notification(channel, payload))
+
+    def _on_terminate(self, _conn: Any) -> None:
+        self._queue.put_nowait(_CLOSED)
+
+    async def listen(self, channel: str) -> None:
+        asyncpg = _import_asyncpg()
+        try:
+            await self._conn.add_listener(channel, self._on_notify)
+        except _errors(asyncpg) as exc:
+            raise _translate(exc) from exc
+        self._channels.add(channel)
+
+    async def unlisten(self, channel: str) -> None:
+        asyncpg = _import_asyncpg()
+        try:
+            await self._conn.remove_listener(channel, self._on_notify)
+        except _errors(asyncpg) as exc:
+            raise _translate(exc) from exc
+        self._channels.discard(channel)
+
+    async def notifications(self) -> AsyncIterator[Notification]:
+        while True:
+            item = await self._queue.get()
+            if item is _CLOSED:
+                raise DriverError("the LISTEN connection was closed")
+            yield item
+
+    async def close(self) -> None:
+        self._conn.remove_termination_listener(self._on_terminate)
+        if not self._conn.is_closed():
+            try:
+                await self._conn.close(timeout=5)
+            except Exception:
+                self._conn.terminate()
+        self._queue.put_nowait(_CLOSED)
+
+
+async def connect_listener(url: str, stats: DriverStats | None = None) -> _Listener:
+    """A LISTEN connection of its own to ``url`` (also used by the SQLAlchemy driver)."""
+    asyncpg = _import_asyncpg()
+    try:
+        conn = await asyncpg.connect(_asyncpg_url(url))
+    except _errors(asyncpg) as exc:
+        raise _translate(exc) from exc
+    if stats is not None:
+        stats.connections_opened += 1
+    return _Listener(conn)
+
+
+async def _no_reset(_conn: Any) -> None:
+    # asyncpg has already rolled back any open transaction (and counted nothing); the
+    # session state riverboat's statements touch needs no RESET ALL.
+    return None
+
+
+class AsyncpgDriver:
+    """Async driver over a URL (an owned pool), an ``asyncpg.Pool`` or a ``Connection``.
+
+    With a URL the pool is created on first use, on the running event loop. With a
+    caller's pool each statement borrows a connection from it; with a single connection
+    calls are serialised by a lock. ``listener()`` needs a URL (or a pool, whose connect
+    arguments are reused) for its dedicated connection.
+    """
+
+    def __init__(
+        self,
+        source: str | asyncpg.Pool | asyncpg.Connection,
+        *,
+        schema: str | None = None,
+        max_pool_size: int = 10,
+        min_pool_size: int = 1,
+        statement_cache_size: int = 100,
+    ) -> None:
+        asyncpg = _import_asyncpg()
+        self.dialect = PostgresDialect(schema)
+        self.stats = DriverStats()
+        self.url: str | None = None
+        self._pool: Any = None
+        self._owned_pool = False
+        self._conn: Any = None
+        self._pool_args = {
+            "min_size": min(min_pool_size, max_pool_size),
+            "max_size": max_pool_size,
+            "statement_cache_size": statement_cache_size,
+        }
+        self._pool_lock: asyncio.Lock | None = None
+        self._conn_lock = asyncio.Lock()
+        self._closed = False
+        if isinstance(source, str):
+            self.url = _asyncpg_url(source)
+            self._owned_pool = True
+        elif isinstance(source, asyncpg.Pool):
+            self._pool = source
+        elif isinstance(source, asyncpg.Connection):
+            self._conn = source
+        else:
+            raise TypeError(
+                f"expected a URL, an asyncpg.Pool or an asyncpg.Connection, "
+                f"got {type(source).__name__}"
+            )
+        # A lone connection has nothing to open a dedicated LISTEN connection from.
+        self.capabilities = Capabilities(listen=self._conn is None, async_=True)
+
+    async def _on_connect(self, _conn: Any) -> None:
+        self.stats.connections_opened += 1
+
+    async def _owned(self) -> Any:
+        if self._pool is not None:
+            return self._pool
+        if self._closed:
+            raise DriverError("the driver is closed")
+        if self._pool_lock is None:
+            self._pool_lock = asyncio.Lock()
+        async with self._pool_lock:
+            if self._pool is None:
+                asyncpg = _import_asyncpg()
+                try:
+                    self._pool = await asyncpg.create_pool(
+                        self.url,
+                        init=self._on_connect,
+                        reset=_no_reset,
+                        **self._pool_args,
+                    )
+                except _errors(asyncpg) as exc:
+                    raise _translate(exc) from exc
+        return self._pool
+
+    @asynccontextmanager
+    async def _lease(self) -> AsyncIterator[Any]:
+        self.stats.leases += 1
+        if self._conn is not None:
+            async with self._conn_lock:
+                yield self._conn
+            return
+        pool = self._pool if self._pool is not None else await self._owned()
+        asyncpg = _import_asyncpg()
+        try:
+            conn = await pool.acquire()
+        except _errors(asyncpg) as exc:
+            raise _translate(exc) from exc
+        try:
+            yield conn
+        finally:
+            if not conn.is_closed() and conn.is_in_transaction():
+                self.stats.resets += 1
+            await pool.release(conn)
+
+    async def fetch(self, stmt: Statement) -> list[Any]:
+        async with self._lease() as conn:
+            return await _fetch(conn, stmt, self.stats)
+
+    async def execute(self, stmt: Statement) -> int:
+        async with self._lease() as conn:
+            return await _execute(conn, stmt, self.stats)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[_Executor]:
+        """One transaction on one leased connection: committed on success, rolled back
+        when the block raises."""
+        asyncpg = _import_asyncpg()
+        async with self._lease() as conn:
+            tx = conn.transaction()
+            try:
+                await tx.start()
+            except _errors(asyncpg) as exc:
+                raise _translate(exc) from exc
+            try:
+                yield _Executor(conn, self.stats)
+            except BaseException:
+                if not conn.is_closed():
+                    await tx.rollback()
+                raise
+            try:
+                await tx.commit()
+            except _errors(asyncpg) as exc:
+                raise _translate(exc) from exc
+
+    def wrap(self, conn: Any) -> _Executor:
+        """An executor over the caller's connection (a pool's proxy connection too);
+        their transaction stays theirs."""
+        asyncpg = _import_asyncpg()
+        if not isinstance(conn, asyncpg.Connection | asyncpg.pool.PoolConnectionProxy):
+            raise TypeError(f"expected an asyncpg.Connection, got {type(conn).__name__}")
+        return _Executor(conn, self.stats)
+
+    async def execute_script(self, sql: str) -> None:
+        """Several statements in one simple-protocol round trip (no parameters)."""
+        asyncpg = _import_asyncpg()
+        async with self._lease() as conn:
+            try:
+                await conn.execute(sql)
+            except _errors(asyncpg) as exc:
+                raise _translate(exc) from exc
+
+    async def listener(self) -> _Listener:
+        """A dedicated connection (never one of the pool's) for LISTEN."""
+        asyncpg = _import_asyncpg()
+        if self.url is not None:
+            return await connect_listener(self.url, self.stats)
+        if self._pool is not None:
+            # A caller's pool: open a connection with the same connect arguments.
+            pool = self._pool
+            try:
+                conn = await asyncpg.connect(*pool._connect_args, **pool._connect_kwargs)
+            except _errors(asyncpg) as exc:
+                raise _translate(exc) from exc
+            self.stats.connections_opened += 1
+            return _Listener(conn)
+        raise DriverError("LISTEN needs a driver built from a URL or a pool, not a connection")
+
+    async def close(self) -> None:
+        """Close an owned pool; a caller's pool or connection stays open."""
+        self._closed = True
+        if self._owned_pool and self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()

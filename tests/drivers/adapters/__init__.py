@@ -1,0 +1,1 @@
+"""One module per driver: how to build it, and the caller-side connections it wraps."""

@@ -1,0 +1,64 @@
+"""Driver-specific checks that are not part of the per-driver conformance run: URL choice,
+missing optional packages, and SQLAlchemy's reading of every statement's parameters."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import riverboat
+from riverboat.dialect.postgres import PostgresDialect
+from riverboat.errors import MissingDependencyError
+
+
+async def test_asyncpg_url_picks_asyncpg(pg_url: str, pg_schema: str) -> None:
+    from riverboat.drivers.asyncpg import AsyncpgDriver
+    from riverboat.drivers.psycopg import AsyncPsycopgDriver, PsycopgDriver
+
+    url = pg_url.replace("postgresql://", "postgresql+asyncpg://", 1)
+    async with riverboat.AsyncClient(url, schema=pg_schema) as client:
+        assert isinstance(client.driver, AsyncpgDriver)
+        result = await client.insert({"u": 1}, kind="conf_url")
+        assert (await client.job_get(result.job.id)).kind == "conf_url"
+    # asyncpg has no sync mode: the sync client stays on psycopg.
+    with riverboat.Client(url, schema=pg_schema) as sync_client:
+        assert isinstance(sync_client.driver, PsycopgDriver)
+        assert sync_client.job_get(result.job.id).id == result.job.id
+    async with riverboat.AsyncClient(pg_url, schema=pg_schema) as plain:
+        assert isinstance(plain.driver, AsyncPsycopgDriver)
+
+
+@pytest.mark.parametrize(
+    ("module", "build"),
+    [
+        ("asyncpg", "riverboat.drivers.asyncpg:AsyncpgDriver"),
+        ("sqlalchemy", "riverboat.drivers.sqlalchemy:SqlAlchemyDriver"),
+    ],
+)
+def test_missing_package_names_the_extra(
+    module: str, build: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    path, _, name = build.partition(":")
+    cls = getattr(importlib.import_module(path), name)  # the module imports without it
+    monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(MissingDependencyError) as info:
+        cls("postgresql://localhost/x")
+    assert info.value.extra == module
+    assert f"riverboat[{module}]" in str(info.value)
+
+
+def test_sqlalchemy_text_reads_every_parameter() -> None:
+    """``text()`` must see exactly the parameters riverboat binds, casts included."""
+    import sqlalchemy
+
+    from riverboat.drivers.sqlalchemy import _Texts
+
+    texts = _Texts(sqlalchemy)
+    dialect = PostgresDialect("some_schema")
+    assert dialect.q
+    for query in dialect.q.values():
+        clause, names = texts.get(query)
+        assert set(clause._bindparams) == set(names), query.name
