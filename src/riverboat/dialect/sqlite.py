@@ -12,14 +12,19 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from riverboat._insert import InsertParams
 from riverboat._job import STATE_BY_NAME, AttemptError, InsertResult, JobRow
 from riverboat._sql import Statement
+from riverboat.dialect._sqlite_common import NOW as _NOW
+from riverboat.dialect._sqlite_common import StatementChain, format_timestamp, parse_timestamp
+from riverboat.dialect._sqlite_common import job_columns as _cols
+from riverboat.dialect._sqlite_common import ts_or_none as _ts_or_none
 from riverboat.dialect.base import Dialect, JobStateUpdate
+from riverboat.dialect.sqlite_admin import SqliteAdmin
+from riverboat.dialect.sqlite_leadership import SqliteLeadership
 
 __all__ = [
     "SqliteDialect",
@@ -31,34 +36,6 @@ __all__ = [
 MAX_ATTEMPTED_BY = 100
 NONCE_KEY = "river:unique_nonce"
 
-_COLUMN_EXPRS = (
-    ("id", "{t}id"),
-    ("args", "json({t}args)"),
-    ("attempt", "{t}attempt"),
-    ("attempted_at", "{t}attempted_at"),
-    ("attempted_by", "json({t}attempted_by)"),
-    ("created_at", "{t}created_at"),
-    ("errors", "json({t}errors)"),
-    ("finalized_at", "{t}finalized_at"),
-    ("kind", "{t}kind"),
-    ("max_attempts", "{t}max_attempts"),
-    ("metadata", "json({t}metadata)"),
-    ("priority", "{t}priority"),
-    ("queue", "{t}queue"),
-    ("state", "{t}state"),
-    ("scheduled_at", "{t}scheduled_at"),
-    ("tags", "json({t}tags)"),
-    ("unique_key", "{t}unique_key"),
-    ("unique_states", "{t}unique_states"),
-)
-
-
-def _cols(table: str = "") -> str:
-    prefix = f"{table}." if table else ""
-    return ", ".join(f"{expr.format(t=prefix)} AS {name}" for name, expr in _COLUMN_EXPRS)
-
-
-_NOW = "datetime('now', 'subsec')"
 
 # Must be the same expression as river_job_unique_idx's WHERE clause: SQLite only accepts
 # an upsert target on a partial index when it can prove the two predicates match.
@@ -221,45 +198,6 @@ RETURNING name, created_at, json(metadata), paused_at, updated_at
 QUERIES["ping"] = "SELECT 1"
 
 
-@dataclass(slots=True, frozen=True)
-class StatementChain(Statement):
-    """A statement whose rows are the result, followed by statements that must commit
-    with it. SQLite allows no multi-table DML in one statement; a driver runs the chain in
-    one transaction (or in the caller's) and returns the first statement's rows."""
-
-    then: tuple[Statement, ...] = ()
-
-
-def format_timestamp(moment: datetime) -> str:
-    """River's SQLite timestamp text: UTC, ``YYYY-MM-DD HH:MM:SS.sss``, rounded to the
-    millisecond (naive datetimes are taken as UTC)."""
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC)
-    # Go's Round(time.Millisecond) rounds halves up.
-    moment = moment + timedelta(microseconds=500)
-    return f"{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond // 1000:03d}"
-
-
-def parse_timestamp(value: Any) -> datetime | None:
-    """A stored timestamp as an aware UTC datetime. Accepts River's text (with or
-    without fractional seconds, ``T`` or space, with or without an offset) and, for rows
-    written by other tools, Unix seconds."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        moment = datetime.fromisoformat(value)
-        if moment.tzinfo is None:
-            return moment.replace(tzinfo=UTC)
-        return moment.astimezone(UTC)
-    if isinstance(value, (int, float)):
-        return datetime.fromtimestamp(value, UTC)
-    raise ValueError(f"unrecognised SQLite timestamp: {value!r}")
-
-
-def _ts_or_none(moment: datetime | None) -> str | None:
-    return None if moment is None else format_timestamp(moment)
-
-
 def _encode_insert_job(job: InsertParams) -> str:
     # Built by hand so the already-encoded args and metadata are embedded as they are,
     # without a decode and re-encode per job.
@@ -290,7 +228,7 @@ def _encode_update(update: JobStateUpdate) -> str:
     return "{" + ",".join(parts) + "}"
 
 
-class SqliteDialect(Dialect):
+class SqliteDialect(SqliteAdmin, SqliteLeadership, Dialect):
     """River's SQLite SQL (riversqlite) for riverboat.
 
     ``schema`` names an attached database; ``None`` means the connection's main one.

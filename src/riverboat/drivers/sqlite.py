@@ -14,7 +14,7 @@ import asyncio
 import random
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -23,10 +23,10 @@ from typing import Any, TypeVar
 from riverboat._sql import Statement
 from riverboat.dialect.sqlite import SqliteDialect
 from riverboat.drivers._sqlite_module import sqlite_module
-from riverboat.drivers.base import Capabilities, DriverStats
+from riverboat.drivers.base import Capabilities, DriverStats, Notification
 from riverboat.errors import DriverError, InvalidInputError
 
-__all__ = ["AsyncSqliteDriver", "SqliteDriver", "sqlite_path_from_url"]
+__all__ = ["AsyncSqliteDriver", "SqliteDriver", "SqliteListener", "sqlite_path_from_url"]
 
 T = TypeVar("T")
 
@@ -400,7 +400,7 @@ class AsyncSqliteDriver:
     driver for its task: other tasks wait until it commits or rolls back.
     """
 
-    capabilities = Capabilities(listen=False, async_=True)
+    capabilities = Capabilities(listen=True, async_=True)
 
     def __init__(
         self,
@@ -552,9 +552,17 @@ class AsyncSqliteDriver:
         async with self._hold():
             await self._on_thread(lambda: self._connection().execute_script(sql))
 
-    async def listener(self) -> Any:
-        """SQLite has no LISTEN; notifications are rows in ``river_notification``."""
-        raise DriverError("SQLite has no LISTEN/NOTIFY; poll the river_notification outbox instead")
+    async def listener(self) -> SqliteListener:
+        """A poller of the ``river_notification`` outbox (SQLite's LISTEN/NOTIFY), on a
+        connection and thread of its own; it starts after the newest row."""
+        listener = SqliteListener(
+            self.dialect,
+            lambda stats: _Connection(
+                self.path, self.dialect.schema, self._attach_path, self._busy_timeout, stats
+            ),
+        )
+        await listener.connect()
+        return listener
 
     async def close(self) -> None:
         if self._closed:
@@ -565,6 +573,95 @@ class AsyncSqliteDriver:
                 await self._on_thread(conn.close)
             self._closed = True
         self._thread.shutdown(wait=False)
+
+
+class SqliteListener:
+    """River's SQLite listener: polls ``river_notification`` for rows after the newest
+    one it has seen, every ``poll_interval`` (River's 50 ms) while nothing is new, reading
+    up to a batch per poll (River reads one row per query).
+
+    Rows are seen in id order and the cursor passes every row, listened to or not:
+    SQLite's single writer commits outbox rows in id order, so an id below the cursor can
+    never appear later. Channels are the notifier's ``"<schema>.<topic>"`` (the schema
+    part may be empty); outbox topics carry no schema, since the table itself lives in
+    the schema's attached database, so a row's topic is matched against each channel's
+    last dotted part and delivered under the channel it was listened on.
+    """
+
+    poll_interval = 0.05
+
+    def __init__(
+        self,
+        dialect: SqliteDialect,
+        open_connection: Callable[[DriverStats], _Connection],
+    ) -> None:
+        self._dialect = dialect
+        self._open = open_connection
+        # Polls are counted here, not in the driver's stats, so they don't show up as
+        # statements per job in the benchmark.
+        self.stats = DriverStats()
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="riverboat-listen")
+        self._conn: _Connection | None = None
+        self._channels: dict[str, str] = {}
+        self._last_id = 0
+        self._full_batch = False
+        self._closed = False
+
+    async def _on_thread(self, fn: Callable[[], T]) -> T:
+        if self._closed:
+            raise DriverError("the listener is closed")
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn)
+
+    def _fetch(self, stmt: Statement) -> list[Any]:
+        if self._conn is None:
+            self._conn = self._open(self.stats)
+        rows: list[Any] = self._conn.run(stmt, True, retry=True)
+        return rows
+
+    async def connect(self) -> None:
+        rows = await self._on_thread(lambda: self._fetch(self._dialect.notification_get_last_id()))
+        self._last_id = int(rows[0][0]) if rows else 0
+
+    async def listen(self, channel: str) -> None:
+        self._channels[channel.rpartition(".")[2]] = channel
+
+    async def unlisten(self, channel: str) -> None:
+        topic = channel.rpartition(".")[2]
+        if self._channels.get(topic) == channel:
+            del self._channels[topic]
+
+    async def poll(self) -> list[Notification]:
+        """One read of the outbox: the notifications for listened channels among the
+        next batch of rows (the cursor moves past all of them)."""
+        stmt = self._dialect.notification_get_after(self._last_id)
+        rows: Sequence[Any] = await self._on_thread(lambda: self._fetch(stmt))
+        out: list[Notification] = []
+        for row_id, topic, payload in rows:
+            self._last_id = max(self._last_id, int(row_id))
+            channel = self._channels.get(topic)
+            if channel is not None:
+                out.append(Notification(channel, payload))
+        self._full_batch = len(rows) >= int(stmt.params["max"])
+        return out
+
+    async def notifications(self) -> AsyncIterator[Notification]:
+        while not self._closed:
+            for note in await self.poll():
+                yield note
+            if not self._full_batch:
+                await asyncio.sleep(self.poll_interval)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        conn, self._conn = self._conn, None
+        try:
+            if conn is not None:
+                # Queued behind any poll still running on the thread.
+                await self._on_thread(conn.close)
+        finally:
+            self._closed = True
+            self._thread.shutdown(wait=False)
 
 
 def _wrap_connection(conn: Any, stats: DriverStats) -> _SyncExecutor:

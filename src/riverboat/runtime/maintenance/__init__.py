@@ -11,10 +11,11 @@ rescuer             30 s        recovers jobs stuck running (rescue after 1 h)
 cleaner             30 s        deletes finalized jobs past retention
 queue_cleaner       1 h         deletes river_queue rows idle for 24 h
 periodic            per job     inserts periodic jobs
+notification_...    1 min       deletes SQLite outbox notifications older than 5 min
 ==================  ==========  ====================================================
 
-A dialect that lacks a service's statements (SQLite, until its versions land) simply
-doesn't run that service.
+A dialect that lacks a service's statements simply doesn't run that service (only
+SQLite has the notification outbox).
 """
 
 from __future__ import annotations
@@ -166,6 +167,10 @@ def build_services(ctx: MaintenanceContext, periodic_jobs: Sequence[PeriodicJob]
         services.append(QueueCleaner(ctx))
     if periodic_jobs:
         services.append(PeriodicJobEnqueuer(ctx, list(periodic_jobs)))
+    if hasattr(dialect, "notification_delete_before"):
+        from riverboat.runtime.maintenance.notification_cleaner import NotificationCleaner
+
+        services.append(NotificationCleaner(ctx))
     return services
 
 
