@@ -62,3 +62,51 @@ def test_sqlalchemy_text_reads_every_parameter() -> None:
     for query in dialect.q.values():
         clause, names = texts.get(query)
         assert set(clause._bindparams) == set(names), query.name
+
+
+def test_sqlalchemy_session_insert_runs_one_statement(pg_url: str, pg_schema: str) -> None:
+    """In a Session the job rides on session.connection(): one statement, no flush, and
+    the session's commit or rollback decides whether the job exists."""
+    import sqlalchemy
+    from sqlalchemy.orm import Session
+
+    from riverboat.drivers.sqlalchemy import SqlAlchemyDriver
+
+    engine = sqlalchemy.create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://"))
+    executed: list[str] = []
+    sqlalchemy.event.listen(
+        engine, "before_cursor_execute", lambda _c, _cur, sql, *_: executed.append(sql)
+    )
+    client = riverboat.Client(SqlAlchemyDriver(engine, schema=pg_schema))
+    try:
+        with Session(engine) as session:
+            gone = client.insert_tx(session, {"s": 1}, kind="conf_session")
+            assert len(executed) == 1 and "river_job" in executed[0]
+            session.rollback()
+        with Session(engine) as session:
+            kept = client.insert_tx(session, {"s": 2}, kind="conf_session")
+            session.commit()
+        assert len(executed) == 2
+        with pytest.raises(riverboat.NotFoundError):
+            client.job_get(gone.job.id)
+        assert client.job_get(kept.job.id).args == {"s": 2}
+    finally:
+        client.close()
+        engine.dispose()
+
+
+async def test_asyncpg_driver_counts_a_lease_left_in_a_transaction(
+    pg_url: str, pg_schema: str
+) -> None:
+    from riverboat.drivers.asyncpg import AsyncpgDriver
+
+    driver = AsyncpgDriver(pg_url, schema=pg_schema, max_pool_size=1)
+    try:
+        async with driver._lease() as conn:
+            await conn.execute("BEGIN")
+        assert driver.stats.resets == 1
+        # asyncpg rolled it back: the single pooled connection is idle and usable again.
+        assert await driver.fetch(driver.dialect.stmt("ping")) == [(1,)]
+        assert driver.stats.connections_opened == 1
+    finally:
+        await driver.close()
