@@ -24,33 +24,49 @@ from riverboat.errors import (
     RiverboatError,
     UnknownJobKindError,
 )
+from riverboat.runtime.events import Event, EventKind, JobStatistics, Subscription
 from riverboat.runtime.maintenance import MaintenanceConfig, PeriodicJob
+from riverboat.runtime.producer import QueueConfig
+from riverboat.runtime.retry import RetryPolicy
+from riverboat.runtime.worker import Job, JobCancel, JobSnooze, Worker, Workers, record_output
 
 __all__ = [
     "AsyncClient",
     "AttemptError",
     "Client",
     "DriverError",
+    "Event",
+    "EventKind",
     "InsertManyParams",
     "InsertOpts",
     "InsertResult",
     "InvalidArgsError",
     "InvalidInputError",
+    "Job",
+    "JobCancel",
     "JobListCursor",
     "JobListResult",
     "JobRow",
     "JobRunningError",
+    "JobSnooze",
     "JobState",
+    "JobStatistics",
     "MaintenanceConfig",
     "MigrationError",
     "MissingDependencyError",
     "NotFoundError",
     "NotSupportedError",
     "PeriodicJob",
+    "QueueConfig",
     "QueueRow",
+    "RetryPolicy",
     "RiverboatError",
+    "Subscription",
     "UniqueOpts",
     "UnknownJobKindError",
+    "Worker",
+    "Workers",
+    "record_output",
 ]
 
 __version__ = "0.1.0"

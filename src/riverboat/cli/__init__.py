@@ -23,7 +23,7 @@ __all__ = ["COMMANDS", "main"]
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("riverboat.cli.demo", "work a tour of jobs on an embedded SQLite file, no server"),
     "migrate": ("riverboat.cli.migrate", "apply, revert, list or print River's schema migrations"),
-    "bench": ("riverboat.cli.bench", "benchmark operations and an end-to-end run, like the seed PR"),
+    "bench": ("riverboat.cli.bench", "benchmark operations and an end-to-end run (seed PR)"),
     "worker": ("riverboat.cli.worker", "work jobs with a client's workers until signalled"),
     "jobs": ("riverboat.cli.jobs", "list, show, cancel, retry or delete jobs"),
     "queues": ("riverboat.cli.queues", "list, pause or resume queues"),
