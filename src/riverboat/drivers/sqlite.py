@@ -14,7 +14,7 @@ import asyncio
 import random
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -644,7 +644,7 @@ class SqliteListener:
         self._full_batch = len(rows) >= int(stmt.params["max"])
         return out
 
-    async def notifications(self) -> AsyncIterator[Notification]:
+    async def notifications(self) -> AsyncGenerator[Notification, None]:
         while not self._closed:
             for note in await self.poll():
                 yield note
