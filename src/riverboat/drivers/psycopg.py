@@ -172,15 +172,17 @@ class PsycopgDriver:
         args = [params[n] for n in names]
         self.stats.count(stmt.query.name)
         psycopg = _import_psycopg()
-        with self._lease() as conn:
-            try:
+        # The lease is inside the try: a pool timeout or a failed connect is a
+        # psycopg.Error too, and must surface as DriverError like any other.
+        try:
+            with self._lease() as conn:
                 cur = psycopg.RawCursor(conn)
                 cur.execute(sql, args, prepare=self._prepare, binary=True)
                 if want_rows:
                     return cur.fetchall() if cur.description is not None else []
                 return int(cur.rowcount)
-            except psycopg.Error as exc:
-                raise _translate(exc) from exc
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc
 
     def fetch(self, stmt: Statement) -> list[Any]:
         result: list[Any] = self._run(stmt, True)
@@ -192,9 +194,12 @@ class PsycopgDriver:
 
     @contextmanager
     def transaction(self) -> Iterator[_SyncExecutor]:
-        with self._lease() as conn:
-            with conn.transaction():
+        psycopg = _import_psycopg()
+        try:
+            with self._lease() as conn, conn.transaction():
                 yield _SyncExecutor(conn, self.stats)
+        except psycopg.Error as exc:  # the lease, BEGIN or COMMIT failed
+            raise _translate(exc) from exc
 
     def wrap(self, conn: Any) -> _SyncExecutor:
         """An executor over the caller's connection; their transaction stays theirs."""
