@@ -28,6 +28,14 @@ def pg_url() -> Iterator[str]:
         server.stop()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``long`` run only with ``RIVERBOAT_LONG=1`` (``./scripts/test --long``)."""
+    if os.environ.get("RIVERBOAT_LONG") != "1":
+        skip = pytest.mark.skip(reason="long scenario: run with ./scripts/test --long")
+        for item in (i for i in items if "long" in i.keywords):
+            item.add_marker(skip)
+
+
 def _new_schema() -> str:
     return "t_" + uuid.uuid4().hex[:16]
 
