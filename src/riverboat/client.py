@@ -320,6 +320,7 @@ class AsyncClient(AsyncAdmin):
                     retry_policy=retry_policy or RetryPolicy(),
                     maintenance=maintenance,
                     periodic_jobs=list(periodic_jobs),
+                    insert_defaults=self._core.defaults,
                 ),
             )
         elif workers is not None and not isinstance(workers, Workers):

@@ -3,6 +3,7 @@ and pg_stat_statements."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import tempfile
 import uuid
@@ -40,12 +41,10 @@ def make_async_driver(target: BenchTarget, **kwargs: Any) -> Any:
 
         return AsyncPsycopgDriver(target.url, schema=target.schema, **kwargs)
     if target.driver == "asyncpg":
-        from riverboat.drivers import asyncpg as asyncpg_driver
-
+        asyncpg_driver = importlib.import_module("riverboat.drivers.asyncpg")
         return asyncpg_driver.AsyncpgDriver(target.url, schema=target.schema)
     if target.driver == "sqlalchemy":
-        from riverboat.drivers import sqlalchemy as sa_driver
-
+        sa_driver = importlib.import_module("riverboat.drivers.sqlalchemy")
         url = target.url.replace("postgresql://", "postgresql+psycopg://", 1)
         return sa_driver.AsyncSqlAlchemyDriver(url, schema=target.schema)
     if target.driver == "sqlite":

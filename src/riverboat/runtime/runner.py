@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from riverboat._insert import validate_queue
+from riverboat._insert import InsertDefaults, validate_queue
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.completer import Completer
 from riverboat.runtime.events import Event, EventKind, Subscription
@@ -44,6 +44,7 @@ class RuntimeConfig:
     # Leader election and maintenance (riverboat.runtime.elector / .maintenance).
     maintenance: Any = None
     periodic_jobs: list[Any] = field(default_factory=list)
+    insert_defaults: InsertDefaults = field(default_factory=InsertDefaults)
 
     def validate(self) -> None:
         if not isinstance(self.workers, Workers):
@@ -185,7 +186,9 @@ class Runtime:
             wake_queues=self.wake_queues,
         )
         self.elector = Elector(self.driver, self.client_id, mcfg.elector, notifier=self.notifier)
-        self.maintainer = Maintainer(self.elector, build_services(ctx, cfg.periodic_jobs))
+        self.maintainer = Maintainer(
+            self.elector, build_services(ctx, cfg.periodic_jobs, cfg.insert_defaults)
+        )
         self.maintainer.start()
         self.elector.start()
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from riverboat._insert import InsertDefaults
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.elector import ElectorConfig
 from riverboat.runtime.maintenance._service import (
@@ -147,8 +148,13 @@ class MaintenanceConfig:
         return HOUR
 
 
-def build_services(ctx: MaintenanceContext, periodic_jobs: Sequence[PeriodicJob]) -> list[Service]:
-    """The services this dialect supports."""
+def build_services(
+    ctx: MaintenanceContext,
+    periodic_jobs: Sequence[PeriodicJob],
+    insert_defaults: InsertDefaults | None = None,
+) -> list[Service]:
+    """The services this dialect supports; periodic jobs use the client's insert
+    defaults (max_attempts...)."""
     from riverboat.runtime.maintenance.cleaner import JobCleaner
     from riverboat.runtime.maintenance.periodic import PeriodicJobEnqueuer
     from riverboat.runtime.maintenance.queue_cleaner import QueueCleaner
@@ -166,7 +172,7 @@ def build_services(ctx: MaintenanceContext, periodic_jobs: Sequence[PeriodicJob]
     if hasattr(dialect, "queue_delete_expired"):
         services.append(QueueCleaner(ctx))
     if periodic_jobs:
-        services.append(PeriodicJobEnqueuer(ctx, list(periodic_jobs)))
+        services.append(PeriodicJobEnqueuer(ctx, list(periodic_jobs), insert_defaults))
     if hasattr(dialect, "notification_delete_before"):
         from riverboat.runtime.maintenance.notification_cleaner import NotificationCleaner
 
