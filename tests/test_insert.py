@@ -28,7 +28,6 @@ from riverboat import (
     JobState,
     UniqueOpts,
 )
-from riverboat.errors import DriverError
 
 
 @dataclass
@@ -411,17 +410,19 @@ async def test_unique_in_insert_many_mixes_new_and_duplicates(inserter: Inserter
     assert count(db) == 3
 
 
-async def test_two_identical_unique_jobs_in_one_batch_fail_atomically(
+async def test_two_identical_unique_jobs_in_one_batch_insert_once(
     inserter: Inserter, db: Any
 ) -> None:
-    # As in River (one INSERT ... ON CONFLICT DO UPDATE), Postgres refuses to update the
-    # same row twice in one statement: the whole batch fails and nothing is written.
+    # River's single INSERT ... ON CONFLICT DO UPDATE fails the whole batch here (Postgres
+    # refuses to update one row twice in a statement); riverboat sends each unique key
+    # once per statement and reports the twin as the duplicate a second insert would be.
     opts = InsertOpts(unique_opts=UniqueOpts(by_args=True))
-    with pytest.raises(DriverError):
-        await inserter.insert_many(
-            [InsertManyParams(NumberedArgs(9), opts), InsertManyParams(NumberedArgs(9), opts)]
-        )
-    assert count(db) == 0
+    first, twin = await inserter.insert_many(
+        [InsertManyParams(NumberedArgs(9), opts), InsertManyParams(NumberedArgs(9), opts)]
+    )
+    assert (first.unique_skipped_as_duplicate, twin.unique_skipped_as_duplicate) == (False, True)
+    assert twin.job.id == first.job.id
+    assert count(db) == 1
 
 
 # --- transactions ---------------------------------------------------------------------------

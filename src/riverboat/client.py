@@ -62,6 +62,44 @@ class _NotifyLimiter:
         return out
 
 
+class _InsertBatch:
+    """One insert statement, and where each requested job's row is in its result."""
+
+    __slots__ = ("origin", "stmt")
+
+    def __init__(self, stmt: Statement, origin: list[tuple[int, bool]] | None) -> None:
+        self.stmt = stmt
+        self.origin = origin
+
+
+def _collapse_unique_twins(
+    jobs: list[InsertParams],
+) -> tuple[list[InsertParams], list[tuple[int, bool]] | None]:
+    """Send each unique key once per statement.
+
+    Postgres's ON CONFLICT DO UPDATE cannot touch one row twice in a statement, so two
+    jobs with the same unique key in one batch would fail the whole insert. The later
+    twin is what a second insert would be: a duplicate of the first. ``origin`` maps each
+    requested job to (its row's position in the result, whether it is such a twin).
+    """
+    first_by_key: dict[bytes, int] = {}
+    sent: list[InsertParams] = []
+    origin: list[tuple[int, bool]] = []
+    twins = False
+    for job in jobs:
+        key = job.unique_key
+        if key is not None:
+            seen = first_by_key.get(key)
+            if seen is not None:
+                origin.append((seen, True))
+                twins = True
+                continue
+            first_by_key[key] = len(sent)
+        origin.append((len(sent), False))
+        sent.append(job)
+    return (sent, origin) if twins else (jobs, None)
+
+
 class _ClientCore:
     """Everything both clients share that does no I/O."""
 
@@ -103,16 +141,25 @@ class _ClientCore:
 
     def insert_many_statements(
         self, params: Sequence[object]
-    ) -> tuple[list[Statement], list[InsertParams]]:
+    ) -> tuple[list[_InsertBatch], list[InsertParams]]:
         jobs = resolve_many(params, self.defaults)
         self._check_kinds(jobs)
-        statements = []
+        batches = []
         for start in range(0, len(jobs), INSERT_BATCH_MAX):
-            batch = jobs[start : start + INSERT_BATCH_MAX]
-            statements.append(
-                self.dialect.job_insert_many(batch, self._limiter.queues_to_notify(batch))
-            )
-        return statements, jobs
+            batch, origin = _collapse_unique_twins(jobs[start : start + INSERT_BATCH_MAX])
+            stmt = self.dialect.job_insert_many(batch, self._limiter.queues_to_notify(batch))
+            batches.append(_InsertBatch(stmt, origin))
+        return batches, jobs
+
+    def decode_batch(self, batch: _InsertBatch, rows: Sequence[Any]) -> list[InsertResult]:
+        results: list[InsertResult] = self.dialect.decode_insert(rows)
+        if batch.origin is None:
+            return results
+        out = []
+        for sent, twin in batch.origin:
+            first = results[sent]
+            out.append(InsertResult(first.job, True) if twin else first)
+        return out
 
     def one_job(self, rows: Sequence[Any], job_id: int) -> JobRow:
         if not rows:
@@ -228,27 +275,26 @@ class Client(SyncAdmin):
     def insert_many(self, params: Sequence[InsertManyParams | object]) -> list[InsertResult]:
         """Insert many jobs: one statement per 5,000, in one transaction when there are
         several batches so the call is all-or-nothing."""
-        statements, jobs = self._core.insert_many_statements(params)
-        decode = self._core.dialect.decode_insert
-        if len(statements) == 1:
-            results: list[InsertResult] = decode(self.driver.fetch(statements[0]))
+        batches, jobs = self._core.insert_many_statements(params)
+        decode = self._core.decode_batch
+        if len(batches) == 1:
+            results = decode(batches[0], self.driver.fetch(batches[0].stmt))
         else:
             results = []
             with self.driver.transaction() as tx:
-                for stmt in statements:
-                    results.extend(decode(tx.fetch(stmt)))
+                for batch in batches:
+                    results.extend(decode(batch, tx.fetch(batch.stmt)))
         self._after_insert(jobs)
         return results
 
     def insert_many_tx(
         self, conn: Any, params: Sequence[InsertManyParams | object]
     ) -> list[InsertResult]:
-        statements, _ = self._core.insert_many_statements(params)
+        batches, _ = self._core.insert_many_statements(params)
         executor = self.driver.wrap(conn)
-        decode = self._core.dialect.decode_insert
         results: list[InsertResult] = []
-        for stmt in statements:
-            results.extend(decode(executor.fetch(stmt)))
+        for batch in batches:
+            results.extend(self._core.decode_batch(batch, executor.fetch(batch.stmt)))
         return results
 
     def job_get(self, job_id: int) -> JobRow:
@@ -389,27 +435,26 @@ class AsyncClient(AsyncAdmin):
         return self._core.dialect.decode_insert(rows)[0]  # type: ignore[no-any-return]
 
     async def insert_many(self, params: Sequence[InsertManyParams | object]) -> list[InsertResult]:
-        statements, jobs = self._core.insert_many_statements(params)
-        decode = self._core.dialect.decode_insert
-        if len(statements) == 1:
-            results: list[InsertResult] = decode(await self.driver.fetch(statements[0]))
+        batches, jobs = self._core.insert_many_statements(params)
+        decode = self._core.decode_batch
+        if len(batches) == 1:
+            results = decode(batches[0], await self.driver.fetch(batches[0].stmt))
         else:
             results = []
             async with self.driver.transaction() as tx:
-                for stmt in statements:
-                    results.extend(decode(await tx.fetch(stmt)))
+                for batch in batches:
+                    results.extend(decode(batch, await tx.fetch(batch.stmt)))
         self._after_insert(jobs)
         return results
 
     async def insert_many_tx(
         self, conn: Any, params: Sequence[InsertManyParams | object]
     ) -> list[InsertResult]:
-        statements, _ = self._core.insert_many_statements(params)
+        batches, _ = self._core.insert_many_statements(params)
         executor = self.driver.wrap(conn)
-        decode = self._core.dialect.decode_insert
         results: list[InsertResult] = []
-        for stmt in statements:
-            results.extend(decode(await executor.fetch(stmt)))
+        for batch in batches:
+            results.extend(self._core.decode_batch(batch, await executor.fetch(batch.stmt)))
         return results
 
     async def job_get(self, job_id: int) -> JobRow:

@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from riverboat import InsertManyParams, InsertOpts, JobState, UniqueOpts
-from riverboat.errors import DriverError
 from tests.drivers.harness import Harness
 
 
@@ -89,15 +88,9 @@ async def test_unique_duplicate_flagged(h: Harness) -> None:
     assert await h.count_jobs("conf_unique") == 3
 
 
-async def test_unique_duplicates_within_one_batch(
-    h: Harness, request: pytest.FixtureRequest
-) -> None:
-    if h.driver.dialect.name == "postgres":
-        # ON CONFLICT DO UPDATE cannot touch the same row twice in one statement, so
-        # Postgres's job_insert_many fails with CardinalityViolation; SQLite dedups.
-        request.applymarker(
-            pytest.mark.xfail(raises=DriverError, strict=True, reason="postgres dialect bug")
-        )
+async def test_unique_duplicates_within_one_batch(h: Harness) -> None:
+    # Postgres's ON CONFLICT DO UPDATE cannot touch one row twice in a statement; the
+    # client sends each unique key once per batch and flags the later twins.
     client = h.client()
     opts = InsertOpts(unique_opts=UniqueOpts(by_args=True))
     many = await h.call(
