@@ -42,6 +42,9 @@ else:
 log = logging.getLogger("riverboat.producer")
 
 QUEUE_REPORT_INTERVAL = 600.0  # River refreshes river_queue.updated_at every 10 minutes
+# Without notifications (poll-only), River reads the queue row this often so pauses and
+# resumes made by other clients still take effect.
+QUEUE_POLL_INTERVAL = 2.0
 MAX_WORKERS_LIMIT = 10_000
 
 
@@ -96,6 +99,7 @@ class Producer:
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
+        self.poll_queue_state = False  # set by the runtime when nothing LISTENs
         self.last_fetch_count = -1
         self.fetches = 0
         self.jobs_started = 0
@@ -165,6 +169,7 @@ class Producer:
     async def _run(self) -> None:
         last_fetch = 0.0
         next_report = time.monotonic() + QUEUE_REPORT_INTERVAL
+        next_state_poll = time.monotonic() + QUEUE_POLL_INTERVAL
         jitter_cap = max(self._poll / 10, 0.01)
         self._wake.set()  # fetch at start
         while not self._stopping:
@@ -184,6 +189,9 @@ class Producer:
             if time.monotonic() >= next_report:
                 next_report = time.monotonic() + QUEUE_REPORT_INTERVAL
                 await self._report_queue()
+            if self.poll_queue_state and time.monotonic() >= next_state_poll:
+                next_state_poll = time.monotonic() + QUEUE_POLL_INTERVAL
+                await self._poll_queue_state()
             if self._paused:
                 continue
             free = self.max_workers - self._slots_held
@@ -214,6 +222,18 @@ class Producer:
             await self._driver.fetch(self._dialect.queue_create_or_set_updated_at(self.queue))
         except DriverError as exc:
             log.warning("producer %s: refreshing river_queue failed: %s", self.queue, exc)
+
+    async def _poll_queue_state(self) -> None:
+        queue_get = getattr(self._dialect, "queue_get", None)
+        if queue_get is None:
+            return
+        try:
+            rows = await self._driver.fetch(queue_get(self.queue))
+        except DriverError as exc:
+            log.warning("producer %s: reading the queue's state failed: %s", self.queue, exc)
+            return
+        if rows:
+            self.set_paused(rows[0][3] is not None)
 
     def _start_job(self, row: JobRow) -> None:
         state = RunState()

@@ -147,6 +147,7 @@ class Runtime:
                 self.notifier.on_reconnect(producer.wake)
             self.notifier.start()
         for producer in self.producers.values():
+            producer.poll_queue_state = self.notifier is None
             await producer.start()
         self._start_leadership()
         for hook in self.on_start:
