@@ -83,7 +83,6 @@ async def apg_driver(pg_url: str, pg_schema: str) -> AsyncIterator[object]:
 def sqlite_url(tmp_path: Path) -> str:
     """A migrated SQLite database file in the test's temporary directory."""
     from riverboat.drivers.sqlite import SqliteDriver
-
     from riverboat.migrations import Migrator
 
     url = f"sqlite:///{tmp_path / 'riverboat.sqlite3'}"

@@ -21,9 +21,8 @@ def configure(pg_url: str) -> None:
     if _configured is not None:
         assert _configured == pg_url, "Django is already configured for another server"
         return
-    from django.conf import settings
-
     import django
+    from django.conf import settings
 
     info = psycopg.conninfo.conninfo_to_dict(pg_url)
     settings.configure(

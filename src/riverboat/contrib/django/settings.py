@@ -147,9 +147,8 @@ def make_async_client(**overrides: Any) -> AsyncClient:
     """An AsyncClient with the configured queues and workers, on an async psycopg driver
     built from the Django database settings (the runtime does not use Django's
     thread-bound connections). A zero-argument factory for ``riverboat worker``."""
-    from django.apps import apps
-
     import django
+    from django.apps import apps
 
     if not apps.ready:  # a fresh process (riverboat worker --processes N)
         django.setup()
