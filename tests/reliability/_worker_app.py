@@ -1,0 +1,151 @@
+"""The worker application the reliability tests run in subprocesses, through the real
+``python -m riverboat.cli worker tests.reliability._worker_app:client`` command.
+
+Everything is configured by environment variables (see :func:`client`). Every job
+appends ``<job id> <attempt>`` to ``$RB_OUT/exec.<pid>`` with one ``write`` on an
+``O_APPEND`` descriptor when its body returns, so a SIGKILL can lose at most the line
+being written, never interleave two; the test reads these files to count executions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+import riverboat
+from riverboat import MaintenanceConfig, RetryPolicy
+from riverboat._job import JobRow
+from riverboat.runtime.elector import ElectorConfig
+from riverboat.runtime.maintenance import Service
+from riverboat.runtime.producer import QueueConfig
+from riverboat.runtime.runner import Runtime
+from riverboat.runtime.worker import Job, Workers
+
+ENV = os.environ
+OUT = ENV.get("RB_OUT", ".")
+_fd: int | None = None
+
+
+def _record(line: str) -> None:
+    global _fd
+    if _fd is None:
+        _fd = os.open(
+            os.path.join(OUT, f"exec.{os.getpid()}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        )
+    os.write(_fd, line.encode())
+
+
+workers = Workers()
+
+
+@workers.register("rel_work")
+async def rel_work(job: Job[Any]) -> None:
+    """Sleeps ``args.sleep`` seconds (default ``$RB_JOB_SLEEP``), then records itself."""
+    delay = job.args.get("sleep", float(ENV.get("RB_JOB_SLEEP", "0")))
+    if delay:
+        await asyncio.sleep(delay)
+    _record(f"{job.id} {job.attempt}\n")
+
+
+@workers.register("rel_sync")
+def rel_sync(job: Job[Any]) -> None:
+    """The same in the thread pool (a sync job cannot be interrupted)."""
+    delay = job.args.get("sleep", 0)
+    if delay:
+        time.sleep(delay)
+    _record(f"{job.id} {job.attempt}\n")
+
+
+class QuickRetry(RetryPolicy):
+    """Retry rescued and failed jobs after 0.2 s instead of River's 1 s, 16 s, 81 s..."""
+
+    def next_retry(self, job: JobRow, now: datetime) -> datetime:
+        return now + timedelta(seconds=0.2)
+
+
+# Short elections so a handover fits in a test: a leader that can't re-elect within
+# ttl - safety_margin (1.5 s) steps down; its row expires after 2 s.
+FAST_ELECTOR = ElectorConfig(
+    elect_interval=0.2,
+    elect_jitter=0.05,
+    ttl=2.0,
+    reelect_interval=0.25,
+    safety_margin=0.5,
+    attempt_timeout=1.0,
+)
+
+
+class MaintenanceRecorder(Service):
+    """A maintenance service that only records that it acted, with the leader's id and
+    the database clock, in ``rel_maintenance_log`` (created by the test)."""
+
+    name = "recorder"
+
+    def __init__(self, runtime: Runtime) -> None:
+        super().__init__(runtime.maintainer.services["scheduler"].ctx, 0.05)
+        self.client_id = runtime.client_id
+        self._driver = runtime.driver
+
+    async def run_once(self) -> None:
+        from riverboat._sql import Query, Statement
+
+        table = f'"{ENV["RB_SCHEMA"]}".rel_maintenance_log'
+        query = Query(
+            "rel_maintenance_log",
+            f"INSERT INTO {table} (leader_id, at) VALUES (:leader_id, clock_timestamp())",
+        )
+        await self._driver.execute(Statement(query, {"leader_id": self.client_id}))
+
+
+def _add_recorder(runtime: Runtime) -> None:
+    # Runs right after the elector started and before anything awaits, so the service is
+    # in place before the first election can be won.
+    recorder = MaintenanceRecorder(runtime)
+    runtime.maintainer.services[recorder.name] = recorder
+
+
+def _announce_leadership(runtime: Runtime) -> None:
+    def changed(leading: bool) -> None:
+        print("LEADER" if leading else "FOLLOWER", runtime.client_id, flush=True)
+
+    runtime.elector.on_change(changed)
+
+
+def client() -> riverboat.AsyncClient:
+    """``$RB_URL``/``$RB_SCHEMA``; ``$RB_MAX_WORKERS``; the completer's
+    ``$RB_FLUSH_DELAY`` and ``$RB_FLUSH_THRESHOLD``; ``$RB_RESCUE_AFTER`` (s);
+    ``$RB_RECORD_MAINTENANCE=1`` adds :class:`MaintenanceRecorder`."""
+    rescue_after = float(ENV.get("RB_RESCUE_AFTER", "3600"))
+    maintenance = MaintenanceConfig(
+        elector=FAST_ELECTOR,
+        start_jitter=0.0,
+        rescuer_interval=0.3,
+        rescue_stuck_jobs_after=rescue_after,
+        scheduler_interval=0.3,
+    )
+    client_id = ENV.get("RB_CLIENT_ID") or f"rel_{os.getpid()}_{time.time_ns()}"
+    c = riverboat.AsyncClient(
+        ENV["RB_URL"],
+        schema=ENV.get("RB_SCHEMA") or None,
+        id=client_id,
+        queues={"default": QueueConfig(max_workers=int(ENV.get("RB_MAX_WORKERS", "20")))},
+        workers=workers,
+        fetch_cooldown=0.01,
+        fetch_poll_interval=0.1,
+        job_timeout=min(1.0, rescue_after),
+        retry_policy=QuickRetry(),
+        maintenance=maintenance,
+    )
+    # The completer's timing is a RuntimeConfig knob, read when the runtime starts: a
+    # long delay and a high threshold keep finished jobs' outcomes buffered (unflushed)
+    # for a while, so a SIGKILL can land between "the job returned" and "written".
+    config = c.runtime.config
+    config.completer_flush_delay = float(ENV.get("RB_FLUSH_DELAY", "0.05"))
+    config.completer_batch_threshold = int(ENV.get("RB_FLUSH_THRESHOLD", "100"))
+    c.runtime.on_start.append(_announce_leadership)
+    if ENV.get("RB_RECORD_MAINTENANCE") == "1":
+        c.runtime.on_start.append(_add_recorder)
+    return c
