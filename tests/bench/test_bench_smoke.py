@@ -1,0 +1,99 @@
+"""The benchmark runs end to end with tiny sizes and reports every figure the issue
+names. Its shape is checked here, never its speed (speed lives in docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+E2E_FIELDS = {
+    "python_cpu_ms_per_job",
+    "postgres_cpu_ms_per_job",
+    "total_cpu_ms_per_job",
+    "jobs_per_sec",
+    "statements_per_job",
+    "connection_resets",
+    "followup_job_reads",
+    "insert_many",
+    "insert_single",
+}
+OPERATIONS = {
+    "claim_50",
+    "claim_complete",
+    "update_job",
+    "merge_metadata",
+    "insert_pending",
+    "upsert_queue",
+    "leader_elect_resign",
+    "cancel",
+    "retry",
+    "delete_finalized_1000",
+}
+
+
+def _bench(*args: str) -> dict[str, object]:
+    out = subprocess.run(
+        [sys.executable, "-m", "riverboat.cli", "bench", "--json", "--quiet", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    report: dict[str, object] = json.loads(out.stdout)
+    return report
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "asyncpg", "sqlalchemy"])
+def test_bench_json_shape_on_postgres(pg_url: str, driver: str) -> None:
+    report = _bench("--database-url", pg_url, "--driver", driver, "--jobs", "300", "--calls", "5")
+    assert report["driver"] == driver
+    ops = {op["name"]: op for op in report["operations"]}  # type: ignore[attr-defined]
+    assert set(ops) == OPERATIONS
+    assert all(op["statements_per_call"] > 0 for op in ops.values())
+    e2e = report["end_to_end"]
+    assert isinstance(e2e, dict) and E2E_FIELDS <= set(e2e)
+    assert e2e["jobs"] == 300
+    assert e2e["connection_resets"] == 0 and e2e["followup_job_reads"] == 0
+    assert e2e["statements_per_job"] < 1
+    floor = report["raw_sql_floor"]
+    assert isinstance(floor, dict) and floor["jobs"] == 300
+    scenarios = report["scenarios"]
+    assert isinstance(scenarios, dict)
+    stale = scenarios["stale_statistics_completion"]
+    assert stale["plan_uses_primary_key"] and not stale["plan_has_seq_scan_on_river_job"]
+    assert scenarios["sqlite_batch_claim"]["batch_50_us_per_job"] > 0
+
+
+def test_bench_on_sqlite_and_compare(tmp_path: Path) -> None:
+    report = _bench("--driver", "sqlite", "--jobs", "200", "--calls", "5", "--only", "e2e")
+    e2e = report["end_to_end"]
+    assert isinstance(e2e, dict) and E2E_FIELDS <= set(e2e)
+    assert e2e["postgres_cpu_ms_per_job"] is None  # no server to measure
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps(report))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "riverboat.cli",
+            "bench",
+            "--driver",
+            "sqlite",
+            "--jobs",
+            "200",
+            "--only",
+            "e2e",
+            "--quiet",
+            "--compare",
+            str(baseline),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert "end_to_end.jobs_per_sec" in out.stdout and "ratio" in out.stdout
