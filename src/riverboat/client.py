@@ -22,6 +22,7 @@ from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow
 from riverboat._sql import Statement
 from riverboat._url import async_driver_from_url, driver_from_url
 from riverboat.errors import InvalidInputError, NotFoundError, UnknownJobKindError
+from riverboat.middleware import MiddlewareStack
 from riverboat.runtime.events import EventKind, Subscription
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.retry import RetryPolicy
@@ -110,6 +111,7 @@ class _ClientCore:
         id: str | None,
         max_attempts: int,
         fetch_cooldown: float,
+        middleware: Sequence[object] | None = None,
     ) -> None:
         self.driver = driver
         self.dialect = driver.dialect
@@ -122,6 +124,7 @@ class _ClientCore:
         self._limiter = _NotifyLimiter(fetch_cooldown)
         self.workers: Workers | None = None
         self.skip_unknown_job_check = False
+        self.middleware = MiddlewareStack(middleware)
 
     def _check_kinds(self, jobs: Sequence[InsertParams]) -> None:
         # River refuses to insert a kind this client has no worker for (when it has
@@ -137,6 +140,7 @@ class _ClientCore:
     ) -> tuple[Statement, list[InsertParams]]:
         jobs = [resolve_insert(args, opts, kind, self.defaults)]
         self._check_kinds(jobs)
+        self.middleware.apply_insert(jobs, (args,))
         return self.dialect.job_insert_many(jobs, self._limiter.queues_to_notify(jobs)), jobs
 
     def insert_many_statements(
@@ -144,6 +148,9 @@ class _ClientCore:
     ) -> tuple[list[_InsertBatch], list[InsertParams]]:
         jobs = resolve_many(params, self.defaults)
         self._check_kinds(jobs)
+        self.middleware.apply_insert(
+            jobs, [p.args if isinstance(p, InsertManyParams) else p for p in params]
+        )
         batches = []
         for start in range(0, len(jobs), INSERT_BATCH_MAX):
             batch, origin = _collapse_unique_twins(jobs[start : start + INSERT_BATCH_MAX])
@@ -193,6 +200,7 @@ class Client(SyncAdmin):
         workers: Workers | None = None,
         max_attempts: int = 25,
         fetch_cooldown: float = 0.1,
+        middleware: Sequence[object] | None = None,
         **runtime_options: Any,
     ) -> None:
         if isinstance(driver, str):
@@ -201,7 +209,11 @@ class Client(SyncAdmin):
         else:
             self._owns_driver = False
         self._core = _ClientCore(
-            driver, id=id, max_attempts=max_attempts, fetch_cooldown=fetch_cooldown
+            driver,
+            id=id,
+            max_attempts=max_attempts,
+            fetch_cooldown=fetch_cooldown,
+            middleware=middleware,
         )
         self._core.workers = workers
         self._core.skip_unknown_job_check = bool(runtime_options.get("skip_unknown_job_check"))
@@ -216,6 +228,7 @@ class Client(SyncAdmin):
                     workers=workers,
                     max_attempts=max_attempts,
                     fetch_cooldown=fetch_cooldown,
+                    middleware=self._core.middleware.items,
                     **runtime_options,
                 )
             )
@@ -339,6 +352,7 @@ class AsyncClient(AsyncAdmin):
         skip_unknown_job_check: bool = False,
         maintenance: Any = None,
         periodic_jobs: Sequence[Any] = (),
+        middleware: Sequence[object] | None = None,
     ) -> None:
         if isinstance(driver, str):
             driver = async_driver_from_url(driver, schema=schema)
@@ -346,7 +360,11 @@ class AsyncClient(AsyncAdmin):
         else:
             self._owns_driver = False
         self._core = _ClientCore(
-            driver, id=id, max_attempts=max_attempts, fetch_cooldown=fetch_cooldown
+            driver,
+            id=id,
+            max_attempts=max_attempts,
+            fetch_cooldown=fetch_cooldown,
+            middleware=middleware,
         )
         self._core.workers = workers
         self._core.skip_unknown_job_check = skip_unknown_job_check
@@ -367,8 +385,10 @@ class AsyncClient(AsyncAdmin):
                     maintenance=maintenance,
                     periodic_jobs=list(periodic_jobs),
                     insert_defaults=self._core.defaults,
+                    middleware=self._core.middleware,
                 ),
             )
+            self._runtime.on_start.append(self._core.middleware.on_start)
         elif workers is not None and not isinstance(workers, Workers):
             raise InvalidInputError("workers", "must be a riverboat.Workers registry")
 

@@ -25,6 +25,7 @@ from riverboat._job import AttemptError, JobRow, JobState
 from riverboat._json import go_json_dumps
 from riverboat.dialect.base import JobStateUpdate
 from riverboat.errors import UnknownJobKindError
+from riverboat.middleware import call_with_middleware
 from riverboat.runtime.completer import PendingCompletion
 from riverboat.runtime.events import EventKind
 from riverboat.runtime.retry import RetryPolicy
@@ -44,6 +45,8 @@ __all__ = ["ExecutorConfig", "JobTimeoutError", "execute_job"]
 # instead of waiting for the scheduler to promote it.
 SCHEDULER_INTERVAL = timedelta(seconds=5)
 
+log = logging.getLogger("riverboat.executor")
+
 
 # Called in the worker thread after every sync job, whatever its outcome: the place to
 # hand back thread-bound resources (riverboat.contrib.django closes the thread's Django
@@ -59,7 +62,7 @@ def _run_sync(fn: Callable[[Job[Any]], Any], job: Job[Any]) -> Any:
             try:
                 hook()
             except Exception:
-                logging.getLogger(__name__).exception("after_sync_job hook %r failed", hook)
+                log.exception("after_sync_job hook %r failed", hook)
 
 
 class JobTimeoutError(Exception):
@@ -79,6 +82,8 @@ class ExecutorConfig:
     job_timeout: float | None  # seconds; None or -1 means no timeout
     retry_policy: RetryPolicy
     thread_pool: Executor | None
+    # riverboat.middleware.MiddlewareStack with work middleware, else None (the plain path)
+    middleware: Any = None
 
 
 @dataclass(slots=True)
@@ -187,14 +192,22 @@ async def execute_job(
         state.cancellable = worker.is_async
         job = Job(row, worker.decode(row))
         state.job = job
-        await _call(
-            worker,
-            job,
-            ctx,
-            _timeout_for(worker, config.job_timeout),
-            config.thread_pool,
-            on_thread_done,
-        )
+        if config.middleware is None and not worker.middleware:
+            await _call(
+                worker,
+                job,
+                ctx,
+                _timeout_for(worker, config.job_timeout),
+                config.thread_pool,
+                on_thread_done,
+            )
+        else:
+            timeout = _timeout_for(worker, config.job_timeout)
+
+            def inner(target: RegisteredWorker) -> Any:
+                return _call(target, job, ctx, timeout, config.thread_pool, on_thread_done)
+
+            await call_with_middleware(config.middleware, worker, job, inner)
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
@@ -217,9 +230,29 @@ async def execute_job(
         error = JobCancel(JobCancelledRemotely())
     run_duration = time.monotonic() - started_mono
     update, kind = _outcome(row, error, ctx, state, worker, config, started)
+    if kind is EventKind.JOB_FAILED and error is not None:
+        _log_failure(row, error, update)
     return (
         PendingCompletion(update, row, kind, queue_wait, run_duration, time.monotonic()),
         held_by_thread,
+    )
+
+
+def _log_failure(row: JobRow, error: BaseException, update: JobStateUpdate) -> None:
+    """One line per failed attempt: WARNING when it will be retried, ERROR when the job is
+    discarded; the traceback once, and none for a timeout (it would only show riverboat)."""
+    discarded = update.state is JobState.DISCARDED
+    log.log(
+        logging.ERROR if discarded else logging.WARNING,
+        "job %d (%s) attempt %d/%d failed%s: %s: %s",
+        row.id,
+        row.kind,
+        row.attempt,
+        row.max_attempts,
+        ", discarded" if discarded else ", will retry",
+        type(error).__name__,
+        error,
+        exc_info=None if isinstance(error, (JobTimeoutError, UnknownJobKindError)) else error,
     )
 
 

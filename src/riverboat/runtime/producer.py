@@ -39,6 +39,7 @@ else:
     def _start_task(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         return asyncio.get_running_loop().create_task(coro)
 
+
 log = logging.getLogger("riverboat.producer")
 
 QUEUE_REPORT_INTERVAL = 600.0  # River refreshes river_queue.updated_at every 10 minutes
@@ -89,6 +90,7 @@ class Producer:
             executor_config.job_timeout,
             executor_config.retry_policy,
             self._pool,
+            executor_config.middleware,
         )
         self._wake = asyncio.Event()
         self._active: dict[int, tuple[asyncio.Task[None], RunState]] = {}
@@ -104,6 +106,8 @@ class Producer:
         self.fetches = 0
         self.jobs_started = 0
         self.fetch_errors = 0
+        # Called with (queue, jobs claimed) after every fetch (metrics: contrib.otel/prometheus).
+        self.claim_listeners: list[Callable[[str, int], None]] = []
 
     # -- external signals ------------------------------------------------------------
     def wake(self) -> None:
@@ -211,6 +215,8 @@ class Producer:
                 continue
             self.fetches += 1
             self.last_fetch_count = len(rows)
+            for listener in self.claim_listeners:
+                listener(self.queue, len(rows))
             if rows:
                 decode = self._dialect.decode_job
                 for raw in rows:

@@ -44,6 +44,8 @@ class RuntimeConfig:
     # Leader election and maintenance (riverboat.runtime.elector / .maintenance).
     maintenance: Any = None
     periodic_jobs: list[Any] = field(default_factory=list)
+    # The client's riverboat.middleware.MiddlewareStack (work middleware, start hooks).
+    middleware: Any = None
     insert_defaults: InsertDefaults = field(default_factory=InsertDefaults)
 
     def validate(self) -> None:
@@ -126,7 +128,14 @@ class Runtime:
             flush_delay=cfg.completer_flush_delay,
         )
         self.completer.start()
-        executor_config = ExecutorConfig(cfg.workers, cfg.job_timeout, cfg.retry_policy, None)
+        stack = cfg.middleware
+        executor_config = ExecutorConfig(
+            cfg.workers,
+            cfg.job_timeout,
+            cfg.retry_policy,
+            None,
+            stack if stack is not None and stack.has_work else None,
+        )
         for name, qcfg in cfg.queues.items():
             self.producers[name] = Producer(
                 queue=name,

@@ -12,7 +12,7 @@ import contextvars
 import dataclasses
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -151,12 +151,14 @@ class Worker(Generic[T]):
 
     Set ``kind`` (or ``args_type`` with a ``kind`` attribute), implement ``work`` (sync or
     async), and optionally ``timeout`` (seconds; ``None`` = client default, ``-1`` = none)
-    and ``next_retry(job)`` returning a datetime (``None`` = the default policy).
+    and ``next_retry(job)`` returning a datetime (``None`` = the default policy), and
+    ``middleware``, a list wrapping this worker's jobs (see :mod:`riverboat.middleware`).
     """
 
     kind: str | None = None
     args_type: Any = None
     timeout: float | None = None
+    middleware: Sequence[Any] = ()
 
     def work(self, job: Job[T]) -> Any | Awaitable[Any]:
         raise NotImplementedError
@@ -173,6 +175,7 @@ class RegisteredWorker:
     decode: Callable[[JobRow], Any]
     timeout: float | None
     next_retry: Callable[[Job[Any]], datetime | None] | None
+    middleware: tuple[Any, ...] = ()
 
 
 class Workers:
@@ -188,6 +191,7 @@ class Workers:
         args_type: Any,
         timeout: float | None,
         next_retry: Callable[[Job[Any]], datetime | None] | None,
+        middleware: Sequence[Any] | None = None,
     ) -> None:
         validate_kind(kind)
         if kind in self._by_kind:
@@ -205,6 +209,7 @@ class Workers:
             decode=_decoder_for(args_type),
             timeout=timeout,
             next_retry=next_retry,
+            middleware=_middleware(middleware, kind),
         )
 
     def register(
@@ -214,8 +219,10 @@ class Workers:
         args_type: Any = None,
         timeout: float | None = None,
         next_retry: Callable[[Job[Any]], datetime | None] | None = None,
+        middleware: Sequence[Any] | None = None,
     ) -> Callable[[WorkFn], WorkFn]:
-        """Decorator: ``@workers.register("email")`` or ``@workers.register(EmailArgs)``."""
+        """Decorator: ``@workers.register("email")`` or ``@workers.register(EmailArgs)``.
+        ``middleware`` wraps this kind's jobs inside the client's own."""
         if isinstance(kind_or_args, type):
             args_type = kind_or_args
             kind = getattr(kind_or_args, "kind", None)
@@ -225,7 +232,7 @@ class Workers:
             raise InvalidInputError("kind", "give a kind, or an args type with a kind attribute")
 
         def decorate(fn: WorkFn) -> WorkFn:
-            self._add(kind, fn, args_type, timeout, next_retry)
+            self._add(kind, fn, args_type, timeout, next_retry, middleware)
             return fn
 
         return decorate
@@ -242,6 +249,7 @@ class Workers:
             worker.args_type,
             worker.timeout,
             worker.next_retry if custom_retry else None,
+            worker.middleware,
         )
 
     def get(self, kind: str) -> RegisteredWorker | None:
@@ -258,6 +266,14 @@ class Workers:
 
     def __len__(self) -> int:
         return len(self._by_kind)
+
+
+def _middleware(items: Sequence[Any] | None, kind: str) -> tuple[Any, ...]:
+    if not items:
+        return ()
+    from riverboat.middleware import normalize_many
+
+    return normalize_many(items, f"workers[{kind!r}].middleware")
 
 
 def as_mapping(value: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -1,0 +1,330 @@
+"""Insert hooks and work middleware: the place for tracing, context and error reporting.
+
+A middleware is an object with any of these methods (River's ``HookInsertBegin`` and
+worker middleware):
+
+``insert_begin(job: InsertingJob) -> None``
+    Called for every job before it is encoded and inserted, in the inserting thread.
+    It may add to ``job.metadata`` (a dict); nothing else it changes is written. Keep it
+    quick and free of I/O: it runs inside ``insert``/``insert_many``/``*_tx``.
+
+``async work(job, call_next) -> None``
+    Wraps a job's execution on the event loop: ``await call_next()`` runs the job (and
+    raises what it raised). For a sync job it wraps the time its thread runs, and
+    context variables it sets (an OpenTelemetry span, say) are visible inside the
+    thread, since the thread runs in a copy of the context taken inside ``call_next``.
+
+``work_sync(job, call_next) -> None``
+    Wraps a *sync* job inside its worker thread (for thread-bound state such as
+    ``threading.local`` scopes). When a middleware has both, ``work_sync`` wraps sync
+    jobs and ``work`` async ones, so each middleware wraps each job once.
+
+A plain ``async def mw(job, call_next)`` is a work middleware; :func:`insert_hook` and
+:func:`sync_work_middleware` turn plain functions into the other two kinds.
+
+Order. Insert hooks run in list order: the client's ``middleware``, then the args type's
+``insert_middleware`` (a class attribute); each sees what the earlier ones added. Work
+middleware nests in list order, the first listed outermost: the client's, then the
+worker's (``Workers.register(..., middleware=[...])`` or ``Worker.middleware``). For a sync
+job, the ``work`` layers (on the loop) are all outside the ``work_sync`` layers (in the
+thread); each group keeps that order.
+
+A middleware's exception becomes the job's error, as the job's own would; raising
+``JobCancel`` or ``JobSnooze`` from it decides the outcome the same way. Let
+``asyncio.CancelledError`` through: it is how a hard stop or a remote cancel arrives.
+The ``job`` is the :class:`~riverboat.Job` the worker gets (args already decoded), so an
+unknown kind or args that fail to decode fail before any middleware runs. With no
+middleware configured, none of this costs anything: the executor takes its plain path.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from riverboat.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from riverboat._insert import InsertParams
+    from riverboat.runtime.worker import Job, RegisteredWorker
+
+__all__ = [
+    "InsertMiddleware",
+    "InsertingJob",
+    "MiddlewareStack",
+    "SyncWorkMiddleware",
+    "WorkMiddleware",
+    "insert_hook",
+    "sync_work_middleware",
+]
+
+CallNext = Callable[[], Awaitable[None]]
+SyncCallNext = Callable[[], Any]
+
+
+@runtime_checkable
+class InsertMiddleware(Protocol):
+    def insert_begin(self, job: InsertingJob) -> None: ...
+
+
+@runtime_checkable
+class WorkMiddleware(Protocol):
+    async def work(self, job: Job[Any], call_next: CallNext) -> None: ...
+
+
+@runtime_checkable
+class SyncWorkMiddleware(Protocol):
+    def work_sync(self, job: Job[Any], call_next: SyncCallNext) -> Any: ...
+
+
+@dataclass(slots=True)
+class InsertingJob:
+    """A job about to be inserted, as an insert hook sees it. Only ``metadata`` is
+    written back; the other fields are the resolved values, for reading."""
+
+    kind: str
+    args: object
+    queue: str
+    priority: int
+    max_attempts: int
+    state: str
+    scheduled_at: datetime | None
+    tags: list[str]
+    metadata: dict[str, Any]
+
+
+class _InsertHook:
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable[[InsertingJob], None]) -> None:
+        self._fn = fn
+
+    def insert_begin(self, job: InsertingJob) -> None:
+        self._fn(job)
+
+    def __repr__(self) -> str:
+        return f"insert_hook({self._fn!r})"
+
+
+class _SyncWork:
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable[[Job[Any], SyncCallNext], Any]) -> None:
+        self._fn = fn
+
+    def work_sync(self, job: Job[Any], call_next: SyncCallNext) -> Any:
+        return self._fn(job, call_next)
+
+    def __repr__(self) -> str:
+        return f"sync_work_middleware({self._fn!r})"
+
+
+def insert_hook(fn: Callable[[InsertingJob], None]) -> InsertMiddleware:
+    """A middleware whose ``insert_begin`` is ``fn``."""
+    return _InsertHook(fn)
+
+
+def sync_work_middleware(fn: Callable[[Job[Any], SyncCallNext], Any]) -> SyncWorkMiddleware:
+    """A middleware whose ``work_sync`` is ``fn(job, call_next)``."""
+    return _SyncWork(fn)
+
+
+class _AsyncFn:
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable[[Job[Any], CallNext], Awaitable[None]]) -> None:
+        self._fn = fn
+
+    async def work(self, job: Job[Any], call_next: CallNext) -> None:
+        await self._fn(job, call_next)
+
+    def __repr__(self) -> str:
+        return repr(self._fn)
+
+
+def _normalize(item: object, field: str) -> object:
+    if inspect.iscoroutinefunction(item):
+        return _AsyncFn(item)
+    found = False
+    for name in ("insert_begin", "work", "work_sync"):
+        method = getattr(item, name, None)
+        if method is None:
+            continue
+        if not callable(method):
+            raise InvalidInputError(field, f"{item!r}.{name} is not callable")
+        is_async = inspect.iscoroutinefunction(method)
+        if name == "work" and not is_async:
+            raise InvalidInputError(
+                field, f"{item!r}.work must be async def; a sync one is spelt work_sync"
+            )
+        if name != "work" and is_async:
+            raise InvalidInputError(field, f"{item!r}.{name} must be a plain def")
+        found = True
+    if not found:
+        raise InvalidInputError(
+            field,
+            f"{item!r} is not a middleware: give it insert_begin, work or work_sync, "
+            "or pass an async def (job, call_next)",
+        )
+    return item
+
+
+def normalize_many(items: Sequence[object] | None, field: str) -> tuple[object, ...]:
+    """Check every middleware of a list; plain async functions are wrapped."""
+    if items is None:
+        return ()
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise InvalidInputError(field, "must be a list of middleware")
+    return tuple(_normalize(item, f"{field}[{i}]") for i, item in enumerate(items))
+
+
+@dataclass(slots=True, frozen=True)
+class _Chain:
+    """One worker's middleware with a client's, worked out once per kind."""
+
+    source: RegisteredWorker  # the registered worker this chain was built for
+    worker: RegisteredWorker  # the same, its fn wrapped by the work_sync layers
+    around: tuple[Callable[[Job[Any], CallNext], Awaitable[None]], ...]
+
+
+def _sync_wrapped(
+    fn: Callable[[Job[Any]], Any], layers: Sequence[Callable[[Job[Any], SyncCallNext], Any]]
+) -> Callable[[Job[Any]], Any]:
+    def run(job: Job[Any]) -> Any:
+        def call(index: int) -> Any:
+            if index == len(layers):
+                return fn(job)
+            return layers[index](job, lambda: call(index + 1))
+
+        return call(0)
+
+    return run
+
+
+class MiddlewareStack:
+    """A client's middleware, split by kind. The executor asks :meth:`chain_for` only
+    when the client or the worker has work middleware."""
+
+    def __init__(self, items: Sequence[object] | None = None) -> None:
+        self.items: tuple[object, ...] = normalize_many(items, "middleware")
+        self._chains: dict[str, _Chain] = {}
+        self._own_hooks: dict[type, tuple[Callable[[InsertingJob], None], ...]] = {}
+        self._split()
+
+    def _split(self) -> None:
+        self.insert_hooks = tuple(
+            m.insert_begin
+            for m in self.items
+            if hasattr(m, "insert_begin")
+        )
+        self.has_work = any(hasattr(m, "work") or hasattr(m, "work_sync") for m in self.items)
+        self._chains.clear()
+
+    def on_start(self, runtime: Any) -> None:
+        """Runtime start hook: middleware with ``attach(runtime)`` (metrics exporters)
+        get the running runtime, its producers and its elector."""
+        for m in self.items:
+            attach = getattr(m, "attach", None)
+            if callable(attach):
+                attach(runtime)
+
+    def add(self, middleware: object) -> None:
+        """Append one middleware (before the client starts)."""
+        self.items = (*self.items, _normalize(middleware, "middleware"))
+        self._split()
+
+    # -- inserts -----------------------------------------------------------------------
+    def _hooks_of(self, args_type: type) -> tuple[Callable[[InsertingJob], None], ...]:
+        hooks = self._own_hooks.get(args_type)
+        if hooks is None:
+            own = getattr(args_type, "insert_middleware", None)
+            items = normalize_many(own, f"{args_type.__name__}.insert_middleware") if own else ()
+            hooks = tuple(
+                m.insert_begin
+                for m in items
+                if hasattr(m, "insert_begin")
+            )
+            self._own_hooks[args_type] = hooks
+        return hooks
+
+    def apply_insert(self, jobs: Sequence[InsertParams], args: Sequence[object]) -> None:
+        """Run the insert hooks on each job and re-encode the metadata they changed."""
+        from riverboat._insert import encode_metadata
+
+        client_hooks = self.insert_hooks
+        hooks_of = self._hooks_of
+        for job, job_args in zip(jobs, args, strict=True):
+            own = hooks_of(type(job_args))
+            hooks = client_hooks + own if own else client_hooks
+            if not hooks:
+                continue
+            metadata = {} if job.encoded_metadata == "{}" else json.loads(job.encoded_metadata)
+            view = InsertingJob(
+                job.kind,
+                job_args,
+                job.queue,
+                job.priority,
+                job.max_attempts,
+                str(job.state),
+                job.scheduled_at,
+                list(job.tags),
+                metadata,
+            )
+            for hook in hooks:
+                hook(view)
+            if view.metadata or job.encoded_metadata != "{}":
+                job.encoded_metadata = encode_metadata(view.metadata, "metadata")
+
+    # -- work --------------------------------------------------------------------------
+    def chain_for(self, worker: RegisteredWorker) -> _Chain:
+        chain = self._chains.get(worker.kind)
+        if chain is None or chain.source is not worker:
+            chain = self._build(worker)
+            self._chains[worker.kind] = chain
+        return chain
+
+    def _build(self, worker: RegisteredWorker) -> _Chain:
+        items = (*self.items, *worker.middleware)
+        around = []
+        sync_layers = []
+        for m in items:
+            work = getattr(m, "work", None)
+            work_sync = getattr(m, "work_sync", None)
+            if worker.is_async:
+                if work is not None:
+                    around.append(work)
+            elif work_sync is not None:
+                sync_layers.append(work_sync)
+            elif work is not None:
+                around.append(work)
+        wrapped = worker
+        if sync_layers:
+            wrapped = replace(worker, fn=_sync_wrapped(worker.fn, sync_layers))
+        return _Chain(worker, wrapped, tuple(around))
+
+
+_EMPTY = MiddlewareStack()
+
+
+async def call_with_middleware(
+    stack: MiddlewareStack | None,
+    worker: RegisteredWorker,
+    job: Job[Any],
+    inner: Callable[[RegisteredWorker], Awaitable[None]],
+) -> None:
+    """Run ``inner(worker)`` (the executor's plain call) inside the job's middleware."""
+    chain = (stack or _EMPTY).chain_for(worker)
+    layers = chain.around
+    target = chain.worker
+
+    async def call(index: int) -> None:
+        if index == len(layers):
+            await inner(target)
+            return
+        await layers[index](job, lambda: call(index + 1))
+
+    await call(0)
