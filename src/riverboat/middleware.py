@@ -39,6 +39,7 @@ middleware configured, none of this costs anything: the executor takes its plain
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Sequence
@@ -59,6 +60,7 @@ __all__ = [
     "SyncWorkMiddleware",
     "WorkMiddleware",
     "insert_hook",
+    "outcome_of",
     "sync_work_middleware",
 ]
 
@@ -216,11 +218,7 @@ class MiddlewareStack:
         self._split()
 
     def _split(self) -> None:
-        self.insert_hooks = tuple(
-            m.insert_begin
-            for m in self.items
-            if hasattr(m, "insert_begin")
-        )
+        self.insert_hooks = tuple(m.insert_begin for m in self.items if hasattr(m, "insert_begin"))
         self.has_work = any(hasattr(m, "work") or hasattr(m, "work_sync") for m in self.items)
         self._chains.clear()
 
@@ -243,11 +241,7 @@ class MiddlewareStack:
         if hooks is None:
             own = getattr(args_type, "insert_middleware", None)
             items = normalize_many(own, f"{args_type.__name__}.insert_middleware") if own else ()
-            hooks = tuple(
-                m.insert_begin
-                for m in items
-                if hasattr(m, "insert_begin")
-            )
+            hooks = tuple(m.insert_begin for m in items if hasattr(m, "insert_begin"))
             self._own_hooks[args_type] = hooks
         return hooks
 
@@ -308,6 +302,22 @@ class MiddlewareStack:
 
 
 _EMPTY = MiddlewareStack()
+
+
+def outcome_of(exc: BaseException | None) -> str:
+    """How a job that ended with ``exc`` (None: returned) turns out, as a metrics label:
+    completed, snoozed, cancelled, interrupted (hard stop or remote cancel) or failed."""
+    if exc is None:
+        return "completed"
+    from riverboat.runtime.worker import JobCancel, JobSnooze
+
+    if isinstance(exc, JobSnooze):
+        return "snoozed"
+    if isinstance(exc, JobCancel):
+        return "cancelled"
+    if isinstance(exc, asyncio.CancelledError):
+        return "interrupted"
+    return "failed"
 
 
 async def call_with_middleware(

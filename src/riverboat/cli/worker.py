@@ -38,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="exit 0 once every configured queue is drained",
     )
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics on this port (process i of --processes uses PORT+i)",
+    )
 
 
 def load_client(target: str) -> AsyncClient:
@@ -113,29 +119,45 @@ async def _serve(client: AsyncClient, exit_when_idle: bool) -> int:
     return 0
 
 
-def _run_one(target: str, exit_when_idle: bool, log_level: str) -> int:
+def _run_one(
+    target: str, exit_when_idle: bool, log_level: str, metrics_port: int | None = None
+) -> int:
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     client = load_client(target)
+    if metrics_port is not None:
+        from riverboat.contrib.prometheus import instrument, start_metrics_server
+
+        instrument(client)
+        start_metrics_server(metrics_port)
+        log.info("serving Prometheus metrics on port %d", metrics_port)
     return asyncio.run(_serve(client, exit_when_idle))
 
 
-def _child(target: str, exit_when_idle: bool, log_level: str) -> None:
-    sys.exit(_run_one(target, exit_when_idle, log_level))
+def _child(target: str, exit_when_idle: bool, log_level: str, metrics_port: int | None) -> None:
+    sys.exit(_run_one(target, exit_when_idle, log_level, metrics_port))
 
 
 def run(args: argparse.Namespace) -> int:
     if args.processes < 1:
         raise InvalidInputError("--processes", "must be at least 1")
     if args.processes == 1:
-        return _run_one(args.target, args.exit_when_idle, args.log_level)
+        return _run_one(args.target, args.exit_when_idle, args.log_level, args.metrics_port)
     # spawn, not fork: each process imports the target afresh and opens its own
     # connections (a forked connection or event loop is shared state gone wrong).
     ctx = multiprocessing.get_context("spawn")
     procs = [
-        ctx.Process(target=_child, args=(args.target, args.exit_when_idle, args.log_level))
-        for _ in range(args.processes)
+        ctx.Process(
+            target=_child,
+            args=(
+                args.target,
+                args.exit_when_idle,
+                args.log_level,
+                None if args.metrics_port is None else args.metrics_port + i,
+            ),
+        )
+        for i in range(args.processes)
     ]
     for proc in procs:
         proc.start()

@@ -126,6 +126,27 @@ RETURNING {job_columns()}
 
 QUERIES["queue_get"] = f"SELECT {QUEUE_COLUMNS} FROM <schema>river_queue WHERE name = :name::text"
 
+# One job by id set running, as JobGetAvailable would (riverboat.testing.work_job runs a
+# test's job inline); a job that is running or finalized is left alone and not returned.
+QUERIES["job_set_running"] = f"""
+UPDATE <schema>river_job
+SET state = 'running',
+    attempt = river_job.attempt + 1,
+    attempted_at = now(),
+    attempted_by = array_append(river_job.attempted_by, :attempted_by::text)
+WHERE id = :id::bigint AND state IN ('available', 'pending', 'retryable', 'scheduled')
+RETURNING {job_columns("river_job")}
+"""
+
+# Jobs per (queue, state) for the given states: metrics sample it (contrib.prometheus),
+# at most once per interval and only on the leader. Served by the (state, queue, ...) index.
+QUERIES["job_count_by_queue_and_state"] = """
+SELECT queue, state::text, count(*)
+FROM <schema>river_job
+WHERE state = ANY(:states::text[]::<schema>river_job_state[])
+GROUP BY queue, state
+"""
+
 QUERIES["queue_list"] = (
     f"SELECT {QUEUE_COLUMNS} FROM <schema>river_queue ORDER BY name ASC LIMIT :max::integer"
 )
@@ -351,6 +372,14 @@ class PostgresAdmin:
                 value = list(value)
             params[name] = value
         return params
+
+    def job_set_running(self, job_id: int, client_id: str) -> Statement:
+        """Claim one job by id (for tests); no row when it is running or finalized."""
+        return self.stmt("job_set_running", id=job_id, attempted_by=client_id)
+
+    def job_count_by_queue_and_state(self, states: Sequence[str]) -> Statement:
+        """Rows of ``(queue, state, count)`` for jobs in ``states``."""
+        return self.stmt("job_count_by_queue_and_state", states=list(states))
 
     # -- queues ------------------------------------------------------------------------
     def decode_queue(self, row: Sequence[Any]) -> QueueRow:

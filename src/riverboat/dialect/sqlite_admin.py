@@ -119,6 +119,28 @@ RETURNING {job_columns()}
 
 QUERIES["queue_get"] = f"SELECT {QUEUE_COLUMNS} FROM <schema>river_queue WHERE name = :name"
 
+# One job by id set running, as JobGetAvailable would (riverboat.testing.work_job runs a
+# test's job inline); a job that is running or finalized is left alone and not returned.
+QUERIES["job_set_running"] = f"""
+UPDATE <schema>river_job
+SET attempt = river_job.attempt + 1,
+    attempted_at = {NOW},
+    attempted_by = jsonb_insert(coalesce(river_job.attempted_by, jsonb('[]')), '$[#]',
+                                :attempted_by),
+    state = 'running'
+WHERE id = :id AND state IN ('available', 'pending', 'retryable', 'scheduled')
+RETURNING {job_columns()}
+"""
+
+# Jobs per (queue, state) for the given states: metrics sample it (contrib.prometheus),
+# at most once per interval and only on the leader. Served by the (state, queue, ...) index.
+QUERIES["job_count_by_queue_and_state"] = """
+SELECT queue, state, count(*)
+FROM <schema>river_job
+WHERE state IN (SELECT value FROM json_each(:states))
+GROUP BY queue, state
+"""
+
 QUERIES["queue_list"] = (
     f"SELECT {QUEUE_COLUMNS} FROM <schema>river_queue ORDER BY name ASC LIMIT :max"
 )
@@ -341,6 +363,14 @@ class SqliteAdmin:
     @staticmethod
     def _filter_params(filters: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
         return {name: json.dumps(list(filters[name])) for name in names}
+
+    def job_set_running(self, job_id: int, client_id: str) -> Statement:
+        """Claim one job by id (for tests); no row when it is running or finalized."""
+        return self.stmt("job_set_running", id=job_id, attempted_by=client_id)
+
+    def job_count_by_queue_and_state(self, states: Sequence[str]) -> Statement:
+        """Rows of ``(queue, state, count)`` for jobs in ``states``."""
+        return self.stmt("job_count_by_queue_and_state", states=json.dumps(list(states)))
 
     # -- queues ------------------------------------------------------------------------
     def decode_queues(self, rows: Sequence[Sequence[Any]]) -> list[QueueRow]:

@@ -1,0 +1,300 @@
+"""Helpers for testing code that uses riverboat (River's ``rivertest``), and a pytest plugin.
+
+Assertions read ``river_job`` through a client, a driver, or your own connection (then
+they see the rows of your open transaction, so a test can roll everything back)::
+
+    from riverboat.testing import require_inserted, work_job
+
+    def test_signup_enqueues_welcome_email(conn):
+        signup(conn, "ada@example.com")  # inserts with client.insert_tx(conn, ...)
+        job = require_inserted(conn, "send_email", {"to": "ada@example.com"}, queue="default")
+        result = work_job(conn, workers, job)
+        assert result.job.state == "completed"
+
+``target`` is a ``Client``, a sync driver, a ``psycopg.Connection`` (Postgres; the schema
+comes from its ``search_path``) or a ``sqlite3``/``sqlean`` connection, or a client or
+driver with ``tx=`` one of its transactions' connections.
+
+The pytest plugin (registered as ``riverboat``) adds fixtures, all named ``riverboat_*``:
+
+* ``riverboat_sqlite``: the URL of a SQLite file migrated to River's latest schema;
+* ``riverboat_database_url``: a Postgres URL from ``--riverboat-database-url`` or the
+  ``RIVERBOAT_TEST_DATABASE_URL`` environment variable (the test is skipped without one);
+* ``riverboat_schema``: a fresh, migrated Postgres schema on that server, dropped after
+  the test; pass it as ``Client(url, schema=riverboat_schema)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from riverboat._insert import encode_args
+from riverboat._job import JobRow
+from riverboat.dialect.base import Dialect
+from riverboat.drivers.base import DriverStats
+from riverboat.runtime.events import EventKind
+from riverboat.runtime.executor import ExecutorConfig, RunState, execute_job
+from riverboat.runtime.retry import RetryPolicy
+from riverboat.runtime.worker import Workers
+
+__all__ = [
+    "ExpectedJob",
+    "WorkResult",
+    "require_inserted",
+    "require_many_inserted",
+    "require_not_inserted",
+    "work_job",
+]
+
+_LIST_LIMIT = 10_000
+
+
+@dataclass(slots=True, frozen=True)
+class ExpectedJob:
+    """One job :func:`require_many_inserted` expects. ``None`` fields are not checked;
+    ``args`` as a mapping must be a subset of the job's args, as an args object equal."""
+
+    kind: str | type
+    args: Any = None
+    queue: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    state: str | None = None
+    tags: Sequence[str] | None = None
+    scheduled_at: datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class WorkResult:
+    """What :func:`work_job` did: the row as written after the attempt, and its outcome
+    (``job_completed``, ``job_failed``, ``job_snoozed``, ``job_cancelled``...)."""
+
+    job: JobRow
+    outcome: EventKind
+    run_duration: float = field(default=0.0)
+
+
+def _executor(target: Any, tx: Any) -> tuple[Any, Dialect]:
+    core = getattr(target, "_core", None)
+    if core is not None:  # a Client
+        driver = target.driver
+        return (driver.wrap(tx) if tx is not None else driver), core.dialect
+    dialect = getattr(target, "dialect", None)
+    if isinstance(dialect, Dialect) and callable(getattr(target, "fetch", None)):
+        return (target.wrap(tx) if tx is not None else target), dialect
+    module = type(target).__module__
+    if module.startswith("psycopg"):
+        from riverboat.dialect.postgres import PostgresDialect
+        from riverboat.drivers.psycopg import _SyncExecutor
+
+        return _SyncExecutor(target, DriverStats()), PostgresDialect()
+    if module.startswith(("sqlite3", "sqlean")):
+        from riverboat.dialect.sqlite import SqliteDialect
+        from riverboat.drivers.sqlite import _wrap_connection
+
+        return _wrap_connection(target, DriverStats()), SqliteDialect()
+    raise TypeError(
+        f"expected a riverboat Client, a sync driver, or a psycopg/sqlite3 connection, "
+        f"got {type(target).__name__}"
+    )
+
+
+def _kind_of(kind: str | type) -> str:
+    if isinstance(kind, str):
+        return kind
+    own = getattr(kind, "kind", None)
+    if not isinstance(own, str):
+        raise TypeError(f"{kind!r} has no kind")
+    return own
+
+
+def _jobs_of_kinds(target: Any, kinds: Sequence[str], tx: Any) -> list[JobRow]:
+    executor, dialect = _executor(target, tx)
+    stmt = dialect.job_list(  # type: ignore[attr-defined]
+        filters={"kinds": list(dict.fromkeys(kinds))},
+        order_column="id",
+        descending=False,
+        limit=_LIST_LIMIT,
+    )
+    return dialect.decode_jobs(executor.fetch(stmt))
+
+
+def _mismatch(job: JobRow, expected: ExpectedJob) -> str | None:
+    """Why ``job`` is not ``expected``, or None when it is."""
+    if job.kind != _kind_of(expected.kind):
+        return f"kind {job.kind!r} != {_kind_of(expected.kind)!r}"
+    if expected.args is not None:
+        if isinstance(expected.args, Mapping):
+            for key, value in expected.args.items():
+                if job.args.get(key) != value:
+                    return f"args[{key!r}] is {job.args.get(key)!r}, expected {value!r}"
+        else:
+            want = json.loads(encode_args(expected.args, job.kind)[1])
+            if job.args != want:
+                return f"args {job.args!r} != {want!r}"
+    for name in ("queue", "priority", "max_attempts", "state"):
+        want = getattr(expected, name)
+        if want is not None and getattr(job, name) != want:
+            return f"{name} is {getattr(job, name)!r}, expected {want!r}"
+    if expected.tags is not None and list(job.tags) != list(expected.tags):
+        return f"tags are {job.tags!r}, expected {list(expected.tags)!r}"
+    if expected.scheduled_at is not None:
+        delta = abs((job.scheduled_at - expected.scheduled_at).total_seconds())
+        if delta > 1:  # SQLite keeps milliseconds, and clocks differ a little
+            return f"scheduled_at is {job.scheduled_at}, expected {expected.scheduled_at}"
+    return None
+
+
+def _describe(jobs: Sequence[JobRow]) -> str:
+    if not jobs:
+        return "none"
+    return "; ".join(f"#{j.id} {j.kind} {j.state} queue={j.queue} args={j.args}" for j in jobs)
+
+
+def require_inserted(
+    target: Any, kind: str | type, args: Any = None, *, tx: Any = None, **opts: Any
+) -> JobRow:
+    """Assert that exactly one job of ``kind`` matching ``args`` and ``opts`` (``queue``,
+    ``priority``, ``max_attempts``, ``state``, ``tags``, ``scheduled_at``) exists, and
+    return it."""
+    expected = ExpectedJob(kind, args, **opts)
+    jobs = _jobs_of_kinds(target, [_kind_of(kind)], tx)
+    matching = [job for job in jobs if _mismatch(job, expected) is None]
+    if len(matching) != 1:
+        found = "no" if not matching else str(len(matching))
+        reasons = [f"#{j.id}: {_mismatch(j, expected)}" for j in jobs if j not in matching]
+        raise AssertionError(
+            f"expected one inserted {_kind_of(kind)!r} job matching {args!r} {opts or ''}, "
+            f"found {found}; jobs of that kind: {_describe(jobs)}"
+            + (f" ({'; '.join(reasons)})" if reasons else "")
+        )
+    return matching[0]
+
+
+def require_not_inserted(
+    target: Any, kind: str | type, args: Any = None, *, tx: Any = None, **opts: Any
+) -> None:
+    """Assert that no job of ``kind`` matching ``args`` and ``opts`` exists."""
+    expected = ExpectedJob(kind, args, **opts)
+    jobs = _jobs_of_kinds(target, [_kind_of(kind)], tx)
+    matching = [job for job in jobs if _mismatch(job, expected) is None]
+    if matching:
+        raise AssertionError(
+            f"expected no {_kind_of(kind)!r} job matching {args!r} {opts or ''}, "
+            f"found {_describe(matching)}"
+        )
+
+
+def require_many_inserted(
+    target: Any, expected: Sequence[ExpectedJob], *, tx: Any = None
+) -> list[JobRow]:
+    """Assert that the jobs of the expected kinds are exactly ``expected``, in insert
+    order, and return them."""
+    jobs = _jobs_of_kinds(target, [_kind_of(e.kind) for e in expected], tx)
+    if len(jobs) != len(expected):
+        raise AssertionError(
+            f"expected {len(expected)} jobs of kinds "
+            f"{sorted({_kind_of(e.kind) for e in expected})}, found {len(jobs)}: {_describe(jobs)}"
+        )
+    for index, (job, want) in enumerate(zip(jobs, expected, strict=True)):
+        why = _mismatch(job, want)
+        if why is not None:
+            raise AssertionError(f"job {index} (#{job.id}): {why}; jobs: {_describe(jobs)}")
+    return jobs
+
+
+def work_job(
+    target: Any,
+    workers: Workers,
+    job: JobRow | int,
+    *,
+    tx: Any = None,
+    client_id: str = "riverboat-test",
+    job_timeout: float | None = 60.0,
+    retry_policy: RetryPolicy | None = None,
+) -> WorkResult:
+    """Work one job inline, for real: claim its row (running, attempt + 1), run its
+    worker from ``workers`` with the usual outcome rules, write the outcome, and return
+    the row as written. Call it from sync code (it runs its own event loop)."""
+    executor, dialect = _executor(target, tx)
+    job_id = job if isinstance(job, int) else job.id
+    rows = executor.fetch(dialect.job_set_running(job_id, client_id))  # type: ignore[attr-defined]
+    if not rows:
+        current = executor.fetch(dialect.job_get_by_id(job_id))  # type: ignore[attr-defined]
+        state = dialect.decode_job(current[0]).state if current else "missing"
+        raise AssertionError(f"job {job_id} cannot be worked: it is {state}")
+    row = dialect.decode_job(rows[0])
+    config = ExecutorConfig(workers, job_timeout, retry_policy or RetryPolicy(), None)
+    pending, _ = asyncio.run(execute_job(row, config, RunState()))
+    written = executor.fetch(dialect.job_set_state_if_running_many([pending.update]))  # type: ignore[attr-defined]
+    after = dialect.decode_job(written[0]) if written else row
+    return WorkResult(after, pending.event_kind, pending.run_duration)
+
+
+# -- the pytest plugin -------------------------------------------------------------------
+
+try:
+    import pytest
+except ImportError:  # pragma: no cover - the helpers work without pytest
+    pytest = None  # type: ignore[assignment]
+
+if pytest is not None:
+
+    def pytest_addoption(parser: Any) -> None:
+        parser.addoption(
+            "--riverboat-database-url",
+            default=None,
+            help="Postgres URL for riverboat's riverboat_schema fixture "
+            "(default: $RIVERBOAT_TEST_DATABASE_URL)",
+        )
+
+    @pytest.fixture
+    def riverboat_sqlite(tmp_path: Path) -> str:
+        """The URL of a SQLite file migrated to River's latest schema."""
+        from riverboat.drivers.sqlite import SqliteDriver
+        from riverboat.migrations import Migrator
+
+        url = f"sqlite:///{tmp_path / 'riverboat-test.sqlite3'}"
+        with SqliteDriver(url) as driver:
+            Migrator(driver).up()
+        return url
+
+    @pytest.fixture
+    def riverboat_database_url(request: Any) -> str:
+        """A Postgres server URL; the test is skipped when none is configured."""
+        url = request.config.getoption("--riverboat-database-url") or os.environ.get(
+            "RIVERBOAT_TEST_DATABASE_URL"
+        )
+        if not url:
+            pytest.skip("no --riverboat-database-url or RIVERBOAT_TEST_DATABASE_URL")
+        return str(url)
+
+    @pytest.fixture
+    def riverboat_schema(riverboat_database_url: str) -> Iterator[str]:
+        """A fresh Postgres schema migrated to River's latest version, dropped after."""
+        import psycopg
+
+        from riverboat.drivers.psycopg import PsycopgDriver
+        from riverboat.migrations import Migrator
+
+        schema = "riverboat_test_" + uuid.uuid4().hex[:12]
+        with psycopg.connect(riverboat_database_url, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+        try:
+            driver = PsycopgDriver(riverboat_database_url, schema=schema, max_pool_size=1)
+            try:
+                Migrator(driver).up()
+            finally:
+                driver.close()
+            yield schema
+        finally:
+            with psycopg.connect(riverboat_database_url, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
