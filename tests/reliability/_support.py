@@ -98,9 +98,7 @@ def state_counts(url: str, schema: str | None) -> dict[str, int]:
     return dict(sql(url, schema, "SELECT state::text, count(*) FROM river_job GROUP BY 1"))  # type: ignore[arg-type]
 
 
-def wait_until(
-    check: Callable[[], Any], timeout: float, what: str, poll: float = 0.05
-) -> Any:
+def wait_until(check: Callable[[], Any], timeout: float, what: str, poll: float = 0.05) -> Any:
     """Poll database (or file) state until ``check()`` is truthy; fail after ``timeout``.
     The pause between polls paces the polling only; the deadline decides."""
     deadline = time.monotonic() + timeout
@@ -227,7 +225,9 @@ def reruns(counts: Counter[int]) -> set[int]:
     return {job_id for job_id, n in counts.items() if n > 1}
 
 
-def insert_jobs(url: str, schema: str | None, kind: str, args: Iterable[dict[str, Any]]) -> list[int]:
+def insert_jobs(
+    url: str, schema: str | None, kind: str, args: Iterable[dict[str, Any]]
+) -> list[int]:
     """Insert through riverboat's own sync client (one transaction per 5,000)."""
     import riverboat
 

@@ -80,7 +80,9 @@ def _crash_rounds(tmp_path: Path, url: str, schema: str | None, seed: int) -> No
         )
 
     # A last worker finishes the queue; its rescuer retries what the kills left running.
-    proc = spawn_worker(out, url, schema, "--log-level", "WARNING", **{**env, "RB_FLUSH_DELAY": "0.05"})
+    proc = spawn_worker(
+        out, url, schema, "--log-level", "WARNING", **{**env, "RB_FLUSH_DELAY": "0.05"}
+    )
     reader = OutputReader(proc)
     try:
         wait_until(
