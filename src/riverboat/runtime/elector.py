@@ -133,6 +133,13 @@ class Elector:
     def is_leader(self) -> bool:
         return self.leader.is_set()
 
+    def trusts_leadership(self) -> bool:
+        """Leading, and still inside the locally trusted part of the term. After a freeze
+        (SIGSTOP, a long GC or swap pause) every timer fires at once when the process
+        resumes; this is False from the moment the trust window passed, even before the
+        elector's own loop has run and stepped down, so a service can refuse to act."""
+        return self.is_leader and time.monotonic() < self._trusted_until
+
     def on_change(self, callback: Callable[[bool], None]) -> None:
         self._callbacks.append(callback)
 

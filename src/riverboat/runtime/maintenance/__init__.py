@@ -209,8 +209,11 @@ class Maintainer:
 
     def _start_services(self) -> None:
         self._stop_services = asyncio.Event()
+        trusts = getattr(self.elector, "trusts_leadership", None)
         self.starts += 1
         for service in self.services.values():
+            if trusts is not None:
+                service.still_leading = trusts  # services added after construction too
             self._running.append(
                 asyncio.create_task(
                     service.run(self._stop_services), name=f"riverboat-{service.name}"

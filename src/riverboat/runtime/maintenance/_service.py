@@ -80,6 +80,9 @@ class Service:
         self._wake = asyncio.Event()
         self._changed = asyncio.Condition()
         self._stop: asyncio.Event | None = None
+        # Set by the Maintainer to the elector's trusts_leadership: checked before every
+        # run and between batches, so a leader that froze past its term never acts again.
+        self.still_leading: Callable[[], bool] = lambda: True
 
     # -- hooks -------------------------------------------------------------------------
     async def run_once(self) -> None:
@@ -126,7 +129,8 @@ class Service:
 
     @property
     def stopping(self) -> bool:
-        return self._stop is not None and self._stop.is_set()
+        """Stopping, or no longer trusted as leader (then stop between batches too)."""
+        return (self._stop is not None and self._stop.is_set()) or not self.still_leading()
 
     async def run(self, stop: asyncio.Event) -> None:
         cfg = self.ctx.config
@@ -136,6 +140,12 @@ class Service:
             await self._sleep(random.uniform(0, cfg.start_jitter), stop, wakeable=False)
         await self.on_start()
         while not stop.is_set():
+            if not self.still_leading():
+                # The term ran out without the elector noticing yet (the process was
+                # frozen): don't act; the elector steps down and the Maintainer stops us.
+                log.warning("maintenance %s: leadership no longer trusted; not running", self.name)
+                await stop.wait()
+                return
             stats = self.stats
             stats.runs += 1
             stats.run_started.append(time.monotonic())
