@@ -17,19 +17,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.docblocks import (
+    PG_PLACEHOLDER,
+    SQLITE_PLACEHOLDER,
+    database_for,
+    python_blocks,
+    run_script,
+)
+
 README = Path(__file__).resolve().parent.parent / "README.md"
-SQLITE_PLACEHOLDER = "sqlite:///app.sqlite3"
-PG_PLACEHOLDER = "postgresql://localhost/app"
-_BLOCK_RE = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def _blocks() -> list[tuple[int, str]]:
-    text = README.read_text()
-    blocks = []
-    for match in _BLOCK_RE.finditer(text):
-        line = text.count("\n", 0, match.start()) + 2
-        blocks.append((line, match.group(1)))
-    return blocks
+    return python_blocks(README)
 
 
 BLOCKS = _blocks()
@@ -54,32 +54,15 @@ def _target(code: str) -> str:
     return "sqlite"
 
 
-def _run_script(path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-W", "error", str(path)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 @pytest.mark.parametrize(("line", "code"), BLOCKS, ids=[f"README.md:{line}" for line, _ in BLOCKS])
 def test_readme_python_block_runs(
     line: int, code: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    if _target(code) == "postgres":
-        pg_url: str = request.getfixturevalue("pg_url")
-        schema: str = request.getfixturevalue("pg_schema")
-        sep = "&" if "?" in pg_url else "?"
-        url = f"{pg_url}{sep}options=-csearch_path%3D{schema}"
-        code = code.replace(PG_PLACEHOLDER, url)
-    else:
-        url = request.getfixturevalue("sqlite_url")
-        code = code.replace(SQLITE_PLACEHOLDER, url)
+    _target(code)  # a README block must name one of the example URLs
+    code, url = database_for(code, request)
     script = tmp_path / f"readme_block_{line}.py"
     script.write_text(code)
-    run = _run_script(script, tmp_path)
+    run = run_script(script, tmp_path)
     assert run.returncode == 0, f"README.md block at line {line} failed:\n{run.stderr}"
 
     module = re.match(r"# ([\w/]+)\.py\n", code)
