@@ -170,3 +170,29 @@ async def test_no_middleware_takes_the_plain_path(sqlite_url: str) -> None:
     finally:
         await client.stop()
         await client.close()
+
+
+async def test_failed_attempts_are_logged_once(
+    sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    workers = Workers()
+
+    @workers.register(Plain)
+    async def plain(job: Job[Plain]) -> None:
+        raise ValueError(f"boom {job.args.n}")
+
+    client = _client(sqlite_url, workers, [])
+    retried = (await client.insert(Plain(1))).job
+    discarded = (await client.insert(Plain(2), InsertOpts(max_attempts=1))).job
+    with caplog.at_level("DEBUG", logger="riverboat"):
+        await client.run_until_idle()
+    await client.close()
+    records = [r for r in caplog.records if r.name == "riverboat.executor"]
+    by_job = {r.args[0]: r for r in records}  # type: ignore[index]
+    assert len(records) == 2
+    assert by_job[retried.id].levelname == "WARNING"
+    assert by_job[discarded.id].levelname == "ERROR"
+    message = by_job[discarded.id].getMessage()
+    assert f"job {discarded.id} (plain) attempt 1/1 failed, discarded" in message
+    assert by_job[retried.id].exc_info is not None
+    assert not [r for r in caplog.records if r.levelname == "INFO" and "job" in r.getMessage()]
