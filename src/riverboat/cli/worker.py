@@ -142,8 +142,9 @@ def _child(target: str, exit_when_idle: bool, log_level: str, metrics_port: int 
 def run(args: argparse.Namespace) -> int:
     if args.processes < 1:
         raise InvalidInputError("--processes", "must be at least 1")
+    metrics_port = getattr(args, "metrics_port", None)  # callers may build their own args
     if args.processes == 1:
-        return _run_one(args.target, args.exit_when_idle, args.log_level, args.metrics_port)
+        return _run_one(args.target, args.exit_when_idle, args.log_level, metrics_port)
     # spawn, not fork: each process imports the target afresh and opens its own
     # connections (a forked connection or event loop is shared state gone wrong).
     ctx = multiprocessing.get_context("spawn")
@@ -154,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
                 args.target,
                 args.exit_when_idle,
                 args.log_level,
-                None if args.metrics_port is None else args.metrics_port + i,
+                None if metrics_port is None else metrics_port + i,
             ),
         )
         for i in range(args.processes)
