@@ -90,18 +90,31 @@ class AttemptError:
 
     @classmethod
     def from_json(cls, raw: str | Mapping[str, Any]) -> AttemptError:
-        data = json.loads(raw) if isinstance(raw, str) else raw
+        """Lenient: another client may have written any JSON here. An entry that is not
+        an object keeps its JSON text as the error; fields of the wrong type are dropped.
+        A row must always decode, or the batch it was claimed in would be stranded."""
+        data: Any = json.loads(raw) if isinstance(raw, str) else raw
+        if not isinstance(data, Mapping):
+            return cls(datetime.min, 0, json.dumps(data), "")
         at_raw = data.get("at")
         try:
             at = parse_rfc3339(at_raw) if isinstance(at_raw, str) else datetime.min
         except ValueError:
             at = datetime.min
+        attempt = data.get("attempt")
         return cls(
             at=at,
-            attempt=int(data.get("attempt") or 0),
+            attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else 0,
             error=str(data.get("error", "")),
             trace=str(data.get("trace", "")),
         )
+
+
+def decode_metadata(raw: str | bytes) -> dict[str, Any]:
+    """A job's metadata; anything but a JSON object (written by another client) reads as
+    empty, since every reader expects an object."""
+    value = json.loads(raw)
+    return value if isinstance(value, dict) else {}
 
 
 _UNDECODED: Any = object()

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from riverboat._insert import InsertParams
-from riverboat._job import STATE_BY_NAME, AttemptError, InsertResult, JobRow
+from riverboat._job import STATE_BY_NAME, AttemptError, InsertResult, JobRow, decode_metadata
 from riverboat._sql import Statement
 from riverboat.dialect._pg_common import CHANNEL, JOB_COLUMNS, UNIQUE_CONFLICT, job_columns
 from riverboat.dialect.base import Dialect, JobStateUpdate
@@ -64,6 +64,9 @@ SELECT inserted.* FROM inserted CROSS JOIN notified
 """
 
 # River's JobGetAvailable: lock with SKIP LOCKED, mark running, return every column.
+# attempt is a smallint: a row some other client left at 32767 would make "+ 1" overflow
+# and fail the whole claim, on every poll, stalling the queue. The increment saturates
+# at 32767 instead (that job then runs past max_attempts and fails or completes alone).
 QUERIES["job_get_available"] = f"""
 WITH locked_jobs AS (
     SELECT id
@@ -77,7 +80,7 @@ WITH locked_jobs AS (
 )
 UPDATE <schema>river_job
 SET state = 'running',
-    attempt = river_job.attempt + 1,
+    attempt = least(river_job.attempt::integer + 1, 32767),
     attempted_at = coalesce(:now::timestamptz, now()),
     attempted_by = array_append(
         CASE WHEN array_length(river_job.attempted_by, 1) >= :max_attempted_by::integer
@@ -197,7 +200,7 @@ class PostgresDialect(PostgresAdmin, PostgresLeadership, Dialect):
             row[7],
             row[8],
             row[9],
-            json.loads(row[10]),
+            decode_metadata(row[10]),
             row[11],
             row[12],
             STATE_BY_NAME[row[13]],

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from riverboat._insert import InsertParams
-from riverboat._job import STATE_BY_NAME, AttemptError, InsertResult, JobRow
+from riverboat._job import STATE_BY_NAME, AttemptError, InsertResult, JobRow, decode_metadata
 from riverboat._sql import Statement
 from riverboat.dialect._sqlite_common import NOW as _NOW
 from riverboat.dialect._sqlite_common import StatementChain, format_timestamp, parse_timestamp
@@ -276,7 +276,7 @@ class SqliteDialect(SqliteAdmin, SqliteLeadership, Dialect):
             parse_timestamp(row[7]),
             row[8],
             row[9],
-            json.loads(row[10]),
+            decode_metadata(row[10]),
             row[11],
             row[12],
             STATE_BY_NAME[row[13]],

@@ -220,7 +220,19 @@ class Producer:
             if rows:
                 decode = self._dialect.decode_job
                 for raw in rows:
-                    self._start_job(decode(raw))
+                    # One row that fails to decode must not kill this loop (the queue
+                    # would stop) nor strand the rest of the batch as running.
+                    try:
+                        row = decode(raw)
+                    except Exception:
+                        log.exception(
+                            "producer %s: job %r could not be decoded; left running for "
+                            "the rescuer",
+                            self.queue,
+                            raw[0] if raw else None,
+                        )
+                        continue
+                    self._start_job(row)
             self._fetch_when_slots_free = len(rows) == free
 
     async def _report_queue(self) -> None:
