@@ -278,3 +278,34 @@ async def test_custom_next_retry(apg_driver: Any) -> None:
     assert event.job is not None
     assert event.job.state == JobState.RETRYABLE
     assert abs((event.job.scheduled_at - when).total_seconds()) < 0.01
+
+
+async def test_timeouts_fire_on_time_whatever_the_order_jobs_started(apg_driver: Any) -> None:
+    # The producer keeps one timer for its async jobs' deadlines; a job with a short
+    # timeout that starts after one with a long timeout must still be cut off on time.
+    workers = Workers()
+    release = asyncio.Event()
+
+    @workers.register("patient", timeout=30)
+    async def patient(job: Job[Any]) -> None:
+        await release.wait()
+
+    @workers.register("hasty", timeout=0.1)
+    async def hasty(job: Job[Any]) -> None:
+        await asyncio.Event().wait()
+
+    client = make_client(apg_driver, workers)
+    sub = client.subscribe(EventKind.JOB_FAILED, EventKind.JOB_COMPLETED)
+    long_job = (await client.insert({}, InsertOpts(priority=1), kind="patient")).job
+    await client.start()
+    try:
+        short_job = (await client.insert({}, kind="hasty")).job
+        event = await wait_for([EventKind.JOB_FAILED], sub, short_job.id)
+        assert event.job is not None
+        assert event.job.errors[0].error == "JobTimeoutError: job exceeded its timeout of 0.1s"
+        assert event.stats is not None and event.stats.run_duration < 5
+        release.set()
+        done = await wait_for([EventKind.JOB_COMPLETED], sub, long_job.id)
+        assert done.job is not None and done.job.state == JobState.COMPLETED
+    finally:
+        await client.stop()

@@ -39,7 +39,7 @@ from riverboat.runtime.worker import (
     _WorkContext,
 )
 
-__all__ = ["ExecutorConfig", "JobTimeoutError", "execute_job"]
+__all__ = ["ExecutorConfig", "JobTimeoutError", "execute_job", "timeout_for"]
 
 # River's SchedulerInterval: a retry or snooze this close is made available directly
 # instead of waiting for the scheduler to promote it.
@@ -99,6 +99,12 @@ class RunState:
     # Set once execute_job runs. A task cancelled before its first step never runs any
     # of its code (so no outcome would be written); such jobs get flags instead.
     started: bool = False
+    # An async job's timeout watched by its producer (one timer for all its jobs, where
+    # asyncio.timeout would cost a timer per job): the loop time it is due, its length,
+    # and whether it fired.
+    deadline: float | None = None
+    timeout: float = 0.0
+    timed_out: bool = False
 
 
 _RUNTIME_FRAMES = (
@@ -123,7 +129,8 @@ def _error_entry(row: JobRow, started: datetime, exc: BaseException) -> str:
     return AttemptError(started, row.attempt, message, trace).to_json()
 
 
-def _timeout_for(worker: RegisteredWorker | None, default: float | None) -> float | None:
+def timeout_for(worker: RegisteredWorker | None, default: float | None) -> float | None:
+    """The seconds a job of this worker may run, or None for no limit."""
     value = worker.timeout if worker is not None and worker.timeout is not None else default
     if value is None or value == -1 or value <= 0:
         return None
@@ -137,10 +144,11 @@ async def _call(
     timeout: float | None,
     pool: Executor | None,
     on_thread_done: Callable[[], None] | None,
+    watched: bool = False,
 ) -> None:
     if worker.is_async:
         _work_context.set(ctx)
-        if timeout is None:
+        if timeout is None or watched:  # watched: the producer cancels it when due
             await worker.fn(job)
             return
         try:
@@ -185,7 +193,7 @@ async def execute_job(
     error: BaseException | None = None
     held_by_thread = False
     try:
-        if state.interrupted or state.cancelled_remotely:
+        if state.interrupted or state.cancelled_remotely or state.timed_out:
             raise asyncio.CancelledError  # flagged before it started: same outcome
         if worker is None:
             raise UnknownJobKindError(row.kind)
@@ -197,15 +205,17 @@ async def execute_job(
                 worker,
                 job,
                 ctx,
-                _timeout_for(worker, config.job_timeout),
+                timeout_for(worker, config.job_timeout),
                 config.thread_pool,
                 on_thread_done,
+                state.deadline is not None,
             )
         else:
-            timeout = _timeout_for(worker, config.job_timeout)
+            timeout = timeout_for(worker, config.job_timeout)
+            watched = state.deadline is not None
 
             def inner(target: RegisteredWorker) -> Any:
-                return _call(target, job, ctx, timeout, config.thread_pool, on_thread_done)
+                return _call(target, job, ctx, timeout, config.thread_pool, on_thread_done, watched)
 
             await call_with_middleware(config.middleware, worker, job, inner)
     except asyncio.CancelledError:
@@ -214,6 +224,8 @@ async def execute_job(
             task.uncancel()
         if state.cancelled_remotely:
             error = JobCancel(JobCancelledRemotely())
+        elif state.timed_out:
+            error = JobTimeoutError(f"job exceeded its timeout of {state.timeout:g}s")
         elif state.interrupted:
             error = None
         else:

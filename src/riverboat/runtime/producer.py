@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import sys
 import time
@@ -22,7 +23,7 @@ from riverboat._job import JobRow
 from riverboat.errors import DriverError
 from riverboat.runtime.completer import Completer
 from riverboat.runtime.events import Event, EventKind
-from riverboat.runtime.executor import ExecutorConfig, RunState, execute_job
+from riverboat.runtime.executor import ExecutorConfig, RunState, execute_job, timeout_for
 
 __all__ = ["Producer", "QueueConfig"]
 
@@ -93,6 +94,9 @@ class Producer:
             executor_config.middleware,
         )
         self._wake = asyncio.Event()
+        self._loop_time = asyncio.get_running_loop().time
+        self._watch_handle: asyncio.TimerHandle | None = None
+        self._watch_at = math.inf
         self._active: dict[int, tuple[asyncio.Task[None], RunState]] = {}
         self._slots_held = 0  # slots taken by jobs, including timed-out threads
         self._fetch_when_slots_free = False
@@ -255,12 +259,49 @@ class Producer:
 
     def _start_job(self, row: JobRow) -> None:
         state = RunState()
+        worker = self._exec_config.workers.get(row.kind)
+        if worker is not None and worker.is_async:
+            timeout = timeout_for(worker, self._exec_config.job_timeout)
+            if timeout is not None:
+                state.timeout = timeout
+                state.deadline = deadline = self._loop_time() + timeout
+                if deadline < self._watch_at:
+                    self._watch(deadline)
         self._slots_held += 1
         self._idle.clear()
         self.jobs_started += 1
         task = _start_task(self._work(row, state))
         if not task.done():
             self._active[row.id] = (task, state)
+
+    # -- timeouts of async jobs: one timer for the producer, at the nearest deadline -----
+    def _watch(self, when: float) -> None:
+        if self._watch_handle is not None:
+            self._watch_handle.cancel()
+        self._watch_at = when
+        self._watch_handle = asyncio.get_running_loop().call_at(when, self._check_deadlines)
+
+    def _check_deadlines(self) -> None:
+        """Cancel running async jobs past their deadline; re-arm for the next one.
+
+        Jobs of one worker share a timeout, so the earliest deadline belongs to the
+        oldest job and the timer fires about once per timeout, not once per job."""
+        self._watch_handle = None
+        self._watch_at = math.inf
+        now = self._loop_time()
+        nearest = math.inf
+        for task, state in self._active.values():
+            deadline = state.deadline
+            if deadline is None or state.timed_out:
+                continue
+            if deadline <= now:
+                state.timed_out = True
+                if state.started:
+                    task.cancel()
+            elif deadline < nearest:
+                nearest = deadline
+        if nearest != math.inf:
+            self._watch(nearest)
 
     def _release_slot(self) -> None:
         self._slots_held -= 1
@@ -313,6 +354,9 @@ class Producer:
         tasks = [task for task, _ in self._active.values()]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        if self._watch_handle is not None:
+            self._watch_handle.cancel()
+            self._watch_handle = None
         self._pool.shutdown(wait=False, cancel_futures=False)
 
     async def wait_idle(self) -> None:
