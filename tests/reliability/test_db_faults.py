@@ -242,7 +242,8 @@ async def test_proxy_cuts_every_connection(
 ) -> None:
     info = psycopg.conninfo.conninfo_to_dict(pg_url)
     proxy = CuttingProxy(str(info.get("host", "127.0.0.1")), int(info.get("port", 5432))).start()
-    proxied = f"postgresql://{info.get('user', 'postgres')}@127.0.0.1:{proxy.port}/{info.get('dbname', 'postgres')}"
+    user, dbname = info.get("user", "postgres"), info.get("dbname", "postgres")
+    proxied = f"postgresql://{user}@127.0.0.1:{proxy.port}/{dbname}"
 
     async def cut(done: Callable[[], bool]) -> int:
         dropped = 0

@@ -80,7 +80,8 @@ def test_frozen_leader_steps_down_before_acting(
     a_rows_after_b = [at for leader, at in rows if leader == "rel_A" and at >= first_b]
     last_a = max(at for leader, at in rows if leader == "rel_A" and at < first_b)
     print(
-        f"A froze {frozen:.1f}s (ttl 2s); maintenance runs: A {sum(r[0] == 'rel_A' for r in rows)}, "
+        f"A froze {frozen:.1f}s (ttl 2s); "
+        f"maintenance runs: A {sum(r[0] == 'rel_A' for r in rows)}, "
         f"B {sum(r[0] == 'rel_B' for r in rows)}; gap between A's last and B's first run "
         f"{(first_b - last_a).total_seconds():.2f}s; A runs after SIGCONT: {a_after_resume}"
     )

@@ -17,8 +17,8 @@ finishes the queue. What must hold:
 from __future__ import annotations
 
 import random
-import time
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -101,7 +101,7 @@ def _crash_rounds(tmp_path: Path, url: str, schema: str | None, seed: int) -> No
     rerun = reruns(counts)
     assert rerun <= unwritten, f"re-run although its completion was written: {rerun - unwritten}"
     for job_id in ids:
-        state, attempt, errors = table[job_id]
+        _state, attempt, errors = table[job_id]
         messages = [e.get("error") for e in errors]
         if job_id in unwritten:
             assert RESCUE_ERROR in messages, (job_id, errors)
