@@ -8,7 +8,6 @@ decoder serves them all.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
