@@ -43,10 +43,9 @@ APP = "rb_bench_reclaim"
 
 
 def _configure(url: str, scenario: str) -> None:
+    import django
     import psycopg.conninfo
     from django.conf import settings
-
-    import django
 
     info = psycopg.conninfo.conninfo_to_dict(url)
     options: dict[str, Any] = {"application_name": APP}
