@@ -61,10 +61,12 @@ def _fill(url: str, schema: str, available: int, completed: int, kind: str) -> N
                 (completed,),
             )
         if available:
-            # Far in the future: the backlog is there but not what the timed run works.
+            # A real backlog: available now, in the same queue, behind the timed jobs only
+            # by priority (River orders claims by priority, scheduled_at, id). Future work
+            # is River's `scheduled` state, never `available` with a far scheduled_at.
             conn.execute(
-                "INSERT INTO river_job (kind, args, state, scheduled_at, priority)"
-                " SELECT 'later', '{}', 'available', now() + interval '1 day', 1"
+                "INSERT INTO river_job (kind, args, state, priority)"
+                " SELECT 'later', '{}', 'available', 2"
                 " FROM generate_series(1, %s)",
                 (available,),
             )
@@ -92,10 +94,18 @@ def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 async def _work(url: str, schema: str) -> float:
+    """Seconds to work the WORKED priority-1 jobs (the clock stops at the last one's
+    completion event; backlog jobs claimed meanwhile are worked too, not timed)."""
     workers = Workers()
+    done = asyncio.Event()
+    worked = 0
 
     @workers.register("now")
     async def now(job: Job[Any]) -> None:
+        return None
+
+    @workers.register("later")
+    async def later(job: Job[Any]) -> None:
         return None
 
     client = riverboat.AsyncClient(
@@ -109,9 +119,24 @@ async def _work(url: str, schema: str) -> float:
         # otherwise delete the old completed rows during it (the test runs one below).
         maintenance=MaintenanceConfig(completed_job_retention=None),
     )
+    sub = client.subscribe(riverboat.EventKind.JOB_COMPLETED, maxsize=WORKED * 2)
+
+    async def count() -> None:
+        nonlocal worked
+        async for event in sub:
+            if event.job is not None and event.job.kind == "now":
+                worked += 1
+                if worked == WORKED:
+                    done.set()
+                    return
+
+    counter = asyncio.create_task(count())
     started = time.monotonic()
-    await client.run_until_idle()
+    await client.start()
+    await asyncio.wait_for(done.wait(), 600)
     elapsed = time.monotonic() - started
+    await client.stop()
+    counter.cancel()
     await client.close()
     left = sql(
         url, schema, "SELECT count(*) FROM river_job WHERE kind = 'now' AND state <> 'completed'"

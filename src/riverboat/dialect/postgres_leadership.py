@@ -131,6 +131,9 @@ updated_jobs AS (
                         ELSE river_job.metadata END
     FROM job_updates AS u
     WHERE river_job.id = u.id
+      -- An index condition on river_job whatever the batch's estimated size (a generic
+      -- plan guesses LIMIT $n as a tenth of the table and would hash-join a seq scan).
+      AND river_job.id = ANY(ARRAY(SELECT id FROM job_updates))
     RETURNING river_job.id, river_job.queue, river_job.scheduled_at, u.discard
 ),
 notified AS (
@@ -195,7 +198,7 @@ RETURNING river_job.id, river_job.state::text
 # version (state available, finalized_at NULL) no longer qualifies and is kept.
 QUERIES["job_delete_before"] = """
 DELETE FROM <schema>river_job
-WHERE id IN (
+WHERE id = ANY(ARRAY(
     SELECT id
     FROM <schema>river_job
     WHERE (
@@ -210,7 +213,7 @@ WHERE id IN (
     ORDER BY id
     LIMIT :max::bigint
     FOR UPDATE SKIP LOCKED
-)
+))
   AND state IN ('cancelled', 'completed', 'discarded')
   AND finalized_at IS NOT NULL
 """
