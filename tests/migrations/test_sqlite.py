@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from riverboat.drivers._sqlite_module import sqlite_module
 from riverboat.drivers.sqlite import SqliteDriver
 from riverboat.errors import MigrationError
 from riverboat.migrations import LATEST_VERSION, Migrator, require_current
@@ -24,7 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def migration_rows(path: Path) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(path) as conn:
+    # The driver's own SQLite library, never a second copy: POSIX locks belong to the
+    # process, so when one library closes the file it drops the other's locks, and the
+    # two then disagree about the WAL (seen as stale reads in the full suite).
+    conn = sqlite_module().connect(path)
+    with closing(conn):
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if "river_migration" not in tables:
             return []
@@ -62,7 +67,7 @@ def test_up_down_and_bookkeeping(db: Path) -> None:
 def test_legacy_table_upgrade(db: Path) -> None:
     with SqliteDriver(f"sqlite:///{db}") as driver:
         Migrator(driver).up(4)
-    with sqlite3.connect(db) as conn:
+    with closing(sqlite_module().connect(db)) as conn, conn:
         conn.execute("UPDATE river_migration SET created_at = '2024-01-02 03:04:05'")
     with SqliteDriver(f"sqlite:///{db}") as driver:
         migrator = Migrator(driver)
@@ -77,7 +82,7 @@ def test_newer_version_refused(db: Path) -> None:
     with SqliteDriver(f"sqlite:///{db}") as driver:
         migrator = Migrator(driver)
         migrator.up()
-        with sqlite3.connect(db) as conn:
+        with closing(sqlite_module().connect(db)) as conn, conn:
             conn.execute("INSERT INTO river_migration (line, version) VALUES ('main', 99)")
         assert migrator.current_version() == 99
         for call in (migrator.up, migrator.down, migrator.list, lambda: require_current(driver)):
