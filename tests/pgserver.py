@@ -123,8 +123,18 @@ class PgServer:
 
     def restart(self) -> None:
         subprocess.run(
+            # -l: without a log file the new postmaster inherits our captured stdout,
+            # and capture_output would wait for it forever.
             self._cmd(
-                str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "restart"
+                str(self.bin / "pg_ctl"),
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.dir / "server.log"),
+                "-m",
+                "fast",
+                "-w",
+                "restart",
             ),
             check=True,
             capture_output=True,
