@@ -91,6 +91,11 @@ class _SyncExecutor:
             raise
 
 
+def _psycopg_error() -> type[Exception]:
+    error: type[Exception] = _import_psycopg().Error
+    return error
+
+
 def _is_db_error(exc: Exception) -> bool:
     psycopg = _import_psycopg()
     return isinstance(exc, psycopg.Error)
@@ -286,32 +291,44 @@ class _AsyncListener:
         await self._conn.close()
 
 
+class _Pooled:
+    """A pooled connection and the raw cursor reused for every statement on it."""
+
+    __slots__ = ("conn", "cursor")
+
+    def __init__(self, conn: Any, cursor: Any) -> None:
+        self.conn = conn
+        self.cursor = cursor
+
+
 class _AsyncPool:
     """A minimal pool of autocommit connections for the runtime's hot path.
 
     psycopg_pool does more per checkout (health checks, resets) than a lease of one
     autocommit statement needs. This pool bounds open connections with a semaphore, hands
     out an idle one or opens a new one, and drops connections that come back broken or
-    mid-transaction (the latter counted as resets).
+    mid-transaction (the latter counted as resets). Each connection keeps one raw cursor,
+    so a statement costs no cursor set-up.
     """
 
     def __init__(self, url: str, max_size: int, prepare: bool, stats: DriverStats) -> None:
         self._url = url
         self._prepare = prepare
-        self._idle: list[Any] = []
+        self._idle: list[_Pooled] = []
         self._slots = asyncio.Semaphore(max_size)
         self._stats = stats
         self._closed = False
+        self._closing: set[asyncio.Task[None]] = set()
 
-    async def get(self) -> Any:
+    async def get(self) -> _Pooled:
         if self._closed:
             raise DriverError("the driver is closed")
         await self._slots.acquire()
         try:
             while self._idle:
-                conn = self._idle.pop()
-                if not conn.closed and not conn.broken:
-                    return conn
+                pooled = self._idle.pop()
+                if not pooled.conn.closed and not pooled.conn.broken:
+                    return pooled
             psycopg = _import_psycopg()
             try:
                 conn = await psycopg.AsyncConnection.connect(
@@ -324,31 +341,40 @@ class _AsyncPool:
             except psycopg.Error as exc:
                 raise _translate(exc) from exc
             self._stats.connections_opened += 1
-            return conn
+            return _Pooled(conn, psycopg.AsyncRawCursor(conn))
         except BaseException:
             self._slots.release()
             raise
 
-    async def put(self, conn: Any) -> None:
+    def put(self, pooled: _Pooled) -> None:
+        """Hand a connection back (no await: closing one runs in the background)."""
+        conn = pooled.conn
         try:
             if conn.closed or conn.broken:
                 return
             if conn.info.transaction_status != 0:  # not IDLE: the lease left a mess
                 self._stats.resets += 1
-                await conn.close()
+                self._close_later(conn)
                 return
             if self._closed:
-                await conn.close()
+                self._close_later(conn)
                 return
-            self._idle.append(conn)
+            self._idle.append(pooled)
         finally:
             self._slots.release()
+
+    def _close_later(self, conn: Any) -> None:
+        task = asyncio.ensure_future(conn.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         self._closed = True
         idle, self._idle = self._idle, []
-        for conn in idle:
-            await conn.close()
+        for pooled in idle:
+            await pooled.conn.close()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
 
 class AsyncPsycopgDriver:
@@ -386,11 +412,11 @@ class AsyncPsycopgDriver:
     async def _lease(self) -> AsyncIterator[Any]:
         self.stats.leases += 1
         if self._pool is not None:
-            conn = await self._pool.get()
+            pooled = await self._pool.get()
             try:
-                yield conn
+                yield pooled.conn
             finally:
-                await self._pool.put(conn)
+                self._pool.put(pooled)
         elif self._conn is not None:
             async with self._conn_lock:
                 yield self._conn
@@ -401,11 +427,26 @@ class AsyncPsycopgDriver:
                     await conn.commit()
 
     async def _run(self, stmt: Statement, want_rows: bool) -> Any:
-        psycopg = _import_psycopg()
         sql, names = stmt.query.compile("dollar")
         params = stmt.params
         args = [params[n] for n in names]
         self.stats.count(stmt.query.name)
+        pool = self._pool
+        if pool is not None:
+            # The hot path, spelled out: no context manager, the connection's own cursor.
+            self.stats.leases += 1
+            pooled = await pool.get()
+            try:
+                cur = pooled.cursor
+                await cur.execute(sql, args, prepare=self._prepare, binary=True)
+                if want_rows:
+                    return await cur.fetchall() if cur.description is not None else []
+                return int(cur.rowcount)
+            except _psycopg_error() as exc:
+                raise _translate(exc) from exc
+            finally:
+                pool.put(pooled)
+        psycopg = _import_psycopg()
         async with self._lease() as conn:
             try:
                 cur = psycopg.AsyncRawCursor(conn)
