@@ -1,5 +1,7 @@
 """riverboat: a Python job queue on Postgres and SQLite that speaks River's schema."""
 
+import logging as _logging
+
 from riverboat._admin import JobListCursor, JobListResult
 from riverboat._job import (
     AttemptError,
@@ -70,3 +72,8 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# A library logs; the application decides where it goes. Without this, Python's
+# last-resort handler would print riverboat's warnings to stderr in programs that never
+# configured logging (`riverboat worker` configures it).
+_logging.getLogger("riverboat").addHandler(_logging.NullHandler())
