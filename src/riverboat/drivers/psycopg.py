@@ -274,10 +274,16 @@ class _AsyncListener:
         self._lock = asyncio.Lock()
 
     async def listen(self, channel: str) -> None:
-        await self._conn.execute('LISTEN "' + channel.replace('"', '""') + '"')
+        await self._command('LISTEN "' + channel.replace('"', '""') + '"')
 
     async def unlisten(self, channel: str) -> None:
-        await self._conn.execute('UNLISTEN "' + channel.replace('"', '""') + '"')
+        await self._command('UNLISTEN "' + channel.replace('"', '""') + '"')
+
+    async def _command(self, sql: str) -> None:
+        try:
+            await self._conn.execute(sql)
+        except _psycopg_error() as exc:  # a dropped connection, like any other statement
+            raise _translate(exc) from exc
 
     async def notifications(self) -> AsyncIterator[Notification]:
         psycopg = _import_psycopg()

@@ -76,7 +76,12 @@ class Notifier:
                         handler(payload)
             except asyncio.CancelledError:
                 raise
-            except (DriverError, OSError) as exc:
+            except Exception as exc:  # the listener must outlive any failure
+                # DriverError and OSError are expected (a dropped connection); anything
+                # else is a bug in a driver, but a dead notifier would silently leave
+                # producers on polling and stop() re-raising it, so reconnect all the same.
+                if not isinstance(exc, (DriverError, OSError)):
+                    log.exception("notifier: unexpected error from the listener")
                 self.connected.clear()
                 delay = min(2.0**attempt, 30.0) * random.uniform(0.9, 1.1)
                 attempt += 1
