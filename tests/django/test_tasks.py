@@ -10,9 +10,15 @@ from django.core.management import call_command
 from django.db import transaction
 from django.test import override_settings
 from django_tasks import TaskResultStatus, task_backends
-from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
 
-from riverboat.contrib.django.tasks import RiverboatBackend, django_priority_to_river
+# The exceptions the backend raises: Django 6's django.tasks when present, else the
+# django-tasks backport's (both can be installed side by side).
+from riverboat.contrib.django.tasks import (
+    InvalidTaskError,
+    RiverboatBackend,
+    TaskResultDoesNotExist,
+    django_priority_to_river,
+)
 from tests.django.helpers import job_count, rows
 
 
