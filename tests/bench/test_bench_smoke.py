@@ -97,3 +97,11 @@ def test_bench_on_sqlite_and_compare(tmp_path: Path) -> None:
         check=True,
     )
     assert "end_to_end.jobs_per_sec" in out.stdout and "ratio" in out.stdout
+
+
+def test_bench_duration_caps_the_working_phase() -> None:
+    report = _bench("--driver", "sqlite", "--only", "e2e", "--jobs", "20000", "--duration", "0.3")
+    e2e = report["end_to_end"]
+    assert isinstance(e2e, dict)
+    # Whatever was worked in the time, counted from completion events, never more.
+    assert 0 < e2e["jobs"] <= 20000

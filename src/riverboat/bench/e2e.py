@@ -92,6 +92,7 @@ async def run_e2e(
     reset: Callable[[], Any],
     progress: Callable[[str], None] = lambda _m: None,
     single_inserts: int = 1000,
+    duration: float | None = None,
 ) -> E2EResult:
     workers = Workers()
 
@@ -134,22 +135,35 @@ async def run_e2e(
         server_before = server_statements() if server_statements else None
         worked = 0
         progress(f"e2e: working {jobs} jobs")
+        deadline = time.perf_counter() + duration if duration else None
         with _Meter(server_cpu, driver) as meter:
             await client.start()
             last_report = time.perf_counter()
             while worked < jobs:
-                await asyncio.wait_for(sub.get(), 60)
+                wait = 60.0
+                if deadline is not None:
+                    wait = deadline - time.perf_counter()
+                    if wait <= 0:
+                        break
+                try:
+                    await asyncio.wait_for(sub.get(), wait)
+                except TimeoutError:
+                    if deadline is None:
+                        raise
+                    break
                 worked += 1
                 if time.perf_counter() - last_report > 2:
                     last_report = time.perf_counter()
                     progress(f"e2e: worked {worked}/{jobs}")
         await client.stop()
-        work = meter.phase(jobs)
+        work = meter.phase(max(worked, 1))
         server_statements_per_job = None
         if server_statements is not None and server_before is not None:
-            server_statements_per_job = round((server_statements() - server_before) / jobs, 4)
+            server_statements_per_job = round(
+                (server_statements() - server_before) / max(worked, 1), 4
+            )
         return E2EResult(
-            jobs=jobs,
+            jobs=worked,
             jobs_per_sec=work.jobs_per_sec,
             python_cpu_ms_per_job=work.python_cpu_ms_per_job,
             postgres_cpu_ms_per_job=work.postgres_cpu_ms_per_job,

@@ -26,6 +26,7 @@ class BenchConfig:
     driver: str = "psycopg"
     jobs: int = 20_000
     op_calls: int = 200
+    duration: float | None = None  # caps the end-to-end working phase (seconds)
     include_ops: bool = True
     include_e2e: bool = True
     include_floor: bool = True
@@ -123,6 +124,7 @@ async def _run(
             server_statements=server_statements if counter is not None else None,
             reset=reset,
             progress=progress,
+            duration=config.duration,
         )
         report["end_to_end"] = e2e.to_dict()
     if config.include_floor and target.dialect == "postgres" and target.schema:

@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--duration",
         type=float,
         default=None,
-        help="accepted for River parity; the run is sized by --jobs",
+        help="stop the end-to-end phase after S seconds, whatever is left (River's --duration)",
     )
     parser.add_argument(
         "--only",
@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         driver=args.driver,
         jobs=args.jobs,
         op_calls=args.calls,
+        duration=args.duration,
         include_ops=not only or "ops" in only,
         include_e2e=not only or "e2e" in only,
         include_floor=not only or "floor" in only,
