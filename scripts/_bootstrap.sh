@@ -42,3 +42,18 @@ ensure_postgres() {
     return 1
   fi
 }
+
+# A Python 3.12+ interpreter if the machine has one (pyenv's or on PATH), else nothing:
+# the runtime starts job tasks eagerly there, a code path 3.11 never takes.
+find_python_312_plus() {
+  local candidate
+  for candidate in python3.13 python3.12 \
+      "$(pyenv root 2>/dev/null)"/versions/3.13*/bin/python \
+      "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python; do
+    if [ -x "$(command -v "$candidate" 2>/dev/null)" ] &&
+       "$candidate" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null; then
+      echo "$candidate"; return 0
+    fi
+  done
+  return 1
+}
