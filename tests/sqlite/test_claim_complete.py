@@ -252,9 +252,9 @@ def test_batch_completion_is_one_statement(sqlite_url: str, driver: SqliteDriver
 
 def test_queue_upsert_keeps_paused_at(sqlite_url: str, driver: SqliteDriver) -> None:
     (row,) = driver.fetch(driver.dialect.queue_create_or_set_updated_at("q1"))
-    name, created_at, metadata, paused_at, updated_at = driver.dialect.decode_queue(row)
-    assert (name, metadata, paused_at) == ("q1", "{}", None)
-    assert isinstance(created_at, datetime) and isinstance(updated_at, datetime)
+    queue = driver.dialect.decode_queue(row)
+    assert (queue.name, queue.metadata, queue.paused_at) == ("q1", {}, None)
+    assert isinstance(queue.created_at, datetime) and isinstance(queue.updated_at, datetime)
     conn = raw(sqlite_url)
     try:
         conn.execute("UPDATE river_queue SET paused_at = '2026-01-01 00:00:00.000'")

@@ -323,17 +323,6 @@ class SqliteDialect(SqliteAdmin, SqliteLeadership, Dialect):
     def queue_create_or_set_updated_at(self, name: str) -> Statement:
         return self.stmt("queue_create_or_set_updated_at", name=name, metadata=None)
 
-    def decode_queue(self, row: Sequence[Any]) -> tuple[Any, ...]:
-        """A queue row with its timestamps as datetimes, as Postgres drivers return them:
-        ``(name, created_at, metadata text, paused_at, updated_at)``."""
-        return (
-            row[0],
-            parse_timestamp(row[1]),
-            row[2],
-            parse_timestamp(row[3]),
-            parse_timestamp(row[4]),
-        )
-
     def notification_insert_many(self, notifications: Sequence[tuple[str, str]]) -> Statement:
         """Outbox rows ``(topic, payload)``: SQLite's stand-in for NOTIFY."""
         payload = json.dumps([{"topic": t, "payload": p} for t, p in notifications])

@@ -373,19 +373,19 @@ class SqliteAdmin:
         return self.stmt("job_count_by_queue_and_state", states=json.dumps(list(states)))
 
     # -- queues ------------------------------------------------------------------------
+    def decode_queue(self, row: Sequence[Any]) -> QueueRow:
+        """One ``river_queue`` row, its text timestamps as datetimes (as on Postgres)."""
+        return QueueRow(
+            row[0],
+            parse_timestamp(row[1]),  # type: ignore[arg-type]
+            json.loads(row[2]) if row[2] else {},
+            parse_timestamp(row[3]),
+            parse_timestamp(row[4]),  # type: ignore[arg-type]
+        )
+
     def decode_queues(self, rows: Sequence[Sequence[Any]]) -> list[QueueRow]:
         """Queue rows by name (SQLite's RETURNING has no order)."""
-        out = [
-            QueueRow(
-                row[0],
-                parse_timestamp(row[1]),  # type: ignore[arg-type]
-                json.loads(row[2]) if row[2] else {},
-                parse_timestamp(row[3]),
-                parse_timestamp(row[4]),  # type: ignore[arg-type]
-            )
-            for row in rows
-            if row[0] is not None
-        ]
+        out = [self.decode_queue(row) for row in rows if row[0] is not None]
         out.sort(key=lambda queue: queue.name)
         return out
 
