@@ -64,7 +64,9 @@ def _client(url: str, schema: str | None, ran: Counter[int]) -> riverboat.AsyncC
             elector=FAST_ELECTOR,
             start_jitter=0.0,
             rescuer_interval=0.5,
-            rescue_stuck_jobs_after=4.0,
+            # Longer than the completer's longest retry backoff (4 s): a completion delayed
+            # by the faults must not be pre-empted by a rescue (that would be a re-run).
+            rescue_stuck_jobs_after=8.0,
             scheduler_interval=0.3,
             error_backoff_base=0.2,
             error_backoff_max=2.0,

@@ -369,6 +369,12 @@ class _AsyncPool:
         finally:
             self._slots.release()
 
+    def discard_idle(self) -> None:
+        """Close every idle connection: the next statements open fresh ones."""
+        idle, self._idle = self._idle, []
+        for pooled in idle:
+            self._close_later(pooled.conn)
+
     def _close_later(self, conn: Any) -> None:
         task = asyncio.ensure_future(conn.close())
         self._closing.add(task)
@@ -449,6 +455,10 @@ class AsyncPsycopgDriver:
                     return await cur.fetchall() if cur.description is not None else []
                 return int(cur.rowcount)
             except _psycopg_error() as exc:
+                if pooled.conn.broken or pooled.conn.closed:
+                    # A server restart or pg_terminate_backend takes the idle siblings
+                    # with it; drop them now rather than fail once on each of them.
+                    pool.discard_idle()
                 raise _translate(exc) from exc
             finally:
                 pool.put(pooled)
