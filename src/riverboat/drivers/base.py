@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -133,8 +133,3 @@ class AsyncDriver(AsyncExecutor, Protocol):
     async def listener(self) -> AsyncListener: ...
 
     async def close(self) -> None: ...
-
-
-# Re-exported for driver modules' type hints.
-CloseHook = Callable[[], None]
-RowIterator = Iterator[Row]

@@ -64,41 +64,31 @@ class _SyncExecutor:
         self._stats = stats
         self._cursor_cls = psycopg.RawCursor
 
-    def fetch(self, stmt: Statement) -> list[Any]:
+    def _run(self, stmt: Statement, want_rows: bool) -> Any:
         sql, names = stmt.query.compile("dollar")
         params = stmt.params
         self._stats.count(stmt.query.name)
         try:
             cur = self._cursor_cls(self._conn)
             cur.execute(sql, [params[n] for n in names], binary=True)
-            return cur.fetchall() if cur.description is not None else []
-        except Exception as exc:
-            if _is_db_error(exc):
-                raise _translate(exc) from exc
-            raise
+            if want_rows:
+                return cur.fetchall() if cur.description is not None else []
+            return int(cur.rowcount)
+        except _psycopg_error() as exc:
+            raise _translate(exc) from exc
+
+    def fetch(self, stmt: Statement) -> list[Any]:
+        result: list[Any] = self._run(stmt, True)
+        return result
 
     def execute(self, stmt: Statement) -> int:
-        sql, names = stmt.query.compile("dollar")
-        params = stmt.params
-        self._stats.count(stmt.query.name)
-        try:
-            cur = self._cursor_cls(self._conn)
-            cur.execute(sql, [params[n] for n in names], binary=True)
-            return int(cur.rowcount)
-        except Exception as exc:
-            if _is_db_error(exc):
-                raise _translate(exc) from exc
-            raise
+        result: int = self._run(stmt, False)
+        return result
 
 
 def _psycopg_error() -> type[Exception]:
     error: type[Exception] = _import_psycopg().Error
     return error
-
-
-def _is_db_error(exc: Exception) -> bool:
-    psycopg = _import_psycopg()
-    return isinstance(exc, psycopg.Error)
 
 
 class PsycopgDriver:
@@ -241,7 +231,7 @@ class _AsyncExecutor:
         self._conn = conn
         self._stats = stats
 
-    async def fetch(self, stmt: Statement) -> list[Any]:
+    async def _run(self, stmt: Statement, want_rows: bool) -> Any:
         psycopg = _import_psycopg()
         sql, names = stmt.query.compile("dollar")
         params = stmt.params
@@ -249,21 +239,19 @@ class _AsyncExecutor:
         try:
             cur = psycopg.AsyncRawCursor(self._conn)
             await cur.execute(sql, [params[n] for n in names], binary=True)
-            return await cur.fetchall() if cur.description is not None else []
-        except psycopg.Error as exc:
-            raise _translate(exc) from exc
-
-    async def execute(self, stmt: Statement) -> int:
-        psycopg = _import_psycopg()
-        sql, names = stmt.query.compile("dollar")
-        params = stmt.params
-        self._stats.count(stmt.query.name)
-        try:
-            cur = psycopg.AsyncRawCursor(self._conn)
-            await cur.execute(sql, [params[n] for n in names], binary=True)
+            if want_rows:
+                return await cur.fetchall() if cur.description is not None else []
             return int(cur.rowcount)
         except psycopg.Error as exc:
             raise _translate(exc) from exc
+
+    async def fetch(self, stmt: Statement) -> list[Any]:
+        result: list[Any] = await self._run(stmt, True)
+        return result
+
+    async def execute(self, stmt: Statement) -> int:
+        result: int = await self._run(stmt, False)
+        return result
 
 
 class _AsyncListener:
@@ -271,7 +259,6 @@ class _AsyncListener:
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
-        self._lock = asyncio.Lock()
 
     async def listen(self, channel: str) -> None:
         await self._command('LISTEN "' + channel.replace('"', '""') + '"')

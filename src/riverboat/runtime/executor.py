@@ -28,7 +28,7 @@ from riverboat.errors import UnknownJobKindError
 from riverboat.middleware import call_with_middleware
 from riverboat.runtime.completer import PendingCompletion
 from riverboat.runtime.events import EventKind
-from riverboat.runtime.retry import RetryPolicy
+from riverboat.runtime.retry import RetryPolicy, default_next_retry
 from riverboat.runtime.worker import (
     Job,
     JobCancel,
@@ -374,7 +374,5 @@ def _next_retry(
         candidate = config.retry_policy.next_retry(row, now)
     if candidate.tzinfo is None or candidate < now:
         # River falls back to the default policy for a time in the past.
-        from riverboat.runtime.retry import default_next_retry
-
         candidate = default_next_retry(row, now)
     return candidate

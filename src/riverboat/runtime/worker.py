@@ -12,7 +12,7 @@ import contextvars
 import dataclasses
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -274,7 +274,3 @@ def _middleware(items: Sequence[Any] | None, kind: str) -> tuple[Any, ...]:
     from riverboat.middleware import normalize_many
 
     return normalize_many(items, f"workers[{kind!r}].middleware")
-
-
-def as_mapping(value: Mapping[str, Any] | None) -> dict[str, Any]:
-    return dict(value) if value else {}
