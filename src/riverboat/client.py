@@ -26,7 +26,12 @@ from riverboat.middleware import MiddlewareStack
 from riverboat.runtime.events import EventKind, Subscription
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.retry import RetryPolicy
-from riverboat.runtime.runner import Runtime, RuntimeConfig
+from riverboat.runtime.runner import (
+    DEFAULT_SOFT_STOP_TIMEOUT,
+    IDLE_HORIZON,
+    Runtime,
+    RuntimeConfig,
+)
 from riverboat.runtime.worker import Workers
 
 __all__ = ["AsyncClient", "Client", "default_client_id"]
@@ -240,12 +245,14 @@ class Client(SyncAdmin):
         self._embedded.start()
 
     def stop(self) -> None:
-        """Soft stop: running jobs finish and every outcome is written."""
+        """Soft stop: running jobs finish (or are handed back after
+        ``soft_stop_timeout``) and every outcome is written."""
         if self._embedded is not None:
             self._embedded.stop(cancel_running=False)
 
     def stop_and_cancel(self) -> None:
-        """Hard stop: running async jobs are interrupted; every outcome is written."""
+        """Hard stop: running jobs are handed back (interrupted); every outcome is
+        written (see AsyncClient.stop_and_cancel)."""
         if self._embedded is not None:
             self._embedded.stop(cancel_running=True)
 
@@ -353,6 +360,7 @@ class AsyncClient(AsyncAdmin):
         maintenance: Any = None,
         periodic_jobs: Sequence[Any] = (),
         middleware: Sequence[object] | None = None,
+        soft_stop_timeout: float | None = DEFAULT_SOFT_STOP_TIMEOUT,
     ) -> None:
         if isinstance(driver, str):
             driver = async_driver_from_url(driver, schema=schema)
@@ -386,6 +394,7 @@ class AsyncClient(AsyncAdmin):
                     periodic_jobs=list(periodic_jobs),
                     insert_defaults=self._core.defaults,
                     middleware=self._core.middleware,
+                    soft_stop_timeout=soft_stop_timeout,
                 ),
             )
             self._runtime.on_start.append(self._core.middleware.on_start)
@@ -404,13 +413,17 @@ class AsyncClient(AsyncAdmin):
         await self.runtime.start()
 
     async def stop(self) -> None:
-        """Soft stop: stop fetching, let running jobs finish, write every outcome."""
+        """Soft stop: stop fetching, let running jobs finish, write every outcome. Jobs
+        still running after ``soft_stop_timeout`` (25 s by default) are handed back as
+        :meth:`stop_and_cancel` does."""
         if self._runtime is not None:
             await self._runtime.stop()
 
     async def stop_and_cancel(self) -> None:
-        """Hard stop: cancel running async jobs (they are *interrupted*: available again
-        with the attempt rolled back), wait for sync jobs, write every outcome."""
+        """Hard stop: hand back every running job (*interrupted*: available again, the
+        attempt rolled back, errors unchanged; River 0.44) and write every outcome. Async
+        jobs are cancelled; a sync job's thread can't be, so it is left running as a
+        daemon thread and what it does afterwards is discarded."""
         if self._runtime is not None:
             await self._runtime.stop(cancel_running=True)
 
@@ -419,13 +432,17 @@ class AsyncClient(AsyncAdmin):
         outcome is written. Slow subscribers lose events rather than slowing jobs."""
         return self.runtime.subscribe(kinds, maxsize)
 
-    async def run_until_idle(self, *, poll: float = 0.05) -> None:
-        """Start if needed, work until every queue is drained, then stop (soft)."""
+    async def run_until_idle(self, *, poll: float = 0.05, horizon: float = IDLE_HORIZON) -> None:
+        """Start if needed, work until every queue is drained, then stop (soft).
+
+        Drained means nothing running and no job of these queues available or due within
+        ``horizon`` seconds (a retry or snooze due soon is waited for); what is due later
+        is left, and logged."""
         runtime = self.runtime
         if not runtime.started:
             await runtime.start()
         try:
-            while not runtime.is_idle():
+            while not await runtime.drained(horizon):
                 await asyncio.sleep(poll)
         finally:
             await runtime.stop()

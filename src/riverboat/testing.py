@@ -233,7 +233,7 @@ def work_job(
         raise AssertionError(f"job {job_id} cannot be worked: it is {state}")
     row = dialect.decode_job(rows[0])
     config = ExecutorConfig(workers, job_timeout, retry_policy or RetryPolicy(), None)
-    pending, _ = asyncio.run(execute_job(row, config, RunState()))
+    pending = asyncio.run(execute_job(row, config, RunState()))
     written = executor.fetch(dialect.job_set_state_if_running_many([pending.update]))  # type: ignore[attr-defined]
     after = dialect.decode_job(written[0]) if written else row
     return WorkResult(after, pending.event_kind, pending.run_duration)

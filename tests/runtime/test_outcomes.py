@@ -210,32 +210,6 @@ async def test_async_timeout_is_an_error(apg_driver: Any) -> None:
     assert event.job.errors[0].error == "JobTimeoutError: job exceeded its timeout of 0.05s"
 
 
-async def test_sync_timeout_is_recorded_and_the_thread_finishes(apg_driver: Any) -> None:
-    release = threading.Event()
-    finished = threading.Event()
-    workers = Workers()
-
-    @workers.register("stuck_thread", timeout=0.05)
-    def stuck(job: Job[Any]) -> None:
-        release.wait(10)
-        finished.set()
-
-    client = make_client(apg_driver, workers)
-    inserted = (await client.insert({}, kind="stuck_thread")).job
-    sub = client.subscribe(EventKind.JOB_FAILED)
-    await client.start()
-    try:
-        event = await wait_for([EventKind.JOB_FAILED], sub, inserted.id)
-        assert event.job is not None
-        assert "its thread was left to finish" in event.job.errors[0].error
-        producer = client.runtime.producers["default"]
-        assert producer._slots_held == 1  # the slot stays taken until the thread returns
-        release.set()
-    finally:
-        await client.stop()
-    assert finished.wait(5)
-
-
 async def test_unknown_kind_fails_with_rivers_error(apg_driver: Any) -> None:
     workers = Workers()
 

@@ -2,10 +2,13 @@
 
 ``ATTR`` names an ``AsyncClient``, a ``Client`` with queues, or a zero-argument callable
 returning one (a factory is best with ``--processes``: every process builds its own
-client and connections). SIGTERM or SIGINT stops softly (running jobs finish, outcomes
-are written); a second signal stops hard (running async jobs are interrupted and made
-available again, outcomes written). ``--exit-when-idle`` drains every configured queue
-and exits 0.
+client and connections). SIGTERM or SIGINT stops softly: running jobs finish and their
+outcomes are written, for at most ``--soft-stop-timeout`` seconds (the client's
+``soft_stop_timeout`` unless given). Then, or at a second signal, it stops hard: every
+running job is handed back (available again, attempt restored, errors unchanged, a
+``job_interrupted`` event), outcomes are written, and the process exits even if a sync
+job's thread never returns. ``--exit-when-idle`` drains every configured queue (see
+``Runtime.drained``) and exits 0.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 from riverboat.client import AsyncClient, Client
 from riverboat.errors import InvalidInputError
+from riverboat.runtime.runner import check_soft_stop_timeout
 
 __all__ = ["add_arguments", "load_client", "run"]
 
@@ -36,6 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--exit-when-idle",
         action="store_true",
         help="exit 0 once every configured queue is drained",
+    )
+    parser.add_argument(
+        "--soft-stop-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="on SIGTERM, wait this long for running jobs before handing them back "
+        "(default: the client's soft_stop_timeout, 25 s unless set; -1 waits for ever)",
     )
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     parser.add_argument(
@@ -83,10 +95,14 @@ async def _serve(client: AsyncClient, exit_when_idle: bool) -> int:
         nonlocal signals
         signals += 1
         if signals == 1:
-            log.info("stopping: waiting for running jobs (signal again to cancel them)")
+            limit = client.runtime.config.soft_stop_timeout
+            log.info(
+                "stopping: waiting %s for running jobs (signal again to hand them back now)",
+                "without limit" if limit is None else f"up to {limit:g}s",
+            )
             soft.set()
         else:
-            log.info("stopping now: cancelling running jobs")
+            log.info("stopping now: handing running jobs back")
             hard.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -96,7 +112,7 @@ async def _serve(client: AsyncClient, exit_when_idle: bool) -> int:
     log.info("worker %s started: queues %s", client.id, ", ".join(runtime.producers))
     try:
         while not soft.is_set():
-            if exit_when_idle and runtime.is_idle():
+            if exit_when_idle and await runtime.drained():
                 break
             try:
                 await asyncio.wait_for(soft.wait(), 0.05 if exit_when_idle else 1.0)
@@ -106,26 +122,41 @@ async def _serve(client: AsyncClient, exit_when_idle: bool) -> int:
         hard_wait = asyncio.ensure_future(hard.wait())
         done, _ = await asyncio.wait({stopping, hard_wait}, return_when=asyncio.FIRST_COMPLETED)
         if stopping not in done:
-            # A second signal: interrupt running async jobs; the soft stop then finishes.
-            for producer in runtime.producers.values():
-                producer.interrupt_running()
+            # A second signal: hand back the running jobs; the stop then finishes.
+            runtime.interrupt_running()
             await stopping
         hard_wait.cancel()
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         await client.close()
-    log.info("worker %s stopped", client.id)
+    abandoned = runtime.abandoned_threads
+    if abandoned:
+        log.info(
+            "worker %s stopped; %d sync job threads still running were left behind "
+            "(their jobs were handed back) and end with the process",
+            client.id,
+            abandoned,
+        )
+    else:
+        log.info("worker %s stopped", client.id)
     return 0
 
 
 def _run_one(
-    target: str, exit_when_idle: bool, log_level: str, metrics_port: int | None = None
+    target: str,
+    exit_when_idle: bool,
+    log_level: str,
+    metrics_port: int | None = None,
+    soft_stop_timeout: float | None = None,
 ) -> int:
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     client = load_client(target)
+    if soft_stop_timeout is not None:
+        config = client.runtime.config
+        config.soft_stop_timeout = check_soft_stop_timeout(soft_stop_timeout)
     if metrics_port is not None:
         from riverboat.contrib.prometheus import instrument, start_metrics_server
 
@@ -135,16 +166,27 @@ def _run_one(
     return asyncio.run(_serve(client, exit_when_idle))
 
 
-def _child(target: str, exit_when_idle: bool, log_level: str, metrics_port: int | None) -> None:
-    sys.exit(_run_one(target, exit_when_idle, log_level, metrics_port))
+def _child(
+    target: str,
+    exit_when_idle: bool,
+    log_level: str,
+    metrics_port: int | None,
+    soft_stop_timeout: float | None,
+) -> None:
+    sys.exit(_run_one(target, exit_when_idle, log_level, metrics_port, soft_stop_timeout))
 
 
 def run(args: argparse.Namespace) -> int:
     if args.processes < 1:
         raise InvalidInputError("--processes", "must be at least 1")
     metrics_port = getattr(args, "metrics_port", None)  # callers may build their own args
+    soft_stop_timeout = getattr(args, "soft_stop_timeout", None)
+    if soft_stop_timeout is not None:
+        check_soft_stop_timeout(soft_stop_timeout)  # before any process starts
     if args.processes == 1:
-        return _run_one(args.target, args.exit_when_idle, args.log_level, metrics_port)
+        return _run_one(
+            args.target, args.exit_when_idle, args.log_level, metrics_port, soft_stop_timeout
+        )
     # spawn, not fork: each process imports the target afresh and opens its own
     # connections (a forked connection or event loop is shared state gone wrong).
     ctx = multiprocessing.get_context("spawn")
@@ -156,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
                 args.exit_when_idle,
                 args.log_level,
                 None if metrics_port is None else metrics_port + i,
+                soft_stop_timeout,
             ),
         )
         for i in range(args.processes)

@@ -153,6 +153,24 @@ QUERIES["current_schema"] = "SELECT coalesce(current_schema(), '')"
 QUERIES["pg_notify"] = "SELECT pg_notify(:channel::text, :payload::text)"
 QUERIES["listen_channel"] = "SELECT " + CHANNEL.format(topic="") + " || :topic::text"
 
+# What is left for a drain (run_until_idle, --exit-when-idle), per state: jobs due within
+# the horizon (a retryable or scheduled one only until a horizon past due, so a drain
+# whose jobs no scheduler promotes still ends), all of them, and the first due time.
+QUERIES["job_count_upcoming"] = """
+SELECT state::text,
+       count(*) FILTER (
+           WHERE scheduled_at <= now() + make_interval(secs => :horizon::float8)
+             AND (state = 'available'
+                  OR scheduled_at >= now() - make_interval(secs => :horizon::float8))),
+       count(*),
+       min(scheduled_at)
+FROM <schema>river_job
+WHERE queue = ANY(:queues::text[])
+  AND state IN ('available', 'retryable', 'scheduled')
+GROUP BY state
+ORDER BY state
+"""
+
 
 def _tags_packed(tags: list[str]) -> str:
     # River packs tag lists as comma-joined strings (tags cannot contain commas).
@@ -246,6 +264,13 @@ class PostgresDialect(PostgresAdmin, PostgresLeadership, Dialect):
 
     def job_get_by_id(self, job_id: int) -> Statement:
         return self.stmt("job_get_by_id", id=job_id)
+
+    def job_get_by_id_many(self, job_ids: Sequence[int]) -> Statement:
+        return self.stmt("job_get_by_id_many", ids=[int(i) for i in job_ids])
+
+    def job_count_upcoming(self, queues: Sequence[str], horizon: float) -> Statement:
+        """Rows ``(state, due within horizon, total, first scheduled_at)``."""
+        return self.stmt("job_count_upcoming", queues=list(queues), horizon=float(horizon))
 
     def queue_create_or_set_updated_at(self, name: str) -> Statement:
         return self.stmt("queue_create_or_set_updated_at", name=name, metadata=None)

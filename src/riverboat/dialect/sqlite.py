@@ -19,7 +19,12 @@ from riverboat._insert import InsertParams
 from riverboat._job import STATE_BY_NAME, AttemptError, InsertResult, JobRow, decode_metadata
 from riverboat._sql import Statement
 from riverboat.dialect._sqlite_common import NOW as _NOW
-from riverboat.dialect._sqlite_common import StatementChain, format_timestamp, parse_timestamp
+from riverboat.dialect._sqlite_common import (
+    StatementChain,
+    format_timestamp,
+    parse_timestamp,
+    seconds_modifier,
+)
 from riverboat.dialect._sqlite_common import job_columns as _cols
 from riverboat.dialect._sqlite_common import ts_or_none as _ts_or_none
 from riverboat.dialect.base import Dialect, JobStateUpdate
@@ -197,6 +202,24 @@ RETURNING name, created_at, json(metadata), paused_at, updated_at
 
 QUERIES["ping"] = "SELECT 1"
 
+# What is left for a drain, as the Postgres dialect's job_count_upcoming. Times compare
+# normalised (rows written by Go may drop trailing zeros of the milliseconds).
+_SCHEDULED = "strftime('%Y-%m-%d %H:%M:%f', scheduled_at)"
+QUERIES["job_count_upcoming"] = f"""
+SELECT state,
+       sum(CASE WHEN {_SCHEDULED} <= datetime('now', 'subsec', :ahead)
+                 AND (state = 'available'
+                      OR {_SCHEDULED} >= datetime('now', 'subsec', :behind))
+                THEN 1 ELSE 0 END),
+       count(*),
+       min({_SCHEDULED})
+FROM <schema>river_job
+WHERE queue IN (SELECT value FROM json_each(:queues))
+  AND state IN ('available', 'retryable', 'scheduled')
+GROUP BY state
+ORDER BY state
+"""
+
 
 def _encode_insert_job(job: InsertParams) -> str:
     # Built by hand so the already-encoded args and metadata are embedded as they are,
@@ -319,6 +342,15 @@ class SqliteDialect(SqliteAdmin, SqliteLeadership, Dialect):
 
     def job_get_by_id_many(self, job_ids: Sequence[int]) -> Statement:
         return self.stmt("job_get_by_id_many", ids=json.dumps([int(i) for i in job_ids]))
+
+    def job_count_upcoming(self, queues: Sequence[str], horizon: float) -> Statement:
+        """Rows ``(state, due within horizon, total, first scheduled_at)``."""
+        return self.stmt(
+            "job_count_upcoming",
+            queues=json.dumps(list(queues)),
+            ahead=seconds_modifier(horizon),
+            behind=seconds_modifier(-horizon),
+        )
 
     def queue_create_or_set_updated_at(self, name: str) -> Statement:
         return self.stmt("queue_create_or_set_updated_at", name=name, metadata=None)

@@ -19,18 +19,40 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from riverboat._job import JobRow
+from riverboat._job import JobRow, JobState
 from riverboat.dialect.base import JobStateUpdate
 from riverboat.errors import DriverError
 from riverboat.runtime.events import Event, EventKind, JobStatistics
 
-__all__ = ["Completer", "PendingCompletion"]
+__all__ = ["Completer", "PendingCompletion", "persisted_event_kind"]
 
 log = logging.getLogger("riverboat.completer")
 
 BATCH_MAX = 5000  # jobs per statement
 BACKPRESSURE_HIGH = 10_000  # new outcomes wait above this backlog...
 BACKPRESSURE_LOW = 5_000  # ...until it falls below this
+
+
+def persisted_event_kind(state: JobState, requested: EventKind) -> EventKind | None:
+    """The event for a job's stored outcome, not the one its worker asked for (River
+    0.44.0, internal/jobcompleter): ``available`` is ambiguous (a retry due soon, a short
+    snooze, an interruption) so it keeps the requested kind unless that was a completion
+    or cancellation; every other finished state names its own event. A row that is
+    running again or pending was not finished by this attempt: no event (River panics)."""
+    if state is JobState.AVAILABLE:
+        if requested in (EventKind.JOB_COMPLETED, EventKind.JOB_CANCELLED):
+            return EventKind.JOB_FAILED
+        return requested
+    return _EVENT_BY_STATE.get(state)
+
+
+_EVENT_BY_STATE = {
+    JobState.CANCELLED: EventKind.JOB_CANCELLED,
+    JobState.COMPLETED: EventKind.JOB_COMPLETED,
+    JobState.DISCARDED: EventKind.JOB_FAILED,
+    JobState.RETRYABLE: EventKind.JOB_FAILED,
+    JobState.SCHEDULED: EventKind.JOB_SNOOZED,
+}
 
 
 @dataclass(slots=True)
@@ -76,6 +98,12 @@ class Completer:
     @property
     def backlog(self) -> int:
         return len(self._buffer)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing buffered and no write under way (a batch being written has already
+        left the buffer)."""
+        return not self._buffer and self._drained.is_set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="riverboat-completer")
@@ -159,19 +187,32 @@ class Completer:
             await self._driver.execute(stmt)
             self.flushes += 1
             return
-        rows = await self._driver.fetch(stmt)
+        rows = list(await self._driver.fetch(stmt))
         self.flushes += 1
-        now = time.monotonic()
         by_id = {p.update.id: p for p in batch}
+        decode = self._dialect.decode_job
+        jobs = [decode(row) for row in rows]
+        # The statement returns only the rows it changed. As River does, a job that was
+        # no longer running (rescued, cancelled, completed in a transaction...) still
+        # gets its event, reporting what is stored.
+        missing = by_id.keys() - {job.id for job in jobs}
+        if missing:
+            try:
+                others = await self._driver.fetch(self._dialect.job_get_by_id_many(sorted(missing)))
+                jobs.extend(decode(row) for row in others)
+            except DriverError as exc:
+                log.warning(
+                    "completer: reading %d jobs for their events failed: %s", len(missing), exc
+                )
+        now = time.monotonic()
         assert self._emit is not None
-        for row in rows:
-            job = self._dialect.decode_job(row)
+        for job in jobs:
             pending = by_id.get(job.id)
             if pending is None:
                 continue
-            kind = pending.event_kind
-            if job.state == "cancelled" and kind != EventKind.JOB_CANCELLED:
-                kind = EventKind.JOB_CANCELLED  # the cancel_attempted_at override applied
+            kind = persisted_event_kind(job.state, pending.event_kind)
+            if kind is None:
+                continue
             self._emit(
                 Event(
                     kind,

@@ -3,7 +3,10 @@
 The outcome rules are River's (river-compat §5.2): success completes; an error retries
 with backoff (straight to ``available`` when the retry is ≤ 5s away) or discards once
 attempts are used up; ``JobCancel`` cancels; ``JobSnooze`` reschedules without counting
-the attempt; a hard stop interrupts (attempt rolled back, available now, no error).
+the attempt; a hard stop interrupts (attempt rolled back, available now, errors unchanged:
+River 0.44). A sync job is awaited until its thread returns, whatever its timeout: River
+keeps a job ``running`` until ``Work`` returns, and a row made available while its thread
+still ran would be run twice at once.
 """
 
 from __future__ import annotations
@@ -94,7 +97,9 @@ class RunState:
     cancelled_remotely: bool = False
     interrupted: bool = False
     # Threads can't be interrupted: cancelling a sync job's task would free its slot and
-    # requeue it while the thread still runs it. Only async jobs are cancelled.
+    # requeue it while the thread still runs it. A remote cancel or a timeout cancels
+    # only async jobs; only a hard stop (the process is going away) hands back a sync job
+    # whose thread still runs.
     cancellable: bool = True
     # Set once execute_job runs. A task cancelled before its first step never runs any
     # of its code (so no outcome would be written); such jobs get flags instead.
@@ -105,6 +110,9 @@ class RunState:
     deadline: float | None = None
     timeout: float = 0.0
     timed_out: bool = False
+    # A sync job still running past its timeout: logged once as stuck (River's
+    # JobStuckHandler idea), and once more if it ever returns.
+    stuck: bool = False
 
 
 _RUNTIME_FRAMES = (
@@ -143,7 +151,6 @@ async def _call(
     ctx: _WorkContext,
     timeout: float | None,
     pool: Executor | None,
-    on_thread_done: Callable[[], None] | None,
     watched: bool = False,
 ) -> None:
     if worker.is_async:
@@ -157,33 +164,18 @@ async def _call(
         except TimeoutError:
             raise JobTimeoutError(f"job exceeded its timeout of {timeout:g}s") from None
         return
+    # A thread cannot be stopped from outside, so a sync job is awaited to its end, as
+    # River waits for Work to return: its row stays running and its slot held, and what
+    # the body did (returned or raised) is its outcome. Past its timeout the producer
+    # logs it as stuck and sets job.cancel_requested for bodies that check it.
     context = contextvars.copy_context()
     context.run(_work_context.set, ctx)
     loop = asyncio.get_running_loop()
-    future = loop.run_in_executor(pool, context.run, _run_sync, worker.fn, job)
-    if timeout is None:
-        await future
-        return
-    try:
-        await asyncio.wait_for(asyncio.shield(future), timeout)
-    except TimeoutError:
-        # A thread cannot be stopped from outside: record the timeout now, and keep the
-        # job's slot until the function really returns so the pool is not oversubscribed.
-        if on_thread_done is not None:
-            future.add_done_callback(lambda _f: on_thread_done())
-        raise JobTimeoutError(
-            f"job exceeded its timeout of {timeout:g}s (its thread was left to finish)"
-        ) from None
+    await loop.run_in_executor(pool, context.run, _run_sync, worker.fn, job)
 
 
-async def execute_job(
-    row: JobRow,
-    config: ExecutorConfig,
-    state: RunState,
-    on_thread_done: Callable[[], None] | None = None,
-) -> tuple[PendingCompletion, bool]:
-    """Run ``row``'s worker; return its outcome and whether the slot is still held by a
-    timed-out thread (then ``on_thread_done`` releases it later)."""
+async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> PendingCompletion:
+    """Run ``row``'s worker and return its outcome for the completer."""
     state.started = True
     started_mono = time.monotonic()
     started = datetime.now(UTC)
@@ -191,7 +183,6 @@ async def execute_job(
     worker = config.workers.get(row.kind)
     ctx = _WorkContext()
     error: BaseException | None = None
-    held_by_thread = False
     try:
         if state.interrupted or state.cancelled_remotely or state.timed_out:
             raise asyncio.CancelledError  # flagged before it started: same outcome
@@ -207,15 +198,14 @@ async def execute_job(
                 ctx,
                 timeout_for(worker, config.job_timeout),
                 config.thread_pool,
-                on_thread_done,
-                state.deadline is not None,
+                state.deadline is not None and worker.is_async,
             )
         else:
             timeout = timeout_for(worker, config.job_timeout)
-            watched = state.deadline is not None
+            watched = state.deadline is not None and worker.is_async
 
             def inner(target: RegisteredWorker) -> Any:
-                return _call(target, job, ctx, timeout, config.thread_pool, on_thread_done, watched)
+                return _call(target, job, ctx, timeout, config.thread_pool, watched)
 
             await call_with_middleware(config.middleware, worker, job, inner)
     except asyncio.CancelledError:
@@ -230,9 +220,6 @@ async def execute_job(
             error = None
         else:
             raise
-    except JobTimeoutError as exc:
-        error = exc
-        held_by_thread = not worker.is_async if worker is not None else False
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
@@ -244,10 +231,7 @@ async def execute_job(
     update, kind = _outcome(row, error, ctx, state, worker, config, started)
     if kind is EventKind.JOB_FAILED and error is not None:
         _log_failure(row, error, update)
-    return (
-        PendingCompletion(update, row, kind, queue_wait, run_duration, time.monotonic()),
-        held_by_thread,
-    )
+    return PendingCompletion(update, row, kind, queue_wait, run_duration, time.monotonic())
 
 
 def _log_failure(row: JobRow, error: BaseException, update: JobStateUpdate) -> None:

@@ -15,7 +15,6 @@ import random
 import sys
 import time
 from collections.abc import Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +23,7 @@ from riverboat.errors import DriverError
 from riverboat.runtime.completer import Completer
 from riverboat.runtime.events import Event, EventKind
 from riverboat.runtime.executor import ExecutorConfig, RunState, execute_job, timeout_for
+from riverboat.runtime.threads import DaemonThreadPool
 
 __all__ = ["Producer", "QueueConfig"]
 
@@ -83,9 +83,7 @@ class Producer:
         self._cooldown = fetch_cooldown
         self._poll = fetch_poll_interval
         self._emit = emit
-        self._pool = ThreadPoolExecutor(
-            max_workers=config.max_workers, thread_name_prefix=f"riverboat-{queue}"
-        )
+        self._pool = DaemonThreadPool(thread_name_prefix=f"riverboat-{queue}")
         self._exec_config = ExecutorConfig(
             executor_config.workers,
             executor_config.job_timeout,
@@ -98,9 +96,12 @@ class Producer:
         self._watch_handle: asyncio.TimerHandle | None = None
         self._watch_at = math.inf
         self._active: dict[int, tuple[asyncio.Task[None], RunState]] = {}
-        self._slots_held = 0  # slots taken by jobs, including timed-out threads
+        self._slots_held = 0  # slots taken by running jobs
         self._fetch_when_slots_free = False
         self._stopping = False
+        self._interrupting = False  # a hard stop began: jobs still starting are handed back
+        # Sync jobs whose threads were still running when a hard stop handed them back.
+        self.abandoned_threads = 0
         self._paused = False
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
@@ -259,8 +260,10 @@ class Producer:
 
     def _start_job(self, row: JobRow) -> None:
         state = RunState()
+        state.interrupted = self._interrupting
         worker = self._exec_config.workers.get(row.kind)
-        if worker is not None and worker.is_async:
+        if worker is not None:
+            state.cancellable = worker.is_async
             timeout = timeout_for(worker, self._exec_config.job_timeout)
             if timeout is not None:
                 state.timeout = timeout
@@ -282,7 +285,8 @@ class Producer:
         self._watch_handle = asyncio.get_running_loop().call_at(when, self._check_deadlines)
 
     def _check_deadlines(self) -> None:
-        """Cancel running async jobs past their deadline; re-arm for the next one.
+        """Cancel running async jobs past their deadline, report sync ones as stuck;
+        re-arm for the next one.
 
         Jobs of one worker share a timeout, so the earliest deadline belongs to the
         oldest job and the timer fires about once per timeout, not once per job."""
@@ -292,9 +296,12 @@ class Producer:
         nearest = math.inf
         for task, state in self._active.values():
             deadline = state.deadline
-            if deadline is None or state.timed_out:
+            if deadline is None or state.timed_out or state.stuck:
                 continue
             if deadline <= now:
+                if not state.cancellable:
+                    self._report_stuck(state)
+                    continue
                 state.timed_out = True
                 if state.started:
                     task.cancel()
@@ -302,6 +309,25 @@ class Producer:
                 nearest = deadline
         if nearest != math.inf:
             self._watch(nearest)
+
+    def _report_stuck(self, state: RunState) -> None:
+        """A sync job ran past its timeout. Its thread can't be stopped, so (as River
+        does with a job that ignores its context) the row stays running and the slot
+        held until the body returns; say so once, and let a body that checks
+        ``job.cancel_requested`` stop."""
+        state.stuck = True
+        job = state.job
+        if job is None:
+            return
+        job._cancel_requested = True
+        log.warning(
+            "job %d (%s) appears to be stuck: still running past its timeout of %gs; a sync "
+            "job's thread can't be interrupted, so it stays running (slot held) until it "
+            "returns, and job.cancel_requested is now True",
+            job.id,
+            job.kind,
+            state.timeout,
+        )
 
     def _release_slot(self) -> None:
         self._slots_held -= 1
@@ -312,38 +338,56 @@ class Producer:
             self._wake.set()
 
     async def _work(self, row: JobRow, state: RunState) -> None:
-        held = False
+        started = self._loop_time()
         try:
-            pending, held = await execute_job(
-                row,
-                self._exec_config,
-                state,
-                # Runs on the loop (an asyncio future's done callback) once a timed-out
-                # thread really returns.
-                on_thread_done=self._release_slot,
-            )
+            pending = await execute_job(row, self._exec_config, state)
+            if state.stuck and not state.interrupted:
+                log.info(
+                    "job %d (%s) became unstuck after %.1fs",
+                    row.id,
+                    row.kind,
+                    self._loop_time() - started,
+                )
             await self._completer.add(pending)
         except Exception:  # pragma: no cover - execute_job turns user errors into outcomes
             log.exception("producer %s: job %d failed outside its worker", self.queue, row.id)
         finally:
             self._active.pop(row.id, None)
-            if not held:
-                self._release_slot()
-            elif not self._active and self._slots_held == 0:
-                self._idle.set()
+            self._release_slot()
 
-    def interrupt_running(self) -> None:
-        """Cancel every running async job; each ends *interrupted* (available again,
-        attempt rolled back). Sync jobs can't be interrupted and run to the end."""
+    def interrupt_running(self) -> int:
+        """Hard stop: hand back every running job, *interrupted* (available again, the
+        attempt rolled back, errors unchanged, a ``job_interrupted`` event: River 0.44).
+
+        Async jobs are cancelled. A sync job's thread can't be stopped: its row is handed
+        back now and whatever the thread does later is discarded. That is only safe
+        because the client is going away; the thread is a daemon and won't hold the
+        process. Returns how many jobs were handed back."""
+        self._interrupting = True
+        count = 0
         for task, state in list(self._active.values()):
-            if state.cancellable:
-                state.interrupted = True
-                if state.started:
-                    task.cancel()
+            if state.interrupted:
+                continue
+            state.interrupted = True
+            count += 1
+            if state.job is not None:
+                state.job._cancel_requested = True
+            if not state.cancellable and state.started:
+                self.abandoned_threads += 1
+                log.warning(
+                    "job %d (%s): handed back (available again) while its thread still "
+                    "runs; what that thread does from now on is discarded",
+                    state.job.id if state.job is not None else -1,
+                    state.job.kind if state.job is not None else "?",
+                )
+            if state.started:
+                task.cancel()
+        return count
 
     async def stop(self, *, cancel_running: bool = False) -> None:
-        """Stop fetching; wait for running jobs (cancelling async ones first when
-        ``cancel_running``: they are then *interrupted*, River's hard-stop outcome)."""
+        """Stop fetching; wait for running jobs (handing them all back first when
+        ``cancel_running``: they are then *interrupted*, River's hard-stop outcome).
+        :meth:`interrupt_running` may also be called while this waits."""
         self._stopping = True
         self._wake.set()
         if self._task is not None:
@@ -357,7 +401,7 @@ class Producer:
         if self._watch_handle is not None:
             self._watch_handle.cancel()
             self._watch_handle = None
-        self._pool.shutdown(wait=False, cancel_futures=False)
+        self._pool.shutdown(wait=False)
 
     async def wait_idle(self) -> None:
         await self._idle.wait()

@@ -25,9 +25,21 @@ from riverboat.runtime.producer import MAX_WORKERS_LIMIT, Producer, QueueConfig
 from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.worker import Workers
 
-__all__ = ["Runtime", "RuntimeConfig"]
+__all__ = ["DEFAULT_SOFT_STOP_TIMEOUT", "IDLE_HORIZON", "Runtime", "RuntimeConfig"]
 
 log = logging.getLogger("riverboat.client")
+
+# Kubernetes sends SIGTERM and SIGKILLs 30 s later (its default grace period; ECS and
+# Cloud Run use 30 s too, Heroku 30 s). Handing jobs back after 25 s leaves about 5 s to
+# write their outcomes and exit before the SIGKILL, so a deploy never leaves rows
+# `running` for the rescuer to find an hour later.
+DEFAULT_SOFT_STOP_TIMEOUT = 25.0
+
+# A drain (run_until_idle, --exit-when-idle) is not over while a job in the client's
+# queues is available or will be within this many seconds: River makes a retry or snooze
+# that close `available` at once (its scheduler interval), and one due a little later
+# is promoted by the scheduler within another interval.
+IDLE_HORIZON = 5.0
 
 
 @dataclass(slots=True)
@@ -47,6 +59,9 @@ class RuntimeConfig:
     # The client's riverboat.middleware.MiddlewareStack (work middleware, start hooks).
     middleware: Any = None
     insert_defaults: InsertDefaults = field(default_factory=InsertDefaults)
+    # River's SoftStopTimeout: how long a soft stop waits for running jobs before it
+    # hands them back as a hard stop does. None (or -1) waits for ever, River's default.
+    soft_stop_timeout: float | None = DEFAULT_SOFT_STOP_TIMEOUT
 
     def validate(self) -> None:
         if not isinstance(self.workers, Workers):
@@ -73,6 +88,20 @@ class RuntimeConfig:
             raise InvalidInputError("fetch_poll_interval", "must be ≥ fetch_cooldown")
         if self.job_timeout is not None and self.job_timeout <= 0 and self.job_timeout != -1:
             raise InvalidInputError("job_timeout", "must be positive, -1 (none) or None")
+        self.soft_stop_timeout = check_soft_stop_timeout(self.soft_stop_timeout)
+
+
+def check_soft_stop_timeout(value: object) -> float | None:
+    """``soft_stop_timeout`` as seconds, or None for no limit (-1 also means none)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInputError("soft_stop_timeout", "must be seconds (a number), -1 or None")
+    if value == -1:
+        return None
+    if not value >= 0:  # also refuses NaN
+        raise InvalidInputError("soft_stop_timeout", "must be ≥ 0 seconds, -1 (none) or None")
+    return float(value)
 
 
 class Runtime:
@@ -222,32 +251,78 @@ class Runtime:
         self._extra_services.append(service)
 
     async def stop(self, *, cancel_running: bool = False) -> None:
+        """Stop: producers stop fetching and their jobs finish (or are handed back: at
+        once with ``cancel_running``, after ``soft_stop_timeout`` otherwise), every
+        outcome is written, then the notifier closes."""
         if not self.started:
             return
         self.started = False
         await self._stop_leadership()
         for service in self._extra_services:
             await service.stop()
-        await asyncio.gather(
-            *(p.stop(cancel_running=cancel_running) for p in self.producers.values())
-        )
+        stops = [
+            asyncio.ensure_future(p.stop(cancel_running=cancel_running))
+            for p in self.producers.values()
+        ]
+        limit = self.config.soft_stop_timeout
+        if stops and not cancel_running and limit is not None:
+            _, waiting = await asyncio.wait(stops, timeout=limit)
+            if waiting:
+                running = sum(p.active for p in self.producers.values())
+                log.warning(
+                    "soft stop timeout of %gs passed with %d jobs still running; handing "
+                    "them back (available again, attempt restored)",
+                    limit,
+                    running,
+                )
+                self.interrupt_running()
+        await asyncio.gather(*stops)
         if self.completer is not None:
             await self.completer.stop()
         if self.notifier is not None:
             await self.notifier.stop()
         self._stopped.set()
 
+    def interrupt_running(self) -> int:
+        """Hard stop the running jobs of every queue (see Producer.interrupt_running)."""
+        return sum(p.interrupt_running() for p in self.producers.values())
+
+    @property
+    def abandoned_threads(self) -> int:
+        """Sync jobs handed back by a hard stop while their threads still ran."""
+        return sum(p.abandoned_threads for p in self.producers.values())
+
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
 
     def is_idle(self) -> bool:
-        """No job running, none buffered, and every producer's last fetch came back empty."""
-        if self.completer is not None and self.completer.backlog:
+        """No job running, no outcome unwritten, and every producer's last fetch came
+        back empty (the in-memory half of :meth:`drained`)."""
+        if self.completer is not None and not self.completer.idle:
             return False
         return all(
             p.active == 0 and p.last_fetch_count == 0 and not p.paused
             for p in self.producers.values()
         )
+
+    async def drained(self, horizon: float = IDLE_HORIZON) -> bool:
+        """True when :meth:`is_idle` and no job of this client's queues is available, or
+        will be within ``horizon`` seconds (retries and snoozes due soon). Logs what is
+        left for later when it says True with jobs still waiting."""
+        if not self.is_idle():
+            return False
+        dialect = self.driver.dialect
+        rows = await self.driver.fetch(dialect.job_count_upcoming(list(self.producers), horizon))
+        if any(due for _, due, _, _ in rows) or not self.is_idle():
+            return False
+        later = [(state, total, first) for state, _, total, first in rows if total]
+        if later:
+            log.info(
+                "drained: nothing due within %gs; left for later: %s",
+                horizon,
+                ", ".join(f"{total} {state} (next at {first})" for state, total, first in later),
+            )
+        return True
 
 
 async def check_schema_version(driver: Any) -> None:

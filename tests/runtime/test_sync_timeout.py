@@ -1,0 +1,150 @@
+"""A sync job past its timeout (issue #13.1): River keeps the row ``running`` and the
+slot held until ``Work`` returns, so the job is never run twice at once and what the
+body did is its outcome. Postgres and SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import riverboat
+from riverboat import JobState
+from riverboat.runtime.events import EventKind
+from riverboat.runtime.producer import QueueConfig
+from riverboat.runtime.worker import Job, Workers
+from tests.runtime.helpers import wait_for
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def db(request: pytest.FixtureRequest) -> tuple[str, str | None]:
+    if request.param == "postgres":
+        return request.getfixturevalue("pg_url"), request.getfixturevalue("pg_schema")
+    return request.getfixturevalue("sqlite_url"), None
+
+
+def _client(db: tuple[str, str | None], workers: Workers, **kwargs: Any) -> riverboat.AsyncClient:
+    url, schema = db
+    return riverboat.AsyncClient(
+        url,
+        schema=schema,
+        queues={"default": QueueConfig(max_workers=kwargs.pop("max_workers", 10))},
+        workers=workers,
+        fetch_cooldown=0.01,
+        fetch_poll_interval=0.05,
+        **kwargs,
+    )
+
+
+def _wait_until(check: Any, timeout: float) -> bool:
+    """Poll ``check`` from a job's thread until it is truthy or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+class Overrunner:
+    """A sync body that outlives its timeout: it waits (at most ``patience`` s) until
+    the runtime flags it past its timeout, reports that, then waits to be released."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.starts = 0
+        self.running = 0
+        self.most_at_once = 0
+        self.past_timeout = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, job: Job[Any]) -> None:
+        with self.lock:
+            self.starts += 1
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+        try:
+            _wait_until(lambda: job.cancel_requested, 2.0)
+            self.past_timeout.set()
+            self.release.wait(10)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+async def test_overrunning_sync_job_stays_running_and_its_success_is_kept(
+    db: tuple[str, str | None], caplog: pytest.LogCaptureFixture
+) -> None:
+    body = Overrunner()
+    quick_runs: list[int] = []
+    workers = Workers()
+    workers.register("overrun", timeout=0.3)(body)
+    workers.register("quick")(lambda job: quick_runs.append(job.id))
+    client = _client(db, workers, max_workers=1)
+    slow = (await client.insert({}, kind="overrun")).job
+    sub = client.subscribe(EventKind.JOB_COMPLETED, EventKind.JOB_FAILED)
+    caplog.set_level(logging.INFO, "riverboat")
+    await client.start()
+    try:
+        assert await asyncio.to_thread(body.past_timeout.wait, 10)
+        quick = (await client.insert({}, kind="quick")).job
+        # Past its timeout the row is still this attempt's, running, with no error; the
+        # old code had written a timeout failure and made it available for a rerun.
+        row = await client.job_get(slow.id)
+        assert (row.state, row.attempt, row.errors) == (JobState.RUNNING, 1, [])
+        # The slot is still held: the one-worker queue starts nothing else meanwhile.
+        assert quick_runs == []
+        body.release.set()
+        event = await wait_for([EventKind.JOB_COMPLETED, EventKind.JOB_FAILED], sub, slow.id)
+        assert event.kind is EventKind.JOB_COMPLETED
+        await wait_for([EventKind.JOB_COMPLETED], sub, quick.id)
+    finally:
+        body.release.set()
+        await client.stop()
+        await client.close()
+    done = await _job_after(db, slow.id)
+    assert (done.state, done.attempt, done.errors) == (JobState.COMPLETED, 1, [])
+    assert (body.starts, body.most_at_once) == (1, 1)
+    stuck = [r for r in caplog.records if "appears to be stuck" in r.getMessage()]
+    assert len(stuck) == 1 and f"job {slow.id} " in stuck[0].getMessage()
+    assert any("became unstuck" in r.getMessage() for r in caplog.records)
+
+
+async def test_overrunning_sync_jobs_own_exception_is_its_outcome(
+    db: tuple[str, str | None], caplog: pytest.LogCaptureFixture
+) -> None:
+    workers = Workers()
+
+    @workers.register("overrun_then_fail", timeout=0.2)
+    def overrun_then_fail(job: Job[Any]) -> None:
+        _wait_until(lambda: job.cancel_requested, 2.0)
+        raise ValueError("the body's own error")
+
+    client = _client(db, workers)
+    inserted = (await client.insert({}, kind="overrun_then_fail")).job
+    sub = client.subscribe(EventKind.JOB_FAILED)
+    caplog.set_level(logging.INFO, "riverboat")
+    await client.start()
+    try:
+        event = await wait_for([EventKind.JOB_FAILED], sub, inserted.id)
+    finally:
+        await client.stop()
+        await client.close()
+    assert event.job is not None
+    assert [e.error for e in event.job.errors] == ["ValueError: the body's own error"]
+    assert event.job.attempt == 1
+    failed = [r for r in caplog.records if "attempt 1/25 failed" in r.getMessage()]
+    assert len(failed) == 1 and f"job {inserted.id} " in failed[0].getMessage()
+    assert "ValueError" in failed[0].getMessage()
+
+
+async def _job_after(db: tuple[str, str | None], job_id: int) -> Any:
+    url, schema = db
+    async with riverboat.AsyncClient(url, schema=schema) as reader:
+        return await reader.job_get(job_id)
