@@ -97,7 +97,7 @@ async def _serve(client: AsyncClient, exit_when_idle: bool) -> int:
         if signals == 1:
             limit = client.runtime.config.soft_stop_timeout
             log.info(
-                "stopping: waiting %s for running jobs (signal again to hand them back now)",
+                "stopping: waiting for running jobs (%s; signal again to hand them back now)",
                 "without limit" if limit is None else f"up to {limit:g}s",
             )
             soft.set()
