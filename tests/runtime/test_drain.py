@@ -1,0 +1,83 @@
+"""``run_until_idle()`` drains for real (issue #13.4), on Postgres and SQLite: a retry
+due within the idle horizon is waited for and worked; one due later is left, and the
+drain says what it left."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+import riverboat
+from riverboat import JobState, RetryPolicy
+from riverboat._job import JobRow
+from riverboat.runtime.producer import QueueConfig
+from riverboat.runtime.runner import IDLE_HORIZON
+from riverboat.runtime.worker import Job, Workers
+
+
+class RetryInOneSecond(RetryPolicy):
+    def next_retry(self, job: JobRow, now: datetime) -> datetime:
+        return now + timedelta(seconds=1)
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def db(request: pytest.FixtureRequest) -> tuple[str, str | None]:
+    if request.param == "postgres":
+        return request.getfixturevalue("pg_url"), request.getfixturevalue("pg_schema")
+    return request.getfixturevalue("sqlite_url"), None
+
+
+def _workers(ran: list[tuple[int, int]]) -> Workers:
+    workers = Workers()
+
+    @workers.register("flaky")
+    def flaky(job: Job[Any]) -> None:
+        if job.args.get("fail_first") and job.attempt == 1:
+            raise RuntimeError("first attempt fails")
+        ran.append((job.id, job.attempt))
+
+    @workers.register("much_later", next_retry=lambda job: job.row.created_at + timedelta(hours=1))
+    def much_later(job: Job[Any]) -> None:
+        raise RuntimeError("retry me in an hour")
+
+    return workers
+
+
+def test_run_until_idle_waits_for_retries_due_soon(
+    db: tuple[str, str | None], caplog: pytest.LogCaptureFixture
+) -> None:
+    url, schema = db
+    ran: list[tuple[int, int]] = []
+    client = riverboat.Client(
+        url,
+        schema=schema,
+        queues={"default": QueueConfig(max_workers=5)},
+        workers=_workers(ran),
+        fetch_poll_interval=0.1,
+        retry_policy=RetryInOneSecond(),
+    )
+    with client:
+        flaky = [
+            r.job.id
+            for r in client.insert_many(
+                [
+                    riverboat.InsertManyParams({"fail_first": i % 2 == 0}, kind="flaky")
+                    for i in range(20)
+                ]
+            )
+        ]
+        later = client.insert({}, kind="much_later").job.id
+        caplog.set_level(logging.INFO, "riverboat")
+        client.run_until_idle()
+        rows = {j: client.job_get(j) for j in [*flaky, later]}
+    assert sorted(job_id for job_id, _ in ran) == sorted(flaky)
+    for i, job_id in enumerate(flaky):
+        assert (rows[job_id].state, rows[job_id].attempt) == (
+            JobState.COMPLETED,
+            2 if i % 2 == 0 else 1,
+        )
+    assert (rows[later].state, rows[later].attempt) == (JobState.RETRYABLE, 1)
+    assert f"nothing due within {IDLE_HORIZON:g}s; left for later: 1 retryable" in caplog.text
