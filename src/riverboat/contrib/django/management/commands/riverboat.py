@@ -35,6 +35,12 @@ class Command(BaseCommand):  # type: ignore[misc]
         worker.add_argument(
             "--exit-when-idle", action="store_true", help="exit once every queue is drained"
         )
+        worker.add_argument(
+            "--soft-stop-timeout",
+            type=float,
+            metavar="SECONDS",
+            help="wait this long for running jobs on SIGTERM (default: the client's, 25 s)",
+        )
         worker.add_argument("--log-level", default="INFO", help="default INFO")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -82,6 +88,7 @@ class Command(BaseCommand):  # type: ignore[misc]
             processes=options["processes"],
             exit_when_idle=options["exit_when_idle"],
             log_level=options["log_level"],
+            soft_stop_timeout=options.get("soft_stop_timeout"),
         )
         code = cli_worker.run(namespace)
         if code:
