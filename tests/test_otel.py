@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from riverboat import AsyncClient, Client, Job, Workers
+from riverboat import AsyncClient, Client, InsertOpts, Job, Workers
 from riverboat.contrib.otel import METADATA_KEY, OtelMiddleware
 from riverboat.runtime.producer import QueueConfig
 
@@ -70,7 +70,8 @@ async def test_one_trace_from_insert_to_work(sqlite_url: str) -> None:
         with request_tracer.start_as_current_span("POST /signup") as request_span:
             job = web.insert(Ping(1)).job
             sync_job = web.insert(SyncPing(1)).job
-        failing = web.insert(Ping(2)).job
+        # One attempt: a drain would otherwise also work its retry, due 1 s later.
+        failing = web.insert(Ping(2), InsertOpts(max_attempts=1)).job
     trace_id = request_span.get_span_context().trace_id
     assert "traceparent" in job.metadata[METADATA_KEY]
 
