@@ -257,6 +257,10 @@ class Runtime:
         if not self.started:
             return
         self.started = False
+        loop = asyncio.get_running_loop()
+        limit = self.config.soft_stop_timeout
+        # As River's, the soft stop's clock starts when the stop does.
+        hard_at = None if limit is None else loop.time() + limit
         await self._stop_leadership()
         for service in self._extra_services:
             await service.stop()
@@ -264,9 +268,8 @@ class Runtime:
             asyncio.ensure_future(p.stop(cancel_running=cancel_running))
             for p in self.producers.values()
         ]
-        limit = self.config.soft_stop_timeout
-        if stops and not cancel_running and limit is not None:
-            _, waiting = await asyncio.wait(stops, timeout=limit)
+        if stops and not cancel_running and hard_at is not None:
+            _, waiting = await asyncio.wait(stops, timeout=max(0.0, hard_at - loop.time()))
             if waiting:
                 running = sum(p.active for p in self.producers.values())
                 log.warning(
