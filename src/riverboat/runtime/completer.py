@@ -12,6 +12,7 @@ everything left.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -31,6 +32,8 @@ log = logging.getLogger("riverboat.completer")
 BATCH_MAX = 5000  # jobs per statement
 BACKPRESSURE_HIGH = 10_000  # new outcomes wait above this backlog...
 BACKPRESSURE_LOW = 5_000  # ...until it falls below this
+# How long a stop keeps trying to write buffered outcomes: River's DrainTimeoutDefault.
+DRAIN_TIMEOUT = 60.0
 
 
 def persisted_event_kind(state: JobState, requested: EventKind) -> EventKind | None:
@@ -142,6 +145,9 @@ class Completer:
             try:
                 await self._write(batch)
                 attempt = 0
+            except asyncio.CancelledError:
+                self._put_back(batch)  # still unwritten, and counted as such
+                raise
             except DriverError as exc:
                 self.flush_errors += 1
                 self._put_back(batch)
@@ -223,11 +229,29 @@ class Completer:
                 )
             )
 
-    async def stop(self) -> None:
-        """Flush everything buffered, then end the loop."""
+    async def stop(self, drain_timeout: float | None = DRAIN_TIMEOUT) -> None:
+        """Flush everything buffered, then end the loop. A flush that can't finish in
+        ``drain_timeout`` seconds (the database is gone) is given up, as River's
+        completer does (its DrainTimeoutDefault): the jobs whose outcomes weren't written
+        stay ``running`` in the table and the rescuer will retry them."""
         self._stopping = True
         self._has_items.set()
         self._full.set()
-        if self._task is not None:
-            await self._task
-            self._task = None
+        task, self._task = self._task, None
+        if task is None:
+            return
+        if drain_timeout is None:
+            await task
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), drain_timeout)
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            log.error(
+                "completer: shutdown drain incomplete after %gs: %d job outcomes were not "
+                "written; their jobs stay running and will be rescued",
+                drain_timeout,
+                len(self._buffer),
+            )

@@ -53,6 +53,8 @@ class RuntimeConfig:
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
     completer_batch_threshold: int = 100
     completer_flush_delay: float = 0.05
+    # How long a stop keeps trying to write buffered outcomes (River: 1 minute).
+    completer_drain_timeout: float | None = 60.0
     # Leader election and maintenance (riverboat.runtime.elector / .maintenance).
     maintenance: Any = None
     periodic_jobs: list[Any] = field(default_factory=list)
@@ -281,7 +283,7 @@ class Runtime:
                 self.interrupt_running()
         await asyncio.gather(*stops)
         if self.completer is not None:
-            await self.completer.stop()
+            await self.completer.stop(self.config.completer_drain_timeout)
         if self.notifier is not None:
             await self.notifier.stop()
         self._stopped.set()
