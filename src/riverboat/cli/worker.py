@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--exit-when-idle",
         action="store_true",
-        help="exit 0 once every configured queue is drained",
+        help="exit 0 once every configured queue is drained (nothing running, nothing "
+        "available or due within 5 s; later work is left and logged)",
     )
     parser.add_argument(
         "--soft-stop-timeout",
