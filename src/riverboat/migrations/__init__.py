@@ -1,4 +1,4 @@
-"""River-compatible schema migrations: the migration line ``main``, versions 001..007.
+"""River-compatible schema migrations: the migration line ``main``, versions 001..008.
 
 The SQL produces exactly the schema River's own migrations produce, and applied
 versions are recorded in ``river_migration`` the way River's migrator records them, so
@@ -44,7 +44,7 @@ __all__ = [
     "require_current_async",
 ]
 
-LATEST_VERSION = 7
+LATEST_VERSION = 8
 """The newest version of River's ``main`` line that riverboat knows."""
 
 MIN_RUNTIME_VERSION = 6
