@@ -317,6 +317,12 @@ def test_008_down_keeps_every_row_and_drops_autoincrement(tmp_path: Path) -> Non
     assert schema_shape(url)["autoincrement"] == EXPECTED_AUTOINCREMENT
 
 
+def master_sql(url: str) -> dict[str, str]:
+    """Every object's SQL in sqlite_master, comments, spacing and quoting aside."""
+    rows = query(url, "SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL")
+    return {name: _norm(sql) for name, sql in rows}
+
+
 RIVER_SQLITE = Path("/tmp/river/riverdriver/riversqlite/migration/main")
 
 
@@ -333,5 +339,13 @@ def test_matches_rivers_own_files_at_every_version(tmp_path: Path) -> None:
                 migrator.up(target_version=version)
                 theirs.executescript(path.read_text().replace("/* TEMPLATE: schema */", ""))
                 assert schema_shape(ours_url) == schema_shape(theirs_url), path.name
+                assert master_sql(ours_url) == master_sql(theirs_url), path.name
+            # And back down, newest first, as far as River's own down files go.
+            downs = sorted(RIVER_SQLITE.glob("*.down.sql"), reverse=True)
+            for path in downs[:-1]:  # 001's down drops river_migration: nothing to compare
+                migrator.down()
+                theirs.executescript(path.read_text().replace("/* TEMPLATE: schema */", ""))
+                assert schema_shape(ours_url) == schema_shape(theirs_url), path.name
+                assert master_sql(ours_url) == master_sql(theirs_url), path.name
     finally:
         theirs.close()
