@@ -1,15 +1,18 @@
 """Reindexer: rebuild River's job indexes on the leader (River's maintenance.Reindexer).
 
-Postgres B-tree and GIN indexes on a table with River's churn (rows inserted, updated
-several times and deleted within hours) bloat: dead entries are only reclaimed when a
-page empties. River's leader therefore rebuilds its ``river_job`` indexes once a day,
+Postgres indexes on a table with River's churn (rows inserted, updated several times and
+deleted within hours) bloat: VACUUM removes dead entries, but a page only returns to use
+once it is empty, so the indexes keep growing. River's leader therefore rebuilds its
+``river_job`` indexes once a day,
 at midnight UTC, with ``REINDEX INDEX CONCURRENTLY`` (no write lock is held). In a
 mixed fleet the leader may be a riverboat client, so riverboat does what River does:
 
 - the same indexes (:data:`REINDEXER_INDEX_NAMES_DEFAULT`, River's
   ``ReindexerIndexNamesDefault()``), those missing from the schema skipped with a warning;
 - the same schedule (daily at midnight UTC, the next run computed from the previous
-  scheduled time) and timeout per index (1 minute; ``-1`` or ``None`` for none);
+  scheduled time) and timeout per index (1 minute; ``-1`` or ``None`` for none). At the
+  timeout the statement's task is cancelled, which psycopg and asyncpg turn into a
+  cancel request to the server;
 - the same artifact handling. A concurrent rebuild that is interrupted leaves an invalid
   index named ``<index>_ccnew`` (or ``_ccold``, with a number when the name is taken).
   When such an artifact exists, the index is skipped with a warning: a rebuild that
