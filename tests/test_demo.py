@@ -43,7 +43,7 @@ def test_demo_runs_the_whole_mix_and_summarises_it(tmp_path: Path) -> None:
     out = run.stdout
     assert run.returncode == 0, out + run.stderr
     assert (tmp_path / "riverboat-demo.sqlite3").exists()
-    assert "migrated riverboat-demo.sqlite3 to River's schema (versions 1..7)" in out
+    assert "migrated riverboat-demo.sqlite3 to River's schema (versions 1..8)" in out
     assert "\nsummary\n" in out
 
     # Second insert of the unique job was skipped, returning the first one.

@@ -52,6 +52,7 @@ def key_for(
         queue=queue,
         now=now,
         unique_fields=getattr(args, "unique_fields", None),
+        args=args,
     )
 
 
@@ -271,13 +272,99 @@ def test_key_is_32_raw_bytes() -> None:
     assert len(key) == 32
 
 
-def test_top_level_order_does_not_matter_but_nested_order_is_kept() -> None:
+def test_dict_keys_are_sorted_at_every_level_like_a_go_map() -> None:
+    # Go: map[string]any args. encoding/json writes every map's keys sorted, so the raw
+    # bytes River copies for "b" (and the maps inside the list) are already sorted.
     first = key_for({"b": {"z": 1, "a": 2}, "a": 1}, UniqueOpts(by_args=True), kind="k1")
-    second = key_for({"a": 1, "b": {"z": 1, "a": 2}}, UniqueOpts(by_args=True), kind="k1")
-    assert first == second == sha('&kind=k1&args={"a":1,"b":{"z":1,"a":2}}')
-    reordered_nested = key_for({"a": 1, "b": {"a": 2, "z": 1}}, UniqueOpts(by_args=True), kind="k1")
-    assert reordered_nested == sha('&kind=k1&args={"a":1,"b":{"a":2,"z":1}}')
-    assert reordered_nested != first
+    second = key_for({"a": 1, "b": {"a": 2, "z": 1}}, UniqueOpts(by_args=True), kind="k1")
+    assert first == second == sha('&kind=k1&args={"a":1,"b":{"a":2,"z":1}}')
+    deep = {
+        "b": {"z": 1, "a": {"y": 1, "x": [{"k": 1, "c": 2}]}},
+        "a": [{"n": 1, "m": {"q": 1, "p": 2}}],
+    }
+    expected = (
+        '&kind=k1&args={"a":[{"m":{"p":2,"q":1},"n":1}],'
+        '"b":{"a":{"x":[{"c":2,"k":1}],"y":1},"z":1}}'
+    )
+    assert key_for(deep, UniqueOpts(by_args=True), kind="k1") == sha(expected)
+
+
+@dataclass
+class Inner:
+    zulu: int
+    alpha: int
+
+
+@dataclass
+class OrderArgs:
+    kind: ClassVar[str] = "order"
+    zeta: str
+    inner: Inner
+    labels: dict[str, Any]
+    lines: list[Inner]
+
+
+def test_struct_fields_keep_their_order_while_dicts_inside_them_are_sorted() -> None:
+    # Go: type Inner struct{ Zulu int `json:"zulu"`; Alpha int `json:"alpha"` } keeps its
+    # declaration order; Labels map[string]any is sorted. River sorts only the top level.
+    args = OrderArgs(
+        zeta="z",
+        inner=Inner(zulu=1, alpha=2),
+        labels={"y": {"d": 1, "c": 2}, "x": Inner(zulu=3, alpha=4)},
+        lines=[Inner(zulu=5, alpha=6)],
+    )
+    expected = (
+        '&kind=order&args={"inner":{"zulu":1,"alpha":2},'
+        '"labels":{"x":{"zulu":3,"alpha":4},"y":{"c":2,"d":1}},'
+        '"lines":[{"zulu":5,"alpha":6}],"zeta":"z"}'
+    )
+    assert key_for(args, UniqueOpts(by_args=True)) == sha(expected)
+
+
+@dataclass
+class TaggedOrderArgs:
+    kind: ClassVar[str] = "order"
+    unique_fields: ClassVar[tuple[str, ...]] = ("labels", "inner")
+    zeta: str
+    inner: Inner
+    labels: dict[str, Any]
+
+
+def test_unique_fields_copy_go_encoded_values_sorted_maps_and_ordered_structs() -> None:
+    # Go: `river:"unique"` on Inner (a struct without tagged fields: taken whole, in field
+    # order) and on Labels (a map: its bytes as encoding/json wrote them, sorted).
+    args = TaggedOrderArgs("z", Inner(zulu=1, alpha=2), {"b": 1, "a": {"z": 0, "y": 9}})
+    expected = '&kind=order&args={"inner":{"zulu":1,"alpha":2},"labels":{"a":{"y":9,"z":0},"b":1}}'
+    assert key_for(args, UniqueOpts(by_args=True)) == sha(expected)
+
+
+def test_pydantic_models_keep_field_order_and_their_dicts_are_sorted() -> None:
+    pydantic = pytest.importorskip("pydantic")
+
+    class Point(pydantic.BaseModel):  # type: ignore[misc,name-defined]
+        y: int
+        x: int
+
+    class Shape(pydantic.BaseModel):  # type: ignore[misc,name-defined]
+        kind: ClassVar[str] = "shape"
+        origin: Point
+        tags: dict[str, int]
+
+    args = Shape(origin=Point(y=1, x=2), tags={"b": 1, "a": 2})
+    expected = '&kind=shape&args={"origin":{"y":1,"x":2},"tags":{"a":2,"b":1}}'
+    assert key_for(args, UniqueOpts(by_args=True)) == sha(expected)
+
+
+def test_resolve_insert_sorts_nested_dicts_of_a_dataclass() -> None:
+    args = OrderArgs("z", Inner(zulu=1, alpha=2), {"y": 2, "x": 1}, [])
+    params = resolve_insert(
+        args, InsertOpts(unique_opts=UniqueOpts(by_args=True)), None, InsertDefaults(), now=NOW
+    )
+    expected = (
+        '&kind=order&args={"inner":{"zulu":1,"alpha":2},"labels":{"x":1,"y":2},'
+        '"lines":[],"zeta":"z"}'
+    )
+    assert params.unique_key == sha(expected)
 
 
 def test_values_are_encoded_as_go_encodes_them() -> None:
@@ -340,9 +427,37 @@ def test_unique_fields_mixed_with_dotted_siblings_follow_sorted_path_order() -> 
     assert key_for(args, UniqueOpts(by_args=True)) == sha(expected)
 
 
-def test_unique_fields_none_present_gives_empty_object() -> None:
+def test_unique_fields_none_present_gives_nothing_after_args() -> None:
+    # River assembles the filtered object with sjson starting from empty bytes (not "{}"),
+    # so when every unique field is absent nothing is written: "&args=" and then nothing.
     args = _Fields("k1", {"other": 1}, ["missing"])
-    assert key_for(args, UniqueOpts(by_args=True)) == sha("&kind=k1&args={}")
+    assert key_for(args, UniqueOpts(by_args=True)) == sha("&kind=k1&args=")
+    by_queue = UniqueOpts(by_args=True, by_queue=True)
+    assert key_for(args, by_queue, queue="q") == sha("&kind=k1&args=&queue=q")
+
+
+@dataclass
+class CustomerArgs:
+    kind: ClassVar[str] = "notify"
+    unique_fields: ClassVar[tuple[str, ...]] = ("customer.id", "customer.region")
+    customer: dict[str, Any] | None
+
+
+def test_unique_fields_through_null_count_as_absent() -> None:
+    # Go: Customer *Customer `json:"customer"` with `river:"unique"` fields inside. A nil
+    # pointer encodes as null, gjson finds no "customer.id" under it, so nothing is
+    # written; a present null leaf is kept as null.
+    assert key_for(CustomerArgs(None), UniqueOpts(by_args=True)) == sha("&kind=notify&args=")
+    assert key_for(CustomerArgs({"name": "x"}), UniqueOpts(by_args=True)) == sha(
+        "&kind=notify&args="
+    )
+    assert key_for(CustomerArgs({"region": None, "id": 7}), UniqueOpts(by_args=True)) == sha(
+        '&kind=notify&args={"customer":{"id":7,"region":null}}'
+    )
+    # A path through a value that is not an object is absent too.
+    assert key_for(CustomerArgs("plain"), UniqueOpts(by_args=True)) == sha(  # type: ignore[arg-type]
+        "&kind=notify&args="
+    )
 
 
 def test_empty_unique_fields_means_all_fields() -> None:

@@ -272,6 +272,7 @@ def resolve_insert(
             queue=queue,
             now=now or utc_now(),
             unique_fields=getattr(args, "unique_fields", None),
+            args=args,
         )
         states = unique_states_bitmask(unique.by_state)
 

@@ -7,11 +7,13 @@ against each other. States are not part of the key (they live in ``unique_states
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from riverboat._job import STATE_BY_NAME, JobState, UniqueOpts
 from riverboat._json import go_json_canonical
@@ -132,6 +134,68 @@ def _object(items: Iterable[tuple[str, str]]) -> str:
 
 
 _MISSING = object()
+_OPAQUE = object()  # args whose JSON riverboat did not build (to_json() text): kept as is
+
+
+def _child(original: object, key: str) -> object:
+    """The Python value that encoded to ``original``'s JSON member ``key``."""
+    if isinstance(original, Mapping):
+        if key in original:
+            return original[key]
+        for candidate, value in original.items():  # int or enum keys, as json.dumps wrote them
+            if (
+                not isinstance(candidate, str)
+                and str(getattr(candidate, "value", candidate)) == key
+            ):
+                return value
+        return _MISSING
+    if dataclasses.is_dataclass(original) and not isinstance(original, type):
+        return getattr(original, key, _MISSING)
+    fields = getattr(type(original), "model_fields", None)
+    if isinstance(fields, Mapping):  # a pydantic model: members are fields, maybe aliased
+        for name, info in fields.items():
+            if key in (
+                name,
+                getattr(info, "alias", None),
+                getattr(info, "serialization_alias", None),
+            ):
+                return getattr(original, name, _MISSING)
+    return _MISSING
+
+
+def _is_struct(original: object) -> bool:
+    if dataclasses.is_dataclass(original) and not isinstance(original, type):
+        return True
+    return isinstance(getattr(type(original), "model_fields", None), Mapping)
+
+
+def go_order(original: object, decoded: Any) -> Any:
+    """``decoded`` (the args' JSON, decoded) with its objects in the order Go writes them.
+
+    Go's encoding/json writes a map's keys sorted and a struct's fields in declaration
+    order. A dict (any Mapping) is riverboat's map and a dataclass or pydantic model its
+    struct, at every depth, so the original Python value says which objects to sort. An
+    object whose origin is unknown (text from ``to_json()``, or nested in it) keeps its
+    order, as Go keeps a ``json.Marshaler``'s output.
+    """
+    if isinstance(decoded, list):
+        items = original if isinstance(original, (list, tuple)) else None
+        if items is not None and len(items) == len(decoded):
+            return [go_order(o, d) for o, d in zip(items, decoded, strict=True)]
+        return [go_order(_OPAQUE, d) for d in decoded]
+    if not isinstance(decoded, dict):
+        return decoded
+    if isinstance(original, Mapping):
+        keys = sorted(decoded)
+    elif _is_struct(original):
+        keys = list(decoded)
+    else:
+        return {k: go_order(_OPAQUE, v) for k, v in decoded.items()}
+    ordered = {}
+    for key in keys:
+        child = _child(original, key)
+        ordered[key] = go_order(_OPAQUE if child is _MISSING else child, decoded[key])
+    return ordered
 
 
 def _lookup(value: object, path: list[str]) -> object:
@@ -153,17 +217,22 @@ def _check_unique_fields(unique_fields: object) -> list[str]:
     return sorted(unique_fields)
 
 
-def _args_for_unique(encoded_args: str, unique_fields: Sequence[str] | None) -> str:
+def _args_for_unique(
+    encoded_args: str, unique_fields: Sequence[str] | None, args: object = _OPAQUE
+) -> str:
     """The ``&args=`` part: River's sorted (or ``river:"unique"``-filtered) args object.
 
     Go copies each value's raw bytes from its own encoding of the args. riverboat's
     encoded args may differ from those bytes (``to_json()`` output, floats such as
-    ``1.0`` that Go writes as ``1``), so values are re-encoded the way Go's encoder
-    writes them, which is what Go's raw bytes are.
+    ``1.0`` that Go writes as ``1``, dict keys in insertion order where Go sorts a map's),
+    so values are re-encoded the way Go's encoder writes them, which is what Go's raw
+    bytes are. With ``unique_fields``, River starts from empty bytes, not ``{}``: when no
+    field is present (absent, or its path runs through null) the part is ``&args=``.
     """
     decoded = json.loads(encoded_args)
     if not isinstance(decoded, dict):
         raise InvalidInputError("args", "must encode to a JSON object")
+    decoded = go_order(args, decoded)
     paths = _check_unique_fields(unique_fields) if unique_fields is not None else []
     if not paths:
         return _object((k, go_json_canonical(decoded[k])) for k in sorted(decoded))
@@ -186,7 +255,7 @@ def _args_for_unique(encoded_args: str, unique_fields: Sequence[str] | None) -> 
     def emit(node: dict[str, object]) -> str:
         return _object((k, emit(v) if isinstance(v, dict) else str(v)) for k, v in node.items())
 
-    return emit(tree)
+    return emit(tree) if tree else ""
 
 
 def unique_key(
@@ -197,17 +266,22 @@ def unique_key(
     queue: str,
     now: datetime,
     unique_fields: Sequence[str] | None = None,
+    args: object = _OPAQUE,
 ) -> bytes:
     """The 32-byte ``unique_key`` River stores for a job with these options.
 
     ``now`` is the insert time: River's Go client truncates the current time, not the
     job's ``scheduled_at``, for ``by_period`` keys, and riverboat follows it so keys match.
+    ``args`` is the args object ``encoded_args`` came from: it tells which JSON objects
+    were dicts (whose keys Go would sort) and which dataclasses or models (kept in field
+    order, like a Go struct). Without it every object keeps its encoded order below the
+    top level.
     """
     parts: list[str] = []
     if not opts.exclude_kind:
         parts.append("&kind=" + kind)
     if opts.by_args:
-        parts.append("&args=" + _args_for_unique(encoded_args, unique_fields))
+        parts.append("&args=" + _args_for_unique(encoded_args, unique_fields, args))
     if opts.by_period:
         bound = _truncate(now, _period_seconds(opts.by_period))
         parts.append("&period=" + _format_rfc3339(bound))

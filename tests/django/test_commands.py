@@ -39,16 +39,16 @@ def empty_schema(django_configured: str, pg_url: str) -> Iterator[str]:
 
 def test_migrate_list_up_down(empty_schema: str, pg_url: str) -> None:
     listing = _run("migrate", "list")
-    assert "current version: 0 (latest 7)" in listing
+    assert "current version: 0 (latest 8)" in listing
     assert "  002  initial schema" in listing
     out = _run("migrate", "up", "--target-version", "3")
     assert "applied 001" in out and "applied 003" in out and "applied 004" not in out
     out = _run("migrate")  # up is the default action
-    assert "applied 007" in out and "current version: 7" in out
+    assert "applied 008" in out and "current version: 8" in out
     assert "nothing to apply" in _run("migrate", "up")
-    assert "* 007" in _run("migrate", "list")
+    assert "* 008" in _run("migrate", "list")
     out = _run("migrate", "down")
-    assert "reverted 007" in out and "current version: 6" in out
+    assert "reverted 008" in out and "current version: 7" in out
     out = _run("migrate", "down", "--target-version", "0")
     assert "reverted 001" in out
     assert rows(pg_url, empty_schema, "SELECT to_regclass('river_job')") == [(None,)]

@@ -15,7 +15,7 @@ from riverboat.dialect.base import JobStateUpdate
 from riverboat.dialect.postgres import PostgresDialect
 from riverboat.drivers.django import DjangoDriver, libpq_params
 from riverboat.errors import DriverError
-from riverboat.migrations import Migrator
+from riverboat.migrations import LATEST_VERSION, Migrator
 from tests.django.helpers import job_count, rows
 
 
@@ -28,7 +28,7 @@ def test_dialect_and_capabilities(dj: str, pg_schema: str) -> None:
     assert isinstance(driver.dialect, PostgresDialect)
     assert driver.dialect.schema == pg_schema
     assert driver.capabilities.sync and not driver.capabilities.async_
-    assert Migrator(driver).current_version() == 7
+    assert Migrator(driver).current_version() == LATEST_VERSION
 
 
 def test_insert_in_rolled_back_atomic_leaves_no_job(dj: str, pg_url: str, pg_schema: str) -> None:

@@ -53,12 +53,13 @@ def test_up_list_down(pg_url: str, empty_schema: str, conn: Any) -> None:
     listing = cli("migrate", "list", *common)
     assert listing.returncode == 0, listing.stderr
     marks = [line[:5] for line in listing.stdout.splitlines() if line[2:5].isdigit()]
-    assert marks == ["* 001", "* 002", "* 003", "  004", "  005", "  006", "  007"]
+    assert marks == ["* 001", "* 002", "* 003", "  004", "  005", "  006", "  007", "  008"]
 
     # DATABASE_URL is the default.
     rest = cli("migrate", "up", "--schema", empty_schema, env={"DATABASE_URL": pg_url})
     assert rest.returncode == 0, rest.stderr
     assert "applied 007 notification outbox sqlite jsonb and sql cleanup" in rest.stdout
+    assert "applied 008 job id autoincrement" in rest.stdout
     snap = normalise_notify_body(snapshot(conn, empty_schema))
     assert snap["tables"] == expected(LATEST_VERSION)["tables"]
 
@@ -67,10 +68,7 @@ def test_up_list_down(pg_url: str, empty_schema: str, conn: Any) -> None:
 
     down = cli("migrate", "down", *common)
     assert down.returncode == 0, down.stderr
-    assert (
-        down.stdout.splitlines()[0]
-        == "reverted 007 notification outbox sqlite jsonb and sql cleanup"
-    )
+    assert down.stdout.splitlines()[0] == "reverted 008 job id autoincrement"
     gone = cli("migrate", "down", *common, "--target-version", "0")
     assert gone.returncode == 0, gone.stderr
     assert gone.stdout.splitlines()[-1] == f"current version: 0 (latest {LATEST_VERSION})"

@@ -127,9 +127,9 @@ def test_down_to_zero_removes_everything(migrator: Migrator, empty_schema: str, 
 
 def test_down_defaults_to_one_step(migrator: Migrator) -> None:
     migrator.up()
+    assert migrator.down() == [8]
     assert migrator.down() == [7]
-    assert migrator.down() == [6]
-    assert migrator.current_version() == 5
+    assert migrator.current_version() == 6
 
 
 def test_target_versions(migrator: Migrator) -> None:
@@ -141,10 +141,10 @@ def test_target_versions(migrator: Migrator) -> None:
         migrator.down(5)
     assert migrator.up(6) == [4, 5, 6]
     assert migrator.down(4) == [6, 5]
-    for bad in (0, 8, -1, True, "3"):
+    for bad in (0, 9, -1, True, "3"):
         with pytest.raises(InvalidInputError):
             migrator.up(bad)  # type: ignore[arg-type]
-    for bad in (8, -2, 2.0):
+    for bad in (9, -2, 2.0):
         with pytest.raises(InvalidInputError):
             migrator.down(bad)  # type: ignore[arg-type]
 
@@ -155,7 +155,7 @@ def test_list(migrator: Migrator) -> None:
     infos = migrator.list()
     assert all(isinstance(i, MigrationInfo) for i in infos)
     assert [i.name for i in infos][:2] == ["create river migration", "initial schema"]
-    assert [i.applied for i in infos] == [True] * 5 + [False] * 2
+    assert [i.applied for i in infos] == [True] * 5 + [False] * 3
     assert all(i.applied_at is not None and i.applied_at.tzinfo for i in infos[:5])
     assert infos[6].applied_at is None
 
@@ -169,7 +169,7 @@ def test_get_sql(migrator: Migrator, empty_schema: str) -> None:
     assert down.index("007 ") < down.index("001 ")
     assert "DROP TABLE river_job" in render_sql("postgres", "down", [2])
     with pytest.raises(InvalidInputError):
-        migrator.get_sql("up", [8])
+        migrator.get_sql("up", [9])
     with pytest.raises(InvalidInputError):
         migrator.get_sql("sideways", [1])  # type: ignore[arg-type]
 
@@ -194,8 +194,8 @@ def test_legacy_table_from_an_old_river_is_upgraded(
                 FROM generate_series(1, 4) v"""
         )
     assert migrator.current_version() == 4
-    assert [i.applied for i in migrator.list()] == [True] * 4 + [False] * 3
-    assert migrator.up() == [5, 6, 7]
+    assert [i.applied for i in migrator.list()] == [True] * 4 + [False] * 4
+    assert migrator.up() == [5, 6, 7, 8]
     assert catalog(conn, empty_schema) == want(LATEST_VERSION)
     kept = conn.execute(
         f"""SELECT line, version, created_at::date::text FROM "{empty_schema}".river_migration
@@ -203,7 +203,7 @@ def test_legacy_table_from_an_old_river_is_upgraded(
     ).fetchall()
     assert kept == [("main", v, f"2024-01-0{v}") for v in range(1, 5)]
     # And back below 005, where the rows must be found without a line column again.
-    assert migrator.down(3) == [7, 6, 5, 4]
+    assert migrator.down(3) == [8, 7, 6, 5, 4]
     assert rows(conn, empty_schema) == [(1,), (2,), (3,)]
 
 
@@ -214,7 +214,7 @@ def test_other_lines_block_reverting_005(migrator: Migrator, empty_schema: str, 
     )
     with pytest.raises(MigrationError, match="005"):
         migrator.down(4)
-    assert migrator.current_version() == 5  # 007 and 006 were reverted; 005 stayed
+    assert migrator.current_version() == 5  # 008 to 006 were reverted; 005 stayed
 
 
 def test_newer_version_is_refused(
@@ -242,7 +242,7 @@ def test_a_failing_version_rolls_back_alone(
     assert migrator.current_version() == 3
     assert catalog(conn, empty_schema)["tables"]["river_job"] == want(3)["tables"]["river_job"]
     conn.execute(f'DROP TABLE "{empty_schema}".river_queue')
-    assert migrator.up() == [4, 5, 6, 7]
+    assert migrator.up() == [4, 5, 6, 7, 8]
 
 
 # -- the runtime's check -----------------------------------------------------------------
@@ -263,8 +263,8 @@ async def test_require_current(
         migrator.up(6)
         assert require_current(driver) == 6
         migrator.up()
-        assert require_current(driver) == 7
-        assert await require_current_async(adriver) == 7
+        assert require_current(driver) == 8
+        assert await require_current_async(adriver) == 8
     finally:
         await adriver.close()
 
@@ -285,7 +285,7 @@ def test_default_schema_uses_search_path(pg_url: str, empty_schema: str, conn: A
     with psycopg.connect(pg_url, autocommit=True, options=f"-c search_path={empty_schema}") as c:
         drv = PsycopgDriver(c)
         assert Migrator(drv).up() == ALL
-        assert require_current(drv) == 7
+        assert require_current(drv) == 8
     assert catalog(conn, empty_schema) == want(LATEST_VERSION)
 
 
@@ -331,6 +331,7 @@ def test_bundled_files() -> None:
     bundles = load_bundles("postgres")
     assert sorted(bundles) == ALL
     assert bundles[7].name == "notification outbox sqlite jsonb and sql cleanup"
+    assert bundles[8].name == "job id autoincrement"
     for bundle in bundles.values():
         for sql in (bundle.up, bundle.down):
             statements = split_statements(sql, dialect="postgres")

@@ -49,19 +49,19 @@ def test_up_down_and_bookkeeping(db: Path) -> None:
         assert migrator.current_version() == 0
         assert migrator.up(4) == [1, 2, 3, 4]
         assert migration_rows(db) == [(1,), (2,), (3,), (4,)]  # no line column before 005
-        assert migrator.up() == [5, 6, 7]
+        assert migrator.up() == [5, 6, 7, 8]
         assert migration_rows(db) == [("main", v) for v in ALL]
-        assert [i.applied for i in migrator.list()] == [True] * 7
+        assert [i.applied for i in migrator.list()] == [True] * 8
         assert all(i.applied_at is not None and i.applied_at.tzinfo for i in migrator.list())
-        assert migrator.down() == [7]
-        assert migrator.down(4) == [6, 5]
+        assert migrator.down() == [8]
+        assert migrator.down(4) == [7, 6, 5]
         assert migration_rows(db) == [(1,), (2,), (3,), (4,)]
         with pytest.raises(MigrationError, match="not applied"):
             migrator.down(6)
         assert migrator.down(0) == [4, 3, 2, 1]
         assert migration_rows(db) == []
         assert migrator.up() == ALL
-        assert require_current(driver) == 7
+        assert require_current(driver) == 8
 
 
 def test_legacy_table_upgrade(db: Path) -> None:
@@ -72,7 +72,7 @@ def test_legacy_table_upgrade(db: Path) -> None:
     with SqliteDriver(f"sqlite:///{db}") as driver:
         migrator = Migrator(driver)
         assert migrator.current_version() == 4
-        assert migrator.up() == [5, 6, 7]
+        assert migrator.up() == [5, 6, 7, 8]
         first = migrator.list()[0]
         assert first.applied_at is not None
         assert first.applied_at.isoformat() == "2024-01-02T03:04:05+00:00"
@@ -100,7 +100,7 @@ def test_require_current_below_6(db: Path) -> None:
 def test_attached_schema_is_read_in_its_own_database(tmp_path: Path) -> None:
     main = tmp_path / "main.sqlite3"
     jobs = tmp_path / "jobs.sqlite3"
-    # The main database at version 7 must not make the attached one look migrated.
+    # The main database at the latest version must not make the attached one look migrated.
     with SqliteDriver(f"sqlite:///{main}") as driver:
         Migrator(driver).up()
     with SqliteDriver(f"sqlite:///{main}", schema="jobs", attach={"jobs": str(jobs)}) as driver:
@@ -156,9 +156,9 @@ def test_cli(db: Path) -> None:
 
     up = run("up")
     assert up.returncode == 0, up.stderr
-    assert up.stdout.splitlines()[-1] == f"current version: 7 (latest {LATEST_VERSION})"
+    assert up.stdout.splitlines()[-1] == f"current version: 8 (latest {LATEST_VERSION})"
     listing = run("list")
-    assert listing.returncode == 0 and listing.stdout.count("* 0") == 7
+    assert listing.returncode == 0 and listing.stdout.count("* 0") == 8
     sql = run("get-sql", "--version", "7")
     assert sql.returncode == 0 and "river_notification" in sql.stdout
     assert "jsonb" in sql.stdout  # the SQLite files, picked from the URL

@@ -12,7 +12,7 @@ from riverboat.drivers.sqlite import SqliteDriver
 from riverboat.migrations import Migrator
 from tests.sqlite.helpers import query, raw
 
-# River's SQLite schema at version 7 (riverdriver/riversqlite), written out by hand:
+# River's SQLite schema at version 8 (riverdriver/riversqlite), written out by hand:
 # (name, declared type, NOT NULL, default, primary-key position) per column.
 EXPECTED_COLUMNS: dict[str, list[tuple[str, str, int, str | None, int]]] = {
     "river_job": [
@@ -25,6 +25,7 @@ EXPECTED_COLUMNS: dict[str, list[tuple[str, str, int, str | None, int]]] = {
         ("errors", "blob", 0, None, 0),
         ("finalized_at", "timestamp", 0, None, 0),
         ("kind", "text", 1, None, 0),
+        ("max_attempts", "integer", 1, "25", 0),
         ("metadata", "blob", 1, "jsonb('{}')", 0),
         ("priority", "integer", 1, "1", 0),
         ("queue", "text", 1, "'default'", 0),
@@ -33,7 +34,6 @@ EXPECTED_COLUMNS: dict[str, list[tuple[str, str, int, str | None, int]]] = {
         ("tags", "blob", 1, "jsonb('[]')", 0),
         ("unique_key", "blob", 0, None, 0),
         ("unique_states", "integer", 0, None, 0),
-        ("max_attempts", "integer", 1, "25", 0),
     ],
     "river_leader": [
         ("elected_at", "timestamp", 1, None, 0),
@@ -60,6 +60,18 @@ EXPECTED_COLUMNS: dict[str, list[tuple[str, str, int, str | None, int]]] = {
         ("updated_at", "timestamp", 1, "CURRENT_TIMESTAMP", 0),
     ],
 }
+
+# Version 7 as River's 007 leaves it: max_attempts re-added last with its new default.
+# (River's 008 down rebuilds the table with max_attempts next to kind again.)
+_V7_JOB = [c for c in EXPECTED_COLUMNS["river_job"] if c[0] != "max_attempts"]
+EXPECTED_COLUMNS_V7_UP = {
+    **EXPECTED_COLUMNS,
+    "river_job": [*_V7_JOB, ("max_attempts", "integer", 1, "25", 0)],
+}
+
+# Tables whose rowid is AUTOINCREMENT (never reused): River's 007 outbox, and river_job
+# from 008 on.
+EXPECTED_AUTOINCREMENT = ["river_job", "river_notification"]
 
 # (table, unique, partial, columns) per named index.
 EXPECTED_INDEXES = {
@@ -99,7 +111,7 @@ def schema_shape(url: str, db: str = "main") -> dict[str, Any]:
     """Tables, columns, named indexes and CHECK names of a database, comparable."""
     conn = raw(url)
     try:
-        shape: dict[str, Any] = {"tables": {}, "indexes": {}, "checks": {}}
+        shape: dict[str, Any] = {"tables": {}, "indexes": {}, "checks": {}, "autoincrement": []}
         rows = conn.execute(
             f'SELECT type, name, tbl_name, sql FROM "{db}".sqlite_master '
             "WHERE name NOT LIKE 'sqlite_%'"
@@ -109,6 +121,8 @@ def schema_shape(url: str, db: str = "main") -> dict[str, Any]:
                 cols = conn.execute(f'PRAGMA "{db}".table_info("{name}")').fetchall()
                 shape["tables"][name] = [(c[1], c[2].lower(), c[3], c[4], c[5]) for c in cols]
                 shape["checks"][name] = sorted(re.findall(r"constraint(\w+)check", _norm(sql)))
+                if "autoincrement" in _norm(sql):
+                    shape["autoincrement"].append(name)
             elif kind == "index":
                 listed = {
                     r[1]: r for r in conn.execute(f'PRAGMA "{db}".index_list("{table}")').fetchall()
@@ -117,6 +131,7 @@ def schema_shape(url: str, db: str = "main") -> dict[str, Any]:
                     r[2] for r in conn.execute(f'PRAGMA "{db}".index_info("{name}")').fetchall()
                 ]
                 shape["indexes"][name] = (table, listed[name][2], listed[name][4], cols)
+        shape["autoincrement"].sort()
         return shape
     finally:
         conn.close()
@@ -127,8 +142,9 @@ def test_latest_schema_is_rivers(sqlite_url: str) -> None:
     assert shape["tables"] == EXPECTED_COLUMNS
     assert shape["indexes"] == EXPECTED_INDEXES
     assert shape["checks"] == EXPECTED_CHECKS
+    assert shape["autoincrement"] == EXPECTED_AUTOINCREMENT
     versions = query(sqlite_url, "SELECT line, version FROM river_migration ORDER BY version")
-    assert versions == [("main", v) for v in range(1, 8)]
+    assert versions == [("main", v) for v in range(1, 9)]
 
 
 def test_unique_index_predicate_follows_unique_states(sqlite_url: str) -> None:
@@ -216,6 +232,97 @@ def test_attached_schema(tmp_path: Path) -> None:
     assert schema_shape(url)["tables"] == {}
 
 
+_JOB_COLUMNS = (
+    "id, json(args), attempt, attempted_at, json(attempted_by), created_at, json(errors), "
+    "finalized_at, kind, max_attempts, json(metadata), priority, queue, state, scheduled_at, "
+    "json(tags), unique_key, unique_states"
+)
+
+
+def _seed_jobs(url: str) -> list[Any]:
+    conn = raw(url)
+    try:
+        conn.execute(
+            "INSERT INTO river_job (id, args, attempt, attempted_at, attempted_by, errors, kind, "
+            "max_attempts, metadata, priority, queue, state, tags, unique_key, unique_states) "
+            "VALUES (5, jsonb('{\"n\":1}'), 2, '2026-01-01 00:00:01.000', jsonb('[\"c1\"]'), "
+            'jsonb(\'[{"attempt":1,"error":"boom"}]\'), \'k\', 3, jsonb(\'{"m":true}\'), 2, '
+            "'q', 'retryable', jsonb('[\"t\"]'), x'0102', 245)"
+        )
+        conn.execute(
+            "INSERT INTO river_job (id, kind, state, finalized_at) "
+            "VALUES (6, 'k2', 'completed', '2026-01-01 00:00:02.000')"
+        )
+    finally:
+        conn.close()
+    return query(url, f"SELECT {_JOB_COLUMNS} FROM river_job ORDER BY id")
+
+
+def _next_id_after_deleting_the_newest(url: str) -> tuple[int, int]:
+    conn = raw(url)
+    try:
+        newest = conn.execute("SELECT max(id) FROM river_job").fetchone()[0]
+        conn.execute("DELETE FROM river_job WHERE id = ?", (newest,))
+        conn.execute("INSERT INTO river_job (kind) VALUES ('k3')")
+        return int(newest), int(conn.execute("SELECT max(id) FROM river_job").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_008_up_keeps_every_row_and_ids_are_never_reused(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'v7.sqlite3'}"
+    with SqliteDriver(url) as driver:
+        migrator = Migrator(driver)
+        migrator.up(target_version=7)
+        assert schema_shape(url)["tables"] == EXPECTED_COLUMNS_V7_UP
+        before = _seed_jobs(url)
+        # Version 7: SQLite's default rowid allocator gives the deleted id out again.
+        deleted, reused = _next_id_after_deleting_the_newest(url)
+        assert reused == deleted
+        assert migrator.up() == [8]
+    assert query(url, f"SELECT {_JOB_COLUMNS} FROM river_job WHERE id < {deleted} ORDER BY id") == [
+        row for row in before if row[0] < deleted
+    ]
+    shape = schema_shape(url)
+    assert shape["tables"] == EXPECTED_COLUMNS
+    assert shape["indexes"] == EXPECTED_INDEXES
+    assert shape["checks"] == EXPECTED_CHECKS
+    assert shape["autoincrement"] == EXPECTED_AUTOINCREMENT
+    # Version 8: the high-water mark survives the delete, as with a Postgres sequence.
+    deleted, fresh = _next_id_after_deleting_the_newest(url)
+    assert fresh == deleted + 1
+    assert query(url, "SELECT seq FROM sqlite_sequence WHERE name = 'river_job'") == [(fresh,)]
+
+
+def test_008_down_keeps_every_row_and_drops_autoincrement(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'v8.sqlite3'}"
+    with SqliteDriver(url) as driver:
+        migrator = Migrator(driver)
+        migrator.up()
+        before = _seed_jobs(url)
+        assert migrator.down() == [8]
+        assert migrator.current_version() == 7
+    after = query(url, f"SELECT {_JOB_COLUMNS} FROM river_job ORDER BY id")
+    assert after == before
+    shape = schema_shape(url)
+    # River's down rebuilds the table with max_attempts next to kind, as 008 has it.
+    assert shape["tables"] == EXPECTED_COLUMNS
+    assert shape["indexes"] == EXPECTED_INDEXES
+    assert shape["autoincrement"] == ["river_notification"]
+    assert query(url, "SELECT name FROM sqlite_sequence WHERE name = 'river_job'") == []
+    deleted, reused = _next_id_after_deleting_the_newest(url)
+    assert reused == deleted
+    with SqliteDriver(url) as driver:
+        assert Migrator(driver).up() == [8]
+    assert schema_shape(url)["autoincrement"] == EXPECTED_AUTOINCREMENT
+
+
+def master_sql(url: str) -> dict[str, str]:
+    """Every object's SQL in sqlite_master, comments, spacing and quoting aside."""
+    rows = query(url, "SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL")
+    return {name: _norm(sql) for name, sql in rows}
+
+
 RIVER_SQLITE = Path("/tmp/river/riverdriver/riversqlite/migration/main")
 
 
@@ -232,5 +339,13 @@ def test_matches_rivers_own_files_at_every_version(tmp_path: Path) -> None:
                 migrator.up(target_version=version)
                 theirs.executescript(path.read_text().replace("/* TEMPLATE: schema */", ""))
                 assert schema_shape(ours_url) == schema_shape(theirs_url), path.name
+                assert master_sql(ours_url) == master_sql(theirs_url), path.name
+            # And back down, newest first, as far as River's own down files go.
+            downs = sorted(RIVER_SQLITE.glob("*.down.sql"), reverse=True)
+            for path in downs[:-1]:  # 001's down drops river_migration: nothing to compare
+                migrator.down()
+                theirs.executescript(path.read_text().replace("/* TEMPLATE: schema */", ""))
+                assert schema_shape(ours_url) == schema_shape(theirs_url), path.name
+                assert master_sql(ours_url) == master_sql(theirs_url), path.name
     finally:
         theirs.close()

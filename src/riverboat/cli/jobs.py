@@ -21,6 +21,7 @@ from riverboat._url import driver_from_url
 from riverboat.client import Client
 from riverboat.dialect.base import validate_schema_name
 from riverboat.errors import InvalidInputError
+from riverboat.migrations import require_current
 
 __all__ = ["add_arguments", "run"]
 
@@ -42,6 +43,9 @@ def open_client(args: argparse.Namespace) -> Iterator[Client]:
         raise InvalidInputError("database_url", "pass --database-url or set DATABASE_URL")
     driver = driver_from_url(url, schema=validate_schema_name(args.schema))
     try:
+        # A schema newer than riverboat knows (or not migrated) is refused in one line
+        # before anything is read or written.
+        require_current(driver)
         yield Client(driver)
     finally:
         driver.close()

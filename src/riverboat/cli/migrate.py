@@ -1,7 +1,12 @@
-"""``riverboat migrate up|down|list|get-sql``: River's schema migrations from the shell.
+"""``riverboat migrate up|down|list|validate|get-sql``: River's migrations from the shell.
 
 The database comes from ``--database-url`` or ``DATABASE_URL``: ``postgresql://...``
 uses psycopg, ``sqlite:///path`` the embedded SQLite driver.
+
+``up`` and ``down`` take River's ``migrate-up``/``migrate-down`` flags (``--target-version``,
+``--max-steps``, ``--dry-run``, ``--show-sql``, ``--line``) and ``validate`` is River's
+``river validate``: exit code 0 when nothing is missing, 1 when migrations are missing or
+anything fails. Reaching a target that is already reached is a no-op with exit code 0.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from riverboat._url import driver_from_url, is_sqlite_url
 from riverboat.dialect.base import validate_schema_name
 from riverboat.errors import DriverError, InvalidInputError, MissingDependencyError
 from riverboat.migrations import Migrator, render_sql
+from riverboat.migrations._queries import LINE
 
 __all__ = ["add_arguments", "run"]
 
@@ -33,21 +39,56 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _line(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--line", default=LINE, metavar="NAME", help=f"migration line (default and only: {LINE})"
+    )
+
+
+def _migrate_flags(parser: argparse.ArgumentParser) -> None:
+    _common(parser)
+    _line(parser)
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        metavar="N",
+        help="apply at most N migrations (a negative N applies none)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print what would be applied, change nothing"
+    )
+    parser.add_argument("--show-sql", action="store_true", help="print each migration's SQL")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``migrate``'s subcommands on its parser."""
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     up = sub.add_parser("up", help="apply missing migrations (default: all of them)")
-    _common(up)
-    up.add_argument("--target-version", type=int, metavar="N", help="stop after applying version N")
+    _migrate_flags(up)
+    up.add_argument(
+        "--target-version",
+        type=int,
+        metavar="N",
+        help="stop after applying version N (already applied: nothing to do)",
+    )
 
     down = sub.add_parser("down", help="revert migrations (default: only the newest one)")
-    _common(down)
+    _migrate_flags(down)
     down.add_argument(
         "--target-version",
         type=int,
         metavar="N",
-        help="revert every version above N; 0 removes River's schema entirely",
+        help="revert every version above N; 0 (or -1) removes River's schema entirely",
+    )
+
+    validate = sub.add_parser(
+        "validate", help="exit 1 if migrations are missing (River's `river validate`)"
+    )
+    _common(validate)
+    _line(validate)
+    validate.add_argument(
+        "--target-version", type=int, metavar="N", help="only check versions up to N"
     )
 
     listing = sub.add_parser("list", help="show known migrations and which are applied")
@@ -136,24 +177,59 @@ def _get_sql(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_line(args: argparse.Namespace) -> None:
+    line = getattr(args, "line", LINE)
+    if line != LINE:
+        raise InvalidInputError(
+            "line", f"riverboat knows only River's {LINE!r} migration line, not {line!r}"
+        )
+
+
+def _migrate(migrator: Migrator, args: argparse.Namespace) -> None:
+    direction = args.action
+    names = migrator.names
+    if args.dry_run:
+        versions = migrator.plan(direction, args.target_version, max_steps=args.max_steps)
+    elif direction == "up":
+        versions = migrator.up(args.target_version, max_steps=args.max_steps)
+    else:
+        versions = migrator.down(args.target_version, max_steps=args.max_steps)
+    verb = {"up": "applied", "down": "reverted"}[direction]
+    for version in versions:
+        if args.dry_run:
+            print(f"would apply {version:03d} {names[version]} [{direction}] [dry run]")
+        else:
+            print(f"{verb} {version:03d} {names[version]}")
+        if args.show_sql:
+            print("-" * 80)
+            print(migrator.get_sql(direction, [version]).rstrip())
+            print()
+    if not versions and direction == "up":
+        print(f"nothing to apply; at version {migrator.current_version()}")
+    elif not versions:
+        print("nothing to revert")
+    elif args.max_steps and args.max_steps > 0 and len(versions) < args.max_steps:
+        print("no more migrations to apply")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run one ``migrate`` action; returns the exit code."""
     if args.action == "get-sql":
         return _get_sql(args)
+    _check_line(args)
     driver, conn = _open_driver(args)
     try:
         migrator = Migrator(driver)
-        names = migrator.names
-        if args.action == "up":
-            applied = migrator.up(args.target_version)
-            _print_versions("applied", applied, names)
-            if not applied:
-                print(f"nothing to apply; at version {migrator.current_version()}")
-        elif args.action == "down":
-            reverted = migrator.down(args.target_version)
-            _print_versions("reverted", reverted, names)
-            if not reverted:
-                print("nothing to revert")
+        if args.action == "validate":
+            missing = migrator.validate(args.target_version)
+            if missing:
+                listed = ", ".join(f"{v:03d}" for v in missing)
+                print(f"unapplied migrations: {listed}; run `riverboat migrate up`")
+                return 1
+            print(f"no unapplied migrations; at version {migrator.current_version()}")
+            return 0
+        if args.action in ("up", "down"):
+            _migrate(migrator, args)
         else:
             for info in migrator.list():
                 when = info.applied_at.isoformat(sep=" ") if info.applied_at else "-"

@@ -1,4 +1,4 @@
-"""River-compatible schema migrations: the migration line ``main``, versions 001..007.
+"""River-compatible schema migrations: the migration line ``main``, versions 001..008.
 
 The SQL produces exactly the schema River's own migrations produce, and applied
 versions are recorded in ``river_migration`` the way River's migrator records them, so
@@ -44,7 +44,7 @@ __all__ = [
     "require_current_async",
 ]
 
-LATEST_VERSION = 7
+LATEST_VERSION = 8
 """The newest version of River's ``main`` line that riverboat knows."""
 
 MIN_RUNTIME_VERSION = 6
@@ -238,61 +238,62 @@ class Migrator:
             for v, b in sorted(self._bundles.items())
         ]
 
-    def up(self, target_version: int | None = None) -> builtins.list[int]:
-        """Apply every missing version up to ``target_version`` (default: the latest).
+    def plan(
+        self,
+        direction: Direction,
+        target_version: int | None = None,
+        *,
+        max_steps: int | None = None,
+    ) -> builtins.list[int]:
+        """The versions :meth:`up` or :meth:`down` would apply now, in order; nothing is
+        changed (River's ``--dry-run``).
+
+        Chosen as River's migrator chooses them: the candidates (missing versions
+        ascending, or applied ones newest first) are first cut to ``max_steps``
+        (a negative number means none; ``down`` without a target takes one step),
+        then to ``target_version``. A target already reached is a no-op; a target
+        the cut left out is refused, as River does.
+        """
+        if direction not in ("up", "down"):
+            raise InvalidInputError("direction", f"must be 'up' or 'down', not {direction!r}")
+        target = self._check_target(target_version, direction)
+        self._check_max_steps(max_steps)
+        return self._select(self._known_state(self._driver), direction, target, max_steps)
+
+    def up(
+        self, target_version: int | None = None, *, max_steps: int | None = None
+    ) -> builtins.list[int]:
+        """Apply every missing version up to ``target_version`` (default: the latest),
+        at most ``max_steps`` of them (default: no limit).
 
         Returns the versions this call applied, ascending; a version another process
         applied meanwhile is skipped, not repeated. A target already applied is a no-op.
         """
-        target = self._check_target(target_version, "up")
-        applied: builtins.list[int] = []
-        while True:
-            with self._driver.transaction() as tx:
-                state = self._locked_state(tx)
-                missing = [
-                    v
-                    for v in sorted(self._bundles)
-                    if v not in state.applied and (target is None or v <= target)
-                ]
-                if not missing:
-                    break
-                version = missing[0]
-                self._apply(tx, version, "up")
-            _log.info("applied migration %03d [up] to the %s", version, self._where)
-            applied.append(version)
-        return applied
+        return self._run("up", target_version, max_steps)
 
-    def down(self, target_version: int | None = None) -> builtins.list[int]:
+    def down(
+        self, target_version: int | None = None, *, max_steps: int | None = None
+    ) -> builtins.list[int]:
         """Revert migrations, River's CLI way.
 
-        Without ``target_version`` only the newest applied version is reverted. With
-        it, every applied version above it is, newest first, leaving the database at
-        ``target_version``; ``0`` (or River's ``-1``) removes River's schema entirely,
-        ``river_migration`` included. A positive target must be applied already.
-        Returns the versions reverted, in the order they were.
+        Without ``target_version`` only the newest applied version is reverted (or
+        ``max_steps`` of them). With it, every applied version above it is, newest
+        first, leaving the database at ``target_version``; ``0`` (or River's ``-1``)
+        removes River's schema entirely, ``river_migration`` included. A positive
+        target must be applied already. Returns the versions reverted, in the order
+        they were.
         """
-        target = self._check_target(target_version, "down")
-        if target:
-            state = self._known_state(self._driver)
-            if target not in state.applied:
-                raise MigrationError(
-                    f"cannot migrate down to version {target}: it is not applied to the "
-                    f"{self._where} (current version {state.version})"
-                )
-        reverted: builtins.list[int] = []
-        while True:
-            if target is None and reverted:
-                break
-            with self._driver.transaction() as tx:
-                state = self._locked_state(tx)
-                above = [v for v in state.applied if target is None or v > target]
-                if not above:
-                    break
-                version = max(above)
-                self._apply(tx, version, "down")
-            _log.info("applied migration %03d [down] to the %s", version, self._where)
-            reverted.append(version)
-        return reverted
+        return self._run("down", target_version, max_steps)
+
+    def validate(self, target_version: int | None = None) -> builtins.list[int]:
+        """The known versions up to ``target_version`` (default: the latest) that are
+        not applied, ascending: empty when the schema is current (River's
+        ``river validate``). A schema newer than riverboat knows is refused.
+        """
+        target = self._check_target(target_version, "up")
+        state = self._known_state(self._driver)
+        limit = self.latest_version if target is None else target
+        return [v for v in sorted(self._bundles) if v <= limit and v not in state.applied]
 
     def get_sql(self, direction: Direction, version_range: Iterable[int] | None = None) -> str:
         """The SQL for ``version_range`` (all versions by default) in ``direction``,
@@ -317,6 +318,64 @@ class Migrator:
                 f"(expected {lowest}..{latest})",
             )
         return target
+
+    @staticmethod
+    def _check_max_steps(max_steps: int | None) -> None:
+        if max_steps is None:
+            return
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int):
+            raise InvalidInputError("max_steps", f"must be an int, not {max_steps!r}")
+
+    def _select(
+        self, state: _State, direction: Direction, target: int | None, max_steps: int | None
+    ) -> builtins.list[int]:
+        if direction == "up":
+            candidates = [v for v in sorted(self._bundles) if v not in state.applied]
+        else:
+            if target:
+                if target not in state.applied:
+                    raise MigrationError(
+                        f"cannot migrate down to version {target}: it is not applied to the "
+                        f"{self._where} (current version {state.version})"
+                    )
+            candidates = sorted(state.applied, reverse=True)
+        steps = max_steps if max_steps else None
+        if steps is None and direction == "down" and target is None:
+            steps = 1
+        if steps is not None:
+            candidates = candidates[: max(steps, 0)]
+        if not target:
+            return candidates
+        if direction == "up" and target in state.applied:
+            return []  # already there: River 0.39's idempotent no-op
+        if target not in candidates:
+            raise MigrationError(
+                f"version {target} is not in the target list of migrations to apply "
+                f"({max_steps} step(s) from version {state.version}); raise --max-steps"
+            )
+        chosen = candidates[: candidates.index(target) + 1]
+        return chosen[:-1] if direction == "down" else chosen
+
+    def _run(
+        self, direction: Direction, target_version: int | None, max_steps: int | None
+    ) -> builtins.list[int]:
+        planned = self.plan(direction, target_version, max_steps=max_steps)
+        done: builtins.list[int] = []
+        for version in planned:
+            with self._driver.transaction() as tx:
+                state = self._locked_state(tx)
+                # Another migrator may have got here first; its work is not repeated.
+                if (version in state.applied) == (direction == "up"):
+                    continue
+                if direction == "down" and version != state.version:
+                    raise MigrationError(
+                        f"cannot revert migration {version:03d} from the {self._where}: "
+                        f"version {state.version} was applied meanwhile"
+                    )
+                self._apply(tx, version, direction)
+            _log.info("applied migration %03d [%s] to the %s", version, direction, self._where)
+            done.append(version)
+        return done
 
     def _known_state(self, executor: Executor) -> _State:
         state = _read_state(self._queries, executor)

@@ -12,19 +12,21 @@ cleaner             30 s        deletes finalized jobs past retention
 queue_cleaner       1 h         deletes river_queue rows idle for 24 h
 periodic            per job     inserts periodic jobs
 notification_...    1 min       deletes SQLite outbox notifications older than 5 min
+reindexer           daily       ``REINDEX INDEX CONCURRENTLY`` of River's job indexes at
+                                midnight UTC (Postgres only; see ``reindexer``)
 ==================  ==========  ====================================================
 
 A dialect that lacks a service's statements simply doesn't run that service (only
-SQLite has the notification outbox).
+SQLite has the notification outbox, only Postgres is reindexed).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from riverboat._insert import InsertDefaults
@@ -108,6 +110,15 @@ class MaintenanceConfig:
     batch_pause_min: float = 0.05
     batch_pause_max: float = 1.0
     run_timeout: float = 30.0
+    # The reindexer (Postgres): River's Config.ReindexerIndexNames (None: River's
+    # default list; [] rebuilds nothing), ReindexerSchedule (None: midnight UTC daily;
+    # or a cron expression, an interval, or a function from a time to the next run) and
+    # ReindexerTimeout per index (-1 or None: no limit). reindexer_enabled=False turns it
+    # off entirely.
+    reindexer_enabled: bool = True
+    reindexer_index_names: Sequence[str] | None = None
+    reindexer_schedule: str | timedelta | float | Callable[[datetime], datetime] | None = None
+    reindexer_timeout: float | None = 60.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.elector, ElectorConfig):
@@ -133,6 +144,34 @@ class MaintenanceConfig:
             raise InvalidInputError("maintenance.batch_size", "must be a positive int")
         if self.cleaner_queues_excluded is not None:
             object.__setattr__(self, "cleaner_queues_excluded", list(self.cleaner_queues_excluded))
+        self._check_reindexer()
+
+    def _check_reindexer(self) -> None:
+        from riverboat.runtime.maintenance.reindexer import (
+            reindexer_schedule,
+            validate_index_names,
+        )
+
+        if not isinstance(self.reindexer_enabled, bool):
+            raise InvalidInputError("maintenance.reindexer_enabled", "must be True or False")
+        if self.reindexer_index_names is not None:
+            names = list(validate_index_names(self.reindexer_index_names))
+            object.__setattr__(self, "reindexer_index_names", names)
+        timeout = self.reindexer_timeout
+        if isinstance(timeout, timedelta):
+            timeout = timeout.total_seconds()
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                raise InvalidInputError(
+                    "maintenance.reindexer_timeout", "must be seconds, a timedelta, -1 or None"
+                )
+            if timeout <= 0 and timeout != -1:
+                raise InvalidInputError(
+                    "maintenance.reindexer_timeout", "must be positive (or -1/None: no limit)"
+                )
+            timeout = float(timeout)
+        object.__setattr__(self, "reindexer_timeout", timeout)
+        reindexer_schedule(self.reindexer_schedule)  # a bad cron expression fails here
 
     def rescue_after(self, job_timeout: float | None) -> float:
         """The running time after which a job counts as stuck."""
@@ -177,6 +216,11 @@ def build_services(
         from riverboat.runtime.maintenance.notification_cleaner import NotificationCleaner
 
         services.append(NotificationCleaner(ctx))
+    from riverboat.runtime.maintenance.reindexer import build_reindexer
+
+    reindexer = build_reindexer(ctx)
+    if reindexer is not None:
+        services.append(reindexer)
     return services
 
 

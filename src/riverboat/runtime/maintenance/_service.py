@@ -95,6 +95,10 @@ class Service:
     async def on_start(self) -> None:
         """Called each time the service starts (leadership gained)."""
 
+    def run_time_limit(self) -> float | None:
+        """The time limit of one run (``None``: none); the config's ``run_timeout``."""
+        return self.ctx.config.run_timeout
+
     # -- signals -----------------------------------------------------------------------
     def wake(self) -> None:
         """Run now instead of at the next interval, unless backing off after an error."""
@@ -152,7 +156,7 @@ class Service:
             del stats.run_started[:-RUN_STARTS_KEPT]
             self._wake.clear()
             try:
-                async with asyncio.timeout(cfg.run_timeout):
+                async with asyncio.timeout(self.run_time_limit()):
                     await self.run_once()
             except Exception as exc:  # a database error, a timeout, or a bug: back off
                 stats.errors += 1
