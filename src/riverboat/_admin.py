@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from riverboat._insert import validate_queue
 from riverboat._job import STATE_BY_NAME, JobRow, JobState, format_rfc3339_nano, parse_rfc3339
+from riverboat._json import INT64_MAX, INT64_MIN, check_json_value
 from riverboat._queue import QueueRow
 from riverboat._sql import Statement
 from riverboat.errors import (
@@ -110,6 +111,7 @@ class JobListCursor:
         if (
             isinstance(job_id, bool)
             or not isinstance(job_id, int)
+            or not INT64_MIN <= job_id <= INT64_MAX
             or order_by not in _ORDER_BY
             or column not in ("id", "scheduled_at", "attempted_at", "finalized_at")
         ):
@@ -145,6 +147,24 @@ class _Plan(Generic[T]):
 def _job_id(value: object, field: str = "job_id") -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInputError(field, f"must be an int, not {type(value).__name__}")
+    if not INT64_MIN <= value <= INT64_MAX:
+        # A bigint column: Postgres would fail the statement, SQLite find nothing.
+        raise InvalidInputError(field, f"{value} is outside the range of job ids (int64)")
+    return int(value)
+
+
+def _text(value: str, field: str) -> str:
+    """Text bound as a statement parameter: no NUL (Postgres refuses it, SQLite keeps
+    it) and no lone surrogate (not UTF-8; argv decoding makes them from bad bytes)."""
+    if "\x00" in value:
+        raise InvalidInputError(field, f"{value[:40]!r} contains a NUL character")
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise InvalidInputError(
+                field, f"{value[:40]!r} contains a lone surrogate, which is not valid Unicode"
+            ) from None
     return value
 
 
@@ -161,6 +181,7 @@ def _str_list(value: object, field: str) -> list[str]:
     for item in items:
         if not isinstance(item, str) or not item:
             raise InvalidInputError(field, "must contain non-empty strings")
+        _text(item, field)
     return items  # type: ignore[return-value]
 
 
@@ -177,9 +198,11 @@ def _json_object(value: object, field: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise InvalidInputError(field, f"must be a dict, not {type(value).__name__}")
     try:
-        json.dumps(value)
+        text = json.dumps(value, ensure_ascii=False)
+        check_json_value(value)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(field, f"cannot be encoded as JSON: {exc}") from exc
+    _text(text, field)
     return dict(value)
 
 

@@ -7,11 +7,11 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from riverboat._job import InsertManyParams, InsertOpts, JobState, UniqueOpts
-from riverboat._json import go_json_dumps, utc_now
+from riverboat._json import check_json_value, go_json_dumps, utc_now
 from riverboat._unique import unique_key, unique_states_bitmask, validate_unique_opts
 from riverboat.errors import InvalidArgsError, InvalidInputError
 
@@ -114,12 +114,35 @@ def _validate_tags(tags: object, field: str) -> list[str]:
     return out
 
 
-def _validate_time(value: object, field: str) -> datetime:
+# Times every reader can hold: Python's datetime has years 1 to 9999 only, and a session
+# in any time zone must be able to show the value (Postgres drivers convert timestamptz
+# to the session's zone). SQLite writes years below 1000 unpadded, which sort after
+# every later year, so they are refused too.
+TIME_MIN = datetime(1000, 1, 1, tzinfo=UTC)
+TIME_MAX = datetime(9999, 12, 30, tzinfo=UTC)
+
+
+def validate_time(value: object, field: str) -> datetime:
+    """A time a user passes that riverboat will store: aware, and in
+    :data:`TIME_MIN`..:data:`TIME_MAX` once in UTC (so it round-trips through either
+    database and back into Python)."""
     if not isinstance(value, datetime):
         raise InvalidInputError(field, f"must be a datetime, not {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidInputError(field, "must be timezone-aware (naive datetimes are ambiguous)")
+    try:
+        utc = value.astimezone(UTC)
+    except OverflowError:
+        utc = None
+    if utc is None or not TIME_MIN <= utc <= TIME_MAX:
+        raise InvalidInputError(
+            field,
+            f"{value.isoformat()} is outside the storable range (years 1000 to 9999 in UTC)",
+        )
     return value
+
+
+_validate_time = validate_time
 
 
 def encode_metadata(metadata: object, field: str = "opts.metadata") -> str:
@@ -140,14 +163,32 @@ def _check_object_text(text: str, field: str) -> str:
     ``json.Marshal`` does with a ``MarshalJSON`` result (compact, HTML-escaped), so the
     stored args and the unique key do not depend on how the text was spaced or escaped."""
     try:
-        decoded = json.loads(text, parse_constant=_reject_constant)
+        decoded = json.loads(
+            text, parse_constant=_reject_constant, object_pairs_hook=_object_without_twins
+        )
     except ValueError as exc:
         raise InvalidArgsError(field, f"is not valid JSON: {exc}") from None
     if not isinstance(decoded, dict):
         raise InvalidArgsError(
             field, f"must encode to a JSON object, not a JSON {type(decoded).__name__}"
         )
-    return go_json_dumps(decoded)
+    try:
+        check_json_value(decoded)
+        return go_json_dumps(decoded)
+    except ValueError as exc:
+        raise InvalidArgsError(field, f"is not JSON serialisable: {exc}") from None
+
+
+def _object_without_twins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json.loads keeps the last of two equal keys; the first value would be lost unseen.
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"key {key!r} appears twice in one object")
+            seen.add(key)
+    return out
 
 
 def encode_args(args: object, kind: str | None = None) -> tuple[str, str]:

@@ -15,7 +15,14 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["go_float", "go_json_canonical", "go_json_dumps", "split_object", "to_jsonable"]
+__all__ = [
+    "check_json_value",
+    "go_float",
+    "go_json_canonical",
+    "go_json_dumps",
+    "split_object",
+    "to_jsonable",
+]
 
 # Go's HTML-safe escaping; these characters only ever appear inside JSON strings, so a plain
 # replace on the encoded text is exact.
@@ -90,18 +97,87 @@ def _check_utf8(text: str) -> str:
     return text
 
 
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+
+def _json_key(key: Any) -> str:
+    """The object key json.dumps writes for a dict key (it converts non-str keys)."""
+    if isinstance(key, str):
+        return key
+    if key is True or key is False or key is None:
+        return {True: "true", False: "false", None: "null"}[key]
+    if isinstance(key, int):
+        return str(int(key))
+    if isinstance(key, float):
+        return float.__repr__(key)
+    return str(key)  # json.dumps refuses other key types itself
+
+
+def check_json_value(value: Any) -> None:
+    """Refuse, with a ValueError that says where, what would not survive the trip to
+    either database and to a Go worker unchanged: a NUL character (Postgres rejects it
+    in text and jsonb, late; SQLite keeps it), an integer outside int64 (Go can't
+    decode it into an integer), and dict keys that collide once JSON makes them strings
+    (``{1: "a", "1": "b"}`` would silently keep one). Lone surrogates are caught on the
+    encoded text (:func:`_check_utf8`). Values json.dumps converts itself (dataclasses,
+    datetimes...) are checked after conversion, by the encoder's default hook."""
+    stack = [value]
+    pop, push = stack.pop, stack.append
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is str:
+            if "\x00" in item:
+                raise ValueError(f"contains a NUL character (\\u0000): {item[:40]!r}")
+        elif kind is int:
+            if not INT64_MIN <= item <= INT64_MAX:
+                raise ValueError(f"integer {item} is outside int64, which Go workers can't read")
+        elif kind is dict or isinstance(item, dict):
+            keys = item.keys()
+            if not all(type(k) is str for k in keys):
+                converted = [_json_key(k) for k in keys]
+                if len(set(converted)) != len(converted):
+                    seen: dict[str, Any] = {}
+                    for original, text in zip(keys, converted, strict=True):
+                        if text in seen:
+                            raise ValueError(
+                                f"keys {seen[text]!r} and {original!r} are both {text!r} in JSON"
+                            )
+                        seen[text] = original
+            for key in keys:
+                if type(key) is str and "\x00" in key:
+                    raise ValueError(f"key contains a NUL character (\\u0000): {key[:40]!r}")
+            stack.extend(item.values())
+        elif kind is list or kind is tuple or isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, int) and not isinstance(item, bool):
+            push(int(item))  # an IntEnum or other int subclass: JSON writes its value
+        elif isinstance(item, str):
+            push(str(item))
+
+
+def _to_jsonable_checked(value: Any) -> Any:
+    converted = _to_jsonable_ordered(value)
+    check_json_value(converted)
+    return converted
+
+
 def go_json_dumps(value: Any, *, allow_sets: bool = True) -> str:
     """Encode ``value`` as Go's encoding/json would (compact, HTML-escaped, UTF-8).
 
     Floats keep Python's ``repr`` (``1.0`` stays ``1.0``) so Python readers get the type
     back; unique keys use :func:`go_json_canonical`, which formats them as Go does.
-    ``allow_sets=False`` refuses sets (used for job args and metadata).
+    ``allow_sets=False`` (job args and metadata) refuses sets, and everything
+    :func:`check_json_value` refuses.
     """
+    if not allow_sets:
+        check_json_value(value)
     text = json.dumps(
         value,
         ensure_ascii=False,
         separators=(",", ":"),
-        default=to_jsonable if allow_sets else _to_jsonable_ordered,
+        default=to_jsonable if allow_sets else _to_jsonable_checked,
         allow_nan=False,
     )
     if not _NEEDS_ESCAPE.isdisjoint(text):

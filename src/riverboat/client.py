@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from riverboat._admin import AsyncAdmin, SyncAdmin
+from riverboat._admin import AsyncAdmin, SyncAdmin, _job_id
 from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, resolve_many
 from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow
 from riverboat._sql import Statement
@@ -181,9 +181,7 @@ class _ClientCore:
 
 
 def _check_job_id(job_id: object) -> int:
-    if isinstance(job_id, bool) or not isinstance(job_id, int):
-        raise InvalidInputError("job_id", f"must be an int, not {type(job_id).__name__}")
-    return job_id
+    return _job_id(job_id)  # one rule for every call taking a job id
 
 
 class Client(SyncAdmin):

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import riverboat
 from riverboat.cli import main as cli_main
-from riverboat.errors import RiverboatError
+from riverboat.errors import InvalidInputError, RiverboatError
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Workers
 from tests.reliability._support import sql
@@ -142,3 +142,126 @@ def test_cli_arguments(
     if code == 1:
         assert err.getvalue().startswith("riverboat: error:"), err.getvalue()
     seeded()
+
+
+# -- values neither database (nor a Go worker) keeps as given: refused on both dialects,
+# with InvalidInputError naming the field, before anything is written.
+
+SURROGATE = "\ud800"
+BAD_ARGS = [
+    ("lone surrogate in a value", {"s": SURROGATE}),
+    ("lone surrogate in a key", {SURROGATE: 1}),
+    ("NUL in a value", {"s": "a\x00b"}),
+    ("NUL in a key", {"a\x00": 1}),
+    ("NUL deep inside", {"l": [{"m": ["x", "\x00"]}]}),
+    ("integer above int64", {"n": 2**63}),
+    ("integer below int64", {"n": [-(2**63) - 1]}),
+    ("keys colliding in JSON", {1: "a", "1": "b"}),
+    ("bool and str keys colliding", {True: 1, "true": 2}),
+]
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def any_db(request: pytest.FixtureRequest) -> tuple[str, str | None, Any]:
+    """(url, schema, count of river_job rows) for each dialect."""
+    if request.param == "postgres":
+        url = request.getfixturevalue("pg_url")
+        schema = request.getfixturevalue("pg_schema")
+        return url, schema, lambda: sql(url, schema, "SELECT count(*) FROM river_job")[0][0]
+    from tests.sqlite.helpers import query
+
+    url = request.getfixturevalue("sqlite_url")
+    return url, None, lambda: query(url, "SELECT count(*) FROM river_job")[0][0]
+
+
+@pytest.mark.parametrize(("label", "args"), BAD_ARGS, ids=[a[0] for a in BAD_ARGS])
+def test_unstorable_args_and_metadata_refused(
+    any_db: tuple[str, str | None, Any], label: str, args: dict[Any, Any]
+) -> None:
+    url, schema, count = any_db
+    with riverboat.Client(url, schema=schema) as client:
+        with pytest.raises(InvalidInputError) as info:
+            client.insert(args, kind="bad_args")
+        assert info.value.field == "args"
+        with pytest.raises(InvalidInputError) as info:
+            client.insert({}, kind="bad_args", opts=riverboat.InsertOpts(metadata=args))
+        assert info.value.field == "opts.metadata"
+        with pytest.raises(InvalidInputError) as info:
+            client.job_list(metadata=args)
+        assert info.value.field == "metadata"
+        # Within int64, and the same keys as str: stored as given.
+        client.insert({"n": 2**63 - 1, "m": -(2**63), "1": "b"}, kind="ok_args")
+    assert count() == 1
+
+
+class TextArgs:
+    kind = "text_args"
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def to_json(self) -> str:
+        return self.text
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a": 1, "a": 2}', '{"s": "\\u0000"}', '{"n": 123456789012345678901}', '{"s": "\\ud800"}'],
+)
+def test_unstorable_to_json_text_refused(any_db: tuple[str, str | None, Any], text: str) -> None:
+    url, schema, count = any_db
+    with riverboat.Client(url, schema=schema) as client, pytest.raises(InvalidInputError):
+        client.insert(TextArgs(text))
+    assert count() == 0
+
+
+@pytest.mark.parametrize("job_id", [2**63, 2**70, -(2**63) - 1])
+def test_job_ids_out_of_range(any_db: tuple[str, str | None, Any], job_id: int) -> None:
+    url, schema, _count = any_db
+    with riverboat.Client(url, schema=schema) as client:
+        for call in (client.job_get, client.job_cancel, client.job_retry, client.job_delete):
+            with pytest.raises(InvalidInputError, match="int64") as info:
+                call(job_id)
+            assert info.value.field == "job_id"
+        with pytest.raises(InvalidInputError, match="int64"):
+            client.job_list(ids=[1, job_id])
+
+
+def test_cursor_with_an_out_of_range_id(any_db: tuple[str, str | None, Any]) -> None:
+    import base64
+    import json
+
+    url, schema, _count = any_db
+    body = json.dumps({"id": 2**70, "order_by": "id", "column": "id"}).encode()
+    cursor = base64.urlsafe_b64encode(body).decode().rstrip("=")
+    with riverboat.Client(url, schema=schema) as client:
+        with pytest.raises(InvalidInputError) as info:
+            client.job_list(cursor=cursor)
+        assert info.value.field == "cursor"
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["jobs", "get", "99999999999999999999"], "int64"),
+        (["jobs", "cancel", "-99999999999999999999"], "int64"),
+        (["jobs", "list", "--id", "99999999999999999999"], "int64"),
+        (["jobs", "list", "--metadata", '{"s": "\\ud800"}'], "surrogate"),
+        (["jobs", "list", "--metadata", '{"s": "\\u0000"}'], "NUL"),
+        (["jobs", "list", "--kind", "bad\udcffkind"], "surrogate"),  # argv bytes, not UTF-8
+        (["jobs", "list", "--kind", "nul\x00kind"], "NUL"),
+    ],
+    ids=["get", "cancel-negative", "list-id", "surrogate-json", "nul-json", "argv", "nul"],
+)
+def test_cli_bad_values_one_line(
+    any_db: tuple[str, str | None, Any], argv: list[str], says: str
+) -> None:
+    url, schema, _count = any_db
+    full = [*argv, "--database-url", url] + (["--schema", schema] if schema else [])
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = cli_main(full)
+    lines = err.getvalue().splitlines()
+    assert code == 1 and len(lines) == 1, err.getvalue()
+    assert lines[0].startswith("riverboat: error:"), lines
+    assert says in lines[0], lines
