@@ -147,6 +147,11 @@ class JobRow:
     unique_key: bytes | None
     unique_states: int | None
     _args: Any = field(default=_UNDECODED, repr=False)
+    #: Empty for every row riverboat could read. Otherwise one ``"column: problem"`` per
+    #: value it could not decode (a timestamp, JSON or state another client wrote); those
+    #: fields then hold placeholders, and the runtime fails such a job instead of running
+    #: it (see docs/reliability.md).
+    decode_errors: tuple[str, ...] = field(default=(), repr=False)
 
     @property
     def args(self) -> Any:
@@ -163,7 +168,55 @@ class JobRow:
     __hash__ = None  # type: ignore[assignment]
 
 
-_COMPARED_FIELDS = tuple(n for n in JobRow.__dataclass_fields__ if n != "_args")
+_COMPARED_FIELDS = tuple(
+    n for n in JobRow.__dataclass_fields__ if n not in ("_args", "decode_errors")
+)
+
+# The river_job columns in JobRow order (the order every job-returning statement uses).
+JOB_FIELDS = tuple("args" if n == "encoded_args" else n for n in _COMPARED_FIELDS)
+
+# Placeholders for values that could not be decoded: the earliest time (a NOT NULL
+# timestamp reads as "long past", so the job is due and gets failed by id), empty JSON.
+MIN_TIME = datetime.min.replace(tzinfo=UTC)
+_PLACEHOLDERS: tuple[Any, ...] = (
+    0,  # id
+    "null",  # args
+    0,  # attempt
+    None,  # attempted_at
+    [],  # attempted_by
+    MIN_TIME,  # created_at
+    [],  # errors
+    None,  # finalized_at
+    "",  # kind
+    1,  # max_attempts
+    {},  # metadata
+    1,  # priority
+    "",  # queue
+    JobState.RUNNING,  # state
+    MIN_TIME,  # scheduled_at
+    [],  # tags
+    None,  # unique_key
+    None,  # unique_states
+)
+
+
+def salvage_job(row: Sequence[Any], decoders: Sequence[Any]) -> JobRow:
+    """Decode ``row`` column by column (``decoders[i](row[i])``), putting a placeholder
+    where a value fails and naming it in :attr:`JobRow.decode_errors`. The slow path of
+    a dialect's ``decode_job``, taken only when its fast path raised: one bad value
+    never makes a whole row (or the batch it came in) unreadable."""
+    values: list[Any] = []
+    problems: list[str] = []
+    for index, decode in enumerate(decoders):
+        try:
+            value = decode(row[index])
+        except Exception as exc:  # any value another client wrote
+            value = _PLACEHOLDERS[index]
+            problems.append(f"{JOB_FIELDS[index]}: {type(exc).__name__}: {exc}")
+        values.append(value)
+    job = JobRow(*values)
+    job.decode_errors = tuple(problems)
+    return job
 
 
 @dataclass(slots=True, frozen=True)

@@ -8,8 +8,9 @@ per-entity mixins (:mod:`~riverboat.dialect.sqlite_admin`,
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from riverboat._sql import Statement
@@ -22,26 +23,45 @@ __all__ = [
     "parse_timestamp",
     "seconds_modifier",
     "state_in_bitmask",
+    "ts_exact",
+    "ts_key",
     "ts_or_none",
+    "valid_json_or",
 ]
+
+# json() raises on a value that is not JSON (text or JSONB), which would fail the whole
+# statement: a claim would never succeed again while that row is due. Such a value reads
+# as NULL instead, and the decoder names it (JobRow.decode_errors).
+_JSON = "CASE WHEN json_valid({c}, 10) THEN json({c}) END"
+
+
+def valid_json_or(column: str, default: str, json_type: str) -> str:
+    """SQL: ``column`` when it is JSON of ``json_type`` ('array', 'object'), else
+    ``default``. Writes that modify a JSON column go through this, so one malformed
+    value another client wrote can't fail a whole batch of updates."""
+    return (
+        f"(CASE WHEN json_valid({column}, 10) AND json_type({column}) = '{json_type}'"
+        f" THEN {column} ELSE {default} END)"
+    )
+
 
 _COLUMN_EXPRS = (
     ("id", "{t}id"),
-    ("args", "json({t}args)"),
+    ("args", _JSON.format(c="{t}args")),
     ("attempt", "{t}attempt"),
     ("attempted_at", "{t}attempted_at"),
-    ("attempted_by", "json({t}attempted_by)"),
+    ("attempted_by", _JSON.format(c="{t}attempted_by")),
     ("created_at", "{t}created_at"),
-    ("errors", "json({t}errors)"),
+    ("errors", _JSON.format(c="{t}errors")),
     ("finalized_at", "{t}finalized_at"),
     ("kind", "{t}kind"),
     ("max_attempts", "{t}max_attempts"),
-    ("metadata", "json({t}metadata)"),
+    ("metadata", _JSON.format(c="{t}metadata")),
     ("priority", "{t}priority"),
     ("queue", "{t}queue"),
     ("state", "{t}state"),
     ("scheduled_at", "{t}scheduled_at"),
-    ("tags", "json({t}tags)"),
+    ("tags", _JSON.format(c="{t}tags")),
     ("unique_key", "{t}unique_key"),
     ("unique_states", "{t}unique_states"),
 )
@@ -92,20 +112,130 @@ def format_timestamp(moment: datetime) -> str:
     return f"{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond // 1000:03d}"
 
 
+_fromisoformat = datetime.fromisoformat
+
+# Every textual form Go's SQLite drivers bind a time.Time as, and the usual ISO ones: a
+# date, optionally a time (space or T) with any number of fraction digits, then an
+# optional zone: Z, UTC, +hh, +hhmm or +hh:mm (with or without a space before it), then
+# Go's zone abbreviation ("UTC", "CET", "+05") and its monotonic reading (" m=+0.0013").
+_TIMESTAMP_RE = re.compile(
+    r"""\s*(?P<date>\d{4}-\d\d-\d\d)
+    (?:[T ](?P<time>\d\d:\d\d(?::\d\d)?)(?:[.,](?P<frac>\d+))?)?
+    \s*(?:(?P<utc>[Zz]|UTC)|(?P<sign>[+-])(?P<hh>\d\d)(?::?(?P<mm>\d\d))?(?::?(?P<ss>\d\d))?)?
+    (?:\s+(?:[A-Za-z][A-Za-z0-9_/+-]*|[+-]\d\d(?:\d\d)?))?
+    (?:\s+m=[+-]?\d+(?:\.\d+)?)?\s*\Z""",
+    re.VERBOSE,
+)
+
+
 def parse_timestamp(value: Any) -> datetime | None:
-    """A stored timestamp as an aware UTC datetime. Accepts River's text (with or
-    without fractional seconds, ``T`` or space, with or without an offset) and, for rows
-    written by other tools, Unix seconds."""
+    """A stored timestamp as an aware UTC datetime.
+
+    Reads River's own text (``2026-12-02 16:57:15.092``, any number of fraction digits,
+    no zone: UTC) on a fast path, and every other form Go River's drivers write (see
+    docs/river-go.md, "Timestamps on SQLite"): Go's ``Time.String()`` (``... +0000 UTC``,
+    with or without `` m=+0.0013``), ``+00:00``/``-07:00``/``Z`` suffixes, a ``T``
+    separator, nanoseconds (truncated to microseconds). Numbers are Unix seconds.
+    Raises ValueError for anything else, and for years Python cannot hold (before 1 or
+    after 9999)."""
     if value is None:
         return None
-    if isinstance(value, str):
-        moment = datetime.fromisoformat(value)
-        if moment.tzinfo is None:
-            return moment.replace(tzinfo=UTC)
-        return moment.astimezone(UTC)
-    if isinstance(value, (int, float)):
+    if type(value) is str:
+        # Fast path: "YYYY-MM-DD HH:MM:SS" plus up to 6 fraction digits, no zone.
+        length = len(value)
+        if (length == 19 or (21 <= length <= 26 and value[19] == ".")) and value[10] == " ":
+            try:
+                moment = _fromisoformat(value)
+            except ValueError:
+                pass  # the general parser decides, and says why
+            else:
+                if moment.tzinfo is None:
+                    return moment.replace(tzinfo=UTC)
+        return _parse_timestamp_text(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return datetime.fromtimestamp(value, UTC)
     raise ValueError(f"unrecognised SQLite timestamp: {value!r}")
+
+
+def _parse_timestamp_text(text: str) -> datetime:
+    match = _TIMESTAMP_RE.match(text)
+    if match is None:
+        raise ValueError(f"unrecognised SQLite timestamp: {text!r}")
+    date, clock, frac = match.group("date", "time", "frac")
+    iso = date + "T" + (clock or "00:00")
+    if frac:
+        iso += "." + (frac[:6] + "00000")[:6]  # truncated to microseconds, as Python keeps
+    try:
+        moment = _fromisoformat(iso)
+    except ValueError as exc:
+        raise ValueError(f"unrecognised SQLite timestamp: {text!r} ({exc})") from None
+    sign = match.group("sign")
+    if sign is not None:
+        hh, mm, ss = match.group("hh", "mm", "ss")
+        offset = timedelta(hours=int(hh), minutes=int(mm or 0), seconds=int(ss or 0))
+        if offset >= timedelta(hours=24):
+            raise ValueError(f"unrecognised SQLite timestamp: {text!r} (offset out of range)")
+        zone = timezone(offset if sign == "+" else -offset)
+        try:
+            return moment.replace(tzinfo=zone).astimezone(UTC)
+        except OverflowError:
+            raise ValueError(f"SQLite timestamp out of range in UTC: {text!r}") from None
+    return moment.replace(tzinfo=UTC)
+
+
+def _canonical(column: str) -> str:
+    """SQL: ``column`` read by SQLite's date functions, as ``YYYY-MM-DD HH:MM:SS.sss`` in
+    UTC. Go's ``Time.String()`` zone (``+0000 UTC``) is rewritten to ``+00:00`` first,
+    since SQLite only parses the latter; numbers are Unix seconds (as
+    :func:`parse_timestamp` reads them); NULL when SQLite can't read it."""
+    c = column
+    # Position of the space after the clock, where Go's String() puts its zone.
+    space = f"(11 + instr(substr({c}, 12), ' '))"
+    go_zone = f"substr({c}, {space} + 1, 5)"
+    go_form = (
+        f"substr({c}, 1, {space} - 1) || substr({go_zone}, 1, 3) || ':' || substr({go_zone}, 4, 2)"
+    )
+    return (
+        f"coalesce(CASE WHEN typeof({c}) IN ('integer', 'real')"
+        f" THEN strftime('%Y-%m-%d %H:%M:%f', {c}, 'unixepoch') END,"
+        f" CASE WHEN {space} > 11 AND {go_zone} GLOB '[+-][0-9][0-9][0-9][0-9]'"
+        f" THEN strftime('%Y-%m-%d %H:%M:%f', {go_form}) END,"
+        f" strftime('%Y-%m-%d %H:%M:%f', {c}))"
+    )
+
+
+def ts_key(column: str, *, unreadable_first: bool = True) -> str:
+    """SQL: ``column`` as text that compares correctly with River's own timestamp text
+    (what :func:`format_timestamp` writes and ``datetime('now', 'subsec')`` returns).
+
+    River compares timestamps as text, which is right only for its own form; rows Go
+    wrote through another driver (a ``T``, an offset other than UTC, a ``Z``) would be
+    claimed or rescued hours early or late. River's own text (naive UTC, space, any
+    fraction) is returned as it is (cheap: no date parsing on the claim path), anything
+    else is normalised. With ``unreadable_first`` a value SQLite cannot read at all is
+    ``''``, before every time, so the job is picked up and failed by id instead of being
+    silently never due; otherwise it stays NULL (compares as neither)."""
+    c = column
+    native = (
+        f"(typeof({c}) = 'text' AND length({c}) BETWEEN 19 AND 29"
+        f" AND substr({c}, 11, 1) = ' ' AND substr({c}, 5, 1) = '-'"
+        f" AND substr({c}, 20) NOT GLOB '*[^0-9.]*')"
+    )
+    fallback = _canonical(c)
+    if unreadable_first:  # NULL stays NULL, as in River's comparisons
+        fallback = f"coalesce({fallback}, CASE WHEN {c} IS NOT NULL THEN '' END)"
+    return f"(CASE WHEN {native} THEN {c} ELSE {fallback} END)"
+
+
+def ts_exact(column: str) -> str:
+    """SQL: ``column`` normalised to ``YYYY-MM-DD HH:MM:SS.sss`` UTC in every case (one
+    spelling per instant), for ordering and keyset comparisons; NULL if unreadable."""
+    c = column
+    native = (
+        f"typeof({c}) = 'text' AND length({c}) = 23 AND substr({c}, 11, 1) = ' '"
+        f" AND substr({c}, 20, 1) = '.' AND substr({c}, 20) NOT GLOB '*[^0-9.]*'"
+    )
+    return f"(CASE WHEN {native} THEN {c} ELSE {_canonical(c)} END)"
 
 
 def ts_or_none(moment: datetime | None) -> str | None:

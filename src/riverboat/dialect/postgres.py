@@ -13,7 +13,14 @@ from datetime import datetime
 from typing import Any
 
 from riverboat._insert import InsertParams
-from riverboat._job import STATE_BY_NAME, AttemptError, InsertResult, JobRow, decode_metadata
+from riverboat._job import (
+    STATE_BY_NAME,
+    AttemptError,
+    InsertResult,
+    JobRow,
+    decode_metadata,
+    salvage_job,
+)
 from riverboat._sql import Statement
 from riverboat.dialect._pg_common import CHANNEL, JOB_COLUMNS, UNIQUE_CONFLICT, job_columns
 from riverboat.dialect.base import Dialect, JobStateUpdate
@@ -172,6 +179,38 @@ ORDER BY state
 """
 
 
+def _same(value: Any) -> Any:
+    return value
+
+
+def _errors(value: Any) -> list[AttemptError]:
+    return [AttemptError.from_json(e) for e in value] if value else []
+
+
+# decode_job's slow path, one decoder per column in JobRow order. Postgres's types
+# guarantee almost everything; this is for what they don't (a driver's odd value).
+_FIELD_DECODERS = (
+    _same,
+    _same,
+    _same,
+    _same,
+    lambda v: v or [],
+    _same,
+    _errors,
+    _same,
+    _same,
+    _same,
+    decode_metadata,
+    _same,
+    _same,
+    lambda v: STATE_BY_NAME[v],
+    _same,
+    _same,
+    lambda v: None if v is None else bytes(v),
+    _same,
+)
+
+
 def _tags_packed(tags: list[str]) -> str:
     # River packs tag lists as comma-joined strings (tags cannot contain commas).
     return ",".join(tags)
@@ -208,28 +247,33 @@ class PostgresDialect(PostgresAdmin, PostgresLeadership, Dialect):
         return [InsertResult(decode(row), bool(row[18])) for row in rows]
 
     def decode_job(self, row: Sequence[Any]) -> JobRow:
-        errors = row[6]
-        unique_key = row[16]
-        return JobRow(
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            row[4] or [],
-            row[5],
-            [AttemptError.from_json(e) for e in errors] if errors else [],
-            row[7],
-            row[8],
-            row[9],
-            decode_metadata(row[10]),
-            row[11],
-            row[12],
-            STATE_BY_NAME[row[13]],
-            row[14],
-            row[15],
-            bytes(unique_key) if unique_key is not None else None,
-            row[17],
-        )
+        """A job row; a value that can't be read is named in
+        :attr:`JobRow.decode_errors` (with a placeholder) instead of raising."""
+        try:
+            errors = row[6]
+            unique_key = row[16]
+            return JobRow(
+                row[0],
+                row[1],
+                row[2],
+                row[3],
+                row[4] or [],
+                row[5],
+                [AttemptError.from_json(e) for e in errors] if errors else [],
+                row[7],
+                row[8],
+                row[9],
+                decode_metadata(row[10]),
+                row[11],
+                row[12],
+                STATE_BY_NAME[row[13]],
+                row[14],
+                row[15],
+                bytes(unique_key) if unique_key is not None else None,
+                row[17],
+            )
+        except Exception:
+            return salvage_job(row, _FIELD_DECODERS)
 
     def job_get_available(
         self, *, queue: str, max_to_lock: int, client_id: str, now: datetime | None = None

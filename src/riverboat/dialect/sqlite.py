@@ -16,7 +16,15 @@ from datetime import datetime
 from typing import Any
 
 from riverboat._insert import InsertParams
-from riverboat._job import STATE_BY_NAME, AttemptError, InsertResult, JobRow, decode_metadata
+from riverboat._job import (
+    STATE_BY_NAME,
+    AttemptError,
+    InsertResult,
+    JobRow,
+    JobState,
+    decode_metadata,
+    salvage_job,
+)
 from riverboat._sql import Statement
 from riverboat.dialect._sqlite_common import NOW as _NOW
 from riverboat.dialect._sqlite_common import (
@@ -24,6 +32,8 @@ from riverboat.dialect._sqlite_common import (
     format_timestamp,
     parse_timestamp,
     seconds_modifier,
+    ts_key,
+    valid_json_or,
 )
 from riverboat.dialect._sqlite_common import job_columns as _cols
 from riverboat.dialect._sqlite_common import ts_or_none as _ts_or_none
@@ -109,21 +119,30 @@ SELECT n.value ->> '$.payload', n.value ->> '$.topic'
 FROM json_each(:notifications) AS n
 """
 
+# attempted_by that is missing, or not a JSON array (another client's garbage), starts
+# over with this client: json_array_length() would fail the whole claim on it.
+_ATTEMPTED_BY_OK = (
+    "json_valid(river_job.attempted_by, 10) AND json_type(river_job.attempted_by) = 'array'"
+)
+
 # River's JobGetAvailable for SQLite. No SKIP LOCKED is needed: a write statement holds
 # SQLite's single write lock from start to end, so two claimers serialise. attempted_by
-# keeps its last MAX_ATTEMPTED_BY - 1 entries and appends the client ID.
+# keeps its last MAX_ATTEMPTED_BY - 1 entries and appends the client ID. scheduled_at is
+# compared through ts_key: River's text comparison is wrong for the other forms Go's
+# drivers write (an offset, a T), and a value SQLite can't read at all counts as due, so
+# the job is claimed and failed by id (the producer) rather than never seen again.
 QUERIES["job_get_available"] = f"""
 UPDATE <schema>river_job
 SET attempt = river_job.attempt + 1,
     attempted_at = coalesce(:now, {_NOW}),
-    attempted_by = jsonb_insert(
+    attempted_by = CASE WHEN {_ATTEMPTED_BY_OK} THEN jsonb_insert(
         CASE WHEN json_array_length(river_job.attempted_by) >= :max_attempted_by
              THEN (SELECT jsonb_group_array(e.value ORDER BY e.key)
                    FROM json_each(river_job.attempted_by) AS e
                    WHERE e.key > json_array_length(river_job.attempted_by) - :max_attempted_by)
-             ELSE coalesce(river_job.attempted_by, jsonb('[]'))
+             ELSE river_job.attempted_by
         END,
-        '$[#]', :attempted_by),
+        '$[#]', :attempted_by) ELSE jsonb_array(:attempted_by) END,
     state = 'running'
 WHERE id IN (
     SELECT id
@@ -131,7 +150,7 @@ WHERE id IN (
     WHERE state = 'available'
       AND queue = :queue
       AND priority >= 0
-      AND scheduled_at <= coalesce(:now, {_NOW})
+      AND {ts_key("scheduled_at")} <= coalesce(:now, {_NOW})
     ORDER BY priority ASC, scheduled_at ASC, id ASC
     LIMIT :max_to_lock
 )
@@ -143,10 +162,14 @@ RETURNING {_cols()}
 # 'running'` is the guard throughout: a job that is no longer running (rescued, or
 # deleted and re-inserted) only gets its metadata patched. A retry or snooze of a job
 # carrying cancel_attempted_at becomes a cancellation. Metadata merges with jsonb_patch
-# (RFC 7396, recursive), as River's SQLite driver does.
+# (RFC 7396, recursive), as River's SQLite driver does. errors or metadata that are not
+# JSON of the right shape (written by another client) start over empty, rather than
+# failing every outcome in the batch.
+_METADATA = valid_json_or("river_job.metadata", "jsonb('{}')", "object")
+_ERRORS = valid_json_or("river_job.errors", "jsonb('[]')", "array")
 _CANCEL = (
     "(u.state IN ('retryable', 'scheduled')"
-    " AND json_type(river_job.metadata, '$.cancel_attempted_at') IS NOT NULL)"
+    f" AND json_type({_METADATA}, '$.cancel_attempted_at') IS NOT NULL)"
 )
 _SET_STATE_BODY = f"""
 UPDATE <schema>river_job
@@ -154,13 +177,12 @@ SET attempt = CASE WHEN river_job.state = 'running' AND NOT {_CANCEL}
                         AND u.attempt IS NOT NULL
                    THEN u.attempt ELSE river_job.attempt END,
     errors = CASE WHEN river_job.state = 'running' AND u.error IS NOT NULL
-                  THEN jsonb_insert(coalesce(river_job.errors, jsonb('[]')), '$[#]',
-                                    jsonb(u.error))
+                  THEN jsonb_insert({_ERRORS}, '$[#]', jsonb(u.error))
                   ELSE river_job.errors END,
     finalized_at = CASE WHEN river_job.state = 'running' AND ({_CANCEL} OR u.finalized)
                         THEN {_NOW} ELSE river_job.finalized_at END,
     metadata = CASE WHEN u.metadata_updates IS NOT NULL
-                    THEN jsonb_patch(river_job.metadata, u.metadata_updates)
+                    THEN jsonb_patch({_METADATA}, u.metadata_updates)
                     ELSE river_job.metadata END,
     scheduled_at = CASE WHEN river_job.state = 'running' AND NOT {_CANCEL}
                              AND u.scheduled_at IS NOT NULL
@@ -219,6 +241,86 @@ WHERE queue IN (SELECT value FROM json_each(:queues))
 GROUP BY state
 ORDER BY state
 """
+
+
+def _required(value: Any) -> Any:
+    if value is None:
+        raise ValueError("NULL in a NOT NULL column")
+    return value
+
+
+def _json_text(value: Any) -> Any:
+    # The column list reads JSON SQLite can't parse as NULL (see job_columns).
+    if value is None:
+        raise ValueError("not valid JSON (or NULL)")
+    return value
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"not an integer: {value!r}")
+    return value
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"not text: {value!r}")
+    return value
+
+
+def _json_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    decoded = json.loads(value)
+    if not isinstance(decoded, list):
+        raise TypeError(f"not a JSON array: {value!r}")
+    return decoded
+
+
+def _errors(value: Any) -> list[AttemptError]:
+    return [AttemptError.from_json(e) for e in _json_list(value)]
+
+
+def _time(value: Any) -> datetime:
+    return _required(parse_timestamp(_required(value)))  # type: ignore[no-any-return]
+
+
+def _state(value: Any) -> JobState:
+    try:
+        return STATE_BY_NAME[value]
+    except (KeyError, TypeError):
+        raise ValueError(f"not a job state: {value!r}") from None
+
+
+def _unique_key(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)
+
+
+def _unique_states(value: Any) -> int | None:
+    return None if value is None else _int(value)
+
+
+# decode_job's slow path: one decoder per column, in JobRow order.
+_FIELD_DECODERS = (
+    _int,
+    lambda v: _text(_json_text(v)),
+    _int,
+    parse_timestamp,
+    _json_list,
+    _time,
+    _errors,
+    parse_timestamp,
+    _text,
+    _int,
+    lambda v: decode_metadata(_json_text(v)),
+    _int,
+    _text,
+    _state,
+    _time,
+    lambda v: _json_list(_json_text(v)),
+    _unique_key,
+    _unique_states,
+)
 
 
 def _encode_insert_job(job: InsertParams) -> str:
@@ -285,29 +387,39 @@ class SqliteDialect(SqliteAdmin, SqliteLeadership, Dialect):
         return out
 
     def decode_job(self, row: Sequence[Any]) -> JobRow:
-        attempted_by = row[4]
-        errors = row[6]
-        unique_key = row[16]
-        return JobRow(
-            row[0],
-            row[1],
-            row[2],
-            parse_timestamp(row[3]),
-            json.loads(attempted_by) if attempted_by else [],
-            parse_timestamp(row[5]),  # type: ignore[arg-type]
-            [AttemptError.from_json(e) for e in json.loads(errors)] if errors else [],
-            parse_timestamp(row[7]),
-            row[8],
-            row[9],
-            decode_metadata(row[10]),
-            row[11],
-            row[12],
-            STATE_BY_NAME[row[13]],
-            parse_timestamp(row[14]),  # type: ignore[arg-type]
-            json.loads(row[15]) if row[15] else [],
-            bytes(unique_key) if unique_key is not None else None,
-            row[17],
-        )
+        """A job row; never raises for a value in it: what can't be read (a timestamp
+        form nobody knows, JSON SQLite can't parse, an unknown state) is named in
+        :attr:`JobRow.decode_errors`, with a placeholder in its field."""
+        try:
+            attempted_by = row[4]
+            errors = row[6]
+            unique_key = row[16]
+            created_at = parse_timestamp(row[5])
+            scheduled_at = parse_timestamp(row[14])
+            if None in (created_at, scheduled_at, row[1], row[10], row[15]):
+                raise ValueError("a NOT NULL column is NULL")
+            return JobRow(
+                row[0],
+                row[1],
+                row[2],
+                parse_timestamp(row[3]),
+                json.loads(attempted_by) if attempted_by else [],
+                created_at,  # type: ignore[arg-type]
+                [AttemptError.from_json(e) for e in json.loads(errors)] if errors else [],
+                parse_timestamp(row[7]),
+                row[8],
+                row[9],
+                decode_metadata(row[10]),
+                row[11],
+                row[12],
+                STATE_BY_NAME[row[13]],
+                scheduled_at,  # type: ignore[arg-type]
+                json.loads(row[15]),
+                bytes(unique_key) if unique_key is not None else None,
+                row[17],
+            )
+        except Exception:
+            return salvage_job(row, _FIELD_DECODERS)
 
     def job_get_available(
         self, *, queue: str, max_to_lock: int, client_id: str, now: datetime | None = None

@@ -36,6 +36,8 @@ from riverboat.dialect._sqlite_common import (
     format_timestamp,
     job_columns,
     parse_timestamp,
+    ts_exact,
+    ts_key,
 )
 from riverboat.errors import NotSupportedError
 
@@ -83,7 +85,8 @@ WHERE id = :id
 # attempt gets one more. Every SET expression sees the row as it was before the statement.
 _RETRYABLE = (
     "(river_job.state <> 'running'"
-    f" AND NOT (river_job.state = 'available' AND river_job.scheduled_at < {NOW}))"
+    " AND NOT (river_job.state = 'available'"
+    f" AND {ts_key('river_job.scheduled_at', unreadable_first=False)} < {NOW}))"
 )
 QUERIES["job_retry"] = f"""
 UPDATE <schema>river_job
@@ -204,8 +207,9 @@ _NOT_NULL_COLUMNS = frozenset({"id", "scheduled_at", "created_at"})
 
 def _time_key(column: str) -> str:
     # Ordered and compared as normalised text: rows written by Go drop trailing zeros of
-    # the milliseconds ("...:05.5"), which would otherwise sort before "...:05.500".
-    return f"strftime('%Y-%m-%d %H:%M:%f', {column})"
+    # the milliseconds ("...:05.5", which would otherwise sort before "...:05.500") or
+    # use another spelling (Go's "+0000 UTC", an offset, a T): ts_exact reads them all.
+    return ts_exact(column)
 
 
 def _where(filters: Sequence[str]) -> list[str]:
@@ -223,16 +227,19 @@ def _keyset(column: str, descending: bool, cursor_time_null: bool) -> str:
     last ascending, first descending, as on Postgres)."""
     if column == "id":
         return "id < :cursor_id" if descending else "id > :cursor_id"
-    key = f"({_time_key(column)}, id)"
+    time = _time_key(column)
+    key = f"({time}, id)"
     after = f"({_time_key(':cursor_time')}, :cursor_id)"
+    # NULL-ness of the normalised time, not of the column: a value SQLite can't read
+    # sorts with the NULLs, so it must page with them too.
     nullable = column not in _NOT_NULL_COLUMNS
     if not descending:
         if cursor_time_null:
-            return f"({column} IS NULL AND id > :cursor_id)"
-        tail = f" OR {column} IS NULL" if nullable else ""
+            return f"({time} IS NULL AND id > :cursor_id)"
+        tail = f" OR {time} IS NULL" if nullable else ""
         return f"({key} > {after}{tail})"
     if cursor_time_null:
-        return f"(({column} IS NULL AND id < :cursor_id) OR {column} IS NOT NULL)"
+        return f"(({time} IS NULL AND id < :cursor_id) OR {time} IS NOT NULL)"
     return f"{key} < {after}"
 
 

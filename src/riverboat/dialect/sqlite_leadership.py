@@ -26,7 +26,9 @@ from riverboat.dialect._sqlite_common import (
     parse_timestamp,
     seconds_modifier,
     state_in_bitmask,
+    ts_key,
     ts_or_none,
+    valid_json_or,
 )
 from riverboat.dialect.postgres_leadership import LeaderRow, RescueUpdate
 
@@ -85,6 +87,14 @@ QUERIES["leader_resign_apply"] = f"DELETE FROM <schema>river_leader WHERE {_TERM
 
 QUERIES["leader_get_elected"] = f"SELECT {_LEADER_COLUMNS} FROM <schema>river_leader"
 
+# Timestamps are compared through ts_key (River compares text, right only for its own
+# spelling); errors/metadata that are not JSON of the right shape start over rather
+# than failing the whole rescue batch. A finalized_at SQLite can't read is never due for
+# deletion (NULL compares as neither).
+_ERRORS = valid_json_or("river_job.errors", "jsonb('[]')", "array")
+_METADATA = valid_json_or("river_job.metadata", "jsonb('{}')", "object")
+_FINALIZED_AT = ts_key("finalized_at", unreadable_first=False)
+
 # River's JobSchedule. The decision (which due jobs become available, which unique ones
 # are discarded because another row holds their key in a state their bitmask covers, or
 # an earlier job of the batch has it) is made once per statement from the same rows; the
@@ -97,7 +107,7 @@ WITH eligible AS (
     FROM <schema>river_job
     WHERE state IN ('retryable', 'scheduled')
       AND priority >= 0
-      AND scheduled_at <= :horizon
+      AND {ts_key("scheduled_at")} <= :horizon
     ORDER BY priority, scheduled_at, id
     LIMIT :max
 ),
@@ -125,10 +135,10 @@ decided AS MATERIALIZED (
 QUERIES["job_schedule"] = _SCHEDULE_DECISION + "SELECT id, queue, discard FROM decided ORDER BY id"
 QUERIES["job_schedule_notify"] = (
     _SCHEDULE_DECISION
-    + """INSERT INTO <schema>river_notification (payload, topic)
-SELECT DISTINCT '{"queue": ' || json_quote(queue) || '}', 'river_insert'
+    + f"""INSERT INTO <schema>river_notification (payload, topic)
+SELECT DISTINCT '{{"queue": ' || json_quote(queue) || '}}', 'river_insert'
 FROM decided
-WHERE NOT discard AND scheduled_at <= :notify_horizon
+WHERE NOT discard AND {ts_key("scheduled_at")} <= :notify_horizon
 """
 )
 QUERIES["job_schedule_apply"] = (
@@ -137,7 +147,7 @@ QUERIES["job_schedule_apply"] = (
 SET state = CASE WHEN d.discard THEN 'discarded' ELSE 'available' END,
     finalized_at = CASE WHEN d.discard THEN {NOW} ELSE river_job.finalized_at END,
     metadata = CASE WHEN d.discard
-                    THEN jsonb_patch(river_job.metadata,
+                    THEN jsonb_patch({_METADATA},
                                      '{{"unique_key_conflict": "scheduler_discarded"}}')
                     ELSE river_job.metadata END
 FROM decided AS d
@@ -150,7 +160,7 @@ SELECT {job_columns()}
 FROM <schema>river_job
 WHERE state = 'running'
   AND id > :after_id
-  AND attempted_at < :stuck_horizon
+  AND {ts_key("attempted_at")} < :stuck_horizon
 ORDER BY id
 LIMIT :max
 """
@@ -158,18 +168,18 @@ LIMIT :max
 # River's JobRescueMany as one UPDATE over the batch (River's SQLite driver loops, one
 # UPDATE per job), re-checking that each job is still the stuck run the rescuer looked
 # at. river:rescue_count counts on from a JSON number (rounded, as Postgres's ::int does).
-QUERIES["job_rescue_many"] = """
+QUERIES["job_rescue_many"] = f"""
 UPDATE <schema>river_job
-SET errors = jsonb_insert(coalesce(river_job.errors, jsonb('[]')), '$[#]', jsonb(r.error)),
+SET errors = jsonb_insert({_ERRORS}, '$[#]', jsonb(r.error)),
     finalized_at = r.finalized_at,
     scheduled_at = r.scheduled_at,
     metadata = jsonb_set(
-        river_job.metadata,
+        {_METADATA},
         '$."river:rescue_count"',
         coalesce(
-            CASE WHEN json_type(river_job.metadata, '$."river:rescue_count"')
+            CASE WHEN json_type({_METADATA}, '$."river:rescue_count"')
                       IN ('integer', 'real')
-                 THEN CAST(round(river_job.metadata ->> '$."river:rescue_count"') AS integer)
+                 THEN CAST(round({_METADATA} ->> '$."river:rescue_count"') AS integer)
             END,
             0
         ) + 1
@@ -185,25 +195,25 @@ FROM (
 ) AS r
 WHERE river_job.id = r.id
   AND river_job.state = 'running'
-  AND river_job.attempted_at < :stuck_horizon
+  AND {ts_key("river_job.attempted_at")} < :stuck_horizon
 RETURNING river_job.id, river_job.state
 """
 
 # The job cleaner: one bounded DELETE per batch. No SKIP LOCKED is needed or possible:
 # the statement holds SQLite's write lock, so a JobRetry either committed before it (the
 # job is no longer finalized and not selected) or runs after it.
-QUERIES["job_delete_before"] = """
+QUERIES["job_delete_before"] = f"""
 DELETE FROM <schema>river_job
 WHERE id IN (
     SELECT id
     FROM <schema>river_job
     WHERE (
             (state = 'cancelled'
-             AND finalized_at < datetime('now', 'subsec', :cancelled_retention))
+             AND {_FINALIZED_AT} < datetime('now', 'subsec', :cancelled_retention))
          OR (state = 'completed'
-             AND finalized_at < datetime('now', 'subsec', :completed_retention))
+             AND {_FINALIZED_AT} < datetime('now', 'subsec', :completed_retention))
          OR (state = 'discarded'
-             AND finalized_at < datetime('now', 'subsec', :discarded_retention))
+             AND {_FINALIZED_AT} < datetime('now', 'subsec', :discarded_retention))
         )
       AND (:queues_excluded IS NULL
            OR queue NOT IN (SELECT value FROM json_each(:queues_excluded)))
@@ -212,12 +222,12 @@ WHERE id IN (
 )
 """
 
-QUERIES["queue_delete_expired"] = """
+QUERIES["queue_delete_expired"] = f"""
 DELETE FROM <schema>river_queue
 WHERE name IN (
     SELECT name
     FROM <schema>river_queue
-    WHERE updated_at < datetime('now', 'subsec', :retention)
+    WHERE {ts_key("updated_at", unreadable_first=False)} < datetime('now', 'subsec', :retention)
     ORDER BY name
     LIMIT :max
 )

@@ -24,6 +24,7 @@ from riverboat.runtime.completer import Completer
 from riverboat.runtime.events import Event, EventKind
 from riverboat.runtime.executor import ExecutorConfig, RunState, execute_job, timeout_for
 from riverboat.runtime.threads import DaemonThreadPool
+from riverboat.runtime.undecodable import undecodable_outcome
 
 __all__ = ["Producer", "QueueConfig"]
 
@@ -235,6 +236,11 @@ class Producer:
                             "the rescuer",
                             self.queue,
                             raw[0] if raw else None,
+                        )
+                        continue
+                    if row.decode_errors:  # failed by id, not run (runtime/undecodable.py)
+                        await self._completer.add(
+                            undecodable_outcome(row, self._exec_config.retry_policy, self.queue)
                         )
                         continue
                     self._start_job(row)

@@ -5,8 +5,9 @@ keyset-paginated batches. For each one, in River's order:
 
 1. ``cancel_attempted_at`` in metadata: **cancelled**;
 2. no worker registered for its kind: **discarded**;
-3. args that don't decode for its worker: retried by the retry policy while attempts
-   remain, else **discarded**;
+3. args that don't decode for its worker, or a row with a value riverboat can't read
+   (``JobRow.decode_errors``, logged once per rescue with the job id): retried by the
+   retry policy while attempts remain, else **discarded**;
 4. an effective timeout (the worker's, else the client's) that is none, or that has
    not yet passed since the attempt began: left running;
 5. otherwise retried (the worker's ``next_retry``, else the retry policy) while attempts
@@ -18,15 +19,19 @@ Every rescued job gets the error entry ``"Stuck job rescued by JobRescuer"`` and
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from riverboat._job import AttemptError, JobRow, JobState
 from riverboat.dialect.postgres_leadership import RescueUpdate
 from riverboat.runtime.maintenance._service import MaintenanceContext, Service
+from riverboat.runtime.undecodable import decode_error_message, safe_next_retry
 from riverboat.runtime.worker import Job
 
 __all__ = ["RESCUE_ERROR", "JobRescuer"]
+
+log = logging.getLogger("riverboat.maintenance")
 
 RESCUE_ERROR = "Stuck job rescued by JobRescuer"
 
@@ -77,10 +82,19 @@ class JobRescuer(Service):
         if worker is None:
             return final(JobState.DISCARDED)
         try:
+            if job.decode_errors:
+                # A value in the row itself can't be read: fail it like bad args.
+                log.error(
+                    "maintenance rescuer: job %d (%s) %s",
+                    job.id,
+                    job.kind or "?",
+                    decode_error_message(job),
+                )
+                raise ValueError(decode_error_message(job))
             args: Any = worker.decode(job)
         except Exception:
             if job.attempt < max(job.max_attempts, 0):
-                retry_at = self.ctx.retry_policy.next_retry(job, now)
+                retry_at = safe_next_retry(job, self.ctx.retry_policy, now)
                 return RescueUpdate(job.id, error, None, retry_at, JobState.RETRYABLE.value)
             return final(JobState.DISCARDED)
         timeout = worker.timeout if worker.timeout is not None else self.ctx.job_timeout
@@ -96,7 +110,7 @@ class JobRescuer(Service):
             except Exception:
                 when = None
         if when is None or when.tzinfo is None:
-            when = self.ctx.retry_policy.next_retry(job, now)
+            when = safe_next_retry(job, self.ctx.retry_policy, now)
         if job.attempt < max(job.max_attempts, 0):
             return RescueUpdate(job.id, error, None, when, JobState.RETRYABLE.value)
         return final(JobState.DISCARDED)
