@@ -13,6 +13,7 @@ Every exception riverboat raises on purpose derives from :class:`RiverboatError`
     ├── MissingDependencyError (also ImportError) an optional extra is not installed
     ├── NotSupportedError (also NotImplementedError) the dialect lacks this operation
     └── MigrationError                            the schema is not at a version riverboat knows
+        └── NotMigratedError (also DriverError)   a statement found River's tables missing
 
 Driver errors keep the underlying library's exception as ``__cause__`` so callers can
 still reach its details (SQLSTATE and so on).
@@ -28,6 +29,7 @@ __all__ = [
     "MigrationError",
     "MissingDependencyError",
     "NotFoundError",
+    "NotMigratedError",
     "NotSupportedError",
     "RiverboatError",
     "UnknownJobKindError",
@@ -81,15 +83,40 @@ class DriverError(RiverboatError):
 
 
 class MissingDependencyError(RiverboatError, ImportError):
-    """An optional dependency is missing; the message names the extra to install."""
+    """An optional dependency is missing or broken; the message names the extra to install.
 
-    def __init__(self, package: str, extra: str) -> None:
-        super().__init__(
-            f"{package} is not installed; install it with: pip install 'riverboat[{extra}]'"
-        )
+    Pass the ``ImportError`` that was caught as ``cause``: when it is not the package
+    itself that is missing (a broken install, a missing C library, a dependency of the
+    package), the message says what failed instead of claiming the package is absent,
+    and the error is kept as ``__cause__``.
+    """
+
+    def __init__(self, package: str, extra: str, cause: ImportError | None = None) -> None:
+        install = f"pip install 'riverboat[{extra}]'"
+        if cause is None or _is_absent(package, cause):
+            message = f"{package} is not installed; install it with: {install}"
+        else:
+            detail = " ".join(f"{type(cause).__name__}: {cause}".split())
+            message = f"{package} failed to import ({detail}); reinstall it with: {install}"
+        super().__init__(message)
         self.package = package
         self.extra = extra
+        if cause is not None:
+            self.__cause__ = cause
 
 
 class MigrationError(RiverboatError):
     """The database schema is missing, too old or newer than this riverboat knows."""
+
+
+def _is_absent(package: str, cause: ImportError) -> bool:
+    # "No module named 'psycopg'" while importing psycopg (or psycopg_pool): truly absent.
+    # Anything else (a missing libpq, a broken dependency) is a failure worth showing.
+    missing = getattr(cause, "name", None)
+    return isinstance(cause, ModuleNotFoundError) and missing == package.split(".")[0]
+
+
+class NotMigratedError(DriverError, MigrationError):
+    """A statement found River's tables (or the schema) missing: the database is not
+    migrated. The message says to run ``riverboat migrate up``; the database's own error
+    is ``__cause__``."""

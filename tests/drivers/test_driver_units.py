@@ -110,3 +110,30 @@ async def test_asyncpg_driver_counts_a_lease_left_in_a_transaction(
         assert driver.stats.connections_opened == 1
     finally:
         await driver.close()
+
+
+def test_a_broken_install_is_not_reported_as_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """psycopg present but failing to import (no libpq, a broken wheel): the message says
+    what failed, and the ImportError stays the cause."""
+    import importlib.abc
+
+    from riverboat.drivers.psycopg import PsycopgDriver
+
+    class BrokenPsycopg(importlib.abc.MetaPathFinder):
+        def find_spec(self, name: str, *_: object) -> None:
+            if name == "psycopg":
+                raise ImportError("no pq wrapper available: libpq library not found")
+
+    for name in [m for m in sys.modules if m == "psycopg" or m.startswith("psycopg.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [BrokenPsycopg(), *sys.meta_path])
+    with pytest.raises(MissingDependencyError) as info:
+        PsycopgDriver("postgresql://localhost/x")
+    assert "psycopg failed to import" in str(info.value)
+    assert "libpq library not found" in str(info.value)
+    assert isinstance(info.value.__cause__, ImportError)
+    # A truly absent package still reads as "not installed".
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    with pytest.raises(MissingDependencyError, match="psycopg is not installed") as absent:
+        PsycopgDriver("postgresql://localhost/x")
+    assert absent.value.__cause__ is not None

@@ -137,8 +137,8 @@ def _open_driver(args: argparse.Namespace) -> tuple[Any, Any]:
     # then fails at once with the server's message, not after the pool's timeout.
     try:
         import psycopg
-    except ImportError:
-        raise MissingDependencyError("psycopg", "psycopg") from None
+    except ImportError as exc:
+        raise MissingDependencyError("psycopg", "psycopg", exc) from exc
     from riverboat.drivers.psycopg import PsycopgDriver, _libpq_url
 
     try:

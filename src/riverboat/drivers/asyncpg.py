@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from riverboat._sql import Statement
 from riverboat.dialect.postgres import PostgresDialect
-from riverboat.drivers.base import Capabilities, DriverStats, Notification
+from riverboat.drivers.base import Capabilities, DriverStats, Notification, translate_error
 from riverboat.errors import DriverError, MissingDependencyError
 
 if TYPE_CHECKING:
@@ -35,8 +35,8 @@ __all__ = ["AsyncpgDriver", "connect_listener"]
 def _import_asyncpg() -> Any:
     try:
         import asyncpg
-    except ImportError:
-        raise MissingDependencyError("asyncpg", "asyncpg") from None
+    except ImportError as exc:
+        raise MissingDependencyError("asyncpg", "asyncpg", exc) from exc
     return asyncpg
 
 
@@ -47,9 +47,7 @@ def _errors(asyncpg: Any) -> tuple[type[BaseException], ...]:
 
 
 def _translate(exc: BaseException) -> DriverError:
-    err = DriverError(f"{type(exc).__name__}: {exc}".strip())
-    err.__cause__ = exc
-    return err
+    return translate_error(exc)
 
 
 def _asyncpg_url(url: str) -> str:

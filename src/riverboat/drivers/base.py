@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from riverboat._sql import Statement
+from riverboat.errors import DriverError, NotMigratedError
 
 if TYPE_CHECKING:
     from riverboat.dialect.base import Dialect
@@ -21,9 +23,49 @@ __all__ = [
     "DriverStats",
     "Executor",
     "Notification",
+    "translate_error",
 ]
 
 Row = Sequence[Any]
+
+# How Postgres and SQLite say that one of River's tables (or the schema) is missing.
+_MISSING_TABLE = re.compile(
+    r'relation "(?:[^"]+\.)?(river_\w+)" does not exist|no such table: (?:\w+\.)?(river_\w+)'
+)
+_MISSING_SCHEMA = re.compile(r'schema "([^"]+)" does not exist')
+
+
+def translate_error(exc: BaseException, detail: BaseException | None = None) -> DriverError:
+    """The :class:`DriverError` a driver raises for a library's exception ``exc``
+    (kept as ``__cause__``); ``detail`` is the exception whose text says what went
+    wrong when ``exc`` wraps it (SQLAlchemy's ``.orig``).
+
+    A statement that finds River's tables or its schema missing becomes a
+    :class:`NotMigratedError` whose message says to run ``riverboat migrate up``: the
+    same error from every driver and both databases, instead of the raw SQL error."""
+    source = detail if detail is not None else exc
+    text = str(source).strip()
+    first_line = text.splitlines()[0] if text else ""
+    err: DriverError
+    if (table := _MISSING_TABLE.search(first_line)) is not None:
+        name = table.group(1) or table.group(2)
+        err = NotMigratedError(
+            f"River's table {name} is missing ({first_line}): the database is not "
+            "migrated; run `riverboat migrate up` (or River's `river migrate-up`)"
+        )
+    elif (schema := _MISSING_SCHEMA.search(first_line)) is not None:
+        err = NotMigratedError(
+            f"schema {schema.group(1)!r} does not exist: create it, then run "
+            f"`riverboat migrate up --schema {schema.group(1)}`"
+        )
+    else:
+        label = type(source).__name__
+        name = getattr(source, "sqlite_errorname", None)
+        if name:
+            label = f"{label} ({name})"
+        err = DriverError(f"{label}: {text}".strip())
+    err.__cause__ = exc
+    return err
 
 
 @dataclass(slots=True, frozen=True)

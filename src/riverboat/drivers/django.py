@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from riverboat._sql import Statement
-from riverboat.drivers.base import Capabilities, DriverStats
+from riverboat.drivers.base import Capabilities, DriverStats, translate_error
 from riverboat.errors import DriverError, InvalidInputError, MissingDependencyError
 
 if TYPE_CHECKING:
@@ -57,15 +57,13 @@ _NOT_LIBPQ = ("cursor_factory", "context", "prepare_threshold")
 def _django() -> Any:
     try:
         import django.db
-    except ImportError:
-        raise MissingDependencyError("django", "django") from None
+    except ImportError as exc:
+        raise MissingDependencyError("django", "django", exc) from exc
     return django.db
 
 
-def _translate(exc: Exception) -> DriverError:
-    err = DriverError(f"{type(exc).__name__}: {exc}".strip())
-    err.__cause__ = exc
-    return err
+def _translate(exc: BaseException) -> DriverError:
+    return translate_error(exc)
 
 
 def _is_raw(stmt: Statement) -> bool:
@@ -238,8 +236,8 @@ def libpq_params(alias: str = "default") -> tuple[str, bool]:
     db = _django()
     try:
         from psycopg.conninfo import make_conninfo
-    except ImportError:
-        raise MissingDependencyError("psycopg", "psycopg") from None
+    except ImportError as exc:
+        raise MissingDependencyError("psycopg", "psycopg", exc) from exc
     params = dict(db.connections[alias].get_connection_params())
     prepare = params.get("prepare_threshold") is not None
     for key in _NOT_LIBPQ:

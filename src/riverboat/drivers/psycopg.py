@@ -13,13 +13,15 @@ where session settings and prepared statements would leak between clients.
 from __future__ import annotations
 
 import asyncio
+import random
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from riverboat._sql import Statement
 from riverboat.dialect.postgres import PostgresDialect
-from riverboat.drivers.base import Capabilities, DriverStats, Notification
+from riverboat.drivers.base import Capabilities, DriverStats, Notification, translate_error
 from riverboat.errors import DriverError, MissingDependencyError
 
 if TYPE_CHECKING:
@@ -30,19 +32,24 @@ __all__ = ["AsyncPsycopgDriver", "PsycopgDriver"]
 
 _GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
 
+#: Seconds a new connection may take (libpq's connect_timeout), so an unreachable
+#: host fails instead of hanging on TCP's own timeout.
+CONNECT_TIMEOUT = 10
+#: Seconds a statement waits for a pooled connection before it fails (psycopg_pool's
+#: default): the pool is busy or the server is unreachable.
+POOL_TIMEOUT = 30.0
+
 
 def _import_psycopg() -> Any:
     try:
         import psycopg
-    except ImportError:
-        raise MissingDependencyError("psycopg", "psycopg") from None
+    except ImportError as exc:
+        raise MissingDependencyError("psycopg", "psycopg", exc) from exc
     return psycopg
 
 
-def _translate(exc: Exception) -> DriverError:
-    err = DriverError(f"{type(exc).__name__}: {exc}".strip())
-    err.__cause__ = exc
-    return err
+def _translate(exc: BaseException) -> DriverError:
+    return translate_error(exc)
 
 
 def _libpq_url(url: str) -> str:
@@ -108,6 +115,7 @@ class PsycopgDriver:
         schema: str | None = None,
         max_pool_size: int = 10,
         prepare: bool = True,
+        pool_timeout: float = POOL_TIMEOUT,
     ) -> None:
         psycopg = _import_psycopg()
         self.dialect = PostgresDialect(schema)
@@ -120,9 +128,12 @@ class PsycopgDriver:
         if isinstance(source, str):
             try:
                 import psycopg_pool
-            except ImportError:
-                raise MissingDependencyError("psycopg_pool", "psycopg") from None
+            except ImportError as exc:
+                raise MissingDependencyError("psycopg_pool", "psycopg", exc) from exc
             self.url = _libpq_url(source)
+            # Opened at the first statement, after one direct connection has proved the
+            # URL works: a wrong password or database then fails at once with the
+            # server's own message, instead of a pool retrying for 30 s in the background.
             self._pool = psycopg_pool.ConnectionPool(
                 self.url,
                 min_size=1,
@@ -131,11 +142,14 @@ class PsycopgDriver:
                     "autocommit": True,
                     "cursor_factory": psycopg.RawCursor,
                     "prepare_threshold": 0 if prepare else None,
+                    "connect_timeout": CONNECT_TIMEOUT,
                 },
-                open=True,
+                open=False,
                 configure=self._on_connect,
+                timeout=pool_timeout,
             )
             self._owned_pool = True
+            self._pool_opened = False
         elif isinstance(source, psycopg.Connection):
             self._conn = source
         else:
@@ -143,6 +157,32 @@ class PsycopgDriver:
         import threading
 
         self._lock = threading.Lock()
+
+    def _open_pool(self) -> None:
+        """Prove the URL with one connection, then open the owned pool (once)."""
+        psycopg = _import_psycopg()
+        with self._lock:
+            if self._pool_opened:
+                return
+            try:
+                psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT).close()
+            except psycopg.Error as exc:
+                raise _translate(exc) from exc
+            self._pool.open(wait=False)
+            self._pool_opened = True
+
+    def _failure(self, exc: Exception) -> DriverError:
+        """The DriverError for ``exc``. A pool timeout says only that no connection
+        came: when a direct connection fails now, say why, with the server's message."""
+        psycopg = _import_psycopg()
+        err = _translate(exc)
+        if type(exc).__name__ == "PoolTimeout" and self.url is not None:
+            try:
+                psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT).close()
+            except psycopg.Error as cause:
+                err = DriverError(f"{err}; connecting now fails with: {_translate(cause)}")
+                err.__cause__ = cause
+        return err
 
     def _on_connect(self, conn: Any) -> None:
         self.stats.connections_opened += 1
@@ -156,6 +196,8 @@ class PsycopgDriver:
             with self._lock:
                 yield self._conn
             return
+        if self._owned_pool and not self._pool_opened:
+            self._open_pool()
         with self._pool.connection() as conn:
             yield conn
             if not conn.autocommit and conn.info.transaction_status != 0:
@@ -177,7 +219,7 @@ class PsycopgDriver:
                     return cur.fetchall() if cur.description is not None else []
                 return int(cur.rowcount)
         except psycopg.Error as exc:
-            raise _translate(exc) from exc
+            raise self._failure(exc) from exc
 
     def fetch(self, stmt: Statement) -> list[Any]:
         result: list[Any] = self._run(stmt, True)
@@ -194,7 +236,7 @@ class PsycopgDriver:
             with self._lease() as conn, conn.transaction():
                 yield _SyncExecutor(conn, self.stats)
         except psycopg.Error as exc:  # the lease, BEGIN or COMMIT failed
-            raise _translate(exc) from exc
+            raise self._failure(exc) from exc
 
     def wrap(self, conn: Any) -> _SyncExecutor:
         """An executor over the caller's connection; their transaction stays theirs."""
@@ -285,30 +327,49 @@ class _AsyncListener:
 
 
 class _Pooled:
-    """A pooled connection and the raw cursor reused for every statement on it."""
+    """A pooled connection, the raw cursor reused for every statement on it, when it was
+    opened and when it was last handed back (``time.monotonic()``)."""
 
-    __slots__ = ("conn", "cursor")
+    __slots__ = ("conn", "cursor", "expires", "idle_since")
 
-    def __init__(self, conn: Any, cursor: Any) -> None:
+    def __init__(self, conn: Any, cursor: Any, expires: float) -> None:
         self.conn = conn
         self.cursor = cursor
+        self.expires = expires
+        self.idle_since = 0.0
+
+
+#: A connection is closed once this old (seconds, minus up to 10 % jitter so a pool's
+#: connections don't all reconnect at once): server-side memory, and load balancers or
+#: proxies that cut long-lived connections, as psycopg_pool's ``max_lifetime`` (1 h).
+MAX_LIFETIME = 3600.0
+#: An idle connection is checked with an empty statement before use once it has sat
+#: this long (seconds): a firewall or server restart may have cut it meanwhile. Busy
+#: connections (the hot path) are never idle that long, so they pay nothing.
+CHECK_IDLE_AFTER = 30.0
 
 
 class _AsyncPool:
     """A minimal pool of autocommit connections for the runtime's hot path.
 
     psycopg_pool does more per checkout (health checks, resets) than a lease of one
-    autocommit statement needs. This pool bounds open connections with a semaphore, hands
-    out an idle one or opens a new one, and drops connections that come back broken or
-    mid-transaction (the latter counted as resets). Each connection keeps one raw cursor,
-    so a statement costs no cursor set-up.
+    autocommit statement needs. This pool bounds open connections with a semaphore
+    (waiting at most ``timeout`` seconds for one), hands out an idle one or opens a new
+    one, and drops connections that come back broken or mid-transaction (the latter
+    counted as resets). A connection idle for :data:`CHECK_IDLE_AFTER` is checked before
+    use, and one older than :data:`MAX_LIFETIME` is closed when it comes back. Each
+    connection keeps one raw cursor, so a statement costs no cursor set-up.
     """
 
-    def __init__(self, url: str, max_size: int, prepare: bool, stats: DriverStats) -> None:
+    def __init__(
+        self, url: str, max_size: int, prepare: bool, stats: DriverStats, timeout: float
+    ) -> None:
         self._url = url
         self._prepare = prepare
         self._idle: list[_Pooled] = []
         self._slots = asyncio.Semaphore(max_size)
+        self._max_size = max_size
+        self._timeout = timeout
         self._stats = stats
         self._closed = False
         self._closing: set[asyncio.Task[None]] = set()
@@ -316,28 +377,54 @@ class _AsyncPool:
     async def get(self) -> _Pooled:
         if self._closed:
             raise DriverError("the driver is closed")
-        await self._slots.acquire()
+        if not self._slots.locked():
+            await self._slots.acquire()  # free at once: no timer to set up
+        else:
+            try:
+                await asyncio.wait_for(self._slots.acquire(), self._timeout)
+            except TimeoutError:
+                raise DriverError(
+                    f"no connection free after {self._timeout:g} s: all {self._max_size} "
+                    "of the pool's connections are in use (max_pool_size)"
+                ) from None
         try:
+            now = time.monotonic()
             while self._idle:
                 pooled = self._idle.pop()
-                if not pooled.conn.closed and not pooled.conn.broken:
-                    return pooled
-            psycopg = _import_psycopg()
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self._url,
-                    autocommit=True,
-                    prepare_threshold=0 if self._prepare else None,
-                )
-                if self._prepare:
-                    await conn.execute(_GENERIC_PLANS)
-            except psycopg.Error as exc:
-                raise _translate(exc) from exc
-            self._stats.connections_opened += 1
-            return _Pooled(conn, psycopg.AsyncRawCursor(conn))
+                if pooled.conn.closed or pooled.conn.broken:
+                    continue
+                if now - pooled.idle_since >= CHECK_IDLE_AFTER and not await self._alive(pooled):
+                    continue
+                return pooled
+            return await self._connect()
         except BaseException:
             self._slots.release()
             raise
+
+    async def _alive(self, pooled: _Pooled) -> bool:
+        try:
+            await pooled.conn.execute("")
+        except Exception:  # any failure means this connection is done
+            self._close_later(pooled.conn)
+            return False
+        return True
+
+    async def _connect(self) -> _Pooled:
+        psycopg = _import_psycopg()
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self._url,
+                autocommit=True,
+                prepare_threshold=0 if self._prepare else None,
+                connect_timeout=CONNECT_TIMEOUT,
+            )
+            if self._prepare:
+                await conn.execute(_GENERIC_PLANS)
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc
+        self._stats.connections_opened += 1
+        lifetime = MAX_LIFETIME * (1.0 - 0.1 * random.random())
+        return _Pooled(conn, psycopg.AsyncRawCursor(conn), time.monotonic() + lifetime)
 
     def put(self, pooled: _Pooled) -> None:
         """Hand a connection back (no await: closing one runs in the background)."""
@@ -349,9 +436,11 @@ class _AsyncPool:
                 self._stats.resets += 1
                 self._close_later(conn)
                 return
-            if self._closed:
+            now = time.monotonic()
+            if self._closed or now >= pooled.expires:
                 self._close_later(conn)
                 return
+            pooled.idle_since = now
             self._idle.append(pooled)
         finally:
             self._slots.release()
@@ -388,6 +477,7 @@ class AsyncPsycopgDriver:
         schema: str | None = None,
         max_pool_size: int = 10,
         prepare: bool = True,
+        pool_timeout: float = POOL_TIMEOUT,
     ) -> None:
         psycopg = _import_psycopg()
         self.dialect = PostgresDialect(schema)
@@ -399,7 +489,7 @@ class AsyncPsycopgDriver:
         self.url: str | None = None
         if isinstance(source, str):
             self.url = _libpq_url(source)
-            self._pool = _AsyncPool(self.url, max_pool_size, prepare, self.stats)
+            self._pool = _AsyncPool(self.url, max_pool_size, prepare, self.stats, pool_timeout)
         elif isinstance(source, psycopg.AsyncConnection):
             self._conn = source
             self.url = None
@@ -470,9 +560,12 @@ class AsyncPsycopgDriver:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[_AsyncExecutor]:
-        async with self._lease() as conn:
-            async with conn.transaction():
+        psycopg = _import_psycopg()
+        try:
+            async with self._lease() as conn, conn.transaction():
                 yield _AsyncExecutor(conn, self.stats)
+        except psycopg.Error as exc:  # the lease, BEGIN or COMMIT failed, as in the sync twin
+            raise _translate(exc) from exc
 
     def wrap(self, conn: Any) -> _AsyncExecutor:
         psycopg = _import_psycopg()
@@ -494,7 +587,9 @@ class AsyncPsycopgDriver:
         if self.url is None:
             raise DriverError("LISTEN needs a driver built from a URL (a dedicated connection)")
         try:
-            conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+            conn = await psycopg.AsyncConnection.connect(
+                self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT
+            )
         except psycopg.Error as exc:
             raise _translate(exc) from exc
         self.stats.connections_opened += 1

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from riverboat._sql import Query, Statement
 from riverboat.dialect.postgres import PostgresDialect
-from riverboat.drivers.base import AsyncListener, Capabilities, DriverStats
+from riverboat.drivers.base import AsyncListener, Capabilities, DriverStats, translate_error
 from riverboat.errors import DriverError, InvalidInputError, MissingDependencyError
 
 if TYPE_CHECKING:
@@ -38,19 +38,15 @@ __all__ = ["AsyncSqlAlchemyDriver", "SqlAlchemyDriver"]
 def _import_sqlalchemy() -> Any:
     try:
         import sqlalchemy
-    except ImportError:
-        raise MissingDependencyError("sqlalchemy", "sqlalchemy") from None
+    except ImportError as exc:
+        raise MissingDependencyError("sqlalchemy", "sqlalchemy", exc) from exc
     return sqlalchemy
 
 
 def _translate(exc: BaseException) -> DriverError:
     # SQLAlchemy's DBAPIError wraps the library's error as .orig; the message of the
     # latter is the useful one.
-    orig = getattr(exc, "orig", None)
-    detail = orig if orig is not None else exc
-    err = DriverError(f"{type(detail).__name__}: {detail}".strip())
-    err.__cause__ = exc
-    return err
+    return translate_error(exc, getattr(exc, "orig", None))
 
 
 _CAST_AFTER_PARAM = re.compile(r"(?<![:\w])(:[a-z_][a-z0-9_]*)::")
@@ -308,8 +304,8 @@ class AsyncSqlAlchemyDriver:
         sqlalchemy = _import_sqlalchemy()
         try:
             from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-        except ImportError:  # greenlet is missing
-            raise MissingDependencyError("greenlet", "sqlalchemy") from None
+        except ImportError as exc:  # greenlet is missing
+            raise MissingDependencyError("greenlet", "sqlalchemy", exc) from exc
         self.dialect = PostgresDialect(schema)
         self.stats = DriverStats()
         if isinstance(async_engine_or_url, str):

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from riverboat._sql import Statement
 from riverboat.dialect.sqlite import SqliteDialect
 from riverboat.drivers._sqlite_module import sqlite_module
-from riverboat.drivers.base import Capabilities, DriverStats, Notification
+from riverboat.drivers.base import Capabilities, DriverStats, Notification, translate_error
 from riverboat.errors import DriverError, InvalidInputError
 
 __all__ = ["AsyncSqliteDriver", "SqliteDriver", "SqliteListener", "sqlite_path_from_url"]
@@ -71,11 +71,7 @@ def _is_busy(exc: BaseException) -> bool:
 
 
 def _translate(exc: BaseException) -> DriverError:
-    name = getattr(exc, "sqlite_errorname", None)
-    label = f"{type(exc).__name__} ({name})" if name else type(exc).__name__
-    err = DriverError(f"{label}: {exc}")
-    err.__cause__ = exc
-    return err
+    return translate_error(exc)
 
 
 def _params(stmt: Statement) -> Mapping[str, Any]:

@@ -43,8 +43,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def _import_croniter() -> Any:
     try:
         from croniter import croniter
-    except ImportError:
-        raise MissingDependencyError("croniter", "cron") from None
+    except ImportError as exc:
+        raise MissingDependencyError("croniter", "cron", exc) from exc
     return croniter
 
 

@@ -1,0 +1,48 @@
+"""Errors a newcomer meets first, the same from every driver: a database that River's
+migrations never ran on, and a URL the server refuses."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from riverboat.errors import DriverError, MigrationError, NotMigratedError
+from tests.drivers.conftest import DriverCase
+from tests.drivers.harness import Env
+
+
+@pytest.fixture
+def bare_env(case: DriverCase, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
+    """Where the case's database is, with no migration applied."""
+    if case.dialect == "sqlite":
+        yield Env(f"sqlite:///{tmp_path / 'bare.sqlite3'}", None)
+        return
+    import psycopg
+
+    pg_url: str = request.getfixturevalue("pg_url")
+    schema = "bare_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    yield Env(pg_url, schema)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+async def test_unmigrated_database_says_run_migrate_up(case: DriverCase, bare_env: Env) -> None:
+    harness = case.harness(bare_env)
+    harness.driver = await harness.open()
+    try:
+        client = harness.client()
+        for call in (client.job_list, lambda: client.insert({"n": 1}, kind="not_migrated")):
+            with pytest.raises(NotMigratedError) as info:
+                await harness.call(call)
+            message = str(info.value)
+            assert "river_job" in message and "run `riverboat migrate up`" in message
+            # One error type answers both questions a caller may ask.
+            assert isinstance(info.value, DriverError) and isinstance(info.value, MigrationError)
+            assert info.value.__cause__ is not None  # the database's own error, kept
+    finally:
+        await harness.close()

@@ -1,0 +1,115 @@
+"""The psycopg drivers' connection handling: a bad URL fails at once with the server's
+own message, a pool timeout says why, and the async pool bounds its waits, checks idle
+connections and retires old ones."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+import riverboat
+from riverboat._sql import Query, Statement
+from riverboat.drivers import psycopg as psycopg_driver
+from riverboat.drivers.psycopg import AsyncPsycopgDriver, PsycopgDriver
+from riverboat.errors import DriverError
+
+BACKEND_PID = Statement(Query("backend_pid", "SELECT pg_backend_pid()"), {})
+
+
+def _with_database(pg_url: str, name: str) -> str:
+    return pg_url.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture
+def scratch_db(pg_url: str) -> Iterator[str]:
+    """A database of its own, which a test may drop."""
+    name = "scratch_" + uuid.uuid4().hex[:10]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield name
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_sync_driver_fails_at_once_with_the_servers_error(pg_url: str) -> None:
+    url = _with_database(pg_url, "no_such_database")
+    with riverboat.Client(url) as client, pytest.raises(DriverError) as info:
+        client.job_list()
+    message = str(info.value)
+    # The server's own words, not the pool's "couldn't get a connection after 30 sec".
+    assert 'database "no_such_database" does not exist' in message
+    assert "PoolTimeout" not in message
+
+
+def test_sync_pool_timeout_says_why(pg_url: str, scratch_db: str) -> None:
+    driver = PsycopgDriver(_with_database(pg_url, scratch_db), pool_timeout=0.5)
+    try:
+        assert driver.fetch(driver.dialect.stmt("ping")) == [(1,)]
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{scratch_db}" WITH (FORCE)')
+        messages = []
+        for _ in range(3):  # the dead pooled connection fails first, then no new one comes
+            with pytest.raises(DriverError) as info:
+                driver.fetch(driver.dialect.stmt("ping"))
+            messages.append(str(info.value))
+        assert "PoolTimeout" in messages[-1]
+        assert f'database "{scratch_db}" does not exist' in messages[-1]
+    finally:
+        driver.close()
+
+
+async def test_async_pool_waits_at_most_pool_timeout(pg_url: str) -> None:
+    driver = AsyncPsycopgDriver(pg_url, max_pool_size=1, pool_timeout=0.2)
+    try:
+        async with driver.transaction():  # holds the only connection
+            with pytest.raises(DriverError, match=r"no connection free after 0\.2 s"):
+                await driver.fetch(driver.dialect.stmt("ping"))
+        assert await driver.fetch(driver.dialect.stmt("ping")) == [(1,)]
+    finally:
+        await driver.close()
+
+
+async def test_async_pool_checks_an_idle_connection_before_use(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(psycopg_driver, "CHECK_IDLE_AFTER", 0.0)
+    driver = AsyncPsycopgDriver(pg_url, max_pool_size=1)
+    try:
+        pid = (await driver.fetch(BACKEND_PID))[0][0]
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        # The check finds the idle connection dead and opens another: no error.
+        assert (await driver.fetch(BACKEND_PID))[0][0] != pid
+        assert driver.stats.connections_opened == 2
+    finally:
+        await driver.close()
+
+
+async def test_async_pool_retires_connections_past_their_lifetime(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(psycopg_driver, "MAX_LIFETIME", 0.0)
+    driver = AsyncPsycopgDriver(pg_url, max_pool_size=1)
+    try:
+        pids = {(await driver.fetch(BACKEND_PID))[0][0] for _ in range(3)}
+        assert len(pids) == 3 and driver.stats.connections_opened == 3
+    finally:
+        await driver.close()
+
+
+async def test_async_transaction_translates_a_failed_commit(pg_url: str, pg_schema: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            f'CREATE TABLE "{pg_schema}".deferred (n int UNIQUE DEFERRABLE INITIALLY DEFERRED)'
+        )
+    driver = AsyncPsycopgDriver(pg_url, schema=pg_schema)
+    try:
+        with pytest.raises(DriverError, match="UniqueViolation"):
+            async with driver.transaction() as tx:
+                conn = tx._conn
+                await conn.execute(f'INSERT INTO "{pg_schema}".deferred VALUES (1), (1)')
+    finally:
+        await driver.close()
