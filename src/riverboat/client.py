@@ -9,6 +9,9 @@ commits or rolls back with the caller's own rows.
 from __future__ import annotations
 
 import asyncio
+import difflib
+import inspect
+import logging
 import socket
 import threading
 import time
@@ -35,6 +38,8 @@ from riverboat.runtime.runner import (
 from riverboat.runtime.worker import Workers
 
 __all__ = ["AsyncClient", "Client", "default_client_id"]
+
+log = logging.getLogger("riverboat.client")
 
 INSERT_BATCH_MAX = 5000  # River's insert batch size; also bounds one statement's arrays
 
@@ -184,6 +189,48 @@ def _check_job_id(job_id: object) -> int:
     return _job_id(job_id)  # one rule for every call taking a job id
 
 
+def _checked_driver(driver: Any, schema: str | None, *, want_async: bool) -> Any:
+    """``driver`` when it is a riverboat driver of the kind the client needs (the
+    capabilities it declares are read here, when the client is built), else a clear
+    error: a sync Client over an async driver used to fail at its first insert with
+    "'coroutine' object is not iterable"."""
+    capabilities = getattr(driver, "capabilities", None)
+    if capabilities is None or not hasattr(driver, "dialect"):
+        raise InvalidInputError(
+            "driver",
+            f"must be a database URL or a riverboat driver, not {type(driver).__name__}",
+        )
+    name = type(driver).__name__
+    if want_async and not capabilities.async_:
+        raise InvalidInputError(
+            "driver", f"{name} is a sync driver; AsyncClient needs an async one (or a URL)"
+        )
+    if not want_async and not capabilities.sync:
+        raise InvalidInputError(
+            "driver", f"{name} is an async driver; use riverboat.AsyncClient with it"
+        )
+    if schema is not None and schema != driver.dialect.schema:
+        # The driver renders every statement with its own schema; this one would be
+        # silently ignored.
+        raise InvalidInputError(
+            "schema",
+            f"{schema!r} differs from the driver's schema {driver.dialect.schema!r}: pass "
+            f"schema= to {name}(...) instead",
+        )
+    return driver
+
+
+def _check_runtime_options(options: Mapping[str, Any]) -> None:
+    """Options the sync Client hands to its embedded AsyncClient, checked now rather than
+    at ``start()``: a typo fails where it was written."""
+    known = _ASYNC_ONLY_OPTIONS
+    for name in options:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise InvalidInputError(name, f"is not a Client option{hint}")
+
+
 class Client(SyncAdmin):
     """The synchronous client: inserts and administration from ordinary code.
 
@@ -206,10 +253,12 @@ class Client(SyncAdmin):
         middleware: Sequence[object] | None = None,
         **runtime_options: Any,
     ) -> None:
+        _check_runtime_options(runtime_options)
         if isinstance(driver, str):
             driver = driver_from_url(driver, schema=schema)
             self._owns_driver = True
         else:
+            driver = _checked_driver(driver, schema, want_async=False)
             self._owns_driver = False
         self._core = _ClientCore(
             driver,
@@ -364,6 +413,7 @@ class AsyncClient(AsyncAdmin):
             driver = async_driver_from_url(driver, schema=schema)
             self._owns_driver = True
         else:
+            driver = _checked_driver(driver, schema, want_async=True)
             self._owns_driver = False
         self._core = _ClientCore(
             driver,
@@ -497,6 +547,10 @@ class AsyncClient(AsyncAdmin):
         return self._core.one_job(rows, job_id)
 
     async def close(self) -> None:
+        """Stop the runtime if it runs (a soft stop, as ``Client.close()`` does), then
+        close the driver when the client made it from a URL."""
+        if self._runtime is not None and self._runtime.started:
+            await self._runtime.stop()
         if self._owns_driver:
             await self.driver.close()
 
@@ -526,8 +580,14 @@ class _Embedded:
             target=loop.run_forever, name="riverboat-runtime", daemon=True
         )
         self._thread.start()
-        self.client = self._call(self._make())
-        self._call(self.client.start())
+        try:
+            self.client = self._call(self._make())
+            self._call(self.client.start())
+        except BaseException:
+            # A start that fails (no database, a bad option) must not leave the loop's
+            # thread and the async driver behind.
+            self._shutdown()
+            raise
         self.running = True
 
     async def _make(self) -> AsyncClient:
@@ -560,7 +620,10 @@ class _Embedded:
 
     def _shutdown(self) -> None:
         if self.client is not None:
-            self._call(self.client.driver.close())
+            try:
+                self._call(self.client.driver.close())
+            except Exception:  # closing must not hide why we are shutting down
+                log.exception("closing the embedded runtime's driver failed")
         loop, thread = self._loop, self._thread
         if loop is not None and thread is not None:
             loop.call_soon_threadsafe(loop.stop)
@@ -569,3 +632,9 @@ class _Embedded:
         self._loop = self._thread = None
         self.client = None
         self.running = False
+
+
+# The AsyncClient options a sync Client takes through **runtime_options.
+_ASYNC_ONLY_OPTIONS = frozenset(inspect.signature(AsyncClient.__init__).parameters) - frozenset(
+    inspect.signature(Client.__init__).parameters
+)

@@ -1,0 +1,142 @@
+"""Mistakes in building a client fail where they are written, with a clear error, on
+Postgres and SQLite: the wrong kind of driver, a schema the driver would ignore, a
+misspelt option; a failed embedded start leaves no thread behind; AsyncClient.close()
+stops a running runtime as Client.close() does."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import riverboat
+from riverboat import InvalidInputError
+from riverboat.errors import MigrationError
+from riverboat.runtime.producer import QueueConfig
+from riverboat.runtime.worker import Job, Workers
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def db(request: pytest.FixtureRequest) -> tuple[str, str | None]:
+    if request.param == "postgres":
+        return request.getfixturevalue("pg_url"), request.getfixturevalue("pg_schema")
+    return request.getfixturevalue("sqlite_url"), None
+
+
+def _drivers(url: str, schema: str | None) -> tuple[Any, Any]:
+    """A sync and an async driver on the database."""
+    if schema is None:
+        from riverboat.drivers.sqlite import AsyncSqliteDriver, SqliteDriver
+
+        return SqliteDriver(url), AsyncSqliteDriver(url)
+    from riverboat.drivers.psycopg import AsyncPsycopgDriver, PsycopgDriver
+
+    return PsycopgDriver(url, schema=schema), AsyncPsycopgDriver(url, schema=schema)
+
+
+async def test_a_client_refuses_the_other_kind_of_driver(db: tuple[str, str | None]) -> None:
+    sync_driver, async_driver = _drivers(*db)
+    try:
+        with pytest.raises(
+            InvalidInputError, match=r"is an async driver; use riverboat\.AsyncClient"
+        ):
+            riverboat.Client(async_driver)
+        with pytest.raises(InvalidInputError, match="is a sync driver; AsyncClient needs"):
+            riverboat.AsyncClient(sync_driver)
+        with pytest.raises(InvalidInputError, match="must be a database URL or a riverboat driver"):
+            riverboat.Client(object())
+        # The right pairs work.
+        assert riverboat.Client(sync_driver).insert({"n": 1}, kind="guard").job.id > 0
+        assert (await riverboat.AsyncClient(async_driver).insert({"n": 2}, kind="guard")).job.id
+    finally:
+        sync_driver.close()
+        await async_driver.close()
+
+
+async def test_schema_beside_a_driver_must_match_it(db: tuple[str, str | None]) -> None:
+    url, schema = db
+    sync_driver, async_driver = _drivers(url, schema)
+    try:
+        with pytest.raises(InvalidInputError, match="pass schema= to") as info:
+            riverboat.Client(sync_driver, schema="elsewhere")
+        assert info.value.field == "schema"
+        with pytest.raises(InvalidInputError, match="differs from the driver's schema"):
+            riverboat.AsyncClient(async_driver, schema="elsewhere")
+        # Saying the driver's own schema again is fine.
+        assert (
+            riverboat.Client(sync_driver, schema=sync_driver.dialect.schema).driver is sync_driver
+        )
+    finally:
+        sync_driver.close()
+        await async_driver.close()
+
+
+def test_a_misspelt_option_fails_when_the_client_is_built(db: tuple[str, str | None]) -> None:
+    url, schema = db
+    with pytest.raises(InvalidInputError, match="did you mean 'job_timeout'") as info:
+        riverboat.Client(url, schema=schema, queues={"default": QueueConfig()}, job_timout=5)
+    assert info.value.field == "job_timout"
+    # A real option still passes through to the embedded runtime.
+    with riverboat.Client(url, schema=schema, queues={"default": QueueConfig()}, job_timeout=5):
+        pass
+
+
+def _runtime_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "riverboat-runtime"]
+
+
+def test_a_failed_embedded_start_leaves_no_thread(
+    db: tuple[str, str | None], tmp_path: Path
+) -> None:
+    url, schema = db
+    if schema is None:
+        url = f"sqlite:///{tmp_path / 'never_migrated.sqlite3'}"  # start() refuses it
+    else:
+        schema = "never_migrated"  # no such schema: start() refuses it
+    workers = Workers()
+
+    @workers.register("guard")
+    def guard(job: Job[Any]) -> None:
+        pass
+
+    before = len(_runtime_threads())
+    client = riverboat.Client(
+        url, schema=schema, queues={"default": QueueConfig()}, workers=workers
+    )
+    with pytest.raises((MigrationError, riverboat.RiverboatError)):
+        client.start()
+    assert len(_runtime_threads()) == before
+    assert client.async_client is None
+    client.close()
+
+
+async def test_async_close_stops_a_running_runtime(db: tuple[str, str | None]) -> None:
+    url, schema = db
+    started, release = asyncio.Event(), asyncio.Event()
+    workers = Workers()
+
+    @workers.register("guard")
+    async def guard(job: Job[Any]) -> None:
+        started.set()
+        await release.wait()
+
+    client = riverboat.AsyncClient(
+        url,
+        schema=schema,
+        queues={"default": QueueConfig(max_workers=2)},
+        workers=workers,
+        fetch_cooldown=0.01,
+        fetch_poll_interval=0.05,
+        soft_stop_timeout=0.2,
+    )
+    job_id = (await client.insert({}, kind="guard")).job.id
+    await client.start()
+    await asyncio.wait_for(started.wait(), 10)
+    await client.close()
+    assert not client.runtime.started
+    # The soft stop handed the still-running job back before the driver closed.
+    with riverboat.Client(url, schema=schema) as reader:
+        assert reader.job_get(job_id).state == "available"
