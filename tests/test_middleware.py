@@ -199,5 +199,14 @@ async def test_failed_attempts_are_logged_once(
     assert by_job[discarded.id].levelname == "ERROR"
     message = by_job[discarded.id].getMessage()
     assert f"job {discarded.id} (plain) attempt 1/1 failed, discarded" in message
-    assert by_job[retried.id].exc_info is not None
+    # The traceback goes with the final failure; a retried attempt's goes to DEBUG only.
+    assert by_job[discarded.id].exc_info is not None
+    assert by_job[retried.id].exc_info is None
+    traces = [
+        r
+        for r in caplog.records
+        if r.levelname == "DEBUG"
+        and r.getMessage() == f"job {retried.id} (plain) attempt 1 traceback"
+    ]
+    assert len(traces) == 1 and traces[0].exc_info is not None
     assert not [r for r in caplog.records if r.levelname == "INFO" and "job" in r.getMessage()]

@@ -31,7 +31,7 @@ from riverboat.errors import UnknownJobKindError
 from riverboat.middleware import call_with_middleware
 from riverboat.runtime.completer import PendingCompletion
 from riverboat.runtime.events import EventKind
-from riverboat.runtime.retry import RetryPolicy, default_next_retry
+from riverboat.runtime.retry import RetryPolicy, default_next_retry, safe_next_retry
 from riverboat.runtime.worker import (
     Job,
     JobCancel,
@@ -235,9 +235,13 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
 
 
 def _log_failure(row: JobRow, error: BaseException, update: JobStateUpdate) -> None:
-    """One line per failed attempt: WARNING when it will be retried, ERROR when the job is
-    discarded; the traceback once, and none for a timeout (it would only show riverboat)."""
+    """One line per failed attempt (kind, id, attempt, error): WARNING when it will be
+    retried, ERROR when the job is discarded. The traceback goes with the final failure
+    only, and to DEBUG for the others (a job retried 25 times would otherwise print its
+    stack 25 times; River 0.33 demoted job errors for the same reason). A timeout or
+    an unknown kind has none worth showing (it would only show riverboat)."""
     discarded = update.state is JobState.DISCARDED
+    trace = not isinstance(error, (JobTimeoutError, UnknownJobKindError))
     log.log(
         logging.ERROR if discarded else logging.WARNING,
         "job %d (%s) attempt %d/%d failed%s: %s: %s",
@@ -248,8 +252,10 @@ def _log_failure(row: JobRow, error: BaseException, update: JobStateUpdate) -> N
         ", discarded" if discarded else ", will retry",
         type(error).__name__,
         error,
-        exc_info=None if isinstance(error, (JobTimeoutError, UnknownJobKindError)) else error,
+        exc_info=error if discarded and trace else None,
     )
+    if trace and not discarded and log.isEnabledFor(logging.DEBUG):
+        log.debug("job %d (%s) attempt %d traceback", row.id, row.kind, row.attempt, exc_info=error)
 
 
 def _merge(ctx: _WorkContext, extra: dict[str, Any] | None = None) -> str | None:
@@ -348,15 +354,19 @@ def _next_retry(
     now: datetime,
     state: RunState,
 ) -> datetime:
-    candidate: datetime | None = None
     if worker is not None and worker.next_retry is not None and state.job is not None:
         try:
             candidate = worker.next_retry(state.job)
         except Exception:
-            candidate = None
-    if candidate is None:
-        candidate = config.retry_policy.next_retry(row, now)
-    if candidate.tzinfo is None or candidate < now:
-        # River falls back to the default policy for a time in the past.
-        candidate = default_next_retry(row, now)
-    return candidate
+            log.exception(
+                "job %d (%s): the worker's next_retry failed; using the retry policy",
+                row.id,
+                row.kind,
+            )
+        else:
+            if isinstance(candidate, datetime) and candidate.tzinfo is not None:
+                if candidate >= now:
+                    return candidate
+                # River falls back to the default policy for a time in the past.
+                return default_next_retry(row, now)
+    return safe_next_retry(row, config.retry_policy, now)

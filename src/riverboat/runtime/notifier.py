@@ -73,7 +73,10 @@ class Notifier:
                     if not isinstance(payload, dict):
                         continue
                     for handler in self._handlers[topic]:
-                        handler(payload)
+                        try:
+                            handler(payload)
+                        except Exception:  # one handler's bug must not drop the connection
+                            log.exception("notifier: a handler for %s failed", topic)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the listener must outlive any failure
@@ -87,22 +90,29 @@ class Notifier:
                 attempt += 1
                 self.reconnects += 1
                 log.warning("notifier: connection lost (%s); reconnecting in %.1fs", exc, delay)
-                await self._close_listener()
+                await self._close_listener(lost=True)
                 await asyncio.sleep(delay)
             else:
                 # The notification stream ended without an error: the connection closed.
                 self.connected.clear()
-                await self._close_listener()
+                await self._close_listener(lost=True)
                 self.reconnects += 1
                 await asyncio.sleep(0.1)
 
-    async def _close_listener(self) -> None:
+    async def _close_listener(self, *, lost: bool = False) -> None:
+        """Close the LISTEN connection. A failure is logged with its traceback: at DEBUG
+        when the connection was already lost (closing a dead one often fails, and the
+        loss itself was logged), else as a WARNING."""
         listener, self._listener = self._listener, None
         if listener is not None:
             try:
                 await listener.close()
             except Exception:
-                pass
+                log.log(
+                    logging.DEBUG if lost else logging.WARNING,
+                    "notifier: closing the listener failed",
+                    exc_info=True,
+                )
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -19,9 +19,9 @@ from riverboat._job import AttemptError, JobRow, JobState
 from riverboat.dialect.base import JobStateUpdate
 from riverboat.runtime.completer import PendingCompletion
 from riverboat.runtime.events import EventKind
-from riverboat.runtime.retry import RetryPolicy, default_next_retry
+from riverboat.runtime.retry import RetryPolicy, safe_next_retry
 
-__all__ = ["decode_error_message", "safe_next_retry", "undecodable_outcome"]
+__all__ = ["decode_error_message", "undecodable_outcome"]
 
 log = logging.getLogger("riverboat.producer")
 
@@ -32,19 +32,6 @@ _SCHEDULER_INTERVAL = timedelta(seconds=5)
 def decode_error_message(job: JobRow) -> str:
     """The error entry's text: which columns could not be read, and why."""
     return "riverboat could not decode the job row: " + "; ".join(job.decode_errors)
-
-
-def safe_next_retry(job: JobRow, policy: RetryPolicy, now: datetime) -> datetime:
-    """``policy.next_retry``, or River's default when it raises or returns a time that
-    is naive or past: one job the policy chokes on must not stop a whole batch."""
-    try:
-        when = policy.next_retry(job, now)
-    except Exception:  # a user policy that chokes on a placeholder value
-        log.exception("job %d: retry policy failed; using the default", job.id)
-        when = None
-    if when is None or when.tzinfo is None or when < now:
-        when = default_next_retry(job, now)
-    return when
 
 
 def undecodable_outcome(job: JobRow, policy: RetryPolicy, queue: str) -> PendingCompletion:

@@ -26,7 +26,8 @@ from typing import Any
 from riverboat._job import AttemptError, JobRow, JobState
 from riverboat.dialect.postgres_leadership import RescueUpdate
 from riverboat.runtime.maintenance._service import MaintenanceContext, Service
-from riverboat.runtime.undecodable import decode_error_message, safe_next_retry
+from riverboat.runtime.retry import safe_next_retry
+from riverboat.runtime.undecodable import decode_error_message
 from riverboat.runtime.worker import Job
 
 __all__ = ["RESCUE_ERROR", "JobRescuer"]
