@@ -1,0 +1,43 @@
+"""``riverboat worker MODULE:ATTR`` with a mistyped target: one line, exit 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from riverboat.cli import main
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "workerapp_typo.py").write_text(
+        "import riverboat\nclient = riverboat.AsyncClient('sqlite:///x.sqlite3')\n"
+    )
+    (tmp_path / "workerapp_broken.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("nosuchmod_xyz:client", "no module named 'nosuchmod_xyz' (from nosuchmod_xyz:client)"),
+        ("workerapp_typo.sub:client", "no module named 'workerapp_typo.sub'"),
+        ("workerapp_typo:clent", "workerapp_typo has no attribute 'clent'; did you mean client?"),
+        ("workerapp_typo", "must look like package.module:attribute"),
+    ],
+)
+def test_a_mistyped_target_is_one_line(
+    app_dir: Path, target: str, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["worker", target]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("riverboat: error: target: ")
+    assert expected in err
+
+
+def test_a_module_whose_own_import_fails_keeps_its_traceback(app_dir: Path) -> None:
+    # The user's module exists; what it imports does not: that traceback is theirs.
+    with pytest.raises(ModuleNotFoundError, match="no_such_dependency_xyz"):
+        main(["worker", "workerapp_broken:client"])
