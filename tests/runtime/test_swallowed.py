@@ -74,13 +74,14 @@ async def test_failing_next_retry_is_logged_and_the_default_used(
 
 
 async def test_a_failing_notification_handler_keeps_the_connection(
-    pg_url: str, pg_schema: str, caplog: pytest.LogCaptureFixture
+    db: tuple[str, str | None], caplog: pytest.LogCaptureFixture
 ) -> None:
-    from riverboat.drivers.psycopg import AsyncPsycopgDriver
+    from riverboat._url import async_driver_from_url
     from riverboat.runtime.notifier import Notifier
 
-    driver = AsyncPsycopgDriver(pg_url, schema=pg_schema)
-    notifier = Notifier(driver, pg_schema)
+    url, schema = db
+    driver = async_driver_from_url(url, schema=schema)
+    notifier = Notifier(driver, schema or "main")
     seen: list[dict[str, Any]] = []
     second = asyncio.Event()
 
@@ -92,6 +93,13 @@ async def test_a_failing_notification_handler_keeps_the_connection(
         if len(seen) == 2:
             second.set()
 
+    def notify(n: int) -> Any:
+        payload = json.dumps({"queue": f"q{n}"})
+        if driver.dialect.name == "postgres":
+            channel = notifier.channel("river_insert")
+            return driver.dialect.stmt("pg_notify", channel=channel, payload=payload)
+        return driver.dialect.notification_insert_many([("river_insert", payload)])
+
     notifier.subscribe("river_insert", broken)
     notifier.subscribe("river_insert", record)
     notifier.start()
@@ -99,13 +107,7 @@ async def test_a_failing_notification_handler_keeps_the_connection(
         await asyncio.wait_for(notifier.connected.wait(), 10)
         with caplog.at_level("WARNING", logger="riverboat"):
             for n in (1, 2):
-                await driver.fetch(
-                    driver.dialect.stmt(
-                        "pg_notify",
-                        channel=notifier.channel("river_insert"),
-                        payload=json.dumps({"queue": f"q{n}"}),
-                    )
-                )
+                await driver.fetch(notify(n))
             await asyncio.wait_for(second.wait(), 10)
         # Both notifications reached the handler after the broken one, on one connection.
         assert [p["queue"] for p in seen] == ["q1", "q2"]
