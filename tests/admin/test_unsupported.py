@@ -3,14 +3,13 @@ clear NotSupportedError naming the operation, before any SQL."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 import riverboat
 from riverboat.dialect.base import Dialect
-from riverboat.drivers.base import DriverStats
+from riverboat.drivers.base import Capabilities, DriverStats
 
 
 class BareDialect(Dialect):
@@ -21,7 +20,7 @@ class NoSqlDriver:
     def __init__(self) -> None:
         self.dialect = BareDialect()
         self.stats = DriverStats()
-        self.capabilities = SimpleNamespace(listen=False)
+        self.capabilities = Capabilities(sync=True)
 
     def fetch(self, stmt: Any) -> list[Any]:  # pragma: no cover - must not be reached
         raise AssertionError("no statement should run")
