@@ -15,11 +15,13 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from riverboat._admin import AsyncAdmin, SyncAdmin, _job_id
+from riverboat._admin import T, _hears_notifications, _job_id
+from riverboat._admin_async import AsyncAdmin
+from riverboat._admin_sync import SyncAdmin
 from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, resolve_many
 from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow
 from riverboat._sql import Statement
@@ -318,6 +320,15 @@ class Client(SyncAdmin):
         if self._embedded is not None:
             self._embedded.wake({j.queue for j in jobs if j.state == "available"})
 
+    def _apply_local(self, effect: Callable[[T, Runtime], None], result: T) -> None:
+        # The embedded runtime lives on its own loop thread: hand the effect to that loop.
+        embedded = self._embedded
+        client = embedded.client if embedded is not None else None
+        loop = embedded._loop if embedded is not None else None
+        runtime = client._runtime if client is not None else None
+        if runtime is not None and loop is not None and not _hears_notifications(runtime):
+            loop.call_soon_threadsafe(effect, result, runtime)
+
     @property
     def id(self) -> str:
         return self._core.id
@@ -498,6 +509,11 @@ class AsyncClient(AsyncAdmin):
     def _after_insert(self, jobs: Sequence[InsertParams]) -> None:
         if self._runtime is not None and self._runtime.started:
             self._runtime.wake_queues({j.queue for j in jobs if j.state == "available"})
+
+    def _apply_local(self, effect: Callable[[T, Runtime], None], result: T) -> None:
+        runtime = self._runtime
+        if runtime is not None and runtime.started and not _hears_notifications(runtime):
+            effect(result, runtime)
 
     @property
     def id(self) -> str:

@@ -1,0 +1,205 @@
+"""Job and queue administration for :class:`~riverboat.AsyncClient`: the mixin that runs
+the statements :mod:`riverboat._admin` plans.
+
+This is the hand-written side: ``_admin_sync.py`` (``SyncAdmin``, for
+:class:`~riverboat.Client`) is generated from it by ``scripts/async_to_sync.py``, and CI
+fails when the two disagree. Each operation is one statement from the dialect that
+returns full rows, run without a wrapping transaction; the ``*_tx`` forms run on the
+caller's connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from riverboat._admin import (
+    _UNSET,
+    JobListCursor,
+    JobListOrder,
+    JobListResult,
+    T,
+    _ops,
+    _Plan,
+    _with_filters,
+    _with_list_defaults,
+)
+from riverboat._job import JobRow, JobState
+from riverboat._queue import QueueRow
+
+if TYPE_CHECKING:
+    from riverboat.client import _ClientCore
+    from riverboat.runtime.runner import Runtime
+
+__all__ = ["AsyncAdmin"]
+
+
+class AsyncAdmin:
+    """Job and queue administration for :class:`~riverboat.AsyncClient`.
+
+    Every method is one statement returning full rows; ``*_tx`` forms run on the caller's
+    connection inside their transaction (and, like River's, never touch this client's
+    producers directly: the NOTIFY is delivered only if that transaction commits).
+    """
+
+    driver: Any
+    _core: _ClientCore
+
+    async def _run(self, plan: _Plan[T]) -> T:
+        result = plan.finish(await self.driver.fetch(plan.stmt))
+        if plan.local is not None:
+            self._apply_local(plan.local, result)
+        return result
+
+    def _apply_local(self, effect: Callable[[T, Runtime], None], result: T) -> None:
+        """Apply a plan's local effect (a cancel, a pause) to this client's own runtime,
+        when it runs and won't hear the notification. The clients define it: the async
+        one calls it directly, the sync one hands it to its embedded runtime's loop."""
+        raise NotImplementedError
+
+    async def _run_tx(self, conn: Any, plan: _Plan[T]) -> T:
+        return plan.finish(await self.driver.wrap(conn).fetch(plan.stmt))
+
+    async def job_cancel(self, job_id: int) -> JobRow:
+        """Cancel a job (River's JobCancel). A job that is not running is cancelled now;
+        a running one is signalled to its producer and ends ``cancelled`` if its work
+        then fails or is interrupted (``completed`` if it still succeeds). A finalized job
+        is returned unchanged. Raises NotFoundError."""
+        return await self._run(_ops(self._core).job_cancel(job_id))
+
+    async def job_cancel_tx(self, conn: Any, job_id: int) -> JobRow:
+        return await self._run_tx(conn, _ops(self._core).job_cancel(job_id))
+
+    async def job_retry(self, job_id: int) -> JobRow:
+        """Make a job available now (River's JobRetry): not for running jobs, nor for an
+        available one that is already due (both are returned unchanged). A job that used
+        its last attempt gets one more. Raises NotFoundError."""
+        return await self._run(_ops(self._core).job_retry(job_id))
+
+    async def job_retry_tx(self, conn: Any, job_id: int) -> JobRow:
+        return await self._run_tx(conn, _ops(self._core).job_retry(job_id))
+
+    async def job_delete(self, job_id: int) -> JobRow:
+        """Delete a job and return it. Raises JobRunningError for a running job,
+        NotFoundError for a missing one."""
+        return await self._run(_ops(self._core).job_delete(job_id))
+
+    async def job_delete_tx(self, conn: Any, job_id: int) -> JobRow:
+        return await self._run_tx(conn, _ops(self._core).job_delete(job_id))
+
+    async def job_delete_many(
+        self,
+        *,
+        ids: Iterable[int] | None = None,
+        kinds: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+        states: Iterable[JobState | str] | None = None,
+        priorities: Iterable[int] | None = None,
+        tags_all: Iterable[str] | None = None,
+        tags_any: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+        all: bool = False,
+    ) -> list[JobRow]:
+        """Delete up to ``limit`` (default 100) matching jobs, oldest id first, skipping
+        running jobs and rows locked by others; returns them. With no filter it refuses
+        unless ``all=True``."""
+        return await self._run(
+            _ops(self._core).job_delete_many(
+                ids=ids, kinds=kinds, queues=queues, states=states, priorities=priorities,
+                tags_all=tags_all, tags_any=tags_any, metadata=metadata, limit=limit, all=all,
+            )
+        )  # fmt: skip
+
+    async def job_delete_many_tx(self, conn: Any, **kwargs: Any) -> list[JobRow]:
+        kwargs.setdefault("limit", None)
+        kwargs.setdefault("all", False)
+        return await self._run_tx(conn, _ops(self._core).job_delete_many(**_with_filters(kwargs)))
+
+    async def job_list(
+        self,
+        *,
+        ids: Iterable[int] | None = None,
+        kinds: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+        states: Iterable[JobState | str] | None = None,
+        priorities: Iterable[int] | None = None,
+        tags_all: Iterable[str] | None = None,
+        tags_any: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        order_by: JobListOrder = "id",
+        descending: bool = False,
+        limit: int | None = None,
+        cursor: JobListCursor | str | None = None,
+    ) -> JobListResult:
+        """List jobs (River's JobList): filters combine with AND; ``tags_all`` needs every
+        tag, ``tags_any`` one of them, ``metadata`` is JSON containment (``@>``). Ordered by
+        ``order_by`` (``time`` = scheduled_at, attempted_at or finalized_at depending on
+        the first listed state) then id; ``limit`` defaults to 100. Pass ``next_cursor``
+        back as ``cursor`` for the next page."""
+        return await self._run(
+            _ops(self._core).job_list(
+                ids=ids, kinds=kinds, queues=queues, states=states, priorities=priorities,
+                tags_all=tags_all, tags_any=tags_any, metadata=metadata, order_by=order_by,
+                descending=descending, limit=limit, cursor=cursor,
+            )
+        )  # fmt: skip
+
+    async def job_list_tx(self, conn: Any, **kwargs: Any) -> JobListResult:
+        return await self._run_tx(conn, _ops(self._core).job_list(**_with_list_defaults(kwargs)))
+
+    async def job_update(
+        self, job_id: int, *, output: Any = _UNSET, metadata: Mapping[str, Any] | None = None
+    ) -> JobRow:
+        """Merge ``metadata`` (shallow) and/or ``output`` (stored as ``metadata.output``, as
+        River's recorded output) into a job, whatever its state. Raises NotFoundError."""
+        return await self._run(
+            _ops(self._core).job_update(job_id, output=output, metadata=metadata, unset=_UNSET)
+        )
+
+    async def job_update_tx(
+        self,
+        conn: Any,
+        job_id: int,
+        *,
+        output: Any = _UNSET,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> JobRow:
+        plan = _ops(self._core).job_update(job_id, output=output, metadata=metadata, unset=_UNSET)
+        return await self._run_tx(conn, plan)
+
+    async def queue_get(self, name: str) -> QueueRow:
+        """One ``river_queue`` row; raises NotFoundError."""
+        return await self._run(_ops(self._core).queue_get(name))
+
+    async def queue_list(self, *, limit: int | None = None) -> list[QueueRow]:
+        """Queues by name, at most ``limit`` (default 100)."""
+        return await self._run(_ops(self._core).queue_list(limit))
+
+    async def queue_pause(self, name: str) -> list[QueueRow]:
+        """Pause one queue, or every queue with ``"*"``: producers stop fetching (running
+        jobs go on) until resumed, across restarts. Returns the affected rows; raises
+        NotFoundError for a named queue that does not exist."""
+        return await self._run(_ops(self._core).queue_pause(name))
+
+    async def queue_pause_tx(self, conn: Any, name: str) -> list[QueueRow]:
+        return await self._run_tx(conn, _ops(self._core).queue_pause(name))
+
+    async def queue_resume(self, name: str) -> list[QueueRow]:
+        """Resume one queue, or every queue with ``"*"``; see :meth:`queue_pause`."""
+        return await self._run(_ops(self._core).queue_resume(name))
+
+    async def queue_resume_tx(self, conn: Any, name: str) -> list[QueueRow]:
+        return await self._run_tx(conn, _ops(self._core).queue_resume(name))
+
+    async def queue_update(
+        self, name: str, *, metadata: Mapping[str, Any] | None = None
+    ) -> QueueRow:
+        """Replace a queue's metadata (River's QueueUpdate) and tell producers
+        (``metadata_changed``). Raises NotFoundError."""
+        return await self._run(_ops(self._core).queue_update(name, metadata))
+
+    async def queue_update_tx(
+        self, conn: Any, name: str, *, metadata: Mapping[str, Any] | None = None
+    ) -> QueueRow:
+        return await self._run_tx(conn, _ops(self._core).queue_update(name, metadata))
