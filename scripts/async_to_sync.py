@@ -33,11 +33,14 @@ SRC = ROOT / "src" / "riverboat"
 #: async source -> generated sync module, relative to src/riverboat.
 PAIRS: dict[str, str] = {
     "_admin_async.py": "_admin_sync.py",
+    "_client_async.py": "_client_sync.py",
 }
 
 #: Names that differ between the two sides.
 RENAMES: dict[str, str] = {
     "AsyncAdmin": "SyncAdmin",
+    "AsyncClientBase": "ClientBase",
+    "_client_async": "_client_sync",
     "AsyncClient": "Client",
     "AsyncIterator": "Iterator",
     "AsyncIterable": "Iterable",

@@ -30,7 +30,7 @@ from riverboat.errors import (
 )
 
 if TYPE_CHECKING:
-    from riverboat.client import _ClientCore
+    from riverboat._client_core import _ClientCore
     from riverboat.runtime.runner import Runtime
 
 __all__ = ["JobListCursor", "JobListResult"]

@@ -26,7 +26,7 @@ from riverboat._job import JobRow, JobState
 from riverboat._queue import QueueRow
 
 if TYPE_CHECKING:
-    from riverboat.client import _ClientCore
+    from riverboat._client_core import _ClientCore
     from riverboat.runtime.runner import Runtime
 
 __all__ = ["SyncAdmin"]

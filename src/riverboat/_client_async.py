@@ -1,0 +1,81 @@
+"""The I/O every client does, written once for asyncio: inserts and ``job_get``, on top
+of the admin mixin. :class:`~riverboat.AsyncClient` builds on :class:`AsyncClientBase`;
+``_client_sync.py`` (``ClientBase``, under :class:`~riverboat.Client`) is generated
+from this module by ``scripts/async_to_sync.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from riverboat._admin_async import AsyncAdmin
+from riverboat._client_core import _check_job_id, _ClientCore
+from riverboat._insert import InsertParams
+from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow
+
+__all__ = ["AsyncClientBase"]
+
+
+class AsyncClientBase(AsyncAdmin):
+    """Inserts and reads over ``driver`` and ``_core``; the client adds the runtime."""
+
+    driver: Any
+    _core: _ClientCore
+
+    def _after_insert(self, jobs: Sequence[InsertParams]) -> None:
+        """Wake this client's producers for the queues that got available jobs; the
+        clients define it (directly, or through the embedded runtime's loop)."""
+        raise NotImplementedError
+
+    @property
+    def id(self) -> str:
+        return self._core.id
+
+    async def insert(
+        self, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
+    ) -> InsertResult:
+        """Insert one job in one statement (no transaction is opened)."""
+        stmt, jobs = self._core.insert_statement(args, opts, kind)
+        rows = await self.driver.fetch(stmt)
+        self._after_insert(jobs)
+        return self._core.dialect.decode_insert(rows)[0]  # type: ignore[no-any-return]
+
+    async def insert_tx(
+        self, conn: Any, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
+    ) -> InsertResult:
+        """Insert one job inside the caller's open transaction on ``conn``."""
+        stmt, _ = self._core.insert_statement(args, opts, kind)
+        rows = await self.driver.wrap(conn).fetch(stmt)
+        return self._core.dialect.decode_insert(rows)[0]  # type: ignore[no-any-return]
+
+    async def insert_many(self, params: Sequence[InsertManyParams | object]) -> list[InsertResult]:
+        """Insert many jobs: one statement per 5,000, in one transaction when there are
+        several batches so the call is all-or-nothing."""
+        batches, jobs = self._core.insert_many_statements(params)
+        decode = self._core.decode_batch
+        if len(batches) == 1:
+            results = decode(batches[0], await self.driver.fetch(batches[0].stmt))
+        else:
+            results = []
+            async with self.driver.transaction() as tx:
+                for batch in batches:
+                    results.extend(decode(batch, await tx.fetch(batch.stmt)))
+        self._after_insert(jobs)
+        return results
+
+    async def insert_many_tx(
+        self, conn: Any, params: Sequence[InsertManyParams | object]
+    ) -> list[InsertResult]:
+        """Insert many jobs inside the caller's open transaction on ``conn``."""
+        batches, _ = self._core.insert_many_statements(params)
+        executor = self.driver.wrap(conn)
+        results: list[InsertResult] = []
+        for batch in batches:
+            results.extend(self._core.decode_batch(batch, await executor.fetch(batch.stmt)))
+        return results
+
+    async def job_get(self, job_id: int) -> JobRow:
+        """Fetch one job by ID; raises NotFoundError."""
+        rows = await self.driver.fetch(self._core.dialect.job_get_by_id(_check_job_id(job_id)))
+        return self._core.one_job(rows, job_id)

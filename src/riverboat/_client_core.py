@@ -1,0 +1,209 @@
+"""What both clients share that does no I/O: the insert planning (validation, unique
+twins, batches, notify limiting), decoding, and the checks on how a client is built."""
+
+from __future__ import annotations
+
+import difflib
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from riverboat._admin import _job_id
+from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, resolve_many
+from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow
+from riverboat._sql import Statement
+from riverboat.errors import InvalidInputError, NotFoundError, UnknownJobKindError
+from riverboat.middleware import MiddlewareStack
+from riverboat.runtime.worker import Workers
+
+__all__ = ["default_client_id"]
+
+INSERT_BATCH_MAX = 5000  # River's insert batch size; also bounds one statement's arrays
+
+
+def default_client_id() -> str:
+    """River's client ID shape: ``<host with . as _, ≤60 chars>_<UTC start time>``."""
+    host = socket.gethostname().replace(".", "_")[:60]
+    stamp = datetime.now(UTC).strftime("%Y_%m_%dT%H_%M_%S_%f")
+    return f"{host}_{stamp}"[:100]
+
+
+class _NotifyLimiter:
+    """At most one insert notification per queue per cooldown, as River's notifylimiter."""
+
+    __slots__ = ("_cooldown", "_last")
+
+    def __init__(self, cooldown: float) -> None:
+        self._cooldown = cooldown
+        self._last: dict[str, float] = {}
+
+    def queues_to_notify(self, jobs: Sequence[InsertParams]) -> list[str]:
+        now = time.monotonic()
+        out: list[str] = []
+        for job in jobs:
+            if job.state != "available" or job.queue in out:
+                continue
+            last = self._last.get(job.queue)
+            if last is None or now - last >= self._cooldown:
+                self._last[job.queue] = now
+                out.append(job.queue)
+        return out
+
+
+class _InsertBatch:
+    """One insert statement, and where each requested job's row is in its result."""
+
+    __slots__ = ("origin", "stmt")
+
+    def __init__(self, stmt: Statement, origin: list[tuple[int, bool]] | None) -> None:
+        self.stmt = stmt
+        self.origin = origin
+
+
+def _collapse_unique_twins(
+    jobs: list[InsertParams],
+) -> tuple[list[InsertParams], list[tuple[int, bool]] | None]:
+    """Send each unique key once per statement.
+
+    Postgres's ON CONFLICT DO UPDATE cannot touch one row twice in a statement, so two
+    jobs with the same unique key in one batch would fail the whole insert. The later
+    twin is what a second insert would be: a duplicate of the first. ``origin`` maps each
+    requested job to (its row's position in the result, whether it is such a twin).
+    """
+    first_by_key: dict[bytes, int] = {}
+    sent: list[InsertParams] = []
+    origin: list[tuple[int, bool]] = []
+    twins = False
+    for job in jobs:
+        key = job.unique_key
+        if key is not None:
+            seen = first_by_key.get(key)
+            if seen is not None:
+                origin.append((seen, True))
+                twins = True
+                continue
+            first_by_key[key] = len(sent)
+        origin.append((len(sent), False))
+        sent.append(job)
+    return (sent, origin) if twins else (jobs, None)
+
+
+class _ClientCore:
+    """Everything both clients share that does no I/O."""
+
+    def __init__(
+        self,
+        driver: Any,
+        *,
+        id: str | None,
+        max_attempts: int,
+        fetch_cooldown: float,
+        middleware: Sequence[object] | None = None,
+    ) -> None:
+        self.driver = driver
+        self.dialect = driver.dialect
+        self.id = id or default_client_id()
+        if not isinstance(self.id, str) or not 0 < len(self.id) <= 100:
+            raise InvalidInputError("id", "must be a str of 1 to 100 characters")
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise InvalidInputError("max_attempts", "must be an int of at least 1")
+        self.defaults = InsertDefaults(max_attempts=max_attempts)
+        self._limiter = _NotifyLimiter(fetch_cooldown)
+        self.workers: Workers | None = None
+        self.skip_unknown_job_check = False
+        self.middleware = MiddlewareStack(middleware)
+
+    def _check_kinds(self, jobs: Sequence[InsertParams]) -> None:
+        # River refuses to insert a kind this client has no worker for (when it has
+        # workers at all), catching typos before a job sits unworkable in the queue.
+        if self.workers is None or not len(self.workers) or self.skip_unknown_job_check:
+            return
+        for job in jobs:
+            if job.kind not in self.workers:
+                raise UnknownJobKindError(job.kind)
+
+    def insert_statement(
+        self, args: object, opts: InsertOpts | None, kind: str | None
+    ) -> tuple[Statement, list[InsertParams]]:
+        jobs = [resolve_insert(args, opts, kind, self.defaults)]
+        self._check_kinds(jobs)
+        self.middleware.apply_insert(jobs, (args,))
+        return self.dialect.job_insert_many(jobs, self._limiter.queues_to_notify(jobs)), jobs
+
+    def insert_many_statements(
+        self, params: Sequence[object]
+    ) -> tuple[list[_InsertBatch], list[InsertParams]]:
+        jobs = resolve_many(params, self.defaults)
+        self._check_kinds(jobs)
+        self.middleware.apply_insert(
+            jobs, [p.args if isinstance(p, InsertManyParams) else p for p in params]
+        )
+        batches = []
+        for start in range(0, len(jobs), INSERT_BATCH_MAX):
+            batch, origin = _collapse_unique_twins(jobs[start : start + INSERT_BATCH_MAX])
+            stmt = self.dialect.job_insert_many(batch, self._limiter.queues_to_notify(batch))
+            batches.append(_InsertBatch(stmt, origin))
+        return batches, jobs
+
+    def decode_batch(self, batch: _InsertBatch, rows: Sequence[Any]) -> list[InsertResult]:
+        results: list[InsertResult] = self.dialect.decode_insert(rows)
+        if batch.origin is None:
+            return results
+        out = []
+        for sent, twin in batch.origin:
+            first = results[sent]
+            out.append(InsertResult(first.job, True) if twin else first)
+        return out
+
+    def one_job(self, rows: Sequence[Any], job_id: int) -> JobRow:
+        if not rows:
+            raise NotFoundError(f"job {job_id} not found")
+        job: JobRow = self.dialect.decode_job(rows[0])
+        return job
+
+
+def _check_job_id(job_id: object) -> int:
+    return _job_id(job_id)  # one rule for every call taking a job id
+
+
+def _checked_driver(driver: Any, schema: str | None, *, want_async: bool) -> Any:
+    """``driver`` when it is a riverboat driver of the kind the client needs (the
+    capabilities it declares are read here, when the client is built), else a clear
+    error: a sync Client over an async driver used to fail at its first insert with
+    "'coroutine' object is not iterable"."""
+    capabilities = getattr(driver, "capabilities", None)
+    if capabilities is None or not hasattr(driver, "dialect"):
+        raise InvalidInputError(
+            "driver",
+            f"must be a database URL or a riverboat driver, not {type(driver).__name__}",
+        )
+    name = type(driver).__name__
+    if want_async and not capabilities.async_:
+        raise InvalidInputError(
+            "driver", f"{name} is a sync driver; AsyncClient needs an async one (or a URL)"
+        )
+    if not want_async and not capabilities.sync:
+        raise InvalidInputError(
+            "driver", f"{name} is an async driver; use riverboat.AsyncClient with it"
+        )
+    if schema is not None and schema != driver.dialect.schema:
+        # The driver renders every statement with its own schema; this one would be
+        # silently ignored.
+        raise InvalidInputError(
+            "schema",
+            f"{schema!r} differs from the driver's schema {driver.dialect.schema!r}: pass "
+            f"schema= to {name}(...) instead",
+        )
+    return driver
+
+
+def _check_runtime_options(options: Mapping[str, Any], known: frozenset[str]) -> None:
+    """Options the sync Client hands to its embedded AsyncClient, checked now rather than
+    at ``start()``: a typo fails where it was written."""
+    for name in options:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise InvalidInputError(name, f"is not a Client option{hint}")

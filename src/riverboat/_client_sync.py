@@ -1,0 +1,85 @@
+# Generated from _client_async.py by scripts/async_to_sync.py: do not edit.
+# Change the async module, then run: .venv/bin/python scripts/async_to_sync.py
+"""The I/O every client does, written once for asyncio: inserts and ``job_get``, on top
+of the admin mixin. :class:`~riverboat.Client` builds on :class:`ClientBase`;
+``_client_sync.py`` (``ClientBase``, under :class:`~riverboat.Client`) is generated
+from this module by ``scripts/async_to_sync.py``.
+
+Generated from ``_client_async.py`` by ``scripts/async_to_sync.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from riverboat._admin_sync import SyncAdmin
+from riverboat._client_core import _check_job_id, _ClientCore
+from riverboat._insert import InsertParams
+from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow
+
+__all__ = ["ClientBase"]
+
+
+class ClientBase(SyncAdmin):
+    """Inserts and reads over ``driver`` and ``_core``; the client adds the runtime."""
+
+    driver: Any
+    _core: _ClientCore
+
+    def _after_insert(self, jobs: Sequence[InsertParams]) -> None:
+        """Wake this client's producers for the queues that got available jobs; the
+        clients define it (directly, or through the embedded runtime's loop)."""
+        raise NotImplementedError
+
+    @property
+    def id(self) -> str:
+        return self._core.id
+
+    def insert(
+        self, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
+    ) -> InsertResult:
+        """Insert one job in one statement (no transaction is opened)."""
+        stmt, jobs = self._core.insert_statement(args, opts, kind)
+        rows = self.driver.fetch(stmt)
+        self._after_insert(jobs)
+        return self._core.dialect.decode_insert(rows)[0]  # type: ignore[no-any-return]
+
+    def insert_tx(
+        self, conn: Any, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
+    ) -> InsertResult:
+        """Insert one job inside the caller's open transaction on ``conn``."""
+        stmt, _ = self._core.insert_statement(args, opts, kind)
+        rows = self.driver.wrap(conn).fetch(stmt)
+        return self._core.dialect.decode_insert(rows)[0]  # type: ignore[no-any-return]
+
+    def insert_many(self, params: Sequence[InsertManyParams | object]) -> list[InsertResult]:
+        """Insert many jobs: one statement per 5,000, in one transaction when there are
+        several batches so the call is all-or-nothing."""
+        batches, jobs = self._core.insert_many_statements(params)
+        decode = self._core.decode_batch
+        if len(batches) == 1:
+            results = decode(batches[0], self.driver.fetch(batches[0].stmt))
+        else:
+            results = []
+            with self.driver.transaction() as tx:
+                for batch in batches:
+                    results.extend(decode(batch, tx.fetch(batch.stmt)))
+        self._after_insert(jobs)
+        return results
+
+    def insert_many_tx(
+        self, conn: Any, params: Sequence[InsertManyParams | object]
+    ) -> list[InsertResult]:
+        """Insert many jobs inside the caller's open transaction on ``conn``."""
+        batches, _ = self._core.insert_many_statements(params)
+        executor = self.driver.wrap(conn)
+        results: list[InsertResult] = []
+        for batch in batches:
+            results.extend(self._core.decode_batch(batch, executor.fetch(batch.stmt)))
+        return results
+
+    def job_get(self, job_id: int) -> JobRow:
+        """Fetch one job by ID; raises NotFoundError."""
+        rows = self.driver.fetch(self._core.dialect.job_get_by_id(_check_job_id(job_id)))
+        return self._core.one_job(rows, job_id)
