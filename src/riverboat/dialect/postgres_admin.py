@@ -16,7 +16,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from riverboat._job import JobRow
+from riverboat._job import JobRow, JobState
 from riverboat._queue import QueueRow
 from riverboat._sql import Query, Statement, render_schema
 from riverboat.dialect._pg_common import CHANNEL, job_columns
@@ -26,6 +26,7 @@ __all__ = ["JOB_LIST_FILTERS", "QUEUE_COLUMNS", "PostgresAdmin"]
 QUEUE_COLUMNS = "name, created_at, metadata::text AS metadata, paused_at, updated_at"
 _CONTROL = CHANNEL.format(topic="river_control")
 _FINALIZED = "('cancelled', 'completed', 'discarded')"
+_ALL_STATES = tuple(state.value for state in JobState)
 
 QUERIES: dict[str, str] = {}
 
@@ -146,6 +147,30 @@ FROM <schema>river_job
 WHERE state = ANY(:states::text[]::<schema>river_job_state[])
 GROUP BY queue, state
 """
+
+# Jobs per state, each count stopping at :cap rows (the dashboard shows "10,000+"): a
+# LIMIT inside each state's subquery reads at most :cap entries of the (state, ...) index,
+# so a table of a million finalized jobs costs what ten thousand do.
+QUERIES["job_count_by_state_capped"] = "\nUNION ALL\n".join(
+    f"SELECT '{state}'::text, (SELECT count(*) FROM (SELECT 1 FROM <schema>river_job "
+    f"WHERE state = '{state}' LIMIT :cap::integer) AS capped)"
+    for state in _ALL_STATES
+)
+
+# Jobs finalized per minute over the last :minutes minutes, by the (state, finalized_at)
+# index: rows of (minute, completed, discarded).
+QUERIES["job_throughput"] = """
+SELECT date_trunc('minute', finalized_at) AS minute,
+       count(*) FILTER (WHERE state = 'completed') AS completed,
+       count(*) FILTER (WHERE state = 'discarded') AS discarded
+FROM <schema>river_job
+WHERE state IN ('completed', 'discarded')
+  AND finalized_at IS NOT NULL
+  AND finalized_at >= now() - make_interval(mins => :minutes::integer)
+GROUP BY 1
+ORDER BY 1
+"""
+
 
 QUERIES["queue_list"] = (
     f"SELECT {QUEUE_COLUMNS} FROM <schema>river_queue ORDER BY name ASC LIMIT :max::integer"
@@ -381,6 +406,17 @@ class PostgresAdmin:
     def job_count_by_queue_and_state(self, states: Sequence[str]) -> Statement:
         """Rows of ``(queue, state, count)`` for jobs in ``states``."""
         return self.stmt("job_count_by_queue_and_state", states=list(states))
+
+    def job_count_by_state_capped(self, cap: int) -> Statement:
+        """Rows of ``(state, count)`` for every state, each count at most ``cap``."""
+        return self.stmt("job_count_by_state_capped", cap=cap)
+
+    def job_throughput(self, minutes: int) -> Statement:
+        """Rows of ``(minute, completed, discarded)`` for the last ``minutes`` minutes."""
+        return self.stmt("job_throughput", minutes=minutes)
+
+    def decode_throughput(self, rows: Sequence[Sequence[Any]]) -> list[tuple[datetime, int, int]]:
+        return [(row[0], int(row[1]), int(row[2])) for row in rows]
 
     # -- queues ------------------------------------------------------------------------
     def decode_queue(self, row: Sequence[Any]) -> QueueRow:

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from riverboat._job import JobRow
+from riverboat._job import JobRow, JobState
 from riverboat._queue import QueueRow
 from riverboat._sql import Query, Statement, render_schema
 from riverboat.dialect._sqlite_common import (
@@ -47,6 +47,7 @@ QUEUE_COLUMNS = "name, created_at, json(metadata) AS metadata, paused_at, update
 _FINALIZED = "('cancelled', 'completed', 'discarded')"
 
 QUERIES: dict[str, str] = {}
+_ALL_STATES = tuple(state.value for state in JobState)
 
 # River's JobCancel. One UPDATE that always returns the row: a finalized job is written
 # back unchanged (SQLite cannot UPDATE in a CTE and SELECT the untouched row in the same
@@ -143,6 +144,28 @@ FROM <schema>river_job
 WHERE state IN (SELECT value FROM json_each(:states))
 GROUP BY queue, state
 """
+
+# Jobs per state, each count stopping at :cap rows: see postgres_admin.
+QUERIES["job_count_by_state_capped"] = "\nUNION ALL\n".join(
+    f"SELECT '{state}', (SELECT count(*) FROM (SELECT 1 FROM <schema>river_job "
+    f"WHERE state = '{state}' LIMIT :cap))"
+    for state in _ALL_STATES
+)
+
+# Jobs finalized per minute over the last :minutes minutes, by the (state, finalized_at)
+# index. River's timestamp text compares as text; its first 16 characters are the minute.
+QUERIES["job_throughput"] = """
+SELECT substr(finalized_at, 1, 16) AS minute,
+       sum(state = 'completed') AS completed,
+       sum(state = 'discarded') AS discarded
+FROM <schema>river_job
+WHERE state IN ('completed', 'discarded')
+  AND finalized_at IS NOT NULL
+  AND finalized_at >= datetime('now', '-' || :minutes || ' minutes')
+GROUP BY 1
+ORDER BY 1
+"""
+
 
 QUERIES["queue_list"] = (
     f"SELECT {QUEUE_COLUMNS} FROM <schema>river_queue ORDER BY name ASC LIMIT :max"
@@ -378,6 +401,25 @@ class SqliteAdmin:
     def job_count_by_queue_and_state(self, states: Sequence[str]) -> Statement:
         """Rows of ``(queue, state, count)`` for jobs in ``states``."""
         return self.stmt("job_count_by_queue_and_state", states=json.dumps(list(states)))
+
+    def job_count_by_state_capped(self, cap: int) -> Statement:
+        """Rows of ``(state, count)`` for every state, each count at most ``cap``."""
+        return self.stmt("job_count_by_state_capped", cap=cap)
+
+    def job_throughput(self, minutes: int) -> Statement:
+        """Rows of ``(minute, completed, discarded)`` for the last ``minutes`` minutes."""
+        return self.stmt("job_throughput", minutes=minutes)
+
+    def decode_throughput(self, rows: Sequence[Sequence[Any]]) -> list[tuple[datetime, int, int]]:
+        return [
+            (
+                datetime.strptime(row[0], "%Y-%m-%d %H:%M").replace(tzinfo=UTC),
+                int(row[1]),
+                int(row[2]),
+            )
+            for row in rows
+            if isinstance(row[0], str) and len(row[0]) == 16
+        ]
 
     # -- queues ------------------------------------------------------------------------
     def decode_queue(self, row: Sequence[Any]) -> QueueRow:
