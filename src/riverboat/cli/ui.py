@@ -10,6 +10,7 @@ import argparse
 import os
 import socket
 import sys
+import threading
 
 from riverboat.dialect.base import validate_schema_name
 from riverboat.errors import InvalidInputError
@@ -64,27 +65,60 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(
         url, schema=validate_schema_name(args.schema), read_only=args.read_only, token=token
     )
-    # Bind before announcing: once the URL is printed, connections wait in the backlog
+    sock, listening = _listen(args.host, args.port)
+    # Bound before announcing: once the URL is printed, connections wait in the backlog
     # until uvicorn accepts them (scripts and tests can rely on the line).
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((args.host, args.port))
-    except OSError as exc:
-        sock.close()
-        raise InvalidInputError(
-            "port", f"cannot listen on {args.host}:{args.port}: {exc}"
-        ) from None
-    sock.listen(128)
-    shown = f"[{args.host}]" if family == socket.AF_INET6 else args.host
-    print(f"riverboat ui: http://{shown}:{args.port}/", file=sys.stderr, flush=True)
+    print(f"riverboat ui: {listening}", file=sys.stderr, flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
     return 0
+
+
+def _listen(host: str, port: int) -> tuple[socket.socket, str]:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise InvalidInputError("port", f"cannot listen on {host}:{port}: {exc}") from None
+    sock.listen(128)
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    return sock, f"http://{shown}:{sock.getsockname()[1]}/"
+
+
+def serve_in_thread(database_url: str, host: str, port: int) -> tuple[str, threading.Event]:
+    """Serve the dashboard from a daemon thread (``riverboat demo --ui``); returns its URL
+    and an event: set it to stop the server."""
+    try:
+        import uvicorn
+
+        from riverboat.ui import create_app
+    except ImportError as exc:
+        raise InvalidInputError(
+            "ui", f"needs the ui extra: pip install 'riverboat[ui]' ({exc.name} is missing)"
+        ) from None
+    sock, url = _listen(host, port)
+    server = uvicorn.Server(uvicorn.Config(create_app(database_url), log_level="warning"))
+    stop = threading.Event()
+
+    def serve() -> None:
+        try:
+            server.run(sockets=[sock])
+        finally:
+            sock.close()
+
+    def watch() -> None:
+        stop.wait()
+        server.should_exit = True
+
+    threading.Thread(target=serve, name="riverboat-ui", daemon=True).start()
+    threading.Thread(target=watch, name="riverboat-ui-stop", daemon=True).start()
+    return url, stop
 
 
 def _check_database(url: str, schema: str | None) -> None:
