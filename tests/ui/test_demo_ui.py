@@ -39,8 +39,18 @@ def _read_until(proc: subprocess.Popen[str], marker: str, seen: list[str]) -> No
 def test_demo_with_the_dashboard(tmp_path: Path) -> None:
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "riverboat.cli", "demo", "--ui", "--ui-port", str(port)]
-        + ["--plain", "--jobs", "5"],
+        [
+            sys.executable,
+            "-m",
+            "riverboat.cli",
+            "demo",
+            "--ui",
+            "--ui-port",
+            str(port),
+            "--plain",
+            "--jobs",
+            "5",
+        ],  # fmt: skip
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
