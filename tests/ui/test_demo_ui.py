@@ -38,19 +38,9 @@ def _read_until(proc: subprocess.Popen[str], marker: str, seen: list[str]) -> No
 
 def test_demo_with_the_dashboard(tmp_path: Path) -> None:
     port = _free_port()
+    command = ["demo", "--ui", "--ui-port", str(port), "--plain", "--jobs", "5"]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "riverboat.cli",
-            "demo",
-            "--ui",
-            "--ui-port",
-            str(port),
-            "--plain",
-            "--jobs",
-            "5",
-        ],  # fmt: skip
+        [sys.executable, "-m", "riverboat.cli", *command],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
