@@ -399,8 +399,12 @@ def create_app(
             if problem:
                 raise BadFilter(problem)
             kwargs = filters.list_kwargs()
+            # By id, which river_job_pkey serves on both databases: newest first for
+            # running and finalized jobs, oldest first for those waiting. (River UI sorts
+            # by the state's time column; on SQLite that order is an expression no index
+            # serves, and a million finalized rows took seconds to sort.)
             result = await client.job_list(
-                order_by="time",
+                order_by="id",
                 descending=filters.state in FINALIZED or filters.state == JobState.RUNNING,
                 limit=PAGE_SIZE,
                 cursor=filters.cursor or None,
