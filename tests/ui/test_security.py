@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import http.client
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -158,3 +159,35 @@ def test_create_app_checks_its_arguments() -> None:
         create_app()
     with pytest.raises(InvalidInputError, match="token"):
         create_app("sqlite:///x.sqlite3", token="")
+
+
+def test_mounted_under_a_prefix(seeded: SeededDb, serve: Any) -> None:
+    """Mounted in another ASGI app, links, static files and redirects keep the prefix."""
+    from contextlib import asynccontextmanager
+
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    dashboard = create_app(seeded.url, schema=seeded.schema)
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        await dashboard.aclose()
+
+    outer = Starlette(routes=[Mount("/riverboat", dashboard)], lifespan=lifespan)
+    browser = Http(serve(outer).url)
+    status, _, page = browser.request("GET", "/riverboat/")
+    assert status == 200
+    assert 'href="/riverboat/jobs"' in page and 'src="/riverboat/static/htmx.min.js"' in page
+    assert browser.request("GET", "/riverboat/static/htmx.min.js")[0] == 200
+    token = browser.csrf("/riverboat/")
+    status, headers, _ = browser.request("POST", "/riverboat/queues/email/pause", {"csrf": token})
+    assert status == 303 and headers["location"].startswith("/riverboat/?msg=")
+    job = seeded.jobs.discarded[0]
+    status, _, page = browser.request("GET", f"/riverboat/jobs/{job}")
+    action = re.search(r'action="([^"]+/retry[^"]*)"', page)
+    assert status == 200 and action is not None
+    path = action.group(1).replace("&amp;", "&")
+    status, headers, _ = browser.request("POST", path, {"csrf": token})
+    assert status == 303 and headers["location"].startswith(f"/riverboat/jobs/{job}?msg=")

@@ -7,6 +7,6 @@ through riverboat's admin API; mount it in your own ASGI app, or run it with
 
 from __future__ import annotations
 
-from riverboat.ui.app import create_app
+from riverboat.ui.app import Dashboard, create_app
 
-__all__ = ["create_app"]
+__all__ = ["Dashboard", "create_app"]

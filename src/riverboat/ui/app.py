@@ -36,7 +36,7 @@ from riverboat._job import STATE_BY_NAME, JobRow, JobState
 from riverboat.client import AsyncClient
 from riverboat.errors import InvalidInputError, JobRunningError, NotFoundError, RiverboatError
 
-__all__ = ["create_app"]
+__all__ = ["Dashboard", "create_app"]
 
 HERE = Path(__file__).parent
 CSRF_COOKIE = "riverboat_csrf"
@@ -232,6 +232,16 @@ def _safe_back(request: Request, fallback: str) -> str:
     return fallback
 
 
+def _app_path(request: Request) -> str:
+    """The request's path inside this app (without the prefix it is mounted under), with
+    its query string: where an action sends the browser back to."""
+    root = str(request.scope.get("root_path", ""))
+    path = request.url.path
+    if root and path.startswith(root):
+        path = path[len(root) :] or "/"
+    return path + ("?" + request.url.query if request.url.query else "")
+
+
 def _with_message(url: str, message: str, kind: str = "ok") -> str:
     sep = "&" if "?" in url else "?"
     return f"{url}{sep}{urlencode({'msg': message, 'msgkind': kind})}"
@@ -276,6 +286,23 @@ class _AuthMiddleware:
         await self.app(scope, receive, send)
 
 
+class Dashboard:
+    """The ASGI app :func:`create_app` returns. Served on its own it closes its client at
+    shutdown (ASGI lifespan); mounted in another app, whose lifespan does not reach
+    mounted apps, call ``await dashboard.aclose()`` from that app's shutdown."""
+
+    def __init__(self, app: ASGIApp, close: Callable[[], Awaitable[None]]) -> None:
+        self.app = app
+        self._close = close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+    async def aclose(self) -> None:
+        """Close the client the dashboard opened from its URL (not one passed in)."""
+        await self._close()
+
+
 def _csrf_token(request: Request) -> str:
     token = request.cookies.get(CSRF_COOKIE, "")
     if len(token) != 43:  # token_urlsafe(32)
@@ -307,7 +334,7 @@ def create_app(
     read_only: bool = False,
     token: str | None = None,
     count_cap: int = JOB_COUNT_CAP_DEFAULT,
-) -> ASGIApp:
+) -> Dashboard:
     """The dashboard as an ASGI app.
 
     Pass ``database_url`` (the app opens its own :class:`~riverboat.AsyncClient` on
@@ -428,7 +455,7 @@ def create_app(
             first_query=filters.query() if filters.cursor else None,
             states=STATE_TABS,
             counts={s: _count_text(counts.get(s, 0), config.count_cap) for s in STATE_TABS},
-            here=request.url.path + ("?" + request.url.query if request.url.query else ""),
+            here=_app_path(request),
         )
 
     def _job_id(request: Request) -> int | None:
@@ -469,7 +496,7 @@ def create_app(
                 ("Finalized", job.finalized_at),
             ],
             errors=list(reversed(job.errors)),
-            here=request.url.path,
+            here=_app_path(request).split("?", 1)[0],
         )
 
     async def _form(request: Request) -> tuple[FormData | None, Response | None]:
@@ -600,4 +627,4 @@ def create_app(
     app: ASGIApp = Starlette(routes=routes, lifespan=lifespan)
     if token is not None:
         app = _AuthMiddleware(app, token)
-    return app
+    return Dashboard(app, holder.close)
