@@ -136,15 +136,6 @@ WHERE id = :id AND state IN ('available', 'pending', 'retryable', 'scheduled')
 RETURNING {job_columns()}
 """
 
-# Jobs per (queue, state) for the given states: metrics sample it (contrib.prometheus),
-# at most once per interval and only on the leader. Served by the (state, queue, ...) index.
-QUERIES["job_count_by_queue_and_state"] = """
-SELECT queue, state, count(*)
-FROM <schema>river_job
-WHERE state IN (SELECT value FROM json_each(:states))
-GROUP BY queue, state
-"""
-
 # Jobs per state, each count stopping at :cap rows: see postgres_admin.
 QUERIES["job_count_by_state_capped"] = "\nUNION ALL\n".join(
     f"SELECT '{state}', (SELECT count(*) FROM (SELECT 1 FROM <schema>river_job "
@@ -284,6 +275,18 @@ def _states_literal(states: Sequence[str]) -> str:
     return "state IN (" + ", ".join(f"'{state}'" for state in states) + ")"
 
 
+# Jobs per (queue, state) for the given states: metrics sample it (contrib.prometheus),
+# at most once per interval and only on the leader, and riverboat ui's overview. Served
+# by the (state, queue, ...) index.
+@lru_cache(maxsize=256)
+def _count_by_queue_query(schema: str | None, states: tuple[str, ...]) -> Query:
+    text = (
+        "SELECT queue, state, count(*) "
+        f"FROM <schema>river_job WHERE {_states_literal(states)} GROUP BY queue, state"
+    )
+    return Query("job_count_by_queue_and_state", render_schema(text, schema))
+
+
 @lru_cache(maxsize=1024)
 def _job_list_query(
     schema: str | None,
@@ -419,7 +422,9 @@ class SqliteAdmin:
 
     def job_count_by_queue_and_state(self, states: Sequence[str]) -> Statement:
         """Rows of ``(queue, state, count)`` for jobs in ``states``."""
-        return self.stmt("job_count_by_queue_and_state", states=json.dumps(list(states)))
+        # The states spelled out (see _states_literal): a bound list hides them from
+        # the generic plan, which then scanned a million finalized rows for 400 ms.
+        return Statement(_count_by_queue_query(self.schema, tuple(states)), {})
 
     def job_count_by_state_capped(self, cap: int) -> Statement:
         """Rows of ``(state, count)`` for every state, each count at most ``cap``."""
