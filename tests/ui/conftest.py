@@ -108,7 +108,9 @@ def _chromium() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+# Module scope: while playwright's sync API is up it keeps an event loop running on this
+# thread, and any async test after it (pytest-asyncio) would fail to start its own.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     executable = _chromium()
     in_ci = os.environ.get("CI", "").lower() == "true"

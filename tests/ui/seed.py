@@ -91,9 +91,12 @@ def seed(client: riverboat.Client) -> Seeded:
         kind="daily_report",
     ).job
     out.scheduled.append(job.id)
-    job = client.insert(
-        XSS_ARGS, riverboat.InsertOpts(metadata={"title": "<b>bold</b>"}), kind="render_page"
-    ).job
+    # River's logging middleware keeps each attempt's log under metadata["river:log"].
+    metadata = {
+        "title": "<b>bold</b>",
+        "river:log": [{"attempt": 1, "log": "rendering <i>page</i>\nwrote 3 files"}],
+    }
+    job = client.insert(XSS_ARGS, riverboat.InsertOpts(metadata=metadata), kind="render_page").job
     work_job(client, workers, job)
     out.xss = job.id
     return out

@@ -172,8 +172,10 @@ def test_job_content_is_escaped(seeded: SeededDb, serve: Any, page: Any) -> None
     expect(args).to_contain_text("</script><script>window.__xss='script'</script>")
     expect(page.locator("#job-output")).to_contain_text("<img src=x")
     expect(page.locator("pre.json").last).to_contain_text("<b>bold</b>")
+    expect(page.locator("pre.log")).to_contain_text("rendering <i>page</i>\nwrote 3 files")
     assert page.locator("main img").count() == 0
     assert page.locator("main b").count() == 0
+    assert page.locator("main i").count() == 0
     assert page.evaluate("window.__xss") is None
     page.goto(f"{base}/jobs?state=completed&kind=render_page")
     expect(page.locator("td.args")).to_contain_text("<img src=x")
