@@ -191,3 +191,12 @@ def test_mounted_under_a_prefix(seeded: SeededDb, serve: Any) -> None:
     path = action.group(1).replace("&amp;", "&")
     status, headers, _ = browser.request("POST", path, {"csrf": token})
     assert status == 303 and headers["location"].startswith(f"/riverboat/jobs/{job}?msg=")
+
+
+def test_an_action_that_changes_nothing_says_so(seeded: SeededDb, serve: Any) -> None:
+    browser = Http(serve(create_app(seeded.url, schema=seeded.schema)).url)
+    token = browser.csrf()
+    done = seeded.jobs.completed[0]
+    status, headers, _ = browser.request("POST", f"/jobs/{done}/cancel", {"csrf": token})
+    assert status == 303 and "already+completed" in headers["location"]
+    assert "msgkind=error" in headers["location"]

@@ -509,11 +509,17 @@ def create_app(
         return form, None
 
     async def _act_on_job(client: AsyncClient, action: str, job_id: int) -> str:
+        """Run one action; returns "" when it took effect, else why not (the admin API
+        returns a job it left alone unchanged, e.g. cancelling a completed job)."""
         try:
             if action == "retry":
-                await client.job_retry(job_id)
+                job = await client.job_retry(job_id)
+                if job.state == JobState.RUNNING:
+                    return f"job {job_id} is running; a running job is not retried"
             elif action == "cancel":
-                await client.job_cancel(job_id)
+                job = await client.job_cancel(job_id)
+                if job.state in (JobState.COMPLETED, JobState.DISCARDED):
+                    return f"job {job_id} is already {job.state.value}; nothing to cancel"
             else:
                 await client.job_delete(job_id)
         except JobRunningError:
