@@ -16,6 +16,7 @@ from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow
 from riverboat._sql import Statement
 from riverboat.errors import InvalidInputError, NotFoundError, UnknownJobKindError
 from riverboat.middleware import MiddlewareStack
+from riverboat.runtime.producer import DEFAULT_FETCH_COOLDOWN
 from riverboat.runtime.worker import Workers
 
 __all__ = ["default_client_id"]
@@ -99,7 +100,7 @@ class _ClientCore:
         *,
         id: str | None,
         max_attempts: int,
-        fetch_cooldown: float,
+        fetch_cooldown: float | None,
         middleware: Sequence[object] | None = None,
     ) -> None:
         self.driver = driver
@@ -110,7 +111,9 @@ class _ClientCore:
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise InvalidInputError("max_attempts", "must be an int of at least 1")
         self.defaults = InsertDefaults(max_attempts=max_attempts)
-        self._limiter = _NotifyLimiter(fetch_cooldown)
+        self._limiter = _NotifyLimiter(
+            fetch_cooldown if fetch_cooldown is not None else DEFAULT_FETCH_COOLDOWN
+        )
         self.workers: Workers | None = None
         self.skip_unknown_job_check = False
         self.middleware = MiddlewareStack(middleware)

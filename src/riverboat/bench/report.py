@@ -75,6 +75,22 @@ def render_table(report: dict[str, Any]) -> str:
                 f"{_fmt(p['total_cpu_ms_per_job'] or p['python_cpu_ms_per_job'])} ms CPU/job, "
                 f"{_fmt(p['statements_per_job'])} stmts/job"
             )
+    defaults = report.get("defaults")
+    if defaults:
+        lines += [
+            "",
+            "at default settings (only max_workers set), backlog of no-op jobs",
+            f"{'max_workers':<12}{'jobs/s':>10}{'raw loop':>10}{'ratio':>7}"
+            f"{'stmts/job':>11}{'target':>8}{'py ms/job':>11}",
+        ]
+        for row in defaults:
+            lines.append(
+                f"{row['max_workers']:<12}{_fmt(row['jobs_per_sec']):>10}"
+                f"{_fmt(row['raw_loop_jobs_per_sec']):>10}{_fmt(row['ratio_to_raw_loop']):>7}"
+                f"{_fmt(row['statements_per_job']):>11}"
+                f"{_fmt(row['statements_per_job_target']):>8}"
+                f"{_fmt(row['python_cpu_ms_per_job']):>11}"
+            )
     floor = report.get("raw_sql_floor")
     if floor:
         lines.append(

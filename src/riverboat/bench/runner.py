@@ -31,6 +31,7 @@ class BenchConfig:
     include_e2e: bool = True
     include_floor: bool = True
     include_scenarios: bool = True
+    include_defaults: bool = True
 
 
 def _progress_printer(enabled: bool) -> Callable[[str], None]:
@@ -127,6 +128,13 @@ async def _run(
             duration=config.duration,
         )
         report["end_to_end"] = e2e.to_dict()
+    if config.include_defaults and target.dialect == "postgres" and target.schema:
+        from riverboat.bench.defaults import run_defaults
+
+        defaults = await run_defaults(
+            make_client, target.url, target.schema, config.jobs, progress=progress
+        )
+        report["defaults"] = [result.to_dict() for result in defaults]
     if config.include_floor and target.dialect == "postgres" and target.schema:
         from riverboat.bench.floor import run_floor
 

@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--only",
-        choices=["ops", "e2e", "floor", "scenarios"],
+        choices=["ops", "e2e", "defaults", "floor", "scenarios"],
         action="append",
         help="run only these parts (repeatable)",
     )
@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         include_e2e=not only or "e2e" in only,
         include_floor=not only or "floor" in only,
         include_scenarios=not only or "scenarios" in only,
+        include_defaults=not only or "defaults" in only,
     )
     report = run_bench(config, show_progress=not args.quiet)
     if args.output:
