@@ -4,6 +4,7 @@ names. Its shape is checked here, never its speed (speed lives in docs/benchmark
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,51 @@ def test_bench_duration_caps_the_working_phase() -> None:
     assert isinstance(e2e, dict)
     # Whatever was worked in the time, counted from completion events, never more.
     assert 0 < e2e["jobs"] <= 20000
+
+
+# Imports of both SQLite modules fail, as on a machine without the sqlite extra (and a
+# stdlib sqlite3 older than 3.45, or none at all).
+_WITHOUT_SQLITE = """
+import sys
+sys.modules["sqlite3"] = None
+sys.modules["sqlean"] = None
+from riverboat.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_bench_on_postgres_without_the_sqlite_extra(pg_url: str, tmp_path: Path) -> None:
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _WITHOUT_SQLITE,
+            "bench",
+            "--json",
+            "--quiet",
+            "--database-url",
+            pg_url,
+            "--jobs",
+            "200",
+            "--calls",
+            "3",
+            "--only",
+            "scenarios",
+            "--only",
+            "e2e",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        env={**os.environ, "TMPDIR": str(tmpdir)},
+    )
+    report = json.loads(out.stdout)
+    # The SQLite scenario says why it was skipped; every other figure is there.
+    skipped = report["scenarios"]["sqlite_batch_claim"]["skipped"]
+    assert "riverboat[sqlite]" in skipped
+    assert report["scenarios"]["stale_statistics_completion"]["plan_uses_primary_key"]
+    assert report["end_to_end"]["jobs"] == 200
+    assert list(tmpdir.iterdir()) == []  # no temp directories left behind
