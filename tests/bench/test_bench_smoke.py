@@ -52,6 +52,9 @@ def _bench(*args: str) -> dict[str, object]:
 def test_bench_json_shape_on_postgres(pg_url: str, driver: str) -> None:
     report = _bench("--database-url", pg_url, "--driver", driver, "--jobs", "300", "--calls", "5")
     assert report["driver"] == driver
+    # What the figures were measured with: Python, psycopg's implementation, durability.
+    assert report["python_version"] and report["psycopg_impl"] in ("c", "binary", "python")
+    assert report["fsync"] in ("on", "off") and report["synchronous_commit"]
     ops = {op["name"]: op for op in report["operations"]}  # type: ignore[attr-defined]
     assert set(ops) == OPERATIONS
     assert all(op["statements_per_call"] > 0 for op in ops.values())

@@ -38,6 +38,10 @@ def render_table(report: dict[str, Any]) -> str:
         f"riverboat bench — driver {report['driver']} ({report['dialect']}), "
         f"server {report.get('server_version') or '-'}, statements counted by "
         f"{report['statement_source']}",
+        f"Python {report.get('python_version', '-')}, psycopg "
+        f"{report.get('psycopg_version', '-')} ({report.get('psycopg_impl', '-')} "
+        f"implementation), fsync={report.get('fsync', '-')}, "
+        f"synchronous_commit={report.get('synchronous_commit', '-')}",
         "",
         f"{'operation':<26}{'median µs':>11}{'p90 µs':>10}{'stmts/call':>12}{'seed µs':>10}",
     ]

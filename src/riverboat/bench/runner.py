@@ -17,7 +17,25 @@ from riverboat.bench.env import (
     scratch_target,
 )
 
-__all__ = ["BenchConfig", "run_bench"]
+__all__ = ["BenchConfig", "environment", "run_bench"]
+
+
+def environment() -> dict[str, Any]:
+    """The Python and psycopg implementation the figures were measured with."""
+    import platform
+
+    out: dict[str, Any] = {
+        "python_version": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+    }
+    try:
+        import psycopg
+    except ImportError:
+        return out
+    # "c" (built locally), "binary" (the psycopg[binary] wheel) or "python".
+    out["psycopg_version"] = psycopg.__version__
+    out["psycopg_impl"] = psycopg.pq.__impl__
+    return out
 
 
 @dataclass(slots=True)
@@ -62,6 +80,7 @@ async def _run(
         "dialect": target.dialect,
         "jobs": config.jobs,
         "statement_source": "driver counter",
+        **environment(),
     }
     server_cpu: ServerCpu | None = None
     counter: StatementCounter | None = None
@@ -71,6 +90,10 @@ async def _run(
         with psycopg.connect(target.url, autocommit=True) as conn:
             row = conn.execute("SHOW server_version").fetchone()
             report["server_version"] = row[0] if row else None
+            # Durability changes what every write costs: say what these figures had.
+            for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                row = conn.execute(f"SHOW {setting}").fetchone()
+                report[setting] = row[0] if row else None
         server_cpu = ServerCpu(target.url)
         if not server_cpu.available:
             server_cpu = None
