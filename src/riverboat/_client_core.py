@@ -138,17 +138,45 @@ class _ClientCore:
     def insert_many_statements(
         self, params: Sequence[object]
     ) -> tuple[list[_InsertBatch], list[InsertParams]]:
+        jobs = self._resolve_many(params)
+        return self.statement_batches(jobs), jobs
+
+    def _resolve_many(self, params: Sequence[object]) -> list[InsertParams]:
         jobs = resolve_many(params, self.defaults)
         self._check_kinds(jobs)
         self.middleware.apply_insert(
             jobs, [p.args if isinstance(p, InsertManyParams) else p for p in params]
         )
+        return jobs
+
+    def statement_batches(self, jobs: list[InsertParams]) -> list[_InsertBatch]:
         batches = []
         for start in range(0, len(jobs), INSERT_BATCH_MAX):
             batch, origin = _collapse_unique_twins(jobs[start : start + INSERT_BATCH_MAX])
             stmt = self.dialect.job_insert_many(batch, self._limiter.queues_to_notify(batch))
             batches.append(_InsertBatch(stmt, origin))
-        return batches, jobs
+        return batches
+
+    def insert_many_fast_jobs(
+        self, params: Sequence[object]
+    ) -> tuple[list[InsertParams], list[_InsertBatch], list[InsertParams]]:
+        """``insert_many_fast``'s jobs: the plain ones (for COPY where the driver can) and
+        statement batches for the unique ones, which only ``ON CONFLICT`` can skip."""
+        jobs = self._resolve_many(params)
+        plain = [j for j in jobs if j.unique_key is None]
+        unique = [j for j in jobs if j.unique_key is not None]
+        return plain, self.statement_batches(unique), jobs
+
+    def copy_batches(self, plain: Sequence[InsertParams]) -> tuple[list[Any], Statement | None]:
+        """COPY batches for ``plain`` jobs, and the notification statement to send with
+        them (None when the limiter allows none)."""
+        queues = self._limiter.queues_to_notify(plain)
+        notify = self.dialect.job_insert_notify(queues) if queues else None
+        return self.dialect.job_copy(plain), notify
+
+    def count_inserted(self, batch: _InsertBatch, rows: Sequence[Any]) -> int:
+        """Jobs a batch inserted: unique duplicates (and twins in the batch) don't count."""
+        return sum(not r.unique_skipped_as_duplicate for r in self.decode_batch(batch, rows))
 
     def decode_batch(self, batch: _InsertBatch, rows: Sequence[Any]) -> list[InsertResult]:
         results: list[InsertResult] = self.dialect.decode_insert(rows)

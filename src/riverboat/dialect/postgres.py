@@ -9,6 +9,7 @@ decoder serves them all.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +28,7 @@ from riverboat.dialect.base import Dialect, JobStateUpdate
 from riverboat.dialect.postgres_admin import PostgresAdmin
 from riverboat.dialect.postgres_leadership import PostgresLeadership
 
-__all__ = ["JOB_COLUMNS", "PostgresDialect"]
+__all__ = ["COPY_COLUMNS", "JOB_COLUMNS", "CopyBatch", "PostgresDialect"]
 
 QUERIES: dict[str, str] = {}
 
@@ -67,6 +68,14 @@ notified AS (
     ) AS q
 )
 SELECT inserted.* FROM inserted CROSS JOIN notified
+"""
+
+# After a COPY (which can't call pg_notify): the insert notification for each queue the
+# client's limiter allows, in the COPY's transaction so it goes out at commit.
+QUERIES["job_insert_notify"] = f"""
+SELECT count(pg_notify({CHANNEL.format(topic="river_insert")},
+                       '{{"queue": ' || to_json(q.queue)::text || '}}')) AS n
+FROM unnest(:queues::text[]) AS q(queue)
 """
 
 # River's JobGetAvailable: lock with SKIP LOCKED, mark running, return every column.
@@ -216,6 +225,22 @@ def _tags_packed(tags: list[str]) -> str:
     return ",".join(tags)
 
 
+# The columns insert_many_fast copies (created_at and, unless given, scheduled_at take
+# the server's now()). Values are what job_insert_many binds, but one row per job.
+COPY_COLUMNS = ("args", "kind", "max_attempts", "metadata", "priority", "queue", "state", "tags")
+
+
+@dataclass(slots=True, frozen=True)
+class CopyBatch:
+    """Rows for one ``COPY <schema>.<table> (<columns>) FROM STDIN``; each driver that can
+    COPY builds the command its own way (psycopg's Copy, asyncpg's copy_records_to_table)."""
+
+    schema: str | None
+    table: str
+    columns: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+
+
 class PostgresDialect(PostgresAdmin, PostgresLeadership, Dialect):
     """River's Postgres SQL (riverpgxv5) for riverboat."""
 
@@ -241,6 +266,41 @@ class PostgresDialect(PostgresAdmin, PostgresLeadership, Dialect):
             notify_queues=list(notify_queues),
             schema=self.schema,
         )
+
+    def job_copy(self, jobs: Sequence[InsertParams]) -> list[CopyBatch]:
+        """``insert_many_fast``'s rows for ``COPY river_job FROM STDIN``, in at most two
+        batches: jobs without a ``scheduled_at`` leave the column out, so the server's
+        ``now()`` default fills it as the insert statement's ``coalesce`` does (no client
+        clock). Unique jobs are not for COPY (it can't skip a duplicate); the caller
+        sends them through :meth:`job_insert_many`."""
+        now_rows: list[tuple[Any, ...]] = []
+        at_rows: list[tuple[Any, ...]] = []
+        for j in jobs:
+            row = (
+                j.encoded_args,
+                j.kind,
+                j.max_attempts,
+                j.encoded_metadata,
+                j.priority,
+                j.queue,
+                j.state.value,
+                j.tags,
+            )
+            if j.scheduled_at is None:
+                now_rows.append(row)
+            else:
+                at_rows.append((*row, j.scheduled_at))
+        batches = []
+        if now_rows:
+            batches.append(CopyBatch(self.schema, "river_job", COPY_COLUMNS, now_rows))
+        if at_rows:
+            batches.append(
+                CopyBatch(self.schema, "river_job", (*COPY_COLUMNS, "scheduled_at"), at_rows)
+            )
+        return batches
+
+    def job_insert_notify(self, queues: Sequence[str]) -> Statement:
+        return self.stmt("job_insert_notify", queues=list(queues), schema=self.schema)
 
     def decode_insert(self, rows: Sequence[Sequence[Any]]) -> list[InsertResult]:
         decode = self.decode_job
