@@ -79,6 +79,20 @@ def render_table(report: dict[str, Any]) -> str:
                 f"{_fmt(p['total_cpu_ms_per_job'] or p['python_cpu_ms_per_job'])} ms CPU/job, "
                 f"{_fmt(p['statements_per_job'])} stmts/job"
             )
+    inserts = report.get("inserts")
+    if inserts:
+        lines += [
+            "",
+            "inserts against raw psycopg (same rows, same run)",
+            f"{'insert':<18}{'jobs/s':>10}{'py ms/job':>11}  {'floor':<22}{'jobs/s':>10}"
+            f"{'ratio':>7}",
+        ]
+        for row in inserts:
+            lines.append(
+                f"{row['name']:<18}{_fmt(row['jobs_per_sec']):>10}"
+                f"{_fmt(row['python_cpu_ms_per_job']):>11}  {row['floor']:<22}"
+                f"{_fmt(row['floor_jobs_per_sec']):>10}{_fmt(row['ratio_to_floor']):>7}"
+            )
     defaults = report.get("defaults")
     if defaults:
         lines += [

@@ -50,6 +50,7 @@ class BenchConfig:
     include_floor: bool = True
     include_scenarios: bool = True
     include_defaults: bool = True
+    include_inserts: bool = True
 
 
 def _progress_printer(enabled: bool) -> Callable[[str], None]:
@@ -151,6 +152,14 @@ async def _run(
             duration=config.duration,
         )
         report["end_to_end"] = e2e.to_dict()
+    if config.include_inserts and target.dialect == "postgres" and target.schema:
+        from riverboat.bench.inserts import run_inserts
+
+        await reset()
+        inserts = await run_inserts(
+            make_client, target.url, target.schema, config.jobs, progress=progress
+        )
+        report["inserts"] = [figure.to_dict() for figure in inserts]
     if config.include_defaults and target.dialect == "postgres" and target.schema:
         from riverboat.bench.defaults import run_defaults
 

@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--only",
-        choices=["ops", "e2e", "defaults", "floor", "scenarios"],
+        choices=["ops", "e2e", "defaults", "inserts", "floor", "scenarios"],
         action="append",
         help="run only these parts (repeatable)",
     )
@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         include_floor=not only or "floor" in only,
         include_scenarios=not only or "scenarios" in only,
         include_defaults=not only or "defaults" in only,
+        include_inserts=not only or "inserts" in only,
     )
     report = run_bench(config, show_progress=not args.quiet)
     if args.output:
