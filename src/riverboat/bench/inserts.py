@@ -7,8 +7,9 @@
 - ``insert`` one job at a time, against a raw prepared ``INSERT ... RETURNING *`` of the
   same row through psycopg.
 
-The raw floors always use psycopg (async, on its own autocommit connection); for the
-psycopg driver that is the same library the client uses.
+Each figure is the best of three interleaved rounds. The raw floors always use psycopg
+(async, on its own autocommit connection); for the psycopg driver that is the same
+library the client uses.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from riverboat._job import InsertManyParams
 __all__ = ["InsertFigure", "run_inserts"]
 
 CALL_SIZE = 1000
+ROUNDS = 3
 
 
 @dataclass(slots=True)
@@ -95,14 +97,13 @@ async def run_inserts(
             return body
 
         figures: dict[str, tuple[float, float]] = {}
-        for name, body in (
-            ("raw_copy", raw_copy),
-            ("insert_many", by_client("insert_many")),
-            ("insert_many_fast", by_client("insert_many_fast")),
-        ):
-            progress(f"inserts: {name}, {jobs} jobs in calls of {CALL_SIZE}")
+
+        async def measure(name: str, count: int, body: Callable[[], Awaitable[None]]) -> None:
             await truncate()
-            figures[name] = await _timed(jobs, body)
+            rate, cpu = await _timed(count, body)
+            best = figures.get(name)
+            if best is None or rate > best[0]:
+                figures[name] = (rate, cpu)
 
         raw_insert = (
             f"INSERT INTO {table} (args, kind, max_attempts, metadata, priority, queue, state,"
@@ -122,10 +123,16 @@ async def run_inserts(
             for i in range(single_inserts):
                 await client.insert({"num": i}, kind="benchmark")
 
-        progress(f"inserts: {single_inserts} single inserts")
-        await truncate()
-        figures["raw_insert_returning"] = await _timed(single_inserts, raw_single)
-        figures["insert"] = await _timed(single_inserts, single)
+        # Interleaved rounds, best of each: the floor and riverboat see the same machine
+        # (a shared VM's load moves single runs by tens of percent).
+        for round_ in range(1, ROUNDS + 1):
+            progress(f"inserts: round {round_}/{ROUNDS}, {jobs} jobs in calls of {CALL_SIZE}")
+            await measure("raw_copy", jobs, raw_copy)
+            await measure("insert_many", jobs, by_client("insert_many"))
+            await measure("insert_many_fast", jobs, by_client("insert_many_fast"))
+            progress(f"inserts: round {round_}/{ROUNDS}, {single_inserts} single inserts")
+            await measure("raw_insert_returning", single_inserts, raw_single)
+            await measure("insert", single_inserts, single)
         await truncate()
     finally:
         await conn.close()
