@@ -110,6 +110,9 @@ def render_table(report: dict[str, Any]) -> str:
                 f"{_fmt(row['statements_per_job_target']):>8}"
                 f"{_fmt(row['python_cpu_ms_per_job']):>11}"
             )
+    scale = report.get("scale")
+    if scale:
+        lines += ["", "scale: " + json.dumps(scale)]
     floor = report.get("raw_sql_floor")
     if floor:
         lines.append(

@@ -51,6 +51,9 @@ class BenchConfig:
     include_scenarios: bool = True
     include_defaults: bool = True
     include_inserts: bool = True
+    # Not in a default run: starts worker processes and writes 1,000,000 rows.
+    include_scale: bool = False
+    scale_finalized_rows: int = 1_000_000
 
 
 def _progress_printer(enabled: bool) -> Callable[[str], None]:
@@ -167,6 +170,22 @@ async def _run(
             make_client, target.url, target.schema, config.jobs, progress=progress
         )
         report["defaults"] = [result.to_dict() for result in defaults]
+    if config.include_scale and target.dialect == "postgres" and target.schema:
+        from riverboat.bench import scale
+
+        report["scale"] = {
+            "processes": await asyncio.to_thread(
+                scale.processes, target.url, target.schema, config.jobs, (1, 2), progress
+            ),
+            "finalized_rows": await scale.finalized_rows(
+                make_client,
+                target.url,
+                target.schema,
+                config.jobs,
+                config.scale_finalized_rows,
+                progress,
+            ),
+        }
     if config.include_floor and target.dialect == "postgres" and target.schema:
         from riverboat.bench.floor import run_floor
 

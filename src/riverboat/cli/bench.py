@@ -31,9 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--only",
-        choices=["ops", "e2e", "defaults", "inserts", "floor", "scenarios"],
+        choices=["ops", "e2e", "defaults", "inserts", "floor", "scenarios", "scale"],
         action="append",
-        help="run only these parts (repeatable)",
+        help="run only these parts (repeatable); 'scale' (worker processes 1 vs 2, and "
+        "1,000,000 finalized rows) runs only when named",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument(
@@ -67,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         include_scenarios=not only or "scenarios" in only,
         include_defaults=not only or "defaults" in only,
         include_inserts=not only or "inserts" in only,
+        include_scale="scale" in only,
     )
     report = run_bench(config, show_progress=not args.quiet)
     if args.output:
