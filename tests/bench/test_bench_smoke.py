@@ -65,6 +65,14 @@ def test_bench_json_shape_on_postgres(pg_url: str, driver: str) -> None:
     assert e2e["statements_per_job"] < 1
     floor = report["raw_sql_floor"]
     assert isinstance(floor, dict) and floor["jobs"] == 300
+    # At defaults (only max_workers set): every job of the backlog worked, for 20 and 100.
+    defaults = report["defaults"]
+    assert isinstance(defaults, list)
+    assert [(d["max_workers"], d["jobs"]) for d in defaults] == [(20, 300), (100, 300)]
+    inserts = {figure["name"]: figure for figure in report["inserts"]}  # type: ignore[attr-defined]
+    assert set(inserts) == {"insert_many", "insert_many_fast", "insert"}
+    assert inserts["insert_many_fast"]["floor"] == "raw_copy"
+    assert all(figure["jobs_per_sec"] > 0 for figure in inserts.values())
     scenarios = report["scenarios"]
     assert isinstance(scenarios, dict)
     stale = scenarios["stale_statistics_completion"]
@@ -157,3 +165,17 @@ def test_bench_on_postgres_without_the_sqlite_extra(pg_url: str, tmp_path: Path)
     assert report["scenarios"]["stale_statistics_completion"]["plan_uses_primary_key"]
     assert report["end_to_end"]["jobs"] == 200
     assert list(tmpdir.iterdir()) == []  # no temp directories left behind
+
+
+def test_bench_scale_part_works_every_job(pg_url: str) -> None:
+    report = _bench(
+        "--database-url", pg_url, "--only", "scale", "--jobs", "300", "--finalized-rows", "2000"
+    )
+    scale = report["scale"]
+    assert isinstance(scale, dict)
+    processes = scale["processes"]
+    # riverboat worker --processes 1 and 2 each drained the backlog and exited.
+    assert processes["processes_1_jobs_per_sec"] > 0 and processes["processes_2_jobs_per_sec"] > 0
+    finalized = scale["finalized_rows"]
+    assert finalized["finalized_rows"] == 2000
+    assert finalized["empty_jobs_per_sec"] > 0 and finalized["finalized_jobs_per_sec"] > 0

@@ -160,7 +160,12 @@ async def _run(
 
         await reset()
         inserts = await run_inserts(
-            make_client, target.url, target.schema, config.jobs, progress=progress
+            make_client,
+            target.url,
+            target.schema,
+            config.jobs,
+            single_inserts=min(1000, config.jobs),
+            progress=progress,
         )
         report["inserts"] = [figure.to_dict() for figure in inserts]
     if config.include_defaults and target.dialect == "postgres" and target.schema:
