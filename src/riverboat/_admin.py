@@ -26,11 +26,11 @@ from riverboat.errors import (
     InvalidInputError,
     JobRunningError,
     NotFoundError,
-    NotSupportedError,
 )
 
 if TYPE_CHECKING:
     from riverboat._client_core import _ClientCore
+    from riverboat.dialect.base import Dialect
     from riverboat.runtime.runner import Runtime
 
 __all__ = ["JobListCursor", "JobListResult"]
@@ -284,17 +284,8 @@ class _Ops:
 
     __slots__ = ("dialect",)
 
-    def __init__(self, dialect: Any) -> None:
+    def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
-
-    def _op(self, name: str) -> Callable[..., Any]:
-        """The dialect's method ``name``: a statement builder or a decoder. A dialect that
-        has not implemented it yet raises NotSupportedError naming the operation."""
-        method = getattr(self.dialect, name, None)
-        if method is None:
-            dialect = getattr(self.dialect, "name", type(self.dialect).__name__)
-            raise NotSupportedError(f"{name} is not supported by the {dialect} dialect")
-        return method  # type: ignore[no-any-return]
 
     def _one_job(self, job_id: int) -> Callable[[list[Row]], JobRow]:
         decode = self.dialect.decode_job
@@ -311,16 +302,16 @@ class _Ops:
     def job_cancel(self, job_id: object) -> _Plan[JobRow]:
         jid = _job_id(job_id)
         now = format_rfc3339_nano(datetime.now(UTC))
-        return _Plan(self._op("job_cancel")(jid, now), self._one_job(jid), _local_cancel)
+        return _Plan(self.dialect.job_cancel(jid, now), self._one_job(jid), _local_cancel)
 
     def job_retry(self, job_id: object) -> _Plan[JobRow]:
         jid = _job_id(job_id)
-        return _Plan(self._op("job_retry")(jid), self._one_job(jid))
+        return _Plan(self.dialect.job_retry(jid), self._one_job(jid))
 
     def job_delete(self, job_id: object) -> _Plan[JobRow]:
         jid = _job_id(job_id)
-        stmt = self._op("job_delete")(jid)
-        decode_deleted = self._op("decode_deleted")
+        stmt = self.dialect.job_delete(jid)
+        decode_deleted = self.dialect.decode_deleted
 
         def finish(rows: list[Row]) -> JobRow:
             if not rows:
@@ -328,7 +319,7 @@ class _Ops:
             job, deleted = decode_deleted(rows[0])
             if not deleted:
                 raise JobRunningError(f"job {jid} is running; running jobs cannot be deleted")
-            return job  # type: ignore[no-any-return]
+            return job
 
         return _Plan(stmt, finish)
 
@@ -342,7 +333,7 @@ class _Ops:
                 "job_delete_many needs at least one filter, or all=True to delete "
                 "every job that is not running",
             )
-        stmt = self._op("job_delete_many")(
+        stmt = self.dialect.job_delete_many(
             filters=chosen, limit=_limit(limit, JOB_LIST_LIMIT_DEFAULT)
         )
         return _Plan(stmt, self.dialect.decode_jobs)
@@ -378,7 +369,7 @@ class _Ops:
                 )
             after = (cursor.id, cursor.time)
         # One row more than asked tells whether another page follows.
-        stmt = self._op("job_list")(
+        stmt = self.dialect.job_list(
             filters=chosen,
             order_column=column,
             descending=descending,
@@ -412,11 +403,11 @@ class _Ops:
             merge["output"] = output
         if not merge:  # nothing to write: read the row instead of rewriting it
             return _Plan(self.dialect.job_get_by_id(jid), self._one_job(jid))
-        return _Plan(self._op("job_update")(jid, merge), self._one_job(jid))
+        return _Plan(self.dialect.job_update(jid, merge), self._one_job(jid))
 
     # -- queues ------------------------------------------------------------------------
     def _one_queue(self, name: str) -> Callable[[list[Row]], QueueRow]:
-        decode_queues = self._op("decode_queues")
+        decode_queues = self.dialect.decode_queues
 
         def finish(rows: list[Row]) -> QueueRow:
             queues: list[QueueRow] = decode_queues(rows)
@@ -428,16 +419,17 @@ class _Ops:
 
     def queue_get(self, name: object) -> _Plan[QueueRow]:
         queue = _queue_name(name, allow_all=False)
-        return _Plan(self._op("queue_get")(queue), self._one_queue(queue))
+        return _Plan(self.dialect.queue_get(queue), self._one_queue(queue))
 
     def queue_list(self, limit: int | None) -> _Plan[list[QueueRow]]:
-        stmt = self._op("queue_list")(_limit(limit, QUEUE_LIST_LIMIT_DEFAULT))
-        return _Plan(stmt, self._op("decode_queues"))
+        stmt = self.dialect.queue_list(_limit(limit, QUEUE_LIST_LIMIT_DEFAULT))
+        return _Plan(stmt, self.dialect.decode_queues)
 
-    def _queue_toggle(self, op: str, name: object, paused: bool) -> _Plan[list[QueueRow]]:
+    def _queue_toggle(self, name: object, paused: bool) -> _Plan[list[QueueRow]]:
         queue = _queue_name(name, allow_all=True)
-        stmt = self._op(op)(queue)
-        decode_queues = self._op("decode_queues")
+        dialect = self.dialect
+        stmt = dialect.queue_pause(queue) if paused else dialect.queue_resume(queue)
+        decode_queues = self.dialect.decode_queues
 
         def finish(rows: list[Row]) -> list[QueueRow]:
             queues: list[QueueRow] = decode_queues(rows)
@@ -448,15 +440,15 @@ class _Ops:
         return _Plan(stmt, finish, _local_pause(paused, queue))
 
     def queue_pause(self, name: object) -> _Plan[list[QueueRow]]:
-        return self._queue_toggle("queue_pause", name, True)
+        return self._queue_toggle(name, True)
 
     def queue_resume(self, name: object) -> _Plan[list[QueueRow]]:
-        return self._queue_toggle("queue_resume", name, False)
+        return self._queue_toggle(name, False)
 
     def queue_update(self, name: object, metadata: Mapping[str, Any] | None) -> _Plan[QueueRow]:
         queue = _queue_name(name, allow_all=False)
         meta = _json_object(metadata, "metadata") if metadata is not None else None
-        return _Plan(self._op("queue_update")(queue, meta), self._one_queue(queue))
+        return _Plan(self.dialect.queue_update(queue, meta), self._one_queue(queue))
 
 
 _UNSET: Any = object()

@@ -118,7 +118,7 @@ def _kind_of(kind: str | type) -> str:
 
 def _jobs_of_kinds(target: Any, kinds: Sequence[str], tx: Any) -> list[JobRow]:
     executor, dialect = _executor(target, tx)
-    stmt = dialect.job_list(  # type: ignore[attr-defined]
+    stmt = dialect.job_list(
         filters={"kinds": list(dict.fromkeys(kinds))},
         order_column="id",
         descending=False,
@@ -226,15 +226,15 @@ def work_job(
     the row as written. Call it from sync code (it runs its own event loop)."""
     executor, dialect = _executor(target, tx)
     job_id = job if isinstance(job, int) else job.id
-    rows = executor.fetch(dialect.job_set_running(job_id, client_id))  # type: ignore[attr-defined]
+    rows = executor.fetch(dialect.job_set_running(job_id, client_id))
     if not rows:
-        current = executor.fetch(dialect.job_get_by_id(job_id))  # type: ignore[attr-defined]
+        current = executor.fetch(dialect.job_get_by_id(job_id))
         state = dialect.decode_job(current[0]).state if current else "missing"
         raise AssertionError(f"job {job_id} cannot be worked: it is {state}")
     row = dialect.decode_job(rows[0])
     config = ExecutorConfig(workers, job_timeout, retry_policy or RetryPolicy(), None)
     pending = asyncio.run(execute_job(row, config, RunState()))
-    written = executor.fetch(dialect.job_set_state_if_running_many([pending.update]))  # type: ignore[attr-defined]
+    written = executor.fetch(dialect.job_set_state_if_running_many([pending.update]))
     after = dialect.decode_job(written[0]) if written else row
     return WorkResult(after, pending.event_kind, pending.run_duration)
 

@@ -10,12 +10,12 @@ a Go River client on the same schema take part in one election.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from riverboat._sql import Statement
 from riverboat.dialect._pg_common import CHANNEL, job_columns
+from riverboat.dialect.base import LeaderRow, RescueUpdate
 
 __all__ = ["LeaderRow", "PostgresLeadership", "RescueUpdate"]
 
@@ -232,26 +232,6 @@ WHERE name IN (
   AND updated_at < now() - make_interval(secs => :retention::double precision)
 RETURNING name
 """
-
-
-@dataclass(slots=True, frozen=True)
-class LeaderRow:
-    """The ``river_leader`` row: whose term it is and until when."""
-
-    leader_id: str
-    elected_at: datetime
-    expires_at: datetime
-
-
-@dataclass(slots=True, frozen=True)
-class RescueUpdate:
-    """One stuck job's fate, decided by the rescuer (River's JobRescueMany row)."""
-
-    id: int
-    error: str
-    finalized_at: datetime | None
-    scheduled_at: datetime
-    state: str
 
 
 class PostgresLeadership:

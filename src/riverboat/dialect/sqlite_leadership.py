@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from riverboat._sql import Query, Statement
 from riverboat.dialect._sqlite_common import (
     NOW,
-    StatementChain,
     format_timestamp,
     job_columns,
     parse_timestamp,
@@ -30,7 +29,7 @@ from riverboat.dialect._sqlite_common import (
     ts_or_none,
     valid_json_or,
 )
-from riverboat.dialect.postgres_leadership import LeaderRow, RescueUpdate
+from riverboat.dialect.base import LeaderRow, RescueUpdate
 
 __all__ = ["NOTIFICATION_BATCH", "SqliteLeadership"]
 
@@ -295,7 +294,7 @@ class SqliteLeadership:
         """Rows: the resigned ``(leader_id,)``, or none when the term was not ours."""
         params = {"leader_id": leader_id, "elected_at": _elected_at(elected_at)}
         delete = self.stmt("leader_resign_apply", **params)
-        return StatementChain(self.q["leader_resign"], params, (delete,))
+        return Statement(self.q["leader_resign"], params, (delete,))
 
     def leader_get_elected(self) -> Statement:
         return self.stmt("leader_get_elected")
@@ -318,7 +317,7 @@ class SqliteLeadership:
             "job_schedule_notify", **params, notify_horizon=format_timestamp(now + _NOTIFY_SLACK)
         )
         apply = self.stmt("job_schedule_apply", **params)
-        return StatementChain(self.q["job_schedule"], params, (notify, apply))
+        return Statement(self.q["job_schedule"], params, (notify, apply))
 
     def job_get_stuck(self, *, after_id: int, stuck_horizon: datetime, max: int) -> Statement:
         return self.stmt(

@@ -253,11 +253,8 @@ class Producer:
             log.warning("producer %s: refreshing river_queue failed: %s", self.queue, exc)
 
     async def _poll_queue_state(self) -> None:
-        queue_get = getattr(self._dialect, "queue_get", None)
-        if queue_get is None:
-            return
         try:
-            rows = await self._driver.fetch(queue_get(self.queue))
+            rows = await self._driver.fetch(self._dialect.queue_get(self.queue))
         except DriverError as exc:
             log.warning("producer %s: reading the queue's state failed: %s", self.queue, exc)
             return

@@ -199,12 +199,9 @@ class Runtime:
 
     # -- leader election and maintenance (riverboat.runtime.elector / .maintenance) -----
     def _start_leadership(self) -> None:
-        """Run for leader, and run the maintenance services while leading; only when the
-        dialect has the leadership statements."""
+        """Run for leader, and run the maintenance services while leading."""
         self.elector: Any = None
         self.maintainer: Any = None
-        if not hasattr(self.driver.dialect, "leader_attempt_elect"):
-            return
         from riverboat.runtime.elector import Elector
         from riverboat.runtime.maintenance import (
             Maintainer,

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from riverboat.dialect.base import Dialect
 from riverboat.errors import DriverError
 
 if TYPE_CHECKING:
@@ -50,8 +51,9 @@ class MaintenanceContext:
     wake_queues: Callable[[Iterable[str]], None] = lambda queues: None
 
     @property
-    def dialect(self) -> Any:
-        return self.driver.dialect
+    def dialect(self) -> Dialect:
+        dialect: Dialect = self.driver.dialect
+        return dialect
 
 
 @dataclass(slots=True)

@@ -201,7 +201,7 @@ class Reindexer(Service):
 
     @property
     def _schema(self) -> str | None:
-        schema: str | None = getattr(self.ctx.dialect, "schema", None)
+        schema = self.ctx.dialect.schema
         return schema
 
     async def _existing_indexes(self) -> list[str]:
@@ -294,7 +294,7 @@ def build_reindexer(ctx: MaintenanceContext) -> Reindexer | None:
     """The leader's reindexer for this context, or ``None`` when it doesn't run: turned
     off, or not Postgres (see the module docs)."""
     cfg: Any = ctx.config
-    if not cfg.reindexer_enabled or getattr(ctx.dialect, "name", None) != "postgres":
+    if not cfg.reindexer_enabled or ctx.dialect.name != "postgres":
         return None
     names = (
         REINDEXER_INDEX_NAMES_DEFAULT

@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from riverboat._job import AttemptError, JobRow, JobState
-from riverboat.dialect.postgres_leadership import RescueUpdate
+from riverboat.dialect.base import RescueUpdate
 from riverboat.runtime.maintenance._service import MaintenanceContext, Service
 from riverboat.runtime.retry import safe_next_retry
 from riverboat.runtime.undecodable import decode_error_message
