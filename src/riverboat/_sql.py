@@ -27,6 +27,10 @@ class Query:
 
     __slots__ = ("_cache", "name", "text")
 
+    #: Sent exactly as written, without parameters (migration DDL: rewriting ``:word``
+    #: in string literals or casts would corrupt it, and no ``%`` may be doubled).
+    raw = False
+
     def __init__(self, name: str, text: str) -> None:
         self.name = name
         self.text = text

@@ -47,7 +47,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from riverboat._insert import encode_metadata
 from riverboat.errors import InvalidInputError
+from riverboat.runtime.outcomes import JobCancel, JobSnooze
 
 if TYPE_CHECKING:
     from riverboat._insert import InsertParams
@@ -247,7 +249,6 @@ class MiddlewareStack:
 
     def apply_insert(self, jobs: Sequence[InsertParams], args: Sequence[object]) -> None:
         """Run the insert hooks on each job and re-encode the metadata they changed."""
-        from riverboat._insert import encode_metadata
 
         client_hooks = self.insert_hooks
         hooks_of = self._hooks_of
@@ -309,8 +310,6 @@ def outcome_of(exc: BaseException | None) -> str:
     completed, snoozed, cancelled, interrupted (hard stop or remote cancel) or failed."""
     if exc is None:
         return "completed"
-    from riverboat.runtime.worker import JobCancel, JobSnooze
-
     if isinstance(exc, JobSnooze):
         return "snoozed"
     if isinstance(exc, JobCancel):

@@ -14,13 +14,15 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from riverboat._insert import validate_kind
 from riverboat._job import AttemptError, JobRow
 from riverboat._json import go_json_dumps
 from riverboat.errors import InvalidInputError
+from riverboat.middleware import normalize_many
+from riverboat.runtime.outcomes import JobCancel, JobSnooze
 
 __all__ = [
     "Job",
@@ -34,27 +36,6 @@ __all__ = [
 T = TypeVar("T")
 
 OUTPUT_MAX_BYTES = 32 * 1024 * 1024  # River's limit for recorded output
-
-
-class JobSnooze(Exception):
-    """Raise from a work function to try the job again after ``seconds`` without counting
-    an attempt (River's ``JobSnooze``). ``0`` makes it available again at once."""
-
-    def __init__(self, seconds: float | timedelta) -> None:
-        delay = seconds.total_seconds() if isinstance(seconds, timedelta) else float(seconds)
-        if delay < 0:
-            raise InvalidInputError("seconds", "snooze duration must not be negative")
-        super().__init__(f"job snoozed for {delay:g}s")
-        self.seconds = delay
-
-
-class JobCancel(Exception):
-    """Raise from a work function to cancel the job for good, recording ``reason`` as its
-    error, whatever attempts remain (River's ``JobCancel``)."""
-
-    def __init__(self, reason: str | BaseException = "job cancelled") -> None:
-        super().__init__(str(reason))
-        self.reason = reason
 
 
 @dataclass(slots=True)
@@ -271,6 +252,4 @@ class Workers:
 def _middleware(items: Sequence[Any] | None, kind: str) -> tuple[Any, ...]:
     if not items:
         return ()
-    from riverboat.middleware import normalize_many
-
     return normalize_many(items, f"workers[{kind!r}].middleware")
