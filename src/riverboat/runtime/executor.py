@@ -189,7 +189,7 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
         if worker is None:
             raise UnknownJobKindError(row.kind)
         state.cancellable = worker.is_async
-        job = Job(row, worker.decode(row))
+        job = Job(row, worker.decode(row), ctx)
         state.job = job
         if config.middleware is None and not worker.middleware:
             await _call(

@@ -29,6 +29,7 @@ __all__ = [
     "Worker",
     "Workers",
     "record_output",
+    "set_metadata",
 ]
 
 T = TypeVar("T")
@@ -67,6 +68,22 @@ _work_context: contextvars.ContextVar[_WorkContext | None] = contextvars.Context
 )
 
 
+def _staged_value(key: object, value: Any) -> Any:
+    if not isinstance(key, str) or not key:
+        raise InvalidInputError("key", "metadata keys must be non-empty strings")
+    return json.loads(go_json_dumps(value))  # a copy, and non-JSON values fail here
+
+
+def set_metadata(key: str, value: Any) -> None:
+    """Stage ``metadata[key] = value`` for the job being worked (River's ``MetadataSet``):
+    it is written with the job's outcome, in the same statement, whatever the outcome.
+    The same as ``job.set_metadata(key, value)``, for code that has no ``job`` at hand."""
+    ctx = _work_context.get()
+    if ctx is None:
+        raise RuntimeError("set_metadata() can only be called while a job is being worked")
+    ctx.metadata_updates[key] = _staged_value(key, value)
+
+
 def record_output(value: Any) -> None:
     """Store ``value`` (JSON-serialisable) as the job's output in ``metadata["output"]``,
     written with the job's completion, as River's ``RecordOutput`` does."""
@@ -82,12 +99,13 @@ def record_output(value: Any) -> None:
 class Job(Generic[T]):
     """What a work function receives: the row, plus args decoded into the worker's type."""
 
-    __slots__ = ("_cancel_requested", "args", "row")
+    __slots__ = ("_cancel_requested", "_ctx", "args", "row")
 
-    def __init__(self, row: JobRow, args: T) -> None:
+    def __init__(self, row: JobRow, args: T, _ctx: _WorkContext | None = None) -> None:
         self.row = row
         self.args = args
         self._cancel_requested = False
+        self._ctx = _ctx
 
     id = property(lambda self: self.row.id)
     kind = property(lambda self: self.row.kind)
@@ -110,6 +128,21 @@ class Job(Generic[T]):
         """True once someone cancelled this running job remotely. Sync work functions
         cannot be interrupted, so long-running ones should check this and stop."""
         return self._cancel_requested
+
+    def set_metadata(self, key: str, value: Any) -> None:
+        """Stage ``metadata[key] = value`` (JSON-serialisable), written with the job's
+        outcome in the same statement as its completion, retry, snooze or cancellation
+        (River's ``MetadataSet``). Callable from the work function and from middleware,
+        before or after ``call_next``. A later value for the same key wins; keys the
+        worker doesn't stage keep their stored values."""
+        if self._ctx is None:
+            raise RuntimeError("set_metadata() works only on a job the client is working")
+        self._ctx.metadata_updates[key] = _staged_value(key, value)
+
+    @property
+    def staged_metadata(self) -> dict[str, Any]:
+        """What this attempt has staged so far (a copy), as it will be merged."""
+        return dict(self._ctx.metadata_updates) if self._ctx is not None else {}
 
     def __repr__(self) -> str:
         return f"Job(id={self.row.id}, kind={self.row.kind!r}, attempt={self.row.attempt})"
