@@ -19,6 +19,10 @@ worker middleware):
     ``threading.local`` scopes). When a middleware has both, ``work_sync`` wraps sync
     jobs and ``work`` async ones, so each middleware wraps each job once.
 
+``handle_error(job_row, exc)``
+    An error handler (River's ``ErrorHandler``), plain or async: sees every failed
+    attempt and may cancel the job; see :mod:`riverboat.error_handler`.
+
 A plain ``async def mw(job, call_next)`` is a work middleware; :func:`insert_hook` and
 :func:`sync_work_middleware` turn plain functions into the other two kinds.
 
@@ -152,7 +156,7 @@ def _normalize(item: object, field: str) -> object:
     if inspect.iscoroutinefunction(item):
         return _AsyncFn(item)
     found = False
-    for name in ("insert_begin", "work", "work_sync"):
+    for name in ("insert_begin", "work", "work_sync", "handle_error"):
         method = getattr(item, name, None)
         if method is None:
             continue
@@ -163,13 +167,14 @@ def _normalize(item: object, field: str) -> object:
             raise InvalidInputError(
                 field, f"{item!r}.work must be async def; a sync one is spelt work_sync"
             )
-        if name != "work" and is_async:
+        if name not in ("work", "handle_error") and is_async:
             raise InvalidInputError(field, f"{item!r}.{name} must be a plain def")
         found = True
     if not found:
         raise InvalidInputError(
             field,
-            f"{item!r} is not a middleware: give it insert_begin, work or work_sync, "
+            f"{item!r} is not a middleware: give it insert_begin, work, work_sync or "
+            "handle_error, "
             "or pass an async def (job, call_next)",
         )
     return item
@@ -220,6 +225,10 @@ class MiddlewareStack:
     def _split(self) -> None:
         self.insert_hooks = tuple(m.insert_begin for m in self.items if hasattr(m, "insert_begin"))
         self.has_work = any(hasattr(m, "work") or hasattr(m, "work_sync") for m in self.items)
+        # riverboat.error_handler: objects with handle_error see every failed attempt
+        self.error_handlers = tuple(
+            m.handle_error for m in self.items if hasattr(m, "handle_error")
+        )
         self._chains.clear()
 
     def on_start(self, runtime: Any) -> None:

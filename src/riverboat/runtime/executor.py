@@ -27,6 +27,7 @@ from typing import Any
 from riverboat._job import AttemptError, JobRow, JobState
 from riverboat._json import go_json_dumps
 from riverboat.dialect.base import JobStateUpdate
+from riverboat.error_handler import run_error_handlers
 from riverboat.errors import UnknownJobKindError
 from riverboat.middleware import call_with_middleware
 from riverboat.runtime.completer import PendingCompletion
@@ -191,7 +192,7 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
         state.cancellable = worker.is_async
         job = Job(row, worker.decode(row), ctx)
         state.job = job
-        if config.middleware is None and not worker.middleware:
+        if (config.middleware is None or not config.middleware.has_work) and not worker.middleware:
             await _call(
                 worker,
                 job,
@@ -227,6 +228,14 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
     if state.cancelled_remotely and error is not None and not isinstance(error, JobCancel):
         # River: an error after a remote cancel becomes the cancellation.
         error = JobCancel(JobCancelledRemotely())
+    if (
+        error is not None
+        and config.middleware is not None
+        and config.middleware.error_handlers
+        and not isinstance(error, (JobSnooze, JobCancel))
+    ):
+        if await run_error_handlers(config.middleware.error_handlers, row, error):
+            error = JobCancel(error)
     run_duration = time.monotonic() - started_mono
     update, kind = _outcome(row, error, ctx, state, worker, config, started)
     if kind is EventKind.JOB_FAILED and error is not None:

@@ -165,7 +165,7 @@ class Runtime:
             cfg.job_timeout,
             cfg.retry_policy,
             None,
-            stack if stack is not None and stack.has_work else None,
+            stack if stack is not None and (stack.has_work or stack.error_handlers) else None,
         )
         for name, qcfg in cfg.queues.items():
             self.producers[name] = Producer(
