@@ -228,6 +228,8 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
     if state.cancelled_remotely and error is not None and not isinstance(error, JobCancel):
         # River: an error after a remote cancel becomes the cancellation.
         error = JobCancel(JobCancelledRemotely())
+    if ctx.resumable is not None:
+        error = ctx.resumable.finish(error, state.interrupted, ctx.metadata_updates)
     if (
         error is not None
         and config.middleware is not None

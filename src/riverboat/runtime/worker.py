@@ -61,6 +61,7 @@ class JobCancel(Exception):
 @dataclass(slots=True)
 class _WorkContext:
     metadata_updates: dict[str, Any] = dataclasses.field(default_factory=dict)
+    resumable: Any = None  # riverboat.resumable.ResumableState, made by the first step
 
 
 _work_context: contextvars.ContextVar[_WorkContext | None] = contextvars.ContextVar(
@@ -138,6 +139,33 @@ class Job(Generic[T]):
         if self._ctx is None:
             raise RuntimeError("set_metadata() works only on a job the client is working")
         self._ctx.metadata_updates[key] = _staged_value(key, value)
+
+    def _resumable(self) -> Any:
+        if self._ctx is None:
+            raise RuntimeError("resumable steps work only on a job the client is working")
+        if self._ctx.resumable is None:
+            from riverboat.resumable import ResumableState
+
+            self._ctx.resumable = ResumableState(self.row.metadata)
+        return self._ctx.resumable
+
+    def step(self, name: str, fn: Callable[[], Any]) -> Any:
+        """Run ``fn()`` as the resumable step ``name`` (River's ``ResumableStep``), or
+        skip it when an earlier attempt got past it; returns ``fn``'s result (``None``
+        when skipped). An ``async def`` step returns an awaitable: ``await job.step(...)``.
+        Step names must be unique within the work function. See
+        :mod:`riverboat.resumable`."""
+        return self._resumable().step(name, fn, False)
+
+    def step_cursor(self, name: str, fn: Callable[[Any], Any]) -> Any:
+        """A resumable step that receives the cursor an earlier attempt recorded for it
+        with :meth:`set_cursor` (``None`` the first time), River's ``ResumableStepCursor``."""
+        return self._resumable().step(name, fn, True)
+
+    def set_cursor(self, value: Any) -> None:
+        """Record ``value`` (JSON-serialisable) as the running cursor step's position,
+        stored if this attempt doesn't succeed (River's ``ResumableSetCursor``)."""
+        self._resumable().set_cursor(value)
 
     @property
     def staged_metadata(self) -> dict[str, Any]:
