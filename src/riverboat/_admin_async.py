@@ -172,9 +172,17 @@ class AsyncAdmin:
         """One ``river_queue`` row; raises NotFoundError."""
         return await self._run(_ops(self._core).queue_get(name))
 
+    async def queue_get_tx(self, conn: Any, name: str) -> QueueRow:
+        """:meth:`queue_get` on the caller's connection, inside their transaction."""
+        return await self._run_tx(conn, _ops(self._core).queue_get(name))
+
     async def queue_list(self, *, limit: int | None = None) -> list[QueueRow]:
         """Queues by name, at most ``limit`` (default 100)."""
         return await self._run(_ops(self._core).queue_list(limit))
+
+    async def queue_list_tx(self, conn: Any, *, limit: int | None = None) -> list[QueueRow]:
+        """:meth:`queue_list` on the caller's connection, inside their transaction."""
+        return await self._run_tx(conn, _ops(self._core).queue_list(limit))
 
     async def queue_pause(self, name: str) -> list[QueueRow]:
         """Pause one queue, or every queue with ``"*"``: producers stop fetching (running

@@ -84,6 +84,13 @@ class AsyncClientBase(AsyncAdmin):
         rows = await self.driver.fetch(self._core.dialect.job_get_by_id(_check_job_id(job_id)))
         return self._core.one_job(rows, job_id)
 
+    async def job_get_tx(self, conn: Any, job_id: int) -> JobRow:
+        """:meth:`job_get` on the caller's connection: sees their transaction's own
+        uncommitted inserts and changes. Raises NotFoundError."""
+        stmt = self._core.dialect.job_get_by_id(_check_job_id(job_id))
+        rows = await self.driver.wrap(conn).fetch(stmt)
+        return self._core.one_job(rows, job_id)
+
     async def job_complete_tx(self, conn: Any, job: Job[Any] | JobRow) -> JobRow:
         """Mark the running ``job`` completed inside the caller's open transaction on
         ``conn`` (River's ``JobCompleteTx``), with what the attempt staged so far

@@ -220,6 +220,7 @@ class Worker(Generic[T]):
     args_type: Any = None
     timeout: float | None = None
     middleware: Sequence[Any] = ()
+    kind_aliases: Sequence[str] = ()
 
     def work(self, job: Job[T]) -> Any | Awaitable[Any]:
         raise NotImplementedError
@@ -244,6 +245,8 @@ class Workers:
 
     def __init__(self) -> None:
         self._by_kind: dict[str, RegisteredWorker] = {}
+        # Old kinds still worked by a renamed worker (River's JobArgsWithKindAliases).
+        self._aliases: dict[str, RegisteredWorker] = {}
 
     def _add(
         self,
@@ -253,17 +256,24 @@ class Workers:
         timeout: float | None,
         next_retry: Callable[[Job[Any]], datetime | None] | None,
         middleware: Sequence[Any] | None = None,
+        kind_aliases: Sequence[str] | None = None,
     ) -> None:
         validate_kind(kind)
-        if kind in self._by_kind:
+        if kind in self:
             raise InvalidInputError("kind", f"a worker for {kind!r} is already registered")
+        aliases = _kind_aliases(kind_aliases, kind)
+        for alias in aliases:
+            if alias in self:
+                raise InvalidInputError(
+                    "kind_aliases", f"a worker for {alias!r} is already registered"
+                )
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, (int, float))
         ):
             raise InvalidInputError("timeout", "must be seconds (a number), -1 or None")
         if timeout is not None and timeout <= 0 and timeout != -1:
             raise InvalidInputError("timeout", "must be positive, -1 (no timeout) or None")
-        self._by_kind[kind] = RegisteredWorker(
+        registered = self._by_kind[kind] = RegisteredWorker(
             kind=kind,
             fn=fn,
             is_async=inspect.iscoroutinefunction(fn),
@@ -272,6 +282,8 @@ class Workers:
             next_retry=next_retry,
             middleware=_middleware(middleware, kind),
         )
+        for alias in aliases:
+            self._aliases[alias] = registered
 
     def register(
         self,
@@ -281,9 +293,13 @@ class Workers:
         timeout: float | None = None,
         next_retry: Callable[[Job[Any]], datetime | None] | None = None,
         middleware: Sequence[Any] | None = None,
+        kind_aliases: Sequence[str] | None = None,
     ) -> Callable[[WorkFn], WorkFn]:
         """Decorator: ``@workers.register("email")`` or ``@workers.register(EmailArgs)``.
-        ``middleware`` wraps this kind's jobs inside the client's own."""
+        ``middleware`` wraps this kind's jobs inside the client's own. ``kind_aliases``
+        (default: the args type's ``kind_aliases`` attribute) are former kinds this
+        worker still works, River's ``JobArgsWithKindAliases``: rename a kind by keeping
+        the old name as an alias until no job of it is left."""
         if isinstance(kind_or_args, type):
             args_type = kind_or_args
             kind = getattr(kind_or_args, "kind", None)
@@ -292,8 +308,11 @@ class Workers:
         if not isinstance(kind, str):
             raise InvalidInputError("kind", "give a kind, or an args type with a kind attribute")
 
+        if kind_aliases is None:
+            kind_aliases = getattr(args_type, "kind_aliases", None)
+
         def decorate(fn: WorkFn) -> WorkFn:
-            self._add(kind, fn, args_type, timeout, next_retry, middleware)
+            self._add(kind, fn, args_type, timeout, next_retry, middleware, kind_aliases)
             return fn
 
         return decorate
@@ -311,22 +330,40 @@ class Workers:
             worker.timeout,
             worker.next_retry if custom_retry else None,
             worker.middleware,
+            getattr(worker, "kind_aliases", None)
+            or getattr(worker.args_type, "kind_aliases", None),
         )
 
     def get(self, kind: str) -> RegisteredWorker | None:
-        return self._by_kind.get(kind)
+        worker = self._by_kind.get(kind)
+        if worker is None and self._aliases:
+            return self._aliases.get(kind)
+        return worker
 
     def kinds(self) -> list[str]:
         return sorted(self._by_kind)
 
     def __contains__(self, kind: object) -> bool:
-        return kind in self._by_kind
+        return kind in self._by_kind or kind in self._aliases
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._by_kind)
 
     def __len__(self) -> int:
         return len(self._by_kind)
+
+
+def _kind_aliases(items: Sequence[str] | None, kind: str) -> tuple[str, ...]:
+    if not items:
+        return ()
+    if isinstance(items, str) or not isinstance(items, Sequence):
+        raise InvalidInputError("kind_aliases", "must be a list of kinds")
+    aliases = tuple(items)
+    for alias in aliases:
+        validate_kind(alias, "kind_aliases")
+    if kind in aliases or len(set(aliases)) != len(aliases):
+        raise InvalidInputError("kind_aliases", f"repeat neither {kind!r} nor an alias")
+    return aliases
 
 
 def _middleware(items: Sequence[Any] | None, kind: str) -> tuple[Any, ...]:
