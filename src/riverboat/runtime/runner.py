@@ -225,6 +225,7 @@ class Runtime:
             retry_policy=cfg.retry_policy,
             job_timeout=cfg.job_timeout,
             wake_queues=self.wake_queues,
+            middleware=cfg.middleware,
         )
         self.elector = Elector(self.driver, self.client_id, mcfg.elector, notifier=self.notifier)
         self.maintainer = Maintainer(

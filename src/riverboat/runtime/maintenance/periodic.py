@@ -7,7 +7,8 @@ fixed interval (a ``timedelta`` or seconds). ``constructor()`` returns the job's
 run; it may be a coroutine function.
 
 Each run is inserted with ``scheduled_at`` = its tick and metadata ``"periodic": true``
-(plus ``"river:periodic_job_id"`` when an id is set), through the normal insert path.
+(plus ``"river:periodic_job_id"`` when an id is set), through the normal insert path,
+the client's insert hooks included.
 Unless the constructor brings its own unique options, the job is unique over the periodic
 job (its id, else its kind and args) and the tick, so a run is inserted at most once
 however many clients there are and even when leadership changes mid-tick. Interval
@@ -168,10 +169,16 @@ class PeriodicJobEnqueuer(Service):
         if not due:
             return
         params: list[InsertParams] = []
+        made_args: list[object] = []
         for entry, tick, on_start in due:
             built = await self._build(entry.job, tick, unique=not on_start)
             if built is not None:
-                params.append(built)
+                params.append(built[0])
+                made_args.append(built[1])
+        stack = self.ctx.middleware
+        if params and stack is not None:
+            # The client's insert hooks and the args types' own, as for any insert.
+            stack.apply_insert(params, made_args)
         if params:
             dialect = self.ctx.dialect
             queues = sorted({p.queue for p in params if p.state == JobState.AVAILABLE})
@@ -191,7 +198,7 @@ class PeriodicJobEnqueuer(Service):
 
     async def _build(
         self, job: PeriodicJob, tick: datetime, *, unique: bool
-    ) -> InsertParams | None:
+    ) -> tuple[InsertParams, object] | None:
         try:
             made = job.constructor()
             if inspect.isawaitable(made):
@@ -229,4 +236,4 @@ class PeriodicJobEnqueuer(Service):
             ident = job.id if job.id is not None else f"{params.kind}&{params.encoded_args}"
             params.unique_key = periodic_unique_key(ident, tick)
             params.unique_states = unique_states_bitmask(None)
-        return params
+        return params, args
