@@ -207,3 +207,18 @@ class SyncAdmin:
         self, conn: Any, name: str, *, metadata: Mapping[str, Any] | None = None
     ) -> QueueRow:
         return self._run_tx(conn, _ops(self._core).queue_update(name, metadata))
+
+    def leader_request_resign(self) -> None:
+        """Ask the current leader, whichever client it is, to resign and run for
+        election again (River's ``request_resign`` leadership notification): to move
+        maintenance off a client about to be drained, say. Another client (or the same)
+        is elected at once. Delivered as a notification, and applied directly when this
+        client leads and hears none (``poll_only``)."""
+        self.driver.execute(self._core.dialect.leader_request_resign())
+        self._apply_local(_request_resign, None)
+
+
+def _request_resign(_: None, runtime: Runtime) -> None:
+    elector = getattr(runtime, "elector", None)
+    if elector is not None:
+        elector.request_resign()
