@@ -36,6 +36,7 @@ from riverboat.runtime.runner import (
     Runtime,
     RuntimeConfig,
 )
+from riverboat.runtime.sync_events import SyncSubscription
 from riverboat.runtime.worker import Workers
 
 __all__ = ["AsyncClient", "Client", "default_client_id"]
@@ -125,6 +126,25 @@ class Client(ClientBase):
     def async_client(self) -> AsyncClient | None:
         """The embedded runtime's AsyncClient, once started."""
         return self._embedded.client if self._embedded is not None else None
+
+    def subscribe(self, *kinds: EventKind | str, maxsize: int = 1000) -> SyncSubscription:
+        """Events from this client's runtime (all kinds when none are given), read
+        from any thread with ``get(timeout=)`` or by iterating; River's ``Subscribe``.
+        May be called before ``start()``; it lasts across restarts until ``close()``."""
+        if self._embedded is None:
+            raise InvalidInputError("queues", "this client has no queues; it is insert-only")
+        chosen = [EventKind(k) for k in kinds] or list(EventKind)
+        sub = SyncSubscription(chosen, maxsize, self._embedded.unsubscribe)
+        self._embedded.subscribe(sub)
+        return sub
+
+    @property
+    def stopped(self) -> threading.Event:
+        """Set once a started client has fully stopped: jobs finished or handed back,
+        outcomes written (River's ``Stopped()``); cleared again by ``start()``."""
+        if self._embedded is None:
+            raise InvalidInputError("queues", "this client has no queues; it is insert-only")
+        return self._embedded.stopped
 
     def _after_insert(self, jobs: Sequence[InsertParams]) -> None:
         if self._embedded is not None:
@@ -245,6 +265,13 @@ class AsyncClient(AsyncClientBase):
         if self._runtime is not None:
             await self._runtime.stop(cancel_running=True)
 
+    @property
+    def stopped(self) -> asyncio.Event:
+        """Set once a started client has fully stopped: jobs finished or handed back,
+        outcomes written (River's ``Stopped()``): ``await client.stopped.wait()``.
+        Cleared again by ``start()``."""
+        return self.runtime._stopped
+
     def subscribe(self, *kinds: EventKind | str, maxsize: int = 1000) -> Subscription:
         """Events for the given kinds (all when none are named), delivered after each
         outcome is written. Slow subscribers lose events rather than slowing jobs."""
@@ -298,6 +325,22 @@ class _Embedded:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.running = False
+        self.stopped = threading.Event()
+        # The sync client's subscriptions, registered with each runtime it starts.
+        self.subscribers: list[SyncSubscription] = []
+
+    def subscribe(self, sub: SyncSubscription) -> None:
+        self.subscribers.append(sub)
+        client, loop = self.client, self._loop
+        if client is not None and loop is not None and client._runtime is not None:
+            loop.call_soon_threadsafe(client._runtime._subscriptions.append, sub)
+
+    def unsubscribe(self, sub: SyncSubscription) -> None:
+        if sub in self.subscribers:
+            self.subscribers.remove(sub)
+        client, loop = self.client, self._loop
+        if client is not None and loop is not None and client._runtime is not None:
+            loop.call_soon_threadsafe(client._runtime._unsubscribe, sub)
 
     def start(self) -> None:
         if self.running:
@@ -317,9 +360,12 @@ class _Embedded:
             self._shutdown()
             raise
         self.running = True
+        self.stopped.clear()
 
     async def _make(self) -> AsyncClient:
         client: AsyncClient = self._factory()
+        if client._runtime is not None:
+            client._runtime._subscriptions.extend(self.subscribers)
         return client
 
     def _call(self, coro: Any) -> Any:
@@ -359,6 +405,8 @@ class _Embedded:
             loop.close()
         self._loop = self._thread = None
         self.client = None
+        if self.running:
+            self.stopped.set()
         self.running = False
 
 

@@ -23,6 +23,7 @@ from riverboat.runtime.executor import ExecutorConfig
 from riverboat.runtime.notifier import Notifier
 from riverboat.runtime.producer import MAX_WORKERS_LIMIT, Producer, QueueConfig
 from riverboat.runtime.retry import RetryPolicy
+from riverboat.runtime.sync_events import SyncSubscription
 from riverboat.runtime.worker import Workers
 
 __all__ = ["DEFAULT_SOFT_STOP_TIMEOUT", "IDLE_HORIZON", "Runtime", "RuntimeConfig"]
@@ -112,7 +113,8 @@ class Runtime:
         self.driver = driver
         self.client_id = client_id
         self.config = config
-        self._subscriptions: list[Subscription] = []
+        # Subscription (asyncio) or, for the sync Client, SyncSubscription
+        self._subscriptions: list[Subscription | SyncSubscription] = []
         self.completer: Completer | None = None
         self.notifier: Notifier | None = None
         self.producers: dict[str, Producer] = {}
@@ -129,7 +131,7 @@ class Runtime:
         self._subscriptions.append(sub)
         return sub
 
-    def _unsubscribe(self, sub: Subscription) -> None:
+    def _unsubscribe(self, sub: Subscription | SyncSubscription) -> None:
         if sub in self._subscriptions:
             self._subscriptions.remove(sub)
 
