@@ -131,17 +131,25 @@ class AsyncAdmin:
         descending: bool = False,
         limit: int | None = None,
         cursor: JobListCursor | str | None = None,
+        where: str | None = None,
+        where_params: Mapping[str, Any] | None = None,
     ) -> JobListResult:
         """List jobs (River's JobList): filters combine with AND; ``tags_all`` needs every
         tag, ``tags_any`` one of them, ``metadata`` is JSON containment (``@>``). Ordered by
         ``order_by`` (``time`` = scheduled_at, attempted_at or finalized_at depending on
         the first listed state) then id; ``limit`` defaults to 100. Pass ``next_cursor``
-        back as ``cursor`` for the next page."""
+        back as ``cursor`` for the next page.
+
+        ``where`` adds a SQL condition on ``river_job``'s columns, its values bound from
+        ``where_params`` as ``:name`` (River's ``JobListParams.Where``). It is written
+        into the statement as is: pass only trusted text, never user input; values
+        always go through ``where_params``."""
         return await self._run(
             _ops(self._core).job_list(
                 ids=ids, kinds=kinds, queues=queues, states=states, priorities=priorities,
                 tags_all=tags_all, tags_any=tags_any, metadata=metadata, order_by=order_by,
-                descending=descending, limit=limit, cursor=cursor,
+                descending=descending, limit=limit, cursor=cursor, where=where,
+                where_params=where_params,
             )
         )  # fmt: skip
 
