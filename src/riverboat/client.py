@@ -24,9 +24,9 @@ from riverboat._client_core import (
     default_client_id,
 )
 from riverboat._client_sync import ClientBase
-from riverboat._insert import InsertParams
+from riverboat._insert import InsertParams, validate_queue
 from riverboat._url import async_driver_from_url, driver_from_url
-from riverboat.errors import InvalidInputError
+from riverboat.errors import InvalidInputError, NotFoundError
 from riverboat.runtime.events import EventKind, Subscription
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.retry import RetryPolicy
@@ -97,6 +97,7 @@ class Client(ClientBase):
                     **runtime_options,
                 )
             )
+            self._embedded.base_queues = set(queues)
 
     def start(self) -> None:
         """Start working jobs on a background thread (embedded mode)."""
@@ -137,6 +138,21 @@ class Client(ClientBase):
         sub = SyncSubscription(chosen, maxsize, self._embedded.unsubscribe)
         self._embedded.subscribe(sub)
         return sub
+
+    def queue_add(self, name: str, config: QueueConfig) -> None:
+        """Work queue ``name`` too (see :meth:`AsyncClient.queue_add`); kept across
+        restarts."""
+        self._running_queues().queue_change(name, config)
+
+    def queue_remove(self, name: str) -> None:
+        """Stop working queue ``name`` once its running jobs finish (see
+        :meth:`AsyncClient.queue_remove`); kept across restarts."""
+        self._running_queues().queue_change(name, None)
+
+    def _running_queues(self) -> _Embedded:
+        if self._embedded is None:
+            raise InvalidInputError("queues", "this client has no queues; it is insert-only")
+        return self._embedded
 
     @property
     def stopped(self) -> threading.Event:
@@ -265,6 +281,18 @@ class AsyncClient(AsyncClientBase):
         if self._runtime is not None:
             await self._runtime.stop(cancel_running=True)
 
+    async def queue_add(self, name: str, config: QueueConfig) -> None:
+        """Work queue ``name`` too, without a restart (River's ``Queues().Add``): at once
+        when running, from ``start()`` otherwise. Raises InvalidInputError for a queue
+        already worked, or on an insert-only client."""
+        await self.runtime.add_queue(name, config)
+
+    async def queue_remove(self, name: str) -> None:
+        """Stop working queue ``name`` (River's ``Queues().Remove``): its producer stops
+        fetching, and this returns once the jobs it was running have finished and their
+        outcomes are buffered for writing. Raises NotFoundError for a queue not worked."""
+        await self.runtime.remove_queue(name)
+
     @property
     def stopped(self) -> asyncio.Event:
         """Set once a started client has fully stopped: jobs finished or handed back,
@@ -328,6 +356,38 @@ class _Embedded:
         self.stopped = threading.Event()
         # The sync client's subscriptions, registered with each runtime it starts.
         self.subscribers: list[SyncSubscription] = []
+        self.base_queues: set[str] = set()  # the queues the client was made with
+        # Queues added (a config) or removed (None) since construction.
+        self.queue_changes: dict[str, QueueConfig | None] = {}
+
+    def queue_change(self, name: str, config: QueueConfig | None) -> None:
+        client = self.client
+        if client is not None and self.running:
+            if config is None:
+                self._call(client.queue_remove(name))
+            else:
+                self._call(client.queue_add(name, config))
+        else:
+            # Checked now, as a running client would: on a throwaway runtime config.
+            queues = self._queues_after_changes()
+            if config is None and name not in queues:
+                raise NotFoundError(f"queue {name!r} is not worked by this client")
+            if config is not None:
+                validate_queue(name)
+                if name in queues:
+                    raise InvalidInputError("queue", f"{name!r} is already worked by this client")
+                if not isinstance(config, QueueConfig):
+                    raise InvalidInputError("config", "must be a riverboat.QueueConfig")
+        self.queue_changes[name] = config
+
+    def _queues_after_changes(self) -> set[str]:
+        names = set(self.base_queues)
+        for name, config in self.queue_changes.items():
+            if config is None:
+                names.discard(name)
+            else:
+                names.add(name)
+        return names
 
     def subscribe(self, sub: SyncSubscription) -> None:
         self.subscribers.append(sub)
@@ -366,6 +426,12 @@ class _Embedded:
         client: AsyncClient = self._factory()
         if client._runtime is not None:
             client._runtime._subscriptions.extend(self.subscribers)
+            queues = client._runtime.config.queues
+            for name, config in self.queue_changes.items():
+                if config is None:
+                    queues.pop(name, None)
+                else:
+                    queues[name] = config
         return client
 
     def _call(self, coro: Any) -> Any:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from riverboat._insert import InsertDefaults, validate_queue
-from riverboat.errors import InvalidInputError
+from riverboat.errors import InvalidInputError, NotFoundError
 from riverboat.runtime.completer import Completer
 from riverboat.runtime.events import Event, EventKind, Subscription
 from riverboat.runtime.executor import ExecutorConfig
@@ -45,7 +45,7 @@ IDLE_HORIZON = 5.0
 
 @dataclass(slots=True)
 class RuntimeConfig:
-    queues: Mapping[str, QueueConfig]
+    queues: dict[str, QueueConfig]  # queue_add / queue_remove change it
     workers: Workers
     fetch_cooldown: float = 0.1
     fetch_poll_interval: float = 1.0
@@ -169,18 +169,9 @@ class Runtime:
             None,
             stack if stack is not None and (stack.has_work or stack.error_handlers) else None,
         )
+        self._executor_config = executor_config
         for name, qcfg in cfg.queues.items():
-            self.producers[name] = Producer(
-                queue=name,
-                config=qcfg,
-                driver=self.driver,
-                client_id=self.client_id,
-                completer=self.completer,
-                executor_config=executor_config,
-                fetch_cooldown=qcfg.fetch_cooldown or cfg.fetch_cooldown,
-                fetch_poll_interval=qcfg.fetch_poll_interval or cfg.fetch_poll_interval,
-                emit=self._emit,
-            )
+            self.producers[name] = self._make_producer(name, qcfg)
         if not cfg.poll_only and self.driver.capabilities.listen:
             self.notifier = Notifier(self.driver, self.schema_name)
             for producer in self.producers.values():
@@ -198,6 +189,55 @@ class Runtime:
                 await result
         self.started = True
         self._stopped.clear()
+
+    def _make_producer(self, name: str, qcfg: QueueConfig) -> Producer:
+        cfg = self.config
+        assert self.completer is not None  # made by start() before any producer
+        return Producer(
+            queue=name,
+            config=qcfg,
+            driver=self.driver,
+            client_id=self.client_id,
+            completer=self.completer,
+            executor_config=self._executor_config,
+            fetch_cooldown=qcfg.fetch_cooldown or cfg.fetch_cooldown,
+            fetch_poll_interval=qcfg.fetch_poll_interval or cfg.fetch_poll_interval,
+            emit=self._emit,
+        )
+
+    # -- queues at runtime (River's client.Queues().Add / Remove) ------------------------
+    async def add_queue(self, name: str, qcfg: QueueConfig) -> None:
+        """Work ``name`` too: at once when running, from the next start otherwise."""
+        name = validate_queue(name)
+        if not isinstance(qcfg, QueueConfig):
+            raise InvalidInputError("config", "must be a riverboat.QueueConfig")
+        if name in self.config.queues:
+            raise InvalidInputError("queue", f"{name!r} is already worked by this client")
+        self.config.queues[name] = qcfg
+        if not self.started:
+            return
+        producer = self.producers[name] = self._make_producer(name, qcfg)
+        if self.notifier is not None:
+            self.notifier.subscribe("river_insert", producer.handle_insert)
+            self.notifier.subscribe("river_control", producer.handle_control)
+            self.notifier.on_reconnect(producer.wake)
+        producer.poll_queue_state = self.notifier is None
+        await producer.start()
+
+    async def remove_queue(self, name: str) -> None:
+        """Stop working ``name``: its producer stops fetching and this returns once its
+        running jobs have finished and their outcomes are buffered (River's Remove)."""
+        if name not in self.config.queues:
+            raise NotFoundError(f"queue {name!r} is not worked by this client")
+        del self.config.queues[name]
+        producer = self.producers.pop(name, None)
+        if producer is None:
+            return
+        if self.notifier is not None:
+            self.notifier.unsubscribe("river_insert", producer.handle_insert)
+            self.notifier.unsubscribe("river_control", producer.handle_control)
+            self.notifier.off_reconnect(producer.wake)
+        await producer.stop()
 
     # -- leader election and maintenance (riverboat.runtime.elector / .maintenance) -----
     def _start_leadership(self) -> None:
