@@ -28,6 +28,7 @@ from riverboat._insert import InsertParams, validate_queue
 from riverboat._url import async_driver_from_url, driver_from_url
 from riverboat.errors import InvalidInputError, NotFoundError
 from riverboat.runtime.events import EventKind, Subscription
+from riverboat.runtime.maintenance.periodic import PeriodicJobs
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.runner import (
@@ -98,6 +99,7 @@ class Client(ClientBase):
                 )
             )
             self._embedded.base_queues = set(queues)
+            self._embedded.periodic = PeriodicJobs(runtime_options.get("periodic_jobs", ()))
 
     def start(self) -> None:
         """Start working jobs on a background thread (embedded mode)."""
@@ -148,6 +150,12 @@ class Client(ClientBase):
         """Stop working queue ``name`` once its running jobs finish (see
         :meth:`AsyncClient.queue_remove`); kept across restarts."""
         self._running_queues().queue_change(name, None)
+
+    @property
+    def periodic_jobs(self) -> PeriodicJobs:
+        """The client's periodic jobs, changeable from any thread, before or while it
+        runs (see :attr:`AsyncClient.periodic_jobs`); kept across restarts."""
+        return self._running_queues().periodic
 
     def _running_queues(self) -> _Embedded:
         if self._embedded is None:
@@ -281,6 +289,13 @@ class AsyncClient(AsyncClientBase):
         if self._runtime is not None:
             await self._runtime.stop(cancel_running=True)
 
+    @property
+    def periodic_jobs(self) -> PeriodicJobs:
+        """The client's periodic jobs, changeable while it runs (River's
+        ``PeriodicJobs()``): ``add``, ``add_many``, ``remove(handle)``, ``remove_by_id``,
+        ``clear``; changes reach the leader at once."""
+        return self.runtime.periodic_jobs
+
     async def queue_add(self, name: str, config: QueueConfig) -> None:
         """Work queue ``name`` too, without a restart (River's ``Queues().Add``): at once
         when running, from ``start()`` otherwise. Raises InvalidInputError for a queue
@@ -357,6 +372,7 @@ class _Embedded:
         # The sync client's subscriptions, registered with each runtime it starts.
         self.subscribers: list[SyncSubscription] = []
         self.base_queues: set[str] = set()  # the queues the client was made with
+        self.periodic = PeriodicJobs()  # shared with each runtime it starts
         # Queues added (a config) or removed (None) since construction.
         self.queue_changes: dict[str, QueueConfig | None] = {}
 
@@ -426,6 +442,7 @@ class _Embedded:
         client: AsyncClient = self._factory()
         if client._runtime is not None:
             client._runtime._subscriptions.extend(self.subscribers)
+            client._runtime.periodic_jobs = self.periodic
             queues = client._runtime.config.queues
             for name, config in self.queue_changes.items():
                 if config is None:

@@ -123,6 +123,10 @@ class Runtime:
         self.schema_name = ""
         self._extra_services: list[Any] = []
         self.on_start: list[Callable[[Runtime], Any]] = []
+        # The live periodic job set (client.periodic_jobs): checked here, before start.
+        from riverboat.runtime.maintenance.periodic import PeriodicJobs
+
+        self.periodic_jobs = PeriodicJobs(config.periodic_jobs)
 
     # -- events ----------------------------------------------------------------------
     def subscribe(self, kinds: Iterable[EventKind | str], maxsize: int = 1000) -> Subscription:
@@ -271,7 +275,7 @@ class Runtime:
         )
         self.elector = Elector(self.driver, self.client_id, mcfg.elector, notifier=self.notifier)
         self.maintainer = Maintainer(
-            self.elector, build_services(ctx, cfg.periodic_jobs, cfg.insert_defaults)
+            self.elector, build_services(ctx, self.periodic_jobs, cfg.insert_defaults)
         )
         self.maintainer.start()
         self.elector.start()
