@@ -41,6 +41,7 @@ from riverboat.runtime.worker import (
     Workers,
     _work_context,
     _WorkContext,
+    call_timeout_fn,
 )
 
 __all__ = ["ExecutorConfig", "JobTimeoutError", "execute_job", "timeout_for"]
@@ -138,9 +139,20 @@ def _error_entry(row: JobRow, started: datetime, exc: BaseException) -> str:
     return AttemptError(started, row.attempt, message, trace).to_json()
 
 
-def timeout_for(worker: RegisteredWorker | None, default: float | None) -> float | None:
-    """The seconds a job of this worker may run, or None for no limit."""
-    value = worker.timeout if worker is not None and worker.timeout is not None else default
+def timeout_for(
+    worker: RegisteredWorker | None, default: float | None, job: Job[Any] | JobRow | None = None
+) -> float | None:
+    """The seconds a job of this worker may run, or None for no limit. A worker with a
+    per-job timeout function is asked with ``job`` (a row is decoded for it)."""
+    own = worker.timeout if worker is not None else None
+    if worker is not None and worker.timeout_fn is not None and job is not None:
+        if isinstance(job, JobRow):
+            try:
+                job = Job(job, worker.decode(job))
+            except Exception:
+                job = None  # the executor reports the decode error; use the default
+        own = call_timeout_fn(worker, job) if job is not None else None
+    value = own if own is not None else default
     if value is None or value == -1 or value <= 0:
         return None
     return value
@@ -197,12 +209,12 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
                 worker,
                 job,
                 ctx,
-                timeout_for(worker, config.job_timeout),
+                timeout_for(worker, config.job_timeout, job),
                 config.thread_pool,
                 state.deadline is not None and worker.is_async,
             )
         else:
-            timeout = timeout_for(worker, config.job_timeout)
+            timeout = timeout_for(worker, config.job_timeout, job)
             watched = state.deadline is not None and worker.is_async
 
             def inner(target: RegisteredWorker) -> Any:

@@ -12,6 +12,7 @@ import contextvars
 import dataclasses
 import inspect
 import json
+import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,6 +34,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+log = logging.getLogger("riverboat.executor")
 
 OUTPUT_MAX_BYTES = 32 * 1024 * 1024  # River's limit for recorded output
 
@@ -211,7 +214,9 @@ class Worker(Generic[T]):
     """Base class for class-based workers.
 
     Set ``kind`` (or ``args_type`` with a ``kind`` attribute), implement ``work`` (sync or
-    async), and optionally ``timeout`` (seconds; ``None`` = client default, ``-1`` = none)
+    async), and optionally ``timeout`` (seconds; ``None`` = client default, ``-1`` = none;
+    or a method ``timeout(self, job)`` returning one of those per job, River's
+    ``Worker.Timeout(job)``)
     and ``next_retry(job)`` returning a datetime (``None`` = the default policy), and
     ``middleware``, a list wrapping this worker's jobs (see :mod:`riverboat.middleware`).
     """
@@ -238,6 +243,9 @@ class RegisteredWorker:
     timeout: float | None
     next_retry: Callable[[Job[Any]], datetime | None] | None
     middleware: tuple[Any, ...] = ()
+    # A per-job timeout (River's Worker.Timeout(job)): Worker.timeout as a method, or
+    # register(timeout=fn). Used instead of ``timeout`` when set.
+    timeout_fn: Callable[[Job[Any]], float | None] | None = None
 
 
 class Workers:
@@ -253,7 +261,7 @@ class Workers:
         kind: str,
         fn: WorkFn,
         args_type: Any,
-        timeout: float | None,
+        timeout: float | Callable[[Job[Any]], float | None] | None,
         next_retry: Callable[[Job[Any]], datetime | None] | None,
         middleware: Sequence[Any] | None = None,
         kind_aliases: Sequence[str] | None = None,
@@ -261,6 +269,9 @@ class Workers:
         validate_kind(kind)
         if kind in self:
             raise InvalidInputError("kind", f"a worker for {kind!r} is already registered")
+        timeout_fn = None
+        if callable(timeout):
+            timeout_fn, timeout = timeout, None
         aliases = _kind_aliases(kind_aliases, kind)
         for alias in aliases:
             if alias in self:
@@ -281,6 +292,7 @@ class Workers:
             timeout=timeout,
             next_retry=next_retry,
             middleware=_middleware(middleware, kind),
+            timeout_fn=timeout_fn,
         )
         for alias in aliases:
             self._aliases[alias] = registered
@@ -290,7 +302,7 @@ class Workers:
         kind_or_args: str | type | None = None,
         *,
         args_type: Any = None,
-        timeout: float | None = None,
+        timeout: float | Callable[[Job[Any]], float | None] | None = None,
         next_retry: Callable[[Job[Any]], datetime | None] | None = None,
         middleware: Sequence[Any] | None = None,
         kind_aliases: Sequence[str] | None = None,
@@ -351,6 +363,31 @@ class Workers:
 
     def __len__(self) -> int:
         return len(self._by_kind)
+
+
+def call_timeout_fn(worker: RegisteredWorker, job: Job[Any]) -> float | None:
+    """The worker's timeout for ``job`` from its per-job function: seconds, -1 (none) or
+    None (the client's default). A function that fails or returns something else is
+    logged and the default applies."""
+    assert worker.timeout_fn is not None
+    try:
+        value = worker.timeout_fn(job)
+    except Exception:
+        log.exception("job %d (%s): the worker's timeout(job) failed", job.id, job.kind)
+        return None
+    if value is None or (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and (value > 0 or value == -1)
+    ):
+        return value
+    log.error(
+        "job %d (%s): timeout(job) returned %r; expected seconds, -1 or None",
+        job.id,
+        job.kind,
+        value,
+    )
+    return None
 
 
 def _kind_aliases(items: Sequence[str] | None, kind: str) -> tuple[str, ...]:
