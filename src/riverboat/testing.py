@@ -33,7 +33,7 @@ import os
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +49,12 @@ from riverboat.runtime.worker import Workers
 
 __all__ = [
     "ExpectedJob",
+    "TestClock",
     "WorkResult",
     "require_inserted",
     "require_many_inserted",
     "require_not_inserted",
+    "use_test_config",
     "work_job",
     "work_job_async",
 ]
@@ -316,6 +318,49 @@ async def _work(
     written = await fetch(dialect.job_set_state_if_running_many([pending.update]))
     after = dialect.decode_job(written[0]) if written else row
     return WorkResult(after, pending.event_kind, pending.run_duration)
+
+
+class TestClock:
+    """A settable clock for :func:`use_test_config` (River's ``TestConfig.Time``
+    stub): ``now()`` is what you set, moved on only by :meth:`advance`."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, now: datetime | None = None) -> None:
+        self._now = now or datetime.now(UTC)
+        if self._now.tzinfo is None:
+            raise ValueError("TestClock needs an aware datetime")
+
+    def now(self) -> datetime:
+        return self._now
+
+    def set(self, moment: datetime) -> None:
+        if moment.tzinfo is None:
+            raise ValueError("TestClock needs an aware datetime")
+        self._now = moment
+
+    def advance(self, delta: timedelta | float) -> datetime:
+        self._now += delta if isinstance(delta, timedelta) else timedelta(seconds=delta)
+        return self._now
+
+
+def use_test_config(
+    client: Any,
+    *,
+    clock: TestClock | Callable[[], datetime] | None = None,
+    disable_unique_enforcement: bool = False,
+) -> None:
+    """Configure a ``Client``/``AsyncClient`` for tests (River's ``TestConfig``):
+    ``clock`` (a :class:`TestClock` or any function returning an aware datetime) stands
+    in for the current time in inserts (a job's ``scheduled_at`` when none is given,
+    the job staying available) and in unique periods (``UniqueOpts(by_period=)``);
+    ``disable_unique_enforcement`` inserts unique jobs as if they had no unique options.
+    ``created_at`` and the runtime's claims keep the database's own clock."""
+    core = getattr(client, "_core", None)
+    if core is None:
+        raise TypeError(f"expected a riverboat Client or AsyncClient, got {type(client).__name__}")
+    core.clock = clock.now if isinstance(clock, TestClock) else clock
+    core.unique_enforcement = not disable_unique_enforcement
 
 
 # -- the pytest plugin -------------------------------------------------------------------
