@@ -31,7 +31,15 @@ from riverboat.runtime.events import Event, EventKind, JobStatistics, Subscripti
 from riverboat.runtime.maintenance import MaintenanceConfig, PeriodicJob
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.retry import RetryPolicy
-from riverboat.runtime.worker import Job, JobCancel, JobSnooze, Worker, Workers, record_output
+from riverboat.runtime.worker import (
+    Job,
+    JobCancel,
+    JobSnooze,
+    Worker,
+    Workers,
+    record_output,
+    set_metadata,
+)
 
 __all__ = [
     "AsyncClient",
@@ -71,6 +79,7 @@ __all__ = [
     "Worker",
     "Workers",
     "record_output",
+    "set_metadata",
 ]
 
 __version__ = "0.1.0"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -345,9 +346,12 @@ class _Ops:
         descending: bool,
         limit: int | None,
         cursor: JobListCursor | str | None,
+        where: str | None = None,
+        where_params: Mapping[str, Any] | None = None,
         **filters: Any,
     ) -> _Plan[JobListResult]:
         chosen = _filters(**filters)
+        fragment = _where_fragment(where, where_params)
         if order_by not in _ORDER_BY:
             raise InvalidInputError("order_by", f"must be one of {', '.join(_ORDER_BY)}")
         if not isinstance(descending, bool):
@@ -375,6 +379,7 @@ class _Ops:
             descending=descending,
             limit=count + 1,
             after=after,
+            **({"where": fragment} if fragment is not None else {}),
         )
         decode_jobs = self.dialect.decode_jobs
 
@@ -464,7 +469,8 @@ _FILTER_NAMES = (
 
 
 def _with_filters(kwargs: dict[str, Any]) -> dict[str, Any]:
-    unknown = set(kwargs) - {*_FILTER_NAMES, "limit", "all", "order_by", "descending", "cursor"}
+    options = {"limit", "all", "order_by", "descending", "cursor", "where", "where_params"}
+    unknown = set(kwargs) - {*_FILTER_NAMES, *options}
     if unknown:
         raise InvalidInputError(sorted(unknown)[0], "is not a job filter")
     return {name: kwargs.get(name) for name in _FILTER_NAMES} | {
@@ -472,9 +478,41 @@ def _with_filters(kwargs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_WHERE_PARAM_RE = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+
+
+def _where_fragment(
+    where: str | None, params: Mapping[str, Any] | None
+) -> tuple[str, dict[str, Any]] | None:
+    """River's ``JobListParams.Where``: a SQL condition from trusted code, its values
+    bound as ``:name`` parameters. Each name is renamed ``where_<name>`` so it can't
+    collide with riverboat's own parameters; a name without a value (or a value without
+    a name) is refused before anything runs."""
+    if where is None:
+        if params:
+            raise InvalidInputError("where_params", "given without where")
+        return None
+    if not isinstance(where, str) or not where.strip():
+        raise InvalidInputError("where", "must be a non-empty SQL condition")
+    if ";" in where:
+        raise InvalidInputError("where", "must be one condition, without ';'")
+    values = dict(params or {})
+    used = set(_WHERE_PARAM_RE.findall(where))
+    missing = sorted(used - values.keys())
+    if missing:
+        raise InvalidInputError("where_params", f"no value for {', '.join(missing)}")
+    unused = sorted(set(values) - used)
+    if unused:
+        raise InvalidInputError("where_params", f"not used in where: {', '.join(unused)}")
+    text = _WHERE_PARAM_RE.sub(lambda m: f":where_{m.group(1)}", where)
+    return text, {f"where_{name}": value for name, value in values.items()}
+
+
 def _with_list_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
     kwargs.setdefault("order_by", "id")
     kwargs.setdefault("descending", False)
     kwargs.setdefault("limit", None)
     kwargs.setdefault("cursor", None)
+    kwargs.setdefault("where", None)
+    kwargs.setdefault("where_params", None)
     return _with_filters(kwargs)

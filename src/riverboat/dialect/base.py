@@ -176,6 +176,9 @@ class Dialect(ABC):
     def leader_resign(self, *, leader_id: str, elected_at: datetime) -> Statement: ...
 
     @abstractmethod
+    def leader_request_resign(self) -> Statement: ...
+
+    @abstractmethod
     def decode_leader(self, row: Sequence[Any]) -> LeaderRow: ...
 
     @abstractmethod
@@ -228,6 +231,7 @@ class Dialect(ABC):
         descending: bool,
         limit: int,
         after: tuple[int, datetime | None] | None = None,
+        where: tuple[str, Mapping[str, Any]] | None = None,
     ) -> Statement: ...
 
     @abstractmethod

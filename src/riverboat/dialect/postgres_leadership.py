@@ -79,6 +79,12 @@ RETURNING river_leader.leader_id
 
 QUERIES["leader_get_elected"] = f"SELECT {_LEADER_COLUMNS} FROM <schema>river_leader"
 
+# Ask whoever leads to resign and run again (River's request_resign action).
+QUERIES["leader_request_resign"] = f"""
+SELECT pg_notify({CHANNEL.format(topic="river_leadership")},
+                 json_build_object('action', 'request_resign')::text)
+"""
+
 # River's JobSchedule: promote due retryable/scheduled jobs, discarding unique jobs that
 # would collide (with another live row holding the key, or with an earlier one in the same
 # batch), and in the same statement send river_insert for each queue that got a job it
@@ -257,6 +263,9 @@ class PostgresLeadership:
         return self.stmt(
             "leader_resign", leader_id=leader_id, elected_at=elected_at, schema=self.schema
         )
+
+    def leader_request_resign(self) -> Statement:
+        return self.stmt("leader_request_resign", schema=self.schema)
 
     def leader_get_elected(self) -> Statement:
         return self.stmt("leader_get_elected")

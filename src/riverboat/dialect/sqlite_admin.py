@@ -252,9 +252,16 @@ def _order_by(column: str, descending: bool) -> str:
 
 @lru_cache(maxsize=1024)
 def _job_list_query(
-    schema: str | None, filters: tuple[str, ...], column: str, descending: bool, cursor: str
+    schema: str | None,
+    filters: tuple[str, ...],
+    column: str,
+    descending: bool,
+    cursor: str,
+    where_sql: str = "",  # the caller's trusted fragment (job_list(where=...))
 ) -> Query:
     conditions = _where(filters)
+    if where_sql:
+        conditions.append(f"({where_sql})")
     if cursor:
         conditions.append(_keyset(column, descending, cursor == "null"))
     where = " AND ".join(conditions) or "true"
@@ -341,6 +348,7 @@ class SqliteAdmin:
         descending: bool,
         limit: int,
         after: tuple[int, datetime | None] | None = None,
+        where: tuple[str, Mapping[str, Any]] | None = None,
     ) -> Statement:
         """As :meth:`PostgresAdmin.job_list`; a ``metadata`` filter raises
         :class:`~riverboat.errors.NotSupportedError`."""
@@ -358,8 +366,9 @@ class SqliteAdmin:
                     params["cursor_time"] = format_timestamp(cursor_time)
             else:
                 cursor = "time"
-        query = _job_list_query(self.schema, names, order_column, descending, cursor)
-        return Statement(query, {**params, "max": limit})
+        where_sql, where_params = where if where is not None else ("", {})
+        query = _job_list_query(self.schema, names, order_column, descending, cursor, where_sql)
+        return Statement(query, {**params, **where_params, "max": limit})
 
     def job_delete_many(self, *, filters: Mapping[str, Any], limit: int) -> Statement:
         names = tuple(name for name in JOB_LIST_FILTERS if filters.get(name) is not None)

@@ -86,6 +86,12 @@ QUERIES["leader_resign_apply"] = f"DELETE FROM <schema>river_leader WHERE {_TERM
 
 QUERIES["leader_get_elected"] = f"SELECT {_LEADER_COLUMNS} FROM <schema>river_leader"
 
+# Ask whoever leads to resign and run again (River's request_resign action).
+QUERIES["leader_request_resign"] = """
+INSERT INTO <schema>river_notification (payload, topic)
+VALUES (json_object('action', 'request_resign'), 'river_leadership')
+"""
+
 # Timestamps are compared through ts_key (River compares text, right only for its own
 # spelling); errors/metadata that are not JSON of the right shape start over rather
 # than failing the whole rescue batch. A finalized_at SQLite can't read is never due for
@@ -289,6 +295,9 @@ class SqliteLeadership:
             elected_at=_elected_at(elected_at),
             ttl=seconds_modifier(ttl),
         )
+
+    def leader_request_resign(self) -> Statement:
+        return self.stmt("leader_request_resign")
 
     def leader_resign(self, *, leader_id: str, elected_at: datetime) -> Statement:
         """Rows: the resigned ``(leader_id,)``, or none when the term was not ours."""

@@ -267,7 +267,7 @@ class Producer:
         worker = self._exec_config.workers.get(row.kind)
         if worker is not None:
             state.cancellable = worker.is_async
-            timeout = timeout_for(worker, self._exec_config.job_timeout)
+            timeout = timeout_for(worker, self._exec_config.job_timeout, row)
             if timeout is not None:
                 state.timeout = timeout
                 state.deadline = deadline = self._loop_time() + timeout

@@ -39,7 +39,7 @@ from riverboat.runtime.maintenance._service import (
     ServiceStats,
     backoff_delay,
 )
-from riverboat.runtime.maintenance.periodic import PeriodicJob
+from riverboat.runtime.maintenance.periodic import PeriodicJob, PeriodicJobs
 
 __all__ = [
     "Maintainer",
@@ -190,7 +190,7 @@ class MaintenanceConfig:
 
 def build_services(
     ctx: MaintenanceContext,
-    periodic_jobs: Sequence[PeriodicJob],
+    periodic_jobs: Sequence[PeriodicJob] | PeriodicJobs,
     insert_defaults: InsertDefaults | None = None,
 ) -> list[Service]:
     """The services this dialect supports; periodic jobs use the client's insert
@@ -207,8 +207,10 @@ def build_services(
         JobCleaner(ctx),
         QueueCleaner(ctx),
     ]
-    if periodic_jobs:
-        services.append(PeriodicJobEnqueuer(ctx, list(periodic_jobs), insert_defaults))
+    # Always there, so periodic jobs added to a running client start on the leader; with
+    # none it sleeps. A PeriodicJobs bundle is shared with the client (add/remove live).
+    jobs = periodic_jobs if isinstance(periodic_jobs, PeriodicJobs) else list(periodic_jobs)
+    services.append(PeriodicJobEnqueuer(ctx, jobs, insert_defaults))
     if isinstance(ctx.dialect, NotificationOutbox):  # SQLite's river_notification
         from riverboat.runtime.maintenance.notification_cleaner import NotificationCleaner
 

@@ -49,6 +49,9 @@ class MaintenanceContext:
     retry_policy: RetryPolicy
     job_timeout: float | None
     wake_queues: Callable[[Iterable[str]], None] = lambda queues: None
+    # The client's riverboat.middleware.MiddlewareStack: periodic runs go through its
+    # insert hooks like any insert (OpenTelemetry trace propagation, say).
+    middleware: Any = None
 
     @property
     def dialect(self) -> Dialect:

@@ -36,7 +36,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from riverboat._sql import Query, Statement
 from riverboat.errors import DriverError, InvalidInputError
@@ -115,7 +115,8 @@ def reindexer_schedule(
         return schedule
     from riverboat.runtime.maintenance.periodic import PeriodicJob
 
-    return PeriodicJob(schedule, lambda: None).next_after
+    # Cron and intervals always have a next tick (only NEVER or custom ones return None).
+    return cast("Callable[[datetime], datetime]", PeriodicJob(schedule, lambda: None).next_after)
 
 
 def validate_index_names(names: object) -> tuple[str, ...]:
