@@ -1,6 +1,6 @@
 """Running one job and turning what happened into a completer update.
 
-The outcome rules are River's (river-compat §5.2): success completes; an error retries
+The outcome rules are River's (its executor's completion rules): success completes; an error retries
 with backoff (straight to ``available`` when the retry is ≤ 5s away) or discards once
 attempts are used up; ``JobCancel`` cancels; ``JobSnooze`` reschedules without counting
 the attempt; a hard stop interrupts (attempt rolled back, available now, errors unchanged:
