@@ -12,7 +12,11 @@ from typing import Any
 from riverboat._admin_async import AsyncAdmin
 from riverboat._client_core import _check_job_id, _ClientCore
 from riverboat._insert import InsertParams
-from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow
+from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow, JobState
+from riverboat._json import go_json_dumps
+from riverboat.dialect.base import JobStateUpdate
+from riverboat.errors import InvalidInputError, NotFoundError
+from riverboat.runtime.worker import Job
 
 __all__ = ["AsyncClientBase"]
 
@@ -116,3 +120,38 @@ class AsyncClientBase(AsyncAdmin):
         """Fetch one job by ID; raises NotFoundError."""
         rows = await self.driver.fetch(self._core.dialect.job_get_by_id(_check_job_id(job_id)))
         return self._core.one_job(rows, job_id)
+
+    async def job_get_tx(self, conn: Any, job_id: int) -> JobRow:
+        """:meth:`job_get` on the caller's connection: sees their transaction's own
+        uncommitted inserts and changes. Raises NotFoundError."""
+        stmt = self._core.dialect.job_get_by_id(_check_job_id(job_id))
+        rows = await self.driver.wrap(conn).fetch(stmt)
+        return self._core.one_job(rows, job_id)
+
+    async def job_complete_tx(self, conn: Any, job: Job[Any] | JobRow) -> JobRow:
+        """Mark the running ``job`` completed inside the caller's open transaction on
+        ``conn`` (River's ``JobCompleteTx``), with what the attempt staged so far
+        (:meth:`Job.set_metadata`, ``record_output``), so the job's side effects and its
+        completion commit, or roll back, together. Returns the row as the statement left
+        it. Once committed, the executor's own outcome for the job changes nothing (it
+        only updates rows still running), even when the work function then raises; if
+        the transaction rolls back, the executor records the outcome as usual."""
+        row = job.row if isinstance(job, Job) else job
+        if not isinstance(row, JobRow):
+            raise InvalidInputError("job", "must be the Job (or JobRow) being worked")
+        if row.state is not JobState.RUNNING:
+            raise InvalidInputError("job", f"must be running, not {row.state}")
+        staged = job.staged_metadata if isinstance(job, Job) else {}
+        update = JobStateUpdate(
+            row.id,
+            JobState.COMPLETED,
+            finalized=True,
+            metadata_updates=go_json_dumps(staged) if staged else None,
+        )
+        dialect = self._core.dialect
+        rows = await self.driver.wrap(conn).fetch(
+            dialect.job_set_state_if_running_many([update], returning=True)
+        )
+        if not rows:
+            raise NotFoundError(f"job {row.id} not found, or no longer running")
+        return dialect.decode_job(rows[0])  # type: ignore[no-any-return]

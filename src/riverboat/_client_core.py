@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -117,6 +117,21 @@ class _ClientCore:
         self.workers: Workers | None = None
         self.skip_unknown_job_check = False
         self.middleware = MiddlewareStack(middleware)
+        # riverboat.testing.use_test_config (River's TestConfig): a stubbed clock for
+        # inserts and unique periods, and unique enforcement that can be switched off.
+        self.clock: Callable[[], datetime] | None = None
+        self.unique_enforcement = True
+
+    def _now(self) -> datetime | None:
+        return self.clock() if self.clock is not None else None
+
+    def _apply_test_config(self, jobs: Sequence[InsertParams], now: datetime | None) -> None:
+        for job in jobs:
+            if now is not None and job.scheduled_at is None and job.state == "available":
+                job.scheduled_at = now  # as River stubs it; the job stays available
+            if not self.unique_enforcement:
+                job.unique_key = None
+                job.unique_states = None
 
     def _check_kinds(self, jobs: Sequence[InsertParams]) -> None:
         # River refuses to insert a kind this client has no worker for (when it has
@@ -130,7 +145,10 @@ class _ClientCore:
     def insert_statement(
         self, args: object, opts: InsertOpts | None, kind: str | None
     ) -> tuple[Statement, list[InsertParams]]:
-        jobs = [resolve_insert(args, opts, kind, self.defaults)]
+        now = self._now()
+        jobs = [resolve_insert(args, opts, kind, self.defaults, now)]
+        if now is not None or not self.unique_enforcement:
+            self._apply_test_config(jobs, now)
         self._check_kinds(jobs)
         self.middleware.apply_insert(jobs, (args,))
         return self.dialect.job_insert_many(jobs, self._limiter.queues_to_notify(jobs)), jobs
@@ -142,7 +160,10 @@ class _ClientCore:
         return self.statement_batches(jobs), jobs
 
     def _resolve_many(self, params: Sequence[object]) -> list[InsertParams]:
-        jobs = resolve_many(params, self.defaults)
+        now = self._now()
+        jobs = resolve_many(params, self.defaults, now)
+        if now is not None or not self.unique_enforcement:
+            self._apply_test_config(jobs, now)
         self._check_kinds(jobs)
         self.middleware.apply_insert(
             jobs, [p.args if isinstance(p, InsertManyParams) else p for p in params]

@@ -251,8 +251,11 @@ def _job_list_query(
     column: str,
     descending: bool,
     cursor: str,  # "" (none), "time" or "null" (the cursor row's column was NULL)
+    where_sql: str = "",  # the caller's trusted fragment (job_list(where=...))
 ) -> Query:
     conditions = _where(filters)
+    if where_sql:
+        conditions.append(f"({where_sql})")
     if cursor:
         conditions.append(_keyset(column, descending, cursor == "null"))
     where = " AND ".join(conditions) or "true"
@@ -340,6 +343,7 @@ class PostgresAdmin:
         descending: bool,
         limit: int,
         after: tuple[int, datetime | None] | None = None,
+        where: tuple[str, Mapping[str, Any]] | None = None,
     ) -> Statement:
         """``filters`` maps names in :data:`JOB_LIST_FILTERS` to validated values (lists;
         ``metadata`` a JSON object). ``after`` is the keyset cursor ``(id, column value)``."""
@@ -354,8 +358,9 @@ class PostgresAdmin:
             params["cursor_id"] = cursor_id
             if cursor == "time" and order_column != "id":
                 params["cursor_time"] = cursor_time
-        query = _job_list_query(self.schema, names, order_column, descending, cursor)
-        return Statement(query, {**params, "max": limit})
+        where_sql, where_params = where if where is not None else ("", {})
+        query = _job_list_query(self.schema, names, order_column, descending, cursor, where_sql)
+        return Statement(query, {**params, **where_params, "max": limit})
 
     def job_delete_many(self, *, filters: Mapping[str, Any], limit: int) -> Statement:
         names = tuple(name for name in JOB_LIST_FILTERS if filters.get(name) is not None)

@@ -10,12 +10,12 @@ a Go River client on the same schema take part in one election.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from riverboat._sql import Statement
 from riverboat.dialect._pg_common import CHANNEL, job_columns
+from riverboat.dialect.base import LeaderRow, RescueUpdate
 
 __all__ = ["LeaderRow", "PostgresLeadership", "RescueUpdate"]
 
@@ -78,6 +78,12 @@ RETURNING river_leader.leader_id
 """
 
 QUERIES["leader_get_elected"] = f"SELECT {_LEADER_COLUMNS} FROM <schema>river_leader"
+
+# Ask whoever leads to resign and run again (River's request_resign action).
+QUERIES["leader_request_resign"] = f"""
+SELECT pg_notify({CHANNEL.format(topic="river_leadership")},
+                 json_build_object('action', 'request_resign')::text)
+"""
 
 # River's JobSchedule: promote due retryable/scheduled jobs, discarding unique jobs that
 # would collide (with another live row holding the key, or with an earlier one in the same
@@ -254,26 +260,6 @@ RETURNING name
 """
 
 
-@dataclass(slots=True, frozen=True)
-class LeaderRow:
-    """The ``river_leader`` row: whose term it is and until when."""
-
-    leader_id: str
-    elected_at: datetime
-    expires_at: datetime
-
-
-@dataclass(slots=True, frozen=True)
-class RescueUpdate:
-    """One stuck job's fate, decided by the rescuer (River's JobRescueMany row)."""
-
-    id: int
-    error: str
-    finalized_at: datetime | None
-    scheduled_at: datetime
-    state: str
-
-
 class PostgresLeadership:
     _queries: ClassVar[dict[str, str]] = QUERIES
 
@@ -297,6 +283,9 @@ class PostgresLeadership:
         return self.stmt(
             "leader_resign", leader_id=leader_id, elected_at=elected_at, schema=self.schema
         )
+
+    def leader_request_resign(self) -> Statement:
+        return self.stmt("leader_request_resign", schema=self.schema)
 
     def leader_get_elected(self) -> Statement:
         return self.stmt("leader_get_elected")

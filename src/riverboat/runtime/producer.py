@@ -277,11 +277,8 @@ class Producer:
             log.warning("producer %s: refreshing river_queue failed: %s", self.queue, exc)
 
     async def _poll_queue_state(self) -> None:
-        queue_get = getattr(self._dialect, "queue_get", None)
-        if queue_get is None:
-            return
         try:
-            rows = await self._driver.fetch(queue_get(self.queue))
+            rows = await self._driver.fetch(self._dialect.queue_get(self.queue))
         except DriverError as exc:
             log.warning("producer %s: reading the queue's state failed: %s", self.queue, exc)
             return
@@ -294,7 +291,7 @@ class Producer:
         worker = self._exec_config.workers.get(row.kind)
         if worker is not None:
             state.cancellable = worker.is_async
-            timeout = timeout_for(worker, self._exec_config.job_timeout)
+            timeout = timeout_for(worker, self._exec_config.job_timeout, row)
             if timeout is not None:
                 state.timeout = timeout
                 state.deadline = deadline = self._loop_time() + timeout
