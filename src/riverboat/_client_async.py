@@ -102,11 +102,10 @@ class AsyncClientBase(AsyncAdmin):
 
     async def _insert_fast(self, executor: Any, plain: Any, unique_batches: Any) -> int:
         count = 0
-        copy = getattr(executor, "copy", None)
-        if plain and copy is not None:
+        if plain and self.driver.capabilities.copy:
             copy_batches, notify = self._core.copy_batches(plain)
             for copy_batch in copy_batches:
-                count += await copy(copy_batch)
+                count += await executor.copy(copy_batch)
             if notify is not None:
                 await executor.fetch(notify)
         elif plain:

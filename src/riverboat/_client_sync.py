@@ -104,11 +104,10 @@ class ClientBase(SyncAdmin):
 
     def _insert_fast(self, executor: Any, plain: Any, unique_batches: Any) -> int:
         count = 0
-        copy = getattr(executor, "copy", None)
-        if plain and copy is not None:
+        if plain and self.driver.capabilities.copy:
             copy_batches, notify = self._core.copy_batches(plain)
             for copy_batch in copy_batches:
-                count += copy(copy_batch)
+                count += executor.copy(copy_batch)
             if notify is not None:
                 executor.fetch(notify)
         elif plain:

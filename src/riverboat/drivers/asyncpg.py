@@ -240,7 +240,7 @@ class AsyncpgDriver:
                 f"got {type(source).__name__}"
             )
         # A lone connection has nothing to open a dedicated LISTEN connection from.
-        self.capabilities = Capabilities(listen=self._conn is None, async_=True)
+        self.capabilities = Capabilities(listen=self._conn is None, async_=True, copy=True)
 
     async def _on_connect(self, _conn: Any) -> None:
         self.stats.connections_opened += 1

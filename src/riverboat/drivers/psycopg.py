@@ -129,7 +129,7 @@ class PsycopgDriver:
     it borrows from the caller's pool for each statement.
     """
 
-    capabilities = Capabilities(listen=True, sync=True)
+    capabilities = Capabilities(listen=True, sync=True, copy=True)
 
     def __init__(
         self,
@@ -504,7 +504,7 @@ class _AsyncPool:
 class AsyncPsycopgDriver:
     """Async psycopg driver over a URL, an ``AsyncConnection`` or an ``AsyncConnectionPool``."""
 
-    capabilities = Capabilities(listen=True, async_=True)
+    capabilities = Capabilities(listen=True, async_=True, copy=True)
 
     def __init__(
         self,
