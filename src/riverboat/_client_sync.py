@@ -83,6 +83,40 @@ class ClientBase(SyncAdmin):
             results.extend(self._core.decode_batch(batch, executor.fetch(batch.stmt)))
         return results
 
+    def insert_many_fast(self, params: Sequence[InsertManyParams | object]) -> int:
+        """Insert many jobs without returning them (River's ``InsertManyFast``), in one
+        transaction; returns how many were inserted.
+
+        On a driver that can COPY (psycopg, asyncpg) plain jobs go in by ``COPY``; unique
+        jobs always go through the insert statement, whose ``ON CONFLICT`` skips a
+        duplicate (not counted), as :meth:`insert_many` does. Other drivers use the
+        insert statement for every job."""
+        plain, unique_batches, jobs = self._core.insert_many_fast_jobs(params)
+        with self.driver.transaction() as tx:
+            count = self._insert_fast(tx, plain, unique_batches)
+        self._after_insert(jobs)
+        return count
+
+    def insert_many_fast_tx(self, conn: Any, params: Sequence[InsertManyParams | object]) -> int:
+        """:meth:`insert_many_fast` inside the caller's open transaction on ``conn``."""
+        plain, unique_batches, _ = self._core.insert_many_fast_jobs(params)
+        return self._insert_fast(self.driver.wrap(conn), plain, unique_batches)
+
+    def _insert_fast(self, executor: Any, plain: Any, unique_batches: Any) -> int:
+        count = 0
+        if plain and self.driver.capabilities.copy:
+            copy_batches, notify = self._core.copy_batches(plain)
+            for copy_batch in copy_batches:
+                count += executor.copy(copy_batch)
+            if notify is not None:
+                executor.fetch(notify)
+        elif plain:
+            for batch in self._core.statement_batches(plain):
+                count += len(executor.fetch(batch.stmt))
+        for batch in unique_batches:
+            count += self._core.count_inserted(batch, executor.fetch(batch.stmt))
+        return count
+
     def job_get(self, job_id: int) -> JobRow:
         """Fetch one job by ID; raises NotFoundError."""
         rows = self.driver.fetch(self._core.dialect.job_get_by_id(_check_job_id(job_id)))

@@ -63,7 +63,7 @@ class Client(ClientBase):
         queues: Mapping[str, QueueConfig] | None = None,
         workers: Workers | None = None,
         max_attempts: int = 25,
-        fetch_cooldown: float = 0.1,
+        fetch_cooldown: float | None = None,
         middleware: Sequence[object] | None = None,
         **runtime_options: Any,
     ) -> None:
@@ -212,7 +212,7 @@ class AsyncClient(AsyncClientBase):
         queues: Mapping[str, QueueConfig] | None = None,
         workers: Workers | None = None,
         max_attempts: int = 25,
-        fetch_cooldown: float = 0.1,
+        fetch_cooldown: float | None = None,
         fetch_poll_interval: float = 1.0,
         job_timeout: float | None = 60.0,
         poll_only: bool = False,

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from riverboat._insert import InsertParams
 
 __all__ = [
+    "BulkCopy",
+    "CopyBatch",
     "Dialect",
     "JobStateUpdate",
     "LeaderRow",
@@ -82,6 +84,17 @@ class RescueUpdate:
     finalized_at: datetime | None
     scheduled_at: datetime
     state: str
+
+
+@dataclass(slots=True, frozen=True)
+class CopyBatch:
+    """Rows for one ``COPY <schema>.<table> (<columns>) FROM STDIN``; each driver that can
+    COPY builds the command its own way (psycopg's Copy, asyncpg's copy_records_to_table)."""
+
+    schema: str | None
+    table: str
+    columns: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
 
 
 class Dialect(ABC):
@@ -274,3 +287,15 @@ class NotificationOutbox(ABC):
 
     @abstractmethod
     def notification_delete_before(self, *, retention: float, max: int) -> Statement: ...
+
+
+class BulkCopy(ABC):
+    """What a dialect whose database can ``COPY`` adds (Postgres), for
+    ``insert_many_fast`` on drivers whose capabilities say ``copy``. Checked with
+    ``isinstance``."""
+
+    @abstractmethod
+    def job_copy(self, jobs: Sequence[InsertParams]) -> list[CopyBatch]: ...
+
+    @abstractmethod
+    def job_insert_notify(self, queues: Sequence[str]) -> Statement: ...

@@ -21,7 +21,12 @@ from riverboat.runtime.completer import Completer
 from riverboat.runtime.events import Event, EventKind, Subscription
 from riverboat.runtime.executor import ExecutorConfig
 from riverboat.runtime.notifier import Notifier
-from riverboat.runtime.producer import MAX_WORKERS_LIMIT, Producer, QueueConfig
+from riverboat.runtime.producer import (
+    DEFAULT_FETCH_COOLDOWN,
+    MAX_WORKERS_LIMIT,
+    Producer,
+    QueueConfig,
+)
 from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.sync_events import SyncSubscription
 from riverboat.runtime.worker import Workers
@@ -47,7 +52,8 @@ IDLE_HORIZON = 5.0
 class RuntimeConfig:
     queues: dict[str, QueueConfig]  # queue_add / queue_remove change it
     workers: Workers
-    fetch_cooldown: float = 0.1
+    # None: River's 100 ms, with backlog refills not waiting for it (runtime/producer.py).
+    fetch_cooldown: float | None = None
     fetch_poll_interval: float = 1.0
     job_timeout: float | None = 60.0
     poll_only: bool = False
@@ -85,9 +91,9 @@ class RuntimeConfig:
                 value = getattr(cfg, attr)
                 if value is not None and (not isinstance(value, (int, float)) or value < 0.001):
                     raise InvalidInputError(f"queues[{name!r}].{attr}", "must be ≥ 0.001 s")
-        if self.fetch_cooldown < 0.001:
+        if self.fetch_cooldown is not None and self.fetch_cooldown < 0.001:
             raise InvalidInputError("fetch_cooldown", "must be at least 0.001 s")
-        if self.fetch_poll_interval < self.fetch_cooldown:
+        if self.fetch_poll_interval < (self.fetch_cooldown or DEFAULT_FETCH_COOLDOWN):
             raise InvalidInputError("fetch_poll_interval", "must be ≥ fetch_cooldown")
         if self.job_timeout is not None and self.job_timeout <= 0 and self.job_timeout != -1:
             raise InvalidInputError("job_timeout", "must be positive, -1 (none) or None")
@@ -204,9 +210,10 @@ class Runtime:
             client_id=self.client_id,
             completer=self.completer,
             executor_config=self._executor_config,
-            fetch_cooldown=qcfg.fetch_cooldown or cfg.fetch_cooldown,
+            fetch_cooldown=qcfg.fetch_cooldown or cfg.fetch_cooldown or DEFAULT_FETCH_COOLDOWN,
             fetch_poll_interval=qcfg.fetch_poll_interval or cfg.fetch_poll_interval,
             emit=self._emit,
+            refill_without_cooldown=qcfg.fetch_cooldown is None and cfg.fetch_cooldown is None,
         )
 
     # -- queues at runtime (River's client.Queues().Add / Remove) ------------------------
