@@ -36,6 +36,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture
+def test_seed(request: pytest.FixtureRequest) -> int:
+    """The seed of a randomized test: ``RIVERBOAT_TEST_SEED`` to replay one, else a new
+    one. It is printed (pytest shows it with a failure's output) and recorded in the
+    JUnit report as the ``seed`` property."""
+    import random
+
+    given = os.environ.get("RIVERBOAT_TEST_SEED")
+    seed = int(given) if given else random.randrange(1 << 30)
+    print(f"random seed {seed}: replay with RIVERBOAT_TEST_SEED={seed}")
+    request.node.user_properties.append(("seed", seed))
+    return seed
+
+
 def _new_schema() -> str:
     return "t_" + uuid.uuid4().hex[:16]
 

@@ -22,6 +22,7 @@ from riverboat.errors import (
     MigrationError,
     MissingDependencyError,
     NotFoundError,
+    NotMigratedError,
     NotSupportedError,
     RiverboatError,
     UnknownJobKindError,
@@ -30,7 +31,15 @@ from riverboat.runtime.events import Event, EventKind, JobStatistics, Subscripti
 from riverboat.runtime.maintenance import MaintenanceConfig, PeriodicJob
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.retry import RetryPolicy
-from riverboat.runtime.worker import Job, JobCancel, JobSnooze, Worker, Workers, record_output
+from riverboat.runtime.worker import (
+    Job,
+    JobCancel,
+    JobSnooze,
+    Worker,
+    Workers,
+    record_output,
+    set_metadata,
+)
 
 __all__ = [
     "AsyncClient",
@@ -57,6 +66,7 @@ __all__ = [
     "MigrationError",
     "MissingDependencyError",
     "NotFoundError",
+    "NotMigratedError",
     "NotSupportedError",
     "PeriodicJob",
     "QueueConfig",
@@ -69,9 +79,19 @@ __all__ = [
     "Worker",
     "Workers",
     "record_output",
+    "set_metadata",
 ]
 
 __version__ = "0.1.0"
+
+# The public names live in private modules; they report the package as their home, so
+# reprs, tracebacks and docs say riverboat.Client, not riverboat.client.Client (pickle
+# still finds them: every one is importable from here).
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type) or callable(_obj):
+        _obj.__module__ = __name__
+del _name, _obj
 
 # A library logs; the application decides where it goes. Without this, Python's
 # last-resort handler would print riverboat's warnings to stderr in programs that never

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,11 +27,11 @@ from riverboat.errors import (
     InvalidInputError,
     JobRunningError,
     NotFoundError,
-    NotSupportedError,
 )
 
 if TYPE_CHECKING:
     from riverboat._client_core import _ClientCore
+    from riverboat.dialect.base import Dialect
     from riverboat.runtime.runner import Runtime
 
 __all__ = ["JobListCursor", "JobListResult", "Leader", "ThroughputMinute"]
@@ -306,17 +307,8 @@ class _Ops:
 
     __slots__ = ("dialect",)
 
-    def __init__(self, dialect: Any) -> None:
+    def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
-
-    def _op(self, name: str) -> Callable[..., Any]:
-        """The dialect's method ``name``: a statement builder or a decoder. A dialect that
-        has not implemented it yet raises NotSupportedError naming the operation."""
-        method = getattr(self.dialect, name, None)
-        if method is None:
-            dialect = getattr(self.dialect, "name", type(self.dialect).__name__)
-            raise NotSupportedError(f"{name} is not supported by the {dialect} dialect")
-        return method  # type: ignore[no-any-return]
 
     def _one_job(self, job_id: int) -> Callable[[list[Row]], JobRow]:
         decode = self.dialect.decode_job
@@ -333,16 +325,16 @@ class _Ops:
     def job_cancel(self, job_id: object) -> _Plan[JobRow]:
         jid = _job_id(job_id)
         now = format_rfc3339_nano(datetime.now(UTC))
-        return _Plan(self._op("job_cancel")(jid, now), self._one_job(jid), _local_cancel)
+        return _Plan(self.dialect.job_cancel(jid, now), self._one_job(jid), _local_cancel)
 
     def job_retry(self, job_id: object) -> _Plan[JobRow]:
         jid = _job_id(job_id)
-        return _Plan(self._op("job_retry")(jid), self._one_job(jid))
+        return _Plan(self.dialect.job_retry(jid), self._one_job(jid))
 
     def job_delete(self, job_id: object) -> _Plan[JobRow]:
         jid = _job_id(job_id)
-        stmt = self._op("job_delete")(jid)
-        decode_deleted = self._op("decode_deleted")
+        stmt = self.dialect.job_delete(jid)
+        decode_deleted = self.dialect.decode_deleted
 
         def finish(rows: list[Row]) -> JobRow:
             if not rows:
@@ -350,7 +342,7 @@ class _Ops:
             job, deleted = decode_deleted(rows[0])
             if not deleted:
                 raise JobRunningError(f"job {jid} is running; running jobs cannot be deleted")
-            return job  # type: ignore[no-any-return]
+            return job
 
         return _Plan(stmt, finish)
 
@@ -364,7 +356,7 @@ class _Ops:
                 "job_delete_many needs at least one filter, or all=True to delete "
                 "every job that is not running",
             )
-        stmt = self._op("job_delete_many")(
+        stmt = self.dialect.job_delete_many(
             filters=chosen, limit=_limit(limit, JOB_LIST_LIMIT_DEFAULT)
         )
         return _Plan(stmt, self.dialect.decode_jobs)
@@ -376,9 +368,12 @@ class _Ops:
         descending: bool,
         limit: int | None,
         cursor: JobListCursor | str | None,
+        where: str | None = None,
+        where_params: Mapping[str, Any] | None = None,
         **filters: Any,
     ) -> _Plan[JobListResult]:
         chosen = _filters(**filters)
+        fragment = _where_fragment(where, where_params)
         if order_by not in _ORDER_BY:
             raise InvalidInputError("order_by", f"must be one of {', '.join(_ORDER_BY)}")
         if not isinstance(descending, bool):
@@ -400,12 +395,13 @@ class _Ops:
                 )
             after = (cursor.id, cursor.time)
         # One row more than asked tells whether another page follows.
-        stmt = self._op("job_list")(
+        stmt = self.dialect.job_list(
             filters=chosen,
             order_column=column,
             descending=descending,
             limit=count + 1,
             after=after,
+            **({"where": fragment} if fragment is not None else {}),
         )
         decode_jobs = self.dialect.decode_jobs
 
@@ -434,14 +430,14 @@ class _Ops:
             merge["output"] = output
         if not merge:  # nothing to write: read the row instead of rewriting it
             return _Plan(self.dialect.job_get_by_id(jid), self._one_job(jid))
-        return _Plan(self._op("job_update")(jid, merge), self._one_job(jid))
+        return _Plan(self.dialect.job_update(jid, merge), self._one_job(jid))
 
     # -- counts and activity (dashboards) -----------------------------------------------
     def job_count_by_state(self, cap: object) -> _Plan[dict[JobState, int]]:
         if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= 2**31 - 2:
             raise InvalidInputError("cap", "must be a positive int")
         # One row over the cap tells "more than cap" apart from "exactly cap".
-        stmt = self._op("job_count_by_state_capped")(cap + 1)
+        stmt = self.dialect.job_count_by_state_capped(cap + 1)
 
         def finish(rows: list[Row]) -> dict[JobState, int]:
             return {STATE_BY_NAME[str(state)]: int(count) for state, count in rows}
@@ -454,7 +450,7 @@ class _Ops:
         chosen = [_state(s, "states") for s in _list(states, "states")] if states else None
         if chosen is None:
             chosen = [s for s in JobState if s not in _FINALIZED_STATES]
-        stmt = self._op("job_count_by_queue_and_state")([s.value for s in chosen])
+        stmt = self.dialect.job_count_by_queue_and_state([s.value for s in chosen])
 
         def finish(rows: list[Row]) -> dict[str, dict[JobState, int]]:
             out: dict[str, dict[JobState, int]] = {}
@@ -471,8 +467,8 @@ class _Ops:
             or not 1 <= minutes <= THROUGHPUT_MINUTES_MAX
         ):
             raise InvalidInputError("minutes", f"must be an int from 1 to {THROUGHPUT_MINUTES_MAX}")
-        stmt = self._op("job_throughput")(minutes)
-        decode = self._op("decode_throughput")
+        stmt = self.dialect.job_throughput(minutes)
+        decode = self.dialect.decode_throughput
 
         def finish(rows: list[Row]) -> list[ThroughputMinute]:
             return [ThroughputMinute(*row) for row in decode(rows)]
@@ -480,8 +476,8 @@ class _Ops:
         return _Plan(stmt, finish)
 
     def leader_get(self) -> _Plan[Leader | None]:
-        stmt = self._op("leader_get_elected")()
-        decode = self._op("decode_leader")
+        stmt = self.dialect.leader_get_elected()
+        decode = self.dialect.decode_leader
 
         def finish(rows: list[Row]) -> Leader | None:
             if not rows:
@@ -493,7 +489,7 @@ class _Ops:
 
     # -- queues ------------------------------------------------------------------------
     def _one_queue(self, name: str) -> Callable[[list[Row]], QueueRow]:
-        decode_queues = self._op("decode_queues")
+        decode_queues = self.dialect.decode_queues
 
         def finish(rows: list[Row]) -> QueueRow:
             queues: list[QueueRow] = decode_queues(rows)
@@ -505,16 +501,17 @@ class _Ops:
 
     def queue_get(self, name: object) -> _Plan[QueueRow]:
         queue = _queue_name(name, allow_all=False)
-        return _Plan(self._op("queue_get")(queue), self._one_queue(queue))
+        return _Plan(self.dialect.queue_get(queue), self._one_queue(queue))
 
     def queue_list(self, limit: int | None) -> _Plan[list[QueueRow]]:
-        stmt = self._op("queue_list")(_limit(limit, QUEUE_LIST_LIMIT_DEFAULT))
-        return _Plan(stmt, self._op("decode_queues"))
+        stmt = self.dialect.queue_list(_limit(limit, QUEUE_LIST_LIMIT_DEFAULT))
+        return _Plan(stmt, self.dialect.decode_queues)
 
-    def _queue_toggle(self, op: str, name: object, paused: bool) -> _Plan[list[QueueRow]]:
+    def _queue_toggle(self, name: object, paused: bool) -> _Plan[list[QueueRow]]:
         queue = _queue_name(name, allow_all=True)
-        stmt = self._op(op)(queue)
-        decode_queues = self._op("decode_queues")
+        dialect = self.dialect
+        stmt = dialect.queue_pause(queue) if paused else dialect.queue_resume(queue)
+        decode_queues = self.dialect.decode_queues
 
         def finish(rows: list[Row]) -> list[QueueRow]:
             queues: list[QueueRow] = decode_queues(rows)
@@ -525,15 +522,15 @@ class _Ops:
         return _Plan(stmt, finish, _local_pause(paused, queue))
 
     def queue_pause(self, name: object) -> _Plan[list[QueueRow]]:
-        return self._queue_toggle("queue_pause", name, True)
+        return self._queue_toggle(name, True)
 
     def queue_resume(self, name: object) -> _Plan[list[QueueRow]]:
-        return self._queue_toggle("queue_resume", name, False)
+        return self._queue_toggle(name, False)
 
     def queue_update(self, name: object, metadata: Mapping[str, Any] | None) -> _Plan[QueueRow]:
         queue = _queue_name(name, allow_all=False)
         meta = _json_object(metadata, "metadata") if metadata is not None else None
-        return _Plan(self._op("queue_update")(queue, meta), self._one_queue(queue))
+        return _Plan(self.dialect.queue_update(queue, meta), self._one_queue(queue))
 
 
 _UNSET: Any = object()
@@ -549,7 +546,8 @@ _FILTER_NAMES = (
 
 
 def _with_filters(kwargs: dict[str, Any]) -> dict[str, Any]:
-    unknown = set(kwargs) - {*_FILTER_NAMES, "limit", "all", "order_by", "descending", "cursor"}
+    options = {"limit", "all", "order_by", "descending", "cursor", "where", "where_params"}
+    unknown = set(kwargs) - {*_FILTER_NAMES, *options}
     if unknown:
         raise InvalidInputError(sorted(unknown)[0], "is not a job filter")
     return {name: kwargs.get(name) for name in _FILTER_NAMES} | {
@@ -557,9 +555,41 @@ def _with_filters(kwargs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_WHERE_PARAM_RE = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+
+
+def _where_fragment(
+    where: str | None, params: Mapping[str, Any] | None
+) -> tuple[str, dict[str, Any]] | None:
+    """River's ``JobListParams.Where``: a SQL condition from trusted code, its values
+    bound as ``:name`` parameters. Each name is renamed ``where_<name>`` so it can't
+    collide with riverboat's own parameters; a name without a value (or a value without
+    a name) is refused before anything runs."""
+    if where is None:
+        if params:
+            raise InvalidInputError("where_params", "given without where")
+        return None
+    if not isinstance(where, str) or not where.strip():
+        raise InvalidInputError("where", "must be a non-empty SQL condition")
+    if ";" in where:
+        raise InvalidInputError("where", "must be one condition, without ';'")
+    values = dict(params or {})
+    used = set(_WHERE_PARAM_RE.findall(where))
+    missing = sorted(used - values.keys())
+    if missing:
+        raise InvalidInputError("where_params", f"no value for {', '.join(missing)}")
+    unused = sorted(set(values) - used)
+    if unused:
+        raise InvalidInputError("where_params", f"not used in where: {', '.join(unused)}")
+    text = _WHERE_PARAM_RE.sub(lambda m: f":where_{m.group(1)}", where)
+    return text, {f"where_{name}": value for name, value in values.items()}
+
+
 def _with_list_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
     kwargs.setdefault("order_by", "id")
     kwargs.setdefault("descending", False)
     kwargs.setdefault("limit", None)
     kwargs.setdefault("cursor", None)
+    kwargs.setdefault("where", None)
+    kwargs.setdefault("where_params", None)
     return _with_filters(kwargs)

@@ -132,17 +132,25 @@ class SyncAdmin:
         descending: bool = False,
         limit: int | None = None,
         cursor: JobListCursor | str | None = None,
+        where: str | None = None,
+        where_params: Mapping[str, Any] | None = None,
     ) -> JobListResult:
         """List jobs (River's JobList): filters combine with AND; ``tags_all`` needs every
         tag, ``tags_any`` one of them, ``metadata`` is JSON containment (``@>``). Ordered by
         ``order_by`` (``time`` = scheduled_at, attempted_at or finalized_at depending on
         the first listed state) then id; ``limit`` defaults to 100. Pass ``next_cursor``
-        back as ``cursor`` for the next page."""
+        back as ``cursor`` for the next page.
+
+        ``where`` adds a SQL condition on ``river_job``'s columns, its values bound from
+        ``where_params`` as ``:name`` (River's ``JobListParams.Where``). It is written
+        into the statement as is: pass only trusted text, never user input; values
+        always go through ``where_params``."""
         return self._run(
             _ops(self._core).job_list(
                 ids=ids, kinds=kinds, queues=queues, states=states, priorities=priorities,
                 tags_all=tags_all, tags_any=tags_any, metadata=metadata, order_by=order_by,
-                descending=descending, limit=limit, cursor=cursor,
+                descending=descending, limit=limit, cursor=cursor, where=where,
+                where_params=where_params,
             )
         )  # fmt: skip
 
@@ -196,9 +204,17 @@ class SyncAdmin:
         """One ``river_queue`` row; raises NotFoundError."""
         return self._run(_ops(self._core).queue_get(name))
 
+    def queue_get_tx(self, conn: Any, name: str) -> QueueRow:
+        """:meth:`queue_get` on the caller's connection, inside their transaction."""
+        return self._run_tx(conn, _ops(self._core).queue_get(name))
+
     def queue_list(self, *, limit: int | None = None) -> list[QueueRow]:
         """Queues by name, at most ``limit`` (default 100)."""
         return self._run(_ops(self._core).queue_list(limit))
+
+    def queue_list_tx(self, conn: Any, *, limit: int | None = None) -> list[QueueRow]:
+        """:meth:`queue_list` on the caller's connection, inside their transaction."""
+        return self._run_tx(conn, _ops(self._core).queue_list(limit))
 
     def queue_pause(self, name: str) -> list[QueueRow]:
         """Pause one queue, or every queue with ``"*"``: producers stop fetching (running
@@ -225,3 +241,18 @@ class SyncAdmin:
         self, conn: Any, name: str, *, metadata: Mapping[str, Any] | None = None
     ) -> QueueRow:
         return self._run_tx(conn, _ops(self._core).queue_update(name, metadata))
+
+    def leader_request_resign(self) -> None:
+        """Ask the current leader, whichever client it is, to resign and run for
+        election again (River's ``request_resign`` leadership notification): to move
+        maintenance off a client about to be drained, say. Another client (or the same)
+        is elected at once. Delivered as a notification, and applied directly when this
+        client leads and hears none (``poll_only``)."""
+        self.driver.execute(self._core.dialect.leader_request_resign())
+        self._apply_local(_request_resign, None)
+
+
+def _request_resign(_: None, runtime: Runtime) -> None:
+    elector = getattr(runtime, "elector", None)
+    if elector is not None:
+        elector.request_resign()

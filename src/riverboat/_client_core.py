@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,8 +14,15 @@ from riverboat._admin import _job_id
 from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, resolve_many
 from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow
 from riverboat._sql import Statement
-from riverboat.errors import InvalidInputError, NotFoundError, UnknownJobKindError
+from riverboat.dialect.base import BulkCopy
+from riverboat.errors import (
+    InvalidInputError,
+    NotFoundError,
+    NotSupportedError,
+    UnknownJobKindError,
+)
 from riverboat.middleware import MiddlewareStack
+from riverboat.runtime.producer import DEFAULT_FETCH_COOLDOWN
 from riverboat.runtime.worker import Workers
 
 __all__ = ["default_client_id"]
@@ -99,7 +106,7 @@ class _ClientCore:
         *,
         id: str | None,
         max_attempts: int,
-        fetch_cooldown: float,
+        fetch_cooldown: float | None,
         middleware: Sequence[object] | None = None,
     ) -> None:
         self.driver = driver
@@ -110,10 +117,27 @@ class _ClientCore:
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise InvalidInputError("max_attempts", "must be an int of at least 1")
         self.defaults = InsertDefaults(max_attempts=max_attempts)
-        self._limiter = _NotifyLimiter(fetch_cooldown)
+        self._limiter = _NotifyLimiter(
+            fetch_cooldown if fetch_cooldown is not None else DEFAULT_FETCH_COOLDOWN
+        )
         self.workers: Workers | None = None
         self.skip_unknown_job_check = False
         self.middleware = MiddlewareStack(middleware)
+        # riverboat.testing.use_test_config (River's TestConfig): a stubbed clock for
+        # inserts and unique periods, and unique enforcement that can be switched off.
+        self.clock: Callable[[], datetime] | None = None
+        self.unique_enforcement = True
+
+    def _now(self) -> datetime | None:
+        return self.clock() if self.clock is not None else None
+
+    def _apply_test_config(self, jobs: Sequence[InsertParams], now: datetime | None) -> None:
+        for job in jobs:
+            if now is not None and job.scheduled_at is None and job.state == "available":
+                job.scheduled_at = now  # as River stubs it; the job stays available
+            if not self.unique_enforcement:
+                job.unique_key = None
+                job.unique_states = None
 
     def _check_kinds(self, jobs: Sequence[InsertParams]) -> None:
         # River refuses to insert a kind this client has no worker for (when it has
@@ -127,7 +151,10 @@ class _ClientCore:
     def insert_statement(
         self, args: object, opts: InsertOpts | None, kind: str | None
     ) -> tuple[Statement, list[InsertParams]]:
-        jobs = [resolve_insert(args, opts, kind, self.defaults)]
+        now = self._now()
+        jobs = [resolve_insert(args, opts, kind, self.defaults, now)]
+        if now is not None or not self.unique_enforcement:
+            self._apply_test_config(jobs, now)
         self._check_kinds(jobs)
         self.middleware.apply_insert(jobs, (args,))
         return self.dialect.job_insert_many(jobs, self._limiter.queues_to_notify(jobs)), jobs
@@ -135,17 +162,51 @@ class _ClientCore:
     def insert_many_statements(
         self, params: Sequence[object]
     ) -> tuple[list[_InsertBatch], list[InsertParams]]:
-        jobs = resolve_many(params, self.defaults)
+        jobs = self._resolve_many(params)
+        return self.statement_batches(jobs), jobs
+
+    def _resolve_many(self, params: Sequence[object]) -> list[InsertParams]:
+        now = self._now()
+        jobs = resolve_many(params, self.defaults, now)
+        if now is not None or not self.unique_enforcement:
+            self._apply_test_config(jobs, now)
         self._check_kinds(jobs)
         self.middleware.apply_insert(
             jobs, [p.args if isinstance(p, InsertManyParams) else p for p in params]
         )
+        return jobs
+
+    def statement_batches(self, jobs: list[InsertParams]) -> list[_InsertBatch]:
         batches = []
         for start in range(0, len(jobs), INSERT_BATCH_MAX):
             batch, origin = _collapse_unique_twins(jobs[start : start + INSERT_BATCH_MAX])
             stmt = self.dialect.job_insert_many(batch, self._limiter.queues_to_notify(batch))
             batches.append(_InsertBatch(stmt, origin))
-        return batches, jobs
+        return batches
+
+    def insert_many_fast_jobs(
+        self, params: Sequence[object]
+    ) -> tuple[list[InsertParams], list[_InsertBatch], list[InsertParams]]:
+        """``insert_many_fast``'s jobs: the plain ones (for COPY where the driver can) and
+        statement batches for the unique ones, which only ``ON CONFLICT`` can skip."""
+        jobs = self._resolve_many(params)
+        plain = [j for j in jobs if j.unique_key is None]
+        unique = [j for j in jobs if j.unique_key is not None]
+        return plain, self.statement_batches(unique), jobs
+
+    def copy_batches(self, plain: Sequence[InsertParams]) -> tuple[list[Any], Statement | None]:
+        """COPY batches for ``plain`` jobs, and the notification statement to send with
+        them (None when the limiter allows none)."""
+        dialect = self.dialect
+        if not isinstance(dialect, BulkCopy):  # a driver said copy=True over another dialect
+            raise NotSupportedError(f"COPY is not supported by the {dialect.name} dialect")
+        queues = self._limiter.queues_to_notify(plain)
+        notify = dialect.job_insert_notify(queues) if queues else None
+        return dialect.job_copy(plain), notify
+
+    def count_inserted(self, batch: _InsertBatch, rows: Sequence[Any]) -> int:
+        """Jobs a batch inserted: unique duplicates (and twins in the batch) don't count."""
+        return sum(not r.unique_skipped_as_duplicate for r in self.decode_batch(batch, rows))
 
     def decode_batch(self, batch: _InsertBatch, rows: Sequence[Any]) -> list[InsertResult]:
         results: list[InsertResult] = self.dialect.decode_insert(rows)

@@ -16,7 +16,11 @@ from typing import Any
 from riverboat._admin_sync import SyncAdmin
 from riverboat._client_core import _check_job_id, _ClientCore
 from riverboat._insert import InsertParams
-from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow
+from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow, JobState
+from riverboat._json import go_json_dumps
+from riverboat.dialect.base import JobStateUpdate
+from riverboat.errors import InvalidInputError, NotFoundError
+from riverboat.runtime.worker import Job
 
 __all__ = ["ClientBase"]
 
@@ -79,7 +83,76 @@ class ClientBase(SyncAdmin):
             results.extend(self._core.decode_batch(batch, executor.fetch(batch.stmt)))
         return results
 
+    def insert_many_fast(self, params: Sequence[InsertManyParams | object]) -> int:
+        """Insert many jobs without returning them (River's ``InsertManyFast``), in one
+        transaction; returns how many were inserted.
+
+        On a driver that can COPY (psycopg, asyncpg) plain jobs go in by ``COPY``; unique
+        jobs always go through the insert statement, whose ``ON CONFLICT`` skips a
+        duplicate (not counted), as :meth:`insert_many` does. Other drivers use the
+        insert statement for every job."""
+        plain, unique_batches, jobs = self._core.insert_many_fast_jobs(params)
+        with self.driver.transaction() as tx:
+            count = self._insert_fast(tx, plain, unique_batches)
+        self._after_insert(jobs)
+        return count
+
+    def insert_many_fast_tx(self, conn: Any, params: Sequence[InsertManyParams | object]) -> int:
+        """:meth:`insert_many_fast` inside the caller's open transaction on ``conn``."""
+        plain, unique_batches, _ = self._core.insert_many_fast_jobs(params)
+        return self._insert_fast(self.driver.wrap(conn), plain, unique_batches)
+
+    def _insert_fast(self, executor: Any, plain: Any, unique_batches: Any) -> int:
+        count = 0
+        if plain and self.driver.capabilities.copy:
+            copy_batches, notify = self._core.copy_batches(plain)
+            for copy_batch in copy_batches:
+                count += executor.copy(copy_batch)
+            if notify is not None:
+                executor.fetch(notify)
+        elif plain:
+            for batch in self._core.statement_batches(plain):
+                count += len(executor.fetch(batch.stmt))
+        for batch in unique_batches:
+            count += self._core.count_inserted(batch, executor.fetch(batch.stmt))
+        return count
+
     def job_get(self, job_id: int) -> JobRow:
         """Fetch one job by ID; raises NotFoundError."""
         rows = self.driver.fetch(self._core.dialect.job_get_by_id(_check_job_id(job_id)))
         return self._core.one_job(rows, job_id)
+
+    def job_get_tx(self, conn: Any, job_id: int) -> JobRow:
+        """:meth:`job_get` on the caller's connection: sees their transaction's own
+        uncommitted inserts and changes. Raises NotFoundError."""
+        stmt = self._core.dialect.job_get_by_id(_check_job_id(job_id))
+        rows = self.driver.wrap(conn).fetch(stmt)
+        return self._core.one_job(rows, job_id)
+
+    def job_complete_tx(self, conn: Any, job: Job[Any] | JobRow) -> JobRow:
+        """Mark the running ``job`` completed inside the caller's open transaction on
+        ``conn`` (River's ``JobCompleteTx``), with what the attempt staged so far
+        (:meth:`Job.set_metadata`, ``record_output``), so the job's side effects and its
+        completion commit, or roll back, together. Returns the row as the statement left
+        it. Once committed, the executor's own outcome for the job changes nothing (it
+        only updates rows still running), even when the work function then raises; if
+        the transaction rolls back, the executor records the outcome as usual."""
+        row = job.row if isinstance(job, Job) else job
+        if not isinstance(row, JobRow):
+            raise InvalidInputError("job", "must be the Job (or JobRow) being worked")
+        if row.state is not JobState.RUNNING:
+            raise InvalidInputError("job", f"must be running, not {row.state}")
+        staged = job.staged_metadata if isinstance(job, Job) else {}
+        update = JobStateUpdate(
+            row.id,
+            JobState.COMPLETED,
+            finalized=True,
+            metadata_updates=go_json_dumps(staged) if staged else None,
+        )
+        dialect = self._core.dialect
+        rows = self.driver.wrap(conn).fetch(
+            dialect.job_set_state_if_running_many([update], returning=True)
+        )
+        if not rows:
+            raise NotFoundError(f"job {row.id} not found, or no longer running")
+        return dialect.decode_job(rows[0])  # type: ignore[no-any-return]

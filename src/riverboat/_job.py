@@ -113,6 +113,8 @@ class AttemptError:
 def decode_metadata(raw: str | bytes) -> dict[str, Any]:
     """A job's metadata; anything but a JSON object (written by another client) reads as
     empty, since every reader expects an object."""
+    if raw == "{}" or raw == b"{}":
+        return {}  # most jobs: skip the parser (a fresh dict, since callers may mutate it)
     value = json.loads(raw)
     return value if isinstance(value, dict) else {}
 

@@ -27,6 +27,10 @@ class Query:
 
     __slots__ = ("_cache", "name", "text")
 
+    #: Sent exactly as written, without parameters (migration DDL: rewriting ``:word``
+    #: in string literals or casts would corrupt it, and no ``%`` may be doubled).
+    raw = False
+
     def __init__(self, name: str, text: str) -> None:
         self.name = name
         self.text = text
@@ -75,10 +79,17 @@ class Query:
 
 @dataclass(slots=True, frozen=True)
 class Statement:
-    """A query with its arguments: what a dialect hands to a driver."""
+    """A query with its arguments: what a dialect hands to a driver.
+
+    ``then``: statements that must commit with this one, run after it in one transaction
+    (or in the caller's); the result is this statement's rows. SQLite needs them where
+    Postgres writes several tables in one statement (an insert and its notification
+    row, a leader's resignation and its outbox row). Postgres dialects never set it.
+    """
 
     query: Query
     params: Mapping[str, Any]
+    then: tuple[Statement, ...] = ()
 
 
 def bind(names: Sequence[str], params: Mapping[str, Any]) -> list[Any]:

@@ -24,10 +24,11 @@ from riverboat._client_core import (
     default_client_id,
 )
 from riverboat._client_sync import ClientBase
-from riverboat._insert import InsertParams
+from riverboat._insert import InsertParams, validate_queue
 from riverboat._url import async_driver_from_url, driver_from_url
-from riverboat.errors import InvalidInputError
+from riverboat.errors import InvalidInputError, NotFoundError
 from riverboat.runtime.events import EventKind, Subscription
+from riverboat.runtime.maintenance.periodic import PeriodicJobs
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.runner import (
@@ -36,6 +37,7 @@ from riverboat.runtime.runner import (
     Runtime,
     RuntimeConfig,
 )
+from riverboat.runtime.sync_events import SyncSubscription
 from riverboat.runtime.worker import Workers
 
 __all__ = ["AsyncClient", "Client", "default_client_id"]
@@ -61,7 +63,7 @@ class Client(ClientBase):
         queues: Mapping[str, QueueConfig] | None = None,
         workers: Workers | None = None,
         max_attempts: int = 25,
-        fetch_cooldown: float = 0.1,
+        fetch_cooldown: float | None = None,
         middleware: Sequence[object] | None = None,
         **runtime_options: Any,
     ) -> None:
@@ -96,6 +98,8 @@ class Client(ClientBase):
                     **runtime_options,
                 )
             )
+            self._embedded.base_queues = set(queues)
+            self._embedded.periodic = PeriodicJobs(runtime_options.get("periodic_jobs", ()))
 
     def start(self) -> None:
         """Start working jobs on a background thread (embedded mode)."""
@@ -125,6 +129,46 @@ class Client(ClientBase):
     def async_client(self) -> AsyncClient | None:
         """The embedded runtime's AsyncClient, once started."""
         return self._embedded.client if self._embedded is not None else None
+
+    def subscribe(self, *kinds: EventKind | str, maxsize: int = 1000) -> SyncSubscription:
+        """Events from this client's runtime (all kinds when none are given), read
+        from any thread with ``get(timeout=)`` or by iterating; River's ``Subscribe``.
+        May be called before ``start()``; it lasts across restarts until ``close()``."""
+        if self._embedded is None:
+            raise InvalidInputError("queues", "this client has no queues; it is insert-only")
+        chosen = [EventKind(k) for k in kinds] or list(EventKind)
+        sub = SyncSubscription(chosen, maxsize, self._embedded.unsubscribe)
+        self._embedded.subscribe(sub)
+        return sub
+
+    def queue_add(self, name: str, config: QueueConfig) -> None:
+        """Work queue ``name`` too (see :meth:`AsyncClient.queue_add`); kept across
+        restarts."""
+        self._running_queues().queue_change(name, config)
+
+    def queue_remove(self, name: str) -> None:
+        """Stop working queue ``name`` once its running jobs finish (see
+        :meth:`AsyncClient.queue_remove`); kept across restarts."""
+        self._running_queues().queue_change(name, None)
+
+    @property
+    def periodic_jobs(self) -> PeriodicJobs:
+        """The client's periodic jobs, changeable from any thread, before or while it
+        runs (see :attr:`AsyncClient.periodic_jobs`); kept across restarts."""
+        return self._running_queues().periodic
+
+    def _running_queues(self) -> _Embedded:
+        if self._embedded is None:
+            raise InvalidInputError("queues", "this client has no queues; it is insert-only")
+        return self._embedded
+
+    @property
+    def stopped(self) -> threading.Event:
+        """Set once a started client has fully stopped: jobs finished or handed back,
+        outcomes written (River's ``Stopped()``); cleared again by ``start()``."""
+        if self._embedded is None:
+            raise InvalidInputError("queues", "this client has no queues; it is insert-only")
+        return self._embedded.stopped
 
     def _after_insert(self, jobs: Sequence[InsertParams]) -> None:
         if self._embedded is not None:
@@ -168,7 +212,7 @@ class AsyncClient(AsyncClientBase):
         queues: Mapping[str, QueueConfig] | None = None,
         workers: Workers | None = None,
         max_attempts: int = 25,
-        fetch_cooldown: float = 0.1,
+        fetch_cooldown: float | None = None,
         fetch_poll_interval: float = 1.0,
         job_timeout: float | None = 60.0,
         poll_only: bool = False,
@@ -245,6 +289,32 @@ class AsyncClient(AsyncClientBase):
         if self._runtime is not None:
             await self._runtime.stop(cancel_running=True)
 
+    @property
+    def periodic_jobs(self) -> PeriodicJobs:
+        """The client's periodic jobs, changeable while it runs (River's
+        ``PeriodicJobs()``): ``add``, ``add_many``, ``remove(handle)``, ``remove_by_id``,
+        ``clear``; changes reach the leader at once."""
+        return self.runtime.periodic_jobs
+
+    async def queue_add(self, name: str, config: QueueConfig) -> None:
+        """Work queue ``name`` too, without a restart (River's ``Queues().Add``): at once
+        when running, from ``start()`` otherwise. Raises InvalidInputError for a queue
+        already worked, or on an insert-only client."""
+        await self.runtime.add_queue(name, config)
+
+    async def queue_remove(self, name: str) -> None:
+        """Stop working queue ``name`` (River's ``Queues().Remove``): its producer stops
+        fetching, and this returns once the jobs it was running have finished and their
+        outcomes are buffered for writing. Raises NotFoundError for a queue not worked."""
+        await self.runtime.remove_queue(name)
+
+    @property
+    def stopped(self) -> asyncio.Event:
+        """Set once a started client has fully stopped: jobs finished or handed back,
+        outcomes written (River's ``Stopped()``): ``await client.stopped.wait()``.
+        Cleared again by ``start()``."""
+        return self.runtime._stopped
+
     def subscribe(self, *kinds: EventKind | str, maxsize: int = 1000) -> Subscription:
         """Events for the given kinds (all when none are named), delivered after each
         outcome is written. Slow subscribers lose events rather than slowing jobs."""
@@ -298,6 +368,55 @@ class _Embedded:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.running = False
+        self.stopped = threading.Event()
+        # The sync client's subscriptions, registered with each runtime it starts.
+        self.subscribers: list[SyncSubscription] = []
+        self.base_queues: set[str] = set()  # the queues the client was made with
+        self.periodic = PeriodicJobs()  # shared with each runtime it starts
+        # Queues added (a config) or removed (None) since construction.
+        self.queue_changes: dict[str, QueueConfig | None] = {}
+
+    def queue_change(self, name: str, config: QueueConfig | None) -> None:
+        client = self.client
+        if client is not None and self.running:
+            if config is None:
+                self._call(client.queue_remove(name))
+            else:
+                self._call(client.queue_add(name, config))
+        else:
+            # Checked now, as a running client would: on a throwaway runtime config.
+            queues = self._queues_after_changes()
+            if config is None and name not in queues:
+                raise NotFoundError(f"queue {name!r} is not worked by this client")
+            if config is not None:
+                validate_queue(name)
+                if name in queues:
+                    raise InvalidInputError("queue", f"{name!r} is already worked by this client")
+                if not isinstance(config, QueueConfig):
+                    raise InvalidInputError("config", "must be a riverboat.QueueConfig")
+        self.queue_changes[name] = config
+
+    def _queues_after_changes(self) -> set[str]:
+        names = set(self.base_queues)
+        for name, config in self.queue_changes.items():
+            if config is None:
+                names.discard(name)
+            else:
+                names.add(name)
+        return names
+
+    def subscribe(self, sub: SyncSubscription) -> None:
+        self.subscribers.append(sub)
+        client, loop = self.client, self._loop
+        if client is not None and loop is not None and client._runtime is not None:
+            loop.call_soon_threadsafe(client._runtime._subscriptions.append, sub)
+
+    def unsubscribe(self, sub: SyncSubscription) -> None:
+        if sub in self.subscribers:
+            self.subscribers.remove(sub)
+        client, loop = self.client, self._loop
+        if client is not None and loop is not None and client._runtime is not None:
+            loop.call_soon_threadsafe(client._runtime._unsubscribe, sub)
 
     def start(self) -> None:
         if self.running:
@@ -317,9 +436,19 @@ class _Embedded:
             self._shutdown()
             raise
         self.running = True
+        self.stopped.clear()
 
     async def _make(self) -> AsyncClient:
         client: AsyncClient = self._factory()
+        if client._runtime is not None:
+            client._runtime._subscriptions.extend(self.subscribers)
+            client._runtime.periodic_jobs = self.periodic
+            queues = client._runtime.config.queues
+            for name, config in self.queue_changes.items():
+                if config is None:
+                    queues.pop(name, None)
+                else:
+                    queues[name] = config
         return client
 
     def _call(self, coro: Any) -> Any:
@@ -359,6 +488,8 @@ class _Embedded:
             loop.close()
         self._loop = self._thread = None
         self.client = None
+        if self.running:
+            self.stopped.set()
         self.running = False
 
 

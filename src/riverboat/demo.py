@@ -747,16 +747,13 @@ async def _final_rows(url: str, report: DemoReport) -> None:
 
 
 async def _fetch_rows(client: AsyncClient, ids: Sequence[int]) -> list[JobRow]:
-    """The rows of ``ids``: one statement per 500 (SQLite), or River's job list."""
+    """The rows of ``ids``: one statement per 500 (SQLite's bound on parameters)."""
     dialect = client.driver.dialect
     rows: list[JobRow] = []
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        if hasattr(dialect, "job_get_by_id_many"):
-            raw = await client.driver.fetch(dialect.job_get_by_id_many(chunk))
-            rows.extend(dialect.decode_job(r) for r in raw)
-        else:
-            rows.extend((await client.job_list(ids=chunk, limit=len(chunk))).jobs)
+        raw = await client.driver.fetch(dialect.job_get_by_id_many(chunk))
+        rows.extend(dialect.decode_job(r) for r in raw)
     return rows
 
 

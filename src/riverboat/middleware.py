@@ -5,8 +5,9 @@ worker middleware):
 
 ``insert_begin(job: InsertingJob) -> None``
     Called for every job before it is encoded and inserted, in the inserting thread.
-    It may add to ``job.metadata`` (a dict); nothing else it changes is written. Keep it
-    quick and free of I/O: it runs inside ``insert``/``insert_many``/``*_tx``.
+    It may add to ``job.metadata`` (a dict) and change the queue, priority,
+    max_attempts, scheduled_at and tags. Keep it quick and free of I/O: it runs inside
+    ``insert``/``insert_many``/``*_tx`` and the leader's periodic inserts.
 
 ``async work(job, call_next) -> None``
     Wraps a job's execution on the event loop: ``await call_next()`` runs the job (and
@@ -18,6 +19,10 @@ worker middleware):
     Wraps a *sync* job inside its worker thread (for thread-bound state such as
     ``threading.local`` scopes). When a middleware has both, ``work_sync`` wraps sync
     jobs and ``work`` async ones, so each middleware wraps each job once.
+
+``handle_error(job_row, exc)``
+    An error handler (River's ``ErrorHandler``), plain or async: sees every failed
+    attempt and may cancel the job; see :mod:`riverboat.error_handler`.
 
 A plain ``async def mw(job, call_next)`` is a work middleware; :func:`insert_hook` and
 :func:`sync_work_middleware` turn plain functions into the other two kinds.
@@ -47,7 +52,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from riverboat._insert import encode_metadata
 from riverboat.errors import InvalidInputError
+from riverboat.runtime.outcomes import JobCancel, JobSnooze
 
 if TYPE_CHECKING:
     from riverboat._insert import InsertParams
@@ -85,8 +92,10 @@ class SyncWorkMiddleware(Protocol):
 
 @dataclass(slots=True)
 class InsertingJob:
-    """A job about to be inserted, as an insert hook sees it. Only ``metadata`` is
-    written back; the other fields are the resolved values, for reading."""
+    """A job about to be inserted, as an insert hook sees it. ``metadata``, ``queue``,
+    ``priority``, ``max_attempts``, ``scheduled_at`` and ``tags`` are written back
+    (checked as ``InsertOpts`` would be; a unique job's queue can't change, as it is
+    part of its unique key); ``kind``, ``args`` and ``state`` are for reading."""
 
     kind: str
     args: object
@@ -152,7 +161,7 @@ def _normalize(item: object, field: str) -> object:
     if inspect.iscoroutinefunction(item):
         return _AsyncFn(item)
     found = False
-    for name in ("insert_begin", "work", "work_sync"):
+    for name in ("insert_begin", "work", "work_sync", "handle_error"):
         method = getattr(item, name, None)
         if method is None:
             continue
@@ -163,13 +172,14 @@ def _normalize(item: object, field: str) -> object:
             raise InvalidInputError(
                 field, f"{item!r}.work must be async def; a sync one is spelt work_sync"
             )
-        if name != "work" and is_async:
+        if name not in ("work", "handle_error") and is_async:
             raise InvalidInputError(field, f"{item!r}.{name} must be a plain def")
         found = True
     if not found:
         raise InvalidInputError(
             field,
-            f"{item!r} is not a middleware: give it insert_begin, work or work_sync, "
+            f"{item!r} is not a middleware: give it insert_begin, work, work_sync or "
+            "handle_error, "
             "or pass an async def (job, call_next)",
         )
     return item
@@ -220,6 +230,10 @@ class MiddlewareStack:
     def _split(self) -> None:
         self.insert_hooks = tuple(m.insert_begin for m in self.items if hasattr(m, "insert_begin"))
         self.has_work = any(hasattr(m, "work") or hasattr(m, "work_sync") for m in self.items)
+        # riverboat.error_handler: objects with handle_error see every failed attempt
+        self.error_handlers = tuple(
+            m.handle_error for m in self.items if hasattr(m, "handle_error")
+        )
         self._chains.clear()
 
     def on_start(self, runtime: Any) -> None:
@@ -247,7 +261,6 @@ class MiddlewareStack:
 
     def apply_insert(self, jobs: Sequence[InsertParams], args: Sequence[object]) -> None:
         """Run the insert hooks on each job and re-encode the metadata they changed."""
-        from riverboat._insert import encode_metadata
 
         client_hooks = self.insert_hooks
         hooks_of = self._hooks_of
@@ -272,6 +285,14 @@ class MiddlewareStack:
                 hook(view)
             if view.metadata or job.encoded_metadata != "{}":
                 job.encoded_metadata = encode_metadata(view.metadata, "metadata")
+            if (
+                view.queue != job.queue
+                or view.priority != job.priority
+                or view.max_attempts != job.max_attempts
+                or view.scheduled_at != job.scheduled_at
+                or view.tags != job.tags
+            ):
+                _write_back(job, view)
 
     # -- work --------------------------------------------------------------------------
     def chain_for(self, worker: RegisteredWorker) -> _Chain:
@@ -301,6 +322,36 @@ class MiddlewareStack:
         return _Chain(worker, wrapped, tuple(around))
 
 
+def _write_back(job: InsertParams, view: InsertingJob) -> None:
+    """Apply what insert hooks changed besides metadata (River's insert middleware may
+    change any param), checked as ``InsertOpts`` would be."""
+    from riverboat._insert import (
+        SMALLINT_MAX,
+        _validate_int,
+        _validate_tags,
+        validate_queue,
+        validate_time,
+    )
+    from riverboat._job import JobState
+
+    field = "middleware insert_begin"
+    if view.queue != job.queue:
+        if job.unique_key is not None:
+            raise InvalidInputError(
+                field, "changed the queue of a unique job; set it in InsertOpts instead"
+            )
+        job.queue = validate_queue(view.queue, f"{field} queue")
+    job.priority = _validate_int(view.priority, f"{field} priority", 1, 4)
+    job.max_attempts = _validate_int(view.max_attempts, f"{field} max_attempts", 1, SMALLINT_MAX)
+    job.tags = _validate_tags(view.tags, f"{field} tags")
+    if view.scheduled_at != job.scheduled_at:
+        if view.scheduled_at is None:
+            raise InvalidInputError(field, "scheduled_at can be moved, not removed")
+        job.scheduled_at = validate_time(view.scheduled_at, f"{field} scheduled_at")
+        if job.state == JobState.AVAILABLE:
+            job.state = JobState.SCHEDULED  # River: an explicit time means scheduled
+
+
 _EMPTY = MiddlewareStack()
 
 
@@ -309,8 +360,6 @@ def outcome_of(exc: BaseException | None) -> str:
     completed, snoozed, cancelled, interrupted (hard stop or remote cancel) or failed."""
     if exc is None:
         return "completed"
-    from riverboat.runtime.worker import JobCancel, JobSnooze
-
     if isinstance(exc, JobSnooze):
         return "snoozed"
     if isinstance(exc, JobCancel):

@@ -27,19 +27,21 @@ The pytest plugin (registered as ``riverboat``) adds fixtures, all named ``river
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from riverboat._insert import encode_args
-from riverboat._job import JobRow
+from riverboat._insert import InsertDefaults, encode_args, resolve_insert
+from riverboat._job import InsertOpts, JobRow
 from riverboat.dialect.base import Dialect
 from riverboat.drivers.base import DriverStats
+from riverboat.middleware import MiddlewareStack
 from riverboat.runtime.events import EventKind
 from riverboat.runtime.executor import ExecutorConfig, RunState, execute_job
 from riverboat.runtime.retry import RetryPolicy
@@ -47,11 +49,14 @@ from riverboat.runtime.worker import Workers
 
 __all__ = [
     "ExpectedJob",
+    "TestClock",
     "WorkResult",
     "require_inserted",
     "require_many_inserted",
     "require_not_inserted",
+    "use_test_config",
     "work_job",
+    "work_job_async",
 ]
 
 _LIST_LIMIT = 10_000
@@ -118,7 +123,7 @@ def _kind_of(kind: str | type) -> str:
 
 def _jobs_of_kinds(target: Any, kinds: Sequence[str], tx: Any) -> list[JobRow]:
     executor, dialect = _executor(target, tx)
-    stmt = dialect.job_list(  # type: ignore[attr-defined]
+    stmt = dialect.job_list(
         filters={"kinds": list(dict.fromkeys(kinds))},
         order_column="id",
         descending=False,
@@ -214,29 +219,148 @@ def require_many_inserted(
 def work_job(
     target: Any,
     workers: Workers,
-    job: JobRow | int,
+    job: JobRow | int | object,
     *,
     tx: Any = None,
+    opts: InsertOpts | None = None,
+    kind: str | None = None,
+    middleware: Sequence[object] | None = None,
     client_id: str = "riverboat-test",
     job_timeout: float | None = 60.0,
     retry_policy: RetryPolicy | None = None,
 ) -> WorkResult:
     """Work one job inline, for real: claim its row (running, attempt + 1), run its
     worker from ``workers`` with the usual outcome rules, write the outcome, and return
-    the row as written. Call it from sync code (it runs its own event loop)."""
+    the row as written. Call it from sync code (it runs its own event loop).
+
+    ``job`` is a row or its id, or job args (with ``opts``/``kind`` as for ``insert``):
+    those are inserted first, so one call inserts and works (River's
+    ``rivertest.Worker.Work``). The work runs inside ``middleware`` (default: the
+    client's, when ``target`` is a client), its insert hooks applied to an insert."""
     executor, dialect = _executor(target, tx)
-    job_id = job if isinstance(job, int) else job.id
-    rows = executor.fetch(dialect.job_set_running(job_id, client_id))  # type: ignore[attr-defined]
+
+    async def fetch(stmt: Any) -> Any:
+        return executor.fetch(stmt)
+
+    return asyncio.run(
+        _work(
+            fetch, dialect, target, workers, job, opts, kind, middleware, client_id,
+            job_timeout, retry_policy,
+        )
+    )  # fmt: skip
+
+
+async def work_job_async(
+    target: Any,
+    workers: Workers,
+    job: JobRow | int | object,
+    *,
+    tx: Any = None,
+    opts: InsertOpts | None = None,
+    kind: str | None = None,
+    middleware: Sequence[object] | None = None,
+    client_id: str = "riverboat-test",
+    job_timeout: float | None = 60.0,
+    retry_policy: RetryPolicy | None = None,
+) -> WorkResult:
+    """:func:`work_job` for async code: ``target`` is an ``AsyncClient`` or an async
+    driver (with ``tx=`` one of its transactions' connections)."""
+    core = getattr(target, "_core", None)
+    driver = target.driver if core is not None else target
+    dialect = getattr(driver, "dialect", None)
+    if not isinstance(dialect, Dialect) or not inspect.iscoroutinefunction(
+        getattr(driver, "fetch", None)
+    ):
+        raise TypeError(f"expected an AsyncClient or an async driver, got {type(target).__name__}")
+    executor = driver.wrap(tx) if tx is not None else driver
+    return await _work(
+        executor.fetch, dialect, target, workers, job, opts, kind, middleware, client_id,
+        job_timeout, retry_policy,
+    )  # fmt: skip
+
+
+async def _work(
+    fetch: Callable[[Any], Awaitable[Any]],
+    dialect: Any,  # the target's dialect
+    target: Any,
+    workers: Workers,
+    job: JobRow | int | object,
+    opts: InsertOpts | None,
+    kind: str | None,
+    middleware: Sequence[object] | None,
+    client_id: str,
+    job_timeout: float | None,
+    retry_policy: RetryPolicy | None,
+) -> WorkResult:
+    core = getattr(target, "_core", None)
+    if middleware is not None:
+        stack: MiddlewareStack | None = MiddlewareStack(middleware)
+    else:
+        stack = core.middleware if core is not None else None
+    if isinstance(job, (JobRow, int)) and not isinstance(job, bool):
+        job_id = job if isinstance(job, int) else job.id
+    else:
+        defaults = core.defaults if core is not None else InsertDefaults()
+        params = resolve_insert(job, opts, kind, defaults)
+        if stack is not None:
+            stack.apply_insert([params], [job])
+        inserted = dialect.decode_insert(await fetch(dialect.job_insert_many([params], [])))
+        job_id = inserted[0].job.id
+    rows = await fetch(dialect.job_set_running(job_id, client_id))
     if not rows:
-        current = executor.fetch(dialect.job_get_by_id(job_id))  # type: ignore[attr-defined]
+        current = await fetch(dialect.job_get_by_id(job_id))
         state = dialect.decode_job(current[0]).state if current else "missing"
         raise AssertionError(f"job {job_id} cannot be worked: it is {state}")
     row = dialect.decode_job(rows[0])
-    config = ExecutorConfig(workers, job_timeout, retry_policy or RetryPolicy(), None)
-    pending = asyncio.run(execute_job(row, config, RunState()))
-    written = executor.fetch(dialect.job_set_state_if_running_many([pending.update]))  # type: ignore[attr-defined]
+    wanted = stack if stack is not None and (stack.has_work or stack.error_handlers) else None
+    config = ExecutorConfig(workers, job_timeout, retry_policy or RetryPolicy(), None, wanted)
+    pending = await execute_job(row, config, RunState())
+    written = await fetch(dialect.job_set_state_if_running_many([pending.update]))
     after = dialect.decode_job(written[0]) if written else row
     return WorkResult(after, pending.event_kind, pending.run_duration)
+
+
+class TestClock:
+    """A settable clock for :func:`use_test_config` (River's ``TestConfig.Time``
+    stub): ``now()`` is what you set, moved on only by :meth:`advance`."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, now: datetime | None = None) -> None:
+        self._now = now or datetime.now(UTC)
+        if self._now.tzinfo is None:
+            raise ValueError("TestClock needs an aware datetime")
+
+    def now(self) -> datetime:
+        return self._now
+
+    def set(self, moment: datetime) -> None:
+        if moment.tzinfo is None:
+            raise ValueError("TestClock needs an aware datetime")
+        self._now = moment
+
+    def advance(self, delta: timedelta | float) -> datetime:
+        self._now += delta if isinstance(delta, timedelta) else timedelta(seconds=delta)
+        return self._now
+
+
+def use_test_config(
+    client: Any,
+    *,
+    clock: TestClock | Callable[[], datetime] | None = None,
+    disable_unique_enforcement: bool = False,
+) -> None:
+    """Configure a ``Client``/``AsyncClient`` for tests (River's ``TestConfig``):
+    ``clock`` (a :class:`TestClock` or any function returning an aware datetime) stands
+    in for the current time in inserts (a job's ``scheduled_at`` when none is given,
+    the job staying available) and in unique periods (``UniqueOpts(by_period=)``);
+    ``disable_unique_enforcement`` inserts unique jobs as if they had no unique options.
+    ``created_at`` and the runtime's claims keep the database's own clock."""
+    core = getattr(client, "_core", None)
+    if core is None:
+        raise TypeError(f"expected a riverboat Client or AsyncClient, got {type(client).__name__}")
+    core.clock = clock.now if isinstance(clock, TestClock) else clock
+    core.unique_enforcement = not disable_unique_enforcement
 
 
 # -- the pytest plugin -------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Job administration against real Postgres: cancel, retry, delete, update (river-compat
-§2.6, §2.7, §9), each one statement with no transaction around it."""
+"""Job administration against real Postgres: cancel, retry, delete, update (River's
+JobCancel, JobRetry, JobDelete), each one statement with no transaction around it."""
 
 from __future__ import annotations
 

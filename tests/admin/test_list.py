@@ -1,4 +1,4 @@
-"""job_list: every filter, every order, and keyset pagination (river-compat §9)."""
+"""job_list: every filter, every order, and keyset pagination (River's JobList)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Queue administration: get, list, pause, resume, update (river-compat §8), with the
+"""Queue administration: get, list, pause, resume, update, with the
 river_control payload sent by the same statement."""
 
 from __future__ import annotations

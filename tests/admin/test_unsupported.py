@@ -1,49 +1,48 @@
-"""A dialect without the admin statements (SQLite, until they are written) fails with a
-clear NotSupportedError naming the operation, before any SQL."""
+"""The dialect contract (riverboat.dialect.base.Dialect): every operation is declared
+abstract, so a dialect that lacks one (or renamed it) can't even be built. A missing
+operation fails here, at construction, naming it, rather than disabling a maintenance
+service or skipping a conformance test in silence."""
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
 
 import pytest
 
-import riverboat
-from riverboat.dialect.base import Dialect
-from riverboat.drivers.base import Capabilities, DriverStats
+from riverboat.dialect.base import Dialect, NotificationOutbox
+from riverboat.dialect.postgres import PostgresDialect
+from riverboat.dialect.sqlite import SqliteDialect
 
 
-class BareDialect(Dialect):
-    name = "bare"
+def _abstract(cls: type) -> set[str]:
+    return set(getattr(cls, "__abstractmethods__", ()))
 
 
-class NoSqlDriver:
-    def __init__(self) -> None:
-        self.dialect = BareDialect()
-        self.stats = DriverStats()
-        self.capabilities = Capabilities(sync=True)
+def test_a_dialect_missing_an_operation_cannot_be_built() -> None:
+    from riverboat.dialect.postgres_admin import PostgresAdmin
 
-    def fetch(self, stmt: Any) -> list[Any]:  # pragma: no cover - must not be reached
-        raise AssertionError("no statement should run")
+    class AdminOnly(PostgresAdmin, Dialect):  # the leadership and runtime halves forgotten
+        name = "admin_only"
+
+    with pytest.raises(TypeError) as info:
+        AdminOnly(None)  # type: ignore[abstract]
+    for operation in ("job_insert_many", "job_get_available", "leader_attempt_elect"):
+        assert operation in str(info.value)
+    assert "job_list" not in str(info.value)  # the admin half is there
 
 
-@pytest.mark.parametrize(
-    ("call", "operation"),
-    [
-        (lambda c: c.job_cancel(1), "job_cancel"),
-        (lambda c: c.job_retry(1), "job_retry"),
-        (lambda c: c.job_delete(1), "job_delete"),
-        (lambda c: c.job_delete_many(all=True), "job_delete_many"),
-        (lambda c: c.job_list(), "job_list"),
-        (lambda c: c.job_update(1, output=1), "job_update"),
-        (lambda c: c.queue_get("q"), "queue_get"),
-        (lambda c: c.queue_list(), "queue_list"),
-        (lambda c: c.queue_pause("*"), "queue_pause"),
-        (lambda c: c.queue_resume("q"), "queue_resume"),
-        (lambda c: c.queue_update("q", metadata={}), "queue_update"),
-    ],
-)
-def test_missing_statements_raise_not_supported(call: Any, operation: str) -> None:
-    client = riverboat.Client(NoSqlDriver())
-    with pytest.raises(riverboat.NotSupportedError, match=f"{operation} .*bare") as info:
-        call(client)
-    assert isinstance(info.value, NotImplementedError)
+@pytest.mark.parametrize("dialect", [PostgresDialect, SqliteDialect])
+def test_both_dialects_fulfil_the_whole_contract(dialect: type[Dialect]) -> None:
+    assert not _abstract(dialect)
+    built = dialect(None)
+    declared = _abstract(Dialect)
+    assert len(declared) >= 35
+    for name in declared:
+        ours = inspect.signature(getattr(Dialect, name))
+        theirs = inspect.signature(getattr(built, name).__func__)
+        assert list(ours.parameters) == list(theirs.parameters), name
+
+
+def test_only_sqlite_has_the_notification_outbox() -> None:
+    assert isinstance(SqliteDialect(None), NotificationOutbox)
+    assert not isinstance(PostgresDialect(None), NotificationOutbox)

@@ -4,6 +4,7 @@ names. Its shape is checked here, never its speed (speed lives in docs/benchmark
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,9 @@ def _bench(*args: str) -> dict[str, object]:
 def test_bench_json_shape_on_postgres(pg_url: str, driver: str) -> None:
     report = _bench("--database-url", pg_url, "--driver", driver, "--jobs", "300", "--calls", "5")
     assert report["driver"] == driver
+    # What the figures were measured with: Python, psycopg's implementation, durability.
+    assert report["python_version"] and report["psycopg_impl"] in ("c", "binary", "python")
+    assert report["fsync"] in ("on", "off") and report["synchronous_commit"]
     ops = {op["name"]: op for op in report["operations"]}  # type: ignore[attr-defined]
     assert set(ops) == OPERATIONS
     assert all(op["statements_per_call"] > 0 for op in ops.values())
@@ -61,6 +65,14 @@ def test_bench_json_shape_on_postgres(pg_url: str, driver: str) -> None:
     assert e2e["statements_per_job"] < 1
     floor = report["raw_sql_floor"]
     assert isinstance(floor, dict) and floor["jobs"] == 300
+    # At defaults (only max_workers set): every job of the backlog worked, for 20 and 100.
+    defaults = report["defaults"]
+    assert isinstance(defaults, list)
+    assert [(d["max_workers"], d["jobs"]) for d in defaults] == [(20, 300), (100, 300)]
+    inserts = {figure["name"]: figure for figure in report["inserts"]}  # type: ignore[attr-defined]
+    assert set(inserts) == {"insert_many", "insert_many_fast", "insert"}
+    assert inserts["insert_many_fast"]["floor"] == "raw_copy"
+    assert all(figure["jobs_per_sec"] > 0 for figure in inserts.values())
     scenarios = report["scenarios"]
     assert isinstance(scenarios, dict)
     stale = scenarios["stale_statistics_completion"]
@@ -105,3 +117,65 @@ def test_bench_duration_caps_the_working_phase() -> None:
     assert isinstance(e2e, dict)
     # Whatever was worked in the time, counted from completion events, never more.
     assert 0 < e2e["jobs"] <= 20000
+
+
+# Imports of both SQLite modules fail, as on a machine without the sqlite extra (and a
+# stdlib sqlite3 older than 3.45, or none at all).
+_WITHOUT_SQLITE = """
+import sys
+sys.modules["sqlite3"] = None
+sys.modules["sqlean"] = None
+from riverboat.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_bench_on_postgres_without_the_sqlite_extra(pg_url: str, tmp_path: Path) -> None:
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _WITHOUT_SQLITE,
+            "bench",
+            "--json",
+            "--quiet",
+            "--database-url",
+            pg_url,
+            "--jobs",
+            "200",
+            "--calls",
+            "3",
+            "--only",
+            "scenarios",
+            "--only",
+            "e2e",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        env={**os.environ, "TMPDIR": str(tmpdir)},
+    )
+    report = json.loads(out.stdout)
+    # The SQLite scenario says why it was skipped; every other figure is there.
+    skipped = report["scenarios"]["sqlite_batch_claim"]["skipped"]
+    assert "riverboat[sqlite]" in skipped
+    assert report["scenarios"]["stale_statistics_completion"]["plan_uses_primary_key"]
+    assert report["end_to_end"]["jobs"] == 200
+    assert list(tmpdir.iterdir()) == []  # no temp directories left behind
+
+
+def test_bench_scale_part_works_every_job(pg_url: str) -> None:
+    report = _bench(
+        "--database-url", pg_url, "--only", "scale", "--jobs", "300", "--finalized-rows", "2000"
+    )
+    scale = report["scale"]
+    assert isinstance(scale, dict)
+    processes = scale["processes"]
+    # riverboat worker --processes 1 and 2 each drained the backlog and exited.
+    assert processes["processes_1_jobs_per_sec"] > 0 and processes["processes_2_jobs_per_sec"] > 0
+    finalized = scale["finalized_rows"]
+    assert finalized["finalized_rows"] == 2000
+    assert finalized["empty_jobs_per_sec"] > 0 and finalized["finalized_jobs_per_sec"] > 0

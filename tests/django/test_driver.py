@@ -185,7 +185,7 @@ async def test_insert_async_helper(dj: str, pg_url: str, pg_schema: str) -> None
     from asgiref.sync import sync_to_async
     from django.db import connections
 
-    from riverboat.drivers.django import insert_async
+    from riverboat.contrib.django import insert_async
 
     client = riverboat.Client(DjangoDriver(schema=pg_schema))
     try:

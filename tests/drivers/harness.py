@@ -102,10 +102,3 @@ def needs(h: Harness, what: str) -> None:
     """Skip the test for drivers that lack a capability (``listen``)."""
     if not getattr(h.driver.capabilities, what):
         pytest.skip(f"{type(h.driver).__name__} has no {what}")
-
-
-def dialect_has(h: Harness, *methods: str) -> Any:
-    """Skip when the dialect does not (yet) implement an operation."""
-    missing = [m for m in methods if not hasattr(h.driver.dialect, m)]
-    if missing:
-        pytest.skip(f"{h.driver.dialect.name} dialect lacks {', '.join(missing)}")

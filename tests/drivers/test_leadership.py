@@ -6,13 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from riverboat import InsertOpts, JobState
-from tests.drivers.harness import Harness, dialect_has
+from tests.drivers.harness import Harness
 
 
 async def test_leader_elect_reelect_resign(h: Harness) -> None:
-    dialect_has(
-        h, "leader_attempt_elect", "leader_attempt_reelect", "leader_resign", "leader_get_elected"
-    )
     dialect = h.driver.dialect
     won = await h.fetch(h.driver, dialect.leader_attempt_elect(leader_id="conf-a", ttl=30))
     assert len(won) == 1
@@ -35,7 +32,6 @@ async def test_leader_elect_reelect_resign(h: Harness) -> None:
 
 
 async def test_job_schedule_moves_due_jobs(h: Harness) -> None:
-    dialect_has(h, "job_schedule")
     client = h.client()
     soon = InsertOpts(scheduled_at=datetime.now(UTC) + timedelta(seconds=1))
     far = InsertOpts(scheduled_at=datetime.now(UTC) + timedelta(hours=1))
@@ -47,7 +43,6 @@ async def test_job_schedule_moves_due_jobs(h: Harness) -> None:
 
 
 async def test_job_delete_before_and_queue_delete_expired(h: Harness) -> None:
-    dialect_has(h, "job_delete_before", "queue_delete_expired")
     dialect = h.driver.dialect
     stmt = dialect.job_delete_before(
         cancelled_retention=3600, completed_retention=None, discarded_retention=86400.0, max=10

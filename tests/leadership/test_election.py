@@ -173,32 +173,6 @@ async def test_request_resign_makes_the_leader_resign_and_rerun(
         await _stop_all(clients)
 
 
-async def test_dialect_without_leadership_runs_without_an_elector(
-    pg_url: str, pg_schema: str
-) -> None:
-    client = make_client(pg_url, pg_schema, "plain")
-
-    class NoLeadership:
-        """A dialect facade without the leadership statements (SQLite today)."""
-
-        def __init__(self, inner: object) -> None:
-            self._inner = inner
-
-        def __getattr__(self, name: str) -> object:
-            if name.startswith(("leader_", "job_schedule", "job_rescue", "job_delete_before")):
-                raise AttributeError(name)
-            return getattr(self._inner, name)
-
-    client.driver.dialect = NoLeadership(client.driver.dialect)
-    await client.start()
-    try:
-        assert client.runtime.elector is None
-        assert client.runtime.maintainer is None
-    finally:
-        await client.stop()
-        await client.close()
-
-
 async def test_unreachable_leader_steps_down_before_its_term_expires(
     pg_url: str, pg_schema: str
 ) -> None:

@@ -205,3 +205,56 @@ async def test_queue_delete_expired(
     rows = await apg_driver.fetch(apg_driver.dialect.queue_delete_expired(retention=86400, max=10))
     assert rows == [("old",)]
     assert sql(pg_url, pg_schema, "SELECT name FROM river_queue") == [("fresh",)]
+
+
+def _plan_nodes(node: Any) -> list[dict[str, Any]]:
+    """Every node of an EXPLAIN (FORMAT JSON) tree."""
+    found: list[dict[str, Any]] = []
+    if isinstance(node, list):
+        for item in node:
+            found.extend(_plan_nodes(item))
+    elif isinstance(node, dict):
+        if "Node Type" in node:
+            found.append(node)
+        for value in node.values():
+            if isinstance(value, (list, dict)):
+                found.extend(_plan_nodes(value))
+    return found
+
+
+async def test_cleaner_generic_plan_reads_the_finalized_index(
+    apg_driver: AsyncPsycopgDriver, pg_url: str, pg_schema: str
+) -> None:
+    # Many recent finalized rows, none past retention: the generic plan (what the drivers
+    # run) must find that out from river_job_state_and_finalized_at_index, not by walking
+    # the primary key over every row (175-260 ms a run with 1,000,000 such rows).
+    sql(
+        pg_url,
+        pg_schema,
+        """INSERT INTO river_job (args, kind, state, finalized_at)
+           SELECT '{}', 'k', 'completed', now() FROM generate_series(1, 20000)""",
+    )
+    sql(pg_url, pg_schema, "ANALYZE river_job")
+    stmt = apg_driver.dialect.job_delete_before(
+        cancelled_retention=86400, completed_retention=86400, discarded_retention=86400, max=1000
+    )
+    query, names = stmt.query.compile("dollar")
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{pg_schema}"')
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        cur = psycopg.RawCursor(conn)
+        conn.execute("BEGIN")
+        cur.execute("EXPLAIN (FORMAT JSON) " + query, [stmt.params[n] for n in names])
+        plan = cur.fetchone()[0]  # type: ignore[index]
+        conn.execute("ROLLBACK")
+    scans = [
+        (node["Node Type"], node.get("Index Name"))
+        for node in _plan_nodes(plan)
+        if node.get("Relation Name") == "river_job"
+    ]
+    assert ("Seq Scan", None) not in scans, scans
+    # The three sub-selects (cancelled, completed, discarded) go by the finalized index;
+    # the DELETE finds the chosen ids by primary key.
+    finalized = [s for s in scans if s[1] == "river_job_state_and_finalized_at_index"]
+    assert len(finalized) == 3, scans
+    assert await apg_driver.execute(stmt) == 0

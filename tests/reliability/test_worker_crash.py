@@ -116,14 +116,16 @@ def _crash_rounds(tmp_path: Path, url: str, schema: str | None, seed: int) -> No
     )
 
 
-def test_sigkill_at_random_points_postgres(tmp_path: Path, pg_url: str, pg_schema: str) -> None:
+def test_sigkill_at_random_points_postgres(
+    tmp_path: Path, pg_url: str, pg_schema: str, test_seed: int
+) -> None:
     import psycopg  # noqa: F401  (the Postgres variant needs the driver)
 
-    _crash_rounds(tmp_path, pg_url, pg_schema, seed=random.randrange(1 << 30))
+    _crash_rounds(tmp_path, pg_url, pg_schema, seed=test_seed)
 
 
-def test_sigkill_at_random_points_sqlite(tmp_path: Path, sqlite_url: str) -> None:
-    _crash_rounds(tmp_path, sqlite_url, None, seed=random.randrange(1 << 30))
+def test_sigkill_at_random_points_sqlite(tmp_path: Path, sqlite_url: str, test_seed: int) -> None:
+    _crash_rounds(tmp_path, sqlite_url, None, seed=test_seed)
 
 
 pytestmark = pytest.mark.timeout(120)

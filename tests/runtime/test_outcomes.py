@@ -1,4 +1,4 @@
-"""Every outcome a worker can produce, written as River writes it (river-compat §5.2)."""
+"""Every outcome a worker can produce, written as River writes it."""
 
 from __future__ import annotations
 

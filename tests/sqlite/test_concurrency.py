@@ -16,7 +16,8 @@ from riverboat.drivers.sqlite import SqliteDriver
 TOTAL = 1500
 
 
-def _claimer(url: str, name: str, busy_timeout: float, out: Any) -> None:
+def _claimer(url: str, name: str, busy_timeout: float, out: Any, seed: int) -> None:
+    rng = random.Random(seed)
     try:
         claimed: list[int] = []
         with SqliteDriver(url, busy_timeout=busy_timeout) as driver:
@@ -24,7 +25,7 @@ def _claimer(url: str, name: str, busy_timeout: float, out: Any) -> None:
             empty = 0
             while empty < 20:
                 stmt = dialect.job_get_available(
-                    queue="default", max_to_lock=random.randint(1, 12), client_id=name
+                    queue="default", max_to_lock=rng.randint(1, 12), client_id=name
                 )
                 jobs = dialect.decode_jobs(driver.fetch(stmt))
                 if not jobs:
@@ -33,7 +34,7 @@ def _claimer(url: str, name: str, busy_timeout: float, out: Any) -> None:
                     continue
                 empty = 0
                 claimed.extend(j.id for j in jobs)
-                if random.random() < 0.5:
+                if rng.random() < 0.5:
                     driver.execute(
                         dialect.job_set_state_if_running_many(
                             [
@@ -76,13 +77,15 @@ def _inserter(url: str, busy_timeout: float, out: Any) -> None:
         out.put(("inserter", [], repr(exc)))
 
 
-def test_processes_never_claim_the_same_job(sqlite_url: str) -> None:
+def test_processes_never_claim_the_same_job(sqlite_url: str, test_seed: int) -> None:
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     busy_timeout = 0.002  # shorter than any real contention, so the retry loop must cope
     procs = [ctx.Process(target=_inserter, args=(sqlite_url, busy_timeout, out))]
     procs += [
-        ctx.Process(target=_claimer, args=(sqlite_url, f"worker-{i}", busy_timeout, out))
+        ctx.Process(
+            target=_claimer, args=(sqlite_url, f"worker-{i}", busy_timeout, out, test_seed + i)
+        )
         for i in range(3)
     ]
     for p in procs:

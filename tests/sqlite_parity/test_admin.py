@@ -1,5 +1,5 @@
 """Job and queue administration on SQLite, with the semantics of the Postgres admin
-tests (river-compat §2.6, §2.7, §8, §9), the outbox rows standing in for NOTIFY, and
+tests, the outbox rows standing in for NOTIFY, and
 SQLite's documented differences (jsonb_patch merges, no metadata filter)."""
 
 from __future__ import annotations

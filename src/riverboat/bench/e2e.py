@@ -1,6 +1,6 @@
 """End to end: insert N jobs, then work them with the real runtime, accounting CPU.
 
-Settings follow River's riverbench (river-compat §11): one queue, 2,000 workers, 2 ms
+Settings follow River's riverbench (cmd/river bench): one queue, 2,000 workers, 2 ms
 fetch cooldown, 20 ms poll, batch completion, no-op jobs of kind ``benchmark``, 5,000-job
 insert batches, and throughput counted from completion events (after the completion is
 written), not from the work function returning.

@@ -2,7 +2,7 @@
 psycopg and no riverboat code, so riverboat's overhead shows as a ratio to what the
 work itself costs.
 
-One loop claims 50 jobs with River's locking shape (``FOR UPDATE SKIP LOCKED`` in a CTE,
+One loop claims ``batch`` jobs (50) with River's locking shape (``FOR UPDATE SKIP LOCKED`` in a CTE,
 ``UPDATE ... RETURNING``) and completes the batch with one ``UPDATE`` over ``unnest``,
 both prepared, on one autocommit connection.
 """
@@ -31,25 +31,32 @@ class FloorResult:
 
 
 def run_floor(
-    url: str, schema: str, jobs: int, server_cpu: Callable[[], float] | None
+    url: str,
+    schema: str,
+    jobs: int,
+    server_cpu: Callable[[], float] | None,
+    batch: int = 50,
+    *,
+    fill: bool = True,
 ) -> FloorResult:
     import psycopg
 
     table = f'"{schema}".river_job'
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {table}")
-        conn.execute(
-            f"INSERT INTO {table} (args, kind, max_attempts, queue, state) "
-            "SELECT '{\"num\": 0}', 'benchmark', 25, 'default', 'available' "
-            "FROM generate_series(1, %s)",
-            (jobs,),
-        )
+        if fill:
+            conn.execute(f"TRUNCATE {table}")
+            conn.execute(
+                f"INSERT INTO {table} (args, kind, max_attempts, queue, state) "
+                "SELECT '{\"num\": 0}', 'benchmark', 25, 'default', 'available' "
+                "FROM generate_series(1, %s)",
+                (jobs,),
+            )
         claim = f"""
             WITH locked AS (
                 SELECT id FROM {table}
                 WHERE state = 'available' AND queue = 'default' AND scheduled_at <= now()
                 ORDER BY priority, scheduled_at, id
-                LIMIT 50 FOR UPDATE SKIP LOCKED)
+                LIMIT {int(batch)} FOR UPDATE SKIP LOCKED)
             UPDATE {table} j SET state = 'running', attempt = j.attempt + 1,
                    attempted_at = now(), attempted_by = array_append(j.attempted_by, 'floor')
             FROM locked WHERE j.id = locked.id

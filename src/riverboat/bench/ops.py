@@ -142,12 +142,10 @@ async def run_ops(
 
     await measured("update_job", update_job)
 
-    if hasattr(client, "job_update"):
+    async def merge_metadata(i: int) -> object:
+        return await client.job_update(ids[i], metadata={"k": i})
 
-        async def merge_metadata(i: int) -> object:
-            return await client.job_update(ids[i], metadata={"k": i})
-
-        await measured("merge_metadata", merge_metadata)
+    await measured("merge_metadata", merge_metadata)
 
     async def insert_pending(i: int) -> object:
         return await client.insert({"num": i}, InsertOpts(pending=True), kind="benchmark")
@@ -159,65 +157,61 @@ async def run_ops(
 
     await measured("upsert_queue", upsert_queue)
 
-    if hasattr(dialect, "leader_attempt_elect"):
-
-        async def leader_acquire(i: int) -> object:
-            rows = await driver.fetch(dialect.leader_attempt_elect(leader_id=f"bench{i}", ttl=15))
-            if rows:
-                leader = dialect.decode_leader(rows[0])
-                # Resign outside the measured statement count's intent: it is part of the
-                # cycle and counted, so the op reports elect + resign per call.
-                await driver.execute(
-                    dialect.leader_resign(leader_id=leader.leader_id, elected_at=leader.elected_at)
-                )
-            return rows
-
-        await measured("leader_elect_resign", leader_acquire)
-
-    if hasattr(client, "job_cancel"):
-        await reset()
-        ids = await _insert_jobs(driver, calls)
-
-        async def cancel(i: int) -> object:
-            return await client.job_cancel(ids[i])
-
-        await measured("cancel", cancel)
-
-        async def retry(i: int) -> object:
-            return await client.job_retry(ids[i])
-
-        await measured("retry", retry)
-
-    if hasattr(dialect, "job_delete_before"):
-        batch = 1000
-        rounds = max(3, min(calls // 20, 20))
-
-        async def delete_finalized(_i: int) -> object:
-            return await driver.execute(
-                dialect.job_delete_before(
-                    cancelled_retention=0.0,
-                    completed_retention=0.0,
-                    discarded_retention=0.0,
-                    max=batch,
-                )
-            )
-
-        await reset()
-        ids = await _insert_jobs(driver, batch * rounds)
-        await driver.fetch(
-            dialect.job_get_available(queue="default", max_to_lock=len(ids), client_id="bench")
-        )
-        for start in range(0, len(ids), 5000):
+    async def leader_acquire(i: int) -> object:
+        rows = await driver.fetch(dialect.leader_attempt_elect(leader_id=f"bench{i}", ttl=15))
+        if rows:
+            leader = dialect.decode_leader(rows[0])
+            # Resign outside the measured statement count's intent: it is part of the
+            # cycle and counted, so the op reports elect + resign per call.
             await driver.execute(
-                dialect.job_set_state_if_running_many(
-                    [
-                        JobStateUpdate(i, JobState.COMPLETED, finalized=True)
-                        for i in ids[start : start + 5000]
-                    ],
-                    returning=False,
-                )
+                dialect.leader_resign(leader_id=leader.leader_id, elected_at=leader.elected_at)
             )
-        await measured(f"delete_finalized_{batch}", delete_finalized, rounds)
+        return rows
+
+    await measured("leader_elect_resign", leader_acquire)
+
+    await reset()
+    ids = await _insert_jobs(driver, calls)
+
+    async def cancel(i: int) -> object:
+        return await client.job_cancel(ids[i])
+
+    await measured("cancel", cancel)
+
+    async def retry(i: int) -> object:
+        return await client.job_retry(ids[i])
+
+    await measured("retry", retry)
+
+    batch = 1000
+    rounds = max(3, min(calls // 20, 20))
+
+    async def delete_finalized(_i: int) -> object:
+        return await driver.execute(
+            dialect.job_delete_before(
+                cancelled_retention=0.0,
+                completed_retention=0.0,
+                discarded_retention=0.0,
+                max=batch,
+            )
+        )
+
+    await reset()
+    ids = await _insert_jobs(driver, batch * rounds)
+    await driver.fetch(
+        dialect.job_get_available(queue="default", max_to_lock=len(ids), client_id="bench")
+    )
+    for start in range(0, len(ids), 5000):
+        await driver.execute(
+            dialect.job_set_state_if_running_many(
+                [
+                    JobStateUpdate(i, JobState.COMPLETED, finalized=True)
+                    for i in ids[start : start + 5000]
+                ],
+                returning=False,
+            )
+        )
+    await measured(f"delete_finalized_{batch}", delete_finalized, rounds)
     return results
 
 

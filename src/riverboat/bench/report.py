@@ -38,6 +38,10 @@ def render_table(report: dict[str, Any]) -> str:
         f"riverboat bench — driver {report['driver']} ({report['dialect']}), "
         f"server {report.get('server_version') or '-'}, statements counted by "
         f"{report['statement_source']}",
+        f"Python {report.get('python_version', '-')}, psycopg "
+        f"{report.get('psycopg_version', '-')} ({report.get('psycopg_impl', '-')} "
+        f"implementation), fsync={report.get('fsync', '-')}, "
+        f"synchronous_commit={report.get('synchronous_commit', '-')}",
         "",
         f"{'operation':<26}{'median µs':>11}{'p90 µs':>10}{'stmts/call':>12}{'seed µs':>10}",
     ]
@@ -75,6 +79,40 @@ def render_table(report: dict[str, Any]) -> str:
                 f"{_fmt(p['total_cpu_ms_per_job'] or p['python_cpu_ms_per_job'])} ms CPU/job, "
                 f"{_fmt(p['statements_per_job'])} stmts/job"
             )
+    inserts = report.get("inserts")
+    if inserts:
+        lines += [
+            "",
+            "inserts against raw psycopg (same rows, same run)",
+            f"{'insert':<18}{'jobs/s':>10}{'py ms/job':>11}  {'floor':<22}{'jobs/s':>10}"
+            f"{'py ms/job':>11}{'ratio':>7}",
+        ]
+        for row in inserts:
+            lines.append(
+                f"{row['name']:<18}{_fmt(row['jobs_per_sec']):>10}"
+                f"{_fmt(row['python_cpu_ms_per_job']):>11}  {row['floor']:<22}"
+                f"{_fmt(row['floor_jobs_per_sec']):>10}"
+                f"{_fmt(row['floor_python_cpu_ms_per_job']):>11}{_fmt(row['ratio_to_floor']):>7}"
+            )
+    defaults = report.get("defaults")
+    if defaults:
+        lines += [
+            "",
+            "at default settings (only max_workers set), backlog of no-op jobs",
+            f"{'max_workers':<12}{'jobs/s':>10}{'raw loop':>10}{'ratio':>7}"
+            f"{'stmts/job':>11}{'target':>8}{'py ms/job':>11}",
+        ]
+        for row in defaults:
+            lines.append(
+                f"{row['max_workers']:<12}{_fmt(row['jobs_per_sec']):>10}"
+                f"{_fmt(row['raw_loop_jobs_per_sec']):>10}{_fmt(row['ratio_to_raw_loop']):>7}"
+                f"{_fmt(row['statements_per_job']):>11}"
+                f"{_fmt(row['statements_per_job_target']):>8}"
+                f"{_fmt(row['python_cpu_ms_per_job']):>11}"
+            )
+    scale = report.get("scale")
+    if scale:
+        lines += ["", "scale: " + json.dumps(scale)]
     floor = report.get("raw_sql_floor")
     if floor:
         lines.append(

@@ -17,7 +17,25 @@ from riverboat.bench.env import (
     scratch_target,
 )
 
-__all__ = ["BenchConfig", "run_bench"]
+__all__ = ["BenchConfig", "environment", "run_bench"]
+
+
+def environment() -> dict[str, Any]:
+    """The Python and psycopg implementation the figures were measured with."""
+    import platform
+
+    out: dict[str, Any] = {
+        "python_version": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+    }
+    try:
+        import psycopg
+    except ImportError:
+        return out
+    # "c" (built locally), "binary" (the psycopg[binary] wheel) or "python".
+    out["psycopg_version"] = psycopg.__version__
+    out["psycopg_impl"] = psycopg.pq.__impl__
+    return out
 
 
 @dataclass(slots=True)
@@ -31,6 +49,11 @@ class BenchConfig:
     include_e2e: bool = True
     include_floor: bool = True
     include_scenarios: bool = True
+    include_defaults: bool = True
+    include_inserts: bool = True
+    # Not in a default run: starts worker processes and writes 1,000,000 rows.
+    include_scale: bool = False
+    scale_finalized_rows: int = 1_000_000
 
 
 def _progress_printer(enabled: bool) -> Callable[[str], None]:
@@ -61,6 +84,7 @@ async def _run(
         "dialect": target.dialect,
         "jobs": config.jobs,
         "statement_source": "driver counter",
+        **environment(),
     }
     server_cpu: ServerCpu | None = None
     counter: StatementCounter | None = None
@@ -70,6 +94,10 @@ async def _run(
         with psycopg.connect(target.url, autocommit=True) as conn:
             row = conn.execute("SHOW server_version").fetchone()
             report["server_version"] = row[0] if row else None
+            # Durability changes what every write costs: say what these figures had.
+            for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                row = conn.execute(f"SHOW {setting}").fetchone()
+                report[setting] = row[0] if row else None
         server_cpu = ServerCpu(target.url)
         if not server_cpu.available:
             server_cpu = None
@@ -127,6 +155,42 @@ async def _run(
             duration=config.duration,
         )
         report["end_to_end"] = e2e.to_dict()
+    if config.include_inserts and target.dialect == "postgres" and target.schema:
+        from riverboat.bench.inserts import run_inserts
+
+        await reset()
+        inserts = await run_inserts(
+            make_client,
+            target.url,
+            target.schema,
+            config.jobs,
+            single_inserts=min(1000, config.jobs),
+            progress=progress,
+        )
+        report["inserts"] = [figure.to_dict() for figure in inserts]
+    if config.include_defaults and target.dialect == "postgres" and target.schema:
+        from riverboat.bench.defaults import run_defaults
+
+        defaults = await run_defaults(
+            make_client, target.url, target.schema, config.jobs, progress=progress
+        )
+        report["defaults"] = [result.to_dict() for result in defaults]
+    if config.include_scale and target.dialect == "postgres" and target.schema:
+        from riverboat.bench import scale
+
+        report["scale"] = {
+            "processes": await asyncio.to_thread(
+                scale.processes, target.url, target.schema, config.jobs, (1, 2), progress
+            ),
+            "finalized_rows": await scale.finalized_rows(
+                make_client,
+                target.url,
+                target.schema,
+                config.jobs,
+                config.scale_finalized_rows,
+                progress,
+            ),
+        }
     if config.include_floor and target.dialect == "postgres" and target.schema:
         from riverboat.bench.floor import run_floor
 
@@ -146,10 +210,15 @@ async def _run(
         from riverboat.bench import scenarios
 
         report["scenarios"] = {}
-        progress("scenario: SQLite batch claim")
-        report["scenarios"]["sqlite_batch_claim"] = await asyncio.to_thread(
-            scenarios.sqlite_batch_claim
-        )
+        missing = scenarios.sqlite_missing()
+        if missing is not None:
+            # Postgres drivers don't need the SQLite extra; say why, keep the rest.
+            report["scenarios"]["sqlite_batch_claim"] = {"skipped": missing}
+        else:
+            progress("scenario: SQLite batch claim")
+            report["scenarios"]["sqlite_batch_claim"] = await asyncio.to_thread(
+                scenarios.sqlite_batch_claim
+            )
         if target.dialect == "postgres" and target.schema:
             progress("scenario: stale statistics completion plan")
             report["scenarios"]["stale_statistics_completion"] = await asyncio.to_thread(

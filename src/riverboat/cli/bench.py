@@ -31,9 +31,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--only",
-        choices=["ops", "e2e", "floor", "scenarios"],
+        choices=["ops", "e2e", "defaults", "inserts", "floor", "scenarios", "scale"],
         action="append",
-        help="run only these parts (repeatable)",
+        help="run only these parts (repeatable); 'scale' (worker processes 1 vs 2, and "
+        "1,000,000 finalized rows) runs only when named",
+    )
+    parser.add_argument(
+        "--finalized-rows",
+        type=int,
+        default=1_000_000,
+        help="finalized rows beside the backlog in the 'scale' part (1,000,000)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument(
@@ -65,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
         include_e2e=not only or "e2e" in only,
         include_floor=not only or "floor" in only,
         include_scenarios=not only or "scenarios" in only,
+        include_defaults=not only or "defaults" in only,
+        include_inserts=not only or "inserts" in only,
+        include_scale="scale" in only,
+        scale_finalized_rows=args.finalized_rows,
     )
     report = run_bench(config, show_progress=not args.quiet)
     if args.output:

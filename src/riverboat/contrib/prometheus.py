@@ -159,13 +159,13 @@ class _Sampler:
     async def _run(self) -> None:
         metrics = self._metrics
         driver = self._runtime.driver
-        counter = getattr(driver.dialect, "job_count_by_queue_and_state", None)
+        counter = driver.dialect.job_count_by_queue_and_state
         while True:
             leading = self._leading()
             metrics.leader.set(1 if leading else 0)
             if not leading:
                 metrics.queue_jobs.clear()  # only the leader reports the database's counts
-            elif counter is not None:
+            else:
                 try:
                     rows = await driver.fetch(counter(SAMPLED_STATES))
                 except DriverError as exc:

@@ -1,5 +1,5 @@
 """Pieces every SQLite statement module shares: the job column list, timestamps as River's
-SQLite driver writes them, the inlined unique-states bitmask, and :class:`StatementChain`.
+SQLite driver writes them, and the inlined unique-states bitmask.
 
 They live here rather than in :mod:`riverboat.dialect.sqlite` so that the dialect's
 per-entity mixins (:mod:`~riverboat.dialect.sqlite_admin`,
@@ -9,15 +9,11 @@ per-entity mixins (:mod:`~riverboat.dialect.sqlite_admin`,
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
-from riverboat._sql import Statement
-
 __all__ = [
     "NOW",
-    "StatementChain",
     "format_timestamp",
     "job_columns",
     "parse_timestamp",
@@ -91,15 +87,6 @@ def state_in_bitmask(states: str, state: str) -> str:
             WHEN 'scheduled' THEN {states} & (1 << 7)
             ELSE 0
           END >= 1"""
-
-
-@dataclass(slots=True, frozen=True)
-class StatementChain(Statement):
-    """A statement whose rows are the result, followed by statements that must commit
-    with it. SQLite allows no multi-table DML in one statement; a driver runs the chain in
-    one transaction (or in the caller's) and returns the first statement's rows."""
-
-    then: tuple[Statement, ...] = ()
 
 
 def format_timestamp(moment: datetime) -> str:

@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from riverboat._job import InsertResult, JobRow, JobState
+from riverboat._queue import QueueRow
 from riverboat._sql import Query, Statement, render_schema
 from riverboat.errors import InvalidInputError
 
-__all__ = ["Dialect", "JobStateUpdate", "validate_schema_name"]
+if TYPE_CHECKING:
+    from riverboat._insert import InsertParams
+
+__all__ = [
+    "BulkCopy",
+    "CopyBatch",
+    "Dialect",
+    "JobStateUpdate",
+    "LeaderRow",
+    "NotificationOutbox",
+    "RescueUpdate",
+    "validate_schema_name",
+]
 
 # River: a schema must be a plain identifier, short enough that "<schema>.river_leadership"
 # still fits Postgres's 63-byte channel names.
@@ -52,10 +66,52 @@ class JobStateUpdate:
     scheduled_at: datetime | None = None
 
 
-class Dialect:
-    """Base class: holds the rendered queries and the schema."""
+@dataclass(slots=True, frozen=True)
+class LeaderRow:
+    """The ``river_leader`` row: whose term it is and until when."""
+
+    leader_id: str
+    elected_at: datetime
+    expires_at: datetime
+
+
+@dataclass(slots=True, frozen=True)
+class RescueUpdate:
+    """One stuck job's fate, decided by the rescuer (River's JobRescueMany row)."""
+
+    id: int
+    error: str
+    finalized_at: datetime | None
+    scheduled_at: datetime
+    state: str
+
+
+@dataclass(slots=True, frozen=True)
+class CopyBatch:
+    """Rows for one ``COPY <schema>.<table> (<columns>) FROM STDIN``; each driver that can
+    COPY builds the command its own way (psycopg's Copy, asyncpg's copy_records_to_table)."""
+
+    schema: str | None
+    table: str
+    columns: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+
+
+class Dialect(ABC):
+    """The contract every dialect fulfils: each operation the client, the runtime, the
+    maintenance services and the admin API ask of a database, with its signature.
+
+    An operation builds a :class:`~riverboat._sql.Statement` (SQL of this dialect plus
+    its encoded arguments) or decodes the rows one returned; no operation does I/O.
+    They are abstract here, so a dialect that lacks one (or renamed it) can't be
+    instantiated (a ``TypeError`` naming it) and fails mypy, instead of turning into a
+    silently disabled service or a skipped test. Where an operation goes: its SQL and
+    encoding in ``dialect/<name>*.py``, its declaration here, its call in the layer that
+    needs it (see docs/architecture.md).
+    """
 
     name: ClassVar[str]
+    schema: str | None
     # Each class in the hierarchy (the dialect and its per-entity mixins, such as
     # PostgresAdmin) contributes its own statements; they are merged here.
     _queries: ClassVar[dict[str, str]] = {}
@@ -72,18 +128,185 @@ class Dialect:
     def stmt(self, query_name: str, /, **params: Any) -> Statement:
         return Statement(self.q[query_name], params)
 
-    # The operations each dialect implements; the signatures are the contract.
+    # -- inserting and reading jobs ------------------------------------------------------
+    @abstractmethod
     def job_insert_many(
-        self, jobs: Sequence[Any], notify_queues: Sequence[str]
-    ) -> Statement:  # pragma: no cover - abstract
-        raise NotImplementedError
+        self, jobs: Sequence[InsertParams], notify_queues: Sequence[str]
+    ) -> Statement: ...
 
-    def decode_insert(self, rows: Sequence[Sequence[Any]]) -> list[InsertResult]:
-        raise NotImplementedError  # pragma: no cover
+    @abstractmethod
+    def decode_insert(self, rows: Sequence[Sequence[Any]]) -> list[InsertResult]: ...
 
-    def decode_job(self, row: Sequence[Any]) -> JobRow:
-        raise NotImplementedError  # pragma: no cover
+    @abstractmethod
+    def decode_job(self, row: Sequence[Any]) -> JobRow: ...
 
     def decode_jobs(self, rows: Sequence[Sequence[Any]]) -> list[JobRow]:
         decode = self.decode_job
         return [decode(row) for row in rows]
+
+    @abstractmethod
+    def job_get_by_id(self, job_id: int) -> Statement: ...
+
+    @abstractmethod
+    def job_get_by_id_many(self, job_ids: Sequence[int]) -> Statement: ...
+
+    # -- the runtime: claim, run, complete -----------------------------------------------
+    @abstractmethod
+    def job_get_available(
+        self, *, queue: str, max_to_lock: int, client_id: str, now: datetime | None = None
+    ) -> Statement: ...
+
+    @abstractmethod
+    def job_set_running(self, job_id: int, client_id: str) -> Statement: ...
+
+    @abstractmethod
+    def job_set_state_if_running_many(
+        self, updates: Sequence[JobStateUpdate], *, returning: bool = True
+    ) -> Statement: ...
+
+    @abstractmethod
+    def job_count_upcoming(self, queues: Sequence[str], horizon: float) -> Statement: ...
+
+    @abstractmethod
+    def job_count_by_queue_and_state(self, states: Sequence[str]) -> Statement: ...
+
+    @abstractmethod
+    def job_count_by_state_capped(self, cap: int) -> Statement: ...
+
+    @abstractmethod
+    def job_throughput(self, minutes: int) -> Statement: ...
+
+    @abstractmethod
+    def decode_throughput(
+        self, rows: Sequence[Sequence[Any]]
+    ) -> list[tuple[datetime, int, int]]: ...
+
+    @abstractmethod
+    def queue_create_or_set_updated_at(self, name: str) -> Statement: ...
+
+    # -- leadership and maintenance ------------------------------------------------------
+    @abstractmethod
+    def leader_attempt_elect(self, *, leader_id: str, ttl: float) -> Statement: ...
+
+    @abstractmethod
+    def leader_attempt_reelect(
+        self, *, leader_id: str, elected_at: datetime, ttl: float
+    ) -> Statement: ...
+
+    @abstractmethod
+    def leader_get_elected(self) -> Statement: ...
+
+    @abstractmethod
+    def leader_resign(self, *, leader_id: str, elected_at: datetime) -> Statement: ...
+
+    @abstractmethod
+    def leader_request_resign(self) -> Statement: ...
+
+    @abstractmethod
+    def decode_leader(self, row: Sequence[Any]) -> LeaderRow: ...
+
+    @abstractmethod
+    def job_schedule(self, *, max: int, lookahead: float = 5.0) -> Statement: ...
+
+    @abstractmethod
+    def job_get_stuck(self, *, after_id: int, stuck_horizon: datetime, max: int) -> Statement: ...
+
+    @abstractmethod
+    def job_rescue_many(
+        self, updates: Sequence[RescueUpdate], *, stuck_horizon: datetime
+    ) -> Statement: ...
+
+    @abstractmethod
+    def job_delete_before(
+        self,
+        *,
+        cancelled_retention: float | None,
+        completed_retention: float | None,
+        discarded_retention: float | None,
+        max: int,
+        queues_excluded: Sequence[str] | None = None,
+    ) -> Statement: ...
+
+    @abstractmethod
+    def queue_delete_expired(self, *, retention: float, max: int) -> Statement: ...
+
+    # -- administration ------------------------------------------------------------------
+    @abstractmethod
+    def job_cancel(self, job_id: int, cancel_attempted_at: str) -> Statement: ...
+
+    @abstractmethod
+    def job_retry(self, job_id: int) -> Statement: ...
+
+    @abstractmethod
+    def job_delete(self, job_id: int) -> Statement: ...
+
+    @abstractmethod
+    def decode_deleted(self, row: Sequence[Any]) -> tuple[JobRow, bool]: ...
+
+    @abstractmethod
+    def job_delete_many(self, *, filters: Mapping[str, Any], limit: int) -> Statement: ...
+
+    @abstractmethod
+    def job_list(
+        self,
+        *,
+        filters: Mapping[str, Any],
+        order_column: str,
+        descending: bool,
+        limit: int,
+        after: tuple[int, datetime | None] | None = None,
+        where: tuple[str, Mapping[str, Any]] | None = None,
+    ) -> Statement: ...
+
+    @abstractmethod
+    def job_update(self, job_id: int, metadata_merge: Mapping[str, Any]) -> Statement: ...
+
+    @abstractmethod
+    def queue_get(self, name: str) -> Statement: ...
+
+    @abstractmethod
+    def queue_list(self, limit: int) -> Statement: ...
+
+    @abstractmethod
+    def queue_pause(self, name: str) -> Statement: ...
+
+    @abstractmethod
+    def queue_resume(self, name: str) -> Statement: ...
+
+    @abstractmethod
+    def queue_update(self, name: str, metadata: Mapping[str, Any] | None) -> Statement: ...
+
+    @abstractmethod
+    def decode_queue(self, row: Sequence[Any]) -> QueueRow: ...
+
+    @abstractmethod
+    def decode_queues(self, rows: Sequence[Sequence[Any]]) -> list[QueueRow]: ...
+
+
+class NotificationOutbox(ABC):
+    """What a dialect without LISTEN/NOTIFY (SQLite) adds: River's ``river_notification``
+    outbox, which its driver polls and its leader cleans. Checked with ``isinstance``."""
+
+    @abstractmethod
+    def notification_insert_many(self, notifications: Sequence[tuple[str, str]]) -> Statement: ...
+
+    @abstractmethod
+    def notification_get_after(self, after: int, max: int = ...) -> Statement: ...
+
+    @abstractmethod
+    def notification_get_last_id(self) -> Statement: ...
+
+    @abstractmethod
+    def notification_delete_before(self, *, retention: float, max: int) -> Statement: ...
+
+
+class BulkCopy(ABC):
+    """What a dialect whose database can ``COPY`` adds (Postgres), for
+    ``insert_many_fast`` on drivers whose capabilities say ``copy``. Checked with
+    ``isinstance``."""
+
+    @abstractmethod
+    def job_copy(self, jobs: Sequence[InsertParams]) -> list[CopyBatch]: ...
+
+    @abstractmethod
+    def job_insert_notify(self, queues: Sequence[str]) -> Statement: ...

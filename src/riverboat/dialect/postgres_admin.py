@@ -291,10 +291,13 @@ def _job_list_query(
     descending: bool,
     cursor: str,  # "" (none), "time" or "null" (the cursor row's column was NULL)
     states: tuple[str, ...] = (),
+    where_sql: str = "",  # the caller's trusted fragment (job_list(where=...))
 ) -> Query:
     conditions = _where([name for name in filters if name != "states"])
     if "states" in filters:
         conditions.insert(0, _states_literal(states))
+    if where_sql:
+        conditions.append(f"({where_sql})")
     if cursor:
         conditions.append(_keyset(column, descending, cursor == "null"))
     where = " AND ".join(conditions) or "true"
@@ -382,6 +385,7 @@ class PostgresAdmin:
         descending: bool,
         limit: int,
         after: tuple[int, datetime | None] | None = None,
+        where: tuple[str, Mapping[str, Any]] | None = None,
     ) -> Statement:
         """``filters`` maps names in :data:`JOB_LIST_FILTERS` to validated values (lists;
         ``metadata`` a JSON object). ``after`` is the keyset cursor ``(id, column value)``."""
@@ -397,8 +401,11 @@ class PostgresAdmin:
             if cursor == "time" and order_column != "id":
                 params["cursor_time"] = cursor_time
         states = tuple(params.pop("states", ()))
-        query = _job_list_query(self.schema, names, order_column, descending, cursor, states)
-        return Statement(query, {**params, "max": limit})
+        where_sql, where_params = where if where is not None else ("", {})
+        query = _job_list_query(
+            self.schema, names, order_column, descending, cursor, states, where_sql
+        )
+        return Statement(query, {**params, **where_params, "max": limit})
 
     def job_delete_many(self, *, filters: Mapping[str, Any], limit: int) -> Statement:
         names = tuple(name for name in JOB_LIST_FILTERS if filters.get(name) is not None)

@@ -28,7 +28,6 @@ from riverboat._job import (
 from riverboat._sql import Statement
 from riverboat.dialect._sqlite_common import NOW as _NOW
 from riverboat.dialect._sqlite_common import (
-    StatementChain,
     format_timestamp,
     parse_timestamp,
     seconds_modifier,
@@ -37,13 +36,12 @@ from riverboat.dialect._sqlite_common import (
 )
 from riverboat.dialect._sqlite_common import job_columns as _cols
 from riverboat.dialect._sqlite_common import ts_or_none as _ts_or_none
-from riverboat.dialect.base import Dialect, JobStateUpdate
+from riverboat.dialect.base import Dialect, JobStateUpdate, NotificationOutbox
 from riverboat.dialect.sqlite_admin import SqliteAdmin
 from riverboat.dialect.sqlite_leadership import SqliteLeadership
 
 __all__ = [
     "SqliteDialect",
-    "StatementChain",
     "format_timestamp",
     "parse_timestamp",
 ]
@@ -106,7 +104,7 @@ RETURNING {_cols()}, metadata ->> '$."{NONCE_KEY}"' AS unique_nonce, :nonce AS b
 """
 
 # SQLite allows one table per DML statement, so the insert notification is a second
-# statement run in the insert's transaction (see StatementChain).
+# statement run in the insert's transaction (``Statement.then``).
 QUERIES["notify_insert"] = """
 INSERT INTO <schema>river_notification (payload, topic)
 SELECT '{"queue": ' || json_quote(q.value) || '}', 'river_insert'
@@ -353,7 +351,7 @@ def _encode_update(update: JobStateUpdate) -> str:
     return "{" + ",".join(parts) + "}"
 
 
-class SqliteDialect(SqliteAdmin, SqliteLeadership, Dialect):
+class SqliteDialect(SqliteAdmin, SqliteLeadership, Dialect, NotificationOutbox):
     """River's SQLite SQL (riversqlite) for riverboat.
 
     ``schema`` names an attached database; ``None`` means the connection's main one.
@@ -366,7 +364,7 @@ class SqliteDialect(SqliteAdmin, SqliteLeadership, Dialect):
         self, jobs: Sequence[InsertParams], notify_queues: Sequence[str]
     ) -> Statement:
         """Insert a batch; with ``notify_queues`` the outbox rows ride in the same
-        transaction, as a :class:`StatementChain`."""
+        transaction, as a :class:`~riverboat._sql.Statement` with ``then``."""
         params = {
             "jobs": "[" + ",".join(_encode_insert_job(j) for j in jobs) + "]",
             "nonce": secrets.token_hex(8),
@@ -374,7 +372,7 @@ class SqliteDialect(SqliteAdmin, SqliteLeadership, Dialect):
         if not notify_queues:
             return self.stmt("job_insert_many", **params)
         notify = self.stmt("notify_insert", queues=json.dumps(list(notify_queues)))
-        return StatementChain(self.q["job_insert_many"], params, (notify,))
+        return Statement(self.q["job_insert_many"], params, (notify,))
 
     def decode_insert(self, rows: Sequence[Sequence[Any]]) -> list[InsertResult]:
         """Rows of :meth:`job_insert_many`, in input order, with duplicates flagged."""

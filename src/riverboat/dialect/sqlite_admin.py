@@ -6,7 +6,7 @@ Where SQLite can do an operation in one statement it does, returning full rows, 
 transaction around it. SQLite allows no data-modifying CTEs and one table per DML
 statement, so an operation that must also write a ``river_notification`` outbox row (the
 stand-in for Postgres's NOTIFY), or must report on a row it may not touch, is a
-:class:`~riverboat.dialect._sqlite_common.StatementChain` the driver runs in one
+:class:`~riverboat._sql.Statement` with ``then`` the driver runs in one
 ``BEGIN IMMEDIATE`` transaction (or in the caller's, for ``*_tx``).
 
 Differences from Postgres, all as in River's SQLite driver:
@@ -32,7 +32,6 @@ from riverboat._queue import QueueRow
 from riverboat._sql import Query, Statement, render_schema
 from riverboat.dialect._sqlite_common import (
     NOW,
-    StatementChain,
     format_timestamp,
     job_columns,
     parse_timestamp,
@@ -295,10 +294,13 @@ def _job_list_query(
     descending: bool,
     cursor: str,
     states: tuple[str, ...] = (),
+    where_sql: str = "",  # the caller's trusted fragment (job_list(where=...))
 ) -> Query:
     conditions = _where([name for name in filters if name != "states"])
     if "states" in filters:
         conditions.insert(0, _states_literal(states))
+    if where_sql:
+        conditions.append(f"({where_sql})")
     if cursor:
         conditions.append(_keyset(column, descending, cursor == "null"))
     where = " AND ".join(conditions) or "true"
@@ -337,7 +339,7 @@ def _control_payload(action: str, queue: str, **extra: Any) -> str:
 
 class SqliteAdmin:
     """Administration statements; each method returns one :class:`Statement` (possibly a
-    :class:`StatementChain`)."""
+    :class:`~riverboat._sql.Statement` with ``then``)."""
 
     _queries: ClassVar[dict[str, str]] = QUERIES
 
@@ -354,14 +356,14 @@ class SqliteAdmin:
         """``cancel_attempted_at`` is an RFC3339Nano string (River writes the Go clock)."""
         params = {"id": job_id, "cancel_attempted_at": cancel_attempted_at}
         notify = self.stmt("job_cancel_notify", **params)
-        return StatementChain(self.q["job_cancel"], params, (notify,))
+        return Statement(self.q["job_cancel"], params, (notify,))
 
     def job_retry(self, job_id: int) -> Statement:
         return self.stmt("job_retry", id=job_id)
 
     def job_delete(self, job_id: int) -> Statement:
         """Rows are a job plus a trailing ``was_deleted`` flag (see :meth:`decode_deleted`)."""
-        return StatementChain(
+        return Statement(
             self.q["job_delete"], {"id": job_id}, (self.stmt("job_delete_apply", id=job_id),)
         )
 
@@ -385,6 +387,7 @@ class SqliteAdmin:
         descending: bool,
         limit: int,
         after: tuple[int, datetime | None] | None = None,
+        where: tuple[str, Mapping[str, Any]] | None = None,
     ) -> Statement:
         """As :meth:`PostgresAdmin.job_list`; a ``metadata`` filter raises
         :class:`~riverboat.errors.NotSupportedError`."""
@@ -404,8 +407,11 @@ class SqliteAdmin:
                 cursor = "time"
         params.pop("states", None)
         states = tuple(filters["states"]) if "states" in names else ()
-        query = _job_list_query(self.schema, names, order_column, descending, cursor, states)
-        return Statement(query, {**params, "max": limit})
+        where_sql, where_params = where if where is not None else ("", {})
+        query = _job_list_query(
+            self.schema, names, order_column, descending, cursor, states, where_sql
+        )
+        return Statement(query, {**params, **where_params, "max": limit})
 
     def job_delete_many(self, *, filters: Mapping[str, Any], limit: int) -> Statement:
         names = tuple(name for name in JOB_LIST_FILTERS if filters.get(name) is not None)
@@ -470,7 +476,7 @@ class SqliteAdmin:
 
     def _queue_with_control(self, query: str, params: dict[str, Any], payload: str) -> Statement:
         notify = self.stmt("queue_control_notify", name=params["name"], payload=payload)
-        return StatementChain(self.q[query], params, (notify,))
+        return Statement(self.q[query], params, (notify,))
 
     def queue_pause(self, name: str) -> Statement:
         return self._queue_with_control(

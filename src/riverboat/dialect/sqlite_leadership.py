@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from riverboat._sql import Query, Statement
 from riverboat.dialect._sqlite_common import (
     NOW,
-    StatementChain,
     format_timestamp,
     job_columns,
     parse_timestamp,
@@ -30,7 +29,7 @@ from riverboat.dialect._sqlite_common import (
     ts_or_none,
     valid_json_or,
 )
-from riverboat.dialect.postgres_leadership import LeaderRow, RescueUpdate
+from riverboat.dialect.base import LeaderRow, RescueUpdate
 
 __all__ = ["NOTIFICATION_BATCH", "SqliteLeadership"]
 
@@ -86,6 +85,12 @@ RETURNING payload ->> '$.leader_id' AS leader_id
 QUERIES["leader_resign_apply"] = f"DELETE FROM <schema>river_leader WHERE {_TERM}"
 
 QUERIES["leader_get_elected"] = f"SELECT {_LEADER_COLUMNS} FROM <schema>river_leader"
+
+# Ask whoever leads to resign and run again (River's request_resign action).
+QUERIES["leader_request_resign"] = """
+INSERT INTO <schema>river_notification (payload, topic)
+VALUES (json_object('action', 'request_resign'), 'river_leadership')
+"""
 
 # Timestamps are compared through ts_key (River compares text, right only for its own
 # spelling); errors/metadata that are not JSON of the right shape start over rather
@@ -291,11 +296,14 @@ class SqliteLeadership:
             ttl=seconds_modifier(ttl),
         )
 
+    def leader_request_resign(self) -> Statement:
+        return self.stmt("leader_request_resign")
+
     def leader_resign(self, *, leader_id: str, elected_at: datetime) -> Statement:
         """Rows: the resigned ``(leader_id,)``, or none when the term was not ours."""
         params = {"leader_id": leader_id, "elected_at": _elected_at(elected_at)}
         delete = self.stmt("leader_resign_apply", **params)
-        return StatementChain(self.q["leader_resign"], params, (delete,))
+        return Statement(self.q["leader_resign"], params, (delete,))
 
     def leader_get_elected(self) -> Statement:
         return self.stmt("leader_get_elected")
@@ -318,7 +326,7 @@ class SqliteLeadership:
             "job_schedule_notify", **params, notify_horizon=format_timestamp(now + _NOTIFY_SLACK)
         )
         apply = self.stmt("job_schedule_apply", **params)
-        return StatementChain(self.q["job_schedule"], params, (notify, apply))
+        return Statement(self.q["job_schedule"], params, (notify, apply))
 
     def job_get_stuck(self, *, after_id: int, stuck_horizon: datetime, max: int) -> Statement:
         return self.stmt(

@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from riverboat._sql import Statement
-from riverboat.dialect.postgres import PostgresDialect
+from riverboat.dialect.postgres import CopyBatch, PostgresDialect
 from riverboat.drivers.base import Capabilities, DriverStats, Notification, translate_error
 from riverboat.errors import DriverError, MissingDependencyError
 
@@ -103,6 +103,21 @@ class _Executor:
 
     async def execute(self, stmt: Statement) -> int:
         return await _execute(self._conn, stmt, self._stats)
+
+    async def copy(self, batch: CopyBatch) -> int:
+        """COPY ``batch``'s rows in (binary format): ``insert_many_fast``."""
+        self._stats.count("copy_" + batch.table)
+        asyncpg = _import_asyncpg()
+        try:
+            await self._conn.copy_records_to_table(
+                batch.table,
+                records=batch.rows,
+                columns=list(batch.columns),
+                schema_name=batch.schema,
+            )
+        except _errors(asyncpg) as exc:
+            raise _translate(exc) from exc
+        return len(batch.rows)
 
 
 _CLOSED = object()
@@ -225,7 +240,7 @@ class AsyncpgDriver:
                 f"got {type(source).__name__}"
             )
         # A lone connection has nothing to open a dedicated LISTEN connection from.
-        self.capabilities = Capabilities(listen=self._conn is None, async_=True)
+        self.capabilities = Capabilities(listen=self._conn is None, async_=True, copy=True)
 
     async def _on_connect(self, _conn: Any) -> None:
         self.stats.connections_opened += 1

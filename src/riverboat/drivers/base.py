@@ -75,6 +75,8 @@ class Capabilities:
     listen: bool = False
     sync: bool = False
     async_: bool = False
+    # Its transactions (and wrap()) have copy(CopyBatch): insert_many_fast uses COPY.
+    copy: bool = False
 
 
 @dataclass(slots=True)

@@ -24,11 +24,11 @@ builds an :class:`~riverboat.drivers.psycopg.AsyncPsycopgDriver` from the same
 
 Work functions still use the ORM freely: sync ones run in worker threads, each with its
 own Django connection, which :mod:`riverboat.contrib.django` closes or hands back after
-every job (see :func:`reclaim_connections`).
+every job (see :func:`riverboat.contrib.django.reclaim_connections`).
 
-In async views call the sync client through asgiref: ``await
-sync_to_async(client.insert)(args)``, or :func:`insert_async`, which does just that on
-Django's thread-sensitive executor so it joins the request's ``atomic()`` blocks.
+
+
+
 """
 
 from __future__ import annotations
@@ -42,12 +42,10 @@ from riverboat.drivers.base import Capabilities, DriverStats, translate_error
 from riverboat.errors import DriverError, InvalidInputError, MissingDependencyError
 
 if TYPE_CHECKING:
-    from riverboat._job import InsertOpts, InsertResult
-    from riverboat.client import Client
     from riverboat.dialect.base import Dialect
     from riverboat.drivers.psycopg import AsyncPsycopgDriver
 
-__all__ = ["DjangoDriver", "insert_async", "libpq_params", "reclaim_connections"]
+__all__ = ["DjangoDriver", "libpq_params"]
 
 # Django-only keys of a postgresql DATABASES entry's connection parameters that libpq
 # does not know (get_connection_params() already drops assume_role, pool and the like).
@@ -66,19 +64,12 @@ def _translate(exc: BaseException) -> DriverError:
     return translate_error(exc)
 
 
-def _is_raw(stmt: Statement) -> bool:
-    # Migration DDL (RawQuery) is sent exactly as written: no parameters, no % doubling.
-    from riverboat.migrations._files import RawQuery
-
-    return isinstance(stmt.query, RawQuery)
-
-
 def _run_on(cursor: Any, stmt: Statement, stats: DriverStats, want_rows: bool) -> Any:
     db = _django()
     stats.count(stmt.query.name)
     sql, names = stmt.query.compile("format")
     try:
-        if _is_raw(stmt):
+        if stmt.query.raw:  # migration DDL, sent exactly as written: no % doubling
             cursor.execute(sql)
         else:
             params = stmt.params
@@ -89,7 +80,7 @@ def _run_on(cursor: Any, stmt: Statement, stats: DriverStats, want_rows: bool) -
             result = list(cursor.fetchall()) if cursor.description is not None else []
         else:
             result = int(cursor.rowcount)
-        for follow in getattr(stmt, "then", ()):  # SQLite statement chains
+        for follow in stmt.then:  # SQLite statement chains
             _run_on(cursor, follow, stats, False)
         return result
     except db.Error as exc:
@@ -243,36 +234,3 @@ def libpq_params(alias: str = "default") -> tuple[str, bool]:
     for key in _NOT_LIBPQ:
         params.pop(key, None)
     return make_conninfo("", **{k: v for k, v in params.items() if v is not None}), prepare
-
-
-def reclaim_connections(*, always: bool = False) -> None:
-    """Hand back this thread's Django connections after a unit of work.
-
-    The same as Django's ``close_old_connections()`` at the end of a request: each
-    connection this thread has opened is closed if it is broken, outlived
-    ``CONN_MAX_AGE`` (``0``, the default, means after every job) or was left outside
-    autocommit; with Django's connection pool (``OPTIONS["pool"]``) closing returns it
-    to the pool. ``always=True`` closes every opened connection regardless.
-    A connection still inside an ``atomic()`` block (a job that left one open) is
-    closed too, as Django does: its transaction is rolled back.
-    """
-    db = _django()
-    for conn in db.connections.all(initialized_only=True):
-        if always:
-            conn.close()
-        else:
-            conn.close_if_unusable_or_obsolete()
-
-
-async def insert_async(
-    client: Client, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
-) -> InsertResult:
-    """``client.insert`` from async code (async views), on Django's thread-sensitive
-    executor, so it uses the same connection (and ``atomic()`` blocks) as the ORM's
-    ``sync_to_async`` calls in that request."""
-    from asgiref.sync import sync_to_async
-
-    result: InsertResult = await sync_to_async(client.insert, thread_sensitive=True)(
-        args, opts, kind=kind
-    )
-    return result

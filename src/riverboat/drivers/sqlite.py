@@ -79,10 +79,6 @@ def _params(stmt: Statement) -> Mapping[str, Any]:
     return params if isinstance(params, dict) else dict(params)
 
 
-def _chain(stmt: Statement) -> tuple[Statement, ...]:
-    return tuple(getattr(stmt, "then", ()))
-
-
 def _split_script(sql: str, complete: Callable[[str], bool]) -> list[str]:
     """Split a script into statements; ``complete`` (sqlite3.complete_statement) knows
     about semicolons inside strings, comments and trigger bodies."""
@@ -187,7 +183,7 @@ class _Connection:
         Outside a transaction a lone statement runs in autocommit (and may be retried); a
         chain gets its own IMMEDIATE transaction. Inside a transaction nothing is retried,
         since a half-done transaction cannot be replayed from here."""
-        then = _chain(stmt)
+        then = stmt.then
         if self.in_transaction:
             result = self.run(stmt, want_rows, retry=False)
             for follow in then:
@@ -682,7 +678,7 @@ def _wrap_connection(conn: Any, stats: DriverStats) -> _SyncExecutor:
 
     def run(stmt: Statement, want_rows: bool) -> Any:
         result = run_one(stmt, want_rows)
-        for follow in _chain(stmt):
+        for follow in stmt.then:
             run_one(follow, False)
         return result
 

@@ -66,6 +66,7 @@ class RawQuery(Query):
     rewriting ``:word`` sequences inside it (string literals, casts) would corrupt it."""
 
     __slots__ = ()
+    raw = True
 
     def compile(self, style: ParamStyle) -> tuple[str, tuple[str, ...]]:
         return self.text, ()

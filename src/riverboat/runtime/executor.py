@@ -1,6 +1,6 @@
 """Running one job and turning what happened into a completer update.
 
-The outcome rules are River's (river-compat §5.2): success completes; an error retries
+The outcome rules are River's (its executor's completion rules): success completes; an error retries
 with backoff (straight to ``available`` when the retry is ≤ 5s away) or discards once
 attempts are used up; ``JobCancel`` cancels; ``JobSnooze`` reschedules without counting
 the attempt; a hard stop interrupts (attempt rolled back, available now, errors unchanged:
@@ -27,6 +27,7 @@ from typing import Any
 from riverboat._job import AttemptError, JobRow, JobState
 from riverboat._json import go_json_dumps
 from riverboat.dialect.base import JobStateUpdate
+from riverboat.error_handler import run_error_handlers
 from riverboat.errors import UnknownJobKindError
 from riverboat.middleware import call_with_middleware
 from riverboat.runtime.completer import PendingCompletion
@@ -40,6 +41,7 @@ from riverboat.runtime.worker import (
     Workers,
     _work_context,
     _WorkContext,
+    call_timeout_fn,
 )
 
 __all__ = ["ExecutorConfig", "JobTimeoutError", "execute_job", "timeout_for"]
@@ -137,9 +139,20 @@ def _error_entry(row: JobRow, started: datetime, exc: BaseException) -> str:
     return AttemptError(started, row.attempt, message, trace).to_json()
 
 
-def timeout_for(worker: RegisteredWorker | None, default: float | None) -> float | None:
-    """The seconds a job of this worker may run, or None for no limit."""
-    value = worker.timeout if worker is not None and worker.timeout is not None else default
+def timeout_for(
+    worker: RegisteredWorker | None, default: float | None, job: Job[Any] | JobRow | None = None
+) -> float | None:
+    """The seconds a job of this worker may run, or None for no limit. A worker with a
+    per-job timeout function is asked with ``job`` (a row is decoded for it)."""
+    own = worker.timeout if worker is not None else None
+    if worker is not None and worker.timeout_fn is not None and job is not None:
+        if isinstance(job, JobRow):
+            try:
+                job = Job(job, worker.decode(job))
+            except Exception:
+                job = None  # the executor reports the decode error; use the default
+        own = call_timeout_fn(worker, job) if job is not None else None
+    value = own if own is not None else default
     if value is None or value == -1 or value <= 0:
         return None
     return value
@@ -189,19 +202,19 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
         if worker is None:
             raise UnknownJobKindError(row.kind)
         state.cancellable = worker.is_async
-        job = Job(row, worker.decode(row))
+        job = Job(row, worker.decode(row), ctx)
         state.job = job
-        if config.middleware is None and not worker.middleware:
+        if (config.middleware is None or not config.middleware.has_work) and not worker.middleware:
             await _call(
                 worker,
                 job,
                 ctx,
-                timeout_for(worker, config.job_timeout),
+                timeout_for(worker, config.job_timeout, job),
                 config.thread_pool,
                 state.deadline is not None and worker.is_async,
             )
         else:
-            timeout = timeout_for(worker, config.job_timeout)
+            timeout = timeout_for(worker, config.job_timeout, job)
             watched = state.deadline is not None and worker.is_async
 
             def inner(target: RegisteredWorker) -> Any:
@@ -227,6 +240,16 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
     if state.cancelled_remotely and error is not None and not isinstance(error, JobCancel):
         # River: an error after a remote cancel becomes the cancellation.
         error = JobCancel(JobCancelledRemotely())
+    if ctx.resumable is not None:
+        error = ctx.resumable.finish(error, state.interrupted, ctx.metadata_updates)
+    if (
+        error is not None
+        and config.middleware is not None
+        and config.middleware.error_handlers
+        and not isinstance(error, (JobSnooze, JobCancel))
+    ):
+        if await run_error_handlers(config.middleware.error_handlers, row, error):
+            error = JobCancel(error)
     run_duration = time.monotonic() - started_mono
     update, kind = _outcome(row, error, ctx, state, worker, config, started)
     if kind is EventKind.JOB_FAILED and error is not None:

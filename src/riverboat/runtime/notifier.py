@@ -42,8 +42,16 @@ class Notifier:
     def subscribe(self, topic: str, handler: Handler) -> None:
         self._handlers[topic].append(handler)
 
+    def unsubscribe(self, topic: str, handler: Handler) -> None:
+        if handler in self._handlers[topic]:
+            self._handlers[topic].remove(handler)
+
     def on_reconnect(self, handler: Callable[[], None]) -> None:
         self._reconnect_handlers.append(handler)
+
+    def off_reconnect(self, handler: Callable[[], None]) -> None:
+        if handler in self._reconnect_handlers:
+            self._reconnect_handlers.remove(handler)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="riverboat-notifier")

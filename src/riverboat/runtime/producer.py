@@ -4,6 +4,15 @@ Wake-ups come from insert notifications for this queue, the poll timer (with jit
 freed slot after a full batch, resume, and local inserts. Fetches are debounced: the
 first wake-up fetches at once, more within ``fetch_cooldown`` collapse into one fetch at
 the end of the cooldown (River's leading-edge debounce).
+
+Refill (riverboat's policy, not River's): while the last fetch came back full there is
+a backlog, and waiting out the cooldown would cap the queue at ``max_workers`` jobs per
+cooldown (200 jobs/s for 20 workers at River's 100 ms). So when the cooldown is the
+default (neither the client nor the queue set one), a fetch that came back full is
+followed by the next one as soon as half the slots are free, cooldown or not: at most
+two claims per ``max_workers`` jobs. A fetch that came back short (no backlog), and
+every notification or poll wake-up, still waits out the cooldown. A cooldown the user
+set is kept for every fetch, as River does.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from riverboat.runtime.executor import ExecutorConfig, RunState, execute_job, ti
 from riverboat.runtime.threads import DaemonThreadPool
 from riverboat.runtime.undecodable import undecodable_outcome
 
-__all__ = ["Producer", "QueueConfig"]
+__all__ = ["DEFAULT_FETCH_COOLDOWN", "Producer", "QueueConfig"]
 
 if sys.version_info >= (3, 12):
 
@@ -49,12 +58,15 @@ QUEUE_REPORT_INTERVAL = 600.0  # River refreshes river_queue.updated_at every 10
 # resumes made by other clients still take effect.
 QUEUE_POLL_INTERVAL = 2.0
 MAX_WORKERS_LIMIT = 10_000
+DEFAULT_FETCH_COOLDOWN = 0.1  # River's FetchCooldownDefault
 
 
 @dataclass(slots=True, frozen=True)
 class QueueConfig:
     """A queue this client works. ``None`` cooldown/poll take the client's defaults
-    (River: 100 ms and 1 s)."""
+    (River: 100 ms and 1 s). With the default cooldown a backlog is refilled without
+    waiting it out (see the module's docstring); setting ``fetch_cooldown`` here or on the
+    client keeps it between every two fetches, as River does."""
 
     max_workers: int = 100
     fetch_cooldown: float | None = None
@@ -74,6 +86,7 @@ class Producer:
         fetch_cooldown: float,
         fetch_poll_interval: float,
         emit: Callable[[Event], None],
+        refill_without_cooldown: bool = False,
     ) -> None:
         self.queue = queue
         self.max_workers = config.max_workers
@@ -99,6 +112,11 @@ class Producer:
         self._active: dict[int, tuple[asyncio.Task[None], RunState]] = {}
         self._slots_held = 0  # slots taken by running jobs
         self._fetch_when_slots_free = False
+        self._refill_without_cooldown = refill_without_cooldown
+        # Free slots that let a refill skip the cooldown: half the queue, so a backlog
+        # costs at most two claims per max_workers jobs.
+        self._refill_at = max(1, -(-config.max_workers // 2))
+        self._refill = asyncio.Event()
         self._stopping = False
         self._interrupting = False  # a hard stop began: jobs still starting are handed back
         # Sync jobs whose threads were still running when a hard stop handed them back.
@@ -191,11 +209,17 @@ class Producer:
             if self._stopping:
                 break
             wait = self._cooldown - (time.monotonic() - last_fetch)
-            if wait > 0:
-                await asyncio.sleep(wait)
+            if wait > 0 and not self._refill.is_set():
+                # A backlog refill (enough slots freed after a full fetch, with the default
+                # cooldown) or a stop cuts the cooldown short; anything else waits it out.
+                try:
+                    await asyncio.wait_for(self._refill.wait(), wait)
+                except TimeoutError:
+                    pass
                 if self._stopping:
                     break
             self._wake.clear()
+            self._refill.clear()
             if time.monotonic() >= next_report:
                 next_report = time.monotonic() + QUEUE_REPORT_INTERVAL
                 await self._report_queue()
@@ -253,11 +277,8 @@ class Producer:
             log.warning("producer %s: refreshing river_queue failed: %s", self.queue, exc)
 
     async def _poll_queue_state(self) -> None:
-        queue_get = getattr(self._dialect, "queue_get", None)
-        if queue_get is None:
-            return
         try:
-            rows = await self._driver.fetch(queue_get(self.queue))
+            rows = await self._driver.fetch(self._dialect.queue_get(self.queue))
         except DriverError as exc:
             log.warning("producer %s: reading the queue's state failed: %s", self.queue, exc)
             return
@@ -270,7 +291,7 @@ class Producer:
         worker = self._exec_config.workers.get(row.kind)
         if worker is not None:
             state.cancellable = worker.is_async
-            timeout = timeout_for(worker, self._exec_config.job_timeout)
+            timeout = timeout_for(worker, self._exec_config.job_timeout, row)
             if timeout is not None:
                 state.timeout = timeout
                 state.deadline = deadline = self._loop_time() + timeout
@@ -340,8 +361,12 @@ class Producer:
         if self._slots_held == 0 and not self._active:
             self._idle.set()
         if self._fetch_when_slots_free:
-            self._fetch_when_slots_free = False
             self._wake.set()
+            if not self._refill_without_cooldown:
+                self._fetch_when_slots_free = False  # River: one wake-up, after the cooldown
+            elif self.max_workers - self._slots_held >= self._refill_at:
+                self._fetch_when_slots_free = False
+                self._refill.set()
 
     async def _work(self, row: JobRow, state: RunState) -> None:
         started = self._loop_time()
@@ -396,6 +421,7 @@ class Producer:
         :meth:`interrupt_running` may also be called while this waits."""
         self._stopping = True
         self._wake.set()
+        self._refill.set()
         if self._task is not None:
             await self._task
             self._task = None

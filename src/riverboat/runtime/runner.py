@@ -11,18 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from riverboat._insert import InsertDefaults, validate_queue
-from riverboat.errors import InvalidInputError
+from riverboat.errors import InvalidInputError, NotFoundError
 from riverboat.runtime.completer import Completer
 from riverboat.runtime.events import Event, EventKind, Subscription
 from riverboat.runtime.executor import ExecutorConfig
 from riverboat.runtime.notifier import Notifier
-from riverboat.runtime.producer import MAX_WORKERS_LIMIT, Producer, QueueConfig
+from riverboat.runtime.producer import (
+    DEFAULT_FETCH_COOLDOWN,
+    MAX_WORKERS_LIMIT,
+    Producer,
+    QueueConfig,
+)
 from riverboat.runtime.retry import RetryPolicy
+from riverboat.runtime.sync_events import SyncSubscription
 from riverboat.runtime.worker import Workers
 
 __all__ = ["DEFAULT_SOFT_STOP_TIMEOUT", "IDLE_HORIZON", "Runtime", "RuntimeConfig"]
@@ -44,9 +50,10 @@ IDLE_HORIZON = 5.0
 
 @dataclass(slots=True)
 class RuntimeConfig:
-    queues: Mapping[str, QueueConfig]
+    queues: dict[str, QueueConfig]  # queue_add / queue_remove change it
     workers: Workers
-    fetch_cooldown: float = 0.1
+    # None: River's 100 ms, with backlog refills not waiting for it (runtime/producer.py).
+    fetch_cooldown: float | None = None
     fetch_poll_interval: float = 1.0
     job_timeout: float | None = 60.0
     poll_only: bool = False
@@ -84,9 +91,9 @@ class RuntimeConfig:
                 value = getattr(cfg, attr)
                 if value is not None and (not isinstance(value, (int, float)) or value < 0.001):
                     raise InvalidInputError(f"queues[{name!r}].{attr}", "must be ≥ 0.001 s")
-        if self.fetch_cooldown < 0.001:
+        if self.fetch_cooldown is not None and self.fetch_cooldown < 0.001:
             raise InvalidInputError("fetch_cooldown", "must be at least 0.001 s")
-        if self.fetch_poll_interval < self.fetch_cooldown:
+        if self.fetch_poll_interval < (self.fetch_cooldown or DEFAULT_FETCH_COOLDOWN):
             raise InvalidInputError("fetch_poll_interval", "must be ≥ fetch_cooldown")
         if self.job_timeout is not None and self.job_timeout <= 0 and self.job_timeout != -1:
             raise InvalidInputError("job_timeout", "must be positive, -1 (none) or None")
@@ -112,7 +119,8 @@ class Runtime:
         self.driver = driver
         self.client_id = client_id
         self.config = config
-        self._subscriptions: list[Subscription] = []
+        # Subscription (asyncio) or, for the sync Client, SyncSubscription
+        self._subscriptions: list[Subscription | SyncSubscription] = []
         self.completer: Completer | None = None
         self.notifier: Notifier | None = None
         self.producers: dict[str, Producer] = {}
@@ -121,6 +129,10 @@ class Runtime:
         self.schema_name = ""
         self._extra_services: list[Any] = []
         self.on_start: list[Callable[[Runtime], Any]] = []
+        # The live periodic job set (client.periodic_jobs): checked here, before start.
+        from riverboat.runtime.maintenance.periodic import PeriodicJobs
+
+        self.periodic_jobs = PeriodicJobs(config.periodic_jobs)
 
     # -- events ----------------------------------------------------------------------
     def subscribe(self, kinds: Iterable[EventKind | str], maxsize: int = 1000) -> Subscription:
@@ -129,7 +141,7 @@ class Runtime:
         self._subscriptions.append(sub)
         return sub
 
-    def _unsubscribe(self, sub: Subscription) -> None:
+    def _unsubscribe(self, sub: Subscription | SyncSubscription) -> None:
         if sub in self._subscriptions:
             self._subscriptions.remove(sub)
 
@@ -165,20 +177,11 @@ class Runtime:
             cfg.job_timeout,
             cfg.retry_policy,
             None,
-            stack if stack is not None and stack.has_work else None,
+            stack if stack is not None and (stack.has_work or stack.error_handlers) else None,
         )
+        self._executor_config = executor_config
         for name, qcfg in cfg.queues.items():
-            self.producers[name] = Producer(
-                queue=name,
-                config=qcfg,
-                driver=self.driver,
-                client_id=self.client_id,
-                completer=self.completer,
-                executor_config=executor_config,
-                fetch_cooldown=qcfg.fetch_cooldown or cfg.fetch_cooldown,
-                fetch_poll_interval=qcfg.fetch_poll_interval or cfg.fetch_poll_interval,
-                emit=self._emit,
-            )
+            self.producers[name] = self._make_producer(name, qcfg)
         if not cfg.poll_only and self.driver.capabilities.listen:
             self.notifier = Notifier(self.driver, self.schema_name)
             for producer in self.producers.values():
@@ -197,14 +200,61 @@ class Runtime:
         self.started = True
         self._stopped.clear()
 
+    def _make_producer(self, name: str, qcfg: QueueConfig) -> Producer:
+        cfg = self.config
+        assert self.completer is not None  # made by start() before any producer
+        return Producer(
+            queue=name,
+            config=qcfg,
+            driver=self.driver,
+            client_id=self.client_id,
+            completer=self.completer,
+            executor_config=self._executor_config,
+            fetch_cooldown=qcfg.fetch_cooldown or cfg.fetch_cooldown or DEFAULT_FETCH_COOLDOWN,
+            fetch_poll_interval=qcfg.fetch_poll_interval or cfg.fetch_poll_interval,
+            emit=self._emit,
+            refill_without_cooldown=qcfg.fetch_cooldown is None and cfg.fetch_cooldown is None,
+        )
+
+    # -- queues at runtime (River's client.Queues().Add / Remove) ------------------------
+    async def add_queue(self, name: str, qcfg: QueueConfig) -> None:
+        """Work ``name`` too: at once when running, from the next start otherwise."""
+        name = validate_queue(name)
+        if not isinstance(qcfg, QueueConfig):
+            raise InvalidInputError("config", "must be a riverboat.QueueConfig")
+        if name in self.config.queues:
+            raise InvalidInputError("queue", f"{name!r} is already worked by this client")
+        self.config.queues[name] = qcfg
+        if not self.started:
+            return
+        producer = self.producers[name] = self._make_producer(name, qcfg)
+        if self.notifier is not None:
+            self.notifier.subscribe("river_insert", producer.handle_insert)
+            self.notifier.subscribe("river_control", producer.handle_control)
+            self.notifier.on_reconnect(producer.wake)
+        producer.poll_queue_state = self.notifier is None
+        await producer.start()
+
+    async def remove_queue(self, name: str) -> None:
+        """Stop working ``name``: its producer stops fetching and this returns once its
+        running jobs have finished and their outcomes are buffered (River's Remove)."""
+        if name not in self.config.queues:
+            raise NotFoundError(f"queue {name!r} is not worked by this client")
+        del self.config.queues[name]
+        producer = self.producers.pop(name, None)
+        if producer is None:
+            return
+        if self.notifier is not None:
+            self.notifier.unsubscribe("river_insert", producer.handle_insert)
+            self.notifier.unsubscribe("river_control", producer.handle_control)
+            self.notifier.off_reconnect(producer.wake)
+        await producer.stop()
+
     # -- leader election and maintenance (riverboat.runtime.elector / .maintenance) -----
     def _start_leadership(self) -> None:
-        """Run for leader, and run the maintenance services while leading; only when the
-        dialect has the leadership statements."""
+        """Run for leader, and run the maintenance services while leading."""
         self.elector: Any = None
         self.maintainer: Any = None
-        if not hasattr(self.driver.dialect, "leader_attempt_elect"):
-            return
         from riverboat.runtime.elector import Elector
         from riverboat.runtime.maintenance import (
             Maintainer,
@@ -225,10 +275,11 @@ class Runtime:
             retry_policy=cfg.retry_policy,
             job_timeout=cfg.job_timeout,
             wake_queues=self.wake_queues,
+            middleware=cfg.middleware,
         )
         self.elector = Elector(self.driver, self.client_id, mcfg.elector, notifier=self.notifier)
         self.maintainer = Maintainer(
-            self.elector, build_services(ctx, cfg.periodic_jobs, cfg.insert_defaults)
+            self.elector, build_services(ctx, self.periodic_jobs, cfg.insert_defaults)
         )
         self.maintainer.start()
         self.elector.start()

@@ -12,15 +12,18 @@ import contextvars
 import dataclasses
 import inspect
 import json
+import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from riverboat._insert import validate_kind
 from riverboat._job import AttemptError, JobRow
 from riverboat._json import go_json_dumps
 from riverboat.errors import InvalidInputError
+from riverboat.middleware import normalize_many
+from riverboat.runtime.outcomes import JobCancel, JobSnooze
 
 __all__ = [
     "Job",
@@ -29,42 +32,41 @@ __all__ = [
     "Worker",
     "Workers",
     "record_output",
+    "set_metadata",
 ]
 
 T = TypeVar("T")
 
+log = logging.getLogger("riverboat.executor")
+
 OUTPUT_MAX_BYTES = 32 * 1024 * 1024  # River's limit for recorded output
-
-
-class JobSnooze(Exception):
-    """Raise from a work function to try the job again after ``seconds`` without counting
-    an attempt (River's ``JobSnooze``). ``0`` makes it available again at once."""
-
-    def __init__(self, seconds: float | timedelta) -> None:
-        delay = seconds.total_seconds() if isinstance(seconds, timedelta) else float(seconds)
-        if delay < 0:
-            raise InvalidInputError("seconds", "snooze duration must not be negative")
-        super().__init__(f"job snoozed for {delay:g}s")
-        self.seconds = delay
-
-
-class JobCancel(Exception):
-    """Raise from a work function to cancel the job for good, recording ``reason`` as its
-    error, whatever attempts remain (River's ``JobCancel``)."""
-
-    def __init__(self, reason: str | BaseException = "job cancelled") -> None:
-        super().__init__(str(reason))
-        self.reason = reason
 
 
 @dataclass(slots=True)
 class _WorkContext:
     metadata_updates: dict[str, Any] = dataclasses.field(default_factory=dict)
+    resumable: Any = None  # riverboat.resumable.ResumableState, made by the first step
 
 
 _work_context: contextvars.ContextVar[_WorkContext | None] = contextvars.ContextVar(
     "riverboat_work_context", default=None
 )
+
+
+def _staged_value(key: object, value: Any) -> Any:
+    if not isinstance(key, str) or not key:
+        raise InvalidInputError("key", "metadata keys must be non-empty strings")
+    return json.loads(go_json_dumps(value))  # a copy, and non-JSON values fail here
+
+
+def set_metadata(key: str, value: Any) -> None:
+    """Stage ``metadata[key] = value`` for the job being worked (River's ``MetadataSet``):
+    it is written with the job's outcome, in the same statement, whatever the outcome.
+    The same as ``job.set_metadata(key, value)``, for code that has no ``job`` at hand."""
+    ctx = _work_context.get()
+    if ctx is None:
+        raise RuntimeError("set_metadata() can only be called while a job is being worked")
+    ctx.metadata_updates[key] = _staged_value(key, value)
 
 
 def record_output(value: Any) -> None:
@@ -82,12 +84,13 @@ def record_output(value: Any) -> None:
 class Job(Generic[T]):
     """What a work function receives: the row, plus args decoded into the worker's type."""
 
-    __slots__ = ("_cancel_requested", "args", "row")
+    __slots__ = ("_cancel_requested", "_ctx", "args", "row")
 
-    def __init__(self, row: JobRow, args: T) -> None:
+    def __init__(self, row: JobRow, args: T, _ctx: _WorkContext | None = None) -> None:
         self.row = row
         self.args = args
         self._cancel_requested = False
+        self._ctx = _ctx
 
     id = property(lambda self: self.row.id)
     kind = property(lambda self: self.row.kind)
@@ -110,6 +113,48 @@ class Job(Generic[T]):
         """True once someone cancelled this running job remotely. Sync work functions
         cannot be interrupted, so long-running ones should check this and stop."""
         return self._cancel_requested
+
+    def set_metadata(self, key: str, value: Any) -> None:
+        """Stage ``metadata[key] = value`` (JSON-serialisable), written with the job's
+        outcome in the same statement as its completion, retry, snooze or cancellation
+        (River's ``MetadataSet``). Callable from the work function and from middleware,
+        before or after ``call_next``. A later value for the same key wins; keys the
+        worker doesn't stage keep their stored values."""
+        if self._ctx is None:
+            raise RuntimeError("set_metadata() works only on a job the client is working")
+        self._ctx.metadata_updates[key] = _staged_value(key, value)
+
+    def _resumable(self) -> Any:
+        if self._ctx is None:
+            raise RuntimeError("resumable steps work only on a job the client is working")
+        if self._ctx.resumable is None:
+            from riverboat.resumable import ResumableState
+
+            self._ctx.resumable = ResumableState(self.row.metadata)
+        return self._ctx.resumable
+
+    def step(self, name: str, fn: Callable[[], Any]) -> Any:
+        """Run ``fn()`` as the resumable step ``name`` (River's ``ResumableStep``), or
+        skip it when an earlier attempt got past it; returns ``fn``'s result (``None``
+        when skipped). An ``async def`` step returns an awaitable: ``await job.step(...)``.
+        Step names must be unique within the work function. See
+        :mod:`riverboat.resumable`."""
+        return self._resumable().step(name, fn, False)
+
+    def step_cursor(self, name: str, fn: Callable[[Any], Any]) -> Any:
+        """A resumable step that receives the cursor an earlier attempt recorded for it
+        with :meth:`set_cursor` (``None`` the first time), River's ``ResumableStepCursor``."""
+        return self._resumable().step(name, fn, True)
+
+    def set_cursor(self, value: Any) -> None:
+        """Record ``value`` (JSON-serialisable) as the running cursor step's position,
+        stored if this attempt doesn't succeed (River's ``ResumableSetCursor``)."""
+        self._resumable().set_cursor(value)
+
+    @property
+    def staged_metadata(self) -> dict[str, Any]:
+        """What this attempt has staged so far (a copy), as it will be merged."""
+        return dict(self._ctx.metadata_updates) if self._ctx is not None else {}
 
     def __repr__(self) -> str:
         return f"Job(id={self.row.id}, kind={self.row.kind!r}, attempt={self.row.attempt})"
@@ -150,7 +195,9 @@ class Worker(Generic[T]):
     """Base class for class-based workers.
 
     Set ``kind`` (or ``args_type`` with a ``kind`` attribute), implement ``work`` (sync or
-    async), and optionally ``timeout`` (seconds; ``None`` = client default, ``-1`` = none)
+    async), and optionally ``timeout`` (seconds; ``None`` = client default, ``-1`` = none;
+    or a method ``timeout(self, job)`` returning one of those per job, River's
+    ``Worker.Timeout(job)``)
     and ``next_retry(job)`` returning a datetime (``None`` = the default policy), and
     ``middleware``, a list wrapping this worker's jobs (see :mod:`riverboat.middleware`).
     """
@@ -159,6 +206,7 @@ class Worker(Generic[T]):
     args_type: Any = None
     timeout: float | None = None
     middleware: Sequence[Any] = ()
+    kind_aliases: Sequence[str] = ()
 
     def work(self, job: Job[T]) -> Any | Awaitable[Any]:
         raise NotImplementedError
@@ -176,6 +224,9 @@ class RegisteredWorker:
     timeout: float | None
     next_retry: Callable[[Job[Any]], datetime | None] | None
     middleware: tuple[Any, ...] = ()
+    # A per-job timeout (River's Worker.Timeout(job)): Worker.timeout as a method, or
+    # register(timeout=fn). Used instead of ``timeout`` when set.
+    timeout_fn: Callable[[Job[Any]], float | None] | None = None
 
 
 class Workers:
@@ -183,26 +234,38 @@ class Workers:
 
     def __init__(self) -> None:
         self._by_kind: dict[str, RegisteredWorker] = {}
+        # Old kinds still worked by a renamed worker (River's JobArgsWithKindAliases).
+        self._aliases: dict[str, RegisteredWorker] = {}
 
     def _add(
         self,
         kind: str,
         fn: WorkFn,
         args_type: Any,
-        timeout: float | None,
+        timeout: float | Callable[[Job[Any]], float | None] | None,
         next_retry: Callable[[Job[Any]], datetime | None] | None,
         middleware: Sequence[Any] | None = None,
+        kind_aliases: Sequence[str] | None = None,
     ) -> None:
         validate_kind(kind)
-        if kind in self._by_kind:
+        if kind in self:
             raise InvalidInputError("kind", f"a worker for {kind!r} is already registered")
+        timeout_fn = None
+        if callable(timeout):
+            timeout_fn, timeout = timeout, None
+        aliases = _kind_aliases(kind_aliases, kind)
+        for alias in aliases:
+            if alias in self:
+                raise InvalidInputError(
+                    "kind_aliases", f"a worker for {alias!r} is already registered"
+                )
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, (int, float))
         ):
             raise InvalidInputError("timeout", "must be seconds (a number), -1 or None")
         if timeout is not None and timeout <= 0 and timeout != -1:
             raise InvalidInputError("timeout", "must be positive, -1 (no timeout) or None")
-        self._by_kind[kind] = RegisteredWorker(
+        registered = self._by_kind[kind] = RegisteredWorker(
             kind=kind,
             fn=fn,
             is_async=inspect.iscoroutinefunction(fn),
@@ -210,19 +273,26 @@ class Workers:
             timeout=timeout,
             next_retry=next_retry,
             middleware=_middleware(middleware, kind),
+            timeout_fn=timeout_fn,
         )
+        for alias in aliases:
+            self._aliases[alias] = registered
 
     def register(
         self,
         kind_or_args: str | type | None = None,
         *,
         args_type: Any = None,
-        timeout: float | None = None,
+        timeout: float | Callable[[Job[Any]], float | None] | None = None,
         next_retry: Callable[[Job[Any]], datetime | None] | None = None,
         middleware: Sequence[Any] | None = None,
+        kind_aliases: Sequence[str] | None = None,
     ) -> Callable[[WorkFn], WorkFn]:
         """Decorator: ``@workers.register("email")`` or ``@workers.register(EmailArgs)``.
-        ``middleware`` wraps this kind's jobs inside the client's own."""
+        ``middleware`` wraps this kind's jobs inside the client's own. ``kind_aliases``
+        (default: the args type's ``kind_aliases`` attribute) are former kinds this
+        worker still works, River's ``JobArgsWithKindAliases``: rename a kind by keeping
+        the old name as an alias until no job of it is left."""
         if isinstance(kind_or_args, type):
             args_type = kind_or_args
             kind = getattr(kind_or_args, "kind", None)
@@ -231,8 +301,11 @@ class Workers:
         if not isinstance(kind, str):
             raise InvalidInputError("kind", "give a kind, or an args type with a kind attribute")
 
+        if kind_aliases is None:
+            kind_aliases = getattr(args_type, "kind_aliases", None)
+
         def decorate(fn: WorkFn) -> WorkFn:
-            self._add(kind, fn, args_type, timeout, next_retry, middleware)
+            self._add(kind, fn, args_type, timeout, next_retry, middleware, kind_aliases)
             return fn
 
         return decorate
@@ -250,16 +323,21 @@ class Workers:
             worker.timeout,
             worker.next_retry if custom_retry else None,
             worker.middleware,
+            getattr(worker, "kind_aliases", None)
+            or getattr(worker.args_type, "kind_aliases", None),
         )
 
     def get(self, kind: str) -> RegisteredWorker | None:
-        return self._by_kind.get(kind)
+        worker = self._by_kind.get(kind)
+        if worker is None and self._aliases:
+            return self._aliases.get(kind)
+        return worker
 
     def kinds(self) -> list[str]:
         return sorted(self._by_kind)
 
     def __contains__(self, kind: object) -> bool:
-        return kind in self._by_kind
+        return kind in self._by_kind or kind in self._aliases
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._by_kind)
@@ -268,9 +346,45 @@ class Workers:
         return len(self._by_kind)
 
 
+def call_timeout_fn(worker: RegisteredWorker, job: Job[Any]) -> float | None:
+    """The worker's timeout for ``job`` from its per-job function: seconds, -1 (none) or
+    None (the client's default). A function that fails or returns something else is
+    logged and the default applies."""
+    assert worker.timeout_fn is not None
+    try:
+        value = worker.timeout_fn(job)
+    except Exception:
+        log.exception("job %d (%s): the worker's timeout(job) failed", job.id, job.kind)
+        return None
+    if value is None or (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and (value > 0 or value == -1)
+    ):
+        return value
+    log.error(
+        "job %d (%s): timeout(job) returned %r; expected seconds, -1 or None",
+        job.id,
+        job.kind,
+        value,
+    )
+    return None
+
+
+def _kind_aliases(items: Sequence[str] | None, kind: str) -> tuple[str, ...]:
+    if not items:
+        return ()
+    if isinstance(items, str) or not isinstance(items, Sequence):
+        raise InvalidInputError("kind_aliases", "must be a list of kinds")
+    aliases = tuple(items)
+    for alias in aliases:
+        validate_kind(alias, "kind_aliases")
+    if kind in aliases or len(set(aliases)) != len(aliases):
+        raise InvalidInputError("kind_aliases", f"repeat neither {kind!r} nor an alias")
+    return aliases
+
+
 def _middleware(items: Sequence[Any] | None, kind: str) -> tuple[Any, ...]:
     if not items:
         return ()
-    from riverboat.middleware import normalize_many
-
     return normalize_many(items, f"workers[{kind!r}].middleware")

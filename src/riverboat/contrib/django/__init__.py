@@ -4,7 +4,7 @@
   (:class:`~riverboat.drivers.django.DjangoDriver`), so inserts join ``atomic()``.
 * ``python manage.py riverboat migrate up|down|list`` and ``riverboat worker``.
 * Connection hygiene: once the app is ready, every sync job's worker thread hands back
-  its Django connections when the job ends (:func:`~riverboat.drivers.django.reclaim_connections`).
+  its Django connections when the job ends (:func:`~riverboat.contrib.django.reclaim_connections`).
 * :class:`riverboat.contrib.django.tasks.RiverboatBackend` — a backend for Django's tasks
   framework (``django.tasks`` / the ``django-tasks`` backport).
 
@@ -22,15 +22,14 @@ Settings (all optional)::
 
 from __future__ import annotations
 
+from riverboat.contrib.django.connections import insert_async, reclaim_connections
+from riverboat.contrib.django.runtime import get_workers, make_async_client
 from riverboat.contrib.django.settings import (
     RiverboatSettings,
     get_client,
     get_driver,
     get_settings,
-    get_workers,
-    make_async_client,
 )
-from riverboat.drivers.django import insert_async, reclaim_connections
 
 __all__ = [
     "RiverboatSettings",

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from django.apps import AppConfig
 
+from riverboat.contrib.django.connections import reclaim_connections
+
 __all__ = ["RiverboatConfig", "install_connection_hook", "uninstall_connection_hook"]
 
 
 def _reclaim_obsolete() -> None:
-    from riverboat.drivers.django import reclaim_connections
-
     reclaim_connections()
 
 
 def _reclaim_always() -> None:
-    from riverboat.drivers.django import reclaim_connections
-
     reclaim_connections(always=True)
 
 

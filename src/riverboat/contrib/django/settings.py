@@ -8,19 +8,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from riverboat.client import AsyncClient, Client
+from riverboat.client import Client
 from riverboat.drivers.django import DjangoDriver
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Workers
 
 __all__ = [
     "RiverboatSettings",
     "get_client",
     "get_driver",
     "get_settings",
-    "get_workers",
-    "make_async_client",
 ]
 
 _KEYS = frozenset(
@@ -120,46 +117,6 @@ def _load(spec: str) -> Any:
     for part in attr.split("."):
         obj = getattr(obj, part)
     return obj
-
-
-def get_workers() -> Workers:
-    """The configured worker registry, falling back to Django tasks' kinds when the
-    tasks framework is installed (see :mod:`riverboat.contrib.django.tasks`)."""
-    conf = get_settings()
-    base: Workers | None = None
-    if conf.workers:
-        obj = _load(conf.workers)
-        if callable(obj) and not isinstance(obj, Workers):
-            obj = obj()
-        if not isinstance(obj, Workers):
-            raise InvalidInputError(
-                "RIVERBOAT['WORKERS']", f"{conf.workers} is a {type(obj).__name__}, not Workers"
-            )
-        base = obj
-    try:
-        from riverboat.contrib.django.tasks import TaskWorkers
-    except ImportError:  # neither django.tasks nor django-tasks is installed
-        return base if base is not None else Workers()
-    return TaskWorkers(base)
-
-
-def make_async_client(**overrides: Any) -> AsyncClient:
-    """An AsyncClient with the configured queues and workers, on an async psycopg driver
-    built from the Django database settings (the runtime does not use Django's
-    thread-bound connections). A zero-argument factory for ``riverboat worker``."""
-    import django
-    from django.apps import apps
-
-    if not apps.ready:  # a fresh process (riverboat worker --processes N)
-        django.setup()
-    conf = get_settings()
-    driver = get_driver().async_driver()
-    options: dict[str, Any] = {"queues": conf.queues, "workers": get_workers()}
-    options.update(conf.client_options)
-    options.update(overrides)
-    client = AsyncClient(driver, **options)
-    client._owns_driver = True  # the driver was made here: client.close() closes it
-    return client
 
 
 def _reset(**kwargs: Any) -> None:

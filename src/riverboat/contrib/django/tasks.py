@@ -36,7 +36,9 @@ import importlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from riverboat._insert import validate_kind, validate_queue
 from riverboat._job import InsertOpts, JobRow, JobState
+from riverboat.contrib.django.settings import get_client
 from riverboat.errors import InvalidInputError, NotFoundError
 from riverboat.runtime.worker import (
     Job,
@@ -171,8 +173,6 @@ class RiverboatBackend(BaseTaskBackend):  # type: ignore[misc]
         self.queue_map: dict[str, str] = dict(options.get("QUEUE_MAP") or {})
 
     def _client(self) -> Any:
-        from riverboat.contrib.django.settings import get_client
-
         return get_client(self.database_alias, self.schema)
 
     def river_queue(self, queue_name: str) -> str:
@@ -180,8 +180,6 @@ class RiverboatBackend(BaseTaskBackend):  # type: ignore[misc]
 
     def validate_task(self, task: Any) -> None:
         super().validate_task(task)
-        from riverboat._insert import validate_kind, validate_queue
-
         try:
             validate_kind(task.module_path)
             validate_queue(self.river_queue(task.queue_name))

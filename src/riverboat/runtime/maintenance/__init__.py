@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from riverboat._insert import InsertDefaults
+from riverboat.dialect.base import NotificationOutbox
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.elector import ElectorConfig
 from riverboat.runtime.maintenance._service import (
@@ -38,7 +39,7 @@ from riverboat.runtime.maintenance._service import (
     ServiceStats,
     backoff_delay,
 )
-from riverboat.runtime.maintenance.periodic import PeriodicJob
+from riverboat.runtime.maintenance.periodic import PeriodicJob, PeriodicJobs
 
 __all__ = [
     "Maintainer",
@@ -189,7 +190,7 @@ class MaintenanceConfig:
 
 def build_services(
     ctx: MaintenanceContext,
-    periodic_jobs: Sequence[PeriodicJob],
+    periodic_jobs: Sequence[PeriodicJob] | PeriodicJobs,
     insert_defaults: InsertDefaults | None = None,
 ) -> list[Service]:
     """The services this dialect supports; periodic jobs use the client's insert
@@ -200,19 +201,17 @@ def build_services(
     from riverboat.runtime.maintenance.rescuer import JobRescuer
     from riverboat.runtime.maintenance.scheduler import JobScheduler
 
-    dialect = ctx.dialect
-    services: list[Service] = []
-    if hasattr(dialect, "job_schedule"):
-        services.append(JobScheduler(ctx))
-    if hasattr(dialect, "job_get_stuck") and hasattr(dialect, "job_rescue_many"):
-        services.append(JobRescuer(ctx))
-    if hasattr(dialect, "job_delete_before"):
-        services.append(JobCleaner(ctx))
-    if hasattr(dialect, "queue_delete_expired"):
-        services.append(QueueCleaner(ctx))
-    if periodic_jobs:
-        services.append(PeriodicJobEnqueuer(ctx, list(periodic_jobs), insert_defaults))
-    if hasattr(dialect, "notification_delete_before"):
+    services: list[Service] = [
+        JobScheduler(ctx),
+        JobRescuer(ctx),
+        JobCleaner(ctx),
+        QueueCleaner(ctx),
+    ]
+    # Always there, so periodic jobs added to a running client start on the leader; with
+    # none it sleeps. A PeriodicJobs bundle is shared with the client (add/remove live).
+    jobs = periodic_jobs if isinstance(periodic_jobs, PeriodicJobs) else list(periodic_jobs)
+    services.append(PeriodicJobEnqueuer(ctx, jobs, insert_defaults))
+    if isinstance(ctx.dialect, NotificationOutbox):  # SQLite's river_notification
         from riverboat.runtime.maintenance.notification_cleaner import NotificationCleaner
 
         services.append(NotificationCleaner(ctx))

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from riverboat.dialect.base import Dialect
 from riverboat.errors import DriverError
 
 if TYPE_CHECKING:
@@ -48,10 +49,14 @@ class MaintenanceContext:
     retry_policy: RetryPolicy
     job_timeout: float | None
     wake_queues: Callable[[Iterable[str]], None] = lambda queues: None
+    # The client's riverboat.middleware.MiddlewareStack: periodic runs go through its
+    # insert hooks like any insert (OpenTelemetry trace propagation, say).
+    middleware: Any = None
 
     @property
-    def dialect(self) -> Any:
-        return self.driver.dialect
+    def dialect(self) -> Dialect:
+        dialect: Dialect = self.driver.dialect
+        return dialect
 
 
 @dataclass(slots=True)

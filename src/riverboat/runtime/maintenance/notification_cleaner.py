@@ -8,6 +8,7 @@ dialects with an outbox (SQLite) run this service.
 
 from __future__ import annotations
 
+from riverboat.dialect.base import NotificationOutbox
 from riverboat.runtime.maintenance._service import MaintenanceContext, Service
 
 __all__ = ["NOTIFICATION_CLEANER_INTERVAL", "NOTIFICATION_RETENTION", "NotificationCleaner"]
@@ -28,6 +29,9 @@ class NotificationCleaner(Service):
         retention: float = NOTIFICATION_RETENTION,
     ) -> None:
         super().__init__(ctx, interval)
+        if not isinstance(ctx.dialect, NotificationOutbox):
+            raise TypeError(f"the {ctx.dialect.name} dialect has no notification outbox")
+        self.outbox: NotificationOutbox = ctx.dialect
         self.retention = retention
         self.deleted = 0
 
@@ -36,7 +40,7 @@ class NotificationCleaner(Service):
         batch = ctx.config.batch_size
         while True:
             count = await ctx.driver.execute(
-                ctx.dialect.notification_delete_before(retention=self.retention, max=batch)
+                self.outbox.notification_delete_before(retention=self.retention, max=batch)
             )
             self.deleted += count
             if count < batch or self.stopping:

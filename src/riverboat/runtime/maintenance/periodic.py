@@ -1,13 +1,16 @@
 """Periodic jobs, enqueued by the leader (River §7.4).
 
 ``PeriodicJob(schedule, constructor, run_on_start=False, id=None)``: ``schedule`` is a
-cron expression (``croniter`` syntax, evaluated in UTC; needs ``riverboat[cron]``) or a
-fixed interval (a ``timedelta`` or seconds). ``constructor()`` returns the job's args,
+cron expression (``croniter`` syntax, evaluated in UTC; needs ``riverboat[cron]``), a
+fixed interval (a ``timedelta`` or seconds), any object with ``next(after: datetime) ->
+datetime`` (River's ``PeriodicSchedule``), or :data:`NEVER` (River's ``NeverSchedule()``:
+never on a schedule, only ``run_on_start``). ``constructor()`` returns the job's args,
 ``(args, InsertOpts)``, an :class:`~riverboat.InsertManyParams`, or ``None`` to skip this
 run; it may be a coroutine function.
 
 Each run is inserted with ``scheduled_at`` = its tick and metadata ``"periodic": true``
-(plus ``"river:periodic_job_id"`` when an id is set), through the normal insert path.
+(plus ``"river:periodic_job_id"`` when an id is set), through the normal insert path,
+the client's insert hooks included.
 Unless the constructor brings its own unique options, the job is unique over the periodic
 job (its id, else its kind and args) and the tick, so a run is inserted at most once
 however many clients there are and even when leadership changes mid-tick. Interval
@@ -16,11 +19,13 @@ ticks are aligned to the Unix epoch so every client computes the same ticks.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import inspect
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -30,7 +35,7 @@ from riverboat._unique import unique_states_bitmask
 from riverboat.errors import InvalidInputError, MissingDependencyError
 from riverboat.runtime.maintenance._service import MaintenanceContext, Service
 
-__all__ = ["PeriodicJob", "PeriodicJobEnqueuer"]
+__all__ = ["NEVER", "PeriodicJob", "PeriodicJobEnqueuer", "PeriodicJobs"]
 
 log = logging.getLogger("riverboat.maintenance")
 
@@ -48,6 +53,19 @@ def _import_croniter() -> Any:
     return croniter
 
 
+class _Never:
+    """The schedule that never comes (River's ``NeverSchedule``)."""
+
+    def next(self, after: datetime) -> datetime | None:
+        return None
+
+    def __repr__(self) -> str:
+        return "NEVER"
+
+
+NEVER: Any = _Never()
+
+
 class PeriodicJob:
     """A job the leader inserts on a schedule."""
 
@@ -55,7 +73,7 @@ class PeriodicJob:
 
     def __init__(
         self,
-        schedule: str | timedelta | float,
+        schedule: Any,  # cron str, timedelta/seconds, NEVER, or an object with next()
         constructor: Callable[[], Any],
         run_on_start: bool = False,
         id: str | None = None,
@@ -72,6 +90,10 @@ class PeriodicJob:
         self.id = id
         self._cron: Any = None
         self._interval: timedelta | None = None
+        if not isinstance(schedule, (str, int, float, timedelta)) and callable(
+            getattr(schedule, "next", None)
+        ):
+            return  # a custom schedule: asked for each tick
         if isinstance(schedule, str):
             croniter = _import_croniter()
             if not croniter.is_valid(schedule):
@@ -86,12 +108,23 @@ class PeriodicJob:
             self._interval = interval
         else:
             raise InvalidInputError(
-                "schedule", "must be a cron expression (str) or an interval (timedelta/seconds)"
+                "schedule",
+                "must be a cron expression (str), an interval (timedelta/seconds), NEVER, "
+                "or an object with next(after) -> datetime",
             )
 
-    def next_after(self, moment: datetime) -> datetime:
-        """The first tick strictly after ``moment``."""
+    def next_after(self, moment: datetime) -> datetime | None:
+        """The first tick strictly after ``moment``; None: never again."""
         moment = moment.astimezone(UTC)
+        if self._interval is None and self._cron is None:
+            tick = self.schedule.next(moment)
+            if tick is None:
+                return None
+            if not isinstance(tick, datetime) or tick.tzinfo is None:
+                raise InvalidInputError(
+                    "schedule", f"{self.schedule!r}.next() must return an aware datetime"
+                )
+            return tick.astimezone(UTC)
         if self._interval is not None:
             step = self._interval // timedelta(microseconds=1)
             since = (moment - _EPOCH) // timedelta(microseconds=1)
@@ -104,6 +137,83 @@ class PeriodicJob:
         return f"PeriodicJob({self.schedule!r}, id={self.id!r})"
 
 
+class PeriodicJobs:
+    """A client's periodic jobs, changeable while it runs (River's
+    ``client.PeriodicJobs()``): each added job gets a handle for :meth:`remove`. Changes
+    take effect on the leader at once, without a restart; an added job with
+    ``run_on_start`` is inserted as soon as the leader sees it. Safe from any thread."""
+
+    def __init__(self, jobs: Sequence[PeriodicJob] = ()) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[int, PeriodicJob] = {}
+        self._next_handle = 1
+        self.version = 0
+        self._listener: Callable[[], None] | None = None
+        self.add_many(jobs)
+
+    def add(self, job: PeriodicJob) -> int:
+        """Add one periodic job; returns its handle."""
+        return self.add_many([job])[0]
+
+    def add_many(self, jobs: Sequence[PeriodicJob]) -> list[int]:
+        """Add several at once (all or none); returns their handles."""
+        jobs = list(jobs)
+        for job in jobs:
+            if not isinstance(job, PeriodicJob):
+                raise InvalidInputError("periodic_jobs", "must be riverboat.PeriodicJob values")
+        with self._lock:
+            seen = {job.id for job in self._jobs.values() if job.id is not None}
+            for job in jobs:
+                if job.id is not None:
+                    if job.id in seen:
+                        raise InvalidInputError(
+                            "periodic_jobs", f"duplicate periodic job id {job.id!r}"
+                        )
+                    seen.add(job.id)
+            handles = []
+            for job in jobs:
+                self._jobs[self._next_handle] = job
+                handles.append(self._next_handle)
+                self._next_handle += 1
+        self._changed()
+        return handles
+
+    def remove(self, handle: int) -> None:
+        """Remove the job ``add`` returned ``handle`` for; unknown handles are ignored."""
+        with self._lock:
+            self._jobs.pop(handle, None)
+        self._changed()
+
+    def remove_by_id(self, id: str) -> bool:
+        """Remove the job with this ``id``; False when there was none."""
+        with self._lock:
+            found = [h for h, job in self._jobs.items() if job.id == id]
+            for handle in found:
+                del self._jobs[handle]
+        self._changed()
+        return bool(found)
+
+    def clear(self) -> None:
+        """Remove every periodic job."""
+        with self._lock:
+            self._jobs.clear()
+        self._changed()
+
+    def snapshot(self) -> dict[int, PeriodicJob]:
+        with self._lock:
+            return dict(self._jobs)
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def _changed(self) -> None:
+        with self._lock:
+            self.version += 1
+            listener = self._listener
+        if listener is not None:
+            listener()
+
+
 def periodic_unique_key(ident: str, tick: datetime) -> bytes:
     """The unique key of one run: the periodic job's identity and its tick."""
     text = f"&river:periodic={ident}&at={format_rfc3339_nano(tick)}"
@@ -111,11 +221,13 @@ def periodic_unique_key(ident: str, tick: datetime) -> bytes:
 
 
 class _Entry:
-    __slots__ = ("job", "next_run_at")
+    __slots__ = ("handle", "job", "next_run_at", "run_on_start_pending")
 
-    def __init__(self, job: PeriodicJob) -> None:
+    def __init__(self, job: PeriodicJob, handle: int = 0) -> None:
+        self.handle = handle
         self.job = job
         self.next_run_at: datetime | None = None
+        self.run_on_start_pending = False
 
 
 class PeriodicJobEnqueuer(Service):
@@ -124,34 +236,55 @@ class PeriodicJobEnqueuer(Service):
     def __init__(
         self,
         ctx: MaintenanceContext,
-        jobs: list[PeriodicJob],
+        jobs: list[PeriodicJob] | PeriodicJobs,
         defaults: InsertDefaults | None = None,
     ) -> None:
         super().__init__(ctx, 1.0)
-        seen: set[str] = set()
-        for job in jobs:
-            if not isinstance(job, PeriodicJob):
-                raise InvalidInputError("periodic_jobs", "must be riverboat.PeriodicJob values")
-            if job.id is not None:
-                if job.id in seen:
-                    raise InvalidInputError(
-                        "periodic_jobs", f"duplicate periodic job id {job.id!r}"
-                    )
-                seen.add(job.id)
-        self._entries = [_Entry(job) for job in jobs]
+        self.jobs = jobs if isinstance(jobs, PeriodicJobs) else PeriodicJobs(jobs)
+        self._entries: list[_Entry] = []
+        self._version = -1
+        self._started = False
         self._defaults = defaults or InsertDefaults()
-        self._run_on_start_pending = False
         self.inserted = 0
         self.skipped_duplicates = 0
+
+    def _sync(self, now: datetime) -> None:
+        """Pick up jobs added or removed since the last look (the bundle's version)."""
+        if self._version == self.jobs.version:
+            return
+        self._version = self.jobs.version
+        current = {entry.handle: entry for entry in self._entries}
+        entries = []
+        for handle, job in self.jobs.snapshot().items():
+            entry = current.get(handle)
+            if entry is None:
+                entry = _Entry(job, handle)
+                entry.next_run_at = job.next_after(now)
+                # Added to a running leader: run_on_start means now.
+                entry.run_on_start_pending = job.run_on_start and self._started
+            entries.append(entry)
+        self._entries = entries
 
     async def on_start(self) -> None:
         # A new leader computes the schedule afresh (schedules live only in memory).
         now = datetime.now(UTC)
+        loop = asyncio.get_running_loop()
+
+        def changed() -> None:
+            loop.call_soon_threadsafe(self.wake)
+
+        self.jobs._listener = changed
+        self._version = self.jobs.version
+        self._entries = [_Entry(job, handle) for handle, job in self.jobs.snapshot().items()]
         for entry in self._entries:
             entry.next_run_at = entry.job.next_after(now)
-        self._run_on_start_pending = any(e.job.run_on_start for e in self._entries)
+            entry.run_on_start_pending = entry.job.run_on_start
+        self._started = True
 
     def next_delay(self) -> float:
+        self._sync(datetime.now(UTC))
+        if any(e.run_on_start_pending for e in self._entries):
+            return 0.0
         upcoming = [e.next_run_at for e in self._entries if e.next_run_at is not None]
         if not upcoming:
             return 3600.0
@@ -159,19 +292,25 @@ class PeriodicJobEnqueuer(Service):
 
     async def run_once(self) -> None:
         now = datetime.now(UTC)
+        self._sync(now)
         due: list[tuple[_Entry, datetime, bool]] = []
-        if self._run_on_start_pending:
-            due.extend((e, now, True) for e in self._entries if e.job.run_on_start)
+        due.extend((e, now, True) for e in self._entries if e.run_on_start_pending)
         for entry in self._entries:
             if entry.next_run_at is not None and entry.next_run_at < now + DUE_MARGIN:
                 due.append((entry, entry.next_run_at, False))
         if not due:
             return
         params: list[InsertParams] = []
+        made_args: list[object] = []
         for entry, tick, on_start in due:
             built = await self._build(entry.job, tick, unique=not on_start)
             if built is not None:
-                params.append(built)
+                params.append(built[0])
+                made_args.append(built[1])
+        stack = self.ctx.middleware
+        if params and stack is not None:
+            # The client's insert hooks and the args types' own, as for any insert.
+            stack.apply_insert(params, made_args)
         if params:
             dialect = self.ctx.dialect
             queues = sorted({p.queue for p in params if p.state == JobState.AVAILABLE})
@@ -184,14 +323,15 @@ class PeriodicJobEnqueuer(Service):
                 self.ctx.wake_queues(queues)
         # Advance only once the runs are written, so a failed insert is retried (after
         # the error backoff) for the same ticks; the unique key keeps that idempotent.
-        self._run_on_start_pending = False
         for entry, tick, on_start in due:
-            if not on_start:
+            if on_start:
+                entry.run_on_start_pending = False
+            else:
                 entry.next_run_at = entry.job.next_after(tick)
 
     async def _build(
         self, job: PeriodicJob, tick: datetime, *, unique: bool
-    ) -> InsertParams | None:
+    ) -> tuple[InsertParams, object] | None:
         try:
             made = job.constructor()
             if inspect.isawaitable(made):
@@ -229,4 +369,4 @@ class PeriodicJobEnqueuer(Service):
             ident = job.id if job.id is not None else f"{params.kind}&{params.encoded_args}"
             params.unique_key = periodic_unique_key(ident, tick)
             params.unique_states = unique_states_bitmask(None)
-        return params
+        return params, args

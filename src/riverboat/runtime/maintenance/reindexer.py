@@ -36,7 +36,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from riverboat._sql import Query, Statement
 from riverboat.errors import DriverError, InvalidInputError
@@ -115,7 +115,8 @@ def reindexer_schedule(
         return schedule
     from riverboat.runtime.maintenance.periodic import PeriodicJob
 
-    return PeriodicJob(schedule, lambda: None).next_after
+    # Cron and intervals always have a next tick (only NEVER or custom ones return None).
+    return cast("Callable[[datetime], datetime]", PeriodicJob(schedule, lambda: None).next_after)
 
 
 def validate_index_names(names: object) -> tuple[str, ...]:
@@ -201,7 +202,7 @@ class Reindexer(Service):
 
     @property
     def _schema(self) -> str | None:
-        schema: str | None = getattr(self.ctx.dialect, "schema", None)
+        schema = self.ctx.dialect.schema
         return schema
 
     async def _existing_indexes(self) -> list[str]:
@@ -294,7 +295,7 @@ def build_reindexer(ctx: MaintenanceContext) -> Reindexer | None:
     """The leader's reindexer for this context, or ``None`` when it doesn't run: turned
     off, or not Postgres (see the module docs)."""
     cfg: Any = ctx.config
-    if not cfg.reindexer_enabled or getattr(ctx.dialect, "name", None) != "postgres":
+    if not cfg.reindexer_enabled or ctx.dialect.name != "postgres":
         return None
     names = (
         REINDEXER_INDEX_NAMES_DEFAULT

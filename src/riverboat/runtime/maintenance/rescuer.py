@@ -24,11 +24,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from riverboat._job import AttemptError, JobRow, JobState
-from riverboat.dialect.postgres_leadership import RescueUpdate
+from riverboat.dialect.base import RescueUpdate
 from riverboat.runtime.maintenance._service import MaintenanceContext, Service
 from riverboat.runtime.retry import safe_next_retry
 from riverboat.runtime.undecodable import decode_error_message
-from riverboat.runtime.worker import Job
+from riverboat.runtime.worker import Job, call_timeout_fn
 
 __all__ = ["RESCUE_ERROR", "JobRescuer"]
 
@@ -98,7 +98,10 @@ class JobRescuer(Service):
                 retry_at = safe_next_retry(job, self.ctx.retry_policy, now)
                 return RescueUpdate(job.id, error, None, retry_at, JobState.RETRYABLE.value)
             return final(JobState.DISCARDED)
-        timeout = worker.timeout if worker.timeout is not None else self.ctx.job_timeout
+        own = worker.timeout
+        if worker.timeout_fn is not None:
+            own = call_timeout_fn(worker, Job(job, args))
+        timeout = own if own is not None else self.ctx.job_timeout
         if timeout is None or timeout < 0:
             return None  # no timeout at all: River never rescues such a job
         if timeout > 0 and job.attempted_at is not None:

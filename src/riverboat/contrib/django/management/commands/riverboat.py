@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from riverboat.errors import RiverboatError
 
-FACTORY = "riverboat.contrib.django.settings:make_async_client"
+FACTORY = "riverboat.contrib.django.runtime:make_async_client"
 
 
 class Command(BaseCommand):  # type: ignore[misc]

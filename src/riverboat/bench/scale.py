@@ -1,0 +1,159 @@
+"""Scaling: ``riverboat worker --processes 1`` vs ``2`` on the same backlog, and jobs/s
+with many finalized rows in ``river_job`` vs an empty table.
+
+Both use a client with only ``max_workers`` set (100) and no-op jobs. Progress is read
+from a separate connection every 20 ms by probes of the fetch index. For the worker
+processes, the clock starts at the first claimed job (process start-up and imports
+are not the queue's speed) and stops when none is left; the workers run with
+``--exit-when-idle``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from riverboat.bench.defaults import _any_left_sql, _first_in_state_sql, _remaining_sql
+from riverboat.runtime.producer import QueueConfig
+from riverboat.runtime.worker import Job, Workers
+
+__all__ = ["finalized_rows", "processes", "worker_client"]
+
+MAX_WORKERS = 100
+_URL_ENV = "RIVERBOAT_BENCH_URL"
+_SCHEMA_ENV = "RIVERBOAT_BENCH_SCHEMA"
+
+
+def worker_client() -> Any:
+    """The factory ``riverboat worker riverboat.bench.scale:worker_client`` runs."""
+    import riverboat
+    from riverboat.drivers.psycopg import AsyncPsycopgDriver
+
+    workers = Workers()
+
+    @workers.register("benchmark")
+    async def benchmark(job: Job[Any]) -> None:
+        return None
+
+    driver = AsyncPsycopgDriver(os.environ[_URL_ENV], schema=os.environ[_SCHEMA_ENV])
+    return riverboat.AsyncClient(
+        driver, queues={"default": QueueConfig(max_workers=MAX_WORKERS)}, workers=workers
+    )
+
+
+def _fill(url: str, schema: str, jobs: int, finalized: int = 0) -> None:
+    import psycopg
+
+    table = f'"{schema}".river_job'
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {table}")
+        if finalized:
+            conn.execute(
+                f"INSERT INTO {table} (args, kind, max_attempts, queue, state, attempt,"
+                " attempted_at, finalized_at) SELECT '{\"num\": 0}', 'finalized_filler', 25,"
+                " 'default', 'completed', 1, now(), now() FROM generate_series(1, %s)",
+                (finalized,),
+            )
+        conn.execute(
+            f"INSERT INTO {table} (args, kind, max_attempts, queue, state) "
+            "SELECT '{\"num\": 0}', 'benchmark', 25, 'default', 'available' "
+            "FROM generate_series(1, %s)",
+            (jobs,),
+        )
+        conn.execute(f"VACUUM ANALYZE {table}")
+        # Write out what the fill dirtied now, not in a checkpoint during the measurement.
+        conn.execute("CHECKPOINT")
+
+
+def processes(
+    url: str,
+    schema: str,
+    jobs: int,
+    counts: tuple[int, ...] = (1, 2),
+    progress: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Any]:
+    import psycopg
+
+    out: dict[str, Any] = {"jobs": jobs, "max_workers": MAX_WORKERS}
+    left_sql = _any_left_sql(schema)
+    started_sql = (
+        f"SELECT {_first_in_state_sql(schema, 'running')} IS NOT NULL"
+        f" OR {_first_in_state_sql(schema, 'completed')} IS NOT NULL"
+    )
+    env = {**os.environ, _URL_ENV: url, _SCHEMA_ENV: schema}
+    for count in counts:
+        progress(f"scale: riverboat worker --processes {count}, {jobs} jobs")
+        _fill(url, schema, jobs)
+        command = [
+            sys.executable,
+            "-m",
+            "riverboat.cli",
+            "worker",
+            "riverboat.bench.scale:worker_client",
+            "--processes",
+            str(count),
+            "--exit-when-idle",
+            "--log-level",
+            "WARNING",
+        ]
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                first_at = None
+                deadline = time.monotonic() + 300
+                while time.monotonic() < deadline:
+                    time.sleep(0.02)
+                    if first_at is None:
+                        row = conn.execute(started_sql, prepare=True).fetchone()
+                        if row is not None and row[0]:
+                            first_at = time.perf_counter()
+                        continue
+                    row = conn.execute(left_sql, prepare=True).fetchone()
+                    if row is not None and not row[0]:
+                        break
+                last_at = time.perf_counter()
+                row = conn.execute(_remaining_sql(schema)).fetchone()
+                done = jobs - int(row[0]) if row else 0
+        finally:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.terminate()
+                proc.wait()
+        rate = None
+        if first_at is not None and last_at > first_at:
+            # From the first claimed job (at most one batch of 100 done by then).
+            rate = round(done / (last_at - first_at), 1)
+        out[f"processes_{count}_jobs_per_sec"] = rate
+    first, last = out.get("processes_1_jobs_per_sec"), out.get("processes_2_jobs_per_sec")
+    if first and last:
+        out["speedup"] = round(last / first, 2)
+    return out
+
+
+async def finalized_rows(
+    make_client: Callable[..., Any],
+    url: str,
+    schema: str,
+    jobs: int,
+    finalized: int = 1_000_000,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Any]:
+    from riverboat.bench.defaults import _work_backlog
+
+    out: dict[str, Any] = {"jobs": jobs, "finalized_rows": finalized}
+    for label, rows in (("empty", 0), ("finalized", finalized)):
+        progress(f"scale: {jobs} jobs with {rows} finalized rows in river_job")
+        await asyncio.to_thread(_fill, url, schema, jobs, rows)
+        done, wall, _cpu, _statements = await _work_backlog(
+            make_client, url, schema, jobs, MAX_WORKERS, 120.0
+        )
+        out[f"{label}_jobs_per_sec"] = round(done / wall, 1)
+    await asyncio.to_thread(_fill, url, schema, 0)
+    out["ratio"] = round(out["finalized_jobs_per_sec"] / out["empty_jobs_per_sec"], 2)
+    return out

@@ -1,0 +1,58 @@
+"""The worker side of the Django integration: the worker registry and the AsyncClient
+``riverboat worker`` (and ``manage.py riverboat worker``) run.
+
+Apart from :mod:`riverboat.contrib.django.settings` (the insert side, which
+:mod:`~riverboat.contrib.django.tasks` uses), so that no module of the integration
+imports one that imports it back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from riverboat.client import AsyncClient
+from riverboat.contrib.django.settings import _load, get_driver, get_settings
+from riverboat.errors import InvalidInputError
+from riverboat.runtime.worker import Workers
+
+__all__ = ["get_workers", "make_async_client"]
+
+
+def get_workers() -> Workers:
+    """The configured worker registry, falling back to Django tasks' kinds when the
+    tasks framework is installed (see :mod:`riverboat.contrib.django.tasks`)."""
+    conf = get_settings()
+    base: Workers | None = None
+    if conf.workers:
+        obj = _load(conf.workers)
+        if callable(obj) and not isinstance(obj, Workers):
+            obj = obj()
+        if not isinstance(obj, Workers):
+            raise InvalidInputError(
+                "RIVERBOAT['WORKERS']", f"{conf.workers} is a {type(obj).__name__}, not Workers"
+            )
+        base = obj
+    try:  # an optional dependency: django.tasks (Django 6) or the django-tasks backport
+        from riverboat.contrib.django.tasks import TaskWorkers
+    except ImportError:  # neither is installed
+        return base if base is not None else Workers()
+    return TaskWorkers(base)
+
+
+def make_async_client(**overrides: Any) -> AsyncClient:
+    """An AsyncClient with the configured queues and workers, on an async psycopg driver
+    built from the Django database settings (the runtime does not use Django's
+    thread-bound connections). A zero-argument factory for ``riverboat worker``."""
+    import django
+    from django.apps import apps
+
+    if not apps.ready:  # a fresh process (riverboat worker --processes N)
+        django.setup()
+    conf = get_settings()
+    driver = get_driver().async_driver()
+    options: dict[str, Any] = {"queues": conf.queues, "workers": get_workers()}
+    options.update(conf.client_options)
+    options.update(overrides)
+    client = AsyncClient(driver, **options)
+    client._owns_driver = True  # the driver was made here: client.close() closes it
+    return client

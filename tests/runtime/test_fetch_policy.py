@@ -1,0 +1,79 @@
+"""The producer's fetch policy: a backlog is refilled without waiting out the default
+cooldown, at most two claims per max_workers jobs; a cooldown the user set is kept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import riverboat
+from riverboat import InsertManyParams
+from riverboat.runtime.events import EventKind
+from riverboat.runtime.producer import QueueConfig
+from riverboat.runtime.worker import Job, Workers
+from tests.runtime.helpers import next_events
+
+JOBS = 200
+MAX_WORKERS = 10
+
+
+def _noop_workers() -> Workers:
+    workers = Workers()
+
+    @workers.register("noop")
+    async def noop(job: Job[Any]) -> None:
+        return None
+
+    return workers
+
+
+async def _insert_backlog(client: riverboat.AsyncClient) -> None:
+    await client.insert_many([InsertManyParams({}, kind="noop") for _ in range(JOBS)])
+
+
+async def test_backlog_refills_without_waiting_out_the_default_cooldown(
+    apg_driver: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A default cooldown of a minute: were refills waiting it out, 200 jobs at 10 per
+    # fetch would take 20 minutes and next_events would fail.
+    monkeypatch.setattr("riverboat.runtime.runner.DEFAULT_FETCH_COOLDOWN", 60.0)
+    client = riverboat.AsyncClient(
+        apg_driver,
+        queues={"default": QueueConfig(max_workers=MAX_WORKERS)},
+        workers=_noop_workers(),
+        fetch_poll_interval=120.0,
+    )
+    await _insert_backlog(client)
+    sub = client.subscribe(EventKind.JOB_COMPLETED, maxsize=JOBS + 10)
+    claims_before = apg_driver.stats.by_query.get("job_get_available", 0)
+    await client.start()
+    try:
+        await next_events(sub, JOBS, timeout=60)
+    finally:
+        await client.stop()
+    claims = apg_driver.stats.by_query.get("job_get_available", 0) - claims_before
+    # A refill waits for half the slots: at most two claims per max_workers jobs, plus
+    # the one that finds the queue empty.
+    assert JOBS // MAX_WORKERS <= claims <= 2 * JOBS // MAX_WORKERS + 1
+
+
+async def test_a_cooldown_the_user_set_is_kept_between_fetches(apg_driver: Any) -> None:
+    client = riverboat.AsyncClient(
+        apg_driver,
+        queues={"default": QueueConfig(max_workers=MAX_WORKERS, fetch_cooldown=60.0)},
+        workers=_noop_workers(),
+        fetch_poll_interval=120.0,
+    )
+    await _insert_backlog(client)
+    sub = client.subscribe(EventKind.JOB_COMPLETED, maxsize=JOBS + 10)
+    claims_before = apg_driver.stats.by_query.get("job_get_available", 0)
+    await client.start()
+    try:
+        await next_events(sub, MAX_WORKERS)
+        # The first batch is done and its slots free, but the next fetch is a minute off.
+        assert apg_driver.stats.by_query.get("job_get_available", 0) - claims_before == 1
+        assert client._runtime is not None
+        assert client._runtime.producers["default"].last_fetch_count == MAX_WORKERS
+    finally:
+        await client.stop()

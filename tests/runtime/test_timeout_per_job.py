@@ -1,0 +1,54 @@
+"""A per-job timeout on class-based workers (River's ``Worker.Timeout(job)``), on
+Postgres and SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Any
+
+import riverboat
+from riverboat import Job, JobState, Worker, Workers
+from riverboat.runtime.producer import QueueConfig
+from tests.runtime.dbs import Db, any_db  # noqa: F401
+
+
+class Report(Worker[dict[str, Any]]):
+    kind = "report"
+
+    def timeout(self, job: Job[dict[str, Any]]) -> float | None:  # type: ignore[override]
+        if job.args.get("broken"):
+            raise RuntimeError("timeout() has a bug")
+        limit: float | None = job.args.get("limit")
+        return limit
+
+    async def work(self, job: Job[dict[str, Any]]) -> None:
+        await asyncio.sleep(job.args["sleep"])
+
+    def next_retry(self, job: Job[dict[str, Any]]) -> datetime | None:
+        return job.row.created_at + timedelta(hours=1)
+
+
+def test_timeout_method_is_asked_per_job(any_db: Db) -> None:  # noqa: F811
+    db = any_db
+    workers = Workers()
+    workers.add(Report())
+    short_default = riverboat.Client(
+        db.url,
+        schema=db.schema,
+        queues={"default": QueueConfig()},
+        workers=workers,
+        job_timeout=30,
+        fetch_poll_interval=0.1,
+    )
+    with short_default as client:
+        cut = client.insert({"sleep": 30, "limit": 0.2}, kind="report").job.id
+        fine = client.insert({"sleep": 0.01, "limit": 5}, kind="report").job.id
+        default = client.insert({"sleep": 0.01}, kind="report").job.id
+        broken = client.insert({"sleep": 0.01, "broken": True}, kind="report").job.id
+        client.run_until_idle()
+        rows = {j: client.job_get(j) for j in (cut, fine, default, broken)}
+    assert rows[cut].state is JobState.RETRYABLE
+    assert rows[cut].errors[-1].error == "JobTimeoutError: job exceeded its timeout of 0.2s"
+    for job_id in (fine, default, broken):  # a failing timeout() falls back to the default
+        assert rows[job_id].state is JobState.COMPLETED

@@ -1,0 +1,95 @@
+"""The layering docs/architecture.md describes, checked: no import circles between
+riverboat's modules (function-level imports included, so none is dodged), the public
+names are exactly ``riverboat.__all__`` and report the package as their module."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import riverboat
+
+SRC = Path(riverboat.__file__).parent
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """riverboat modules ``path`` imports at run time: at module level or inside
+    functions, but not under ``if TYPE_CHECKING`` (annotations only)."""
+    tree = ast.parse(path.read_text())
+    type_only = {
+        id(child)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for child in ast.walk(node)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            # "from pkg import submodule" imports the submodule, not a cycle via pkg.
+            subs = {f"{node.module}.{a.name}" for a in node.names} & modules
+            found.update(subs or {node.module})
+    return {name for name in found if name in modules}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circles() -> None:
+    paths = {_module_name(p): p for p in SRC.rglob("*.py")}
+    modules = set(paths)
+    graph = {name: _imports(path, modules) - {name} for name, path in paths.items()}
+    assert _cycles(graph) == []
+
+
+def test_the_public_names_are_all_and_live_in_riverboat() -> None:
+    public = {n for n in dir(riverboat) if not n.startswith("_") and n[0].isupper()}
+    assert public == {n for n in riverboat.__all__ if n[0].isupper()}
+    for name in riverboat.__all__:
+        obj = getattr(riverboat, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert obj.__module__ == "riverboat", name
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
