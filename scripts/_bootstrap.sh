@@ -57,3 +57,23 @@ find_python_312_plus() {
   done
   return 1
 }
+
+# Debian's chromium for the dashboard's browser tests (tests/ui): playwright drives this
+# system binary, since its own browser download is unavailable here. Installed when
+# missing and we are root with apt-get; otherwise those tests say why they skip.
+have_chromium() {
+  command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ||
+    { [ -n "${RIVERBOAT_CHROMIUM:-}" ] && [ -x "$RIVERBOAT_CHROMIUM" ]; }
+}
+
+ensure_chromium() {
+  have_chromium && return 0
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing Debian's chromium package (browser tests of riverboat ui)..." >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "no chromium found: the browser tests of riverboat ui will skip (apt-get install chromium)" >&2
+    return 0
+  fi
+}

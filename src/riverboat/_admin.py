@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from riverboat.dialect.base import Dialect
     from riverboat.runtime.runner import Runtime
 
-__all__ = ["JobListCursor", "JobListResult"]
+__all__ = ["JobListCursor", "JobListResult", "Leader", "ThroughputMinute"]
 
 T = TypeVar("T")
 Row = Sequence[Any]
@@ -44,7 +44,10 @@ _ORDER_BY = ("id", "time", "scheduled_at", "finalized_at")
 JOB_LIST_LIMIT_DEFAULT = 100
 JOB_LIST_LIMIT_MAX = 10_000
 QUEUE_LIST_LIMIT_DEFAULT = 100
+JOB_COUNT_CAP_DEFAULT = 10_000
+THROUGHPUT_MINUTES_MAX = 24 * 60
 ALL_QUEUES = "*"
+_FINALIZED_STATES = (JobState.CANCELLED, JobState.COMPLETED, JobState.DISCARDED)
 
 
 def _time_column(order_by: str, states: Sequence[JobState] | None) -> str:
@@ -130,6 +133,25 @@ class JobListResult:
     jobs: list[JobRow]
     next_cursor: JobListCursor | None
     last_cursor: JobListCursor | None
+
+
+@dataclass(slots=True, frozen=True)
+class Leader:
+    """The ``river_leader`` row: which client runs maintenance, and until when."""
+
+    leader_id: str
+    elected_at: datetime
+    expires_at: datetime
+
+
+@dataclass(slots=True, frozen=True)
+class ThroughputMinute:
+    """Jobs finalized in one minute (UTC, truncated): completed, and discarded (failed for
+    good)."""
+
+    minute: datetime
+    completed: int
+    discarded: int
 
 
 @dataclass(slots=True, frozen=True)
@@ -409,6 +431,61 @@ class _Ops:
         if not merge:  # nothing to write: read the row instead of rewriting it
             return _Plan(self.dialect.job_get_by_id(jid), self._one_job(jid))
         return _Plan(self.dialect.job_update(jid, merge), self._one_job(jid))
+
+    # -- counts and activity (dashboards) -----------------------------------------------
+    def job_count_by_state(self, cap: object) -> _Plan[dict[JobState, int]]:
+        if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= 2**31 - 2:
+            raise InvalidInputError("cap", "must be a positive int")
+        # One row over the cap tells "more than cap" apart from "exactly cap".
+        stmt = self.dialect.job_count_by_state_capped(cap + 1)
+
+        def finish(rows: list[Row]) -> dict[JobState, int]:
+            return {STATE_BY_NAME[str(state)]: int(count) for state, count in rows}
+
+        return _Plan(stmt, finish)
+
+    def job_count_by_queue(
+        self, states: Iterable[JobState | str] | None
+    ) -> _Plan[dict[str, dict[JobState, int]]]:
+        chosen = [_state(s, "states") for s in _list(states, "states")] if states else None
+        if chosen is None:
+            chosen = [s for s in JobState if s not in _FINALIZED_STATES]
+        stmt = self.dialect.job_count_by_queue_and_state([s.value for s in chosen])
+
+        def finish(rows: list[Row]) -> dict[str, dict[JobState, int]]:
+            out: dict[str, dict[JobState, int]] = {}
+            for queue, state, count in rows:
+                out.setdefault(str(queue), {})[STATE_BY_NAME[str(state)]] = int(count)
+            return out
+
+        return _Plan(stmt, finish)
+
+    def job_throughput(self, minutes: object) -> _Plan[list[ThroughputMinute]]:
+        if (
+            isinstance(minutes, bool)
+            or not isinstance(minutes, int)
+            or not 1 <= minutes <= THROUGHPUT_MINUTES_MAX
+        ):
+            raise InvalidInputError("minutes", f"must be an int from 1 to {THROUGHPUT_MINUTES_MAX}")
+        stmt = self.dialect.job_throughput(minutes)
+        decode = self.dialect.decode_throughput
+
+        def finish(rows: list[Row]) -> list[ThroughputMinute]:
+            return [ThroughputMinute(*row) for row in decode(rows)]
+
+        return _Plan(stmt, finish)
+
+    def leader_get(self) -> _Plan[Leader | None]:
+        stmt = self.dialect.leader_get_elected()
+        decode = self.dialect.decode_leader
+
+        def finish(rows: list[Row]) -> Leader | None:
+            if not rows:
+                return None
+            row = decode(rows[0])
+            return Leader(row.leader_id, row.elected_at, row.expires_at)
+
+        return _Plan(stmt, finish)
 
     # -- queues ------------------------------------------------------------------------
     def _one_queue(self, name: str) -> Callable[[list[Row]], QueueRow]:

@@ -15,10 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from riverboat._admin import (
     _UNSET,
+    JOB_COUNT_CAP_DEFAULT,
     JobListCursor,
     JobListOrder,
     JobListResult,
+    Leader,
     T,
+    ThroughputMinute,
     _ops,
     _Plan,
     _with_filters,
@@ -175,6 +178,29 @@ class AsyncAdmin:
     ) -> JobRow:
         plan = _ops(self._core).job_update(job_id, output=output, metadata=metadata, unset=_UNSET)
         return await self._run_tx(conn, plan)
+
+    async def job_count_by_state(self, *, cap: int = JOB_COUNT_CAP_DEFAULT) -> dict[JobState, int]:
+        """Jobs in each state, every count stopping at ``cap`` + 1 (a count above ``cap``
+        means "more than cap"): each state reads at most that many index entries, so a
+        dashboard can refresh it on a table of millions of finalized jobs."""
+        return await self._run(_ops(self._core).job_count_by_state(cap))
+
+    async def job_count_by_queue(
+        self, *, states: Iterable[JobState | str] | None = None
+    ) -> dict[str, dict[JobState, int]]:
+        """Exact job counts per queue and state, for ``states`` (default: the states that
+        are not finalized, whose rows a healthy queue keeps few of). Queues with no such
+        job are absent."""
+        return await self._run(_ops(self._core).job_count_by_queue(states))
+
+    async def job_throughput(self, *, minutes: int = 60) -> list[ThroughputMinute]:
+        """Jobs completed and discarded per minute over the last ``minutes`` minutes,
+        oldest first; minutes with none are absent."""
+        return await self._run(_ops(self._core).job_throughput(minutes))
+
+    async def leader_get(self) -> Leader | None:
+        """The current ``river_leader`` row (the client running maintenance), if any."""
+        return await self._run(_ops(self._core).leader_get())
 
     async def queue_get(self, name: str) -> QueueRow:
         """One ``river_queue`` row; raises NotFoundError."""

@@ -31,6 +31,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plain", action="store_true", help="plain lines even on a terminal (no live display)"
     )
+    parser.add_argument(
+        "--ui",
+        action="store_true",
+        help="serve the dashboard (riverboat ui) on the demo's database while it runs, "
+        "and after it until Ctrl-C (needs riverboat[ui])",
+    )
+    parser.add_argument(
+        "--ui-port", type=int, default=8080, metavar="PORT", help="the dashboard's port (8080)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,5 +47,44 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs < 1 or args.jobs > 100_000:
         raise InvalidInputError("--jobs", "must be between 1 and 100000")
-    report = run_demo(args.database_url, jobs=args.jobs, plain=args.plain)
+    if not args.ui:
+        report = run_demo(args.database_url, jobs=args.jobs, plain=args.plain)
+        return 0 if report.ok else 1
+    from riverboat.cli.ui import serve_in_thread
+
+    # The dashboard needs River's tables from its first page on: migrate before serving
+    # (the demo's own migration then finds nothing to do).
+    prepare_schema(args.database_url)
+    url, stop = serve_in_thread(args.database_url, "127.0.0.1", args.ui_port)
+    print(f"riverboat demo: dashboard at {url} (watch the jobs move)", flush=True)
+    _open_browser(url)
+    try:
+        report = run_demo(args.database_url, jobs=args.jobs, plain=args.plain)
+        print(f"riverboat demo: done; the dashboard stays at {url} until Ctrl-C", flush=True)
+        stop.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stop.set()
     return 0 if report.ok else 1
+
+
+def prepare_schema(url: str) -> None:
+    from riverboat._url import driver_from_url
+    from riverboat.migrations import Migrator
+
+    driver = driver_from_url(url)
+    try:
+        Migrator(driver).up()
+    finally:
+        driver.close()
+
+
+def _open_browser(url: str) -> None:
+    """Open the dashboard in the user's browser when there is one (a desktop session);
+    on a server this does nothing and the printed URL is the way in."""
+    import os
+    import webbrowser
+
+    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or os.name != "posix":
+        webbrowser.open(url)

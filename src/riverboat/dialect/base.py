@@ -171,6 +171,17 @@ class Dialect(ABC):
     def job_count_by_queue_and_state(self, states: Sequence[str]) -> Statement: ...
 
     @abstractmethod
+    def job_count_by_state_capped(self, cap: int) -> Statement: ...
+
+    @abstractmethod
+    def job_throughput(self, minutes: int) -> Statement: ...
+
+    @abstractmethod
+    def decode_throughput(
+        self, rows: Sequence[Sequence[Any]]
+    ) -> list[tuple[datetime, int, int]]: ...
+
+    @abstractmethod
     def queue_create_or_set_updated_at(self, name: str) -> Statement: ...
 
     # -- leadership and maintenance ------------------------------------------------------

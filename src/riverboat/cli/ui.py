@@ -1,0 +1,133 @@
+"""``riverboat ui``: serve the web dashboard (riverboat.ui) with uvicorn.
+
+Binds to 127.0.0.1 by default. Bound anywhere else without ``--token``, anyone who can
+reach the port can retry, cancel and delete jobs, so it says so loudly on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import threading
+
+from riverboat.dialect.base import validate_schema_name
+from riverboat.errors import InvalidInputError
+
+__all__ = ["add_arguments", "run"]
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="postgresql://... or sqlite:///path (default: $DATABASE_URL)",
+    )
+    parser.add_argument("--schema", metavar="S", help="River's schema (default: the search_path's)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    parser.add_argument(
+        "--read-only", action="store_true", help="hide every action and refuse its POST"
+    )
+    parser.add_argument(
+        "--token",
+        metavar="TOKEN",
+        default=None,
+        help="require this token (Bearer, or as the HTTP Basic password; default: "
+        "$RIVERBOAT_UI_TOKEN)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from riverboat.ui import create_app
+    except ImportError as exc:
+        raise InvalidInputError(
+            "ui", f"needs the ui extra: pip install 'riverboat[ui]' ({exc.name} is missing)"
+        ) from None
+    url = args.database_url or os.environ.get("DATABASE_URL")
+    if not url:
+        raise InvalidInputError("database_url", "pass --database-url or set DATABASE_URL")
+    token = args.token or os.environ.get("RIVERBOAT_UI_TOKEN") or None
+    _check_database(url, args.schema)
+    if args.host not in _LOOPBACK and token is None:
+        print(
+            f"riverboat ui: WARNING: listening on {args.host} with no --token: anyone who "
+            "can reach this port can see every job"
+            + ("" if args.read_only else " and retry, cancel or delete them"),
+            file=sys.stderr,
+        )
+    app = create_app(
+        url, schema=validate_schema_name(args.schema), read_only=args.read_only, token=token
+    )
+    sock, listening = _listen(args.host, args.port)
+    # Bound before announcing: once the URL is printed, connections wait in the backlog
+    # until uvicorn accepts them (scripts and tests can rely on the line).
+    print(f"riverboat ui: {listening}", file=sys.stderr, flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+    return 0
+
+
+def _listen(host: str, port: int) -> tuple[socket.socket, str]:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise InvalidInputError("port", f"cannot listen on {host}:{port}: {exc}") from None
+    sock.listen(128)
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    return sock, f"http://{shown}:{sock.getsockname()[1]}/"
+
+
+def serve_in_thread(database_url: str, host: str, port: int) -> tuple[str, threading.Event]:
+    """Serve the dashboard from a daemon thread (``riverboat demo --ui``); returns its URL
+    and an event: set it to stop the server."""
+    try:
+        import uvicorn
+
+        from riverboat.ui import create_app
+    except ImportError as exc:
+        raise InvalidInputError(
+            "ui", f"needs the ui extra: pip install 'riverboat[ui]' ({exc.name} is missing)"
+        ) from None
+    sock, url = _listen(host, port)
+    server = uvicorn.Server(uvicorn.Config(create_app(database_url), log_level="warning"))
+    stop = threading.Event()
+
+    def serve() -> None:
+        try:
+            server.run(sockets=[sock])
+        finally:
+            sock.close()
+
+    def watch() -> None:
+        stop.wait()
+        server.should_exit = True
+
+    threading.Thread(target=serve, name="riverboat-ui", daemon=True).start()
+    threading.Thread(target=watch, name="riverboat-ui-stop", daemon=True).start()
+    return url, stop
+
+
+def _check_database(url: str, schema: str | None) -> None:
+    """Refuse a bad URL or a schema riverboat cannot read before the server starts."""
+    from riverboat._url import driver_from_url
+    from riverboat.migrations import require_current
+
+    driver = driver_from_url(url, schema=validate_schema_name(schema))
+    try:
+        require_current(driver)
+    finally:
+        driver.close()

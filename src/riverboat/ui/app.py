@@ -1,0 +1,636 @@
+"""The dashboard's ASGI app: pages rendered on the server (Jinja2, autoescaped), refreshed
+in place by htmx polling, actions as CSRF-protected POSTs.
+
+Every read and write goes through the admin API of one :class:`~riverboat.AsyncClient`
+(``job_list``, ``job_count_by_state``, ``job_retry``, ``queue_pause``...), so the SQL and
+its rules live in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hmac
+import json
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from riverboat._admin import JOB_COUNT_CAP_DEFAULT, ThroughputMinute
+from riverboat._job import STATE_BY_NAME, JobRow, JobState
+from riverboat.client import AsyncClient
+from riverboat.errors import InvalidInputError, JobRunningError, NotFoundError, RiverboatError
+
+__all__ = ["Dashboard", "create_app"]
+
+HERE = Path(__file__).parent
+CSRF_COOKIE = "riverboat_csrf"
+PAGE_SIZE = 50
+REFRESH_SECONDS = 2
+# A queue whose row a producer touched this recently has a worker on it: producers
+# refresh river_queue.updated_at periodically while they run.
+QUEUE_SEEN_WINDOW = timedelta(minutes=1)
+FINALIZED = (JobState.CANCELLED, JobState.COMPLETED, JobState.DISCARDED)
+# The order of the state tabs, as River UI's.
+STATE_TABS = (
+    JobState.PENDING,
+    JobState.SCHEDULED,
+    JobState.AVAILABLE,
+    JobState.RUNNING,
+    JobState.RETRYABLE,
+    JobState.CANCELLED,
+    JobState.DISCARDED,
+    JobState.COMPLETED,
+)
+ACTIVE_STATES = tuple(s for s in STATE_TABS if s not in FINALIZED)
+JOB_ACTIONS = ("retry", "cancel", "delete")
+
+
+class BadFilter(Exception):
+    """A filter or form value the user typed that makes no sense; shown in the page."""
+
+
+@dataclass(slots=True)
+class UiConfig:
+    read_only: bool
+    token: str | None
+    count_cap: int
+
+
+class _ClientHolder:
+    """Opens the AsyncClient on first use (a mounted app may never see a lifespan)."""
+
+    def __init__(self, client: AsyncClient | None, url: str | None, schema: str | None) -> None:
+        self._client = client
+        self._url = url
+        self._schema = schema
+        self._owned = client is None
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> AsyncClient:
+        if self._client is None:
+            async with self._lock:
+                if self._client is None:
+                    assert self._url is not None
+                    self._client = AsyncClient(self._url, schema=self._schema)
+        return self._client
+
+    async def close(self) -> None:
+        if self._owned and self._client is not None:
+            await self._client.close()
+            self._client = None
+
+
+# -- formatting helpers for the templates ---------------------------------------------------
+def _ago(moment: datetime | None, now: datetime) -> str:
+    if moment is None:
+        return "-"
+    seconds = (now - moment).total_seconds()
+    future = seconds < 0
+    seconds = abs(seconds)
+    if seconds < 60:
+        text = f"{seconds:.0f}s"
+    elif seconds < 3600:
+        text = f"{seconds / 60:.0f}m"
+    elif seconds < 86400:
+        text = f"{seconds / 3600:.0f}h"
+    else:
+        text = f"{seconds / 86400:.0f}d"
+    return f"in {text}" if future else f"{text} ago"
+
+
+def _iso(moment: datetime | None) -> str:
+    if moment is None:
+        return "-"
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def _pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _args_preview(job: JobRow, width: int = 90) -> str:
+    """One line of a job's args for the list: decoded and re-encoded compactly (the stored
+    text escapes <, > and & as Go does, which is unreadable)."""
+    try:
+        text = json.dumps(job.args, ensure_ascii=False, separators=(", ", ": "), default=str)
+    except ValueError:
+        text = job.encoded_args
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _count_text(count: int, cap: int) -> str:
+    return f"{cap:,}+" if count > cap else f"{count:,}"
+
+
+def _chart(points: Sequence[ThroughputMinute], now: datetime, minutes: int = 60) -> dict[str, Any]:
+    """Bars for the last ``minutes`` minutes (completed stacked on discarded), as numbers
+    the template draws into an inline SVG: no chart library, nothing to load."""
+    end = now.replace(second=0, microsecond=0)
+    by_minute = {p.minute.astimezone(UTC).replace(second=0, microsecond=0): p for p in points}
+    bars: list[dict[str, Any]] = []
+    for i in range(minutes):
+        minute = end - timedelta(minutes=minutes - 1 - i)
+        point = by_minute.get(minute)
+        bars.append(
+            {
+                "minute": minute.strftime("%H:%M"),
+                "completed": point.completed if point else 0,
+                "discarded": point.discarded if point else 0,
+            }
+        )
+    peak = max((int(b["completed"]) + int(b["discarded"]) for b in bars), default=0)
+    return {
+        "bars": bars,
+        "peak": peak,
+        "completed": sum(b["completed"] for b in bars),
+        "discarded": sum(b["discarded"] for b in bars),
+    }
+
+
+# -- request parsing ------------------------------------------------------------------------
+@dataclass(slots=True)
+class JobFilters:
+    state: JobState
+    kind: str
+    queue: str
+    tag: str
+    priority: str
+    cursor: str
+
+    def list_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"states": [self.state]}
+        if self.kind:
+            kwargs["kinds"] = [k.strip() for k in self.kind.split(",") if k.strip()]
+        if self.queue:
+            kwargs["queues"] = [q.strip() for q in self.queue.split(",") if q.strip()]
+        if self.tag:
+            kwargs["tags_any"] = [t.strip() for t in self.tag.split(",") if t.strip()]
+        if self.priority:
+            try:
+                priorities = [int(p) for p in self.priority.split(",") if p.strip()]
+            except ValueError:
+                raise BadFilter(f"priority {self.priority!r} is not a number from 1 to 4") from None
+            if not all(1 <= p <= 4 for p in priorities):
+                raise BadFilter(f"priority {self.priority!r} must be from 1 to 4")
+            kwargs["priorities"] = priorities
+        return {k: v for k, v in kwargs.items() if v}
+
+    def query(self, **changes: str) -> str:
+        values = {
+            "state": self.state.value,
+            "kind": self.kind,
+            "queue": self.queue,
+            "tag": self.tag,
+            "priority": self.priority,
+            "cursor": "",
+        }
+        values.update(changes)
+        return urlencode({k: v for k, v in values.items() if v})
+
+
+def _filters_from(request: Request) -> tuple[JobFilters, str | None]:
+    params = request.query_params
+    problem = None
+    raw_state = params.get("state", JobState.RUNNING.value)
+    state = STATE_BY_NAME.get(raw_state)
+    if state is None:
+        problem = f"{raw_state!r} is not a job state ({', '.join(STATE_BY_NAME)})"
+        state = JobState.RUNNING
+    filters = JobFilters(
+        state=state,
+        kind=params.get("kind", "").strip(),
+        queue=params.get("queue", "").strip(),
+        tag=params.get("tag", "").strip(),
+        priority=params.get("priority", "").strip(),
+        cursor=params.get("cursor", "").strip(),
+    )
+    return filters, problem
+
+
+def _safe_back(request: Request, fallback: str) -> str:
+    """Where to go after an action: a path on this app, never another site."""
+    back = str(request.query_params.get("back", ""))
+    parts = urlsplit(back)
+    if back.startswith("/") and not back.startswith("//") and not parts.netloc:
+        return back
+    return fallback
+
+
+def _app_path(request: Request) -> str:
+    """The request's path inside this app (without the prefix it is mounted under), with
+    its query string: where an action sends the browser back to."""
+    root = str(request.scope.get("root_path", ""))
+    path = request.url.path
+    if root and path.startswith(root):
+        path = path[len(root) :] or "/"
+    return path + ("?" + request.url.query if request.url.query else "")
+
+
+def _with_message(url: str, message: str, kind: str = "ok") -> str:
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}{urlencode({'msg': message, 'msgkind': kind})}"
+
+
+# -- security middleware ------------------------------------------------------------------
+class _AuthMiddleware:
+    """Token authentication: ``Authorization: Bearer TOKEN``, or HTTP Basic with the
+    token as the password (any user name) so a browser can log in with its own prompt."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.token = token.encode()
+
+    def _allowed(self, header: str) -> bool:
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() == "bearer":
+            return hmac.compare_digest(value.strip().encode(), self.token)
+        if scheme.lower() == "basic":
+            try:
+                decoded = base64.b64decode(value.strip(), validate=True)
+            except (binascii.Error, ValueError):
+                return False
+            _user, _, password = decoded.partition(b":")
+            return hmac.compare_digest(password, self.token)
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or ())
+        header = headers.get(b"authorization", b"").decode("latin-1")
+        if not self._allowed(header):
+            response = PlainTextResponse(
+                "riverboat ui: authentication required",
+                status_code=401,
+                headers={"WWW-Authenticate": 'Basic realm="riverboat", charset="UTF-8"'},
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+class Dashboard:
+    """The ASGI app :func:`create_app` returns. Served on its own it closes its client at
+    shutdown (ASGI lifespan); mounted in another app, whose lifespan does not reach
+    mounted apps, call ``await dashboard.aclose()`` from that app's shutdown."""
+
+    def __init__(self, app: ASGIApp, close: Callable[[], Awaitable[None]]) -> None:
+        self.app = app
+        self._close = close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+    async def aclose(self) -> None:
+        """Close the client the dashboard opened from its URL (not one passed in)."""
+        await self._close()
+
+
+def _csrf_token(request: Request) -> str:
+    token = request.cookies.get(CSRF_COOKIE, "")
+    if len(token) != 43:  # token_urlsafe(32)
+        token = request.state.new_csrf = secrets.token_urlsafe(32)
+    return token
+
+
+def _check_csrf(request: Request, form: FormData) -> str | None:
+    """Double-submit check: the form's token must equal the cookie's (another site can
+    make the browser send the cookie, not read it), and a browser's Origin must be ours."""
+    cookie = request.cookies.get(CSRF_COOKIE, "")
+    sent = str(form.get("csrf", ""))
+    if not cookie or not hmac.compare_digest(cookie.encode(), sent.encode()):
+        return "the form's CSRF token is missing or stale: reload the page and try again"
+    origin = request.headers.get("origin")
+    if origin and origin != "null":
+        host = request.headers.get("host", "")
+        if urlsplit(origin).netloc != host:
+            return f"refused a request from another origin ({origin})"
+    return None
+
+
+# -- the app -------------------------------------------------------------------------------
+def create_app(
+    database_url: str | None = None,
+    *,
+    client: AsyncClient | None = None,
+    schema: str | None = None,
+    read_only: bool = False,
+    token: str | None = None,
+    count_cap: int = JOB_COUNT_CAP_DEFAULT,
+) -> Dashboard:
+    """The dashboard as an ASGI app.
+
+    Pass ``database_url`` (the app opens its own :class:`~riverboat.AsyncClient` on
+    first request and closes it at shutdown) or an existing ``client``. ``read_only``
+    hides every action and refuses its POST; ``token`` requires ``Authorization: Bearer
+    TOKEN`` or HTTP Basic with the token as password. Job counts per state stop at
+    ``count_cap`` (shown as "10,000+").
+    """
+    if (database_url is None) == (client is None):
+        raise InvalidInputError("database_url", "pass either database_url or client")
+    if token is not None and not token:
+        raise InvalidInputError("token", "must not be empty")
+    config = UiConfig(read_only=read_only, token=token, count_cap=count_cap)
+    holder = _ClientHolder(client, database_url, schema)
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["pretty_json"] = _pretty_json
+    env.filters["iso"] = _iso
+    env.filters["args_preview"] = _args_preview
+
+    def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        now = datetime.now(UTC)
+        context.update(
+            request=request,
+            now=now,
+            ago=lambda moment: _ago(moment, now),
+            read_only=config.read_only,
+            csrf=_csrf_token(request),
+            refresh=REFRESH_SECONDS,
+            message=request.query_params.get("msg"),
+            message_kind=request.query_params.get("msgkind", "ok"),
+            base=request.scope.get("root_path", ""),
+        )
+        response = HTMLResponse(env.get_template(name).render(**context), status_code=status)
+        new = getattr(request.state, "new_csrf", None)
+        if new:
+            response.set_cookie(CSRF_COOKIE, new, httponly=True, samesite="strict", path="/")
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    def error_page(request: Request, status: int, text: str) -> HTMLResponse:
+        return render(request, "error.html", status=status, error=text, title="Error")
+
+    async def overview(request: Request) -> Response:
+        client = await holder.get()
+        counts, by_queue, queues, throughput, leader = (
+            await client.job_count_by_state(cap=config.count_cap),
+            await client.job_count_by_queue(states=ACTIVE_STATES),
+            await client.queue_list(limit=1000),
+            await client.job_throughput(minutes=60),
+            await client.leader_get(),
+        )
+        now = datetime.now(UTC)
+        names = sorted({q.name for q in queues} | set(by_queue))
+        by_name = {q.name: q for q in queues}
+        rows = []
+        for name in names:
+            queue = by_name.get(name)
+            rows.append(
+                {
+                    "name": name,
+                    "row": queue,
+                    "counts": by_queue.get(name, {}),
+                    "active": queue is not None and now - queue.updated_at < QUEUE_SEEN_WINDOW,
+                }
+            )
+        return render(
+            request,
+            "overview.html",
+            title="Overview",
+            states=STATE_TABS,
+            active_states=ACTIVE_STATES,
+            counts={s: _count_text(counts.get(s, 0), config.count_cap) for s in STATE_TABS},
+            queues=rows,
+            chart=_chart(throughput, now),
+            leader=leader if leader is not None and leader.expires_at > now else None,
+        )
+
+    async def jobs(request: Request) -> Response:
+        client = await holder.get()
+        filters, problem = _filters_from(request)
+        listed: list[JobRow] = []
+        next_cursor = None
+        try:
+            if problem:
+                raise BadFilter(problem)
+            kwargs = filters.list_kwargs()
+            # By id, which river_job_pkey serves on both databases: newest first for
+            # running and finalized jobs, oldest first for those waiting. (River UI sorts
+            # by the state's time column; on SQLite that order is an expression no index
+            # serves, and a million finalized rows took seconds to sort.)
+            result = await client.job_list(
+                order_by="id",
+                descending=filters.state in FINALIZED or filters.state == JobState.RUNNING,
+                limit=PAGE_SIZE,
+                cursor=filters.cursor or None,
+                **kwargs,
+            )
+            listed, next_cursor = result.jobs, result.next_cursor
+        except BadFilter as exc:
+            problem = str(exc)
+        except InvalidInputError as exc:
+            problem = str(exc)
+        counts = await client.job_count_by_state(cap=config.count_cap)
+        return render(
+            request,
+            "jobs.html",
+            status=400 if problem else 200,
+            title="Jobs",
+            filters=filters,
+            problem=problem,
+            jobs=listed,
+            next_query=filters.query(cursor=str(next_cursor)) if next_cursor else None,
+            first_query=filters.query() if filters.cursor else None,
+            states=STATE_TABS,
+            counts={s: _count_text(counts.get(s, 0), config.count_cap) for s in STATE_TABS},
+            here=_app_path(request),
+        )
+
+    def _job_id(request: Request) -> int | None:
+        raw = str(request.path_params["job_id"])
+        if not raw.isdigit() or len(raw) > 19:
+            return None
+        return int(raw)
+
+    async def job_detail(request: Request) -> Response:
+        job_id = _job_id(request)
+        if job_id is None:
+            return error_page(request, 404, f"{request.path_params['job_id']!r} is not a job id")
+        client = await holder.get()
+        try:
+            job = await client.job_get(job_id)
+        except (NotFoundError, InvalidInputError):
+            return error_page(request, 404, f"job {job_id} not found (deleted, or never existed)")
+        metadata = dict(job.metadata)
+        output = metadata.get("output")
+        logs = metadata.get("river:log")
+        try:
+            args = job.args
+        except ValueError:
+            args = job.encoded_args
+        return render(
+            request,
+            "job.html",
+            title=f"Job {job.id}",
+            job=job,
+            args=args,
+            output=output,
+            has_output="output" in metadata,
+            logs=logs if isinstance(logs, list) else [],
+            timeline=[
+                ("Created", job.created_at),
+                ("Scheduled", job.scheduled_at),
+                ("Attempted", job.attempted_at),
+                ("Finalized", job.finalized_at),
+            ],
+            errors=list(reversed(job.errors)),
+            here=_app_path(request).split("?", 1)[0],
+        )
+
+    async def _form(request: Request) -> tuple[FormData | None, Response | None]:
+        if config.read_only:
+            return None, error_page(request, 403, "this dashboard is read-only")
+        form = await request.form()
+        problem = _check_csrf(request, form)
+        if problem:
+            return None, error_page(request, 403, problem)
+        return form, None
+
+    async def _act_on_job(client: AsyncClient, action: str, job_id: int) -> str:
+        """Run one action; returns "" when it took effect, else why not (the admin API
+        returns a job it left alone unchanged, e.g. cancelling a completed job)."""
+        try:
+            if action == "retry":
+                job = await client.job_retry(job_id)
+                if job.state == JobState.RUNNING:
+                    return f"job {job_id} is running; a running job is not retried"
+            elif action == "cancel":
+                job = await client.job_cancel(job_id)
+                if job.state in (JobState.COMPLETED, JobState.DISCARDED):
+                    return f"job {job_id} is already {job.state.value}; nothing to cancel"
+            else:
+                await client.job_delete(job_id)
+        except JobRunningError:
+            return f"job {job_id} is running and cannot be deleted"
+        except NotFoundError:
+            return f"job {job_id} not found"
+        return ""
+
+    async def job_action(request: Request) -> Response:
+        _form_data, refused = await _form(request)
+        if refused is not None:
+            return refused
+        job_id = _job_id(request)
+        action = str(request.path_params["action"])
+        if job_id is None or action not in JOB_ACTIONS:
+            return error_page(request, 404, "no such job action")
+        client = await holder.get()
+        problem = await _act_on_job(client, action, job_id)
+        back = _safe_back(request, f"/jobs/{job_id}")
+        if action == "delete" and not problem:
+            back = _safe_back(request, "/jobs")
+            if back.startswith(f"/jobs/{job_id}"):
+                back = "/jobs"
+        past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
+        message = problem or f"job {job_id} {past}"
+        return RedirectResponse(
+            _with_message(
+                request.scope.get("root_path", "") + back, message, "error" if problem else "ok"
+            ),
+            status_code=303,
+        )
+
+    async def jobs_bulk(request: Request) -> Response:
+        form, refused = await _form(request)
+        if refused is not None:
+            return refused
+        assert form is not None
+        action = str(form.get("action", ""))
+        back = _safe_back(request, "/jobs")
+        root = request.scope.get("root_path", "")
+        if action not in JOB_ACTIONS:
+            return error_page(request, 400, f"{action!r} is not a job action")
+        ids = [str(v) for v in form.getlist("job")]
+        if not ids:
+            return RedirectResponse(
+                _with_message(root + back, "no job selected", "error"), status_code=303
+            )
+        if not all(v.isdigit() and len(v) <= 19 for v in ids):
+            return error_page(request, 400, "job ids must be numbers")
+        client = await holder.get()
+        problems = [p for p in [await _act_on_job(client, action, int(v)) for v in ids] if p]
+        past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
+        done = len(ids) - len(problems)
+        message = f"{done} job{'s' if done != 1 else ''} {past}"
+        if problems:
+            message += "; " + "; ".join(problems[:5])
+        return RedirectResponse(
+            _with_message(root + back, message, "error" if problems else "ok"), status_code=303
+        )
+
+    async def queue_action(request: Request) -> Response:
+        _form_data, refused = await _form(request)
+        if refused is not None:
+            return refused
+        name = str(request.path_params["name"])
+        action = str(request.path_params["action"])
+        if action not in ("pause", "resume"):
+            return error_page(request, 404, "no such queue action")
+        client = await holder.get()
+        root = request.scope.get("root_path", "")
+        try:
+            if action == "pause":
+                await client.queue_pause(name)
+            else:
+                await client.queue_resume(name)
+        except (NotFoundError, InvalidInputError) as exc:
+            return RedirectResponse(_with_message(root + "/", str(exc), "error"), status_code=303)
+        past = "paused" if action == "pause" else "resumed"
+        return RedirectResponse(
+            _with_message(root + _safe_back(request, "/"), f"queue {name} {past}"),
+            status_code=303,
+        )
+
+    def guarded(
+        endpoint: Callable[[Request], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def run(request: Request) -> Response:
+            try:
+                return await endpoint(request)
+            except (InvalidInputError, BadFilter) as exc:
+                return error_page(request, 400, str(exc))
+            except RiverboatError as exc:
+                return error_page(request, 503, f"the database answered: {exc}")
+
+        return run
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        await holder.close()
+
+    routes = [
+        Route("/", guarded(overview)),
+        Route("/jobs", guarded(jobs)),
+        Route("/jobs/bulk", guarded(jobs_bulk), methods=["POST"]),
+        Route("/jobs/{job_id}", guarded(job_detail)),
+        Route("/jobs/{job_id}/{action}", guarded(job_action), methods=["POST"]),
+        Route("/queues/{name}/{action}", guarded(queue_action), methods=["POST"]),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    app: ASGIApp = Starlette(routes=routes, lifespan=lifespan)
+    if token is not None:
+        app = _AuthMiddleware(app, token)
+    return Dashboard(app, holder.close)

@@ -1,0 +1,142 @@
+"""Fixtures for the dashboard: a seeded database (SQLite file or Postgres schema), the app
+served by uvicorn on a free port in a thread, and Debian's chromium driven by playwright.
+
+The browser is the system's (/usr/bin/chromium, which .ci/run installs): playwright's own
+browser download is never used. Outside CI a missing browser skips the browser tests
+with the reason; with CI=true it fails them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import riverboat
+from riverboat._url import driver_from_url
+from tests.ui.seed import Seeded, seed
+
+uvicorn = pytest.importorskip("uvicorn")
+
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "ui"
+
+
+@dataclass
+class SeededDb:
+    name: str  # "sqlite" or "postgres"
+    url: str
+    schema: str | None
+    jobs: Seeded
+
+    def client(self) -> riverboat.Client:
+        return riverboat.Client(driver_from_url(self.url, schema=self.schema))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def seeded(request: pytest.FixtureRequest) -> SeededDb:
+    if request.param == "sqlite":
+        url: str = request.getfixturevalue("sqlite_url")
+        schema = None
+    else:
+        url = request.getfixturevalue("pg_url")
+        schema = request.getfixturevalue("pg_schema")
+
+    def seed_now() -> Seeded:
+        client = riverboat.Client(driver_from_url(url, schema=schema))
+        try:
+            return seed(client)
+        finally:
+            client.driver.close()
+
+    # work_job runs its own event loop, and playwright's sync API keeps one running on
+    # this thread once the browser is up: seed on another thread.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        jobs = pool.submit(seed_now).result()
+    return SeededDb(request.param, url, schema, jobs)
+
+
+class Served:
+    """The app on 127.0.0.1:<free port>, in a thread, stopped at teardown."""
+
+    def __init__(self, app: Any) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        # Listening before the server thread starts: a request made at once waits in the
+        # backlog until uvicorn accepts it, so nothing has to poll for "started".
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(app, log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    started: list[Served] = []
+
+    def start(app: Any) -> Served:
+        served = Served(app)
+        started.append(served)
+        return served
+
+    yield start
+    for served in started:
+        served.stop()
+
+
+def _chromium() -> str | None:
+    for candidate in (os.environ.get("RIVERBOAT_CHROMIUM"), "chromium", "chromium-browser"):
+        if candidate and (path := shutil.which(candidate)):
+            return path
+    return None
+
+
+# Module scope: while playwright's sync API is up it keeps an event loop running on this
+# thread, and any async test after it (pytest-asyncio) would fail to start its own.
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    executable = _chromium()
+    in_ci = os.environ.get("CI", "").lower() == "true"
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        if in_ci:
+            raise
+        pytest.skip("playwright is not installed (pip install -e '.[dev]')")
+    if executable is None:
+        if in_ci:
+            pytest.fail("CI=true but no chromium on PATH: .ci/run installs Debian's chromium")
+        pytest.skip("no chromium on PATH: apt-get install chromium (or set RIVERBOAT_CHROMIUM)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=executable,
+            # As root (CI containers) chromium refuses to start inside its sandbox.
+            args=["--no-sandbox", "--disable-dev-shm-usage"],
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    opened = context.new_page()
+    yield opened
+    context.close()

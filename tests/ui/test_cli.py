@@ -1,0 +1,73 @@
+"""``riverboat ui`` from the shell: it serves, warns when exposed without a token, and
+refuses a bad database before starting."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import subprocess
+import sys
+
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start(*args: str) -> tuple[subprocess.Popen[str], list[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "riverboat.cli", "ui", *args],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stderr is not None
+    lines: list[str] = []
+    for line in proc.stderr:  # until the server says where it listens
+        lines.append(line)
+        if "riverboat ui: http://" in line:
+            break
+    return proc, lines
+
+
+@pytest.mark.parametrize(
+    ("host", "extra", "warned"),
+    [
+        ("0.0.0.0", (), True),
+        ("0.0.0.0", ("--token", "abc123"), False),
+        ("127.0.0.1", (), False),
+    ],
+)
+def test_serves_and_warns_when_exposed(
+    sqlite_url: str, host: str, extra: tuple[str, ...], warned: bool
+) -> None:
+    port = _free_port()
+    proc, lines = _start("--database-url", sqlite_url, "--host", host, "--port", str(port), *extra)
+    try:
+        assert any(f"http://{host}:{port}/" in line for line in lines), lines
+        assert any("WARNING" in line for line in lines) is warned, lines
+        headers = {"Authorization": "Bearer abc123"} if extra else {}
+        # The socket listens before the URL is printed: this waits in the backlog.
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("GET", "/", headers=headers)
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+def test_refuses_a_bad_database(tmp_path: object) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "riverboat.cli", "ui", "--database-url", "mysql://nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "database_url" in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,202 @@
+"""The dashboard's HTTP rules, without a browser: actions need the CSRF token and our
+origin, read-only refuses them, a token guards every page, bad input is a 4xx page."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import pytest
+
+from riverboat.errors import InvalidInputError
+from riverboat.ui import create_app
+from tests.ui.conftest import SeededDb
+
+
+class Http:
+    """A tiny client that keeps the CSRF cookie and never follows redirects."""
+
+    def __init__(self, base: str, headers: dict[str, str] | None = None) -> None:
+        parts = urlsplit(base)
+        self.host, self.port = parts.hostname or "", parts.port or 80
+        self.cookie = ""
+        self.headers = headers or {}
+
+    def request(
+        self, method: str, path: str, body: dict[str, str] | None = None, **headers: str
+    ) -> tuple[int, dict[str, str], str]:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
+        sent = dict(self.headers)
+        if self.cookie:
+            sent["Cookie"] = self.cookie
+        data = None
+        if body is not None:
+            data = urlencode(body)
+            sent["Content-Type"] = "application/x-www-form-urlencoded"
+        sent.update({k.replace("_", "-"): v for k, v in headers.items()})
+        conn.request(method, path, body=data, headers=sent)
+        response = conn.getresponse()
+        text = response.read().decode()
+        got = {k.lower(): v for k, v in response.getheaders()}
+        if "set-cookie" in got:
+            self.cookie = got["set-cookie"].split(";", 1)[0]
+        conn.close()
+        return response.status, got, text
+
+    def csrf(self, path: str = "/") -> str:
+        status, _, text = self.request("GET", path)
+        assert status == 200
+        found = re.search(r'name="csrf" value="([^"]+)"', text)
+        assert found, "no CSRF field in the page"
+        return found.group(1)
+
+
+def _paused(seeded: SeededDb, queue: str) -> bool:
+    client = seeded.client()
+    try:
+        return bool(client.queue_get(queue).paused)
+    finally:
+        client.driver.close()
+
+
+def test_actions_need_the_csrf_token_and_our_origin(seeded: SeededDb, serve: Any) -> None:
+    base = serve(create_app(seeded.url, schema=seeded.schema)).url
+    stranger = Http(base)
+    status, _, text = stranger.request("POST", "/queues/email/pause", {"csrf": "x" * 43})
+    assert status == 403 and "CSRF token" in text
+
+    browser = Http(base)
+    token = browser.csrf()
+    assert browser.cookie.startswith("riverboat_csrf=")
+    status, _, _ = browser.request("POST", "/queues/email/pause", {"csrf": "y" * 43})
+    assert status == 403
+    status, _, text = browser.request(
+        "POST", "/queues/email/pause", {"csrf": token}, Origin="http://evil.example"
+    )
+    assert status == 403 and "another origin" in text
+    assert not _paused(seeded, "email")
+
+    status, headers, _ = browser.request(
+        "POST", "/queues/email/pause", {"csrf": token}, Origin=base
+    )
+    assert status == 303 and headers["location"].startswith("/?msg=queue+email+paused")
+    assert _paused(seeded, "email")
+    # "back" only ever points inside the app.
+    status, headers, _ = browser.request(
+        "POST", "/queues/email/resume?back=//evil.example/x", {"csrf": token}
+    )
+    assert status == 303 and headers["location"].startswith("/?msg=")
+
+
+def test_read_only_refuses_every_action(seeded: SeededDb, serve: Any) -> None:
+    base = serve(create_app(seeded.url, schema=seeded.schema, read_only=True)).url
+    browser = Http(base)
+    status, _, page = browser.request("GET", "/")
+    assert status == 200 and 'name="csrf"' not in page.split("<main>", 1)[1].split("</h1>")[0]
+    browser.cookie = "riverboat_csrf=" + "z" * 43
+    job = seeded.jobs.discarded[0]
+    for path in (
+        "/queues/email/pause",
+        f"/jobs/{job}/retry",
+        f"/jobs/{job}/delete",
+        "/jobs/bulk",
+    ):
+        status, _, text = browser.request(
+            "POST", path, {"csrf": "z" * 43, "action": "delete", "job": str(job)}
+        )
+        assert status == 403 and "read-only" in text, path
+    assert not _paused(seeded, "email")
+    client = seeded.client()
+    try:
+        assert client.job_get(job).state == "discarded"
+    finally:
+        client.driver.close()
+
+
+def test_token_guards_every_page(seeded: SeededDb, serve: Any) -> None:
+    base = serve(create_app(seeded.url, schema=seeded.schema, token="s3cret-token")).url
+    for path in ("/", "/jobs", f"/jobs/{seeded.jobs.xss}", "/static/htmx.min.js"):
+        status, headers, _ = Http(base).request("GET", path)
+        assert status == 401 and headers["www-authenticate"].startswith("Basic"), path
+    assert Http(base, {"Authorization": "Bearer s3cret-token"}).request("GET", "/")[0] == 200
+    assert Http(base, {"Authorization": "Bearer wrong"}).request("GET", "/")[0] == 401
+    basic = base64.b64encode(b"anyone:s3cret-token").decode()
+    assert Http(base, {"Authorization": f"Basic {basic}"}).request("GET", "/")[0] == 200
+    bad = base64.b64encode(b"anyone:nope").decode()
+    assert Http(base, {"Authorization": f"Basic {bad}"}).request("GET", "/")[0] == 401
+    assert Http(base, {"Authorization": "Basic !!!"}).request("GET", "/")[0] == 401
+
+
+def test_bad_input_is_a_page_not_a_500(seeded: SeededDb, serve: Any) -> None:
+    base = serve(create_app(seeded.url, schema=seeded.schema)).url
+    browser = Http(base)
+    for path, status_wanted, text_wanted in (
+        ("/jobs?state=nope", 400, "is not a job state"),
+        ("/jobs?state=available&priority=9", 400, "must be from 1 to 4"),
+        ("/jobs?state=available&kind=%00", 400, "NUL"),
+        ("/jobs?state=available&queue=Not%20A%20Queue", 400, "queue"),
+        ("/jobs?state=available&cursor=%%%", 400, "cursor"),
+        ("/jobs/99999999999999999999", 404, "is not a job id"),
+        ("/jobs/424242", 404, "not found"),
+    ):
+        status, _, text = browser.request("GET", path)
+        assert status == status_wanted and text_wanted in text, (path, status, text[-600:])
+    token = browser.csrf()
+    status, _, text = browser.request("POST", "/jobs/bulk", {"csrf": token, "action": "explode"})
+    assert status == 400 and "is not a job action" in text
+    status, headers, _ = browser.request("POST", "/jobs/bulk", {"csrf": token, "action": "retry"})
+    assert status == 303 and "no+job+selected" in headers["location"]
+    status, headers, _ = browser.request("POST", "/queues/nope/pause", {"csrf": token})
+    assert status == 303 and "not+found" in headers["location"]
+
+
+def test_create_app_checks_its_arguments() -> None:
+    with pytest.raises(InvalidInputError, match="either database_url or client"):
+        create_app()
+    with pytest.raises(InvalidInputError, match="token"):
+        create_app("sqlite:///x.sqlite3", token="")
+
+
+def test_mounted_under_a_prefix(seeded: SeededDb, serve: Any) -> None:
+    """Mounted in another ASGI app, links, static files and redirects keep the prefix."""
+    from contextlib import asynccontextmanager
+
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    dashboard = create_app(seeded.url, schema=seeded.schema)
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        await dashboard.aclose()
+
+    outer = Starlette(routes=[Mount("/riverboat", dashboard)], lifespan=lifespan)
+    browser = Http(serve(outer).url)
+    status, _, page = browser.request("GET", "/riverboat/")
+    assert status == 200
+    assert 'href="/riverboat/jobs"' in page and 'src="/riverboat/static/htmx.min.js"' in page
+    assert browser.request("GET", "/riverboat/static/htmx.min.js")[0] == 200
+    token = browser.csrf("/riverboat/")
+    status, headers, _ = browser.request("POST", "/riverboat/queues/email/pause", {"csrf": token})
+    assert status == 303 and headers["location"].startswith("/riverboat/?msg=")
+    job = seeded.jobs.discarded[0]
+    status, _, page = browser.request("GET", f"/riverboat/jobs/{job}")
+    action = re.search(r'action="([^"]+/retry[^"]*)"', page)
+    assert status == 200 and action is not None
+    path = action.group(1).replace("&amp;", "&")
+    status, headers, _ = browser.request("POST", path, {"csrf": token})
+    assert status == 303 and headers["location"].startswith(f"/riverboat/jobs/{job}?msg=")
+
+
+def test_an_action_that_changes_nothing_says_so(seeded: SeededDb, serve: Any) -> None:
+    browser = Http(serve(create_app(seeded.url, schema=seeded.schema)).url)
+    token = browser.csrf()
+    done = seeded.jobs.completed[0]
+    status, headers, _ = browser.request("POST", f"/jobs/{done}/cancel", {"csrf": token})
+    assert status == 303 and "already+completed" in headers["location"]
+    assert "msgkind=error" in headers["location"]
