@@ -247,6 +247,9 @@ class Producer:
             self.last_fetch_count = len(rows)
             for listener in self.claim_listeners:
                 listener(self.queue, len(rows))
+            # Set before the jobs start: with eager task start (Python 3.12+) a short job
+            # finishes inside _start_job, and its slot must already count toward a refill.
+            self._fetch_when_slots_free = len(rows) == free
             if rows:
                 decode = self._dialect.decode_job
                 for raw in rows:
@@ -268,7 +271,6 @@ class Producer:
                         )
                         continue
                     self._start_job(row)
-            self._fetch_when_slots_free = len(rows) == free
 
     async def _report_queue(self) -> None:
         try:
