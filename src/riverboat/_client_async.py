@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from riverboat._admin import _job_id
 from riverboat._admin_async import AsyncAdmin
-from riverboat._client_core import _check_job_id, _ClientCore
+from riverboat._client_core import _ClientCore
 from riverboat._insert import InsertParams
 from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow, JobState
 from riverboat._json import go_json_dumps
@@ -117,13 +118,13 @@ class AsyncClientBase(AsyncAdmin):
 
     async def job_get(self, job_id: int) -> JobRow:
         """Fetch one job by ID; raises NotFoundError."""
-        rows = await self.driver.fetch(self._core.dialect.job_get_by_id(_check_job_id(job_id)))
+        rows = await self.driver.fetch(self._core.dialect.job_get_by_id(_job_id(job_id)))
         return self._core.one_job(rows, job_id)
 
     async def job_get_tx(self, conn: Any, job_id: int) -> JobRow:
         """:meth:`job_get` on the caller's connection: sees their transaction's own
         uncommitted inserts and changes. Raises NotFoundError."""
-        stmt = self._core.dialect.job_get_by_id(_check_job_id(job_id))
+        stmt = self._core.dialect.job_get_by_id(_job_id(job_id))
         rows = await self.driver.wrap(conn).fetch(stmt)
         return self._core.one_job(rows, job_id)
 

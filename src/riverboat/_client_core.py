@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from riverboat._admin import _job_id
 from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, resolve_many
 from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow
 from riverboat._sql import Statement
@@ -223,10 +222,6 @@ class _ClientCore:
             raise NotFoundError(f"job {job_id} not found")
         job: JobRow = self.dialect.decode_job(rows[0])
         return job
-
-
-def _check_job_id(job_id: object) -> int:
-    return _job_id(job_id)  # one rule for every call taking a job id
 
 
 def _checked_driver(driver: Any, schema: str | None, *, want_async: bool) -> Any:

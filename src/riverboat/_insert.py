@@ -158,9 +158,6 @@ def validate_time(value: object, field: str) -> datetime:
     return value
 
 
-_validate_time = validate_time
-
-
 def encode_metadata(metadata: object, field: str = "opts.metadata") -> str:
     if not isinstance(metadata, Mapping):
         raise InvalidInputError(field, f"must be a mapping, not {type(metadata).__name__}")
@@ -311,7 +308,7 @@ def resolve_insert(
     scheduled_at = None
     state = JobState.AVAILABLE
     if scheduled_value is not None:
-        scheduled_at = _validate_time(scheduled_value, "opts.scheduled_at")
+        scheduled_at = validate_time(scheduled_value, "opts.scheduled_at")
         state = JobState.SCHEDULED  # River: any explicit time means scheduled, even if past
     if o.pending or a.pending:
         state = JobState.PENDING
