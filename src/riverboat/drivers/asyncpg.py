@@ -17,14 +17,21 @@ transaction pooling mode.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from riverboat._sql import Statement
 from riverboat.dialect.postgres import CopyBatch, PostgresDialect
-from riverboat.drivers.base import Capabilities, DriverStats, Notification, translate_error
-from riverboat.errors import DriverError, MissingDependencyError
+from riverboat.drivers.base import (
+    Capabilities,
+    DriverStats,
+    Notification,
+    import_optional,
+    plain_postgres_url,
+    translate_error,
+)
+from riverboat.errors import DriverError
 
 if TYPE_CHECKING:
     import asyncpg
@@ -33,11 +40,7 @@ __all__ = ["AsyncpgDriver", "connect_listener"]
 
 
 def _import_asyncpg() -> Any:
-    try:
-        import asyncpg
-    except ImportError as exc:
-        raise MissingDependencyError("asyncpg", "asyncpg", exc) from exc
-    return asyncpg
+    return import_optional("asyncpg", "asyncpg")
 
 
 def _errors(asyncpg: Any) -> tuple[type[BaseException], ...]:
@@ -46,16 +49,13 @@ def _errors(asyncpg: Any) -> tuple[type[BaseException], ...]:
     return (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 
 
-def _translate(exc: BaseException) -> DriverError:
-    return translate_error(exc)
+_translate = translate_error
 
 
 def _asyncpg_url(url: str) -> str:
-    # SQLAlchemy-style scheme suffixes mean nothing to asyncpg.
-    for prefix in ("postgresql+asyncpg://", "postgresql+psycopg://", "postgres+asyncpg://"):
-        if url.startswith(prefix):
-            return "postgresql://" + url[len(prefix) :]
-    return url
+    return plain_postgres_url(
+        url, ("postgresql+asyncpg://", "postgresql+psycopg://", "postgres+asyncpg://")
+    )
 
 
 def _rowcount(status: str) -> int:
@@ -144,20 +144,20 @@ class _Listener:
         self._queue.put_nowait(_CLOSED)
 
     async def listen(self, channel: str) -> None:
-        asyncpg = _import_asyncpg()
-        try:
-            await self._conn.add_listener(channel, self._on_notify)
-        except _errors(asyncpg) as exc:
-            raise _translate(exc) from exc
+        await self._subscription(self._conn.add_listener, channel)
         self._channels.add(channel)
 
     async def unlisten(self, channel: str) -> None:
+        await self._subscription(self._conn.remove_listener, channel)
+        self._channels.discard(channel)
+
+    async def _subscription(self, method: Callable[..., Awaitable[None]], channel: str) -> None:
+        """``add_listener`` or ``remove_listener`` for ``channel``, errors translated."""
         asyncpg = _import_asyncpg()
         try:
-            await self._conn.remove_listener(channel, self._on_notify)
+            await method(channel, self._on_notify)
         except _errors(asyncpg) as exc:
             raise _translate(exc) from exc
-        self._channels.discard(channel)
 
     async def notifications(self) -> AsyncIterator[Notification]:
         while True:

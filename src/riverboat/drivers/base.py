@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
 import re
+import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from riverboat._sql import Statement
-from riverboat.errors import DriverError, NotMigratedError
+from riverboat.errors import DriverError, MissingDependencyError, NotMigratedError
 
 if TYPE_CHECKING:
     from riverboat.dialect.base import Dialect
@@ -23,6 +25,8 @@ __all__ = [
     "DriverStats",
     "Executor",
     "Notification",
+    "import_optional",
+    "plain_postgres_url",
     "translate_error",
 ]
 
@@ -33,6 +37,27 @@ _MISSING_TABLE = re.compile(
     r'relation "(?:[^"]+\.)?(river_\w+)" does not exist|no such table: (?:\w+\.)?(river_\w+)'
 )
 _MISSING_SCHEMA = re.compile(r'schema "([^"]+)" does not exist')
+
+
+def import_optional(module: str, extra: str) -> Any:
+    """Import an optional dependency, or raise :class:`MissingDependencyError` naming the
+    extra that installs it. Imported on first use, so core riverboat needs none of them."""
+    loaded = sys.modules.get(module)  # the common case, on hot paths: one dict lookup
+    if loaded is not None:
+        return loaded
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(module.partition(".")[0], extra, exc) from exc
+
+
+def plain_postgres_url(url: str, prefixes: Sequence[str]) -> str:
+    """``url`` without a SQLAlchemy-style scheme suffix (``postgresql+psycopg://``), which
+    means nothing to libpq or asyncpg; ``prefixes`` are the spellings a driver accepts."""
+    for prefix in prefixes:
+        if url.startswith(prefix):
+            return "postgresql://" + url[len(prefix) :]
+    return url
 
 
 def translate_error(exc: BaseException, detail: BaseException | None = None) -> DriverError:
@@ -131,8 +156,8 @@ class AsyncListener(Protocol):
     async def close(self) -> None: ...
 
 
-class Driver(Executor, Protocol):
-    """A sync driver: a pool (or a single connection) plus transactions."""
+class _DriverAttributes(Protocol):
+    """What every driver, sync or async, exposes besides running statements."""
 
     # Read-only in the protocol so a driver may hold a Dialect subclass.
     @property
@@ -143,6 +168,10 @@ class Driver(Executor, Protocol):
 
     @property
     def stats(self) -> DriverStats: ...
+
+
+class Driver(Executor, _DriverAttributes, Protocol):
+    """A sync driver: a pool (or a single connection) plus transactions."""
 
     def transaction(self) -> AbstractContextManager[Executor]: ...
 
@@ -155,18 +184,8 @@ class Driver(Executor, Protocol):
     def close(self) -> None: ...
 
 
-class AsyncDriver(AsyncExecutor, Protocol):
+class AsyncDriver(AsyncExecutor, _DriverAttributes, Protocol):
     """An async driver; the runtime runs on these."""
-
-    # Read-only in the protocol so a driver may hold a Dialect subclass.
-    @property
-    def dialect(self) -> Dialect: ...
-
-    @property
-    def capabilities(self) -> Capabilities: ...
-
-    @property
-    def stats(self) -> DriverStats: ...
 
     def transaction(self) -> AbstractAsyncContextManager[AsyncExecutor]: ...
 

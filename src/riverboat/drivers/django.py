@@ -38,8 +38,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from riverboat._sql import Statement
-from riverboat.drivers.base import Capabilities, DriverStats, translate_error
-from riverboat.errors import DriverError, InvalidInputError, MissingDependencyError
+from riverboat.drivers.base import Capabilities, DriverStats, import_optional, translate_error
+from riverboat.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from riverboat.dialect.base import Dialect
@@ -53,15 +53,10 @@ _NOT_LIBPQ = ("cursor_factory", "context", "prepare_threshold")
 
 
 def _django() -> Any:
-    try:
-        import django.db
-    except ImportError as exc:
-        raise MissingDependencyError("django", "django", exc) from exc
-    return django.db
+    return import_optional("django.db", "django")
 
 
-def _translate(exc: BaseException) -> DriverError:
-    return translate_error(exc)
+_translate = translate_error
 
 
 def _run_on(cursor: Any, stmt: Statement, stats: DriverStats, want_rows: bool) -> Any:
@@ -225,10 +220,7 @@ class DjangoDriver:
 def libpq_params(alias: str = "default") -> tuple[str, bool]:
     """``(libpq conninfo string, prepared statements wanted)`` for a postgresql alias."""
     db = _django()
-    try:
-        from psycopg.conninfo import make_conninfo
-    except ImportError as exc:
-        raise MissingDependencyError("psycopg", "psycopg", exc) from exc
+    make_conninfo = import_optional("psycopg.conninfo", "psycopg").make_conninfo
     params = dict(db.connections[alias].get_connection_params())
     prepare = params.get("prepare_threshold") is not None
     for key in _NOT_LIBPQ:

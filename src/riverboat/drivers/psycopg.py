@@ -21,8 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 from riverboat._sql import Statement
 from riverboat.dialect.postgres import CopyBatch, PostgresDialect
-from riverboat.drivers.base import Capabilities, DriverStats, Notification, translate_error
-from riverboat.errors import DriverError, MissingDependencyError
+from riverboat.drivers.base import (
+    Capabilities,
+    DriverStats,
+    Notification,
+    import_optional,
+    plain_postgres_url,
+    translate_error,
+)
+from riverboat.errors import DriverError
 
 if TYPE_CHECKING:
     import psycopg
@@ -41,23 +48,16 @@ POOL_TIMEOUT = 30.0
 
 
 def _import_psycopg() -> Any:
-    try:
-        import psycopg
-    except ImportError as exc:
-        raise MissingDependencyError("psycopg", "psycopg", exc) from exc
-    return psycopg
+    return import_optional("psycopg", "psycopg")
 
 
-def _translate(exc: BaseException) -> DriverError:
-    return translate_error(exc)
+_translate = translate_error
 
 
 def _libpq_url(url: str) -> str:
-    # SQLAlchemy-style scheme suffixes ("postgresql+psycopg://") mean nothing to libpq.
-    for prefix in ("postgresql+psycopg://", "postgresql+asyncpg://", "postgres+psycopg://"):
-        if url.startswith(prefix):
-            return "postgresql://" + url[len(prefix) :]
-    return url
+    return plain_postgres_url(
+        url, ("postgresql+psycopg://", "postgresql+asyncpg://", "postgres+psycopg://")
+    )
 
 
 class _SyncExecutor:
@@ -149,10 +149,7 @@ class PsycopgDriver:
         self._pool: Any = None
         self.url: str | None = None
         if isinstance(source, str):
-            try:
-                import psycopg_pool
-            except ImportError as exc:
-                raise MissingDependencyError("psycopg_pool", "psycopg", exc) from exc
+            psycopg_pool = import_optional("psycopg_pool", "psycopg")
             self.url = _libpq_url(source)
             # Opened at the first statement, after one direct connection has proved the
             # URL works: a wrong password or database then fails at once with the

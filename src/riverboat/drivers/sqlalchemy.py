@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from riverboat._sql import Query, Statement
 from riverboat.dialect.postgres import PostgresDialect
-from riverboat.drivers.base import AsyncListener, Capabilities, DriverStats, translate_error
+from riverboat.drivers.base import (
+    AsyncListener,
+    Capabilities,
+    DriverStats,
+    import_optional,
+    translate_error,
+)
 from riverboat.errors import DriverError, InvalidInputError, MissingDependencyError
 
 if TYPE_CHECKING:
@@ -36,11 +42,7 @@ __all__ = ["AsyncSqlAlchemyDriver", "SqlAlchemyDriver"]
 
 
 def _import_sqlalchemy() -> Any:
-    try:
-        import sqlalchemy
-    except ImportError as exc:
-        raise MissingDependencyError("sqlalchemy", "sqlalchemy", exc) from exc
-    return sqlalchemy
+    return import_optional("sqlalchemy", "sqlalchemy")
 
 
 def _translate(exc: BaseException) -> DriverError:

@@ -70,8 +70,7 @@ def _is_busy(exc: BaseException) -> bool:
     return "database is locked" in message or "database table is locked" in message
 
 
-def _translate(exc: BaseException) -> DriverError:
-    return translate_error(exc)
+_translate = translate_error
 
 
 def _params(stmt: Statement) -> Mapping[str, Any]:
@@ -277,7 +276,39 @@ class _SyncExecutor:
         return result
 
 
-class SqliteDriver:
+class _SqliteDriverBase:
+    """Where a SQLite driver's database is, and how to open a connection to it: the
+    part the sync and async drivers share (they differ in who runs the connection)."""
+
+    def __init__(
+        self,
+        url_or_path: str | Path,
+        schema: str | None = None,
+        *,
+        attach: Mapping[str, str] | None = None,
+        busy_timeout: float = 10.0,
+    ) -> None:
+        self.dialect = SqliteDialect(schema)
+        self.stats = DriverStats()
+        self.path = sqlite_path_from_url(url_or_path)
+        self.url = url_or_path if isinstance(url_or_path, str) else f"sqlite:///{url_or_path}"
+        self._attach = dict(attach) if attach else None
+        self._attach_path = _attach_path(self.path, self.dialect.schema, attach)
+        self._busy_timeout = busy_timeout
+        self._closed = False
+
+    def _open_connection(self, stats: DriverStats | None = None) -> _Connection:
+        """A connection counting into ``stats`` (default: the driver's)."""
+        return _Connection(
+            self.path,
+            self.dialect.schema,
+            self._attach_path,
+            self._busy_timeout,
+            self.stats if stats is None else stats,
+        )
+
+
+class SqliteDriver(_SqliteDriverBase):
     """Sync SQLite driver over a URL or a path.
 
     ``schema`` names an attached database (River's notion of a schema on SQLite). It is
@@ -296,21 +327,9 @@ class SqliteDriver:
         attach: Mapping[str, str] | None = None,
         busy_timeout: float = 10.0,
     ) -> None:
-        self.dialect = SqliteDialect(schema)
-        self.stats = DriverStats()
-        self.path = sqlite_path_from_url(url_or_path)
-        self.url = url_or_path if isinstance(url_or_path, str) else f"sqlite:///{url_or_path}"
-        self._attach = dict(attach) if attach else None
-        self._busy_timeout = busy_timeout
+        super().__init__(url_or_path, schema, attach=attach, busy_timeout=busy_timeout)
         self._lock = threading.RLock()
-        self._conn = _Connection(
-            self.path,
-            self.dialect.schema,
-            _attach_path(self.path, self.dialect.schema, attach),
-            busy_timeout,
-            self.stats,
-        )
-        self._closed = False
+        self._conn = self._open_connection()
 
     @contextmanager
     def _lease(self) -> Iterator[_Connection]:
@@ -384,7 +403,7 @@ class _AsyncExecutor:
         return result
 
 
-class AsyncSqliteDriver:
+class AsyncSqliteDriver(_SqliteDriverBase):
     """Async SQLite driver: one connection, worked by one dedicated thread.
 
     Every call is queued to that thread, so statements never run concurrently on the
@@ -402,14 +421,9 @@ class AsyncSqliteDriver:
         attach: Mapping[str, str] | None = None,
         busy_timeout: float = 10.0,
     ) -> None:
-        self.dialect = SqliteDialect(schema)
-        self.stats = DriverStats()
-        self.path = sqlite_path_from_url(url_or_path)
-        self._attach_path = _attach_path(self.path, self.dialect.schema, attach)
-        self._busy_timeout = busy_timeout
+        super().__init__(url_or_path, schema, attach=attach, busy_timeout=busy_timeout)
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="riverboat-sqlite")
         self._conn: _Connection | None = None
-        self._closed = False
         # Owner task of the open transaction (re-entrant for that task only).
         self._owner: asyncio.Task[Any] | None = None
         self._depth = 0
@@ -418,13 +432,7 @@ class AsyncSqliteDriver:
     def _connection(self) -> _Connection:
         # Runs on the worker thread: the connection is opened lazily there.
         if self._conn is None:
-            self._conn = _Connection(
-                self.path,
-                self.dialect.schema,
-                self._attach_path,
-                self._busy_timeout,
-                self.stats,
-            )
+            self._conn = self._open_connection()
         return self._conn
 
     async def _on_thread(self, fn: Callable[[], T]) -> T:
@@ -547,12 +555,7 @@ class AsyncSqliteDriver:
     async def listener(self) -> SqliteListener:
         """A poller of the ``river_notification`` outbox (SQLite's LISTEN/NOTIFY), on a
         connection and thread of its own; it starts after the newest row."""
-        listener = SqliteListener(
-            self.dialect,
-            lambda stats: _Connection(
-                self.path, self.dialect.schema, self._attach_path, self._busy_timeout, stats
-            ),
-        )
+        listener = SqliteListener(self.dialect, self._open_connection)
         await listener.connect()
         return listener
 

@@ -32,7 +32,8 @@ from typing import Any
 from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, validate_kind
 from riverboat._job import InsertManyParams, InsertOpts, JobState, format_rfc3339_nano
 from riverboat._unique import unique_states_bitmask
-from riverboat.errors import InvalidInputError, MissingDependencyError
+from riverboat.drivers.base import import_optional
+from riverboat.errors import InvalidInputError
 from riverboat.runtime.maintenance._service import MaintenanceContext, Service
 
 __all__ = ["NEVER", "PeriodicJob", "PeriodicJobEnqueuer", "PeriodicJobs"]
@@ -46,11 +47,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _import_croniter() -> Any:
-    try:
-        from croniter import croniter
-    except ImportError as exc:
-        raise MissingDependencyError("croniter", "cron", exc) from exc
-    return croniter
+    return import_optional("croniter", "cron").croniter
 
 
 class _Never:
