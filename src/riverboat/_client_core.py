@@ -13,6 +13,7 @@ from typing import Any
 from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, resolve_many
 from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow
 from riverboat._sql import Statement
+from riverboat._url import async_driver_from_url, driver_from_url
 from riverboat.dialect.base import BulkCopy
 from riverboat.errors import (
     InvalidInputError,
@@ -102,12 +103,23 @@ class _ClientCore:
     def __init__(
         self,
         driver: Any,
-        *,
+        schema: str | None,
         id: str | None,
         max_attempts: int,
         fetch_cooldown: float | None,
-        middleware: Sequence[object] | None = None,
+        middleware: Sequence[object] | None,
+        workers: Workers | None,
+        *,
+        want_async: bool,
     ) -> None:
+        """``driver`` is a driver or a URL (the client then owns the driver it builds);
+        ``want_async`` says which kind of client is being built."""
+        self.owns_driver = isinstance(driver, str)
+        if isinstance(driver, str):
+            from_url = async_driver_from_url if want_async else driver_from_url
+            driver = from_url(driver, schema=schema)
+        else:
+            driver = _checked_driver(driver, schema, want_async=want_async)
         self.driver = driver
         self.dialect = driver.dialect
         self.id = id or default_client_id()
@@ -119,7 +131,7 @@ class _ClientCore:
         self._limiter = _NotifyLimiter(
             fetch_cooldown if fetch_cooldown is not None else DEFAULT_FETCH_COOLDOWN
         )
-        self.workers: Workers | None = None
+        self.workers = workers
         self.skip_unknown_job_check = False
         self.middleware = MiddlewareStack(middleware)
         # riverboat.testing.use_test_config (River's TestConfig): a stubbed clock for

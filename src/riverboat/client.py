@@ -19,13 +19,11 @@ from riverboat._admin import T, _hears_notifications
 from riverboat._client_async import AsyncClientBase
 from riverboat._client_core import (
     _check_runtime_options,
-    _checked_driver,
     _ClientCore,
     default_client_id,
 )
 from riverboat._client_sync import ClientBase
 from riverboat._insert import InsertParams, validate_queue
-from riverboat._url import async_driver_from_url, driver_from_url
 from riverboat.errors import InvalidInputError, NotFoundError
 from riverboat.runtime.events import EventKind, Subscription
 from riverboat.runtime.maintenance.periodic import PeriodicJobs
@@ -68,22 +66,11 @@ class Client(ClientBase):
         **runtime_options: Any,
     ) -> None:
         _check_runtime_options(runtime_options, _ASYNC_ONLY_OPTIONS)
-        if isinstance(driver, str):
-            driver = driver_from_url(driver, schema=schema)
-            self._owns_driver = True
-        else:
-            driver = _checked_driver(driver, schema, want_async=False)
-            self._owns_driver = False
         self._core = _ClientCore(
-            driver,
-            id=id,
-            max_attempts=max_attempts,
-            fetch_cooldown=fetch_cooldown,
-            middleware=middleware,
+            driver, schema, id, max_attempts, fetch_cooldown, middleware, workers, want_async=False
         )
-        self._core.workers = workers
         self._core.skip_unknown_job_check = bool(runtime_options.get("skip_unknown_job_check"))
-        self.driver = driver
+        self.driver = driver = self._core.driver
         self._embedded: _Embedded | None = None
         if queues:
             self._embedded = _Embedded(
@@ -186,7 +173,7 @@ class Client(ClientBase):
     def close(self) -> None:
         if self._embedded is not None and self._embedded.running:
             self._embedded.stop(cancel_running=False)
-        if self._owns_driver:
+        if self._core.owns_driver:
             self.driver.close()
 
     def __enter__(self) -> Client:
@@ -223,22 +210,11 @@ class AsyncClient(AsyncClientBase):
         middleware: Sequence[object] | None = None,
         soft_stop_timeout: float | None = DEFAULT_SOFT_STOP_TIMEOUT,
     ) -> None:
-        if isinstance(driver, str):
-            driver = async_driver_from_url(driver, schema=schema)
-            self._owns_driver = True
-        else:
-            driver = _checked_driver(driver, schema, want_async=True)
-            self._owns_driver = False
         self._core = _ClientCore(
-            driver,
-            id=id,
-            max_attempts=max_attempts,
-            fetch_cooldown=fetch_cooldown,
-            middleware=middleware,
+            driver, schema, id, max_attempts, fetch_cooldown, middleware, workers, want_async=True
         )
-        self._core.workers = workers
         self._core.skip_unknown_job_check = skip_unknown_job_check
-        self.driver = driver
+        self.driver = driver = self._core.driver
         self._runtime: Runtime | None = None
         if queues:
             self._runtime = Runtime(
@@ -349,7 +325,7 @@ class AsyncClient(AsyncClientBase):
         close the driver when the client made it from a URL."""
         if self._runtime is not None and self._runtime.started:
             await self._runtime.stop()
-        if self._owns_driver:
+        if self._core.owns_driver:
             await self.driver.close()
 
     async def __aenter__(self) -> AsyncClient:

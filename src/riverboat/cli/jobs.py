@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -17,38 +16,24 @@ from datetime import datetime
 from typing import Any
 
 from riverboat._job import JobRow, JobState
-from riverboat._url import driver_from_url
+from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.client import Client
-from riverboat.dialect.base import validate_schema_name
 from riverboat.errors import InvalidInputError
-from riverboat.migrations import require_current
 
 __all__ = ["add_arguments", "run"]
 
+_LIST_FILTERS = ("ids", "kinds", "queues", "states", "priorities", "tags_all", "tags_any")
+
 
 def add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--database-url",
-        metavar="URL",
-        help="postgresql://... or sqlite:///path (default: $DATABASE_URL)",
-    )
-    parser.add_argument("--schema", metavar="S", help="River's schema (default: the search_path's)")
+    add_database_options(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
 @contextmanager
 def open_client(args: argparse.Namespace) -> Iterator[Client]:
-    url = args.database_url or os.environ.get("DATABASE_URL")
-    if not url:
-        raise InvalidInputError("database_url", "pass --database-url or set DATABASE_URL")
-    driver = driver_from_url(url, schema=validate_schema_name(args.schema))
-    try:
-        # A schema newer than riverboat knows (or not migrated) is refused in one line
-        # before anything is read or written.
-        require_current(driver)
+    with checked_driver(database_url(args), args.schema) as driver:
         yield Client(driver)
-    finally:
-        driver.close()
 
 
 def _jsonable(value: Any) -> Any:
@@ -165,14 +150,10 @@ def run(args: argparse.Namespace) -> int:
                     metadata = json.loads(args.metadata)
                 except ValueError as exc:
                     raise InvalidInputError("metadata", f"is not JSON: {exc}") from exc
+            # Each filter option's dest is the job_list argument it fills.
+            filters = {name: getattr(args, name) for name in _LIST_FILTERS}
             page = client.job_list(
-                ids=args.ids,
-                kinds=args.kinds,
-                queues=args.queues,
-                states=args.states,
-                priorities=args.priorities,
-                tags_all=args.tags_all,
-                tags_any=args.tags_any,
+                **filters,
                 metadata=metadata,
                 order_by=args.order_by,
                 descending=args.desc,

@@ -12,14 +12,15 @@ anything fails. Reaching a target that is already reached is a no-op with exit c
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from riverboat._url import driver_from_url, is_sqlite_url
+from riverboat.cli._database import add_database_options, database_url, database_url_or_none
 from riverboat.dialect.base import validate_schema_name
-from riverboat.errors import DriverError, InvalidInputError, MissingDependencyError
+from riverboat.drivers.base import import_optional
+from riverboat.errors import DriverError, InvalidInputError
 from riverboat.migrations import Migrator, render_sql
 from riverboat.migrations._queries import LINE
 
@@ -29,14 +30,11 @@ _PG_PREFIXES = ("postgresql://", "postgres://", "postgresql+psycopg://")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--database-url",
-        metavar="URL",
-        help="postgresql://... or sqlite:///path (default: $DATABASE_URL)",
-    )
-    parser.add_argument(
-        "--schema", metavar="S", help="schema to migrate (default: the search_path's)"
-    )
+    add_database_options(parser, schema_help="schema to migrate (default: the search_path's)")
+
+
+def _target_version(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--target-version", type=int, metavar="N", help=help_text)
 
 
 def _line(parser: argparse.ArgumentParser) -> None:
@@ -66,30 +64,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     up = sub.add_parser("up", help="apply missing migrations (default: all of them)")
     _migrate_flags(up)
-    up.add_argument(
-        "--target-version",
-        type=int,
-        metavar="N",
-        help="stop after applying version N (already applied: nothing to do)",
-    )
+    _target_version(up, "stop after applying version N (already applied: nothing to do)")
 
     down = sub.add_parser("down", help="revert migrations (default: only the newest one)")
     _migrate_flags(down)
-    down.add_argument(
-        "--target-version",
-        type=int,
-        metavar="N",
-        help="revert every version above N; 0 (or -1) removes River's schema entirely",
-    )
+    _target_version(down, "revert every version above N; 0 (or -1) removes River's schema entirely")
 
     validate = sub.add_parser(
         "validate", help="exit 1 if migrations are missing (River's `river validate`)"
     )
     _common(validate)
     _line(validate)
-    validate.add_argument(
-        "--target-version", type=int, metavar="N", help="only check versions up to N"
-    )
+    _target_version(validate, "only check versions up to N")
 
     listing = sub.add_parser("list", help="show known migrations and which are applied")
     _common(listing)
@@ -106,12 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="only version N (repeatable); default: every version up to --target-version",
     )
-    get_sql.add_argument(
-        "--target-version",
-        type=int,
-        metavar="N",
-        help="up: versions 1..N; down: versions above N (newest first)",
-    )
+    _target_version(get_sql, "up: versions 1..N; down: versions above N (newest first)")
     get_sql.add_argument(
         "--dialect",
         choices=("postgres", "sqlite"),
@@ -119,26 +100,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _url(args: argparse.Namespace) -> str | None:
-    url: str | None = args.database_url or os.environ.get("DATABASE_URL") or None
-    return url
-
-
 def _open_driver(args: argparse.Namespace) -> tuple[Any, Any]:
     """``(driver, connection to close or None)``."""
-    url = _url(args)
-    if url is None:
-        raise InvalidInputError("database_url", "pass --database-url or set DATABASE_URL")
+    url = database_url(args)
     schema = validate_schema_name(args.schema)
     if not url.startswith(_PG_PREFIXES):
         # sqlite:/// URLs, and refusing anything else with the usual message.
         return driver_from_url(url, schema=schema), None
     # One direct connection instead of the driver's pool: a wrong host or password
     # then fails at once with the server's message, not after the pool's timeout.
-    try:
-        import psycopg
-    except ImportError as exc:
-        raise MissingDependencyError("psycopg", "psycopg", exc) from exc
+    psycopg = import_optional("psycopg", "psycopg")
     from riverboat.drivers.psycopg import PsycopgDriver, _libpq_url
 
     try:
@@ -154,7 +125,7 @@ def _print_versions(verb: str, versions: list[int], names: Mapping[int, str]) ->
 
 
 def _get_sql(args: argparse.Namespace) -> int:
-    url = _url(args)
+    url = database_url_or_none(args)
     dialect = args.dialect or ("sqlite" if url and is_sqlite_url(url) else "postgres")
     latest = None
     if args.version:

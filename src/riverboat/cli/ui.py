@@ -12,6 +12,7 @@ import socket
 import sys
 import threading
 
+from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.dialect.base import validate_schema_name
 from riverboat.errors import InvalidInputError
 
@@ -21,12 +22,7 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--database-url",
-        metavar="URL",
-        help="postgresql://... or sqlite:///path (default: $DATABASE_URL)",
-    )
-    parser.add_argument("--schema", metavar="S", help="River's schema (default: the search_path's)")
+    add_database_options(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     parser.add_argument(
@@ -50,9 +46,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError(
             "ui", f"needs the ui extra: pip install 'riverboat[ui]' ({exc.name} is missing)"
         ) from None
-    url = args.database_url or os.environ.get("DATABASE_URL")
-    if not url:
-        raise InvalidInputError("database_url", "pass --database-url or set DATABASE_URL")
+    url = database_url(args)
     token = args.token or os.environ.get("RIVERBOAT_UI_TOKEN") or None
     _check_database(url, args.schema)
     if args.host not in _LOOPBACK and token is None:
@@ -123,11 +117,5 @@ def serve_in_thread(database_url: str, host: str, port: int) -> tuple[str, threa
 
 def _check_database(url: str, schema: str | None) -> None:
     """Refuse a bad URL or a schema riverboat cannot read before the server starts."""
-    from riverboat._url import driver_from_url
-    from riverboat.migrations import require_current
-
-    driver = driver_from_url(url, schema=validate_schema_name(schema))
-    try:
-        require_current(driver)
-    finally:
-        driver.close()
+    with checked_driver(url, schema):
+        pass

@@ -54,5 +54,5 @@ def make_async_client(**overrides: Any) -> AsyncClient:
     options.update(conf.client_options)
     options.update(overrides)
     client = AsyncClient(driver, **options)
-    client._owns_driver = True  # the driver was made here: client.close() closes it
+    client._core.owns_driver = True  # the driver was made here: client.close() closes it
     return client

@@ -1,0 +1,58 @@
+"""The database options the commands share (``--database-url``, ``--schema``) and
+opening the database they name."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from riverboat.dialect.base import validate_schema_name
+from riverboat.errors import InvalidInputError
+
+__all__ = ["add_database_options", "checked_driver", "database_url", "database_url_or_none"]
+
+RIVER_SCHEMA_HELP = "River's schema (default: the search_path's)"
+
+
+def add_database_options(
+    parser: argparse.ArgumentParser, *, schema_help: str = RIVER_SCHEMA_HELP
+) -> None:
+    parser.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="postgresql://... or sqlite:///path (default: $DATABASE_URL)",
+    )
+    parser.add_argument("--schema", metavar="S", help=schema_help)
+
+
+def database_url_or_none(args: argparse.Namespace) -> str | None:
+    """``--database-url``, else ``$DATABASE_URL``, else None."""
+    url: str | None = args.database_url or os.environ.get("DATABASE_URL") or None
+    return url
+
+
+def database_url(args: argparse.Namespace) -> str:
+    """:func:`database_url_or_none`, for commands that cannot run without one."""
+    url = database_url_or_none(args)
+    if url is None:
+        raise InvalidInputError("database_url", "pass --database-url or set DATABASE_URL")
+    return url
+
+
+@contextmanager
+def checked_driver(url: str, schema: str | None) -> Iterator[Any]:
+    """A sync driver for ``url``, closed on exit. A schema newer than riverboat knows (or
+    not migrated) is refused in one line before anything is read or written."""
+    # Imported here: `riverboat --help` and commands that don't connect stay fast.
+    from riverboat._url import driver_from_url
+    from riverboat.migrations import require_current
+
+    driver = driver_from_url(url, schema=validate_schema_name(schema))
+    try:
+        require_current(driver)
+        yield driver
+    finally:
+        driver.close()
