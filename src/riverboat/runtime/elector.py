@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from riverboat.errors import DriverError, InvalidInputError
+from riverboat.runtime._waiting import backoff_delay, wait_any
 
 __all__ = ["Elector", "ElectorConfig", "ElectorStats"]
 
@@ -207,14 +208,7 @@ class Elector:
     async def _sleep(self, seconds: float, *, wakeable: bool) -> None:
         """Sleep until ``seconds`` pass or the elector stops; a wake-up (resigned
         notification) ends a ``wakeable`` sleep early, never an error backoff."""
-        waiters = [asyncio.ensure_future(self._stopping.wait())]
-        if wakeable:
-            waiters.append(asyncio.ensure_future(self._wake.wait()))
-        try:
-            await asyncio.wait(waiters, timeout=max(seconds, 0.0), return_when="FIRST_COMPLETED")
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
+        await wait_any((self._stopping, self._wake) if wakeable else (self._stopping,), seconds)
 
     # -- the loop ----------------------------------------------------------------------
     async def _run(self) -> None:
@@ -226,7 +220,7 @@ class Elector:
                 except (DriverError, OSError, TimeoutError) as exc:
                     errors += 1
                     self.stats.errors += 1
-                    delay = min(2.0 ** (errors - 1), ELECT_BACKOFF_MAX) * random.uniform(0.9, 1.1)
+                    delay = backoff_delay(errors, 1.0, ELECT_BACKOFF_MAX)
                     log.warning("elector: election attempt failed (%s); retry in %.1fs", exc, delay)
                     await self._sleep(delay, wakeable=False)
                     continue
@@ -271,17 +265,7 @@ class Elector:
         delay = cfg.reelect_interval
         while True:
             remaining = self._trusted_until - time.monotonic()
-            waiters = [
-                asyncio.ensure_future(self._stopping.wait()),
-                asyncio.ensure_future(self._resign_requested.wait()),
-            ]
-            try:
-                await asyncio.wait(
-                    waiters, timeout=max(min(delay, remaining), 0.0), return_when="FIRST_COMPLETED"
-                )
-            finally:
-                for waiter in waiters:
-                    waiter.cancel()
+            await wait_any((self._stopping, self._resign_requested), min(delay, remaining))
             if self._stopping.is_set() or self._resign_requested.is_set():
                 self._resign_requested.clear()
                 self._set_leader(False)  # stop acting as leader before giving the row up

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
 from collections.abc import Callable
 from typing import Any
 
 from riverboat.errors import DriverError
+from riverboat.runtime._waiting import backoff_delay
 
 __all__ = ["TOPICS", "Notifier"]
 
@@ -94,7 +94,7 @@ class Notifier:
                 if not isinstance(exc, (DriverError, OSError)):
                     log.exception("notifier: unexpected error from the listener")
                 self.connected.clear()
-                delay = min(2.0**attempt, 30.0) * random.uniform(0.9, 1.1)
+                delay = backoff_delay(attempt + 1, 1.0, 30.0)
                 attempt += 1
                 self.reconnects += 1
                 log.warning("notifier: connection lost (%s); reconnecting in %.1fs", exc, delay)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from riverboat.dialect.base import Dialect
 from riverboat.errors import DriverError
+from riverboat.runtime._waiting import backoff_delay, wait_any
 
 if TYPE_CHECKING:
     from riverboat.runtime.maintenance import MaintenanceConfig
@@ -30,12 +31,6 @@ __all__ = ["MaintenanceContext", "Service", "ServiceStats", "backoff_delay"]
 log = logging.getLogger("riverboat.maintenance")
 
 RUN_STARTS_KEPT = 100
-
-
-def backoff_delay(errors: int, base: float, cap: float, *, jitter: bool = True) -> float:
-    """Delay after the ``errors``-th consecutive failure: base, 2·base, 4·base ... ≤ cap."""
-    delay = min(base * 2.0 ** max(errors - 1, 0), cap)
-    return delay * random.uniform(0.9, 1.1) if jitter else delay
 
 
 @dataclass(slots=True)
@@ -120,14 +115,7 @@ class Service:
 
     # -- the loop ----------------------------------------------------------------------
     async def _sleep(self, seconds: float, stop: asyncio.Event, *, wakeable: bool) -> None:
-        waiters = [asyncio.ensure_future(stop.wait())]
-        if wakeable:
-            waiters.append(asyncio.ensure_future(self._wake.wait()))
-        try:
-            await asyncio.wait(waiters, timeout=max(seconds, 0.0), return_when="FIRST_COMPLETED")
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
+        await wait_any((stop, self._wake) if wakeable else (stop,), seconds)
 
     async def pause_between_batches(self) -> None:
         cfg = self.ctx.config

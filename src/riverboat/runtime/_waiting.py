@@ -1,0 +1,26 @@
+"""Waiting helpers the runtime's loops share (elector, maintenance services, notifier)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterable
+
+__all__ = ["backoff_delay", "wait_any"]
+
+
+def backoff_delay(errors: int, base: float, cap: float, *, jitter: bool = True) -> float:
+    """Delay after the ``errors``-th consecutive failure: base, 2·base, 4·base ... ≤ cap,
+    ±10% unless ``jitter`` is off (so clients that failed together don't retry together)."""
+    delay = min(base * 2.0 ** max(errors - 1, 0), cap)
+    return delay * random.uniform(0.9, 1.1) if jitter else delay
+
+
+async def wait_any(events: Iterable[asyncio.Event], timeout: float) -> None:
+    """Return once one of ``events`` is set or ``timeout`` seconds (at least 0) pass."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=max(timeout, 0.0), return_when="FIRST_COMPLETED")
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
