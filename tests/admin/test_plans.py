@@ -57,8 +57,8 @@ def _explain(conn: psycopg.Connection[Any], stmt: Statement, generic: bool) -> d
         conn.execute("DEALLOCATE admin_plan")
         conn.execute("RESET plan_cache_mode")
     else:
-        cur = psycopg.RawCursor(conn)
-        row = cur.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchone()
+        raw_cur = psycopg.RawCursor(conn)
+        row = raw_cur.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchone()
     assert row is not None
     plan = row[0] if not isinstance(row[0], str) else json.loads(row[0])
     return plan[0]["Plan"]  # type: ignore[no-any-return]

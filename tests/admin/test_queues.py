@@ -41,9 +41,9 @@ def test_queue_names_are_validated(client: riverboat.Client, pg_driver: Any, bad
             with pytest.raises(InvalidInputError):
                 op(bad)
         if bad != "*":
-            for op in (client.queue_pause, client.queue_resume):
+            for control in (client.queue_pause, client.queue_resume):
                 with pytest.raises(InvalidInputError):
-                    op(bad)
+                    control(bad)
     assert seen == {}
 
 

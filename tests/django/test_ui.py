@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def staff_header(request: HttpRequest) -> bool:
-    return request.headers.get("X-Test-Staff") == "yes"
+    return bool(request.headers.get("X-Test-Staff") == "yes")
 
 
 @pytest.fixture

@@ -274,7 +274,7 @@ class Always0(RetryPolicy):
 
 
 # (label, column overrides) for rows riverboat can't fully decode on SQLite.
-BAD_SQLITE_ROWS = [
+BAD_SQLITE_ROWS: list[tuple[str, dict[str, Any]]] = [
     ("scheduled_at unpadded year", {"scheduled_at": "999-01-01 00:00:00"}),
     ("scheduled_at garbage", {"scheduled_at": "soon"}),
     ("created_at garbage", {"created_at": "yesterday"}),
@@ -410,7 +410,8 @@ async def test_out_of_range_timestamps_pg(pg_url: str, pg_schema: str) -> None:
         listed = admin.job_list(limit=100, order_by="scheduled_at").jobs
         assert len(listed) == len(ids) + 5
         assert admin.job_get(never).scheduled_at.year == 9999
-        assert admin.job_get(stuck).attempted_at.year == 1
+        attempted_at = admin.job_get(stuck).attempted_at
+        assert attempted_at is not None and attempted_at.year == 1
     client = riverboat.AsyncClient(
         pg_url,
         schema=pg_schema,
@@ -471,11 +472,15 @@ def test_unstorable_times_refused_before_writing(
     if dialect == "postgres":
         url = request.getfixturevalue("pg_url")
         schema = request.getfixturevalue("pg_schema")
-        count = lambda: sql(url, schema, "SELECT count(*) FROM river_job")[0][0]  # noqa: E731
     else:
         url = request.getfixturevalue("sqlite_url")
         schema = None
-        count = lambda: query(url, "SELECT count(*) FROM river_job")[0][0]  # noqa: E731
+
+    def count() -> int:
+        if schema is not None:
+            return int(sql(url, schema, "SELECT count(*) FROM river_job")[0][0])
+        return int(query(url, "SELECT count(*) FROM river_job")[0][0])
+
     with riverboat.Client(url, schema=schema) as client:
         with pytest.raises(InvalidInputError) as info:
             client.insert_many(

@@ -243,7 +243,7 @@ async def test_proxy_cuts_every_connection(
     pg_url: str, pg_schema: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     info = psycopg.conninfo.conninfo_to_dict(pg_url)
-    proxy = CuttingProxy(str(info.get("host", "127.0.0.1")), int(info.get("port", 5432))).start()
+    proxy = CuttingProxy(str(info.get("host", "127.0.0.1")), int(info.get("port") or 5432)).start()
     user, dbname = info.get("user", "postgres"), info.get("dbname", "postgres")
     proxied = f"postgresql://{user}@127.0.0.1:{proxy.port}/{dbname}"
 

@@ -13,26 +13,32 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import Any
 
 from tests.reliability._support import OutputReader, spawn_worker, sql, stop_process, wait_until
 
 
-def _log_rows(url: str, schema: str) -> list[tuple[str, object]]:
-    return sql(url, schema, "SELECT leader_id, at FROM rel_maintenance_log ORDER BY at, leader_id")  # type: ignore[return-value]
+def _log_rows(url: str, schema: str) -> list[tuple[Any, ...]]:
+    """(leader_id, at) rows, oldest first."""
+    return sql(url, schema, "SELECT leader_id, at FROM rel_maintenance_log ORDER BY at, leader_id")
 
 
 def _count(url: str, schema: str, leader: str, after: object = None) -> int:
     if after is None:
-        return sql(
-            url, schema, "SELECT count(*) FROM rel_maintenance_log WHERE leader_id = %s", leader
-        )[0][0]  # type: ignore[no-any-return]
-    return sql(
-        url,
-        schema,
-        "SELECT count(*) FROM rel_maintenance_log WHERE leader_id = %s AND at > %s",
-        leader,
-        after,
-    )[0][0]  # type: ignore[no-any-return]
+        return int(
+            sql(
+                url, schema, "SELECT count(*) FROM rel_maintenance_log WHERE leader_id = %s", leader
+            )[0][0]
+        )
+    return int(
+        sql(
+            url,
+            schema,
+            "SELECT count(*) FROM rel_maintenance_log WHERE leader_id = %s AND at > %s",
+            leader,
+            after,
+        )[0][0]
+    )
 
 
 def test_frozen_leader_steps_down_before_acting(

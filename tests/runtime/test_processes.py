@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -65,7 +66,7 @@ def _spawn(tmp_path: Path, url: str, schema: str, *args: str) -> subprocess.Pope
     )
 
 
-def _query(pg_url: str, schema: str, sql: str) -> list[tuple[object, ...]]:
+def _query(pg_url: str, schema: str, sql: str) -> list[tuple[Any, ...]]:
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f'SET search_path TO "{schema}"')
         return conn.execute(sql).fetchall()
