@@ -98,20 +98,6 @@ def state_counts(url: str, schema: str | None) -> dict[str, int]:
     return dict(sql(url, schema, "SELECT state::text, count(*) FROM river_job GROUP BY 1"))
 
 
-def wait_until(check: Callable[[], Any], timeout: float, what: str, poll: float = 0.05) -> Any:
-    """Poll database (or file) state until ``check()`` is truthy; fail after ``timeout``.
-    The pause between polls paces the polling only; the deadline decides."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        last = check()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
-        time.sleep(poll)
-
-
 def executions(out: Path) -> Counter[int]:
     """How many times each job's body ran to the end, from every process's record."""
     counts: Counter[int] = Counter()

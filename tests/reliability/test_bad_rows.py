@@ -12,7 +12,6 @@ values nobody can read (out-of-range times, malformed JSON), in real databases.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
 import json
@@ -39,6 +38,7 @@ from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.worker import Job, Workers
 from tests.reliability._support import sql
 from tests.sqlite.helpers import query
+from tests.waiting import wait_until_async
 
 MOMENT = datetime(2026, 12, 2, 16, 57, 15, 92202, tzinfo=UTC)
 
@@ -331,14 +331,15 @@ async def test_undecodable_claimed_rows_fail_alone_sqlite(
     )
     await client.start()
     try:
-        async with asyncio.timeout(20):
-            while True:
-                states = dict(query(sqlite_url, "SELECT id, state FROM river_job"))
-                settled = all(states[i] in ("discarded", "completed") for i in bad)
-                goods = [good_before, good_after, *healed]
-                if settled and all(states[i] == "completed" for i in goods):
-                    break
-                await asyncio.sleep(0.05)
+
+        def settled() -> bool:
+            states = dict(query(sqlite_url, "SELECT id, state FROM river_job"))
+            goods = [good_before, good_after, *healed]
+            return all(states[i] in ("discarded", "completed") for i in bad) and all(
+                states[i] == "completed" for i in goods
+            )
+
+        await wait_until_async(settled, timeout=20, poll=0.05, what="every row settled")
     finally:
         await client.stop()
         await client.close()
@@ -423,9 +424,7 @@ async def test_out_of_range_timestamps_pg(pg_url: str, pg_schema: str) -> None:
     await client.start()
     try:
         want = set(ids) | {r.job.id for r in good}
-        async with asyncio.timeout(20):
-            while not want <= set(ran):
-                await asyncio.sleep(0.05)
+        await wait_until_async(lambda: want <= set(ran), timeout=20, what="every job ran")
     finally:
         await client.stop()
         await client.close()

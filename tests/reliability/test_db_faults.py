@@ -35,6 +35,7 @@ from riverboat.runtime.worker import Job, Workers
 from tests.pgserver import PgServer
 from tests.reliability._support import CuttingProxy, counts_by_state, insert_jobs, sql
 from tests.reliability._worker_app import FAST_ELECTOR
+from tests.waiting import wait_until_async
 
 RESCUE_ERROR = "Stuck job rescued by JobRescuer"
 
@@ -97,9 +98,12 @@ async def _flow(
 
     async def all_completed() -> None:
         nonlocal finished
-        async with asyncio.timeout(timeout):
-            while (await asyncio.to_thread(_counts, check_url, schema)) != {"completed": jobs}:
-                await asyncio.sleep(0.1)
+        await wait_until_async(
+            lambda: asyncio.to_thread(lambda: _counts(check_url, schema) == {"completed": jobs}),
+            timeout=timeout,
+            poll=0.1,
+            what=f"all {jobs} jobs completed",
+        )
         finished = True
 
     await client.start()
@@ -218,9 +222,12 @@ async def test_server_restart_mid_run(caplog: pytest.LogCaptureFixture) -> None:
             driver.close()
 
         async def restart(done: Callable[[], bool]) -> int:
-            async with asyncio.timeout(30):
-                while not (await asyncio.to_thread(_counts, server.url, None)).get("completed"):
-                    await asyncio.sleep(0.05)
+            await wait_until_async(
+                lambda: asyncio.to_thread(lambda: _counts(server.url, None).get("completed")),
+                timeout=30,
+                poll=0.05,
+                what="a first completed job",
+            )
             await asyncio.to_thread(_restart, server)
             return 1
 

@@ -162,7 +162,7 @@ async def test_async_transactions_serialise_tasks(sqlite_url: str) -> None:
         async with driver.transaction() as tx:
             order.append(f"{name}-begin")
             await tx.execute(sql("INSERT INTO river_queue (name) VALUES (:n)", n=name))
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # yield inside the transaction: others try to begin
             order.append(f"{name}-end")
 
     try:

@@ -24,12 +24,12 @@ from tests.leadership._helpers import (
     TickArgs,
     default_workers,
     elector_of,
-    eventually,
     fast_maintenance,
     make_client,
     wait_any_leader,
 )
 from tests.sqlite_parity.helpers import outbox, query
+from tests.waiting import wait_until_async
 
 
 def client_on(url: str, client_id: str, **kwargs: Any) -> AsyncClient:
@@ -205,7 +205,7 @@ async def test_three_clients_one_leader_and_handover_through_the_outbox(sqlite_u
             await asyncio.wait_for(client.runtime.notifier.connected.wait(), 5)
         leader = await wait_any_leader(clients, 5)
         elector = elector_of(leader)
-        await eventually(lambda: elector.stats.reelections >= 3, 5)
+        await wait_until_async(lambda: elector.stats.reelections >= 3, timeout=5)
         assert [c.id for c in clients if elector_of(c).is_leader] == [leader.id]
         assert query(sqlite_url, "SELECT leader_id FROM river_leader") == [(leader.id,)]
         followers = [c for c in clients if c is not leader]
@@ -252,7 +252,7 @@ async def test_scheduler_promotes_a_scheduled_job_and_it_runs(sqlite_url: str) -
         async def done() -> bool:
             return (await client.job_get(job.id)).state.value == "completed"
 
-        await eventually(done, 5)
+        await wait_until_async(done, timeout=5)
         assert _service(client, "scheduler").stats.successes >= 1
     finally:
         await client.stop()
@@ -378,7 +378,7 @@ async def test_periodic_job_once_per_tick_across_two_clients(sqlite_url: str) ->
 
     try:
         await wait_any_leader(clients, 5)
-        await eventually(lambda: len(ticks()) >= 4, 5)
+        await wait_until_async(lambda: len(ticks()) >= 4, timeout=5)
     finally:
         for client in clients:
             await client.stop()
