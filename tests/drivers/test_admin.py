@@ -327,8 +327,28 @@ async def test_update_merges_metadata_and_sets_output(h: Harness) -> None:
     with counting(h) as seen:
         assert await h.call(client.job_update, job.id) == out
     assert seen == {"job_get_by_id": 1}
+    # Output may be any JSON value, including null: Postgres stores the null; SQLite's
+    # jsonb_patch reads a null as "remove the key" (documented in dialect/sqlite_admin).
+    cleared = await h.call(client.job_update, job.id, output=None)
+    if h.dialect_name == "sqlite":
+        assert "output" not in cleared.metadata
+    else:
+        assert cleared.metadata["output"] is None
     with pytest.raises(NotFoundError):
         await h.call(client.job_update, 424242, output=1)
+
+
+async def test_update_tx_follows_caller(h: Harness) -> None:
+    client = h.client()
+    job = await insert(h, client, metadata={})
+    native_kind = h.native_kinds[-1]
+    async with h.native(native_kind, commit=False) as conn:
+        inside = await h.call(client.job_update_tx, conn, job.id, output=6)
+        assert inside.metadata == {"output": 6}
+    assert (await h.call(client.job_get, job.id)).metadata == {}
+    async with h.native(native_kind, commit=True) as conn:
+        await h.call(client.job_update_tx, conn, job.id, output=7)
+    assert (await h.call(client.job_get, job.id)).metadata == {"output": 7}
 
 
 # -- list -----------------------------------------------------------------------------
@@ -499,6 +519,17 @@ async def test_pause_resume_tell_producers(h: Harness) -> None:
         ]
 
 
+async def test_resume_moves_updated_at_once(h: Harness) -> None:
+    client = h.client()
+    await make_queue(h, "work")
+    (paused,) = await h.call(client.queue_pause, "work")
+    clock_passes(paused.updated_at)
+    (resumed,) = await h.call(client.queue_resume, "work")
+    assert resumed.paused_at is None and resumed.updated_at > paused.updated_at
+    (still,) = await h.call(client.queue_resume, "work")  # not paused: nothing changes
+    assert still.updated_at == resumed.updated_at
+
+
 async def test_pause_tx_rolls_back_with_what_producers_are_told(h: Harness) -> None:
     client = h.client()
     await make_queue(h, "txq")
@@ -535,6 +566,8 @@ async def test_queue_update_replaces_metadata_and_tells_producers(h: Harness) ->
         assert touched.metadata == out.metadata and touched.updated_at > out.updated_at
         with pytest.raises(NotFoundError):
             await h.call(client.queue_update, "ghost", metadata={})
+        with pytest.raises(InvalidInputError):
+            await h.call(client.queue_update, "meta", metadata={"x": object()})
         assert control.drain() == [
             {"action": "metadata_changed", "metadata": {"new": {"deep": True}}, "queue": "meta"}
         ]
