@@ -244,7 +244,13 @@ class Dialect(ABC):
     def decode_deleted(self, row: Sequence[Any]) -> tuple[JobRow, bool]: ...
 
     @abstractmethod
-    def job_delete_many(self, *, filters: Mapping[str, Any], limit: int) -> Statement: ...
+    def job_delete_many(
+        self,
+        *,
+        filters: Mapping[str, Any],
+        limit: int,
+        where: tuple[str, Mapping[str, Any]] | None = None,
+    ) -> Statement: ...
 
     @abstractmethod
     def job_list(
