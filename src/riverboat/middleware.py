@@ -24,8 +24,15 @@ worker middleware):
     An error handler (River's ``ErrorHandler``), plain or async: sees every failed
     attempt and may cancel the job; see :mod:`riverboat.error_handler`.
 
-A plain ``async def mw(job, call_next)`` is a work middleware; :func:`insert_hook` and
-:func:`sync_work_middleware` turn plain functions into the other two kinds.
+``metric_emit(metric) -> None``
+    River's ``HookMetricEmit``: called by each producer after every fetch with a
+    :class:`~riverboat.metrics.JobGetAvailableDurationMetric` and a
+    :class:`~riverboat.metrics.JobGetAvailableCountMetric`, on the runtime's loop. A
+    plain def, quick and free of I/O; see :mod:`riverboat.metrics`.
+
+A plain ``async def mw(job, call_next)`` is a work middleware; :func:`insert_hook`,
+:func:`metric_hook` and :func:`sync_work_middleware` turn plain functions into the
+other kinds.
 
 Order. Insert hooks run in list order: the client's ``middleware``, then the args type's
 ``insert_middleware`` (a class attribute); each sees what the earlier ones added. Work
@@ -47,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -54,6 +62,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from riverboat._insert import encode_metadata
 from riverboat.errors import InvalidInputError
+from riverboat.metrics import JobGetAvailableCountMetric, JobGetAvailableDurationMetric, Metric
 from riverboat.runtime.outcomes import JobCancel, JobSnooze
 
 if TYPE_CHECKING:
@@ -63,10 +72,12 @@ if TYPE_CHECKING:
 __all__ = [
     "InsertMiddleware",
     "InsertingJob",
+    "MetricEmitter",
     "MiddlewareStack",
     "SyncWorkMiddleware",
     "WorkMiddleware",
     "insert_hook",
+    "metric_hook",
     "outcome_of",
     "sync_work_middleware",
 ]
@@ -74,10 +85,17 @@ __all__ = [
 CallNext = Callable[[], Awaitable[None]]
 SyncCallNext = Callable[[], Any]
 
+log = logging.getLogger("riverboat.middleware")
+
 
 @runtime_checkable
 class InsertMiddleware(Protocol):
     def insert_begin(self, job: InsertingJob) -> None: ...
+
+
+@runtime_checkable
+class MetricEmitter(Protocol):
+    def metric_emit(self, metric: Metric) -> None: ...
 
 
 @runtime_checkable
@@ -139,6 +157,24 @@ def insert_hook(fn: Callable[[InsertingJob], None]) -> InsertMiddleware:
     return _InsertHook(fn)
 
 
+class _MetricHook:
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable[[Metric], None]) -> None:
+        self._fn = fn
+
+    def metric_emit(self, metric: Metric) -> None:
+        self._fn(metric)
+
+    def __repr__(self) -> str:
+        return f"metric_hook({self._fn!r})"
+
+
+def metric_hook(fn: Callable[[Metric], None]) -> MetricEmitter:
+    """A middleware whose ``metric_emit`` is ``fn`` (River's ``HookMetricEmitFunc``)."""
+    return _MetricHook(fn)
+
+
 def sync_work_middleware(fn: Callable[[Job[Any], SyncCallNext], Any]) -> SyncWorkMiddleware:
     """A middleware whose ``work_sync`` is ``fn(job, call_next)``."""
     return _SyncWork(fn)
@@ -161,7 +197,7 @@ def _normalize(item: object, field: str) -> object:
     if inspect.iscoroutinefunction(item):
         return _AsyncFn(item)
     found = False
-    for name in ("insert_begin", "work", "work_sync", "handle_error"):
+    for name in ("insert_begin", "work", "work_sync", "handle_error", "metric_emit"):
         method = getattr(item, name, None)
         if method is None:
             continue
@@ -178,8 +214,8 @@ def _normalize(item: object, field: str) -> object:
     if not found:
         raise InvalidInputError(
             field,
-            f"{item!r} is not a middleware: give it insert_begin, work, work_sync or "
-            "handle_error, "
+            f"{item!r} is not a middleware: give it insert_begin, work, work_sync, "
+            "handle_error or metric_emit, "
             "or pass an async def (job, call_next)",
         )
     return item
@@ -234,7 +270,32 @@ class MiddlewareStack:
         self.error_handlers = tuple(
             m.handle_error for m in self.items if hasattr(m, "handle_error")
         )
+        self.metric_hooks: tuple[Callable[[Metric], None], ...] = tuple(
+            m.metric_emit for m in self.items if hasattr(m, "metric_emit")
+        )
         self._chains.clear()
+
+    def fetch_metrics(self) -> Callable[[str, float, int], None] | None:
+        """What a producer calls after each fetch with (queue, seconds, jobs claimed),
+        or None when no middleware has ``metric_emit`` (the producer then skips it)."""
+        hooks = self.metric_hooks
+        if not hooks:
+            return None
+
+        def emit(queue: str, duration: float, count: int) -> None:
+            metrics = (
+                JobGetAvailableDurationMetric(queue, duration),
+                JobGetAvailableCountMetric(queue, count),
+            )
+            for hook in hooks:
+                for metric in metrics:
+                    try:
+                        hook(metric)
+                    except Exception:
+                        # An exporter's failure must not stop the queue's fetch loop.
+                        log.exception("metric_emit hook %r failed on %s", hook, metric.name)
+
+        return emit
 
     def on_start(self, runtime: Any) -> None:
         """Runtime start hook: middleware with ``attach(runtime)`` (metrics exporters)

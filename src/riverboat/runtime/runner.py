@@ -203,7 +203,7 @@ class Runtime:
     def _make_producer(self, name: str, qcfg: QueueConfig) -> Producer:
         cfg = self.config
         assert self.completer is not None  # made by start() before any producer
-        return Producer(
+        producer = Producer(
             queue=name,
             config=qcfg,
             driver=self.driver,
@@ -215,6 +215,9 @@ class Runtime:
             emit=self._emit,
             refill_without_cooldown=qcfg.fetch_cooldown is None and cfg.fetch_cooldown is None,
         )
+        if cfg.middleware is not None:  # metric_emit hooks (River's HookMetricEmit)
+            producer.fetch_metrics = cfg.middleware.fetch_metrics()
+        return producer
 
     # -- queues at runtime (River's client.Queues().Add / Remove) ------------------------
     async def add_queue(self, name: str, qcfg: QueueConfig) -> None:
