@@ -123,7 +123,8 @@ class _ClientCore:
         self.skip_unknown_job_check = False
         self.middleware = MiddlewareStack(middleware)
         # riverboat.testing.use_test_config (River's TestConfig): a stubbed clock for
-        # inserts and unique periods, and unique enforcement that can be switched off.
+        # inserts (created_at, scheduled_at) and unique periods, and unique enforcement
+        # that can be switched off. The runtime gets the clock through Runtime.set_clock.
         self.clock: Callable[[], datetime] | None = None
         self.unique_enforcement = True
 
@@ -163,7 +164,8 @@ class _ClientCore:
     ) -> tuple[Statement, list[InsertParams]]:
         jobs = self.resolve_one(args, opts, kind)
         self.middleware.apply_insert(jobs, (args,))
-        return self.dialect.job_insert_many(jobs, self._limiter.queues_to_notify(jobs)), jobs
+        stmt = self.dialect.job_insert_many(jobs, self._limiter.queues_to_notify(jobs), self._now())
+        return stmt, jobs
 
     def insert_many_statements(
         self, params: Sequence[object]
@@ -195,9 +197,10 @@ class _ClientCore:
 
     def statement_batches(self, jobs: list[InsertParams]) -> list[_InsertBatch]:
         batches = []
+        now = self._now()
         for start in range(0, len(jobs), INSERT_BATCH_MAX):
             batch, origin = _collapse_unique_twins(jobs[start : start + INSERT_BATCH_MAX])
-            stmt = self.dialect.job_insert_many(batch, self._limiter.queues_to_notify(batch))
+            stmt = self.dialect.job_insert_many(batch, self._limiter.queues_to_notify(batch), now)
             batches.append(_InsertBatch(stmt, origin))
         return batches
 

@@ -350,17 +350,34 @@ def use_test_config(
     clock: TestClock | Callable[[], datetime] | None = None,
     disable_unique_enforcement: bool = False,
 ) -> None:
-    """Configure a ``Client``/``AsyncClient`` for tests (River's ``TestConfig``):
+    """Configure a ``Client``/``AsyncClient`` for tests (River's ``TestConfig``).
+
     ``clock`` (a :class:`TestClock` or any function returning an aware datetime) stands
-    in for the current time in inserts (a job's ``scheduled_at`` when none is given,
-    the job staying available) and in unique periods (``UniqueOpts(by_period=)``);
+    in for the current time wherever riverboat would take it from the database's
+    ``now()``, as River passes its stubbed time to its queries: a job's ``created_at``,
+    its ``scheduled_at`` when none is given (the job staying available), unique periods
+    (``UniqueOpts(by_period=)``), the client's claims (a job scheduled after the clock's
+    time is not claimed; advancing the clock makes it claimable at the next fetch) and
+    the scheduler run by this client when it leads (``scheduled`` and ``retryable`` jobs
+    due by the clock become available). Advancing the clock wakes nothing: producers see
+    the new time at their next fetch (``fetch_poll_interval``, or the next insert).
+    Times the runtime writes after a job runs (``finalized_at``, retry times) and
+    periodic job schedules keep the real clock. Pass ``clock=None`` to go back to it.
+
     ``disable_unique_enforcement`` inserts unique jobs as if they had no unique options.
-    ``created_at`` and the runtime's claims keep the database's own clock."""
+    """
     core = getattr(client, "_core", None)
     if core is None:
         raise TypeError(f"expected a riverboat Client or AsyncClient, got {type(client).__name__}")
-    core.clock = clock.now if isinstance(clock, TestClock) else clock
+    fn = clock.now if isinstance(clock, TestClock) else clock
+    core.clock = fn
     core.unique_enforcement = not disable_unique_enforcement
+    runtime = getattr(client, "_runtime", None)  # an AsyncClient with queues
+    if runtime is not None:
+        runtime.set_clock(fn)
+    embedded = getattr(client, "_embedded", None)  # a Client with queues
+    if embedded is not None:
+        embedded.set_clock(fn)
 
 
 # -- the pytest plugin -------------------------------------------------------------------

@@ -315,9 +315,11 @@ class SqliteLeadership:
         return LeaderRow(row[0], elected_at, expires_at)
 
     # -- maintenance -------------------------------------------------------------------
-    def job_schedule(self, *, max: int, lookahead: float = 5.0) -> Statement:
+    def job_schedule(
+        self, *, max: int, lookahead: float = 5.0, now: datetime | None = None
+    ) -> Statement:
         """Rows ``(id, queue, discarded)`` of the jobs promoted or discarded."""
-        now = datetime.now(UTC)
+        now = now if now is not None else datetime.now(UTC)
         params = {
             "max": max,
             "horizon": format_timestamp(now + timedelta(seconds=float(lookahead))),

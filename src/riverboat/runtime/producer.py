@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from riverboat._job import JobRow
@@ -135,6 +136,9 @@ class Producer:
         # River's HookMetricEmit: (queue, fetch seconds, jobs claimed) after every fetch;
         # None (the default) costs one check per fetch. Set by the runtime.
         self.fetch_metrics: Callable[[str, float, int], None] | None = None
+        # riverboat.testing.use_test_config's clock: the claim's "now" (None: the
+        # database's). Set by the runtime.
+        self.clock: Callable[[], datetime] | None = None
 
     # -- external signals ------------------------------------------------------------
     def wake(self) -> None:
@@ -239,7 +243,10 @@ class Producer:
             try:
                 rows = await self._driver.fetch(
                     self._dialect.job_get_available(
-                        queue=self.queue, max_to_lock=free, client_id=self._client_id
+                        queue=self.queue,
+                        max_to_lock=free,
+                        client_id=self._client_id,
+                        now=None if self.clock is None else self.clock(),
                     )
                 )
             except DriverError as exc:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from riverboat._insert import InsertDefaults, validate_queue
@@ -133,6 +134,18 @@ class Runtime:
         from riverboat.runtime.maintenance.periodic import PeriodicJobs
 
         self.periodic_jobs = PeriodicJobs(config.periodic_jobs)
+        # riverboat.testing.use_test_config's clock: what claims and the scheduler take
+        # as now (None, the default: the database's own clock).
+        self.clock: Callable[[], datetime] | None = None
+        self._maintenance_ctx: Any = None
+
+    def set_clock(self, clock: Callable[[], datetime] | None) -> None:
+        """Use ``clock`` for claims and the scheduler, from now on (on this loop)."""
+        self.clock = clock
+        for producer in self.producers.values():
+            producer.clock = clock
+        if self._maintenance_ctx is not None:
+            self._maintenance_ctx.clock = clock
 
     # -- events ----------------------------------------------------------------------
     def subscribe(self, kinds: Iterable[EventKind | str], maxsize: int = 1000) -> Subscription:
@@ -217,6 +230,7 @@ class Runtime:
         )
         if cfg.middleware is not None:  # metric_emit hooks (River's HookMetricEmit)
             producer.fetch_metrics = cfg.middleware.fetch_metrics()
+        producer.clock = self.clock
         return producer
 
     # -- queues at runtime (River's client.Queues().Add / Remove) ------------------------
@@ -279,7 +293,9 @@ class Runtime:
             job_timeout=cfg.job_timeout,
             wake_queues=self.wake_queues,
             middleware=cfg.middleware,
+            clock=self.clock,
         )
+        self._maintenance_ctx = ctx
         self.elector = Elector(self.driver, self.client_id, mcfg.elector, notifier=self.notifier)
         self.maintainer = Maintainer(
             self.elector, build_services(ctx, self.periodic_jobs, cfg.insert_defaults)
