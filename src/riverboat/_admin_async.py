@@ -267,6 +267,12 @@ class AsyncAdmin:
         await self.driver.execute(self._core.dialect.leader_request_resign())
         self._apply_local(_request_resign, None)
 
+    async def leader_request_resign_tx(self, conn: Any) -> None:
+        """:meth:`leader_request_resign` inside the caller's open transaction on ``conn``
+        (River's ``Notify().RequestResignTx``): the request goes out when it commits, and
+        not at all if it rolls back. Nothing is applied locally; the leader hears it."""
+        await self.driver.wrap(conn).execute(self._core.dialect.leader_request_resign())
+
 
 def _request_resign(_: None, runtime: Runtime) -> None:
     elector = getattr(runtime, "elector", None)

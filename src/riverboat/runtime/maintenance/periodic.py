@@ -143,6 +143,11 @@ class PeriodicJob:
         return f"PeriodicJob({self.schedule!r}, id={self.id!r})"
 
 
+def _check_many(values: object, field: str) -> None:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise InvalidInputError(field, "must be a list")
+
+
 class PeriodicJobs:
     """A client's periodic jobs, changeable while it runs (River's
     ``client.PeriodicJobs()``): each added job gets a handle for :meth:`remove`. Changes
@@ -198,6 +203,23 @@ class PeriodicJobs:
                 del self._jobs[handle]
         self._changed()
         return bool(found)
+
+    def remove_many(self, handles: Sequence[int]) -> None:
+        """Remove the jobs of several handles at once (River's ``RemoveMany``)."""
+        _check_many(handles, "handles")
+        with self._lock:
+            for handle in handles:
+                self._jobs.pop(handle, None)
+        self._changed()
+
+    def remove_many_by_id(self, ids: Sequence[str]) -> None:
+        """Remove the jobs with these ids at once (River's ``RemoveManyByID``)."""
+        _check_many(ids, "ids")
+        wanted = set(ids)
+        with self._lock:
+            for handle in [h for h, job in self._jobs.items() if job.id in wanted]:
+                del self._jobs[handle]
+        self._changed()
 
     def clear(self) -> None:
         """Remove every periodic job."""
