@@ -19,8 +19,9 @@ from riverboat import (
     QueueConfig,
     Workers,
 )
-from riverboat.testing import TestClock, use_test_config
+from riverboat.testing import TestClock, use_test_config, work_job
 from tests.runtime.dbs import Db, any_db  # noqa: F401
+from tests.test_insert_middleware import SyncBatches
 
 # Far from the database's clock either way, so only the test clock can explain a result.
 FUTURE = datetime.now(UTC).replace(microsecond=0) + timedelta(days=10)
@@ -128,3 +129,19 @@ def test_sync_client_claims_by_the_clock(any_db: Db) -> None:  # noqa: F811
         assert events.get(timeout=20).job.id == second.id
         client.stop()
     assert done == [7, 8]
+
+
+def test_work_job_inserts_with_the_clock_and_batch_middleware(any_db: Db) -> None:  # noqa: F811
+    batches = SyncBatches([])
+    workers = Workers()
+
+    @workers.register("tick")
+    def tick(job: Job[Any]) -> None:
+        assert job.metadata["batch_size"] == 1
+
+    with riverboat.Client(any_db.url, schema=any_db.schema, middleware=[batches]) as client:
+        use_test_config(client, clock=TestClock(PAST))
+        result = work_job(client, workers, {"n": 1}, kind="tick")
+    assert result.outcome == "job_completed"
+    assert (result.job.created_at, result.job.priority) == (PAST, 3)
+    assert batches.batches == [(["tick"], [(result.job.id, False)])]
