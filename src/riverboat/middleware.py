@@ -50,6 +50,11 @@ worker middleware):
     :class:`~riverboat.metrics.JobGetAvailableCountMetric`, on the runtime's loop. A
     plain def, quick and free of I/O; see :mod:`riverboat.metrics`.
 
+``attach(runtime) -> None``
+    Called once the client's runtime has started (its producers and elector running):
+    for exporters that sample the runtime, or ``runtime.elector.on_change(callback)``
+    to hear when this client gains or loses leadership.
+
 A plain ``async def mw(job, call_next)`` is a work middleware; :func:`insert_hook`,
 :func:`metric_hook` and :func:`sync_work_middleware` turn plain functions into the
 other kinds.
@@ -232,6 +237,7 @@ _METHODS = (
     "work_sync",
     "handle_error",
     "metric_emit",
+    "attach",
 )
 
 
@@ -258,7 +264,7 @@ def _normalize(item: object, field: str) -> object:
         raise InvalidInputError(
             field,
             f"{item!r} is not a middleware: give it insert_begin, insert_many, "
-            "insert_many_sync, work, work_sync, handle_error or metric_emit, "
+            "insert_many_sync, work, work_sync, handle_error, metric_emit or attach, "
             "or pass an async def (job, call_next)",
         )
     return item

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -67,3 +68,29 @@ async def test_request_resign_tx_goes_out_on_commit(any_db: Db) -> None:  # noqa
     finally:
         await leader_client.stop()
         await leader_client.close()
+
+
+@pytest.mark.asyncio
+async def test_leadership_gained_is_observable_from_attach(any_db: Db) -> None:  # noqa: F811
+    """What river-go.md offers for River's HookPeriodicJobsStart: ``attach(runtime)``
+    registers ``runtime.elector.on_change``, called with True when leadership comes."""
+    gained = asyncio.Event()
+
+    class LeaderWatch:
+        def attach(self, runtime: Any) -> None:
+            runtime.elector.on_change(lambda leading: gained.set() if leading else None)
+
+    client = riverboat.AsyncClient(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": riverboat.QueueConfig()},
+        workers=riverboat.Workers(),
+        middleware=[LeaderWatch()],
+        maintenance=fast_maintenance(),
+    )
+    await client.start()
+    try:
+        await asyncio.wait_for(gained.wait(), 10)
+    finally:
+        await client.stop()
+        await client.close()
