@@ -146,7 +146,8 @@ class SyncWorkMiddleware(Protocol):
 
 @dataclass(slots=True)
 class InsertingJob:
-    """A job about to be inserted, as an insert hook sees it. ``metadata``, ``queue``,
+    """A job about to be inserted, as an insert hook (or, one per job of the batch, an
+    ``insert_many`` middleware) sees it. ``metadata``, ``queue``,
     ``priority``, ``max_attempts``, ``scheduled_at`` and ``tags`` are written back
     (checked as ``InsertOpts`` would be; a unique job's queue can't change, as it is
     part of its unique key); ``kind``, ``args`` and ``state`` are for reading."""
