@@ -235,7 +235,9 @@ print("sqlite dashboard ok")
 def test_sqlite_project_with_real_logins(tmp_path: Path) -> None:
     script = tmp_path / "project.py"
     script.write_text(f"DB = {str(tmp_path / 'app.db')!r}\n" + textwrap.dedent(SQLITE_PROJECT))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    inherited = os.environ.get("PYTHONPATH")
+    path = str(REPO) + (os.pathsep + inherited if inherited else "")
+    env = {**os.environ, "PYTHONPATH": path}
     done = subprocess.run(
         [sys.executable, str(script)], cwd=REPO, env=env, capture_output=True, text=True
     )

@@ -131,8 +131,12 @@ class Dialect(ABC):
     # -- inserting and reading jobs ------------------------------------------------------
     @abstractmethod
     def job_insert_many(
-        self, jobs: Sequence[InsertParams], notify_queues: Sequence[str]
-    ) -> Statement: ...
+        self,
+        jobs: Sequence[InsertParams],
+        notify_queues: Sequence[str],
+        now: datetime | None = None,
+    ) -> Statement:
+        """``now`` (a test clock's time, else None for the database's) is ``created_at``."""
 
     @abstractmethod
     def decode_insert(self, rows: Sequence[Sequence[Any]]) -> list[InsertResult]: ...
@@ -206,7 +210,10 @@ class Dialect(ABC):
     def decode_leader(self, row: Sequence[Any]) -> LeaderRow: ...
 
     @abstractmethod
-    def job_schedule(self, *, max: int, lookahead: float = 5.0) -> Statement: ...
+    def job_schedule(
+        self, *, max: int, lookahead: float = 5.0, now: datetime | None = None
+    ) -> Statement:
+        """``now``: a test clock's time, else None for the database's (or the host's)."""
 
     @abstractmethod
     def job_get_stuck(self, *, after_id: int, stuck_horizon: datetime, max: int) -> Statement: ...
@@ -244,7 +251,13 @@ class Dialect(ABC):
     def decode_deleted(self, row: Sequence[Any]) -> tuple[JobRow, bool]: ...
 
     @abstractmethod
-    def job_delete_many(self, *, filters: Mapping[str, Any], limit: int) -> Statement: ...
+    def job_delete_many(
+        self,
+        *,
+        filters: Mapping[str, Any],
+        limit: int,
+        where: tuple[str, Mapping[str, Any]] | None = None,
+    ) -> Statement: ...
 
     @abstractmethod
     def job_list(

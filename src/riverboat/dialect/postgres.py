@@ -50,7 +50,7 @@ inserted AS (
         args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state,
         tags, unique_key, unique_states
     )
-    SELECT args, now(), kind, max_attempts, metadata, priority, queue,
+    SELECT args, coalesce(:now::timestamptz, now()), kind, max_attempts, metadata, priority, queue,
            coalesce(scheduled_at, now()), state::<schema>river_job_state,
            string_to_array(tags, ',')::varchar(255)[], unique_key, unique_states::bit(8)
     FROM raw
@@ -87,7 +87,8 @@ WITH inserted AS (
         tags, unique_key, unique_states
     )
     VALUES (
-        :args::jsonb, now(), :kind::text, :max_attempts::smallint, :metadata::jsonb,
+        :args::jsonb, coalesce(:now::timestamptz, now()), :kind::text, :max_attempts::smallint,
+        :metadata::jsonb,
         :priority::smallint, :queue::text, coalesce(:scheduled_at::timestamptz, now()),
         :state::text::<schema>river_job_state,
         string_to_array(:tags::text, ',')::varchar(255)[], :unique_key::bytea,
@@ -265,7 +266,10 @@ class PostgresDialect(PostgresAdmin, PostgresLeadership, Dialect, BulkCopy):
     _queries = QUERIES
 
     def job_insert_many(
-        self, jobs: Sequence[InsertParams], notify_queues: Sequence[str]
+        self,
+        jobs: Sequence[InsertParams],
+        notify_queues: Sequence[str],
+        now: datetime | None = None,
     ) -> Statement:
         if len(jobs) == 1:
             job = jobs[0]
@@ -283,6 +287,7 @@ class PostgresDialect(PostgresAdmin, PostgresLeadership, Dialect, BulkCopy):
                 unique_key=job.unique_key,
                 unique_states=job.unique_states,
                 notify_queue=notify_queues[0] if notify_queues else None,
+                now=now,
                 schema=self.schema,
             )
         return self.stmt(
@@ -299,6 +304,7 @@ class PostgresDialect(PostgresAdmin, PostgresLeadership, Dialect, BulkCopy):
             unique_key=[j.unique_key for j in jobs],
             unique_states=[j.unique_states for j in jobs],
             notify_queues=list(notify_queues),
+            now=now,
             schema=self.schema,
         )
 
