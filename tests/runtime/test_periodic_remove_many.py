@@ -13,8 +13,9 @@ import pytest
 import riverboat
 from riverboat import PeriodicJob
 from riverboat.errors import InvalidInputError
-from tests.leadership._helpers import elector_of, eventually, fast_maintenance, wait_any_leader
+from tests.leadership._helpers import elector_of, fast_maintenance, wait_any_leader
 from tests.runtime.dbs import Db, any_db  # noqa: F401
+from tests.waiting import wait_until_async
 
 
 def _job(id: str) -> PeriodicJob:
@@ -63,7 +64,7 @@ async def test_request_resign_tx_goes_out_on_commit(any_db: Db) -> None:  # noqa
 
         # In a thread: the leader's loop must keep running to hear it.
         await asyncio.to_thread(request_in_transactions)
-        await eventually(lambda: elector_of(leader).stats.resignations > before, 10)
+        await wait_until_async(lambda: elector_of(leader).stats.resignations > before, timeout=10)
         assert elector_of(leader).stats.resignations == before + 1
     finally:
         await leader_client.stop()
