@@ -38,12 +38,50 @@ def pg_url() -> Iterator[str]:
         server.stop()
 
 
+# Tests whose assertions hold only when the machine is not saturated (faults injected on
+# a clock, leases and terms measured in fractions of a second, a 0.3 s bench window).
+# scripts/test runs them after the parallel part, alone (``--serial-tests``); they are
+# not slow, so this costs about 20 s of wall time.
+SERIAL = (
+    "tests/bench/test_bench_smoke.py::test_bench_duration_caps_the_working_phase",
+    "tests/leadership/test_request_resign.py",
+    "tests/reliability/test_db_faults.py",
+    "tests/reliability/test_leader_faults.py",
+    "tests/runtime/test_lifecycle.py::test_connections_are_leased_per_statement",
+    "tests/sqlite/test_concurrency.py",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--serial-tests",
+        choices=("include", "only", "skip"),
+        default="include",
+        help="the timing-sensitive tests (tests/conftest.py SERIAL, marked serial): run them "
+        "with the others (include), alone (only) or not at all (skip); scripts/test runs "
+        "the rest on pytest-xdist workers with skip, then these with only",
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``long`` run only with ``RIVERBOAT_LONG=1`` (``./scripts/test --long``)."""
+    """Tests marked ``long`` run only with ``RIVERBOAT_LONG=1`` (``./scripts/test --long``);
+    ``--serial-tests`` selects the SERIAL tests in or out."""
     if os.environ.get("RIVERBOAT_LONG") != "1":
         skip = pytest.mark.skip(reason="long scenario: run with ./scripts/test --long")
         for item in (i for i in items if "long" in i.keywords):
             item.add_marker(skip)
+    for item in items:
+        if item.nodeid.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
+    mode = config.getoption("--serial-tests")
+    if mode != "include":
+        keep: list[pytest.Item] = []
+        dropped: list[pytest.Item] = []
+        for item in items:
+            (keep if ("serial" in item.keywords) == (mode == "only") else dropped).append(item)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
 
 
 @pytest.fixture
