@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.pgserver import PgServer
-from tests.templates import SchemaCloner, drop_schema, migrate_sqlite_file
+from tests.templates import SchemaCloner, migrate_sqlite_file
 
 
 @pytest.fixture(scope="session")
@@ -111,7 +111,7 @@ def pg_schema(pg_url: str, pg_schema_cloner: SchemaCloner) -> Iterator[str]:
     template); dropped afterwards."""
     schema = pg_schema_cloner.create()
     yield schema
-    drop_schema(pg_url, schema)
+    pg_schema_cloner.drop(schema)
 
 
 @pytest.fixture

@@ -7,8 +7,12 @@ from __future__ import annotations
 import subprocess
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tests.pgserver import find_pg_bin
+
+if TYPE_CHECKING:
+    import psycopg
 
 __all__ = ["SchemaCloner", "create_migrated_schema", "drop_schema", "migrate_sqlite_file"]
 
@@ -26,7 +30,7 @@ def create_migrated_schema(pg_url: str) -> str:
 
     schema = _new_schema()
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')  # type: ignore[arg-type]
+        conn.execute(f'CREATE SCHEMA "{schema}"')
     driver = PsycopgDriver(pg_url, schema=schema, max_pool_size=2)
     try:
         Migrator(driver).up()
@@ -39,7 +43,7 @@ def drop_schema(pg_url: str, schema: str) -> None:
     import psycopg
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')  # type: ignore[arg-type]
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 class SchemaCloner:
@@ -55,6 +59,7 @@ class SchemaCloner:
         self.sql: str | None = None
         self.why_not: str | None = None
         self._template_created = False
+        self._conn: psycopg.Connection[Any] | None = None
         bin_dir = find_pg_bin()
         if bin_dir is None or not (bin_dir / "pg_dump").exists():
             self.why_not = "no pg_dump found"
@@ -62,7 +67,7 @@ class SchemaCloner:
         import psycopg
 
         with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f'CREATE SCHEMA "{self.template}"')  # type: ignore[arg-type]
+            conn.execute(f'CREATE SCHEMA "{self.template}"')
         self._template_created = True
         from riverboat.drivers.psycopg import PsycopgDriver
         from riverboat.migrations import Migrator
@@ -95,14 +100,34 @@ class SchemaCloner:
     def create(self) -> str:
         if self.sql is None:
             return create_migrated_schema(self.pg_url)
-        import psycopg
-
         schema = _new_schema()
-        with psycopg.connect(self.pg_url, autocommit=True) as conn:
-            conn.execute(self.sql.replace(self.template, schema))  # type: ignore[arg-type]
+        self._execute(self.sql.replace(self.template, schema))
         return schema
 
+    def drop(self, schema: str) -> None:
+        self._execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+    def _execute(self, sql: str) -> None:
+        """On the session's own connection: a new one per call cost two backend starts
+        per test. Reconnects once if the connection was lost."""
+        import psycopg
+
+        for attempt in (1, 2):
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(
+                    self.pg_url, autocommit=True, application_name="riverboat-test-templates"
+                )
+            try:
+                self._conn.execute(sql)
+                return
+            except psycopg.OperationalError:
+                self._conn.close()
+                if attempt == 2:
+                    raise
+
     def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
         if self._template_created:
             drop_schema(self.pg_url, self.template)
 

@@ -27,16 +27,14 @@ def _state(conn: psycopg.Connection[Any], schema: str) -> dict[str, Any]:
     return {
         "catalog": snapshot(conn, schema),
         "migrations": conn.execute(
-            f'SELECT line, version FROM "{schema}".river_migration ORDER BY line, version'  # type: ignore[arg-type]
+            f'SELECT line, version FROM "{schema}".river_migration ORDER BY line, version'
         ).fetchall(),
         "sequences": [
-            conn.execute(
-                f'SELECT last_value, is_called FROM "{schema}".{name}'  # type: ignore[arg-type]
-            ).fetchone()
+            conn.execute(f'SELECT last_value, is_called FROM "{schema}".{name}').fetchone()
             for name in ("river_job_id_seq", "river_notification_id_seq")
         ],
         "rows": [
-            conn.execute(f'SELECT count(*) FROM "{schema}".{table}').fetchone()  # type: ignore[arg-type]
+            conn.execute(f'SELECT count(*) FROM "{schema}".{table}').fetchone()
             for table in ("river_job", "river_leader", "river_queue", "river_notification")
         ],
     }
