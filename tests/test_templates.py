@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -43,7 +44,10 @@ def _state(conn: psycopg.Connection[Any], schema: str) -> dict[str, Any]:
 def test_pg_schema_is_a_migrated_schema(
     pg_url: str, pg_schema: str, migrated_schema: str, pg_schema_cloner: SchemaCloner
 ) -> None:
-    assert pg_schema_cloner.why_not is None, pg_schema_cloner.why_not
+    # Our own cluster's pg_dump always works; an external server may be newer than the
+    # local pg_dump, and then every schema is migrated (still compared below).
+    if os.environ.get("RIVERBOAT_TEST_DATABASE_URL") is None:
+        assert pg_schema_cloner.why_not is None, pg_schema_cloner.why_not
     with psycopg.connect(pg_url, autocommit=True) as conn:
         assert _state(conn, pg_schema) == _state(conn, migrated_schema)
 
