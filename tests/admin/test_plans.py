@@ -100,6 +100,7 @@ def _statements(dialect: PostgresDialect, job_id: int) -> dict[str, Statement]:
         "job_get": dialect.job_get_by_id(job_id),
         "job_update": dialect.job_update(job_id, {"output": 1}),
         "job_set_state_if_running_many": dialect.job_set_state_if_running_many(updates),
+        "job_complete_many": dialect.job_complete_many([job_id, job_id + 1], returning=True),
         "job_list by ids": dialect.job_list(
             filters={"ids": [job_id, job_id + 1]}, order_column="id", descending=False, limit=10
         ),
