@@ -114,14 +114,22 @@ class Completer:
 
     async def add(self, pending: PendingCompletion) -> None:
         """Buffer one outcome; waits only when the backlog is past the high-water mark."""
-        if len(self._buffer) >= BACKPRESSURE_HIGH:
+        while not self.add_nowait(pending):
             self._below_low.clear()
             await self._below_low.wait()
-        self._buffer[pending.update.id] = pending
+
+    def add_nowait(self, pending: PendingCompletion) -> bool:
+        """Buffer one outcome unless the backlog is past the high-water mark (then
+        False: await :meth:`add`). Saves a coroutine per job on the hot path."""
+        buffer = self._buffer
+        if len(buffer) >= BACKPRESSURE_HIGH:
+            return False
+        buffer[pending.update.id] = pending
         self._drained.clear()
         self._has_items.set()
-        if len(self._buffer) >= self._batch_threshold:
+        if len(buffer) >= self._batch_threshold:
             self._full.set()
+        return True
 
     async def wait_drained(self) -> None:
         """Return once every buffered outcome has been written."""
