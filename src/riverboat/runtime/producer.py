@@ -383,17 +383,17 @@ class Producer:
                 self._refill.set()
 
     async def _work(self, row: JobRow, state: RunState) -> None:
-        started = self._loop_time()
         try:
             pending = await execute_job(row, self._exec_config, state)
-            if state.stuck and not state.interrupted:
+            if state.stuck and not state.interrupted and state.deadline is not None:
                 log.info(
                     "job %d (%s) became unstuck after %.1fs",
                     row.id,
                     row.kind,
-                    self._loop_time() - started,
+                    self._loop_time() - (state.deadline - state.timeout),
                 )
-            await self._completer.add(pending)
+            if not self._completer.add_nowait(pending):
+                await self._completer.add(pending)
         except Exception:  # pragma: no cover - execute_job turns user errors into outcomes
             log.exception("producer %s: job %d failed outside its worker", self.queue, row.id)
         finally:
