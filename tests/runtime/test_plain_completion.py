@@ -18,7 +18,7 @@ from tests.runtime.helpers import make_client, next_events
 
 pytestmark = pytest.mark.asyncio
 
-DRIVERS = {"psycopg": AsyncPsycopgDriver, "asyncpg": AsyncpgDriver}
+DRIVERS: dict[str, Any] = {"psycopg": AsyncPsycopgDriver, "asyncpg": AsyncpgDriver}
 
 
 @pytest.fixture(params=sorted(DRIVERS))
