@@ -50,6 +50,7 @@ RENAMES: dict[str, str] = {
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
     "_admin_async": "_admin_sync",
+    "wrap_insert_async": "wrap_insert",
 }
 
 _WORDS = re.compile(r"\b(" + "|".join(map(re.escape, RENAMES)) + r")\b")

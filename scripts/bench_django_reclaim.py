@@ -35,7 +35,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from riverboat.runtime.worker import Job
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ("leak", "close", "persistent", "django-pool")
@@ -80,7 +83,7 @@ def _open_backends(url: str) -> int:
     return int(row[0]) if row else 0
 
 
-def _job(_job_arg: object) -> None:
+def _job(_job_arg: Job[Any]) -> None:
     from django.db import connection
 
     with connection.cursor() as cur:
@@ -91,6 +94,8 @@ def run_scenario(url: str, scenario: str, cycles: int) -> dict[str, Any]:
     _configure(url, scenario)
     from riverboat.contrib.django.apps import uninstall_connection_hook
     from riverboat.runtime.executor import _run_sync
+
+    no_job = cast("Job[Any]", None)  # _job never looks at its argument
 
     if scenario == "leak":
         uninstall_connection_hook()
@@ -122,10 +127,10 @@ def run_scenario(url: str, scenario: str, cycles: int) -> dict[str, Any]:
     else:
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="riverboat-bench") as pool:
             for _ in range(warmup):
-                pool.submit(_run_sync, _job, None).result()
+                pool.submit(_run_sync, _job, no_job).result()
             start = time.perf_counter()
             for _ in range(cycles):
-                pool.submit(_run_sync, _job, None).result()
+                pool.submit(_run_sync, _job, no_job).result()
             elapsed = time.perf_counter() - start
             peak = _open_backends(url)
     with psycopg.connect(url, autocommit=True) as conn:

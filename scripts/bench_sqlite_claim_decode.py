@@ -18,14 +18,10 @@ import time
 import timeit
 from pathlib import Path
 
+from riverboat.dialect._sqlite_common import parse_timestamp
 from riverboat.dialect.sqlite import SqliteDialect
 from riverboat.drivers.sqlite import SqliteDriver
 from riverboat.migrations import Migrator
-
-try:  # the module moved while this script was written; either works
-    from riverboat.dialect._sqlite_common import parse_timestamp
-except ImportError:  # pragma: no cover
-    from riverboat.dialect.sqlite import parse_timestamp  # type: ignore[no-redef]
 
 
 def per_call_us(stmt: str, namespace: dict[str, object], number: int = 200_000) -> float:

@@ -193,8 +193,12 @@ def get(port: int, path: str) -> tuple[float, str]:
     return elapsed, body
 
 
-def time_pages(url: str, schema: str | None, discarded_id: int, rounds: int) -> list[tuple]:
-    results = []
+#: A page's name, then its median, p95 and worst request time in ms.
+PageTiming = tuple[str, float, float, float]
+
+
+def time_pages(url: str, schema: str | None, discarded_id: int, rounds: int) -> list[PageTiming]:
+    results: list[PageTiming] = []
     with serving(url, schema) as port:
         _, first = get(port, "/jobs?state=completed")
         link = re.search(r'href="([^"]+)" id="next-page"', first)
@@ -218,7 +222,7 @@ def time_pages(url: str, schema: str | None, discarded_id: int, rounds: int) -> 
     return results
 
 
-def report(title: str, results: list[tuple]) -> None:
+def report(title: str, results: list[PageTiming]) -> None:
     print(f"\n{title}")
     print("| page | median ms | p95 ms | max ms |\n|---|---:|---:|---:|")
     for name, median, p95, worst in results:

@@ -32,6 +32,11 @@ class SyncPing:
     n: int
 
 
+def attributes(span: Any) -> Any:
+    assert span.attributes is not None
+    return span.attributes
+
+
 def _metrics(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
     data = reader.get_metrics_data()
     out: dict[str, list[Any]] = {}
@@ -88,7 +93,7 @@ async def test_one_trace_from_insert_to_work(sqlite_url: str) -> None:
     await client.close()
 
     spans = exporter.get_finished_spans()
-    work = {s.attributes["riverboat.job.id"]: s for s in spans if s.name == "riverboat.work"}
+    work = {attributes(s)["riverboat.job.id"]: s for s in spans if s.name == "riverboat.work"}
     inserts = [s for s in spans if s.name == "riverboat.insert"]
     assert len(inserts) == 3
     for job_id in (job.id, sync_job.id):
@@ -97,7 +102,7 @@ async def test_one_trace_from_insert_to_work(sqlite_url: str) -> None:
         assert span.kind == trace.SpanKind.CONSUMER
         assert span.parent is not None
         assert span.parent.span_id in {s.context.span_id for s in inserts}
-        assert span.attributes["riverboat.job.outcome"] == "completed"
+        assert attributes(span)["riverboat.job.outcome"] == "completed"
     assert inside == {"async": trace_id, "sync": trace_id}
     failed_span = work[failing.id]
     assert failed_span.context.trace_id != trace_id  # inserted outside the request

@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.request
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from riverboat import AsyncClient, Client, Job, Workers
 from riverboat.contrib.prometheus import PrometheusMiddleware, start_metrics_server
 from riverboat.drivers.sqlite import SqliteDriver
 from riverboat.runtime.producer import QueueConfig
+from tests.waiting import wait_until, wait_until_async
 
 
 def _scrape(port: int) -> str:
@@ -68,21 +68,20 @@ async def test_counters_and_sampled_queue_gauges(sqlite_url: str) -> None:
         await client.insert({"n": i}, kind="slow")
     try:
         await client.start()
-        text = ""
-        async with asyncio.timeout(10):
-            while (
-                _value(text, "riverboat_queue_jobs", queue="default", state="running") != 3
-                or _value(text, "riverboat_queue_jobs", queue="default", state="available") != 2
-            ):
-                await asyncio.sleep(0.05)
-                text = await asyncio.to_thread(_scrape, port)
+
+        async def three_running_two_available() -> str:
+            text = await asyncio.to_thread(_scrape, port)
+            running = _value(text, "riverboat_queue_jobs", queue="default", state="running")
+            available = _value(text, "riverboat_queue_jobs", queue="default", state="available")
+            return text if (running, available) == (3, 2) else ""
+
+        text = await wait_until_async(three_running_two_available, timeout=10, poll=0.05)
         assert _value(text, "riverboat_jobs_running", queue="default") == 3
         assert _value(text, "riverboat_leader") == 1
         assert _value(text, "riverboat_jobs_inserted_total", kind="slow") == 5
         assert _value(text, "riverboat_jobs_worked_total", kind="slow") == 0
         release.set()
-        while not client.runtime.is_idle():
-            await asyncio.sleep(0.02)
+        await wait_until_async(client.runtime.is_idle, timeout=10)
         text = await asyncio.to_thread(_scrape, port)
         assert _value(text, "riverboat_jobs_worked_total", kind="slow", outcome="completed") == 5
         assert _value(text, "riverboat_jobs_running", queue="default") == 0
@@ -140,27 +139,26 @@ def test_worker_command_serves_metrics(sqlite_url: str, tmp_path: Path) -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 20
-        text = ""
-        while time.monotonic() < deadline:
+
+        def scrape_once_serving() -> str:
             try:
-                text = _scrape(port)
-                break
-            except OSError:
-                time.sleep(0.05)
+                return _scrape(port)
+            except OSError:  # the worker is not listening yet
+                return ""
+
+        text = wait_until(scrape_once_serving, timeout=20, poll=0.05, what="the metrics port")
         assert "riverboat_jobs_worked" in text
         assert _value(text, "riverboat_jobs_worked_total", kind="tick") == 0
         with Client(SqliteDriver(sqlite_url)) as client:
             for i in range(20):
                 client.insert({"n": i}, kind="tick")
-        seen = []
-        while time.monotonic() < deadline:
-            value = _value(_scrape(port), "riverboat_jobs_worked_total", kind="tick")
-            seen.append(value)
-            if value == 20:
-                break
-            time.sleep(0.05)
-        assert seen[-1] == 20, seen
+        seen: list[float] = []
+
+        def all_worked() -> bool:
+            seen.append(_value(_scrape(port), "riverboat_jobs_worked_total", kind="tick"))
+            return seen[-1] == 20
+
+        wait_until(all_worked, timeout=20, poll=0.05, what="20 jobs worked")
         assert seen == sorted(seen)
     finally:
         proc.send_signal(signal.SIGTERM)

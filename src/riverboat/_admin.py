@@ -347,17 +347,26 @@ class _Ops:
         return _Plan(stmt, finish)
 
     def job_delete_many(
-        self, *, all: bool, limit: int | None, **filters: Any
+        self,
+        *,
+        all: bool,
+        limit: int | None,
+        where: str | None = None,
+        where_params: Mapping[str, Any] | None = None,
+        **filters: Any,
     ) -> _Plan[list[JobRow]]:
         chosen = _filters(**filters)
-        if not chosen and all is not True:
+        fragment = _where_fragment(where, where_params)
+        if not chosen and fragment is None and all is not True:
             raise InvalidInputError(
                 "filters",
-                "job_delete_many needs at least one filter, or all=True to delete "
-                "every job that is not running",
+                "job_delete_many needs at least one filter (or where=), or all=True to "
+                "delete every job that is not running",
             )
         stmt = self.dialect.job_delete_many(
-            filters=chosen, limit=_limit(limit, JOB_LIST_LIMIT_DEFAULT)
+            filters=chosen,
+            limit=_limit(limit, JOB_LIST_LIMIT_DEFAULT),
+            **({"where": fragment} if fragment is not None else {}),
         )
         return _Plan(stmt, self.dialect.decode_jobs)
 

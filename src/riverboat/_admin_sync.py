@@ -101,20 +101,32 @@ class SyncAdmin:
         metadata: Mapping[str, Any] | None = None,
         limit: int | None = None,
         all: bool = False,
+        where: str | None = None,
+        where_params: Mapping[str, Any] | None = None,
     ) -> list[JobRow]:
         """Delete up to ``limit`` (default 100) matching jobs, oldest id first, skipping
         running jobs and rows locked by others; returns them. With no filter it refuses
-        unless ``all=True``."""
+        unless ``all=True``.
+
+        ``where`` and ``where_params`` add a SQL condition as :meth:`job_list`'s do
+        (trusted text only, values bound as ``:name``). River's ``JobDeleteManyParams``
+        has no ``Where``; riverboat takes the same one as ``job_list``, so a page listed
+        with a condition can be deleted with it."""
         return self._run(
             _ops(self._core).job_delete_many(
                 ids=ids, kinds=kinds, queues=queues, states=states, priorities=priorities,
                 tags_all=tags_all, tags_any=tags_any, metadata=metadata, limit=limit, all=all,
+                where=where, where_params=where_params,
             )
         )  # fmt: skip
 
     def job_delete_many_tx(self, conn: Any, **kwargs: Any) -> list[JobRow]:
+        """:meth:`job_delete_many` inside the caller's open transaction on ``conn``; takes
+        the same keyword arguments (``where=`` included)."""
         kwargs.setdefault("limit", None)
         kwargs.setdefault("all", False)
+        kwargs.setdefault("where", None)
+        kwargs.setdefault("where_params", None)
         return self._run_tx(conn, _ops(self._core).job_delete_many(**_with_filters(kwargs)))
 
     def job_list(
@@ -250,6 +262,12 @@ class SyncAdmin:
         client leads and hears none (``poll_only``)."""
         self.driver.execute(self._core.dialect.leader_request_resign())
         self._apply_local(_request_resign, None)
+
+    def leader_request_resign_tx(self, conn: Any) -> None:
+        """:meth:`leader_request_resign` inside the caller's open transaction on ``conn``
+        (River's ``Notify().RequestResignTx``): the request goes out when it commits, and
+        not at all if it rolls back. Nothing is applied locally; the leader hears it."""
+        self.driver.wrap(conn).execute(self._core.dialect.leader_request_resign())
 
 
 def _request_resign(_: None, runtime: Runtime) -> None:

@@ -135,7 +135,8 @@ class _ClientCore:
         self.skip_unknown_job_check = False
         self.middleware = MiddlewareStack(middleware)
         # riverboat.testing.use_test_config (River's TestConfig): a stubbed clock for
-        # inserts and unique periods, and unique enforcement that can be switched off.
+        # inserts (created_at, scheduled_at) and unique periods, and unique enforcement
+        # that can be switched off. The runtime gets the clock through Runtime.set_clock.
         self.clock: Callable[[], datetime] | None = None
         self.unique_enforcement = True
 
@@ -159,16 +160,24 @@ class _ClientCore:
             if job.kind not in self.workers:
                 raise UnknownJobKindError(job.kind)
 
-    def insert_statement(
+    def resolve_one(
         self, args: object, opts: InsertOpts | None, kind: str | None
-    ) -> tuple[Statement, list[InsertParams]]:
+    ) -> list[InsertParams]:
+        """One job validated and encoded, before any insert hook has run."""
         now = self._now()
         jobs = [resolve_insert(args, opts, kind, self.defaults, now)]
         if now is not None or not self.unique_enforcement:
             self._apply_test_config(jobs, now)
         self._check_kinds(jobs)
+        return jobs
+
+    def insert_statement(
+        self, args: object, opts: InsertOpts | None, kind: str | None
+    ) -> tuple[Statement, list[InsertParams]]:
+        jobs = self.resolve_one(args, opts, kind)
         self.middleware.apply_insert(jobs, (args,))
-        return self.dialect.job_insert_many(jobs, self._limiter.queues_to_notify(jobs)), jobs
+        stmt = self.dialect.job_insert_many(jobs, self._limiter.queues_to_notify(jobs), self._now())
+        return stmt, jobs
 
     def insert_many_statements(
         self, params: Sequence[object]
@@ -176,34 +185,44 @@ class _ClientCore:
         jobs = self._resolve_many(params)
         return self.statement_batches(jobs), jobs
 
-    def _resolve_many(self, params: Sequence[object]) -> list[InsertParams]:
+    def resolve_params(self, params: Sequence[object]) -> tuple[list[InsertParams], list[object]]:
+        """An ``insert_many``'s jobs validated and encoded, before any insert hook has
+        run, and the args each was made from."""
         now = self._now()
         jobs = resolve_many(params, self.defaults, now)
         if now is not None or not self.unique_enforcement:
             self._apply_test_config(jobs, now)
         self._check_kinds(jobs)
-        self.middleware.apply_insert(
-            jobs, [p.args if isinstance(p, InsertManyParams) else p for p in params]
-        )
+        return jobs, [p.args if isinstance(p, InsertManyParams) else p for p in params]
+
+    def _resolve_many(self, params: Sequence[object]) -> list[InsertParams]:
+        jobs, args = self.resolve_params(params)
+        self.middleware.apply_insert(jobs, args)
         return jobs
+
+    def split_fast(self, jobs: list[InsertParams]) -> tuple[list[InsertParams], list[_InsertBatch]]:
+        """``insert_many_fast``'s plain jobs (for COPY where the driver can) and statement
+        batches for its unique ones, which only ``ON CONFLICT`` can skip."""
+        plain = [j for j in jobs if j.unique_key is None]
+        unique = [j for j in jobs if j.unique_key is not None]
+        return plain, self.statement_batches(unique)
 
     def statement_batches(self, jobs: list[InsertParams]) -> list[_InsertBatch]:
         batches = []
+        now = self._now()
         for start in range(0, len(jobs), INSERT_BATCH_MAX):
             batch, origin = _collapse_unique_twins(jobs[start : start + INSERT_BATCH_MAX])
-            stmt = self.dialect.job_insert_many(batch, self._limiter.queues_to_notify(batch))
+            stmt = self.dialect.job_insert_many(batch, self._limiter.queues_to_notify(batch), now)
             batches.append(_InsertBatch(stmt, origin))
         return batches
 
     def insert_many_fast_jobs(
         self, params: Sequence[object]
     ) -> tuple[list[InsertParams], list[_InsertBatch], list[InsertParams]]:
-        """``insert_many_fast``'s jobs: the plain ones (for COPY where the driver can) and
-        statement batches for the unique ones, which only ``ON CONFLICT`` can skip."""
+        """``insert_many_fast``'s jobs, split by :meth:`split_fast`, and all of them."""
         jobs = self._resolve_many(params)
-        plain = [j for j in jobs if j.unique_key is None]
-        unique = [j for j in jobs if j.unique_key is not None]
-        return plain, self.statement_batches(unique), jobs
+        plain, unique_batches = self.split_fast(jobs)
+        return plain, unique_batches, jobs
 
     def copy_batches(self, plain: Sequence[InsertParams]) -> tuple[list[Any], Statement | None]:
         """COPY batches for ``plain`` jobs, and the notification statement to send with

@@ -45,6 +45,11 @@ class ClientBase(SyncAdmin):
         self, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
     ) -> InsertResult:
         """Insert one job in one statement (no transaction is opened)."""
+        if self._core.middleware.insert_layers:
+            jobs = self._core.resolve_one(args, opts, kind)
+            wrapped = self._insert_wrapped(None, jobs, [args])
+            self._after_insert(jobs)
+            return wrapped[0]
         stmt, jobs = self._core.insert_statement(args, opts, kind)
         rows = self.driver.fetch(stmt)
         self._after_insert(jobs)
@@ -54,6 +59,9 @@ class ClientBase(SyncAdmin):
         self, conn: Any, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
     ) -> InsertResult:
         """Insert one job inside the caller's open transaction on ``conn``."""
+        if self._core.middleware.insert_layers:
+            jobs = self._core.resolve_one(args, opts, kind)
+            return (self._insert_wrapped(self.driver.wrap(conn), jobs, [args]))[0]
         stmt, _ = self._core.insert_statement(args, opts, kind)
         rows = self.driver.wrap(conn).fetch(stmt)
         return self._core.dialect.decode_insert(rows)[0]  # type: ignore[no-any-return]
@@ -61,6 +69,11 @@ class ClientBase(SyncAdmin):
     def insert_many(self, params: Sequence[InsertManyParams | object]) -> list[InsertResult]:
         """Insert many jobs: one statement per 5,000, in one transaction when there are
         several batches so the call is all-or-nothing."""
+        if self._core.middleware.insert_layers:
+            jobs, job_args = self._core.resolve_params(params)
+            wrapped = self._insert_wrapped(None, jobs, job_args)
+            self._after_insert(jobs)
+            return wrapped
         batches, jobs = self._core.insert_many_statements(params)
         decode = self._core.decode_batch
         if len(batches) == 1:
@@ -77,6 +90,9 @@ class ClientBase(SyncAdmin):
         self, conn: Any, params: Sequence[InsertManyParams | object]
     ) -> list[InsertResult]:
         """Insert many jobs inside the caller's open transaction on ``conn``."""
+        if self._core.middleware.insert_layers:
+            jobs, job_args = self._core.resolve_params(params)
+            return self._insert_wrapped(self.driver.wrap(conn), jobs, job_args)
         batches, _ = self._core.insert_many_statements(params)
         executor = self.driver.wrap(conn)
         results: list[InsertResult] = []
@@ -92,6 +108,11 @@ class ClientBase(SyncAdmin):
         jobs always go through the insert statement, whose ``ON CONFLICT`` skips a
         duplicate (not counted), as :meth:`insert_many` does. Other drivers use the
         insert statement for every job."""
+        if self._core.middleware.insert_layers:
+            jobs, job_args = self._core.resolve_params(params)
+            count = self._insert_fast_wrapped(None, jobs, job_args)
+            self._after_insert(jobs)
+            return count
         plain, unique_batches, jobs = self._core.insert_many_fast_jobs(params)
         with self.driver.transaction() as tx:
             count = self._insert_fast(tx, plain, unique_batches)
@@ -100,12 +121,62 @@ class ClientBase(SyncAdmin):
 
     def insert_many_fast_tx(self, conn: Any, params: Sequence[InsertManyParams | object]) -> int:
         """:meth:`insert_many_fast` inside the caller's open transaction on ``conn``."""
+        if self._core.middleware.insert_layers:
+            jobs, job_args = self._core.resolve_params(params)
+            return self._insert_fast_wrapped(self.driver.wrap(conn), jobs, job_args)
         plain, unique_batches, _ = self._core.insert_many_fast_jobs(params)
         return self._insert_fast(self.driver.wrap(conn), plain, unique_batches)
 
+    def _insert_wrapped(
+        self, executor: Any, jobs: list[InsertParams], job_args: Sequence[object]
+    ) -> list[InsertResult]:
+        """Insert ``jobs`` inside the ``insert_many`` middleware (River's
+        ``JobInsertMiddleware``): on ``executor`` (the caller's transaction), or on the
+        driver, in one transaction when there are several batches."""
+        core = self._core
+
+        def inner() -> list[InsertResult]:
+            core.middleware.apply_insert(jobs, job_args)
+            batches = core.statement_batches(jobs)
+            results: list[InsertResult] = []
+            if executor is not None:
+                for batch in batches:
+                    results.extend(core.decode_batch(batch, executor.fetch(batch.stmt)))
+            elif len(batches) == 1:
+                results = core.decode_batch(batches[0], self.driver.fetch(batches[0].stmt))
+            else:
+                with self.driver.transaction() as tx:
+                    for batch in batches:
+                        results.extend(core.decode_batch(batch, tx.fetch(batch.stmt)))
+            return results
+
+        return core.middleware.wrap_insert(jobs, job_args, inner)
+
+    def _insert_fast_wrapped(
+        self, executor: Any, jobs: list[InsertParams], job_args: Sequence[object]
+    ) -> int:
+        """``insert_many_fast`` inside the ``insert_many`` middleware, whose
+        ``call_next()`` returns no rows (the fast path reads none back)."""
+        core = self._core
+        counted: list[int] = []
+
+        def inner() -> list[InsertResult]:
+            core.middleware.apply_insert(jobs, job_args)
+            plain, unique_batches = core.split_fast(jobs)
+            if executor is not None:
+                counted.append(self._insert_fast(executor, plain, unique_batches))
+            else:
+                with self.driver.transaction() as tx:
+                    counted.append(self._insert_fast(tx, plain, unique_batches))
+            return []
+
+        core.middleware.wrap_insert(jobs, job_args, inner, rows=False)
+        return sum(counted)
+
     def _insert_fast(self, executor: Any, plain: Any, unique_batches: Any) -> int:
         count = 0
-        if plain and self.driver.capabilities.copy:
+        # COPY leaves created_at to the server's clock; a test clock needs the statement.
+        if plain and self.driver.capabilities.copy and self._core.clock is None:
             copy_batches, notify = self._core.copy_batches(plain)
             for copy_batch in copy_batches:
                 count += executor.copy(copy_batch)

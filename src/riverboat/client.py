@@ -13,6 +13,7 @@ import inspect
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from riverboat._admin import T, _hears_notifications
@@ -351,6 +352,13 @@ class _Embedded:
         self.periodic = PeriodicJobs()  # shared with each runtime it starts
         # Queues added (a config) or removed (None) since construction.
         self.queue_changes: dict[str, QueueConfig | None] = {}
+        self.clock: Callable[[], datetime] | None = None  # riverboat.testing's clock
+
+    def set_clock(self, clock: Callable[[], datetime] | None) -> None:
+        self.clock = clock
+        client, loop = self.client, self._loop
+        if client is not None and loop is not None and client._runtime is not None:
+            loop.call_soon_threadsafe(client._runtime.set_clock, clock)
 
     def queue_change(self, name: str, config: QueueConfig | None) -> None:
         client = self.client
@@ -419,6 +427,7 @@ class _Embedded:
         if client._runtime is not None:
             client._runtime._subscriptions.extend(self.subscribers)
             client._runtime.periodic_jobs = self.periodic
+            client._runtime.set_clock(self.clock)
             queues = client._runtime.config.queues
             for name, config in self.queue_changes.items():
                 if config is None:

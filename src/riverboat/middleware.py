@@ -9,6 +9,26 @@ worker middleware):
     max_attempts, scheduled_at and tags. Keep it quick and free of I/O: it runs inside
     ``insert``/``insert_many``/``*_tx`` and the leader's periodic inserts.
 
+``async insert_many(jobs, call_next) -> list[InsertResult]``
+    River's ``JobInsertMiddleware``: wraps a whole insert call (``insert``,
+    ``insert_many``, their ``_tx`` forms, ``insert_many_fast`` and the leader's
+    periodic inserts). ``jobs`` is a list of :class:`InsertingJob`, one per job of the
+    call, whose fields it may change as ``insert_begin`` may, before calling
+    ``await call_next()``; that inserts them (running the ``insert_begin`` hooks on the
+    way, as River runs its hooks inside the middleware) and returns one
+    :class:`~riverboat.InsertResult` per job, with the row as written and
+    ``unique_skipped_as_duplicate``. It returns them (or raises: the call then fails,
+    even though an insert outside a transaction has committed). ``insert_many_fast``
+    has no rows to return: there ``call_next()`` returns an empty list.
+
+``insert_many_sync(jobs, call_next) -> list[InsertResult]``
+    The same for the sync :class:`~riverboat.Client`, a plain def whose ``call_next()``
+    is a plain call. Each side uses its own spelling when a middleware has both; a
+    middleware with only the other one still runs (a sync one in a thread, with
+    ``call_next`` handing back to the loop, as the leader's periodic inserts need; an
+    async one in its own event loop), so one written for one client works for both.
+    Layers nest in list order, the first listed outermost.
+
 ``async work(job, call_next) -> None``
     Wraps a job's execution on the event loop: ``await call_next()`` runs the job (and
     raises what it raised). For a sync job it wraps the time its thread runs, and
@@ -24,8 +44,20 @@ worker middleware):
     An error handler (River's ``ErrorHandler``), plain or async: sees every failed
     attempt and may cancel the job; see :mod:`riverboat.error_handler`.
 
-A plain ``async def mw(job, call_next)`` is a work middleware; :func:`insert_hook` and
-:func:`sync_work_middleware` turn plain functions into the other two kinds.
+``metric_emit(metric) -> None``
+    River's ``HookMetricEmit``: called by each producer after every fetch with a
+    :class:`~riverboat.metrics.JobGetAvailableDurationMetric` and a
+    :class:`~riverboat.metrics.JobGetAvailableCountMetric`, on the runtime's loop. A
+    plain def, quick and free of I/O; see :mod:`riverboat.metrics`.
+
+``attach(runtime) -> None``
+    Called once the client's runtime has started (its producers and elector running):
+    for exporters that sample the runtime, or ``runtime.elector.on_change(callback)``
+    to hear when this client gains or loses leadership.
+
+A plain ``async def mw(job, call_next)`` is a work middleware; :func:`insert_hook`,
+:func:`metric_hook` and :func:`sync_work_middleware` turn plain functions into the
+other kinds.
 
 Order. Insert hooks run in list order: the client's ``middleware``, then the args type's
 ``insert_middleware`` (a class attribute); each sees what the earlier ones added. Work
@@ -47,37 +79,59 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from riverboat._insert import encode_metadata
 from riverboat.errors import InvalidInputError
+from riverboat.metrics import JobGetAvailableCountMetric, JobGetAvailableDurationMetric, Metric
 from riverboat.runtime.outcomes import JobCancel, JobSnooze
 
 if TYPE_CHECKING:
     from riverboat._insert import InsertParams
+    from riverboat._job import InsertResult
     from riverboat.runtime.worker import Job, RegisteredWorker
 
 __all__ = [
+    "InsertManyMiddleware",
     "InsertMiddleware",
     "InsertingJob",
+    "MetricEmitter",
     "MiddlewareStack",
     "SyncWorkMiddleware",
     "WorkMiddleware",
     "insert_hook",
+    "metric_hook",
     "outcome_of",
     "sync_work_middleware",
 ]
 
 CallNext = Callable[[], Awaitable[None]]
 SyncCallNext = Callable[[], Any]
+InsertCallNext = Callable[[], Awaitable["list[InsertResult]"]]
+SyncInsertCallNext = Callable[[], "list[InsertResult]"]
+
+log = logging.getLogger("riverboat.middleware")
 
 
 @runtime_checkable
 class InsertMiddleware(Protocol):
     def insert_begin(self, job: InsertingJob) -> None: ...
+
+
+@runtime_checkable
+class InsertManyMiddleware(Protocol):
+    async def insert_many(
+        self, jobs: list[InsertingJob], call_next: InsertCallNext
+    ) -> list[InsertResult]: ...
+
+
+@runtime_checkable
+class MetricEmitter(Protocol):
+    def metric_emit(self, metric: Metric) -> None: ...
 
 
 @runtime_checkable
@@ -92,7 +146,8 @@ class SyncWorkMiddleware(Protocol):
 
 @dataclass(slots=True)
 class InsertingJob:
-    """A job about to be inserted, as an insert hook sees it. ``metadata``, ``queue``,
+    """A job about to be inserted, as an insert hook (or, one per job of the batch, an
+    ``insert_many`` middleware) sees it. ``metadata``, ``queue``,
     ``priority``, ``max_attempts``, ``scheduled_at`` and ``tags`` are written back
     (checked as ``InsertOpts`` would be; a unique job's queue can't change, as it is
     part of its unique key); ``kind``, ``args`` and ``state`` are for reading."""
@@ -139,6 +194,24 @@ def insert_hook(fn: Callable[[InsertingJob], None]) -> InsertMiddleware:
     return _InsertHook(fn)
 
 
+class _MetricHook:
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable[[Metric], None]) -> None:
+        self._fn = fn
+
+    def metric_emit(self, metric: Metric) -> None:
+        self._fn(metric)
+
+    def __repr__(self) -> str:
+        return f"metric_hook({self._fn!r})"
+
+
+def metric_hook(fn: Callable[[Metric], None]) -> MetricEmitter:
+    """A middleware whose ``metric_emit`` is ``fn`` (River's ``HookMetricEmitFunc``)."""
+    return _MetricHook(fn)
+
+
 def sync_work_middleware(fn: Callable[[Job[Any], SyncCallNext], Any]) -> SyncWorkMiddleware:
     """A middleware whose ``work_sync`` is ``fn(job, call_next)``."""
     return _SyncWork(fn)
@@ -157,29 +230,42 @@ class _AsyncFn:
         return repr(self._fn)
 
 
+_METHODS = (
+    "insert_begin",
+    "insert_many",
+    "insert_many_sync",
+    "work",
+    "work_sync",
+    "handle_error",
+    "metric_emit",
+    "attach",
+)
+
+
 def _normalize(item: object, field: str) -> object:
     if inspect.iscoroutinefunction(item):
         return _AsyncFn(item)
     found = False
-    for name in ("insert_begin", "work", "work_sync", "handle_error"):
+    for name in _METHODS:
         method = getattr(item, name, None)
         if method is None:
             continue
         if not callable(method):
             raise InvalidInputError(field, f"{item!r}.{name} is not callable")
         is_async = inspect.iscoroutinefunction(method)
-        if name == "work" and not is_async:
+        if name in ("work", "insert_many") and not is_async:
             raise InvalidInputError(
-                field, f"{item!r}.work must be async def; a sync one is spelt work_sync"
+                field,
+                f"{item!r}.{name} must be async def; a sync one is spelt {name}_sync",
             )
-        if name not in ("work", "handle_error") and is_async:
+        if name not in ("work", "insert_many", "handle_error") and is_async:
             raise InvalidInputError(field, f"{item!r}.{name} must be a plain def")
         found = True
     if not found:
         raise InvalidInputError(
             field,
-            f"{item!r} is not a middleware: give it insert_begin, work, work_sync or "
-            "handle_error, "
+            f"{item!r} is not a middleware: give it insert_begin, insert_many, "
+            "insert_many_sync, work, work_sync, handle_error, metric_emit or attach, "
             "or pass an async def (job, call_next)",
         )
     return item
@@ -229,12 +315,41 @@ class MiddlewareStack:
 
     def _split(self) -> None:
         self.insert_hooks = tuple(m.insert_begin for m in self.items if hasattr(m, "insert_begin"))
+        # River's JobInsertMiddleware; empty (the usual case) keeps inserts on their path.
+        self.insert_layers = tuple(
+            m for m in self.items if hasattr(m, "insert_many") or hasattr(m, "insert_many_sync")
+        )
         self.has_work = any(hasattr(m, "work") or hasattr(m, "work_sync") for m in self.items)
         # riverboat.error_handler: objects with handle_error see every failed attempt
         self.error_handlers = tuple(
             m.handle_error for m in self.items if hasattr(m, "handle_error")
         )
+        self.metric_hooks: tuple[Callable[[Metric], None], ...] = tuple(
+            m.metric_emit for m in self.items if hasattr(m, "metric_emit")
+        )
         self._chains.clear()
+
+    def fetch_metrics(self) -> Callable[[str, float, int], None] | None:
+        """What a producer calls after each fetch with (queue, seconds, jobs claimed),
+        or None when no middleware has ``metric_emit`` (the producer then skips it)."""
+        hooks = self.metric_hooks
+        if not hooks:
+            return None
+
+        def emit(queue: str, duration: float, count: int) -> None:
+            metrics = (
+                JobGetAvailableDurationMetric(queue, duration),
+                JobGetAvailableCountMetric(queue, count),
+            )
+            for hook in hooks:
+                for metric in metrics:
+                    try:
+                        hook(metric)
+                    except Exception:
+                        # An exporter's failure must not stop the queue's fetch loop.
+                        log.exception("metric_emit hook %r failed on %s", hook, metric.name)
+
+        return emit
 
     def on_start(self, runtime: Any) -> None:
         """Runtime start hook: middleware with ``attach(runtime)`` (metrics exporters)
@@ -269,30 +384,80 @@ class MiddlewareStack:
             hooks = client_hooks + own if own else client_hooks
             if not hooks:
                 continue
-            metadata = {} if job.encoded_metadata == "{}" else json.loads(job.encoded_metadata)
-            view = InsertingJob(
-                job.kind,
-                job_args,
-                job.queue,
-                job.priority,
-                job.max_attempts,
-                str(job.state),
-                job.scheduled_at,
-                list(job.tags),
-                metadata,
-            )
+            view = _view_of(job, job_args)
             for hook in hooks:
                 hook(view)
-            if view.metadata or job.encoded_metadata != "{}":
-                job.encoded_metadata = encode_metadata(view.metadata, "metadata")
-            if (
-                view.queue != job.queue
-                or view.priority != job.priority
-                or view.max_attempts != job.max_attempts
-                or view.scheduled_at != job.scheduled_at
-                or view.tags != job.tags
-            ):
-                _write_back(job, view)
+            _apply_view(job, view, "middleware insert_begin")
+
+    async def wrap_insert_async(
+        self,
+        jobs: Sequence[InsertParams],
+        args: Sequence[object],
+        inner: Callable[[], Awaitable[list[InsertResult]]],
+        *,
+        rows: bool = True,
+    ) -> list[InsertResult]:
+        """Run ``inner`` (the insert itself) inside the ``insert_many`` layers. What they
+        change in their views is written to ``jobs`` just before ``inner`` runs. With
+        ``rows`` the result must be one per job (False: ``insert_many_fast``)."""
+        views = [_view_of(job, job_args) for job, job_args in zip(jobs, args, strict=True)]
+        layers = self.insert_layers
+        loop = asyncio.get_running_loop()
+
+        async def call(index: int) -> list[InsertResult]:
+            if index == len(layers):
+                for job, view in zip(jobs, views, strict=True):
+                    _apply_view(job, view, "middleware insert_many")
+                return await inner()
+            layer = layers[index]
+
+            def call_next() -> Coroutine[Any, Any, list[InsertResult]]:
+                return call(index + 1)
+
+            own = getattr(layer, "insert_many", None)
+            if own is not None:
+                return _checked(await own(views, call_next), len(jobs), rows)
+
+            # A sync-only middleware: in a thread, handing the rest back to this loop.
+            def bridge() -> list[InsertResult]:
+                return asyncio.run_coroutine_threadsafe(call_next(), loop).result()
+
+            sync_fn = layer.insert_many_sync  # type: ignore[attr-defined]
+            result = await asyncio.to_thread(sync_fn, views, bridge)
+            return _checked(result, len(jobs), rows)
+
+        return await call(0)
+
+    def wrap_insert(
+        self,
+        jobs: Sequence[InsertParams],
+        args: Sequence[object],
+        inner: Callable[[], list[InsertResult]],
+        *,
+        rows: bool = True,
+    ) -> list[InsertResult]:
+        """:meth:`wrap_insert_async` for the sync client."""
+        views = [_view_of(job, job_args) for job, job_args in zip(jobs, args, strict=True)]
+        layers = self.insert_layers
+
+        def call(index: int) -> list[InsertResult]:
+            if index == len(layers):
+                for job, view in zip(jobs, views, strict=True):
+                    _apply_view(job, view, "middleware insert_many")
+                return inner()
+            layer = layers[index]
+            own = getattr(layer, "insert_many_sync", None)
+            if own is not None:
+                return _checked(own(views, lambda: call(index + 1)), len(jobs), rows)
+
+            # An async-only middleware: in an event loop of its own, in this thread.
+            async def call_next() -> list[InsertResult]:
+                return call(index + 1)
+
+            async_fn = layer.insert_many  # type: ignore[attr-defined]
+            return _checked(asyncio.run(async_fn(views, call_next)), len(jobs), rows)
+
+        return call(0)
 
     # -- work --------------------------------------------------------------------------
     def chain_for(self, worker: RegisteredWorker) -> _Chain:
@@ -322,7 +487,45 @@ class MiddlewareStack:
         return _Chain(worker, wrapped, tuple(around))
 
 
-def _write_back(job: InsertParams, view: InsertingJob) -> None:
+def _view_of(job: InsertParams, job_args: object) -> InsertingJob:
+    metadata = {} if job.encoded_metadata == "{}" else json.loads(job.encoded_metadata)
+    return InsertingJob(
+        job.kind,
+        job_args,
+        job.queue,
+        job.priority,
+        job.max_attempts,
+        str(job.state),
+        job.scheduled_at,
+        list(job.tags),
+        metadata,
+    )
+
+
+def _apply_view(job: InsertParams, view: InsertingJob, field: str) -> None:
+    """Write what a hook or middleware changed in ``view`` back to ``job``."""
+    if view.metadata or job.encoded_metadata != "{}":
+        job.encoded_metadata = encode_metadata(view.metadata, "metadata")
+    if (
+        view.queue != job.queue
+        or view.priority != job.priority
+        or view.max_attempts != job.max_attempts
+        or view.scheduled_at != job.scheduled_at
+        or view.tags != job.tags
+    ):
+        _write_back(job, view, field)
+
+
+def _checked(results: object, count: int, rows: bool) -> list[InsertResult]:
+    if not isinstance(results, list) or (rows and len(results) != count):
+        raise InvalidInputError(
+            "middleware insert_many",
+            f"must return call_next()'s list of results ({count}), not {results!r:.80}",
+        )
+    return results
+
+
+def _write_back(job: InsertParams, view: InsertingJob, field: str) -> None:
     """Apply what insert hooks changed besides metadata (River's insert middleware may
     change any param), checked as ``InsertOpts`` would be."""
     from riverboat._insert import (
@@ -334,7 +537,6 @@ def _write_back(job: InsertParams, view: InsertingJob) -> None:
     )
     from riverboat._job import JobState
 
-    field = "middleware insert_begin"
     if view.queue != job.queue:
         if job.unique_key is not None:
             raise InvalidInputError(

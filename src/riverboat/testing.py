@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from riverboat._insert import InsertDefaults, encode_args, resolve_insert
-from riverboat._job import InsertOpts, JobRow
+from riverboat._job import InsertOpts, InsertResult, JobRow
 from riverboat.dialect.base import Dialect
 from riverboat.drivers.base import DriverStats
 from riverboat.middleware import MiddlewareStack
@@ -236,7 +236,9 @@ def work_job(
     ``job`` is a row or its id, or job args (with ``opts``/``kind`` as for ``insert``):
     those are inserted first, so one call inserts and works (River's
     ``rivertest.Worker.Work``). The work runs inside ``middleware`` (default: the
-    client's, when ``target`` is a client), its insert hooks applied to an insert."""
+    client's, when ``target`` is a client), its insert hooks and ``insert_many``
+    middleware applied to an insert, and the client's :func:`use_test_config` clock to
+    the inserted row's times."""
     executor, dialect = _executor(target, tx)
 
     async def fetch(stmt: Any) -> Any:
@@ -301,10 +303,23 @@ async def _work(
         job_id = job if isinstance(job, int) else job.id
     else:
         defaults = core.defaults if core is not None else InsertDefaults()
-        params = resolve_insert(job, opts, kind, defaults)
-        if stack is not None:
-            stack.apply_insert([params], [job])
-        inserted = dialect.decode_insert(await fetch(dialect.job_insert_many([params], [])))
+        # The client's test config (use_test_config) applies as to its own inserts.
+        now = core.clock() if core is not None and core.clock is not None else None
+        params = resolve_insert(job, opts, kind, defaults, now)
+        if core is not None and (now is not None or not core.unique_enforcement):
+            core._apply_test_config([params], now)
+
+        async def insert() -> list[InsertResult]:
+            if stack is not None:
+                stack.apply_insert([params], [job])
+            rows = await fetch(dialect.job_insert_many([params], [], now))
+            results: list[InsertResult] = dialect.decode_insert(rows)
+            return results
+
+        if stack is not None and stack.insert_layers:  # insert_many middleware wraps it
+            inserted = await stack.wrap_insert_async([params], [job], insert)
+        else:
+            inserted = await insert()
         job_id = inserted[0].job.id
     rows = await fetch(dialect.job_set_running(job_id, client_id))
     if not rows:
@@ -350,17 +365,34 @@ def use_test_config(
     clock: TestClock | Callable[[], datetime] | None = None,
     disable_unique_enforcement: bool = False,
 ) -> None:
-    """Configure a ``Client``/``AsyncClient`` for tests (River's ``TestConfig``):
+    """Configure a ``Client``/``AsyncClient`` for tests (River's ``TestConfig``).
+
     ``clock`` (a :class:`TestClock` or any function returning an aware datetime) stands
-    in for the current time in inserts (a job's ``scheduled_at`` when none is given,
-    the job staying available) and in unique periods (``UniqueOpts(by_period=)``);
+    in for the current time wherever riverboat would take it from the database's
+    ``now()``, as River passes its stubbed time to its queries: a job's ``created_at``,
+    its ``scheduled_at`` when none is given (the job staying available), unique periods
+    (``UniqueOpts(by_period=)``), the client's claims (a job scheduled after the clock's
+    time is not claimed; advancing the clock makes it claimable at the next fetch) and
+    the scheduler run by this client when it leads (``scheduled`` and ``retryable`` jobs
+    due by the clock become available). Advancing the clock wakes nothing: producers see
+    the new time at their next fetch (``fetch_poll_interval``, or the next insert).
+    Times the runtime writes after a job runs (``finalized_at``, retry times) and
+    periodic job schedules keep the real clock. Pass ``clock=None`` to go back to it.
+
     ``disable_unique_enforcement`` inserts unique jobs as if they had no unique options.
-    ``created_at`` and the runtime's claims keep the database's own clock."""
+    """
     core = getattr(client, "_core", None)
     if core is None:
         raise TypeError(f"expected a riverboat Client or AsyncClient, got {type(client).__name__}")
-    core.clock = clock.now if isinstance(clock, TestClock) else clock
+    fn = clock.now if isinstance(clock, TestClock) else clock
+    core.clock = fn
     core.unique_enforcement = not disable_unique_enforcement
+    runtime = getattr(client, "_runtime", None)  # an AsyncClient with queues
+    if runtime is not None:
+        runtime.set_clock(fn)
+    embedded = getattr(client, "_embedded", None)  # a Client with queues
+    if embedded is not None:
+        embedded.set_clock(fn)
 
 
 # -- the pytest plugin -------------------------------------------------------------------

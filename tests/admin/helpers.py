@@ -48,34 +48,3 @@ def counting(driver: Any) -> Iterator[dict[str, int]]:
         delta = count - before.get(name, 0)
         if delta:
             seen[name] = delta
-
-
-class ControlListener:
-    """A LISTEN on ``<schema>.river_control``.
-
-    ``drain()`` returns the payloads sent since the last drain. It sends a sentinel on
-    the same channel and reads until it arrives: Postgres delivers notifications in commit
-    order, so everything committed before is in hand without sleeping on a guess.
-    """
-
-    def __init__(self, url: str, schema: str) -> None:
-        self._url = url
-        self.channel = f"{schema}.river_control"
-        self._conn = psycopg.connect(url, autocommit=True)
-        self._conn.execute(f'LISTEN "{self.channel}"')
-
-    def drain(self) -> list[dict[str, Any]]:
-        import json
-
-        with psycopg.connect(self._url, autocommit=True) as other:
-            other.execute("SELECT pg_notify(%s, %s)", (self.channel, '{"sentinel":true}'))
-        out: list[dict[str, Any]] = []
-        for note in self._conn.notifies(timeout=10):
-            payload = json.loads(note.payload)
-            if payload == {"sentinel": True}:
-                return out
-            out.append(payload)
-        raise AssertionError("the sentinel notification never arrived")
-
-    def close(self) -> None:
-        self._conn.close()

@@ -57,8 +57,8 @@ def _explain(conn: psycopg.Connection[Any], stmt: Statement, generic: bool) -> d
         conn.execute("DEALLOCATE admin_plan")
         conn.execute("RESET plan_cache_mode")
     else:
-        cur = psycopg.RawCursor(conn)
-        row = cur.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchone()
+        raw_cur = psycopg.RawCursor(conn)
+        row = raw_cur.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchone()
     assert row is not None
     plan = row[0] if not isinstance(row[0], str) else json.loads(row[0])
     return plan[0]["Plan"]  # type: ignore[no-any-return]
@@ -100,6 +100,7 @@ def _statements(dialect: PostgresDialect, job_id: int) -> dict[str, Statement]:
         "job_get": dialect.job_get_by_id(job_id),
         "job_update": dialect.job_update(job_id, {"output": 1}),
         "job_set_state_if_running_many": dialect.job_set_state_if_running_many(updates),
+        "job_complete_many": dialect.job_complete_many([job_id, job_id + 1], returning=True),
         "job_list by ids": dialect.job_list(
             filters={"ids": [job_id, job_id + 1]}, order_column="id", descending=False, limit=10
         ),
@@ -126,3 +127,40 @@ def test_the_check_catches_a_sequential_scan(
     plan = _explain(stale, Statement(Query("seq", text), {"n": 1}), generic=False)
     with pytest.raises(AssertionError, match="Seq Scan"):
         _assert_pkey(plan, "seq")
+
+
+@pytest.fixture
+def analyzed_before_claims(pg_url: str, pg_schema: str) -> Iterator[psycopg.Connection[Any]]:
+    """Statistics taken while a backlog was available (no job running), then every job
+    claimed: the completer's statements must not believe the running set is small."""
+    conn = psycopg.connect(pg_url, autocommit=True)
+    conn.execute(f'SET search_path TO "{pg_schema}"')
+    conn.execute("ALTER TABLE river_job SET (autovacuum_enabled = false)")
+    conn.execute(
+        "INSERT INTO river_job (args, kind, state, queue) "
+        "SELECT '{}', 'bulk', 'available', 'default' FROM generate_series(1, %s)",
+        (ROWS,),
+    )
+    conn.execute("ANALYZE river_job")
+    conn.execute("UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now()")
+    yield conn
+    conn.close()
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom", "generic"])
+def test_completions_use_the_primary_key_when_statistics_predate_the_claims(
+    analyzed_before_claims: psycopg.Connection[Any], pg_schema: str, generic: bool
+) -> None:
+    conn = analyzed_before_claims
+    dialect = PostgresDialect(pg_schema)
+    (job_id,) = conn.execute("SELECT min(id) + 500 FROM river_job").fetchone() or (0,)
+    ids = list(range(job_id, job_id + 100))
+    statements = {
+        "job_complete_many": dialect.job_complete_many(ids, returning=True),
+        "job_complete_many_no_return": dialect.job_complete_many(ids, returning=False),
+        "job_set_state_if_running_many": dialect.job_set_state_if_running_many(
+            [JobStateUpdate(i, JobState.COMPLETED, finalized=True) for i in ids]
+        ),
+    }
+    for name, stmt in statements.items():
+        _assert_pkey(_explain(conn, stmt, generic), name)

@@ -114,7 +114,8 @@ async def test_pause_and_resume_reach_the_producer(apg_driver: Any, poll_only: b
         in_flight_at_pause = spy.in_flight
 
         # While paused no claim begins, whatever wakes the producer (the insert, poll
-        # ticks): watch an observation window (not synchronisation).
+        # ticks): a negative, so an observation window of three poll intervals. Nothing
+        # can be awaited instead: a paused producer's wake-ups leave no trace to wait on.
         held = (await client.insert({}, kind="tick")).job
         await asyncio.sleep(0.3)
         assert spy.began_while_paused == 0

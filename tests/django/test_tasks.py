@@ -11,14 +11,19 @@ from django.db import transaction
 from django.test import override_settings
 from django_tasks import TaskResultStatus, task_backends
 
-# The exceptions the backend raises: Django 6's django.tasks when present, else the
-# django-tasks backport's (both can be installed side by side).
-from riverboat.contrib.django.tasks import (
-    InvalidTaskError,
-    RiverboatBackend,
-    TaskResultDoesNotExist,
-    django_priority_to_river,
-)
+from riverboat.contrib.django.tasks import RiverboatBackend, django_priority_to_river
+
+# The exceptions the backend raises, found as it finds them: Django 6's django.tasks when
+# present, else the django-tasks backport's (both can be installed side by side).
+try:
+    from django.tasks.exceptions import (  # type: ignore[import-not-found, unused-ignore]
+        InvalidTask as InvalidTaskError,
+    )
+    from django.tasks.exceptions import (  # type: ignore[import-not-found, unused-ignore]
+        TaskResultDoesNotExist,
+    )
+except ImportError:
+    from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
 from tests.django.helpers import job_count, rows
 
 

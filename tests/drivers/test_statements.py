@@ -18,7 +18,8 @@ from tests.drivers.harness import Harness
 
 def insert_stmt(h: Harness, kind: str, n: int = 1, **opts: Any) -> Statement:
     jobs = [resolve_insert({"i": i}, InsertOpts(**opts), kind, InsertDefaults()) for i in range(n)]
-    return h.driver.dialect.job_insert_many(jobs, [])
+    stmt: Statement = h.driver.dialect.job_insert_many(jobs, [])
+    return stmt
 
 
 async def insert_jobs(h: Harness, kind: str, n: int, **opts: Any) -> list[Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,22 +88,6 @@ async def wait_any_leader(clients: Iterable[AsyncClient], timeout: float) -> Asy
             future.cancel()
     assert done, f"no leader within {timeout}s"
     return by_future[next(iter(done))]
-
-
-async def eventually(
-    predicate: Callable[[], Awaitable[bool] | bool], timeout: float, poll: float = 0.02
-) -> None:
-    """Poll a state until it holds (for waits on wall-clock effects such as a TTL)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(poll)
 
 
 class LeaderWatch:

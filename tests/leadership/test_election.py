@@ -15,12 +15,12 @@ from tests.leadership._helpers import (
     FAST_ELECTOR,
     LeaderWatch,
     elector_of,
-    eventually,
     leader_row,
     make_client,
     sql,
     wait_any_leader,
 )
+from tests.waiting import wait_until_async
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,7 +55,7 @@ async def test_three_clients_one_leader_and_fast_handover_on_stop(
         leader = await wait_any_leader(clients, 5)
         elector = elector_of(leader)
         # Let the leader renew its term a few times while the others keep trying.
-        await eventually(lambda: elector.stats.reelections >= 3, 5)
+        await wait_until_async(lambda: elector.stats.reelections >= 3, timeout=5)
         assert [c.id for c in clients if elector_of(c).is_leader] == [leader.id]
         row = leader_row(pg_url, pg_schema)
         assert row is not None and row[0] == leader.id
@@ -104,7 +104,9 @@ async def test_killed_leader_hands_over_after_its_ttl(pg_url: str, pg_schema: st
         assert line.strip() == b"LEADER"
         watch = LeaderWatch()
         clients = await _start_all(pg_url, pg_schema, ["f1", "f2"], watch)
-        await eventually(lambda: all(elector_of(c).stats.elect_attempts >= 2 for c in clients), 5)
+        await wait_until_async(
+            lambda: all(elector_of(c).stats.elect_attempts >= 2 for c in clients), timeout=5
+        )
         assert watch.gains == []  # the process leads; nobody else does
 
         proc.send_signal(signal.SIGKILL)
@@ -139,7 +141,7 @@ async def test_one_statement_per_acquisition_reelection_and_resignation(
         assert elector.stats.elections_won == 1
         acquisition = {k: v for k, v in by_query.items() if k.startswith("leader_")}
         assert acquisition == {"leader_attempt_elect": 1}
-        await eventually(lambda: elector.stats.reelections >= 3, 5)
+        await wait_until_async(lambda: elector.stats.reelections >= 3, timeout=5)
         reelections = elector.stats.reelections
         assert by_query.get("leader_attempt_reelect", 0) in (reelections, reelections + 1)
         assert elector.stats.reelect_statements == by_query["leader_attempt_reelect"]
@@ -166,7 +168,7 @@ async def test_request_resign_makes_the_leader_resign_and_rerun(
             f"{pg_schema}.river_leadership",
             '{"action":"request_resign","leader_id":""}',
         )
-        await eventually(lambda: elector_of(leader).stats.resignations == 1, 5)
+        await wait_until_async(lambda: elector_of(leader).stats.resignations == 1, timeout=5)
         await wait_any_leader(clients, 2)  # someone (maybe the same one) leads again
         assert watch.max_concurrent == 1
     finally:
@@ -181,7 +183,7 @@ async def test_unreachable_leader_steps_down_before_its_term_expires(
     try:
         leader = await wait_any_leader(clients, 5)
         other = next(c for c in clients if c is not leader)
-        await eventually(lambda: elector_of(leader).stats.reelections >= 1, 5)
+        await wait_until_async(lambda: elector_of(leader).stats.reelections >= 1, timeout=5)
         # Cut the leader off from the database: its leadership statements never return.
         real_fetch = leader.driver.fetch
         cut = asyncio.Event()
@@ -193,7 +195,7 @@ async def test_unreachable_leader_steps_down_before_its_term_expires(
 
         leader.driver.fetch = partitioned
         cut_at = time.monotonic()
-        await eventually(lambda: not elector_of(leader).is_leader, FAST_ELECTOR.ttl)
+        await wait_until_async(lambda: not elector_of(leader).is_leader, timeout=FAST_ELECTOR.ttl)
         stepped_down = time.monotonic()
         await wait_any_leader([other], FAST_ELECTOR.ttl + 2)
         took_over = time.monotonic()

@@ -21,12 +21,12 @@ from tests.leadership._helpers import (
     TickArgs,
     default_workers,
     elector_of,
-    eventually,
     fast_maintenance,
     make_client,
     sql,
     wait_any_leader,
 )
+from tests.waiting import wait_until_async
 
 
 def _ticks(pg_url: str, schema: str) -> list[tuple[Any, ...]]:
@@ -50,14 +50,14 @@ async def test_one_second_schedule_enqueues_once_per_tick_across_three_clients(
         clients.append(client)
     try:
         leader = await wait_any_leader(clients, 5)
-        await eventually(lambda: len(_ticks(pg_url, pg_schema)) >= 2, 5)
+        await wait_until_async(lambda: len(_ticks(pg_url, pg_schema)) >= 2, timeout=5)
         # Hand leadership over mid-schedule; the next leader carries on.
         await leader.stop()
         await leader.close()
         clients.remove(leader)
         await wait_any_leader(clients, 2)
         count = len(_ticks(pg_url, pg_schema))
-        await eventually(lambda: len(_ticks(pg_url, pg_schema)) >= count + 2, 5)
+        await wait_until_async(lambda: len(_ticks(pg_url, pg_schema)) >= count + 2, timeout=5)
     finally:
         for client in clients:
             await client.stop()

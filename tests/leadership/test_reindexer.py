@@ -31,11 +31,11 @@ from riverboat.runtime.maintenance.reindexer import (
 )
 from riverboat.runtime.worker import Workers
 from tests.leadership._helpers import (
-    eventually,
     fast_maintenance,
     make_client,
     wait_any_leader,
 )
+from tests.waiting import wait_until_async
 
 
 class DueOnce:
@@ -191,7 +191,7 @@ async def test_only_the_leader_reindexes_at_the_scheduled_time(pg_url: str, pg_s
             for c in clients
             if c.runtime.maintainer is not None
         }
-        await eventually(lambda: services[leader].completed_runs >= 1, 30)
+        await wait_until_async(lambda: services[leader].completed_runs >= 1, timeout=30)
     finally:
         for client in clients:
             await client.stop()
@@ -294,12 +294,14 @@ async def test_stopping_mid_rebuild_cancels_it_and_drops_its_artifacts(
         )
         stop = asyncio.Event()
         task = asyncio.create_task(service.run(stop))
-        await eventually(lambda: invalid_indexes(pg_url, pg_schema) != [], 20, poll=0.1)
+        await wait_until_async(
+            lambda: invalid_indexes(pg_url, pg_schema) != [], timeout=20, poll=0.1
+        )
         assert reindex_running(pg_url)
         stop.set()  # the client stops, or leadership is lost, while the build waits
         # The build is cancelled on the server at once; dropping its artifact then waits
         # for the writer like any DROP INDEX CONCURRENTLY, so let the writer finish.
-        await eventually(lambda: not reindex_running(pg_url), 10, poll=0.1)
+        await wait_until_async(lambda: not reindex_running(pg_url), timeout=10, poll=0.1)
         writer_lock.commit()
         await asyncio.wait_for(task, 30)
     finally:

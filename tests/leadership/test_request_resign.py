@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 import riverboat
-from tests.leadership._helpers import elector_of, eventually, fast_maintenance, wait_any_leader
+from tests.leadership._helpers import elector_of, fast_maintenance, wait_any_leader
 from tests.runtime.dbs import Db, any_db  # noqa: F401
+from tests.waiting import wait_until_async
 
 
 @pytest.mark.asyncio
@@ -31,7 +32,7 @@ async def test_request_resign_from_another_client(any_db: Db) -> None:  # noqa: 
         before = elector_of(leader).stats.resignations
         async with riverboat.AsyncClient(db.url, schema=db.schema) as admin:  # insert-only
             await admin.leader_request_resign()
-        await eventually(lambda: elector_of(leader).stats.resignations > before, 10)
+        await wait_until_async(lambda: elector_of(leader).stats.resignations > before, timeout=10)
         await wait_any_leader(clients, 10)  # someone leads again
     finally:
         for client in clients:

@@ -25,7 +25,10 @@ def _norm(schema: str, text: str | None) -> str | None:
 
 def snapshot(conn: Any, schema: str) -> Snapshot:
     """The catalog description of ``schema`` (see the module docstring)."""
-    n = lambda text: _norm(schema, text)  # noqa: E731
+
+    def n(text: str | None) -> str | None:
+        return _norm(schema, text)
+
     tables: dict[str, Any] = {}
     for oid, name, persistence in conn.execute(
         """SELECT c.oid, c.relname, c.relpersistence FROM pg_class c

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -11,6 +12,7 @@ import pytest
 
 from riverboat.drivers.psycopg import PsycopgDriver
 from riverboat.migrations import Migrator
+from tests.templates import create_migrated_schema, drop_schema, migrate_sqlite_file
 
 
 @pytest.fixture
@@ -41,3 +43,18 @@ def conn(pg_url: str) -> Iterator[Any]:
     """An autocommit connection for inspecting and tampering."""
     with psycopg.connect(pg_url, autocommit=True) as connection:
         yield connection
+
+
+@pytest.fixture
+def pg_schema(pg_url: str) -> Iterator[str]:
+    """Here a schema really migrated (not the suite's clone of a migrated template): these
+    tests are about the migrations."""
+    schema = create_migrated_schema(pg_url)
+    yield schema
+    drop_schema(pg_url, schema)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """Here a SQLite file really migrated, not a copy of the suite's template."""
+    return migrate_sqlite_file(tmp_path / "riverboat.sqlite3")

@@ -35,7 +35,7 @@ class Db:
         if self.dialect == "postgres":
             with psycopg.connect(self._pg_url, autocommit=True) as conn:
                 conn.execute(f'SET search_path TO "{self._schema}"')
-                conn.execute(sql)  # type: ignore[arg-type]
+                conn.execute(sql)
         else:
             with closing(sqlite_module().connect(self._path)) as conn, conn:
                 conn.execute(sql)
@@ -55,12 +55,12 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
     pg_url: str = request.getfixturevalue("pg_url")
     schema = "f_" + uuid.uuid4().hex[:16]
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')  # type: ignore[arg-type]
+        conn.execute(f'CREATE SCHEMA "{schema}"')
     try:
         yield Db("postgres", ["--database-url", pg_url, "--schema", schema], pg_url, schema, path)
     finally:
         with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')  # type: ignore[arg-type]
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 def _applied(lines: list[str], verb: str = "applied") -> list[int]:

@@ -144,9 +144,9 @@ def test_target_versions(migrator: Migrator) -> None:
     for bad in (0, 9, -1, True, "3"):
         with pytest.raises(InvalidInputError):
             migrator.up(bad)  # type: ignore[arg-type]
-    for bad in (9, -2, 2.0):
+    for bad_down in (9, -2, 2.0):
         with pytest.raises(InvalidInputError):
-            migrator.down(bad)  # type: ignore[arg-type]
+            migrator.down(bad_down)  # type: ignore[arg-type]
 
 
 def test_list(migrator: Migrator) -> None:

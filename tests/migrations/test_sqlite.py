@@ -35,7 +35,10 @@ def migration_rows(path: Path) -> list[tuple[Any, ...]]:
             return []
         cols = [r[1] for r in conn.execute("PRAGMA table_info(river_migration)")]
         select = "line, version" if "line" in cols else "version"
-        return conn.execute(f"SELECT {select} FROM river_migration ORDER BY version").fetchall()
+        rows: list[tuple[Any, ...]] = conn.execute(
+            f"SELECT {select} FROM river_migration ORDER BY version"
+        ).fetchall()
+        return rows
 
 
 @pytest.fixture

@@ -95,21 +95,7 @@ def sql(url: str, schema: str | None, query: str, *params: Any) -> list[tuple[An
 
 
 def state_counts(url: str, schema: str | None) -> dict[str, int]:
-    return dict(sql(url, schema, "SELECT state::text, count(*) FROM river_job GROUP BY 1"))  # type: ignore[arg-type]
-
-
-def wait_until(check: Callable[[], Any], timeout: float, what: str, poll: float = 0.05) -> Any:
-    """Poll database (or file) state until ``check()`` is truthy; fail after ``timeout``.
-    The pause between polls paces the polling only; the deadline decides."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        last = check()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
-        time.sleep(poll)
+    return dict(sql(url, schema, "SELECT state::text, count(*) FROM river_job GROUP BY 1"))
 
 
 def executions(out: Path) -> Counter[int]:
@@ -248,7 +234,8 @@ def query(url: str, schema: str | None, text: str) -> list[tuple[Any, ...]]:
 
     conn = sqlite_module().connect(url.removeprefix("sqlite:///"), timeout=10)
     try:
-        return conn.execute(text).fetchall()
+        rows: list[tuple[Any, ...]] = conn.execute(text).fetchall()
+        return rows
     finally:
         conn.close()
 
@@ -266,7 +253,7 @@ def job_table(url: str, schema: str | None) -> dict[int, tuple[str, int, list[di
 
 def counts_by_state(url: str, schema: str | None) -> dict[str, int]:
     cast = "state" if is_sqlite(url) else "state::text"
-    return dict(query(url, schema, f"SELECT {cast}, count(*) FROM river_job GROUP BY 1"))  # type: ignore[arg-type]
+    return dict(query(url, schema, f"SELECT {cast}, count(*) FROM river_job GROUP BY 1"))
 
 
 def running_ids(url: str, schema: str | None) -> set[int]:

@@ -83,7 +83,9 @@ def _explain(url: str, schema: str, stmt: Any) -> str:
     with psycopg.connect(url, autocommit=True) as conn:
         cur = psycopg.RawCursor(conn)
         cur.execute("EXPLAIN (FORMAT JSON) " + query, [stmt.params[n] for n in names])
-        return json.dumps(cur.fetchone()[0])
+        row = cur.fetchone()
+        assert row is not None
+        return json.dumps(row[0])
 
 
 def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ import riverboat
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Job, Workers
 from tests.reliability._support import sql
+from tests.waiting import wait_until_async
 
 
 @dataclass
@@ -105,22 +106,21 @@ async def test_undecodable_rows_fail_alone(pg_url: str, pg_schema: str) -> None:
     try:
         # The good job goes in after the bad ones, so it is fetched after them.
         good = (await client.insert(Typed(n=7))).job.id
-        async with asyncio.timeout(20):
-            while True:
-                rows = await asyncio.to_thread(
-                    sql,
-                    pg_url,
-                    pg_schema,
-                    "SELECT id, state::text, errors FROM river_job "
-                    "WHERE state IN ('available', 'running', 'retryable') AND id <> ALL(%s)",
-                    [],
-                )
-                done = await asyncio.to_thread(
-                    sql, pg_url, pg_schema, "SELECT state::text FROM river_job WHERE id = %s", good
-                )
-                if not rows and done == [("completed",)]:
-                    break
-                await asyncio.sleep(0.05)
+
+        def settled() -> bool:
+            unsettled = sql(
+                pg_url,
+                pg_schema,
+                "SELECT id, state::text, errors FROM river_job "
+                "WHERE state IN ('available', 'running', 'retryable') AND id <> ALL(%s)",
+                [],
+            )
+            done = sql(pg_url, pg_schema, "SELECT state::text FROM river_job WHERE id = %s", good)
+            return not unsettled and done == [("completed",)]
+
+        await wait_until_async(
+            lambda: asyncio.to_thread(settled), timeout=20, poll=0.05, what="every job settled"
+        )
         producer = client.runtime.producers["default"]
         assert producer._task is not None and not producer._task.done(), "producer alive"
     finally:

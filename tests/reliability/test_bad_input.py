@@ -97,7 +97,7 @@ def test_admin_calls(
             assert listed.jobs == [] or queues == []
         _ok_or_riverboat_error(lambda: client.queue_pause(name))
         _ok_or_riverboat_error(lambda: client.queue_resume(name))
-        _ok_or_riverboat_error(lambda: client.job_list(metadata=name))  # type: ignore[arg-type]
+        _ok_or_riverboat_error(lambda: client.job_list(metadata=name))
         _ok_or_riverboat_error(lambda: client.job_list(limit=job_id))
     seeded()
 
@@ -134,6 +134,7 @@ def test_cli_arguments(
     argv += ["--database-url", pg_url]
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code: str | int | None
         try:
             code = cli_main(argv)
         except SystemExit as exc:  # argparse refusing an argument

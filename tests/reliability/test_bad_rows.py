@@ -12,7 +12,6 @@ values nobody can read (out-of-range times, malformed JSON), in real databases.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
 import json
@@ -39,6 +38,7 @@ from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.worker import Job, Workers
 from tests.reliability._support import sql
 from tests.sqlite.helpers import query
+from tests.waiting import wait_until_async
 
 MOMENT = datetime(2026, 12, 2, 16, 57, 15, 92202, tzinfo=UTC)
 
@@ -274,7 +274,7 @@ class Always0(RetryPolicy):
 
 
 # (label, column overrides) for rows riverboat can't fully decode on SQLite.
-BAD_SQLITE_ROWS = [
+BAD_SQLITE_ROWS: list[tuple[str, dict[str, Any]]] = [
     ("scheduled_at unpadded year", {"scheduled_at": "999-01-01 00:00:00"}),
     ("scheduled_at garbage", {"scheduled_at": "soon"}),
     ("created_at garbage", {"created_at": "yesterday"}),
@@ -331,14 +331,15 @@ async def test_undecodable_claimed_rows_fail_alone_sqlite(
     )
     await client.start()
     try:
-        async with asyncio.timeout(20):
-            while True:
-                states = dict(query(sqlite_url, "SELECT id, state FROM river_job"))
-                settled = all(states[i] in ("discarded", "completed") for i in bad)
-                goods = [good_before, good_after, *healed]
-                if settled and all(states[i] == "completed" for i in goods):
-                    break
-                await asyncio.sleep(0.05)
+
+        def settled() -> bool:
+            states = dict(query(sqlite_url, "SELECT id, state FROM river_job"))
+            goods = [good_before, good_after, *healed]
+            return all(states[i] in ("discarded", "completed") for i in bad) and all(
+                states[i] == "completed" for i in goods
+            )
+
+        await wait_until_async(settled, timeout=20, poll=0.05, what="every row settled")
     finally:
         await client.stop()
         await client.close()
@@ -410,7 +411,8 @@ async def test_out_of_range_timestamps_pg(pg_url: str, pg_schema: str) -> None:
         listed = admin.job_list(limit=100, order_by="scheduled_at").jobs
         assert len(listed) == len(ids) + 5
         assert admin.job_get(never).scheduled_at.year == 9999
-        assert admin.job_get(stuck).attempted_at.year == 1
+        attempted_at = admin.job_get(stuck).attempted_at
+        assert attempted_at is not None and attempted_at.year == 1
     client = riverboat.AsyncClient(
         pg_url,
         schema=pg_schema,
@@ -422,9 +424,7 @@ async def test_out_of_range_timestamps_pg(pg_url: str, pg_schema: str) -> None:
     await client.start()
     try:
         want = set(ids) | {r.job.id for r in good}
-        async with asyncio.timeout(20):
-            while not want <= set(ran):
-                await asyncio.sleep(0.05)
+        await wait_until_async(lambda: want <= set(ran), timeout=20, what="every job ran")
     finally:
         await client.stop()
         await client.close()
@@ -471,11 +471,15 @@ def test_unstorable_times_refused_before_writing(
     if dialect == "postgres":
         url = request.getfixturevalue("pg_url")
         schema = request.getfixturevalue("pg_schema")
-        count = lambda: sql(url, schema, "SELECT count(*) FROM river_job")[0][0]  # noqa: E731
     else:
         url = request.getfixturevalue("sqlite_url")
         schema = None
-        count = lambda: query(url, "SELECT count(*) FROM river_job")[0][0]  # noqa: E731
+
+    def count() -> int:
+        if schema is not None:
+            return int(sql(url, schema, "SELECT count(*) FROM river_job")[0][0])
+        return int(query(url, "SELECT count(*) FROM river_job")[0][0])
+
     with riverboat.Client(url, schema=schema) as client:
         with pytest.raises(InvalidInputError) as info:
             client.insert_many(

@@ -13,26 +13,33 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import Any
 
-from tests.reliability._support import OutputReader, spawn_worker, sql, stop_process, wait_until
+from tests.reliability._support import OutputReader, spawn_worker, sql, stop_process
+from tests.waiting import wait_until
 
 
-def _log_rows(url: str, schema: str) -> list[tuple[str, object]]:
-    return sql(url, schema, "SELECT leader_id, at FROM rel_maintenance_log ORDER BY at, leader_id")  # type: ignore[return-value]
+def _log_rows(url: str, schema: str) -> list[tuple[Any, ...]]:
+    """(leader_id, at) rows, oldest first."""
+    return sql(url, schema, "SELECT leader_id, at FROM rel_maintenance_log ORDER BY at, leader_id")
 
 
 def _count(url: str, schema: str, leader: str, after: object = None) -> int:
     if after is None:
-        return sql(
-            url, schema, "SELECT count(*) FROM rel_maintenance_log WHERE leader_id = %s", leader
-        )[0][0]  # type: ignore[no-any-return]
-    return sql(
-        url,
-        schema,
-        "SELECT count(*) FROM rel_maintenance_log WHERE leader_id = %s AND at > %s",
-        leader,
-        after,
-    )[0][0]  # type: ignore[no-any-return]
+        return int(
+            sql(
+                url, schema, "SELECT count(*) FROM rel_maintenance_log WHERE leader_id = %s", leader
+            )[0][0]
+        )
+    return int(
+        sql(
+            url,
+            schema,
+            "SELECT count(*) FROM rel_maintenance_log WHERE leader_id = %s AND at > %s",
+            leader,
+            after,
+        )[0][0]
+    )
 
 
 def test_frozen_leader_steps_down_before_acting(
@@ -53,19 +60,25 @@ def test_frozen_leader_steps_down_before_acting(
         b = spawn_worker(tmp_path, pg_url, pg_schema, **env, RB_CLIENT_ID="rel_B")
         b_out = OutputReader(b)
         b_out.wait_for(lambda line: "started: queues" in line, 30)
-        wait_until(lambda: _count(pg_url, pg_schema, "rel_A") >= 5, 10, "A's maintenance runs")
+        wait_until(
+            lambda: _count(pg_url, pg_schema, "rel_A") >= 5, timeout=10, what="A's maintenance runs"
+        )
 
         a.send_signal(signal.SIGSTOP)
         (stopped_at,) = sql(pg_url, pg_schema, "SELECT clock_timestamp()")[0]
         b_out.wait_for(lambda line: line == "LEADER rel_B", 15)
-        wait_until(lambda: _count(pg_url, pg_schema, "rel_B") >= 5, 10, "B's maintenance runs")
+        wait_until(
+            lambda: _count(pg_url, pg_schema, "rel_B") >= 5, timeout=10, what="B's maintenance runs"
+        )
         (resumed_at,) = sql(pg_url, pg_schema, "SELECT clock_timestamp()")[0]
         frozen = (resumed_at - stopped_at).total_seconds()
         a.send_signal(signal.SIGCONT)
         a_out.wait_for(lambda line: line == "FOLLOWER rel_A", 10)
         # Let B keep acting for a while after A woke up.
         seen = _count(pg_url, pg_schema, "rel_B")
-        wait_until(lambda: _count(pg_url, pg_schema, "rel_B") >= seen + 10, 10, "more B runs")
+        wait_until(
+            lambda: _count(pg_url, pg_schema, "rel_B") >= seen + 10, timeout=10, what="more B runs"
+        )
         a_after_resume = _count(pg_url, pg_schema, "rel_A", resumed_at)
     finally:
         a.send_signal(signal.SIGCONT)

@@ -22,8 +22,8 @@ from tests.reliability._support import (
     insert_jobs,
     job_table,
     spawn_worker,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 
 @pytest.fixture(params=["postgres", "sqlite"])
@@ -40,8 +40,14 @@ def test_sigterm_finishes_running_jobs_and_flushes(
     ids = insert_jobs(url, schema, "rel_work", [{"sleep": 0.3} for _ in range(400)])
     proc = spawn_worker(tmp_path, url, schema, RB_MAX_WORKERS="20", RB_FLUSH_DELAY="0.3")
     out = OutputReader(proc)
-    wait_until(lambda: counts_by_state(url, schema).get("completed", 0) >= 20, 30, "a burst")
-    wait_until(lambda: counts_by_state(url, schema).get("running", 0) >= 10, 10, "jobs running")
+    wait_until(
+        lambda: counts_by_state(url, schema).get("completed", 0) >= 20, timeout=30, what="a burst"
+    )
+    wait_until(
+        lambda: counts_by_state(url, schema).get("running", 0) >= 10,
+        timeout=10,
+        what="jobs running",
+    )
     running_at_signal = counts_by_state(url, schema).get("running", 0)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0, out.text()
@@ -67,7 +73,9 @@ def test_second_sigterm_interrupts_and_still_flushes(
     proc = spawn_worker(tmp_path, url, schema, RB_MAX_WORKERS="20", RB_FLUSH_DELAY="0.3")
     out = OutputReader(proc)
     wait_until(
-        lambda: counts_by_state(url, schema) == {"completed": 50, "running": 10}, 30, "slow running"
+        lambda: counts_by_state(url, schema) == {"completed": 50, "running": 10},
+        timeout=30,
+        what="slow running",
     )
     proc.send_signal(signal.SIGTERM)
     out.wait_for(lambda line: "waiting for running jobs" in line, 10)

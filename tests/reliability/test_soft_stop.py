@@ -24,8 +24,8 @@ from tests.reliability._support import (
     job_table,
     spawn_worker,
     sql,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 EARLIER_ERROR = {
     "at": "2026-01-02T03:04:05.678Z",
@@ -83,7 +83,9 @@ def test_soft_stop_timeout_hands_hung_jobs_back_and_exits(
     limit = 1.5
     proc = spawn_worker(tmp_path, url, schema, "--soft-stop-timeout", str(limit))
     out = OutputReader(proc)
-    wait_until(lambda: counts_by_state(url, schema) == {"running": 5}, 30, "hung jobs running")
+    wait_until(
+        lambda: counts_by_state(url, schema) == {"running": 5}, timeout=30, what="hung jobs running"
+    )
     signalled = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(limit + 15) == 0, out.text()
@@ -105,7 +107,9 @@ def test_second_sigterm_stops_hard_with_a_hung_sync_job(
     ids = _hung_jobs(url, schema)
     proc = spawn_worker(tmp_path, url, schema)  # the default soft stop timeout: 25 s
     out = OutputReader(proc)
-    wait_until(lambda: counts_by_state(url, schema) == {"running": 5}, 30, "hung jobs running")
+    wait_until(
+        lambda: counts_by_state(url, schema) == {"running": 5}, timeout=30, what="hung jobs running"
+    )
     proc.send_signal(signal.SIGTERM)
     out.wait_for(lambda line: "waiting for running jobs (up to 25s" in line, 10)
     assert counts_by_state(url, schema) == {"running": 5}

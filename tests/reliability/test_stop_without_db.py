@@ -25,7 +25,7 @@ async def test_stop_gives_up_unwritable_outcomes_after_the_drain_timeout(
     pg_url: str, pg_schema: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     info = psycopg.conninfo.conninfo_to_dict(pg_url)
-    proxy = CuttingProxy(str(info.get("host", "127.0.0.1")), int(info.get("port", 5432))).start()
+    proxy = CuttingProxy(str(info.get("host", "127.0.0.1")), int(info.get("port") or 5432)).start()
     user, dbname = info.get("user", "postgres"), info.get("dbname", "postgres")
     proxied = f"postgresql://{user}@127.0.0.1:{proxy.port}/{dbname}"
     worked = asyncio.Event()

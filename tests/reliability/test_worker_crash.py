@@ -33,8 +33,8 @@ from tests.reliability._support import (
     running_ids,
     spawn_worker,
     stop_process,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 JOBS = 2000
 KILLS = 6
@@ -86,7 +86,9 @@ def _crash_rounds(tmp_path: Path, url: str, schema: str | None, seed: int) -> No
     reader = OutputReader(proc)
     try:
         wait_until(
-            lambda: counts_by_state(url, schema) == {"completed": JOBS}, 60, "all jobs completed"
+            lambda: counts_by_state(url, schema) == {"completed": JOBS},
+            timeout=60,
+            what="all jobs completed",
         )
     finally:
         code = stop_process(proc)

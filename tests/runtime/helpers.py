@@ -23,7 +23,7 @@ def make_client(driver: Any, workers: Workers, **kwargs: Any) -> riverboat.Async
 
 async def next_events(sub: Subscription, count: int, timeout: float = 10.0) -> list[Event]:
     """The next ``count`` events, failing the test if they don't arrive in time."""
-    events = []
+    events: list[Event] = []
     async with asyncio.timeout(timeout):
         while len(events) < count:
             events.append(await sub.get())

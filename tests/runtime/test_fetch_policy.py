@@ -12,7 +12,7 @@ from riverboat import InsertManyParams
 from riverboat.runtime.events import EventKind
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Job, Workers
-from tests.runtime.helpers import next_events
+from tests.runtime.helpers import fetch_row, next_events
 
 JOBS = 200
 MAX_WORKERS = 10
@@ -77,3 +77,42 @@ async def test_a_cooldown_the_user_set_is_kept_between_fetches(apg_driver: Any) 
         assert client._runtime.producers["default"].last_fetch_count == MAX_WORKERS
     finally:
         await client.stop()
+
+
+@pytest.mark.parametrize("hard", [False, True], ids=["stop", "stop_and_cancel"])
+async def test_a_claim_in_flight_at_stop_strands_no_job(
+    apg_driver: Any, pg_url: str, pg_schema: str, hard: bool
+) -> None:
+    # Working a backlog with refills that skip the cooldown, a stop usually finds a
+    # claim in flight. Its jobs are this client's (running) and must be worked (or
+    # handed back by a hard stop), not left running for the rescuer; and no job runs
+    # twice.
+    jobs = 3000
+    client = riverboat.AsyncClient(
+        apg_driver,
+        queues={"default": QueueConfig(max_workers=MAX_WORKERS)},
+        workers=_noop_workers(),
+        fetch_poll_interval=120.0,
+    )
+    await client.insert_many([InsertManyParams({}, kind="noop") for _ in range(jobs)])
+    sub = client.subscribe(EventKind.JOB_COMPLETED, maxsize=jobs + 10)
+    await client.start()
+    try:
+        await next_events(sub, 300, timeout=60)
+    finally:
+        await (client.stop_and_cancel() if hard else client.stop())
+    running, completed, available, max_attempt, stray = fetch_row(
+        pg_url,
+        pg_schema,
+        "SELECT count(*) FILTER (WHERE state = 'running'),"
+        " count(*) FILTER (WHERE state = 'completed'),"
+        " count(*) FILTER (WHERE state = 'available'),"
+        " max(attempt),"
+        " count(*) FILTER (WHERE (state = 'completed') <> (attempt = 1))"
+        " FROM river_job",
+    )
+    assert running == 0
+    assert completed + available == jobs
+    assert completed >= 300
+    assert max_attempt == 1  # no job ran twice (an interrupted one is rolled back to 0)
+    assert stray == 0  # every completed job ran once, every available one not at all

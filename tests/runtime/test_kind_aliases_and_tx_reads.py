@@ -78,7 +78,7 @@ def test_kind_alias_errors() -> None:
     with pytest.raises(InvalidInputError, match="repeat"):
         workers.register("kind_d", kind_aliases=["kind_d"])(lambda job: None)
     with pytest.raises(InvalidInputError, match="kind_aliases"):
-        workers.register("kind_e", kind_aliases="old")(lambda job: None)  # type: ignore[arg-type]
+        workers.register("kind_e", kind_aliases="old")(lambda job: None)
     with pytest.raises(InvalidInputError, match="kind_aliases"):
         workers.register("kind_f", kind_aliases=["has space"])(lambda job: None)
 

@@ -8,13 +8,14 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
 import riverboat
 from riverboat.drivers.psycopg import PsycopgDriver
+from tests.waiting import wait_until
 
 WORKER_MODULE = """
 import os, time
@@ -65,7 +66,7 @@ def _spawn(tmp_path: Path, url: str, schema: str, *args: str) -> subprocess.Pope
     )
 
 
-def _query(pg_url: str, schema: str, sql: str) -> list[tuple[object, ...]]:
+def _query(pg_url: str, schema: str, sql: str) -> list[tuple[Any, ...]]:
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f'SET search_path TO "{schema}"')
         return conn.execute(sql).fetchall()
@@ -111,16 +112,19 @@ def test_sigkill_mid_job_leaves_running_jobs_for_the_rescuer(
     driver.close()
     proc = _spawn(tmp_path, pg_url, pg_schema)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            counts = dict(
-                _query(pg_url, pg_schema, "SELECT state::text, count(*) FROM river_job GROUP BY 1")
-            )
-            if counts.get("completed") == 200 and counts.get("running") == 5:
-                break
-            time.sleep(0.05)  # polling the database for the state under test
-        else:
-            raise AssertionError(f"worker never reached the expected state: {counts}")
+        wait_until(
+            lambda: (
+                dict(
+                    _query(
+                        pg_url, pg_schema, "SELECT state::text, count(*) FROM river_job GROUP BY 1"
+                    )
+                )
+                == {"completed": 200, "running": 5}
+            ),
+            timeout=30,
+            poll=0.05,
+            what="200 jobs completed and 5 hung running in the worker",
+        )
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=10)

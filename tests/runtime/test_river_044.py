@@ -45,7 +45,7 @@ def _sql(db: tuple[str, str | None], pg: str, lite: str, *params: Any) -> list[A
 
         conn = sqlite_module().connect(url.removeprefix("sqlite:///"), timeout=10)
         try:
-            rows = conn.execute(lite, params).fetchall()
+            rows: list[Any] = conn.execute(lite, params).fetchall()
             conn.commit()
             return rows
         finally:

@@ -15,6 +15,7 @@ from riverboat import JobState
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.worker import Job, Workers
+from tests.waiting import wait_until_async
 
 
 @pytest.fixture(params=["postgres", "sqlite"])
@@ -55,11 +56,12 @@ async def test_failing_next_retry_is_logged_and_the_default_used(
     with caplog.at_level("WARNING", logger="riverboat"):
         await client.start()
         try:
-            async with asyncio.timeout(10):
-                while (await client.job_get(job.id)).state == JobState.RUNNING or (
-                    await client.job_get(job.id)
-                ).attempt == 0:
-                    await asyncio.sleep(0.02)
+
+            async def attempt_finished() -> bool:
+                row = await client.job_get(job.id)
+                return row.state != JobState.RUNNING and row.attempt > 0
+
+            await wait_until_async(attempt_finished, timeout=10)
         finally:
             await client.stop()
     row = await client.job_get(job.id)

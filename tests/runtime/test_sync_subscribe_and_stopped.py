@@ -10,10 +10,15 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import EventKind, Job, JobCancel, Workers
+from riverboat import Event, EventKind, Job, JobCancel, Workers
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.producer import QueueConfig
 from tests.runtime.dbs import Db, any_db  # noqa: F401
+
+
+def job_id(event: Event) -> int:
+    assert event.job is not None
+    return event.job.id
 
 
 def _workers() -> Workers:
@@ -47,8 +52,8 @@ def test_sync_client_subscribe_and_stopped(any_db: Db) -> None:  # noqa: F811
         assert not client.stopped.is_set()
         client.start()
         event = completed.get(timeout=10)
-        assert (event.kind, event.job.id) == (EventKind.JOB_COMPLETED, ok)
-        seen = {everything.get(timeout=10).job.id for _ in range(2)}
+        assert (event.kind, job_id(event)) == (EventKind.JOB_COMPLETED, ok)
+        seen = {job_id(everything.get(timeout=10)) for _ in range(2)}
         assert seen == {ok, cancelled}
         completed.close()
         stopper = threading.Thread(target=client.stop)
@@ -58,7 +63,7 @@ def test_sync_client_subscribe_and_stopped(any_db: Db) -> None:  # noqa: F811
         # Closed subscriptions get nothing more; open ones survive a restart.
         again = client.insert({}, kind="ok_job").job.id
         client.run_until_idle()
-        assert everything.get(timeout=10).job.id == again
+        assert job_id(everything.get(timeout=10)) == again
         with pytest.raises(queue.Empty):
             completed.get_nowait()
         assert client.stopped.is_set()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from riverboat.runtime.events import EventKind
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Job, Workers
 from tests.runtime.helpers import wait_for
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -42,16 +42,6 @@ def _client(db: tuple[str, str | None], workers: Workers, **kwargs: Any) -> rive
     )
 
 
-def _wait_until(check: Any, timeout: float) -> bool:
-    """Poll ``check`` from a job's thread until it is truthy or ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
 class Overrunner:
     """A sync body that outlives its timeout: it waits (at most ``patience`` s) until
     the runtime flags it past its timeout, reports that, then waits to be released."""
@@ -70,7 +60,8 @@ class Overrunner:
             self.running += 1
             self.most_at_once = max(self.most_at_once, self.running)
         try:
-            _wait_until(lambda: job.cancel_requested, 2.0)
+            # The runtime only flags an overrunning sync body; bodies poll the flag.
+            wait_until(lambda: job.cancel_requested, timeout=5, what="cancel_requested")
             self.past_timeout.set()
             self.release.wait(10)
         finally:
@@ -123,7 +114,7 @@ async def test_overrunning_sync_jobs_own_exception_is_its_outcome(
 
     @workers.register("overrun_then_fail", timeout=0.2)
     def overrun_then_fail(job: Job[Any]) -> None:
-        _wait_until(lambda: job.cancel_requested, 2.0)
+        wait_until(lambda: job.cancel_requested, timeout=5, what="cancel_requested")
         raise ValueError("the body's own error")
 
     client = _client(db, workers)

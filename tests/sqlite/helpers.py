@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from riverboat.drivers._sqlite_module import sqlite_module
@@ -21,3 +22,11 @@ def query(url: str, sql: str, *params: Any) -> list[Any]:
         return list(conn.execute(sql, params).fetchall())
     finally:
         conn.close()
+
+
+def outbox(url: str, topic: str | None = None) -> list[Any]:
+    """Outbox payloads (decoded), oldest first, for one topic or all as (topic, payload)."""
+    rows = query(url, "SELECT topic, payload FROM river_notification ORDER BY id")
+    if topic is None:
+        return [(t, json.loads(p)) for t, p in rows]
+    return [json.loads(p) for t, p in rows if t == topic]

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from riverboat import AttemptError, Client, InsertManyParams, InsertOpts, JobRow, JobState
+from riverboat._sql import Query, Statement
 from riverboat.dialect.base import JobStateUpdate
 from riverboat.dialect.sqlite import format_timestamp, parse_timestamp
 from riverboat.drivers.sqlite import SqliteDriver
@@ -90,8 +91,7 @@ def test_claim_with_explicit_now(driver: SqliteDriver) -> None:
     assert job.attempted_at == parse_timestamp(format_timestamp(later))
 
 
-def _sql(driver: SqliteDriver, text: str, **params: object):  # type: ignore[no-untyped-def]
-    from riverboat._sql import Query, Statement
+def _sql(driver: SqliteDriver, text: str, **params: object) -> Statement:
 
     return Statement(Query("test", text), params)
 

@@ -30,7 +30,7 @@ def _claimer(url: str, name: str, busy_timeout: float, out: Any, seed: int) -> N
                 jobs = dialect.decode_jobs(driver.fetch(stmt))
                 if not jobs:
                     empty += 1
-                    time.sleep(0.005)
+                    time.sleep(0.005)  # an idle claimer's back-off, as a producer's poll
                     continue
                 empty = 0
                 claimed.extend(j.id for j in jobs)

@@ -40,7 +40,8 @@ def test_bad_urls(url: str) -> None:
 
 def test_pragmas_and_protocol(sqlite_url: str) -> None:
     with SqliteDriver(sqlite_url) as driver:
-        assert isinstance(driver, Driver)
+        conforms: Driver = driver  # the protocol, checked by mypy
+        assert conforms.capabilities.sync
         assert driver.capabilities.listen is False and driver.capabilities.sync
         assert driver.dialect.name == "sqlite"
         assert driver.fetch(sql("PRAGMA journal_mode")) == [("wal",)]
@@ -129,7 +130,8 @@ def test_default_attached_schema_file(tmp_path: Path) -> None:
 async def test_async_driver_basics(sqlite_url: str) -> None:
     driver = AsyncSqliteDriver(sqlite_url)
     try:
-        assert isinstance(driver, AsyncDriver)
+        conforms: AsyncDriver = driver  # the protocol, checked by mypy
+        assert conforms.capabilities.async_
         assert driver.capabilities.async_ and driver.capabilities.listen
         assert await driver.fetch(sql("PRAGMA journal_mode")) == [("wal",)]
         async with driver.transaction() as tx:
@@ -160,7 +162,7 @@ async def test_async_transactions_serialise_tasks(sqlite_url: str) -> None:
         async with driver.transaction() as tx:
             order.append(f"{name}-begin")
             await tx.execute(sql("INSERT INTO river_queue (name) VALUES (:n)", n=name))
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # yield inside the transaction: others try to begin
             order.append(f"{name}-end")
 
     try:

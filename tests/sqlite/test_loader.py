@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
 
 import pytest
@@ -23,7 +24,7 @@ def _fake(name: str, version: tuple[int, int, int]) -> ModuleType:
     return module
 
 
-def _importer(available: dict[str, ModuleType]):  # type: ignore[no-untyped-def]
+def _importer(available: dict[str, ModuleType]) -> Callable[[str], ModuleType]:
     def load(name: str) -> ModuleType:
         if name not in available:
             raise ImportError(name)

@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from riverboat.bench.floor import run_floor
+from riverboat.bench.measure import Figures, fill_backlog
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Job, Workers
 
@@ -25,7 +26,7 @@ __all__ = ["DefaultsResult", "run_defaults"]
 
 
 @dataclass(slots=True)
-class DefaultsResult:
+class DefaultsResult(Figures):
     max_workers: int
     jobs: int
     jobs_per_sec: float
@@ -35,24 +36,6 @@ class DefaultsResult:
     raw_loop_jobs_per_sec: float
     raw_loop_python_cpu_ms_per_job: float
     ratio_to_raw_loop: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _fill(url: str, schema: str, jobs: int) -> None:
-    import psycopg
-
-    table = f'"{schema}".river_job'
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {table}")
-        conn.execute(
-            f"INSERT INTO {table} (args, kind, max_attempts, queue, state) "
-            "SELECT '{\"num\": 0}', 'benchmark', 25, 'default', 'available' "
-            "FROM generate_series(1, %s)",
-            (jobs,),
-        )
-        conn.execute(f"VACUUM ANALYZE {table}")
 
 
 def _remaining_sql(schema: str) -> str:
@@ -137,10 +120,10 @@ async def run_defaults(
     results = []
     for max_workers in max_workers_list:
         progress(f"defaults: raw-SQL loop claiming {max_workers} at a time")
-        await asyncio.to_thread(_fill, url, schema, jobs)
+        await asyncio.to_thread(fill_backlog, url, schema, jobs)
         floor = await asyncio.to_thread(run_floor, url, schema, jobs, None, max_workers, fill=False)
         progress(f"defaults: QueueConfig(max_workers={max_workers}), {jobs} jobs")
-        await asyncio.to_thread(_fill, url, schema, jobs)
+        await asyncio.to_thread(fill_backlog, url, schema, jobs)
         done, wall, cpu, statements = await _work_backlog(
             make_client, url, schema, jobs, max_workers, max_seconds
         )

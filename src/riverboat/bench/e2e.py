@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from riverboat._job import InsertManyParams
+from riverboat.bench.measure import CpuFigures
 from riverboat.runtime.events import EventKind
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Job, Workers
@@ -22,33 +23,19 @@ from riverboat.runtime.worker import Job, Workers
 __all__ = ["E2EResult", "InsertPhase", "run_e2e"]
 
 
-@dataclass(slots=True)
-class InsertPhase:
-    jobs: int
-    jobs_per_sec: float
-    python_cpu_ms_per_job: float
-    postgres_cpu_ms_per_job: float | None
-    total_cpu_ms_per_job: float | None
-    statements_per_job: float
+InsertPhase = CpuFigures
 
 
 @dataclass(slots=True)
-class E2EResult:
-    jobs: int
-    jobs_per_sec: float
-    python_cpu_ms_per_job: float
-    postgres_cpu_ms_per_job: float | None
-    total_cpu_ms_per_job: float | None
-    statements_per_job: float
+class E2EResult(CpuFigures):
+    """The working phase's figures, then what only the end-to-end run measures."""
+
     statements_per_job_with_insert: float
     server_statements_per_job: float | None
     connection_resets: int
     followup_job_reads: int
-    insert_many: InsertPhase
-    insert_single: InsertPhase
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    insert_many: CpuFigures
+    insert_single: CpuFigures
 
 
 class _Meter:
@@ -70,17 +57,8 @@ class _Meter:
             self.server = self._server_cpu() - self.server
         self.statements = self._driver.stats.statements - self.statements
 
-    def phase(self, jobs: int) -> InsertPhase:
-        py = self.cpu / jobs * 1000
-        pg = self.server / jobs * 1000 if self.server is not None else None
-        return InsertPhase(
-            jobs,
-            round(jobs / self.wall, 1),
-            round(py, 4),
-            round(pg, 4) if pg is not None else None,
-            round(py + pg, 4) if pg is not None else None,
-            round(self.statements / jobs, 4),
-        )
+    def phase(self, jobs: int) -> CpuFigures:
+        return CpuFigures.measured(jobs, self.wall, self.cpu, self.server, self.statements)
 
 
 async def run_e2e(
@@ -145,12 +123,19 @@ async def run_e2e(
                     wait = deadline - time.perf_counter()
                     if wait <= 0:
                         break
+                # Drain what has arrived without a timer; wait_for (a Task and a timer
+                # handle on 3.11) only when the queue is empty, about once per
+                # completion batch: per event it would be benchmark overhead counted
+                # as riverboat's CPU.
                 try:
-                    await asyncio.wait_for(sub.get(), wait)
-                except TimeoutError:
-                    if deadline is None:
-                        raise
-                    break
+                    sub.get_nowait()
+                except asyncio.QueueEmpty:
+                    try:
+                        await asyncio.wait_for(sub.get(), wait)
+                    except TimeoutError:
+                        if deadline is None:
+                            raise
+                        break
                 worked += 1
                 if time.perf_counter() - last_report > 2:
                     last_report = time.perf_counter()

@@ -11,23 +11,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any
+
+from riverboat.bench.measure import CpuFigures, fill_backlog
 
 __all__ = ["FloorResult", "run_floor"]
 
-
-@dataclass(slots=True)
-class FloorResult:
-    jobs: int
-    jobs_per_sec: float
-    python_cpu_ms_per_job: float
-    postgres_cpu_ms_per_job: float | None
-    total_cpu_ms_per_job: float | None
-    statements_per_job: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+FloorResult = CpuFigures
 
 
 def run_floor(
@@ -42,15 +31,9 @@ def run_floor(
     import psycopg
 
     table = f'"{schema}".river_job'
+    if fill:
+        fill_backlog(url, schema, jobs, analyze=False)
     with psycopg.connect(url, autocommit=True) as conn:
-        if fill:
-            conn.execute(f"TRUNCATE {table}")
-            conn.execute(
-                f"INSERT INTO {table} (args, kind, max_attempts, queue, state) "
-                "SELECT '{\"num\": 0}', 'benchmark', 25, 'default', 'available' "
-                "FROM generate_series(1, %s)",
-                (jobs,),
-            )
         claim = f"""
             WITH locked AS (
                 SELECT id FROM {table}
@@ -81,13 +64,4 @@ def run_floor(
         wall = time.perf_counter() - wall
         cpu = time.process_time() - cpu
         server_used = server_cpu() - server if server_cpu and server is not None else None
-    py = cpu / jobs * 1000
-    pg = server_used / jobs * 1000 if server_used is not None else None
-    return FloorResult(
-        jobs,
-        round(jobs / wall, 1),
-        round(py, 4),
-        round(pg, 4) if pg is not None else None,
-        round(py + pg, 4) if pg is not None else None,
-        round(statements / jobs, 4),
-    )
+    return CpuFigures.measured(jobs, wall, cpu, server_used, statements)

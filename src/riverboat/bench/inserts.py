@@ -17,10 +17,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from riverboat._job import InsertManyParams
+from riverboat.bench.measure import Figures
 
 __all__ = ["InsertFigure", "run_inserts"]
 
@@ -29,7 +30,7 @@ ROUNDS = 3
 
 
 @dataclass(slots=True)
-class InsertFigure:
+class InsertFigure(Figures):
     name: str
     jobs: int
     jobs_per_sec: float
@@ -38,9 +39,6 @@ class InsertFigure:
     floor_jobs_per_sec: float
     floor_python_cpu_ms_per_job: float
     ratio_to_floor: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 async def _timed(jobs: int, body: Callable[[], Awaitable[None]]) -> tuple[float, float]:

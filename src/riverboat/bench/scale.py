@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from riverboat.bench.defaults import _any_left_sql, _first_in_state_sql, _remaining_sql
+from riverboat.bench.measure import fill_backlog
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Job, Workers
 
@@ -46,30 +47,6 @@ def worker_client() -> Any:
     )
 
 
-def _fill(url: str, schema: str, jobs: int, finalized: int = 0) -> None:
-    import psycopg
-
-    table = f'"{schema}".river_job'
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {table}")
-        if finalized:
-            conn.execute(
-                f"INSERT INTO {table} (args, kind, max_attempts, queue, state, attempt,"
-                " attempted_at, finalized_at) SELECT '{\"num\": 0}', 'finalized_filler', 25,"
-                " 'default', 'completed', 1, now(), now() FROM generate_series(1, %s)",
-                (finalized,),
-            )
-        conn.execute(
-            f"INSERT INTO {table} (args, kind, max_attempts, queue, state) "
-            "SELECT '{\"num\": 0}', 'benchmark', 25, 'default', 'available' "
-            "FROM generate_series(1, %s)",
-            (jobs,),
-        )
-        conn.execute(f"VACUUM ANALYZE {table}")
-        # Write out what the fill dirtied now, not in a checkpoint during the measurement.
-        conn.execute("CHECKPOINT")
-
-
 def processes(
     url: str,
     schema: str,
@@ -88,7 +65,7 @@ def processes(
     env = {**os.environ, _URL_ENV: url, _SCHEMA_ENV: schema}
     for count in counts:
         progress(f"scale: riverboat worker --processes {count}, {jobs} jobs")
-        _fill(url, schema, jobs)
+        fill_backlog(url, schema, jobs, checkpoint=True)
         command = [
             sys.executable,
             "-m",
@@ -149,11 +126,11 @@ async def finalized_rows(
     out: dict[str, Any] = {"jobs": jobs, "finalized_rows": finalized}
     for label, rows in (("empty", 0), ("finalized", finalized)):
         progress(f"scale: {jobs} jobs with {rows} finalized rows in river_job")
-        await asyncio.to_thread(_fill, url, schema, jobs, rows)
+        await asyncio.to_thread(fill_backlog, url, schema, jobs, finalized=rows, checkpoint=True)
         done, wall, _cpu, _statements = await _work_backlog(
             make_client, url, schema, jobs, MAX_WORKERS, 120.0
         )
         out[f"{label}_jobs_per_sec"] = round(done / wall, 1)
-    await asyncio.to_thread(_fill, url, schema, 0)
+    await asyncio.to_thread(fill_backlog, url, schema, 0, checkpoint=True)
     out["ratio"] = round(out["finalized_jobs_per_sec"] / out["empty_jobs_per_sec"], 2)
     return out

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from riverboat._job import InsertResult, JobRow, JobState
+from riverboat._job import InsertResult, JobRow, JobState, decode_metadata
 from riverboat._queue import QueueRow
 from riverboat._sql import Query, Statement, render_schema
 from riverboat.errors import InvalidInputError
@@ -25,6 +25,7 @@ __all__ = [
     "LeaderRow",
     "NotificationOutbox",
     "RescueUpdate",
+    "is_plain_completion",
     "validate_schema_name",
 ]
 
@@ -64,6 +65,18 @@ class JobStateUpdate:
     finalized: bool = False
     metadata_updates: str | None = None
     scheduled_at: datetime | None = None
+
+
+def is_plain_completion(update: JobStateUpdate) -> bool:
+    """A successful job's outcome with nothing else to write: what most outcomes are,
+    and what :meth:`Dialect.job_complete_many` writes."""
+    return (
+        update.state is JobState.COMPLETED
+        and update.metadata_updates is None
+        and update.error is None
+        and update.attempt is None
+        and update.scheduled_at is None
+    )
 
 
 @dataclass(slots=True, frozen=True)
@@ -131,8 +144,12 @@ class Dialect(ABC):
     # -- inserting and reading jobs ------------------------------------------------------
     @abstractmethod
     def job_insert_many(
-        self, jobs: Sequence[InsertParams], notify_queues: Sequence[str]
-    ) -> Statement: ...
+        self,
+        jobs: Sequence[InsertParams],
+        notify_queues: Sequence[str],
+        now: datetime | None = None,
+    ) -> Statement:
+        """``now`` (a test clock's time, else None for the database's) is ``created_at``."""
 
     @abstractmethod
     def decode_insert(self, rows: Sequence[Sequence[Any]]) -> list[InsertResult]: ...
@@ -163,6 +180,43 @@ class Dialect(ABC):
     def job_set_state_if_running_many(
         self, updates: Sequence[JobStateUpdate], *, returning: bool = True
     ) -> Statement: ...
+
+    def job_complete_many(self, job_ids: Sequence[int], *, returning: bool) -> Statement | None:
+        """A cheaper :meth:`job_set_state_if_running_many` for plain completions only
+        (``completed``, finalized, no error, metadata, attempt or time; see
+        :func:`is_plain_completion`), or ``None`` when this dialect has none and the
+        general statement serves. With ``returning``, its rows are ``(id, attempt,
+        finalized_at, metadata as JSON text)`` of the jobs it completed, for
+        :meth:`completed_job` to patch onto the claimed rows."""
+        return None
+
+    def completed_job(self, claimed: JobRow, row: Sequence[Any]) -> JobRow | None:
+        """The stored row after a plain completion: ``claimed`` with the state, the
+        finalized time and the metadata from ``row`` (a :meth:`job_complete_many` row).
+        ``None`` when the row's attempt isn't the claimed one (another client claimed
+        the job again after a rescue): the caller then reads the whole row."""
+        if row[1] != claimed.attempt:
+            return None
+        return JobRow(
+            claimed.id,
+            claimed.encoded_args,
+            claimed.attempt,
+            claimed.attempted_at,
+            claimed.attempted_by,
+            claimed.created_at,
+            claimed.errors,
+            row[2],
+            claimed.kind,
+            claimed.max_attempts,
+            decode_metadata(row[3]),
+            claimed.priority,
+            claimed.queue,
+            JobState.COMPLETED,
+            claimed.scheduled_at,
+            claimed.tags,
+            claimed.unique_key,
+            claimed.unique_states,
+        )
 
     @abstractmethod
     def job_count_upcoming(self, queues: Sequence[str], horizon: float) -> Statement: ...
@@ -206,7 +260,10 @@ class Dialect(ABC):
     def decode_leader(self, row: Sequence[Any]) -> LeaderRow: ...
 
     @abstractmethod
-    def job_schedule(self, *, max: int, lookahead: float = 5.0) -> Statement: ...
+    def job_schedule(
+        self, *, max: int, lookahead: float = 5.0, now: datetime | None = None
+    ) -> Statement:
+        """``now``: a test clock's time, else None for the database's (or the host's)."""
 
     @abstractmethod
     def job_get_stuck(self, *, after_id: int, stuck_horizon: datetime, max: int) -> Statement: ...
@@ -244,7 +301,13 @@ class Dialect(ABC):
     def decode_deleted(self, row: Sequence[Any]) -> tuple[JobRow, bool]: ...
 
     @abstractmethod
-    def job_delete_many(self, *, filters: Mapping[str, Any], limit: int) -> Statement: ...
+    def job_delete_many(
+        self,
+        *,
+        filters: Mapping[str, Any],
+        limit: int,
+        where: tuple[str, Mapping[str, Any]] | None = None,
+    ) -> Statement: ...
 
     @abstractmethod
     def job_list(

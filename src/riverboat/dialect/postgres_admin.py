@@ -309,8 +309,13 @@ def _job_list_query(
 
 
 @lru_cache(maxsize=512)
-def _job_delete_many_query(schema: str | None, filters: tuple[str, ...]) -> Query:
-    where = " AND ".join([*_where(filters), "state <> 'running'"])
+def _job_delete_many_query(
+    schema: str | None,
+    filters: tuple[str, ...],
+    where_sql: str = "",  # the caller's trusted fragment (job_delete_many(where=...))
+) -> Query:
+    extra = [f"({where_sql})"] if where_sql else []
+    where = " AND ".join([*_where(filters), *extra, "state <> 'running'"])
     # Running jobs are skipped, and so are rows another transaction holds (SKIP LOCKED): a
     # job being retried or fetched right now is left alone, and the lock re-checks the
     # filters against the row's latest version.
@@ -407,10 +412,18 @@ class PostgresAdmin:
         )
         return Statement(query, {**params, **where_params, "max": limit})
 
-    def job_delete_many(self, *, filters: Mapping[str, Any], limit: int) -> Statement:
+    def job_delete_many(
+        self,
+        *,
+        filters: Mapping[str, Any],
+        limit: int,
+        where: tuple[str, Mapping[str, Any]] | None = None,
+    ) -> Statement:
         names = tuple(name for name in JOB_LIST_FILTERS if filters.get(name) is not None)
-        query = _job_delete_many_query(self.schema, names)
-        return Statement(query, {**self._filter_params(filters, names), "max": limit})
+        where_sql, where_params = where if where is not None else ("", {})
+        query = _job_delete_many_query(self.schema, names, where_sql)
+        params = self._filter_params(filters, names)
+        return Statement(query, {**params, **where_params, "max": limit})
 
     @staticmethod
     def _filter_params(filters: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:

@@ -96,7 +96,8 @@ WITH jobs_to_schedule AS (
     WHERE state IN ('retryable', 'scheduled')
       AND priority >= 0
       AND queue IS NOT NULL
-      AND scheduled_at <= now() + make_interval(secs => :lookahead::double precision)
+      AND scheduled_at <= coalesce(:now::timestamptz, now())
+                          + make_interval(secs => :lookahead::double precision)
     ORDER BY priority, scheduled_at, id
     LIMIT :max::bigint
     FOR UPDATE
@@ -130,7 +131,8 @@ updated_jobs AS (
     UPDATE <schema>river_job
     SET state = CASE WHEN u.discard THEN 'discarded'::<schema>river_job_state
                      ELSE 'available'::<schema>river_job_state END,
-        finalized_at = CASE WHEN u.discard THEN now() ELSE river_job.finalized_at END,
+        finalized_at = CASE WHEN u.discard THEN coalesce(:now::timestamptz, now())
+                            ELSE river_job.finalized_at END,
         metadata = CASE WHEN u.discard
                         THEN river_job.metadata
                              || '{{"unique_key_conflict": "scheduler_discarded"}}'::jsonb
@@ -147,7 +149,8 @@ notified AS (
                            '{{"queue": ' || to_json(q.queue)::text || '}}')) AS n
     FROM (
         SELECT DISTINCT queue FROM updated_jobs
-        WHERE NOT discard AND scheduled_at <= now() + interval '5 milliseconds'
+        WHERE NOT discard
+          AND scheduled_at <= coalesce(:now::timestamptz, now()) + interval '5 milliseconds'
     ) AS q
 )
 SELECT updated_jobs.id, updated_jobs.queue, updated_jobs.discard
@@ -294,8 +297,12 @@ class PostgresLeadership:
         return LeaderRow(row[0], row[1], row[2])
 
     # -- maintenance -------------------------------------------------------------------
-    def job_schedule(self, *, max: int, lookahead: float = 5.0) -> Statement:
-        return self.stmt("job_schedule", max=max, lookahead=float(lookahead), schema=self.schema)
+    def job_schedule(
+        self, *, max: int, lookahead: float = 5.0, now: datetime | None = None
+    ) -> Statement:
+        return self.stmt(
+            "job_schedule", max=max, lookahead=float(lookahead), now=now, schema=self.schema
+        )
 
     def job_get_stuck(self, *, after_id: int, stuck_horizon: datetime, max: int) -> Statement:
         return self.stmt("job_get_stuck", after_id=after_id, stuck_horizon=stuck_horizon, max=max)

@@ -82,7 +82,7 @@ INSERT INTO <schema>river_job (
 )
 SELECT
     jsonb(j.value -> '$.args'),
-    {_NOW},
+    coalesce(:now, {_NOW}),
     j.value ->> '$.kind',
     j.value ->> '$.max_attempts',
     CASE WHEN (j.value ->> '$.unique_key') IS NULL
@@ -361,13 +361,17 @@ class SqliteDialect(SqliteAdmin, SqliteLeadership, Dialect, NotificationOutbox):
     _queries = QUERIES
 
     def job_insert_many(
-        self, jobs: Sequence[InsertParams], notify_queues: Sequence[str]
+        self,
+        jobs: Sequence[InsertParams],
+        notify_queues: Sequence[str],
+        now: datetime | None = None,
     ) -> Statement:
         """Insert a batch; with ``notify_queues`` the outbox rows ride in the same
         transaction, as a :class:`~riverboat._sql.Statement` with ``then``."""
         params = {
             "jobs": "[" + ",".join(_encode_insert_job(j) for j in jobs) + "]",
             "nonce": secrets.token_hex(8),
+            "now": _ts_or_none(now),
         }
         if not notify_queues:
             return self.stmt("job_insert_many", **params)

@@ -150,7 +150,7 @@ QUERIES["job_schedule_apply"] = (
     _SCHEDULE_DECISION
     + f"""UPDATE <schema>river_job
 SET state = CASE WHEN d.discard THEN 'discarded' ELSE 'available' END,
-    finalized_at = CASE WHEN d.discard THEN {NOW} ELSE river_job.finalized_at END,
+    finalized_at = CASE WHEN d.discard THEN coalesce(:now, {NOW}) ELSE river_job.finalized_at END,
     metadata = CASE WHEN d.discard
                     THEN jsonb_patch({_METADATA},
                                      '{{"unique_key_conflict": "scheduler_discarded"}}')
@@ -315,9 +315,12 @@ class SqliteLeadership:
         return LeaderRow(row[0], elected_at, expires_at)
 
     # -- maintenance -------------------------------------------------------------------
-    def job_schedule(self, *, max: int, lookahead: float = 5.0) -> Statement:
+    def job_schedule(
+        self, *, max: int, lookahead: float = 5.0, now: datetime | None = None
+    ) -> Statement:
         """Rows ``(id, queue, discarded)`` of the jobs promoted or discarded."""
-        now = datetime.now(UTC)
+        stubbed = format_timestamp(now) if now is not None else None  # a test clock's
+        now = now if now is not None else datetime.now(UTC)
         params = {
             "max": max,
             "horizon": format_timestamp(now + timedelta(seconds=float(lookahead))),
@@ -325,7 +328,7 @@ class SqliteLeadership:
         notify = self.stmt(
             "job_schedule_notify", **params, notify_horizon=format_timestamp(now + _NOTIFY_SLACK)
         )
-        apply = self.stmt("job_schedule_apply", **params)
+        apply = self.stmt("job_schedule_apply", **params, now=stubbed)
         return Statement(self.q["job_schedule"], params, (notify, apply))
 
     def job_get_stuck(self, *, after_id: int, stuck_horizon: datetime, max: int) -> Statement:

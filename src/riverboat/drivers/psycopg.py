@@ -51,6 +51,22 @@ def _import_psycopg() -> Any:
     return import_optional("psycopg", "psycopg")
 
 
+def _binary_arrays(conn: Any) -> None:
+    """Send list parameters in Postgres's binary array format on this connection.
+
+    psycopg's default for a list in a ``$n`` placeholder is the text format, which
+    quotes every element through a regular expression: 0.5-0.7 µs per element here,
+    against 0.12-0.2 µs for the binary dumper. The completer's and insert_many's
+    parallel arrays are riverboat's only per-job parameters, and every statement casts
+    its arrays explicitly (``:ids::bigint[]``), so the element types the binary format
+    names (int2/4/8, text, bool, timestamptz, bytea) are converted by the server. Only
+    the driver's own connections are changed; a connection or pool the caller hands us
+    keeps its adapters."""
+    from psycopg.types.array import ListBinaryDumper
+
+    conn.adapters.register_dumper(list, ListBinaryDumper)
+
+
 _translate = translate_error
 
 
@@ -206,6 +222,7 @@ class PsycopgDriver:
 
     def _on_connect(self, conn: Any) -> None:
         self.stats.connections_opened += 1
+        _binary_arrays(conn)
         if self._prepare:
             conn.execute(_GENERIC_PLANS)
 
@@ -451,6 +468,7 @@ class _AsyncPool:
                 prepare_threshold=0 if self._prepare else None,
                 connect_timeout=CONNECT_TIMEOUT,
             )
+            _binary_arrays(conn)
             if self._prepare:
                 await conn.execute(_GENERIC_PLANS)
         except psycopg.Error as exc:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from riverboat._job import JobRow, JobState
-from riverboat.dialect.base import JobStateUpdate
+from riverboat.dialect.base import JobStateUpdate, is_plain_completion
 from riverboat.errors import DriverError
 from riverboat.runtime.events import Event, EventKind, JobStatistics
 
@@ -81,6 +81,7 @@ class Completer:
     ) -> None:
         self._driver = driver
         self._dialect = driver.dialect
+        self._plain_statement = self._dialect.job_complete_many([], returning=False) is not None
         self._emit = emit
         self._want_events = want_events
         self._batch_threshold = batch_threshold
@@ -113,14 +114,22 @@ class Completer:
 
     async def add(self, pending: PendingCompletion) -> None:
         """Buffer one outcome; waits only when the backlog is past the high-water mark."""
-        if len(self._buffer) >= BACKPRESSURE_HIGH:
+        while not self.add_nowait(pending):
             self._below_low.clear()
             await self._below_low.wait()
-        self._buffer[pending.update.id] = pending
+
+    def add_nowait(self, pending: PendingCompletion) -> bool:
+        """Buffer one outcome unless the backlog is past the high-water mark (then
+        False: await :meth:`add`). Saves a coroutine per job on the hot path."""
+        buffer = self._buffer
+        if len(buffer) >= BACKPRESSURE_HIGH:
+            return False
+        buffer[pending.update.id] = pending
         self._drained.clear()
         self._has_items.set()
-        if len(self._buffer) >= self._batch_threshold:
+        if len(buffer) >= self._batch_threshold:
             self._full.set()
+        return True
 
     async def wait_drained(self) -> None:
         """Return once every buffered outcome has been written."""
@@ -142,15 +151,20 @@ class Completer:
         attempt = 0
         while self._buffer:
             batch = self._take(BATCH_MAX)
+            parts = self._split(batch)
             try:
-                await self._write(batch)
+                while parts:
+                    await self._write(*parts[0])
+                    parts.pop(0)  # written: a failure later must not write it again
                 attempt = 0
             except asyncio.CancelledError:
-                self._put_back(batch)  # still unwritten, and counted as such
+                for part, _ in parts:
+                    self._put_back(part)  # still unwritten, and counted as such
                 raise
             except DriverError as exc:
                 self.flush_errors += 1
-                self._put_back(batch)
+                for part, _ in parts:
+                    self._put_back(part)
                 delay = self._retry_backoff[min(attempt, len(self._retry_backoff) - 1)]
                 delay *= 1 + random.uniform(-0.1, 0.1)
                 attempt += 1
@@ -185,10 +199,29 @@ class Completer:
             # A newer outcome for the same job, added while we were writing, wins.
             self._buffer.setdefault(pending.update.id, pending)
 
-    async def _write(self, batch: list[PendingCompletion]) -> None:
-        updates = [p.update for p in batch]
+    def _split(self, batch: list[PendingCompletion]) -> list[tuple[list[PendingCompletion], bool]]:
+        """``(part, plain)`` pairs: plain completions go to the dialect's cheaper
+        statement when it has one, everything else (and everything on a dialect without
+        one) to the general statement. Usually one part."""
+        if not self._plain_statement:
+            return [(batch, False)]
+        plain: list[PendingCompletion] = []
+        other: list[PendingCompletion] = []
+        for pending in batch:
+            (plain if is_plain_completion(pending.update) else other).append(pending)
+        return [(part, part is plain) for part in (plain, other) if part]
+
+    async def _write(self, batch: list[PendingCompletion], plain: bool = False) -> None:
         want_rows = self._emit is not None and self._want_events()
-        stmt = self._dialect.job_set_state_if_running_many(updates, returning=want_rows)
+        if plain:
+            stmt = self._dialect.job_complete_many(
+                [p.update.id for p in batch], returning=want_rows
+            )
+            assert stmt is not None
+        else:
+            stmt = self._dialect.job_set_state_if_running_many(
+                [p.update for p in batch], returning=want_rows
+            )
         if not want_rows:
             await self._driver.execute(stmt)
             self.flushes += 1
@@ -197,7 +230,16 @@ class Completer:
         self.flushes += 1
         by_id = {p.update.id: p for p in batch}
         decode = self._dialect.decode_job
-        jobs = [decode(row) for row in rows]
+        jobs: list[JobRow] = []
+        if plain:
+            # Only what the completion changed came back: patch the claimed rows.
+            patch = self._dialect.completed_job
+            for row in rows:
+                job = patch(by_id[row[0]].job, row)
+                if job is not None:
+                    jobs.append(job)
+        else:
+            jobs = [decode(row) for row in rows]
         # The statement returns only the rows it changed. As River does, a job that was
         # no longer running (rescued, cancelled, completed in a transaction...) still
         # gets its event, reporting what is stored.

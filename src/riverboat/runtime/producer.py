@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from riverboat._job import JobRow
@@ -132,6 +133,12 @@ class Producer:
         self.fetch_errors = 0
         # Called with (queue, jobs claimed) after every fetch (metrics: contrib.otel/prometheus).
         self.claim_listeners: list[Callable[[str, int], None]] = []
+        # River's HookMetricEmit: (queue, fetch seconds, jobs claimed) after every fetch;
+        # None (the default) costs one check per fetch. Set by the runtime.
+        self.fetch_metrics: Callable[[str, float, int], None] | None = None
+        # riverboat.testing.use_test_config's clock: the claim's "now" (None: the
+        # database's). Set by the runtime.
+        self.clock: Callable[[], datetime] | None = None
 
     # -- external signals ------------------------------------------------------------
     def wake(self) -> None:
@@ -236,7 +243,10 @@ class Producer:
             try:
                 rows = await self._driver.fetch(
                     self._dialect.job_get_available(
-                        queue=self.queue, max_to_lock=free, client_id=self._client_id
+                        queue=self.queue,
+                        max_to_lock=free,
+                        client_id=self._client_id,
+                        now=None if self.clock is None else self.clock(),
                     )
                 )
             except DriverError as exc:
@@ -245,6 +255,8 @@ class Producer:
                 continue
             self.fetches += 1
             self.last_fetch_count = len(rows)
+            if self.fetch_metrics is not None:
+                self.fetch_metrics(self.queue, time.monotonic() - last_fetch, len(rows))
             for listener in self.claim_listeners:
                 listener(self.queue, len(rows))
             # Set before the jobs start: with eager task start (Python 3.12+) a short job
@@ -371,17 +383,17 @@ class Producer:
                 self._refill.set()
 
     async def _work(self, row: JobRow, state: RunState) -> None:
-        started = self._loop_time()
         try:
             pending = await execute_job(row, self._exec_config, state)
-            if state.stuck and not state.interrupted:
+            if state.stuck and not state.interrupted and state.deadline is not None:
                 log.info(
                     "job %d (%s) became unstuck after %.1fs",
                     row.id,
                     row.kind,
-                    self._loop_time() - started,
+                    self._loop_time() - (state.deadline - state.timeout),
                 )
-            await self._completer.add(pending)
+            if not self._completer.add_nowait(pending):
+                await self._completer.add(pending)
         except Exception:  # pragma: no cover - execute_job turns user errors into outcomes
             log.exception("producer %s: job %d failed outside its worker", self.queue, row.id)
         finally:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from riverboat._insert import InsertDefaults, validate_queue
@@ -133,6 +134,18 @@ class Runtime:
         from riverboat.runtime.maintenance.periodic import PeriodicJobs
 
         self.periodic_jobs = PeriodicJobs(config.periodic_jobs)
+        # riverboat.testing.use_test_config's clock: what claims and the scheduler take
+        # as now (None, the default: the database's own clock).
+        self.clock: Callable[[], datetime] | None = None
+        self._maintenance_ctx: Any = None
+
+    def set_clock(self, clock: Callable[[], datetime] | None) -> None:
+        """Use ``clock`` for claims and the scheduler, from now on (on this loop)."""
+        self.clock = clock
+        for producer in self.producers.values():
+            producer.clock = clock
+        if self._maintenance_ctx is not None:
+            self._maintenance_ctx.clock = clock
 
     # -- events ----------------------------------------------------------------------
     def subscribe(self, kinds: Iterable[EventKind | str], maxsize: int = 1000) -> Subscription:
@@ -203,7 +216,7 @@ class Runtime:
     def _make_producer(self, name: str, qcfg: QueueConfig) -> Producer:
         cfg = self.config
         assert self.completer is not None  # made by start() before any producer
-        return Producer(
+        producer = Producer(
             queue=name,
             config=qcfg,
             driver=self.driver,
@@ -215,6 +228,10 @@ class Runtime:
             emit=self._emit,
             refill_without_cooldown=qcfg.fetch_cooldown is None and cfg.fetch_cooldown is None,
         )
+        if cfg.middleware is not None:  # metric_emit hooks (River's HookMetricEmit)
+            producer.fetch_metrics = cfg.middleware.fetch_metrics()
+        producer.clock = self.clock
+        return producer
 
     # -- queues at runtime (River's client.Queues().Add / Remove) ------------------------
     async def add_queue(self, name: str, qcfg: QueueConfig) -> None:
@@ -276,7 +293,9 @@ class Runtime:
             job_timeout=cfg.job_timeout,
             wake_queues=self.wake_queues,
             middleware=cfg.middleware,
+            clock=self.clock,
         )
+        self._maintenance_ctx = ctx
         self.elector = Elector(self.driver, self.client_id, mcfg.elector, notifier=self.notifier)
         self.maintainer = Maintainer(
             self.elector, build_services(ctx, self.periodic_jobs, cfg.insert_defaults)

@@ -27,7 +27,7 @@ def urgent(value: str) -> dict[str, Any]:
 
 @task(takes_context=True)
 def with_context(context: Any, value: int) -> int:
-    return value * 10 + context.attempt
+    return value * 10 + int(context.attempt)
 
 
 @task()

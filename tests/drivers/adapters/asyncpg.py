@@ -13,7 +13,7 @@ from tests.drivers.harness import Harness
 
 
 class FromUrl(Harness):
-    native_kinds = ("connection", "pool_connection")
+    native_kinds: tuple[str, ...] = ("connection", "pool_connection")
 
     async def open(self) -> Any:
         return AsyncpgDriver(self.env.url, schema=self.env.schema, max_pool_size=4)

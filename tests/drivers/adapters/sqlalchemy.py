@@ -23,7 +23,7 @@ def _url(url: str, driver: str) -> str:
 
 
 class Sync(Harness):
-    native_kinds = ("connection", "session")
+    native_kinds: tuple[str, ...] = ("connection", "session")
 
     async def open(self) -> Any:
         self.engine = sqlalchemy.create_engine(_url(self.env.url, "psycopg"), pool_size=4)

@@ -21,7 +21,7 @@ __all__ = [
 ]
 
 _KEYS = frozenset(
-    {"DATABASE_ALIAS", "SCHEMA", "QUEUES", "WORKERS", "CLIENT_OPTIONS", "CLOSE_CONNECTIONS"}
+    {"DATABASE_ALIAS", "SCHEMA", "QUEUES", "WORKERS", "CLIENT_OPTIONS", "CLOSE_CONNECTIONS", "UI"}
 )
 
 
@@ -33,6 +33,8 @@ class RiverboatSettings:
     workers: str | None = None
     client_options: dict[str, Any] = field(default_factory=dict)
     close_connections: Literal["obsolete", "always"] = "obsolete"
+    # The dashboard's options, validated by riverboat.contrib.django.ui when it is used.
+    ui: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _queue_config(name: str, value: object) -> QueueConfig:
@@ -72,6 +74,7 @@ def get_settings() -> RiverboatSettings:
         workers=raw.get("WORKERS"),
         client_options=dict(raw.get("CLIENT_OPTIONS") or {}),
         close_connections=close,
+        ui=raw.get("UI") or {},
     )
 
 
@@ -105,14 +108,12 @@ def _insert_options(options: Mapping[str, Any]) -> dict[str, Any]:
     return {k: options[k] for k in ("max_attempts", "id") if k in options}
 
 
-def _load(spec: str) -> Any:
+def _load(spec: str, setting: str = "RIVERBOAT['WORKERS']") -> Any:
     module_name, sep, attr = spec.partition(":")
     if not sep:
         module_name, _, attr = spec.rpartition(".")
     if not module_name or not attr:
-        raise InvalidInputError(
-            "RIVERBOAT['WORKERS']", f"{spec!r} must look like package.module:attr"
-        )
+        raise InvalidInputError(setting, f"{spec!r} must look like package.module:attr")
     obj: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)

@@ -15,6 +15,7 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from riverboat.dialect.base import Dialect
@@ -47,6 +48,8 @@ class MaintenanceContext:
     # The client's riverboat.middleware.MiddlewareStack: periodic runs go through its
     # insert hooks like any insert (OpenTelemetry trace propagation, say).
     middleware: Any = None
+    # riverboat.testing.use_test_config's clock (None: the database's): the scheduler's now.
+    clock: Callable[[], datetime] | None = None
 
     @property
     def dialect(self) -> Dialect:

@@ -30,7 +30,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, validate_kind
-from riverboat._job import InsertManyParams, InsertOpts, JobState, format_rfc3339_nano
+from riverboat._job import (
+    InsertManyParams,
+    InsertOpts,
+    InsertResult,
+    JobState,
+    format_rfc3339_nano,
+)
 from riverboat._unique import unique_states_bitmask
 from riverboat.drivers.base import import_optional
 from riverboat.errors import InvalidInputError
@@ -134,6 +140,11 @@ class PeriodicJob:
         return f"PeriodicJob({self.schedule!r}, id={self.id!r})"
 
 
+def _check_many(values: object, field: str) -> None:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise InvalidInputError(field, "must be a list")
+
+
 class PeriodicJobs:
     """A client's periodic jobs, changeable while it runs (River's
     ``client.PeriodicJobs()``): each added job gets a handle for :meth:`remove`. Changes
@@ -189,6 +200,23 @@ class PeriodicJobs:
                 del self._jobs[handle]
         self._changed()
         return bool(found)
+
+    def remove_many(self, handles: Sequence[int]) -> None:
+        """Remove the jobs of several handles at once (River's ``RemoveMany``)."""
+        _check_many(handles, "handles")
+        with self._lock:
+            for handle in handles:
+                self._jobs.pop(handle, None)
+        self._changed()
+
+    def remove_many_by_id(self, ids: Sequence[str]) -> None:
+        """Remove the jobs with these ids at once (River's ``RemoveManyByID``)."""
+        _check_many(ids, "ids")
+        wanted = set(ids)
+        with self._lock:
+            for handle in [h for h, job in self._jobs.items() if job.id in wanted]:
+                del self._jobs[handle]
+        self._changed()
 
     def clear(self) -> None:
         """Remove every periodic job."""
@@ -305,14 +333,23 @@ class PeriodicJobEnqueuer(Service):
                 params.append(built[0])
                 made_args.append(built[1])
         stack = self.ctx.middleware
-        if params and stack is not None:
-            # The client's insert hooks and the args types' own, as for any insert.
-            stack.apply_insert(params, made_args)
         if params:
             dialect = self.ctx.dialect
+
+            async def insert() -> list[InsertResult]:
+                if stack is not None:
+                    # The client's insert hooks and the args types' own, as for any insert.
+                    stack.apply_insert(params, made_args)
+                queues = sorted({p.queue for p in params if p.state == JobState.AVAILABLE})
+                rows = await self.ctx.driver.fetch(dialect.job_insert_many(params, queues))
+                return dialect.decode_insert(rows)
+
+            if stack is not None and stack.insert_layers:
+                # River's periodic inserts pass through its JobInsertMiddleware too.
+                results = await stack.wrap_insert_async(params, made_args, insert)
+            else:
+                results = await insert()
             queues = sorted({p.queue for p in params if p.state == JobState.AVAILABLE})
-            rows = await self.ctx.driver.fetch(dialect.job_insert_many(params, queues))
-            results = dialect.decode_insert(rows)
             skipped = sum(1 for r in results if r.unique_skipped_as_duplicate)
             self.skipped_duplicates += skipped
             self.inserted += len(results) - skipped

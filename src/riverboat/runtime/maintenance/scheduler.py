@@ -25,7 +25,11 @@ class JobScheduler(Service):
         batch = ctx.config.batch_size
         while True:
             rows = await ctx.driver.fetch(
-                ctx.dialect.job_schedule(max=batch, lookahead=self.interval)
+                ctx.dialect.job_schedule(
+                    max=batch,
+                    lookahead=self.interval,
+                    now=None if ctx.clock is None else ctx.clock(),
+                )
             )
             queues = {row[1] for row in rows if not row[2]}
             self.discarded += sum(1 for row in rows if row[2])

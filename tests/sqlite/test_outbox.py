@@ -1,6 +1,7 @@
-"""The river_notification outbox as SQLite's LISTEN/NOTIFY: the listener's polling, and
-pause/resume/cancel reaching a worker in another process (``riverboat worker``) through
-it within a poll or two."""
+"""The river_notification outbox, SQLite's stand-in for LISTEN/NOTIFY (so SQLite only):
+the listener's polling, and pause/resume/cancel reaching a worker in another process
+(``riverboat worker``) through it. tests/drivers/test_listen runs the round trip on
+every driver that can listen."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,8 @@ from riverboat import JobState
 from riverboat.drivers.base import Notification
 from riverboat.drivers.sqlite import AsyncSqliteDriver, SqliteDriver
 from riverboat.migrations import Migrator
-from tests.sqlite_parity.helpers import insert, query
+from tests.sqlite.helpers import query
+from tests.waiting import wait_until
 
 
 async def test_listener_starts_after_the_newest_row_and_reads_batches(sqlite_url: str) -> None:
@@ -109,15 +110,6 @@ def client():
 """
 
 
-def _wait(predicate: Callable[[], bool], timeout: float) -> float:
-    started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.01)
-    return time.monotonic() - started
-
-
 @pytest.fixture
 def worker(tmp_path: Path, sqlite_url: str) -> Iterator[subprocess.Popen[bytes]]:
     (tmp_path / "rb_parity_worker.py").write_text(textwrap.dedent(WORKER_MODULE))
@@ -146,29 +138,41 @@ def _state(sqlite_url: str, job_id: int) -> str:
 
 
 def test_pause_resume_and_cancel_reach_a_worker_in_another_process(
-    sqlite_url: str, driver: SqliteDriver, worker: subprocess.Popen[bytes]
+    sqlite_url: str, worker: subprocess.Popen[bytes]
 ) -> None:
     # No rate limit on this client's insert notifications (River's is per fetch cooldown).
-    client = riverboat.Client(driver, fetch_cooldown=0.001)
-    # The worker is up once its producer registered the queue and a job inserted after
-    # that ran: with a 30 s poll interval only the outbox can have woken it.
-    _wait(lambda: bool(query(sqlite_url, "SELECT 1 FROM river_queue WHERE name = 'default'")), 20)
-    ping = insert(client, kind="quick")
-    _wait(lambda: _state(sqlite_url, ping.id) == "completed", 20)
-    ping = insert(client, kind="quick")
-    assert _wait(lambda: _state(sqlite_url, ping.id) == "completed", 5) < 1.0
+    client = riverboat.Client(SqliteDriver(sqlite_url), fetch_cooldown=0.001)
 
-    client.queue_pause("default")
-    time.sleep(0.3)  # the pause lands within a listener poll or two
-    held = insert(client, kind="quick")  # its insert notification wakes a paused producer
-    time.sleep(0.5)
-    assert _state(sqlite_url, held.id) == "available"
-    client.queue_resume("default")
-    assert _wait(lambda: _state(sqlite_url, held.id) == "completed", 5) < 1.0
+    def insert(kind: str) -> int:
+        job_id: int = client.insert({}, kind=kind).job.id
+        return job_id
 
-    hanging = insert(client, kind="hang")
-    _wait(lambda: _state(sqlite_url, hanging.id) == "running", 5)
-    out = client.job_cancel(hanging.id)
-    assert out.state == JobState.RUNNING  # the owning producer finishes the cancellation
-    assert _wait(lambda: _state(sqlite_url, hanging.id) == "cancelled", 5) < 1.0
+    def reaches(job_id: int, state: str, timeout: float) -> None:
+        wait_until(lambda: _state(sqlite_url, job_id) == state, timeout=timeout, what=state)
+
+    with client:
+        # The worker is up once its producer registered the queue and a job inserted
+        # after that ran.
+        wait_until(
+            lambda: query(sqlite_url, "SELECT 1 FROM river_queue WHERE name = 'default'"),
+            timeout=20,
+            what="the worker's queue row",
+        )
+        reaches(insert("quick"), "completed", 20)
+        # With a 30 s poll interval, a job done within 5 s was fetched on its insert's
+        # outbox row.
+        reaches(insert("quick"), "completed", 5)
+
+        hanging = insert("hang")
+        reaches(hanging, "running", 5)
+        client.queue_pause("default")
+        held = insert("quick")  # its insert notification wakes a paused producer
+        out = client.job_cancel(hanging)
+        assert out.state == JobState.RUNNING  # the owning producer finishes the cancellation
+        reaches(hanging, "cancelled", 5)
+        # The worker reads the outbox in order: the cancellation it acted on came after
+        # the pause and the insert, so it had handled both and left the job alone.
+        assert _state(sqlite_url, held) == "available"
+        client.queue_resume("default")
+        reaches(held, "completed", 5)
     assert worker.poll() is None
