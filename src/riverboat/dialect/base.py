@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from riverboat._job import InsertResult, JobRow, JobState, decode_metadata
-from riverboat._queue import QueueRow
 from riverboat._sql import Query, Statement, render_schema
+from riverboat.dialect._admin_common import AdminStatements
 from riverboat.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class CopyBatch:
     rows: list[tuple[Any, ...]]
 
 
-class Dialect(ABC):
+class Dialect(AdminStatements, ABC):
     """The contract every dialect fulfils: each operation the client, the runtime, the
     maintenance services and the admin API ask of a database, with its signature.
 
@@ -120,7 +120,9 @@ class Dialect(ABC):
     instantiated (a ``TypeError`` naming it) and fails mypy, instead of turning into a
     silently disabled service or a skipped test. Where an operation goes: its SQL and
     encoding in ``dialect/<name>*.py``, its declaration here, its call in the layer that
-    needs it (see docs/architecture.md).
+    needs it (see docs/architecture.md). The administration operations (list, cancel,
+    retry, delete, queues) come from :class:`AdminStatements`, whose encoding both
+    dialects share; their SQL-specific hooks are abstract there.
     """
 
     name: ClassVar[str]
@@ -174,9 +176,6 @@ class Dialect(ABC):
     ) -> Statement: ...
 
     @abstractmethod
-    def job_set_running(self, job_id: int, client_id: str) -> Statement: ...
-
-    @abstractmethod
     def job_set_state_if_running_many(
         self, updates: Sequence[JobStateUpdate], *, returning: bool = True
     ) -> Statement: ...
@@ -220,20 +219,6 @@ class Dialect(ABC):
 
     @abstractmethod
     def job_count_upcoming(self, queues: Sequence[str], horizon: float) -> Statement: ...
-
-    @abstractmethod
-    def job_count_by_queue_and_state(self, states: Sequence[str]) -> Statement: ...
-
-    @abstractmethod
-    def job_count_by_state_capped(self, cap: int) -> Statement: ...
-
-    @abstractmethod
-    def job_throughput(self, minutes: int) -> Statement: ...
-
-    @abstractmethod
-    def decode_throughput(
-        self, rows: Sequence[Sequence[Any]]
-    ) -> list[tuple[datetime, int, int]]: ...
 
     @abstractmethod
     def queue_create_or_set_updated_at(self, name: str) -> Statement: ...
@@ -286,64 +271,6 @@ class Dialect(ABC):
 
     @abstractmethod
     def queue_delete_expired(self, *, retention: float, max: int) -> Statement: ...
-
-    # -- administration ------------------------------------------------------------------
-    @abstractmethod
-    def job_cancel(self, job_id: int, cancel_attempted_at: str) -> Statement: ...
-
-    @abstractmethod
-    def job_retry(self, job_id: int) -> Statement: ...
-
-    @abstractmethod
-    def job_delete(self, job_id: int) -> Statement: ...
-
-    @abstractmethod
-    def decode_deleted(self, row: Sequence[Any]) -> tuple[JobRow, bool]: ...
-
-    @abstractmethod
-    def job_delete_many(
-        self,
-        *,
-        filters: Mapping[str, Any],
-        limit: int,
-        where: tuple[str, Mapping[str, Any]] | None = None,
-    ) -> Statement: ...
-
-    @abstractmethod
-    def job_list(
-        self,
-        *,
-        filters: Mapping[str, Any],
-        order_column: str,
-        descending: bool,
-        limit: int,
-        after: tuple[int, datetime | None] | None = None,
-        where: tuple[str, Mapping[str, Any]] | None = None,
-    ) -> Statement: ...
-
-    @abstractmethod
-    def job_update(self, job_id: int, metadata_merge: Mapping[str, Any]) -> Statement: ...
-
-    @abstractmethod
-    def queue_get(self, name: str) -> Statement: ...
-
-    @abstractmethod
-    def queue_list(self, limit: int) -> Statement: ...
-
-    @abstractmethod
-    def queue_pause(self, name: str) -> Statement: ...
-
-    @abstractmethod
-    def queue_resume(self, name: str) -> Statement: ...
-
-    @abstractmethod
-    def queue_update(self, name: str, metadata: Mapping[str, Any] | None) -> Statement: ...
-
-    @abstractmethod
-    def decode_queue(self, row: Sequence[Any]) -> QueueRow: ...
-
-    @abstractmethod
-    def decode_queues(self, rows: Sequence[Sequence[Any]]) -> list[QueueRow]: ...
 
 
 class NotificationOutbox(ABC):

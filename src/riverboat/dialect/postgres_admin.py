@@ -13,20 +13,18 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from riverboat._job import JobRow, JobState
 from riverboat._queue import QueueRow
-from riverboat._sql import Query, Statement, render_schema
+from riverboat._sql import Statement
+from riverboat.dialect._admin_common import ALL_STATES, AdminSql, compact_json
 from riverboat.dialect._pg_common import CHANNEL, job_columns
 
-__all__ = ["JOB_LIST_FILTERS", "QUEUE_COLUMNS", "PostgresAdmin"]
+__all__ = ["JOB_LIST_FILTERS", "QUEUE_COLUMNS", "PostgresAdmin", "PostgresAdminSql"]
 
 QUEUE_COLUMNS = "name, created_at, metadata::text AS metadata, paused_at, updated_at"
 _CONTROL = CHANNEL.format(topic="river_control")
 _FINALIZED = "('cancelled', 'completed', 'discarded')"
-_ALL_STATES = tuple(state.value for state in JobState)
 
 QUERIES: dict[str, str] = {}
 
@@ -145,7 +143,7 @@ RETURNING {job_columns("river_job")}
 QUERIES["job_count_by_state_capped"] = "\nUNION ALL\n".join(
     f"SELECT '{state}'::text, (SELECT count(*) FROM (SELECT 1 FROM <schema>river_job "
     f"WHERE state = '{state}' LIMIT :cap::integer) AS capped)"
-    for state in _ALL_STATES
+    for state in ALL_STATES
 )
 
 # Jobs finalized per minute over the last :minutes minutes, by the (state, finalized_at)
@@ -225,101 +223,30 @@ _FILTER_SQL: dict[str, str] = {
 }
 JOB_LIST_FILTERS = tuple(_FILTER_SQL)
 
-# Columns a list can be ordered by (besides id, always the tiebreak). scheduled_at is NOT
-# NULL; attempted_at and finalized_at may be NULL and sort last ascending, first descending
-# (Postgres's default), which the keyset conditions below follow.
-_ORDER_COLUMNS = ("id", "scheduled_at", "attempted_at", "finalized_at", "created_at")
-_NOT_NULL_COLUMNS = frozenset({"id", "scheduled_at", "created_at"})
 
+class PostgresAdminSql(AdminSql):
+    """Postgres's spelling of the admin statements built per call."""
 
-def _where(filters: Sequence[str]) -> list[str]:
-    return [_FILTER_SQL[name] for name in filters]
+    limit = ":max::integer"
+    state_text = "state::text"
 
+    @staticmethod
+    def where(filters: Sequence[str]) -> list[str]:
+        return [_FILTER_SQL[name] for name in filters]
 
-def _keyset(column: str, descending: bool, cursor_time_null: bool) -> str:
-    """Rows strictly after the cursor ``(:cursor_time, :cursor_id)`` in list order."""
-    if column == "id":
-        return "id < :cursor_id::bigint" if descending else "id > :cursor_id::bigint"
-    key = f"({column}, id)"
-    after = "(:cursor_time::timestamptz, :cursor_id::bigint)"
-    nullable = column not in _NOT_NULL_COLUMNS
-    if not descending:
-        if cursor_time_null:  # in the NULL tail already
-            return f"({column} IS NULL AND id > :cursor_id::bigint)"
-        tail = f" OR {column} IS NULL" if nullable else ""
-        return f"({key} > {after}{tail})"
-    if cursor_time_null:  # NULLs come first descending
-        return f"(({column} IS NULL AND id < :cursor_id::bigint) OR {column} IS NOT NULL)"
-    return f"{key} < {after}"
+    cursor_id = ":cursor_id::bigint"
+    cursor_time = ":cursor_time::timestamptz"
 
+    @staticmethod
+    def time_key(expression: str) -> str:
+        return expression
 
-def _order_by(column: str, descending: bool) -> str:
-    direction = "DESC" if descending else "ASC"
-    if column == "id":
-        return f"id {direction}"
-    return f"{column} {direction}, id {direction}"
-
-
-def _states_literal(states: Sequence[str]) -> str:
-    """``state IN ('a', 'b')`` with the states written out. The driver runs generic plans,
-    which cannot see a bound value; spelled out, each state's statistics choose between
-    walking river_job_pkey (a common state) and reading the state's index entries (a
-    rare one) for a page ordered by id. The names come from the enum, never from input."""
-    for state in states:
-        if state not in _ALL_STATES:
-            raise ValueError(f"{state!r} is not a job state")
-    return "state IN (" + ", ".join(f"'{state}'" for state in states) + ")"
-
-
-# Jobs per (queue, state) for the given states: metrics sample it (contrib.prometheus),
-# at most once per interval and only on the leader, and riverboat ui's overview. Served
-# by the (state, queue, ...) index.
-@lru_cache(maxsize=256)
-def _count_by_queue_query(schema: str | None, states: tuple[str, ...]) -> Query:
-    text = (
-        "SELECT queue, state::text, count(*) "
-        f"FROM <schema>river_job WHERE {_states_literal(states)} GROUP BY queue, state"
-    )
-    return Query("job_count_by_queue_and_state", render_schema(text, schema))
-
-
-@lru_cache(maxsize=1024)
-def _job_list_query(
-    schema: str | None,
-    filters: tuple[str, ...],
-    column: str,
-    descending: bool,
-    cursor: str,  # "" (none), "time" or "null" (the cursor row's column was NULL)
-    states: tuple[str, ...] = (),
-    where_sql: str = "",  # the caller's trusted fragment (job_list(where=...))
-) -> Query:
-    conditions = _where([name for name in filters if name != "states"])
-    if "states" in filters:
-        conditions.insert(0, _states_literal(states))
-    if where_sql:
-        conditions.append(f"({where_sql})")
-    if cursor:
-        conditions.append(_keyset(column, descending, cursor == "null"))
-    where = " AND ".join(conditions) or "true"
-    text = (
-        f"SELECT {job_columns()} FROM <schema>river_job WHERE {where} "
-        f"ORDER BY {_order_by(column, descending)} LIMIT :max::integer"
-    )
-    return Query("job_list", render_schema(text, schema))
-
-
-@lru_cache(maxsize=512)
-def _job_delete_many_query(
-    schema: str | None,
-    filters: tuple[str, ...],
-    where_sql: str = "",  # the caller's trusted fragment (job_delete_many(where=...))
-) -> Query:
-    extra = [f"({where_sql})"] if where_sql else []
-    where = " AND ".join([*_where(filters), *extra, "state <> 'running'"])
-    # Running jobs are skipped, and so are rows another transaction holds (SKIP LOCKED): a
-    # job being retried or fetched right now is left alone, and the lock re-checks the
-    # filters against the row's latest version.
-    text = f"""
+    @staticmethod
+    def delete_many(where: str) -> str:
+        # Running jobs are skipped, and so are rows another transaction holds (SKIP
+        # LOCKED): a job being retried or fetched right now is left alone, and the lock
+        # re-checks the filters against the row's latest version.
+        return f"""
 WITH doomed AS (
     SELECT id FROM <schema>river_job
     WHERE {where}
@@ -336,164 +263,48 @@ deleted AS (
 )
 SELECT * FROM deleted ORDER BY id
 """
-    return Query("job_delete_many", render_schema(text, schema))
-
-
-def _control_payload(action: str, queue: str, **extra: Any) -> str:
-    # Go's encoding/json of River's control payload: fields in struct order, no spaces.
-    body: dict[str, Any] = {"action": action, **extra, "queue": queue}
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
 class PostgresAdmin:
-    """Administration statements; each method returns one :class:`Statement`."""
+    """Postgres's half of :class:`~riverboat.dialect._admin_common.AdminStatements`:
+    one statement per operation, NOTIFY sent by the statement itself."""
 
     _queries: ClassVar[dict[str, str]] = QUERIES
+    admin_sql: ClassVar[type[AdminSql]] = PostgresAdminSql
+    job_list_filters: ClassVar[tuple[str, ...]] = JOB_LIST_FILTERS
+    job_list_columns: ClassVar[str] = job_columns()
 
-    schema: str | None
-
-    if TYPE_CHECKING:  # provided by Dialect and PostgresDialect; declared for mypy only
+    if TYPE_CHECKING:  # provided by Dialect; declared for mypy only
+        schema: str | None
 
         def stmt(self, query_name: str, /, **params: Any) -> Statement: ...
 
-        def decode_job(self, row: Sequence[Any]) -> JobRow: ...
-
-    # -- jobs --------------------------------------------------------------------------
     def job_cancel(self, job_id: int, cancel_attempted_at: str) -> Statement:
-        """``cancel_attempted_at`` is an RFC3339Nano string (River writes the Go clock)."""
         return self.stmt(
             "job_cancel", id=job_id, cancel_attempted_at=cancel_attempted_at, schema=self.schema
         )
 
-    def job_retry(self, job_id: int) -> Statement:
-        return self.stmt("job_retry", id=job_id)
-
     def job_delete(self, job_id: int) -> Statement:
-        """Rows are a job plus a trailing ``was_deleted`` flag (see :meth:`decode_deleted`)."""
         return self.stmt("job_delete", id=job_id)
 
-    def decode_deleted(self, row: Sequence[Any]) -> tuple[JobRow, bool]:
-        return self.decode_job(row), bool(row[-1])
+    def filter_params(self, filters: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
+        return {
+            name: compact_json(filters[name]) if name == "metadata" else list(filters[name])
+            for name in names
+        }
 
-    def job_update(self, job_id: int, metadata_merge: Mapping[str, Any]) -> Statement:
-        return self.stmt(
-            "job_update",
-            id=job_id,
-            metadata=json.dumps(metadata_merge, separators=(",", ":"), ensure_ascii=False),
-        )
-
-    def job_list(
-        self,
-        *,
-        filters: Mapping[str, Any],
-        order_column: str,
-        descending: bool,
-        limit: int,
-        after: tuple[int, datetime | None] | None = None,
-        where: tuple[str, Mapping[str, Any]] | None = None,
-    ) -> Statement:
-        """``filters`` maps names in :data:`JOB_LIST_FILTERS` to validated values (lists;
-        ``metadata`` a JSON object). ``after`` is the keyset cursor ``(id, column value)``."""
-        if order_column not in _ORDER_COLUMNS:
-            raise ValueError(f"cannot order jobs by {order_column!r}")
-        names = tuple(name for name in JOB_LIST_FILTERS if filters.get(name) is not None)
-        params = self._filter_params(filters, names)
-        cursor = ""
-        if after is not None:
-            cursor_id, cursor_time = after
-            cursor = "null" if cursor_time is None and order_column != "id" else "time"
-            params["cursor_id"] = cursor_id
-            if cursor == "time" and order_column != "id":
-                params["cursor_time"] = cursor_time
-        states = tuple(params.pop("states", ()))
-        where_sql, where_params = where if where is not None else ("", {})
-        query = _job_list_query(
-            self.schema, names, order_column, descending, cursor, states, where_sql
-        )
-        return Statement(query, {**params, **where_params, "max": limit})
-
-    def job_delete_many(
-        self,
-        *,
-        filters: Mapping[str, Any],
-        limit: int,
-        where: tuple[str, Mapping[str, Any]] | None = None,
-    ) -> Statement:
-        names = tuple(name for name in JOB_LIST_FILTERS if filters.get(name) is not None)
-        where_sql, where_params = where if where is not None else ("", {})
-        query = _job_delete_many_query(self.schema, names, where_sql)
-        params = self._filter_params(filters, names)
-        return Statement(query, {**params, **where_params, "max": limit})
-
-    @staticmethod
-    def _filter_params(filters: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
-        params: dict[str, Any] = {}
-        for name in names:
-            value = filters[name]
-            if name == "metadata":
-                value = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-            else:
-                value = list(value)
-            params[name] = value
-        return params
-
-    def job_set_running(self, job_id: int, client_id: str) -> Statement:
-        """Claim one job by id (for tests); no row when it is running or finalized."""
-        return self.stmt("job_set_running", id=job_id, attempted_by=client_id)
-
-    def job_count_by_queue_and_state(self, states: Sequence[str]) -> Statement:
-        """Rows of ``(queue, state, count)`` for jobs in ``states``."""
-        # The states spelled out (see _states_literal): a bound list hides them from
-        # the generic plan, which then scanned a million finalized rows for 400 ms.
-        return Statement(_count_by_queue_query(self.schema, tuple(states)), {})
-
-    def job_count_by_state_capped(self, cap: int) -> Statement:
-        """Rows of ``(state, count)`` for every state, each count at most ``cap``."""
-        return self.stmt("job_count_by_state_capped", cap=cap)
-
-    def job_throughput(self, minutes: int) -> Statement:
-        """Rows of ``(minute, completed, discarded)`` for the last ``minutes`` minutes."""
-        return self.stmt("job_throughput", minutes=minutes)
+    def cursor_time_param(self, value: datetime) -> Any:
+        return value
 
     def decode_throughput(self, rows: Sequence[Sequence[Any]]) -> list[tuple[datetime, int, int]]:
         return [(row[0], int(row[1]), int(row[2])) for row in rows]
 
-    # -- queues ------------------------------------------------------------------------
     def decode_queue(self, row: Sequence[Any]) -> QueueRow:
         return QueueRow(row[0], row[1], json.loads(row[2]), row[3], row[4])
 
-    def decode_queues(self, rows: Sequence[Sequence[Any]]) -> list[QueueRow]:
-        # Pause/resume return one all-NULL row when nothing matched.
-        return [self.decode_queue(row) for row in rows if row[0] is not None]
-
-    def queue_get(self, name: str) -> Statement:
-        return self.stmt("queue_get", name=name)
-
-    def queue_list(self, limit: int) -> Statement:
-        return self.stmt("queue_list", max=limit)
-
-    def queue_pause(self, name: str) -> Statement:
-        return self.stmt(
-            "queue_pause", name=name, payload=_control_payload("pause", name), schema=self.schema
-        )
-
-    def queue_resume(self, name: str) -> Statement:
-        return self.stmt(
-            "queue_resume",
-            name=name,
-            payload=_control_payload("resume", name),
-            schema=self.schema,
-        )
-
-    def queue_update(self, name: str, metadata: Mapping[str, Any] | None) -> Statement:
-        do_update = metadata is not None
-        encoded = json.dumps(dict(metadata or {}), separators=(",", ":"), ensure_ascii=False)
-        payload = _control_payload("metadata_changed", name, metadata=dict(metadata or {}))
-        return self.stmt(
-            "queue_update",
-            name=name,
-            metadata_do_update=do_update,
-            metadata=encoded,
-            payload=payload,
-            schema=self.schema,
-        )
+    def queue_with_control(
+        self, query: str, params: dict[str, Any], payload: str, *, notify: bool = True
+    ) -> Statement:
+        # The statement decides whether to notify (queue_update: only when the metadata
+        # is replaced), so the payload is always bound.
+        return self.stmt(query, **params, payload=payload, schema=self.schema)

@@ -1,0 +1,334 @@
+"""The Python half of job and queue administration, shared by both dialects.
+
+Each admin operation validates its input, encodes parameters and picks (or builds and
+caches) its SQL the same way on Postgres and SQLite; only the SQL and a few encodings
+differ. This module holds that shared half once: :class:`AdminStatements`, which
+:class:`~riverboat.dialect.base.Dialect` inherits (so every operation stays part of the
+typed contract), and the builders of the statements whose SQL depends on the call
+(``job_list``, ``job_delete_many``, the per-state counts). A dialect supplies an
+:class:`AdminSql` (how its SQL spells filters, cursors, orders and limits) and the
+hooks declared abstract below; its fixed statements live in ``dialect/<name>_admin.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from riverboat._job import JobRow, JobState
+from riverboat._queue import QueueRow
+from riverboat._sql import Query, Statement, render_schema
+
+__all__ = ["ORDER_COLUMNS", "AdminSql", "AdminStatements", "compact_json", "control_payload"]
+
+# Columns a list can be ordered by (besides id, always the tiebreak). scheduled_at is NOT
+# NULL; attempted_at and finalized_at may be NULL and sort last ascending, first
+# descending (Postgres's default), which both dialects' keyset conditions follow.
+ORDER_COLUMNS = ("id", "scheduled_at", "attempted_at", "finalized_at", "created_at")
+NOT_NULL_COLUMNS = frozenset({"id", "scheduled_at", "created_at"})
+ALL_STATES = tuple(state.value for state in JobState)
+
+
+def compact_json(value: Any) -> str:
+    """JSON as Go's encoding/json writes it: no spaces, non-ASCII kept."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def control_payload(action: str, queue: str, **extra: Any) -> str:
+    """River's river_control payload, fields in its Go struct's order."""
+    return compact_json({"action": action, **extra, "queue": queue})
+
+
+def states_literal(states: Sequence[str]) -> str:
+    """``state IN ('a', 'b')`` with the states written out, so the planner sees them: a
+    bound list is opaque to Postgres's generic plans and to SQLite's planner, which then
+    walk every row instead of a rare state's index entries. The names come from the enum,
+    never from input."""
+    for state in states:
+        if state not in ALL_STATES:
+            raise ValueError(f"{state!r} is not a job state")
+    return "state IN (" + ", ".join(f"'{state}'" for state in states) + ")"
+
+
+class AdminSql(ABC):
+    """How one dialect spells the variable parts of the admin SQL. Used as a class (it
+    keys the statement caches); never instantiated."""
+
+    # ``LIMIT`` with the bound maximum, e.g. ``:max::integer``.
+    limit: ClassVar[str]
+    # The state column as text in a result row.
+    state_text: ClassVar[str]
+    # The keyset cursor's bound id and time, cast as the dialect needs.
+    cursor_id: ClassVar[str]
+    cursor_time: ClassVar[str]
+
+    @staticmethod
+    @abstractmethod
+    def where(filters: Sequence[str]) -> list[str]:
+        """One condition per filter name (raising for a filter the dialect lacks)."""
+
+    @staticmethod
+    @abstractmethod
+    def time_key(expression: str) -> str:
+        """``expression`` (a timestamp column or the bound cursor time) as it is ordered
+        and compared."""
+
+    @staticmethod
+    @abstractmethod
+    def delete_many(where: str) -> str:
+        """Delete at most ``:max`` jobs matching ``where``, lowest ids first, returning
+        them in id order."""
+
+    @classmethod
+    def keyset(cls, column: str, descending: bool, cursor_time_null: bool) -> str:
+        """Rows strictly after the cursor ``(cursor_time, cursor_id)`` in list order:
+        NULL times last ascending and first descending (Postgres's default order)."""
+        cursor_id = cls.cursor_id
+        if column == "id":
+            return f"id < {cursor_id}" if descending else f"id > {cursor_id}"
+        # The NULL-ness of the time key, not of the column: on SQLite a value that can't
+        # be read sorts with the NULLs, so it must page with them too.
+        time = cls.time_key(column)
+        key = f"({time}, id)"
+        after = f"({cls.time_key(cls.cursor_time)}, {cursor_id})"
+        nullable = column not in NOT_NULL_COLUMNS
+        if not descending:
+            if cursor_time_null:  # in the NULL tail already
+                return f"({time} IS NULL AND id > {cursor_id})"
+            tail = f" OR {time} IS NULL" if nullable else ""
+            return f"({key} > {after}{tail})"
+        if cursor_time_null:  # NULLs come first descending
+            return f"(({time} IS NULL AND id < {cursor_id}) OR {time} IS NOT NULL)"
+        return f"{key} < {after}"
+
+    @classmethod
+    def order_by(cls, column: str, descending: bool) -> str:
+        if column == "id":
+            return "id DESC" if descending else "id ASC"
+        if descending:
+            return f"{cls.time_key(column)} DESC NULLS FIRST, id DESC"
+        return f"{cls.time_key(column)} ASC NULLS LAST, id ASC"
+
+
+@lru_cache(maxsize=1024)
+def job_list_query(
+    sql: type[AdminSql],
+    schema: str | None,
+    filters: tuple[str, ...],
+    column: str,
+    descending: bool,
+    cursor: str,  # "" (none), "time" or "null" (the cursor row's column was NULL)
+    states: tuple[str, ...],
+    where_sql: str,  # the caller's trusted fragment (job_list(where=...))
+    columns: str,
+) -> Query:
+    conditions = sql.where([name for name in filters if name != "states"])
+    if "states" in filters:
+        conditions.insert(0, states_literal(states))
+    if where_sql:
+        conditions.append(f"({where_sql})")
+    if cursor:
+        conditions.append(sql.keyset(column, descending, cursor == "null"))
+    where = " AND ".join(conditions) or "true"
+    text = (
+        f"SELECT {columns} FROM <schema>river_job WHERE {where} "
+        f"ORDER BY {sql.order_by(column, descending)} LIMIT {sql.limit}"
+    )
+    return Query("job_list", render_schema(text, schema))
+
+
+@lru_cache(maxsize=512)
+def job_delete_many_query(
+    sql: type[AdminSql], schema: str | None, filters: tuple[str, ...], where_sql: str
+) -> Query:
+    extra = [f"({where_sql})"] if where_sql else []
+    where = " AND ".join([*sql.where(filters), *extra, "state <> 'running'"])
+    return Query("job_delete_many", render_schema(sql.delete_many(where), schema))
+
+
+# Jobs per (queue, state) for the given states: metrics sample it (contrib.prometheus),
+# at most once per interval and only on the leader, and riverboat ui's overview. Served
+# by the (state, queue, ...) index.
+@lru_cache(maxsize=256)
+def count_by_queue_query(sql: type[AdminSql], schema: str | None, states: tuple[str, ...]) -> Query:
+    text = (
+        f"SELECT queue, {sql.state_text}, count(*) "
+        f"FROM <schema>river_job WHERE {states_literal(states)} GROUP BY queue, state"
+    )
+    return Query("job_count_by_queue_and_state", render_schema(text, schema))
+
+
+class AdminStatements(ABC):
+    """Administration operations; each returns one :class:`Statement` (on SQLite possibly
+    one with ``then``: see :mod:`~riverboat.dialect.sqlite_admin`)."""
+
+    admin_sql: ClassVar[type[AdminSql]]
+    # The job columns a list selects.
+    job_list_columns: ClassVar[str]
+    # Filter names job_list and job_delete_many accept, in the order they are applied.
+    job_list_filters: ClassVar[tuple[str, ...]]
+
+    if TYPE_CHECKING:  # provided by Dialect; declared for mypy only
+        schema: str | None
+        q: dict[str, Query]
+
+        def stmt(self, query_name: str, /, **params: Any) -> Statement: ...
+
+        def decode_job(self, row: Sequence[Any]) -> JobRow: ...
+
+    # -- what each dialect spells its own way --------------------------------------------
+    @abstractmethod
+    def job_cancel(self, job_id: int, cancel_attempted_at: str) -> Statement:
+        """``cancel_attempted_at`` is an RFC3339Nano string (River writes the Go clock)."""
+
+    @abstractmethod
+    def job_delete(self, job_id: int) -> Statement:
+        """Rows are a job plus a trailing ``was_deleted`` flag (see :meth:`decode_deleted`)."""
+
+    @abstractmethod
+    def decode_throughput(
+        self, rows: Sequence[Sequence[Any]]
+    ) -> list[tuple[datetime, int, int]]: ...
+
+    @abstractmethod
+    def decode_queue(self, row: Sequence[Any]) -> QueueRow: ...
+
+    @abstractmethod
+    def filter_params(self, filters: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
+        """The bound parameters of the named filters (lists, or a JSON object)."""
+
+    @abstractmethod
+    def cursor_time_param(self, value: datetime) -> Any: ...
+
+    @abstractmethod
+    def queue_with_control(
+        self, query: str, params: dict[str, Any], payload: str, *, notify: bool = True
+    ) -> Statement:
+        """``query`` plus the river_control notification ``payload`` (when ``notify``)."""
+
+    # -- shared --------------------------------------------------------------------------
+    def job_retry(self, job_id: int) -> Statement:
+        return self.stmt("job_retry", id=job_id)
+
+    def decode_deleted(self, row: Sequence[Any]) -> tuple[JobRow, bool]:
+        return self.decode_job(row), bool(row[-1])
+
+    def job_update(self, job_id: int, metadata_merge: Mapping[str, Any]) -> Statement:
+        """Merge into metadata (how recorded output is written): Postgres's ``||``
+        replaces top-level keys, SQLite's ``jsonb_patch`` merges recursively and drops
+        keys set to null, each as River's driver for that database does."""
+        return self.stmt("job_update", id=job_id, metadata=compact_json(metadata_merge))
+
+    def _filter_names(self, filters: Mapping[str, Any]) -> tuple[str, ...]:
+        return tuple(name for name in self.job_list_filters if filters.get(name) is not None)
+
+    def job_list(
+        self,
+        *,
+        filters: Mapping[str, Any],
+        order_column: str,
+        descending: bool,
+        limit: int,
+        after: tuple[int, datetime | None] | None = None,
+        where: tuple[str, Mapping[str, Any]] | None = None,
+    ) -> Statement:
+        """``filters`` maps names in ``job_list_filters`` to validated values (lists;
+        ``metadata`` a JSON object). ``after`` is the keyset cursor ``(id, column value)``."""
+        if order_column not in ORDER_COLUMNS:
+            raise ValueError(f"cannot order jobs by {order_column!r}")
+        names = self._filter_names(filters)
+        params = self.filter_params(filters, names)
+        params.pop("states", None)  # spelled out in the SQL (states_literal)
+        states = tuple(filters["states"]) if "states" in names else ()
+        cursor = ""
+        if after is not None:
+            cursor_id, cursor_time = after
+            params["cursor_id"] = cursor_id
+            cursor = "null" if cursor_time is None and order_column != "id" else "time"
+            if cursor_time is not None and order_column != "id":
+                params["cursor_time"] = self.cursor_time_param(cursor_time)
+        where_sql, where_params = where if where is not None else ("", {})
+        query = job_list_query(
+            self.admin_sql,
+            self.schema,
+            names,
+            order_column,
+            descending,
+            cursor,
+            states,
+            where_sql,
+            self.job_list_columns,
+        )
+        return Statement(query, {**params, **where_params, "max": limit})
+
+    def job_delete_many(
+        self,
+        *,
+        filters: Mapping[str, Any],
+        limit: int,
+        where: tuple[str, Mapping[str, Any]] | None = None,
+    ) -> Statement:
+        names = self._filter_names(filters)
+        where_sql, where_params = where if where is not None else ("", {})
+        query = job_delete_many_query(self.admin_sql, self.schema, names, where_sql)
+        params = self.filter_params(filters, names)
+        return Statement(query, {**params, **where_params, "max": limit})
+
+    def job_set_running(self, job_id: int, client_id: str) -> Statement:
+        """Claim one job by id (for tests); no row when it is running or finalized."""
+        return self.stmt("job_set_running", id=job_id, attempted_by=client_id)
+
+    def job_count_by_queue_and_state(self, states: Sequence[str]) -> Statement:
+        """Rows of ``(queue, state, count)`` for jobs in ``states``."""
+        # The states spelled out: a bound list hides them from Postgres's generic plan,
+        # which then scanned a million finalized rows for 400 ms.
+        return Statement(count_by_queue_query(self.admin_sql, self.schema, tuple(states)), {})
+
+    def job_count_by_state_capped(self, cap: int) -> Statement:
+        """Rows of ``(state, count)`` for every state, each count at most ``cap``."""
+        return self.stmt("job_count_by_state_capped", cap=cap)
+
+    def job_throughput(self, minutes: int) -> Statement:
+        """Rows of ``(minute, completed, discarded)`` for the last ``minutes`` minutes."""
+        return self.stmt("job_throughput", minutes=minutes)
+
+    # -- queues --------------------------------------------------------------------------
+    def decode_queues(self, rows: Sequence[Sequence[Any]]) -> list[QueueRow]:
+        """Queue rows by name. Postgres's pause/resume return one all-NULL row when
+        nothing matched; SQLite's RETURNING has no order."""
+        out = [self.decode_queue(row) for row in rows if row[0] is not None]
+        out.sort(key=lambda queue: queue.name)
+        return out
+
+    def queue_get(self, name: str) -> Statement:
+        return self.stmt("queue_get", name=name)
+
+    def queue_list(self, limit: int) -> Statement:
+        return self.stmt("queue_list", max=limit)
+
+    def queue_pause(self, name: str) -> Statement:
+        return self.queue_with_control(
+            "queue_pause", {"name": name}, control_payload("pause", name)
+        )
+
+    def queue_resume(self, name: str) -> Statement:
+        return self.queue_with_control(
+            "queue_resume", {"name": name}, control_payload("resume", name)
+        )
+
+    def queue_update(self, name: str, metadata: Mapping[str, Any] | None) -> Statement:
+        """Replace the metadata and tell producers (``metadata_changed``); without
+        metadata only updated_at moves and nobody is told."""
+        do_update = metadata is not None
+        replacement = dict(metadata or {})
+        params = {
+            "name": name,
+            "metadata_do_update": do_update,
+            "metadata": compact_json(replacement),
+        }
+        payload = control_payload("metadata_changed", name, metadata=replacement)
+        return self.queue_with_control("queue_update", params, payload, notify=do_update)
