@@ -26,7 +26,7 @@ def test_a_dialect_missing_an_operation_cannot_be_built() -> None:
 
     with pytest.raises(TypeError) as info:
         AdminOnly(None)  # type: ignore[abstract]
-    for operation in ("job_insert_many", "job_get_available", "leader_attempt_elect"):
+    for operation in ("job_insert_many", "time_param", "leader_attempt_elect"):
         assert operation in str(info.value)
     assert "job_list" not in str(info.value)  # the admin half is there
 

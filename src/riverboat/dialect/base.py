@@ -110,6 +110,10 @@ class CopyBatch:
     rows: list[tuple[Any, ...]]
 
 
+# How many client ids a job's attempted_by keeps (River's JobGetAvailable trims it).
+MAX_ATTEMPTED_BY = 100
+
+
 class Dialect(AdminStatements, ABC):
     """The contract every dialect fulfils: each operation the client, the runtime, the
     maintenance services and the admin API ask of a database, with its signature.
@@ -170,10 +174,19 @@ class Dialect(AdminStatements, ABC):
     def job_get_by_id_many(self, job_ids: Sequence[int]) -> Statement: ...
 
     # -- the runtime: claim, run, complete -----------------------------------------------
-    @abstractmethod
     def job_get_available(
         self, *, queue: str, max_to_lock: int, client_id: str, now: datetime | None = None
-    ) -> Statement: ...
+    ) -> Statement:
+        """River's JobGetAvailable: claim up to ``max_to_lock`` jobs of ``queue``, due by
+        ``now`` (the database's clock when None), for ``client_id``; full rows back."""
+        return self.stmt(
+            "job_get_available",
+            queue=queue,
+            max_to_lock=max_to_lock,
+            max_attempted_by=MAX_ATTEMPTED_BY,
+            attempted_by=client_id,
+            now=self.time_param(now),
+        )
 
     @abstractmethod
     def job_set_state_if_running_many(
@@ -258,7 +271,6 @@ class Dialect(AdminStatements, ABC):
         self, updates: Sequence[RescueUpdate], *, stuck_horizon: datetime
     ) -> Statement: ...
 
-    @abstractmethod
     def job_delete_before(
         self,
         *,
@@ -267,10 +279,33 @@ class Dialect(AdminStatements, ABC):
         discarded_retention: float | None,
         max: int,
         queues_excluded: Sequence[str] | None = None,
-    ) -> Statement: ...
+    ) -> Statement:
+        """The cleaner's batch: at most ``max`` finalized jobs past their state's
+        retention (``None`` keeps that state forever), outside ``queues_excluded``."""
+        return self.stmt(
+            "job_delete_before",
+            cancelled_retention=self.retention_param(cancelled_retention),
+            completed_retention=self.retention_param(completed_retention),
+            discarded_retention=self.retention_param(discarded_retention),
+            queues_excluded=self.text_list_param(queues_excluded),
+            max=max,
+        )
+
+    def queue_delete_expired(self, *, retention: float, max: int) -> Statement:
+        return self.stmt("queue_delete_expired", retention=self.retention_param(retention), max=max)
+
+    # -- how this dialect binds values the statements above share ----------------------
+    @abstractmethod
+    def time_param(self, value: datetime | None) -> Any:
+        """A timestamp parameter (None stays None: the database's clock)."""
 
     @abstractmethod
-    def queue_delete_expired(self, *, retention: float, max: int) -> Statement: ...
+    def retention_param(self, seconds: float | None) -> Any:
+        """A retention in seconds, as the dialect's SQL compares it with a timestamp."""
+
+    @abstractmethod
+    def text_list_param(self, values: Sequence[str] | None) -> Any:
+        """A list of strings (None stays None)."""
 
 
 class NotificationOutbox(ABC):

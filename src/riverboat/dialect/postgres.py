@@ -398,17 +398,14 @@ class PostgresDialect(PostgresAdmin, PostgresLeadership, Dialect, BulkCopy):
         except Exception:
             return salvage_job(row, _FIELD_DECODERS)
 
-    def job_get_available(
-        self, *, queue: str, max_to_lock: int, client_id: str, now: datetime | None = None
-    ) -> Statement:
-        return self.stmt(
-            "job_get_available",
-            queue=queue,
-            max_to_lock=max_to_lock,
-            max_attempted_by=100,
-            attempted_by=client_id,
-            now=now,
-        )
+    def time_param(self, value: datetime | None) -> Any:
+        return value
+
+    def retention_param(self, seconds: float | None) -> Any:
+        return None if seconds is None else float(seconds)
+
+    def text_list_param(self, values: Sequence[str] | None) -> Any:
+        return None if values is None else list(values)
 
     def job_set_state_if_running_many(
         self, updates: Sequence[JobStateUpdate], *, returning: bool = True

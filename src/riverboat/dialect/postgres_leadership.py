@@ -197,6 +197,7 @@ WHERE river_job.id = r.id
 RETURNING river_job.id, river_job.state::text
 """
 
+
 # The job cleaner: one bounded statement per batch. The inner SELECT picks finalized jobs
 # past their retention and locks them, skipping rows another transaction holds (a JobRetry
 # in flight). The state is checked again on the DELETE itself because of how Postgres
@@ -212,36 +213,25 @@ RETURNING river_job.id, river_job.state::text
 # a walk of the primary key filtering every row, 175-260 ms per run with 1,000,000 recent
 # finalized rows and nothing to delete (bench: riverboat bench --only scale). Each state
 # gives at most :max ids and the concatenation is cut to :max, so a batch stays bounded.
-QUERIES["job_delete_before"] = """
+def _finalized_past_retention(state: str) -> str:
+    return f"""ARRAY(
+        SELECT id FROM <schema>river_job
+        WHERE state = '{state}' AND finalized_at IS NOT NULL
+          AND :{state}_retention::double precision IS NOT NULL
+          AND finalized_at < now() - make_interval(secs => :{state}_retention)
+          AND (:queues_excluded::text[] IS NULL OR NOT (queue = ANY(:queues_excluded)))
+        ORDER BY finalized_at
+        LIMIT :max::bigint
+        FOR UPDATE SKIP LOCKED)"""
+
+
+_PAST_RETENTION = "\n    || ".join(
+    _finalized_past_retention(state) for state in ("cancelled", "completed", "discarded")
+)
+QUERIES["job_delete_before"] = f"""
 DELETE FROM <schema>river_job
 WHERE id = ANY((
-    ARRAY(
-        SELECT id FROM <schema>river_job
-        WHERE state = 'cancelled' AND finalized_at IS NOT NULL
-          AND :cancelled_retention::double precision IS NOT NULL
-          AND finalized_at < now() - make_interval(secs => :cancelled_retention)
-          AND (:queues_excluded::text[] IS NULL OR NOT (queue = ANY(:queues_excluded)))
-        ORDER BY finalized_at
-        LIMIT :max::bigint
-        FOR UPDATE SKIP LOCKED)
-    || ARRAY(
-        SELECT id FROM <schema>river_job
-        WHERE state = 'completed' AND finalized_at IS NOT NULL
-          AND :completed_retention::double precision IS NOT NULL
-          AND finalized_at < now() - make_interval(secs => :completed_retention)
-          AND (:queues_excluded::text[] IS NULL OR NOT (queue = ANY(:queues_excluded)))
-        ORDER BY finalized_at
-        LIMIT :max::bigint
-        FOR UPDATE SKIP LOCKED)
-    || ARRAY(
-        SELECT id FROM <schema>river_job
-        WHERE state = 'discarded' AND finalized_at IS NOT NULL
-          AND :discarded_retention::double precision IS NOT NULL
-          AND finalized_at < now() - make_interval(secs => :discarded_retention)
-          AND (:queues_excluded::text[] IS NULL OR NOT (queue = ANY(:queues_excluded)))
-        ORDER BY finalized_at
-        LIMIT :max::bigint
-        FOR UPDATE SKIP LOCKED)
+    {_PAST_RETENTION}
 )[1:(:max::bigint)])
   AND state IN ('cancelled', 'completed', 'discarded')
   AND finalized_at IS NOT NULL
@@ -319,24 +309,3 @@ class PostgresLeadership:
             states=[u.state for u in updates],
             stuck_horizon=stuck_horizon,
         )
-
-    def job_delete_before(
-        self,
-        *,
-        cancelled_retention: float | None,
-        completed_retention: float | None,
-        discarded_retention: float | None,
-        max: int,
-        queues_excluded: Sequence[str] | None = None,
-    ) -> Statement:
-        return self.stmt(
-            "job_delete_before",
-            cancelled_retention=cancelled_retention,
-            completed_retention=completed_retention,
-            discarded_retention=discarded_retention,
-            queues_excluded=list(queues_excluded) if queues_excluded is not None else None,
-            max=max,
-        )
-
-    def queue_delete_expired(self, *, retention: float, max: int) -> Statement:
-        return self.stmt("queue_delete_expired", retention=float(retention), max=max)

@@ -423,17 +423,16 @@ class SqliteDialect(SqliteAdmin, SqliteLeadership, Dialect, NotificationOutbox):
         except Exception:
             return salvage_job(row, _FIELD_DECODERS)
 
-    def job_get_available(
-        self, *, queue: str, max_to_lock: int, client_id: str, now: datetime | None = None
-    ) -> Statement:
-        return self.stmt(
-            "job_get_available",
-            queue=queue,
-            max_to_lock=max_to_lock,
-            max_attempted_by=MAX_ATTEMPTED_BY,
-            attempted_by=client_id,
-            now=_ts_or_none(now),
-        )
+    def time_param(self, value: datetime | None) -> Any:
+        return _ts_or_none(value)
+
+    def retention_param(self, seconds: float | None) -> Any:
+        # A datetime() modifier ("-86400.0 seconds"): the horizon is computed in SQL.
+        return None if seconds is None else seconds_modifier(-float(seconds))
+
+    def text_list_param(self, values: Sequence[str] | None) -> Any:
+        # One JSON array parameter: SQLite binds no arrays.
+        return None if values is None else json.dumps(list(values))
 
     def job_set_state_if_running_many(
         self, updates: Sequence[JobStateUpdate], *, returning: bool = True

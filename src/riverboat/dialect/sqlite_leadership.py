@@ -359,30 +359,6 @@ class SqliteLeadership:
             "job_rescue_many", updates=payload, stuck_horizon=format_timestamp(stuck_horizon)
         )
 
-    def job_delete_before(
-        self,
-        *,
-        cancelled_retention: float | None,
-        completed_retention: float | None,
-        discarded_retention: float | None,
-        max: int,
-        queues_excluded: Sequence[str] | None = None,
-    ) -> Statement:
-        """A retention of ``None`` keeps that state forever (the horizon is NULL)."""
-        return self.stmt(
-            "job_delete_before",
-            cancelled_retention=_ago(cancelled_retention),
-            completed_retention=_ago(completed_retention),
-            discarded_retention=_ago(discarded_retention),
-            queues_excluded=(
-                json.dumps(list(queues_excluded)) if queues_excluded is not None else None
-            ),
-            max=max,
-        )
-
-    def queue_delete_expired(self, *, retention: float, max: int) -> Statement:
-        return self.stmt("queue_delete_expired", retention=_ago(retention), max=max)
-
     # -- the outbox (SQLite's LISTEN/NOTIFY) -------------------------------------------
     def notification_get_last_id(self) -> Statement:
         return self.stmt("notification_get_last_id")
