@@ -70,6 +70,14 @@ def _binary_arrays(conn: Any) -> None:
 _translate = translate_error
 
 
+def _returns_rows(cur: Any) -> bool:
+    """Whether the statement just run returned a result set (possibly empty). Not
+    ``cur.description``: psycopg builds a Column object per column on every access, 19
+    per job row, about 10 µs of a single insert's ~120 µs of client CPU."""
+    result = cur.pgresult
+    return result is not None and result.nfields > 0
+
+
 def _libpq_url(url: str) -> str:
     return plain_postgres_url(
         url, ("postgresql+psycopg://", "postgresql+asyncpg://", "postgres+psycopg://")
@@ -95,7 +103,7 @@ class _SyncExecutor:
             cur = self._cursor_cls(self._conn)
             cur.execute(sql, [params[n] for n in names], binary=True)
             if want_rows:
-                return cur.fetchall() if cur.description is not None else []
+                return cur.fetchall() if _returns_rows(cur) else []
             return int(cur.rowcount)
         except _psycopg_error() as exc:
             raise _translate(exc) from exc
@@ -253,7 +261,7 @@ class PsycopgDriver:
                 cur = psycopg.RawCursor(conn)
                 cur.execute(sql, args, prepare=self._prepare, binary=True)
                 if want_rows:
-                    return cur.fetchall() if cur.description is not None else []
+                    return cur.fetchall() if _returns_rows(cur) else []
                 return int(cur.rowcount)
         except psycopg.Error as exc:
             raise self._failure(exc) from exc
@@ -319,7 +327,7 @@ class _AsyncExecutor:
             cur = psycopg.AsyncRawCursor(self._conn)
             await cur.execute(sql, [params[n] for n in names], binary=True)
             if want_rows:
-                return await cur.fetchall() if cur.description is not None else []
+                return await cur.fetchall() if _returns_rows(cur) else []
             return int(cur.rowcount)
         except psycopg.Error as exc:
             raise _translate(exc) from exc
@@ -580,7 +588,7 @@ class AsyncPsycopgDriver:
                 cur = pooled.cursor
                 await cur.execute(sql, args, prepare=self._prepare, binary=True)
                 if want_rows:
-                    return await cur.fetchall() if cur.description is not None else []
+                    return await cur.fetchall() if _returns_rows(cur) else []
                 return int(cur.rowcount)
             except _psycopg_error() as exc:
                 if pooled.conn.broken or pooled.conn.closed:
@@ -596,7 +604,7 @@ class AsyncPsycopgDriver:
                 cur = psycopg.AsyncRawCursor(conn)
                 await cur.execute(sql, args, prepare=self._prepare, binary=True)
                 if want_rows:
-                    return await cur.fetchall() if cur.description is not None else []
+                    return await cur.fetchall() if _returns_rows(cur) else []
                 return int(cur.rowcount)
             except psycopg.Error as exc:
                 raise _translate(exc) from exc
