@@ -25,6 +25,8 @@ from riverboat.runtime.worker import Job, Workers
 
 __all__ = ["finalized_rows", "processes", "worker_client"]
 
+SCALE_ROUNDS = 3
+
 MAX_WORKERS = 100
 _URL_ENV = "RIVERBOAT_BENCH_URL"
 _SCHEMA_ENV = "RIVERBOAT_BENCH_SCHEMA"
@@ -124,13 +126,23 @@ async def finalized_rows(
     from riverboat.bench.defaults import _work_backlog
 
     out: dict[str, Any] = {"jobs": jobs, "finalized_rows": finalized}
-    for label, rows in (("empty", 0), ("finalized", finalized)):
-        progress(f"scale: {jobs} jobs with {rows} finalized rows in river_job")
-        await asyncio.to_thread(fill_backlog, url, schema, jobs, finalized=rows, checkpoint=True)
-        done, wall, _cpu, _statements = await _work_backlog(
-            make_client, url, schema, jobs, MAX_WORKERS, 120.0
-        )
-        out[f"{label}_jobs_per_sec"] = round(done / wall, 1)
+    # Interleaved rounds, best of each (as the insert figures): one working phase is a
+    # couple of seconds, and single runs on the 2-core VM moved the ratio between 0.82
+    # and 1.00 with nothing changed.
+    for round_ in range(1, SCALE_ROUNDS + 1):
+        for label, rows in (("empty", 0), ("finalized", finalized)):
+            progress(
+                f"scale: round {round_}/{SCALE_ROUNDS}, {jobs} jobs with {rows} finalized"
+                " rows in river_job"
+            )
+            await asyncio.to_thread(
+                fill_backlog, url, schema, jobs, finalized=rows, checkpoint=True
+            )
+            done, wall, _cpu, _statements = await _work_backlog(
+                make_client, url, schema, jobs, MAX_WORKERS, 120.0
+            )
+            key = f"{label}_jobs_per_sec"
+            out[key] = max(out.get(key, 0.0), round(done / wall, 1))
     await asyncio.to_thread(fill_backlog, url, schema, 0, checkpoint=True)
     out["ratio"] = round(out["finalized_jobs_per_sec"] / out["empty_jobs_per_sec"], 2)
     return out
