@@ -69,40 +69,34 @@ _known_kinds: set[str] = set()
 _known_queues: set[str] = set()
 
 
-def validate_kind(kind: object, field: str = "kind") -> str:
-    if type(kind) is str and kind in _known_kinds:
-        return kind
-    if not isinstance(kind, str):
-        raise InvalidInputError(field, f"must be a str, not {type(kind).__name__}")
-    if not kind:
+def _validate_name(
+    value: object, field: str, known: set[str], max_len: int, pattern: re.Pattern[str], rule: str
+) -> str:
+    if type(value) is str and value in known:
+        return value
+    if not isinstance(value, str):
+        raise InvalidInputError(field, f"must be a str, not {type(value).__name__}")
+    if not value:
         raise InvalidInputError(field, "must not be empty")
-    if len(kind) > KIND_MAX:
-        raise InvalidInputError(field, f"must be at most {KIND_MAX} characters")
-    if not _KIND_RE.match(kind):
-        raise InvalidInputError(
-            field, f"{kind!r} does not match River's kind format {_KIND_RE.pattern}"
-        )
-    if type(kind) is str and len(_known_kinds) < _KNOWN_NAMES_MAX:
-        _known_kinds.add(kind)
-    return kind
+    if len(value) > max_len:
+        raise InvalidInputError(field, f"must be at most {max_len} characters")
+    if not pattern.match(value):
+        raise InvalidInputError(field, f"{value!r} {rule}")
+    if type(value) is str and len(known) < _KNOWN_NAMES_MAX:
+        known.add(value)
+    return value
+
+
+_KIND_RULE = f"does not match River's kind format {_KIND_RE.pattern}"
+_QUEUE_RULE = "must be lowercase letters and digits separated by - or _"
+
+
+def validate_kind(kind: object, field: str = "kind") -> str:
+    return _validate_name(kind, field, _known_kinds, KIND_MAX, _KIND_RE, _KIND_RULE)
 
 
 def validate_queue(queue: object, field: str = "queue") -> str:
-    if type(queue) is str and queue in _known_queues:
-        return queue
-    if not isinstance(queue, str):
-        raise InvalidInputError(field, f"must be a str, not {type(queue).__name__}")
-    if not queue:
-        raise InvalidInputError(field, "must not be empty")
-    if len(queue) > QUEUE_NAME_MAX:
-        raise InvalidInputError(field, f"must be at most {QUEUE_NAME_MAX} characters")
-    if not _QUEUE_RE.match(queue):
-        raise InvalidInputError(
-            field, f"{queue!r} must be lowercase letters and digits separated by - or _"
-        )
-    if type(queue) is str and len(_known_queues) < _KNOWN_NAMES_MAX:
-        _known_queues.add(queue)
-    return queue
+    return _validate_name(queue, field, _known_queues, QUEUE_NAME_MAX, _QUEUE_RE, _QUEUE_RULE)
 
 
 def _validate_int(value: object, field: str, low: int, high: int) -> int:
