@@ -6,7 +6,7 @@ import asyncio
 import random
 from collections.abc import Iterable
 
-__all__ = ["backoff_delay", "wait_any"]
+__all__ = ["backoff_delay", "wait_any", "wait_event"]
 
 
 def backoff_delay(errors: int, base: float, cap: float, *, jitter: bool = True) -> float:
@@ -24,3 +24,11 @@ async def wait_any(events: Iterable[asyncio.Event], timeout: float) -> None:
     finally:
         for waiter in waiters:
             waiter.cancel()
+
+
+async def wait_event(event: asyncio.Event, timeout: float) -> None:
+    """Return once ``event`` is set or ``timeout`` seconds pass, whichever is first."""
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except TimeoutError:
+        pass

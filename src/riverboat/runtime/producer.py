@@ -30,6 +30,7 @@ from typing import Any
 
 from riverboat._job import JobRow
 from riverboat.errors import DriverError
+from riverboat.runtime._waiting import wait_event
 from riverboat.runtime.completer import Completer
 from riverboat.runtime.events import Event, EventKind
 from riverboat.runtime.executor import ExecutorConfig, RunState, execute_job, timeout_for
@@ -209,20 +210,14 @@ class Producer:
         self._wake.set()  # fetch at start
         while not self._stopping:
             timeout = self._poll + random.uniform(0, jitter_cap)
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
+            await wait_event(self._wake, timeout)
             if self._stopping:
                 break
             wait = self._cooldown - (time.monotonic() - last_fetch)
             if wait > 0 and not self._refill.is_set():
                 # A backlog refill (enough slots freed after a full fetch, with the default
                 # cooldown) or a stop cuts the cooldown short; anything else waits it out.
-                try:
-                    await asyncio.wait_for(self._refill.wait(), wait)
-                except TimeoutError:
-                    pass
+                await wait_event(self._refill, wait)
                 if self._stopping:
                     break
             self._wake.clear()
