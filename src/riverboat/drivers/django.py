@@ -59,6 +59,17 @@ def _django() -> Any:
 _translate = translate_error
 
 
+def _returns_rows(cursor: Any) -> bool:
+    """Whether the statement just run returned a result set. Under Django's psycopg 3
+    backend the wrapped cursor's ``pgresult`` answers in 0.1 µs where ``description``
+    builds a Column object per column (23 µs for a job row); other backends' cursors
+    (sqlite3, psycopg2) have a cheap ``description``."""
+    result = getattr(getattr(cursor, "cursor", None), "pgresult", None)
+    if result is not None:
+        return bool(result.nfields)
+    return cursor.description is not None
+
+
 def _run_on(cursor: Any, stmt: Statement, stats: DriverStats, want_rows: bool) -> Any:
     db = _django()
     stats.count(stmt.query.name)
@@ -72,7 +83,7 @@ def _run_on(cursor: Any, stmt: Statement, stats: DriverStats, want_rows: bool) -
             cursor.execute(sql, [params[n] for n in names])
         result: Any
         if want_rows:
-            result = list(cursor.fetchall()) if cursor.description is not None else []
+            result = list(cursor.fetchall()) if _returns_rows(cursor) else []
         else:
             result = int(cursor.rowcount)
         for follow in stmt.then:  # SQLite statement chains
