@@ -3,6 +3,8 @@ resigns and the election runs again at once. On Postgres (NOTIFY) and SQLite (ou
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import riverboat
@@ -29,6 +31,9 @@ async def test_request_resign_from_another_client(any_db: Db) -> None:  # noqa: 
         await client.start()
     try:
         leader = await wait_any_leader(clients, 10)
+        # A request sent before the leader LISTENs is lost (as River's is): wait for it.
+        assert leader.runtime.notifier is not None
+        await asyncio.wait_for(leader.runtime.notifier.connected.wait(), 10)
         before = elector_of(leader).stats.resignations
         async with riverboat.AsyncClient(db.url, schema=db.schema) as admin:  # insert-only
             await admin.leader_request_resign()

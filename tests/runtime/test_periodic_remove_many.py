@@ -53,6 +53,10 @@ async def test_request_resign_tx_goes_out_on_commit(any_db: Db) -> None:  # noqa
     await leader_client.start()
     try:
         leader = await wait_any_leader([leader_client], 10)
+        # A request sent before the leader LISTENs is lost (as River's is): under load
+        # the notifier's connection came up after the commit and the test timed out.
+        assert leader.runtime.notifier is not None
+        await asyncio.wait_for(leader.runtime.notifier.connected.wait(), 10)
         before = elector_of(leader).stats.resignations
 
         def request_in_transactions() -> None:
