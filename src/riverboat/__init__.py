@@ -2,7 +2,13 @@
 
 import logging as _logging
 
-from riverboat._admin import JobListCursor, JobListResult
+from riverboat._admin import (
+    JobDeleteManyOptions,
+    JobFilters,
+    JobListCursor,
+    JobListOptions,
+    JobListResult,
+)
 from riverboat._job import (
     AttemptError,
     InsertManyParams,
@@ -55,7 +61,10 @@ __all__ = [
     "InvalidInputError",
     "Job",
     "JobCancel",
+    "JobDeleteManyOptions",
+    "JobFilters",
     "JobListCursor",
+    "JobListOptions",
     "JobListResult",
     "JobRow",
     "JobRunningError",

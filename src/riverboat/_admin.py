@@ -16,13 +16,14 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar
 
 from riverboat._insert import validate_queue
 from riverboat._job import STATE_BY_NAME, JobRow, JobState, format_rfc3339_nano, parse_rfc3339
 from riverboat._json import INT64_MAX, INT64_MIN, check_json_value
 from riverboat._queue import QueueRow
 from riverboat._sql import Statement
+from riverboat.dialect.base import Leader
 from riverboat.errors import (
     InvalidInputError,
     JobRunningError,
@@ -34,7 +35,15 @@ if TYPE_CHECKING:
     from riverboat.dialect.base import Dialect
     from riverboat.runtime.runner import Runtime
 
-__all__ = ["JobListCursor", "JobListResult", "Leader", "ThroughputMinute"]
+__all__ = [
+    "JobDeleteManyOptions",
+    "JobFilters",
+    "JobListCursor",
+    "JobListOptions",
+    "JobListResult",
+    "Leader",
+    "ThroughputMinute",
+]
 
 T = TypeVar("T")
 Row = Sequence[Any]
@@ -133,15 +142,6 @@ class JobListResult:
     jobs: list[JobRow]
     next_cursor: JobListCursor | None
     last_cursor: JobListCursor | None
-
-
-@dataclass(slots=True, frozen=True)
-class Leader:
-    """The ``river_leader`` row: which client runs maintenance, and until when."""
-
-    leader_id: str
-    elected_at: datetime
-    expires_at: datetime
 
 
 @dataclass(slots=True, frozen=True)
@@ -245,37 +245,75 @@ def _limit(value: object, default: int) -> int:
     return value
 
 
-def _filters(
-    *,
-    ids: Iterable[int] | None,
-    kinds: Iterable[str] | None,
-    queues: Iterable[str] | None,
-    states: Iterable[JobState | str] | None,
-    priorities: Iterable[int] | None,
-    tags_all: Iterable[str] | None,
-    tags_any: Iterable[str] | None,
-    metadata: Mapping[str, Any] | None,
-) -> dict[str, Any]:
+class JobFilters(TypedDict, total=False):
+    """The filters :meth:`~riverboat.AsyncClient.job_list` and ``job_delete_many`` take.
+    Those given combine with AND; ``None`` is the same as not given.
+
+    ``tags_all`` needs every tag, ``tags_any`` one of them, ``metadata`` is JSON
+    containment (``@>``). ``where`` adds a SQL condition on ``river_job``'s columns, its
+    values bound from ``where_params`` as ``:name`` (River's ``JobListParams.Where``). It
+    is written into the statement as is: pass only trusted text, never user input;
+    values always go through ``where_params``."""
+
+    ids: Iterable[int] | None
+    kinds: Iterable[str] | None
+    queues: Iterable[str] | None
+    states: Iterable[JobState | str] | None
+    priorities: Iterable[int] | None
+    tags_all: Iterable[str] | None
+    tags_any: Iterable[str] | None
+    metadata: Mapping[str, Any] | None
+    where: str | None
+    where_params: Mapping[str, Any] | None
+
+
+class JobListOptions(JobFilters, total=False):
+    """``job_list``'s keyword arguments: the :class:`JobFilters`, the order, the page size
+    (``limit``, default 100) and the ``cursor`` a previous page returned."""
+
+    order_by: JobListOrder
+    descending: bool
+    limit: int | None
+    cursor: JobListCursor | str | None
+
+
+class JobDeleteManyOptions(JobFilters, total=False):
+    """``job_delete_many``'s keyword arguments: the :class:`JobFilters`, how many at most
+    (``limit``, default 100), and ``all=True`` to allow no filter at all."""
+
+    limit: int | None
+    all: bool
+
+
+def _check_option_names(options: Mapping[str, Any], known: frozenset[str]) -> None:
+    """TypedDict keys are only checked by type checkers; a misspelt filter must not
+    widen a delete, so unknown names are refused at run time too."""
+    unknown = options.keys() - known
+    if unknown:
+        raise InvalidInputError(sorted(unknown)[0], "is not a job filter")
+
+
+def _filters(options: JobFilters) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    if ids is not None:
+    if (ids := options.get("ids")) is not None:
         out["ids"] = [_job_id(i, "ids") for i in _list(ids, "ids")]
-    if kinds is not None:
+    if (kinds := options.get("kinds")) is not None:
         out["kinds"] = _str_list(kinds, "kinds")
-    if queues is not None:
+    if (queues := options.get("queues")) is not None:
         out["queues"] = [validate_queue(q, "queues") for q in _list(queues, "queues")]
-    if states is not None:
+    if (states := options.get("states")) is not None:
         out["states"] = [_state(s, "states").value for s in _list(states, "states")]
-    if priorities is not None:
+    if (priorities := options.get("priorities")) is not None:
         out["priorities"] = []
         for p in _list(priorities, "priorities"):
             if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 4:
                 raise InvalidInputError("priorities", "must contain ints from 1 to 4")
             out["priorities"].append(p)
-    if tags_all is not None:
+    if (tags_all := options.get("tags_all")) is not None:
         out["tags_all"] = _str_list(tags_all, "tags_all")
-    if tags_any is not None:
+    if (tags_any := options.get("tags_any")) is not None:
         out["tags_any"] = _str_list(tags_any, "tags_any")
-    if metadata is not None:
+    if (metadata := options.get("metadata")) is not None:
         out["metadata"] = _json_object(metadata, "metadata")
     return out
 
@@ -346,18 +384,12 @@ class _Ops:
 
         return _Plan(stmt, finish)
 
-    def job_delete_many(
-        self,
-        *,
-        all: bool,
-        limit: int | None,
-        where: str | None = None,
-        where_params: Mapping[str, Any] | None = None,
-        **filters: Any,
-    ) -> _Plan[list[JobRow]]:
-        chosen = _filters(**filters)
-        fragment = _where_fragment(where, where_params)
-        if not chosen and fragment is None and all is not True:
+    def job_delete_many(self, options: JobDeleteManyOptions) -> _Plan[list[JobRow]]:
+        _check_option_names(options, JobDeleteManyOptions.__optional_keys__)
+        chosen = _filters(options)
+        fragment = _where_fragment(options.get("where"), options.get("where_params"))
+        limit = options.get("limit")
+        if not chosen and fragment is None and options.get("all") is not True:
             raise InvalidInputError(
                 "filters",
                 "job_delete_many needs at least one filter (or where=), or all=True to "
@@ -370,19 +402,14 @@ class _Ops:
         )
         return _Plan(stmt, self.dialect.decode_jobs)
 
-    def job_list(
-        self,
-        *,
-        order_by: str,
-        descending: bool,
-        limit: int | None,
-        cursor: JobListCursor | str | None,
-        where: str | None = None,
-        where_params: Mapping[str, Any] | None = None,
-        **filters: Any,
-    ) -> _Plan[JobListResult]:
-        chosen = _filters(**filters)
-        fragment = _where_fragment(where, where_params)
+    def job_list(self, options: JobListOptions) -> _Plan[JobListResult]:
+        _check_option_names(options, JobListOptions.__optional_keys__)
+        chosen = _filters(options)
+        fragment = _where_fragment(options.get("where"), options.get("where_params"))
+        order_by = options.get("order_by", "id")
+        descending = options.get("descending", False)
+        limit = options.get("limit")
+        cursor = options.get("cursor")
         if order_by not in _ORDER_BY:
             raise InvalidInputError("order_by", f"must be one of {', '.join(_ORDER_BY)}")
         if not isinstance(descending, bool):
@@ -491,8 +518,7 @@ class _Ops:
         def finish(rows: list[Row]) -> Leader | None:
             if not rows:
                 return None
-            row = decode(rows[0])
-            return Leader(row.leader_id, row.elected_at, row.expires_at)
+            return decode(rows[0])
 
         return _Plan(stmt, finish)
 
@@ -549,21 +575,6 @@ def _ops(core: _ClientCore) -> _Ops:
     return _Ops(core.dialect)
 
 
-_FILTER_NAMES = (
-    "ids", "kinds", "queues", "states", "priorities", "tags_all", "tags_any", "metadata",
-)  # fmt: skip
-
-
-def _with_filters(kwargs: dict[str, Any]) -> dict[str, Any]:
-    options = {"limit", "all", "order_by", "descending", "cursor", "where", "where_params"}
-    unknown = set(kwargs) - {*_FILTER_NAMES, *options}
-    if unknown:
-        raise InvalidInputError(sorted(unknown)[0], "is not a job filter")
-    return {name: kwargs.get(name) for name in _FILTER_NAMES} | {
-        k: v for k, v in kwargs.items() if k not in _FILTER_NAMES
-    }
-
-
 _WHERE_PARAM_RE = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 
 
@@ -592,13 +603,3 @@ def _where_fragment(
         raise InvalidInputError("where_params", f"not used in where: {', '.join(unused)}")
     text = _WHERE_PARAM_RE.sub(lambda m: f":where_{m.group(1)}", where)
     return text, {f"where_{name}": value for name, value in values.items()}
-
-
-def _with_list_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
-    kwargs.setdefault("order_by", "id")
-    kwargs.setdefault("descending", False)
-    kwargs.setdefault("limit", None)
-    kwargs.setdefault("cursor", None)
-    kwargs.setdefault("where", None)
-    kwargs.setdefault("where_params", None)
-    return _with_filters(kwargs)

@@ -11,21 +11,19 @@ caller's connection.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from riverboat._admin import (
     _UNSET,
     JOB_COUNT_CAP_DEFAULT,
-    JobListCursor,
-    JobListOrder,
+    JobDeleteManyOptions,
+    JobListOptions,
     JobListResult,
     Leader,
     T,
     ThroughputMinute,
     _ops,
     _Plan,
-    _with_filters,
-    _with_list_defaults,
 )
 from riverboat._job import JobRow, JobState
 from riverboat._queue import QueueRow
@@ -90,86 +88,32 @@ class AsyncAdmin:
     async def job_delete_tx(self, conn: Any, job_id: int) -> JobRow:
         return await self._run_tx(conn, _ops(self._core).job_delete(job_id))
 
-    async def job_delete_many(
-        self,
-        *,
-        ids: Iterable[int] | None = None,
-        kinds: Iterable[str] | None = None,
-        queues: Iterable[str] | None = None,
-        states: Iterable[JobState | str] | None = None,
-        priorities: Iterable[int] | None = None,
-        tags_all: Iterable[str] | None = None,
-        tags_any: Iterable[str] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        limit: int | None = None,
-        all: bool = False,
-        where: str | None = None,
-        where_params: Mapping[str, Any] | None = None,
+    async def job_delete_many(self, **options: Unpack[JobDeleteManyOptions]) -> list[JobRow]:
+        """Delete up to ``limit`` (default 100) jobs matching the :class:`JobFilters`,
+        oldest id first, skipping running jobs and rows locked by others; returns them.
+        With no filter it refuses unless ``all=True``.
+
+        River's ``JobDeleteManyParams`` has no ``Where``; riverboat takes the same
+        ``where=`` as ``job_list``, so a page listed with a condition can be deleted with
+        it."""
+        return await self._run(_ops(self._core).job_delete_many(options))
+
+    async def job_delete_many_tx(
+        self, conn: Any, **options: Unpack[JobDeleteManyOptions]
     ) -> list[JobRow]:
-        """Delete up to ``limit`` (default 100) matching jobs, oldest id first, skipping
-        running jobs and rows locked by others; returns them. With no filter it refuses
-        unless ``all=True``.
+        """:meth:`job_delete_many` inside the caller's open transaction on ``conn``."""
+        return await self._run_tx(conn, _ops(self._core).job_delete_many(options))
 
-        ``where`` and ``where_params`` add a SQL condition as :meth:`job_list`'s do
-        (trusted text only, values bound as ``:name``). River's ``JobDeleteManyParams``
-        has no ``Where``; riverboat takes the same one as ``job_list``, so a page listed
-        with a condition can be deleted with it."""
-        return await self._run(
-            _ops(self._core).job_delete_many(
-                ids=ids, kinds=kinds, queues=queues, states=states, priorities=priorities,
-                tags_all=tags_all, tags_any=tags_any, metadata=metadata, limit=limit, all=all,
-                where=where, where_params=where_params,
-            )
-        )  # fmt: skip
-
-    async def job_delete_many_tx(self, conn: Any, **kwargs: Any) -> list[JobRow]:
-        """:meth:`job_delete_many` inside the caller's open transaction on ``conn``; takes
-        the same keyword arguments (``where=`` included)."""
-        kwargs.setdefault("limit", None)
-        kwargs.setdefault("all", False)
-        kwargs.setdefault("where", None)
-        kwargs.setdefault("where_params", None)
-        return await self._run_tx(conn, _ops(self._core).job_delete_many(**_with_filters(kwargs)))
-
-    async def job_list(
-        self,
-        *,
-        ids: Iterable[int] | None = None,
-        kinds: Iterable[str] | None = None,
-        queues: Iterable[str] | None = None,
-        states: Iterable[JobState | str] | None = None,
-        priorities: Iterable[int] | None = None,
-        tags_all: Iterable[str] | None = None,
-        tags_any: Iterable[str] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        order_by: JobListOrder = "id",
-        descending: bool = False,
-        limit: int | None = None,
-        cursor: JobListCursor | str | None = None,
-        where: str | None = None,
-        where_params: Mapping[str, Any] | None = None,
-    ) -> JobListResult:
-        """List jobs (River's JobList): filters combine with AND; ``tags_all`` needs every
-        tag, ``tags_any`` one of them, ``metadata`` is JSON containment (``@>``). Ordered by
+    async def job_list(self, **options: Unpack[JobListOptions]) -> JobListResult:
+        """List jobs (River's JobList) matching the :class:`JobFilters`. Ordered by
         ``order_by`` (``time`` = scheduled_at, attempted_at or finalized_at depending on
         the first listed state) then id; ``limit`` defaults to 100. Pass ``next_cursor``
-        back as ``cursor`` for the next page.
+        back as ``cursor`` for the next page."""
+        return await self._run(_ops(self._core).job_list(options))
 
-        ``where`` adds a SQL condition on ``river_job``'s columns, its values bound from
-        ``where_params`` as ``:name`` (River's ``JobListParams.Where``). It is written
-        into the statement as is: pass only trusted text, never user input; values
-        always go through ``where_params``."""
-        return await self._run(
-            _ops(self._core).job_list(
-                ids=ids, kinds=kinds, queues=queues, states=states, priorities=priorities,
-                tags_all=tags_all, tags_any=tags_any, metadata=metadata, order_by=order_by,
-                descending=descending, limit=limit, cursor=cursor, where=where,
-                where_params=where_params,
-            )
-        )  # fmt: skip
-
-    async def job_list_tx(self, conn: Any, **kwargs: Any) -> JobListResult:
-        return await self._run_tx(conn, _ops(self._core).job_list(**_with_list_defaults(kwargs)))
+    async def job_list_tx(self, conn: Any, **options: Unpack[JobListOptions]) -> JobListResult:
+        """:meth:`job_list` inside the caller's open transaction on ``conn``."""
+        return await self._run_tx(conn, _ops(self._core).job_list(options))
 
     async def job_update(
         self, job_id: int, *, output: Any = _UNSET, metadata: Mapping[str, Any] | None = None

@@ -53,7 +53,7 @@ def test_delete_many_where_deletes_only_matching_rows(any_db: Db) -> None:  # no
             with pytest.raises(InvalidInputError, match=message):
                 client.job_delete_many(**kwargs)  # type: ignore[arg-type]
         with pytest.raises(InvalidInputError, match="is not a job filter"):
-            client.job_delete_many_tx(None, wher="true")
+            client.job_delete_many_tx(None, wher="true")  # type: ignore[call-arg]
         assert len(client.job_list(limit=10).jobs) == 2
 
 

@@ -184,4 +184,4 @@ def test_list_tx(client: riverboat.Client, pg_url: str) -> None:
         page = client.job_list_tx(conn, kinds=["listed"])
     assert ids(page.jobs) == [job.id]
     with psycopg.connect(pg_url) as conn, pytest.raises(InvalidInputError):
-        client.job_list_tx(conn, colour=["blue"])
+        client.job_list_tx(conn, colour=["blue"])  # type: ignore[call-arg]

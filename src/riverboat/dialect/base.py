@@ -22,7 +22,7 @@ __all__ = [
     "CopyBatch",
     "Dialect",
     "JobStateUpdate",
-    "LeaderRow",
+    "Leader",
     "NotificationOutbox",
     "RescueUpdate",
     "is_plain_completion",
@@ -80,8 +80,8 @@ def is_plain_completion(update: JobStateUpdate) -> bool:
 
 
 @dataclass(slots=True, frozen=True)
-class LeaderRow:
-    """The ``river_leader`` row: whose term it is and until when."""
+class Leader:
+    """The ``river_leader`` row: which client runs maintenance, and until when."""
 
     leader_id: str
     elected_at: datetime
@@ -255,7 +255,7 @@ class Dialect(AdminStatements, ABC):
     def leader_request_resign(self) -> Statement: ...
 
     @abstractmethod
-    def decode_leader(self, row: Sequence[Any]) -> LeaderRow: ...
+    def decode_leader(self, row: Sequence[Any]) -> Leader: ...
 
     @abstractmethod
     def job_schedule(

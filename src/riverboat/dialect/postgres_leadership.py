@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from riverboat._sql import Statement
 from riverboat.dialect._pg_common import CHANNEL, job_columns
-from riverboat.dialect.base import LeaderRow, RescueUpdate
+from riverboat.dialect.base import Leader, RescueUpdate
 
-__all__ = ["LeaderRow", "PostgresLeadership", "RescueUpdate"]
+__all__ = ["Leader", "PostgresLeadership", "RescueUpdate"]
 
 _LEADER_COLUMNS = "leader_id, elected_at, expires_at"
 
@@ -283,8 +283,8 @@ class PostgresLeadership:
     def leader_get_elected(self) -> Statement:
         return self.stmt("leader_get_elected")
 
-    def decode_leader(self, row: Sequence[Any]) -> LeaderRow:
-        return LeaderRow(row[0], row[1], row[2])
+    def decode_leader(self, row: Sequence[Any]) -> Leader:
+        return Leader(row[0], row[1], row[2])
 
     # -- maintenance -------------------------------------------------------------------
     def job_schedule(

@@ -29,7 +29,7 @@ from riverboat.dialect._sqlite_common import (
     ts_or_none,
     valid_json_or,
 )
-from riverboat.dialect.base import LeaderRow, RescueUpdate
+from riverboat.dialect.base import Leader, RescueUpdate
 
 __all__ = ["NOTIFICATION_BATCH", "SqliteLeadership"]
 
@@ -308,11 +308,11 @@ class SqliteLeadership:
     def leader_get_elected(self) -> Statement:
         return self.stmt("leader_get_elected")
 
-    def decode_leader(self, row: Sequence[Any]) -> LeaderRow:
+    def decode_leader(self, row: Sequence[Any]) -> Leader:
         elected_at = parse_timestamp(row[1])
         expires_at = parse_timestamp(row[2])
         assert elected_at is not None and expires_at is not None  # NOT NULL columns
-        return LeaderRow(row[0], elected_at, expires_at)
+        return Leader(row[0], elected_at, expires_at)
 
     # -- maintenance -------------------------------------------------------------------
     def job_schedule(
