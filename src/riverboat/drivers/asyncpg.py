@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from riverboat._sql import Statement
 from riverboat.dialect.postgres import CopyBatch, PostgresDialect
 from riverboat.drivers.base import (
+    AsyncStatementRunner,
     Capabilities,
     DriverStats,
     Notification,
@@ -64,32 +65,23 @@ def _rowcount(status: str) -> int:
     return int(last) if last.isdigit() else 0
 
 
-async def _fetch(conn: Any, stmt: Statement, stats: DriverStats) -> list[Any]:
+async def _run_on(conn: Any, stmt: Statement, stats: DriverStats, want_rows: bool) -> Any:
     sql, names = stmt.query.compile("dollar")
     params = stmt.params
     stats.count(stmt.query.name)
     asyncpg = _import_asyncpg()
     try:
-        records = await conn.fetch(sql, *[params[n] for n in names])
-    except _errors(asyncpg) as exc:
-        raise _translate(exc) from exc
-    # Records index like tuples; plain tuples keep callers independent of asyncpg.
-    return [tuple(r) for r in records]
-
-
-async def _execute(conn: Any, stmt: Statement, stats: DriverStats) -> int:
-    sql, names = stmt.query.compile("dollar")
-    params = stmt.params
-    stats.count(stmt.query.name)
-    asyncpg = _import_asyncpg()
-    try:
+        if want_rows:
+            records = await conn.fetch(sql, *[params[n] for n in names])
+            # Records index like tuples; plain tuples keep callers independent of asyncpg.
+            return [tuple(r) for r in records]
         status = await conn.execute(sql, *[params[n] for n in names])
     except _errors(asyncpg) as exc:
         raise _translate(exc) from exc
     return _rowcount(status or "")
 
 
-class _Executor:
+class _Executor(AsyncStatementRunner):
     """Runs statements on one connection: a transaction's, or the caller's own."""
 
     __slots__ = ("_conn", "_stats")
@@ -98,11 +90,8 @@ class _Executor:
         self._conn = conn
         self._stats = stats
 
-    async def fetch(self, stmt: Statement) -> list[Any]:
-        return await _fetch(self._conn, stmt, self._stats)
-
-    async def execute(self, stmt: Statement) -> int:
-        return await _execute(self._conn, stmt, self._stats)
+    async def _run(self, stmt: Statement, want_rows: bool) -> Any:
+        return await _run_on(self._conn, stmt, self._stats, want_rows)
 
     async def copy(self, batch: CopyBatch) -> int:
         """COPY ``batch``'s rows in (binary format): ``insert_many_fast``."""
@@ -194,7 +183,7 @@ async def _no_reset(_conn: Any) -> None:
     return None
 
 
-class AsyncpgDriver:
+class AsyncpgDriver(AsyncStatementRunner):
     """Async driver over a URL (an owned pool), an ``asyncpg.Pool`` or a ``Connection``.
 
     With a URL the pool is created on first use, on the running event loop. With a
@@ -286,13 +275,9 @@ class AsyncpgDriver:
                 self.stats.resets += 1
             await pool.release(conn)
 
-    async def fetch(self, stmt: Statement) -> list[Any]:
+    async def _run(self, stmt: Statement, want_rows: bool) -> Any:
         async with self._lease() as conn:
-            return await _fetch(conn, stmt, self.stats)
-
-    async def execute(self, stmt: Statement) -> int:
-        async with self._lease() as conn:
-            return await _execute(conn, stmt, self.stats)
+            return await _run_on(conn, stmt, self.stats, want_rows)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[_Executor]:

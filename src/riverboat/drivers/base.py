@@ -20,11 +20,13 @@ __all__ = [
     "AsyncDriver",
     "AsyncExecutor",
     "AsyncListener",
+    "AsyncStatementRunner",
     "Capabilities",
     "Driver",
     "DriverStats",
     "Executor",
     "Notification",
+    "StatementRunner",
     "import_optional",
     "plain_postgres_url",
     "translate_error",
@@ -142,6 +144,41 @@ class AsyncExecutor(Protocol):
     async def fetch(self, stmt: Statement) -> list[Row]: ...
 
     async def execute(self, stmt: Statement) -> int: ...
+
+
+class StatementRunner:
+    """``fetch`` and ``execute`` for a driver or executor whose ``_run(stmt, want_rows)``
+    runs one statement and returns its rows (``want_rows``) or its row count."""
+
+    __slots__ = ()
+
+    def _run(self, stmt: Statement, want_rows: bool) -> Any:
+        raise NotImplementedError
+
+    def fetch(self, stmt: Statement) -> list[Row]:
+        rows: list[Row] = self._run(stmt, True)
+        return rows
+
+    def execute(self, stmt: Statement) -> int:
+        count: int = self._run(stmt, False)
+        return count
+
+
+class AsyncStatementRunner:
+    """:class:`StatementRunner` for the event loop: ``_run`` is a coroutine."""
+
+    __slots__ = ()
+
+    async def _run(self, stmt: Statement, want_rows: bool) -> Any:
+        raise NotImplementedError
+
+    async def fetch(self, stmt: Statement) -> list[Row]:
+        rows: list[Row] = await self._run(stmt, True)
+        return rows
+
+    async def execute(self, stmt: Statement) -> int:
+        count: int = await self._run(stmt, False)
+        return count
 
 
 class AsyncListener(Protocol):

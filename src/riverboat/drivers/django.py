@@ -38,7 +38,13 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from riverboat._sql import Statement
-from riverboat.drivers.base import Capabilities, DriverStats, import_optional, translate_error
+from riverboat.drivers.base import (
+    Capabilities,
+    DriverStats,
+    StatementRunner,
+    import_optional,
+    translate_error,
+)
 from riverboat.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -110,7 +116,7 @@ def _dialect_for(vendor: str, schema: str | None) -> Dialect:
     )
 
 
-class _Executor:
+class _Executor(StatementRunner):
     """Statements on one Django connection (a transaction, or the caller's)."""
 
     __slots__ = ("_conn", "_stats")
@@ -119,18 +125,12 @@ class _Executor:
         self._conn = conn
         self._stats = stats
 
-    def fetch(self, stmt: Statement) -> list[Any]:
+    def _run(self, stmt: Statement, want_rows: bool) -> Any:
         with self._conn.cursor() as cur:
-            result: list[Any] = _run_on(cur, stmt, self._stats, True)
-        return result
-
-    def execute(self, stmt: Statement) -> int:
-        with self._conn.cursor() as cur:
-            result: int = _run_on(cur, stmt, self._stats, False)
-        return result
+            return _run_on(cur, stmt, self._stats, want_rows)
 
 
-class DjangoDriver:
+class DjangoDriver(StatementRunner):
     """A sync driver over ``django.db.connections[alias]``.
 
     Every call uses the calling thread's connection for ``alias``, exactly as the ORM
@@ -160,11 +160,8 @@ class DjangoDriver:
         self.stats.leases += 1
         return _Executor(self.connection, self.stats)
 
-    def fetch(self, stmt: Statement) -> list[Any]:
-        return self._executor().fetch(stmt)
-
-    def execute(self, stmt: Statement) -> int:
-        return self._executor().execute(stmt)
+    def _run(self, stmt: Statement, want_rows: bool) -> Any:
+        return self._executor()._run(stmt, want_rows)
 
     @contextmanager
     def transaction(self) -> Iterator[_Executor]:

@@ -17,14 +17,16 @@ import random
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from riverboat._sql import Statement
 from riverboat.dialect.postgres import CopyBatch, PostgresDialect
 from riverboat.drivers.base import (
+    AsyncStatementRunner,
     Capabilities,
     DriverStats,
     Notification,
+    StatementRunner,
     import_optional,
     plain_postgres_url,
     translate_error,
@@ -32,8 +34,8 @@ from riverboat.drivers.base import (
 from riverboat.errors import DriverError
 
 if TYPE_CHECKING:
-    import psycopg
-    import psycopg_pool
+    import psycopg  # noqa: F401  (named in the drivers' quoted generic bases)
+    import psycopg_pool  # noqa: F401
 
 __all__ = ["AsyncPsycopgDriver", "PsycopgDriver"]
 
@@ -84,7 +86,7 @@ def _libpq_url(url: str) -> str:
     )
 
 
-class _SyncExecutor:
+class _SyncExecutor(StatementRunner):
     """Runs statements on one borrowed connection (a transaction or a caller's conn)."""
 
     __slots__ = ("_conn", "_cursor_cls", "_stats")
@@ -107,14 +109,6 @@ class _SyncExecutor:
             return int(cur.rowcount)
         except _psycopg_error() as exc:
             raise _translate(exc) from exc
-
-    def fetch(self, stmt: Statement) -> list[Any]:
-        result: list[Any] = self._run(stmt, True)
-        return result
-
-    def execute(self, stmt: Statement) -> int:
-        result: int = self._run(stmt, False)
-        return result
 
     def copy(self, batch: CopyBatch) -> int:
         """COPY ``batch``'s rows in (text format): ``insert_many_fast``."""
@@ -145,7 +139,38 @@ def _psycopg_error() -> type[Exception]:
     return error
 
 
-class PsycopgDriver:
+ConnT = TypeVar("ConnT")
+PoolT = TypeVar("PoolT")
+
+
+class _PsycopgDriverBase(Generic[ConnT, PoolT]):
+    """What the sync and async psycopg drivers share: their arguments, and what a URL,
+    a connection or a pool given as ``source`` means."""
+
+    def __init__(
+        self,
+        source: str | ConnT | PoolT,
+        *,
+        schema: str | None = None,
+        max_pool_size: int = 10,
+        prepare: bool = True,
+        pool_timeout: float = POOL_TIMEOUT,
+    ) -> None:
+        self.dialect = PostgresDialect(schema)
+        self.stats = DriverStats()
+        self._prepare: bool | None = True if prepare else None
+        self.url: str | None = _libpq_url(source) if isinstance(source, str) else None
+        self._open(source, max_pool_size, pool_timeout)
+
+    def _open(self, source: Any, max_pool_size: int, pool_timeout: float) -> None:
+        """Keep the connection or pool given, or make the pool for ``self.url``."""
+        raise NotImplementedError
+
+
+class PsycopgDriver(
+    _PsycopgDriverBase["psycopg.Connection[Any]", "psycopg_pool.ConnectionPool[Any]"],
+    StatementRunner,
+):
     """Sync psycopg driver over a URL, a ``psycopg.Connection`` or a ``ConnectionPool``.
 
     With a URL the driver owns a ``psycopg_pool.ConnectionPool`` of autocommit
@@ -155,26 +180,13 @@ class PsycopgDriver:
 
     capabilities = Capabilities(listen=True, sync=True, copy=True)
 
-    def __init__(
-        self,
-        source: str | psycopg.Connection[Any] | psycopg_pool.ConnectionPool[Any],
-        *,
-        schema: str | None = None,
-        max_pool_size: int = 10,
-        prepare: bool = True,
-        pool_timeout: float = POOL_TIMEOUT,
-    ) -> None:
+    def _open(self, source: Any, max_pool_size: int, pool_timeout: float) -> None:
         psycopg = _import_psycopg()
-        self.dialect = PostgresDialect(schema)
-        self.stats = DriverStats()
-        self._prepare: bool | None = True if prepare else None
         self._owned_pool = False
         self._conn: Any = None
         self._pool: Any = None
-        self.url: str | None = None
-        if isinstance(source, str):
+        if self.url is not None:
             psycopg_pool = import_optional("psycopg_pool", "psycopg")
-            self.url = _libpq_url(source)
             # Opened at the first statement, after one direct connection has proved the
             # URL works: a wrong password or database then fails at once with the
             # server's own message, instead of a pool retrying for 30 s in the background.
@@ -185,7 +197,7 @@ class PsycopgDriver:
                 kwargs={
                     "autocommit": True,
                     "cursor_factory": psycopg.RawCursor,
-                    "prepare_threshold": 0 if prepare else None,
+                    "prepare_threshold": 0 if self._prepare else None,
                     "connect_timeout": CONNECT_TIMEOUT,
                 },
                 open=False,
@@ -266,14 +278,6 @@ class PsycopgDriver:
         except psycopg.Error as exc:
             raise self._failure(exc) from exc
 
-    def fetch(self, stmt: Statement) -> list[Any]:
-        result: list[Any] = self._run(stmt, True)
-        return result
-
-    def execute(self, stmt: Statement) -> int:
-        result: int = self._run(stmt, False)
-        return result
-
     @contextmanager
     def transaction(self) -> Iterator[_SyncExecutor]:
         psycopg = _import_psycopg()
@@ -311,7 +315,7 @@ class PsycopgDriver:
         return AsyncPsycopgDriver(self.url, schema=self.dialect.schema)
 
 
-class _AsyncExecutor:
+class _AsyncExecutor(AsyncStatementRunner):
     __slots__ = ("_conn", "_stats")
 
     def __init__(self, conn: Any, stats: DriverStats) -> None:
@@ -331,14 +335,6 @@ class _AsyncExecutor:
             return int(cur.rowcount)
         except psycopg.Error as exc:
             raise _translate(exc) from exc
-
-    async def fetch(self, stmt: Statement) -> list[Any]:
-        result: list[Any] = await self._run(stmt, True)
-        return result
-
-    async def execute(self, stmt: Statement) -> int:
-        result: int = await self._run(stmt, False)
-        return result
 
     async def copy(self, batch: CopyBatch) -> int:
         """COPY ``batch``'s rows in (text format): ``insert_many_fast``."""
@@ -524,34 +520,25 @@ class _AsyncPool:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
 
-class AsyncPsycopgDriver:
+class AsyncPsycopgDriver(
+    _PsycopgDriverBase["psycopg.AsyncConnection[Any]", "psycopg_pool.AsyncConnectionPool[Any]"],
+    AsyncStatementRunner,
+):
     """Async psycopg driver over a URL, an ``AsyncConnection`` or an ``AsyncConnectionPool``."""
 
     capabilities = Capabilities(listen=True, async_=True, copy=True)
 
-    def __init__(
-        self,
-        source: str | psycopg.AsyncConnection[Any] | psycopg_pool.AsyncConnectionPool[Any],
-        *,
-        schema: str | None = None,
-        max_pool_size: int = 10,
-        prepare: bool = True,
-        pool_timeout: float = POOL_TIMEOUT,
-    ) -> None:
+    def _open(self, source: Any, max_pool_size: int, pool_timeout: float) -> None:
         psycopg = _import_psycopg()
-        self.dialect = PostgresDialect(schema)
-        self.stats = DriverStats()
-        self._prepare: bool | None = True if prepare else None
         self._conn: Any = None
         self._user_pool: Any = None
         self._pool: _AsyncPool | None = None
-        self.url: str | None = None
-        if isinstance(source, str):
-            self.url = _libpq_url(source)
-            self._pool = _AsyncPool(self.url, max_pool_size, prepare, self.stats, pool_timeout)
+        if self.url is not None:
+            self._pool = _AsyncPool(
+                self.url, max_pool_size, bool(self._prepare), self.stats, pool_timeout
+            )
         elif isinstance(source, psycopg.AsyncConnection):
             self._conn = source
-            self.url = None
         else:
             self._user_pool = source
         self._conn_lock = asyncio.Lock()
@@ -608,14 +595,6 @@ class AsyncPsycopgDriver:
                 return int(cur.rowcount)
             except psycopg.Error as exc:
                 raise _translate(exc) from exc
-
-    async def fetch(self, stmt: Statement) -> list[Any]:
-        result: list[Any] = await self._run(stmt, True)
-        return result
-
-    async def execute(self, stmt: Statement) -> int:
-        result: int = await self._run(stmt, False)
-        return result
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[_AsyncExecutor]:

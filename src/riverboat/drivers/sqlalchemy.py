@@ -27,8 +27,10 @@ from riverboat._sql import Query, Statement
 from riverboat.dialect.postgres import PostgresDialect
 from riverboat.drivers.base import (
     AsyncListener,
+    AsyncStatementRunner,
     Capabilities,
     DriverStats,
+    StatementRunner,
     import_optional,
     translate_error,
 )
@@ -134,7 +136,7 @@ def _async_url(url: str) -> str:
     return url
 
 
-class _SyncExecutor:
+class _SyncExecutor(StatementRunner):
     """Runs statements on one SQLAlchemy ``Connection`` (a transaction's or the caller's)."""
 
     __slots__ = ("_conn", "_driver")
@@ -143,14 +145,11 @@ class _SyncExecutor:
         self._conn = conn
         self._driver = driver
 
-    def fetch(self, stmt: Statement) -> list[Any]:
-        return self._driver._run(self._conn, stmt, True)  # type: ignore[no-any-return]
-
-    def execute(self, stmt: Statement) -> int:
-        return self._driver._run(self._conn, stmt, False)  # type: ignore[no-any-return]
+    def _run(self, stmt: Statement, want_rows: bool) -> Any:
+        return self._driver._run_on(self._conn, stmt, want_rows)
 
 
-class SqlAlchemyDriver:
+class SqlAlchemyDriver(StatementRunner):
     """Sync driver over a SQLAlchemy ``Engine`` (or a URL, for an engine of its own).
 
     A URL without a driver (``postgresql://``) gets psycopg 3
@@ -184,7 +183,7 @@ class SqlAlchemyDriver:
     def _on_connect(self, _dbapi_conn: Any, _record: Any) -> None:
         self.stats.connections_opened += 1
 
-    def _run(self, conn: Any, stmt: Statement, want_rows: bool) -> Any:
+    def _run_on(self, conn: Any, stmt: Statement, want_rows: bool) -> Any:
         clause, names = self._texts.get(stmt.query)
         self.stats.count(stmt.query.name)
         try:
@@ -193,7 +192,7 @@ class SqlAlchemyDriver:
         except self._errors as exc:
             raise _translate(exc) from exc
 
-    def _one(self, stmt: Statement, want_rows: bool) -> Any:
+    def _run(self, stmt: Statement, want_rows: bool) -> Any:
         self.stats.leases += 1
         clause, names = self._texts.get(stmt.query)
         self.stats.count(stmt.query.name)
@@ -203,12 +202,6 @@ class SqlAlchemyDriver:
                 return _rows(result) if want_rows else int(result.rowcount)
         except self._errors as exc:
             raise _translate(exc) from exc
-
-    def fetch(self, stmt: Statement) -> list[Any]:
-        return self._one(stmt, True)  # type: ignore[no-any-return]
-
-    def execute(self, stmt: Statement) -> int:
-        return self._one(stmt, False)  # type: ignore[no-any-return]
 
     @contextmanager
     def transaction(self) -> Iterator[_SyncExecutor]:
@@ -273,7 +266,7 @@ class SqlAlchemyDriver:
         return AsyncSqlAlchemyDriver(url, schema=self.dialect.schema)
 
 
-class _AsyncExecutor:
+class _AsyncExecutor(AsyncStatementRunner):
     """Runs statements on one ``AsyncConnection``, or on an ``AsyncSession``'s."""
 
     __slots__ = ("_conn", "_driver", "_session")
@@ -289,14 +282,11 @@ class _AsyncExecutor:
             self._conn = await self._session.connection()
         return self._conn
 
-    async def fetch(self, stmt: Statement) -> list[Any]:
-        return await self._driver._run(await self._connection(), stmt, True)  # type: ignore[no-any-return]
-
-    async def execute(self, stmt: Statement) -> int:
-        return await self._driver._run(await self._connection(), stmt, False)  # type: ignore[no-any-return]
+    async def _run(self, stmt: Statement, want_rows: bool) -> Any:
+        return await self._driver._run_on(await self._connection(), stmt, want_rows)
 
 
-class AsyncSqlAlchemyDriver:
+class AsyncSqlAlchemyDriver(AsyncStatementRunner):
     """Async driver over a SQLAlchemy ``AsyncEngine`` (or a URL, for an engine of its own):
     ``postgresql+psycopg://`` (psycopg 3's async mode) or ``postgresql+asyncpg://``."""
 
@@ -334,7 +324,7 @@ class AsyncSqlAlchemyDriver:
     def _on_connect(self, _dbapi_conn: Any, _record: Any) -> None:
         self.stats.connections_opened += 1
 
-    async def _run(self, conn: Any, stmt: Statement, want_rows: bool) -> Any:
+    async def _run_on(self, conn: Any, stmt: Statement, want_rows: bool) -> Any:
         clause, names = self._texts.get(stmt.query)
         self.stats.count(stmt.query.name)
         try:
@@ -343,7 +333,7 @@ class AsyncSqlAlchemyDriver:
         except self._errors as exc:
             raise _translate(exc) from exc
 
-    async def _one(self, stmt: Statement, want_rows: bool) -> Any:
+    async def _run(self, stmt: Statement, want_rows: bool) -> Any:
         self.stats.leases += 1
         clause, names = self._texts.get(stmt.query)
         self.stats.count(stmt.query.name)
@@ -353,12 +343,6 @@ class AsyncSqlAlchemyDriver:
                 return _rows(result) if want_rows else int(result.rowcount)
         except self._errors as exc:
             raise _translate(exc) from exc
-
-    async def fetch(self, stmt: Statement) -> list[Any]:
-        return await self._one(stmt, True)  # type: ignore[no-any-return]
-
-    async def execute(self, stmt: Statement) -> int:
-        return await self._one(stmt, False)  # type: ignore[no-any-return]
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[_AsyncExecutor]:

@@ -23,7 +23,14 @@ from typing import Any, TypeVar
 from riverboat._sql import Statement
 from riverboat.dialect.sqlite import SqliteDialect
 from riverboat.drivers._sqlite_module import sqlite_module
-from riverboat.drivers.base import Capabilities, DriverStats, Notification, translate_error
+from riverboat.drivers.base import (
+    AsyncStatementRunner,
+    Capabilities,
+    DriverStats,
+    Notification,
+    StatementRunner,
+    translate_error,
+)
 from riverboat.errors import DriverError, InvalidInputError
 
 __all__ = ["AsyncSqliteDriver", "SqliteDriver", "SqliteListener", "sqlite_path_from_url"]
@@ -257,23 +264,18 @@ def _attach_path(path: str, schema: str | None, attach: Mapping[str, str] | None
     return str(file.with_name(f"{file.stem}-{schema}{file.suffix}"))
 
 
-class _SyncExecutor:
+class _SyncExecutor(StatementRunner):
     """Runs statements on a connection already inside a transaction (ours or the
     caller's); nothing is retried there."""
 
-    __slots__ = ("_conn", "_run")
+    __slots__ = ("_call", "_conn")
 
-    def __init__(self, conn: Any, run: Callable[[Statement, bool], Any]) -> None:
+    def __init__(self, conn: Any, call: Callable[[Statement, bool], Any]) -> None:
         self._conn = conn
-        self._run = run
+        self._call = call
 
-    def fetch(self, stmt: Statement) -> list[Any]:
-        result: list[Any] = self._run(stmt, True)
-        return result
-
-    def execute(self, stmt: Statement) -> int:
-        result: int = self._run(stmt, False)
-        return result
+    def _run(self, stmt: Statement, want_rows: bool) -> Any:
+        return self._call(stmt, want_rows)
 
 
 class _SqliteDriverBase:
@@ -296,6 +298,11 @@ class _SqliteDriverBase:
         self._attach_path = _attach_path(self.path, self.dialect.schema, attach)
         self._busy_timeout = busy_timeout
         self._closed = False
+        self._start()
+
+    def _start(self) -> None:
+        """Set up whoever runs the connection (a lock, or a thread)."""
+        raise NotImplementedError
 
     def _open_connection(self, stats: DriverStats | None = None) -> _Connection:
         """A connection counting into ``stats`` (default: the driver's)."""
@@ -308,7 +315,7 @@ class _SqliteDriverBase:
         )
 
 
-class SqliteDriver(_SqliteDriverBase):
+class SqliteDriver(_SqliteDriverBase, StatementRunner):
     """Sync SQLite driver over a URL or a path.
 
     ``schema`` names an attached database (River's notion of a schema on SQLite). It is
@@ -319,15 +326,7 @@ class SqliteDriver(_SqliteDriverBase):
 
     capabilities = Capabilities(listen=False, sync=True)
 
-    def __init__(
-        self,
-        url_or_path: str | Path,
-        schema: str | None = None,
-        *,
-        attach: Mapping[str, str] | None = None,
-        busy_timeout: float = 10.0,
-    ) -> None:
-        super().__init__(url_or_path, schema, attach=attach, busy_timeout=busy_timeout)
+    def _start(self) -> None:
         self._lock = threading.RLock()
         self._conn = self._open_connection()
 
@@ -339,15 +338,9 @@ class SqliteDriver(_SqliteDriverBase):
             self.stats.leases += 1
             yield self._conn
 
-    def fetch(self, stmt: Statement) -> list[Any]:
+    def _run(self, stmt: Statement, want_rows: bool) -> Any:
         with self._lease() as conn:
-            result: list[Any] = conn.run_statement(stmt, True)
-            return result
-
-    def execute(self, stmt: Statement) -> int:
-        with self._lease() as conn:
-            result: int = conn.run_statement(stmt, False)
-            return result
+            return conn.run_statement(stmt, want_rows)
 
     @contextmanager
     def transaction(self) -> Iterator[_SyncExecutor]:
@@ -388,22 +381,17 @@ class SqliteDriver(_SqliteDriverBase):
         self.close()
 
 
-class _AsyncExecutor:
+class _AsyncExecutor(AsyncStatementRunner):
     __slots__ = ("_call",)
 
     def __init__(self, call: Callable[[Statement, bool], Any]) -> None:
         self._call = call
 
-    async def fetch(self, stmt: Statement) -> list[Any]:
-        result: list[Any] = await self._call(stmt, True)
-        return result
-
-    async def execute(self, stmt: Statement) -> int:
-        result: int = await self._call(stmt, False)
-        return result
+    async def _run(self, stmt: Statement, want_rows: bool) -> Any:
+        return await self._call(stmt, want_rows)
 
 
-class AsyncSqliteDriver(_SqliteDriverBase):
+class AsyncSqliteDriver(_SqliteDriverBase, AsyncStatementRunner):
     """Async SQLite driver: one connection, worked by one dedicated thread.
 
     Every call is queued to that thread, so statements never run concurrently on the
@@ -413,15 +401,7 @@ class AsyncSqliteDriver(_SqliteDriverBase):
 
     capabilities = Capabilities(listen=True, async_=True)
 
-    def __init__(
-        self,
-        url_or_path: str | Path,
-        schema: str | None = None,
-        *,
-        attach: Mapping[str, str] | None = None,
-        busy_timeout: float = 10.0,
-    ) -> None:
-        super().__init__(url_or_path, schema, attach=attach, busy_timeout=busy_timeout)
+    def _start(self) -> None:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="riverboat-sqlite")
         self._conn: _Connection | None = None
         # Owner task of the open transaction (re-entrant for that task only).
@@ -480,14 +460,6 @@ class AsyncSqliteDriver(_SqliteDriverBase):
             return await self._on_thread(lambda: self._connection().run_statement(stmt, want_rows))
         async with self._hold():
             return await self._on_thread(lambda: self._connection().run_statement(stmt, want_rows))
-
-    async def fetch(self, stmt: Statement) -> list[Any]:
-        result: list[Any] = await self._run(stmt, True)
-        return result
-
-    async def execute(self, stmt: Statement) -> int:
-        result: int = await self._run(stmt, False)
-        return result
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[_AsyncExecutor]:
