@@ -31,6 +31,25 @@ __all__ = ["COPY_COLUMNS", "JOB_COLUMNS", "CopyBatch", "PostgresDialect"]
 
 QUERIES: dict[str, str] = {}
 
+# The pieces the three insert statements share: the columns written, and the unique
+# conflict that returns the existing row flagged as a duplicate (xmax is set on a row the
+# statement updated rather than inserted).
+_INSERT_INTO_JOBS = """INSERT INTO <schema>river_job (
+        args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state,
+        tags, unique_key, unique_states
+    )"""
+_ON_CONFLICT_RETURNING = f"""{UNIQUE_CONFLICT}
+    DO UPDATE SET kind = EXCLUDED.kind
+    RETURNING {job_columns()}, (xmax != 0) AS unique_skipped_as_duplicate"""
+
+
+def _notify_insert(queue: str) -> str:
+    """River's insert notification for the queue named by the SQL expression ``queue``,
+    counted so the statement can join it (pg_notify returns void)."""
+    channel = CHANNEL.format(topic="river_insert")
+    return f"""count(pg_notify({channel}, '{{"queue": ' || to_json({queue})::text || '}}'))"""
+
+
 # One statement inserts the whole batch, returns full rows (existing ones for unique
 # duplicates, flagged by xmax), and sends the insert notification for the queues the
 # client's limiter allows. No transaction is needed: a single statement is atomic, and a
@@ -46,21 +65,15 @@ WITH raw AS (
            unique_key, unique_states)
 ),
 inserted AS (
-    INSERT INTO <schema>river_job (
-        args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state,
-        tags, unique_key, unique_states
-    )
+    {_INSERT_INTO_JOBS}
     SELECT args, coalesce(:now::timestamptz, now()), kind, max_attempts, metadata, priority, queue,
            coalesce(scheduled_at, now()), state::<schema>river_job_state,
            string_to_array(tags, ',')::varchar(255)[], unique_key, unique_states::bit(8)
     FROM raw
-    {UNIQUE_CONFLICT}
-    DO UPDATE SET kind = EXCLUDED.kind
-    RETURNING {job_columns()}, (xmax != 0) AS unique_skipped_as_duplicate
+    {_ON_CONFLICT_RETURNING}
 ),
 notified AS (
-    SELECT count(pg_notify({CHANNEL.format(topic="river_insert")},
-                           '{{"queue": ' || to_json(q.queue)::text || '}}')) AS n
+    SELECT {_notify_insert("q.queue")} AS n
     FROM (
         SELECT DISTINCT queue FROM inserted
         WHERE state = 'available' AND queue = ANY(:notify_queues::text[])
@@ -72,8 +85,7 @@ SELECT inserted.* FROM inserted CROSS JOIN notified
 # After a COPY (which can't call pg_notify): the insert notification for each queue the
 # client's limiter allows, in the COPY's transaction so it goes out at commit.
 QUERIES["job_insert_notify"] = f"""
-SELECT count(pg_notify({CHANNEL.format(topic="river_insert")},
-                       '{{"queue": ' || to_json(q.queue)::text || '}}')) AS n
+SELECT {_notify_insert("q.queue")} AS n
 FROM unnest(:queues::text[]) AS q(queue)
 """
 
@@ -82,10 +94,7 @@ FROM unnest(:queues::text[]) AS q(queue)
 # and run (server) than the insert itself.
 QUERIES["job_insert_one"] = f"""
 WITH inserted AS (
-    INSERT INTO <schema>river_job (
-        args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state,
-        tags, unique_key, unique_states
-    )
+    {_INSERT_INTO_JOBS}
     VALUES (
         :args::jsonb, coalesce(:now::timestamptz, now()), :kind::text, :max_attempts::smallint,
         :metadata::jsonb,
@@ -94,13 +103,10 @@ WITH inserted AS (
         string_to_array(:tags::text, ',')::varchar(255)[], :unique_key::bytea,
         :unique_states::integer::bit(8)
     )
-    {UNIQUE_CONFLICT}
-    DO UPDATE SET kind = EXCLUDED.kind
-    RETURNING {job_columns()}, (xmax != 0) AS unique_skipped_as_duplicate
+    {_ON_CONFLICT_RETURNING}
 ),
 notified AS (
-    SELECT count(pg_notify({CHANNEL.format(topic="river_insert")},
-                           '{{"queue": ' || to_json(inserted.queue)::text || '}}')) AS n
+    SELECT {_notify_insert("inserted.queue")} AS n
     FROM inserted
     WHERE inserted.state = 'available' AND inserted.queue = :notify_queue::text
 )

@@ -28,17 +28,24 @@ _FINALIZED = "('cancelled', 'completed', 'discarded')"
 
 QUERIES: dict[str, str] = {}
 
+# The admin operations on one job lock its row first, so the row can be returned as it
+# was when the update's conditions leave it alone (River's JobCancel/JobRetry/JobDelete).
+_LOCKED_JOB = f"""WITH locked AS (
+    SELECT {job_columns()}
+    FROM <schema>river_job
+    WHERE id = :id::bigint
+    FOR UPDATE
+),"""
+_UPDATED_ELSE_LOCKED = """SELECT * FROM updated
+UNION ALL
+SELECT * FROM locked WHERE NOT EXISTS (SELECT 1 FROM updated)"""
+
 # River's JobCancel. A finalized job is returned untouched and nothing is sent. Otherwise
 # the owning producer is told over river_control, cancel_attempted_at is recorded (the
 # completer and rescuer honour it), and a job that is not running is cancelled at once; a
 # running one keeps its state until its producer reports the outcome.
 QUERIES["job_cancel"] = f"""
-WITH locked AS (
-    SELECT {job_columns()}
-    FROM <schema>river_job
-    WHERE id = :id::bigint
-    FOR UPDATE
-),
+{_LOCKED_JOB}
 notified AS (
     SELECT locked.id,
            pg_notify({_CONTROL},
@@ -59,20 +66,13 @@ updated AS (
     WHERE river_job.id = :id::bigint AND river_job.id = notified.id
     RETURNING {job_columns("river_job")}
 )
-SELECT * FROM updated
-UNION ALL
-SELECT * FROM locked WHERE NOT EXISTS (SELECT 1 FROM updated)
+{_UPDATED_ELSE_LOCKED}
 """
 
 # River's JobRetry: anything but a running job, or an available one already due, goes
 # back to available now; a job that used its last attempt gets one more.
 QUERIES["job_retry"] = f"""
-WITH locked AS (
-    SELECT {job_columns()}
-    FROM <schema>river_job
-    WHERE id = :id::bigint
-    FOR UPDATE
-),
+{_LOCKED_JOB}
 updated AS (
     UPDATE <schema>river_job
     SET state = 'available',
@@ -88,20 +88,13 @@ updated AS (
       AND NOT (river_job.state = 'available' AND river_job.scheduled_at < now())
     RETURNING {job_columns("river_job")}
 )
-SELECT * FROM updated
-UNION ALL
-SELECT * FROM locked WHERE NOT EXISTS (SELECT 1 FROM updated)
+{_UPDATED_ELSE_LOCKED}
 """
 
 # River's JobDelete: a running job is returned (still running) instead of deleted; the
 # client turns that into JobRunningError. The extra column says which case it was.
 QUERIES["job_delete"] = f"""
-WITH locked AS (
-    SELECT {job_columns()}
-    FROM <schema>river_job
-    WHERE id = :id::bigint
-    FOR UPDATE
-),
+{_LOCKED_JOB}
 deleted AS (
     DELETE FROM <schema>river_job
     USING locked

@@ -70,23 +70,21 @@ REINDEXER_TIMEOUT_DEFAULT = 60.0
 ARTIFACT_CLEANUP_TIMEOUT = 15.0
 _NAME_MAX = 63  # Postgres identifiers (NAMEDATALEN - 1)
 
-_INDEXES_EXIST = Query(
-    "reindexer_indexes_exist",
-    """SELECT c.relname::text
+# The names of the indexes in River's schema; each query below narrows them.
+_SCHEMA_INDEXES = """SELECT c.relname::text
        FROM pg_catalog.pg_class c
        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
        WHERE n.nspname = coalesce(CAST(:schema AS text), current_schema())
-         AND c.relkind = 'i'
+         AND c.relkind = 'i'"""
+_INDEXES_EXIST = Query(
+    "reindexer_indexes_exist",
+    f"""{_SCHEMA_INDEXES}
          AND c.relname = ANY(CAST(:names AS text[]))""",
 )
 # An artifact is the index's own name followed by _ccnew or _ccold and maybe a number.
 _ARTIFACTS = Query(
     "reindexer_artifacts",
-    """SELECT c.relname::text
-       FROM pg_catalog.pg_class c
-       JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-       WHERE n.nspname = coalesce(CAST(:schema AS text), current_schema())
-         AND c.relkind = 'i'
+    f"""{_SCHEMA_INDEXES}
          AND left(c.relname, length(CAST(:index AS text))) = CAST(:index AS text)
          AND substring(c.relname FROM length(CAST(:index AS text)) + 1)
              ~ '^_cc(new|old)[0-9]*$'
