@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from riverboat._insert import InsertDefaults, encode_args, resolve_insert
 from riverboat._job import InsertOpts, InsertResult, JobRow
@@ -50,6 +50,7 @@ from riverboat.runtime.worker import Workers
 __all__ = [
     "ExpectedJob",
     "TestClock",
+    "WorkOptions",
     "WorkResult",
     "require_inserted",
     "require_many_inserted",
@@ -216,18 +217,25 @@ def require_many_inserted(
     return jobs
 
 
+class WorkOptions(TypedDict, total=False):
+    """:func:`work_job`'s options. ``tx``: a connection or transaction of ``target`` to
+    work in. ``opts``/``kind``: as for ``insert``, when ``job`` is job args.
+    ``middleware``: the work's middleware (default: the client's). ``client_id``:
+    recorded in ``attempted_by`` (default ``"riverboat-test"``). ``job_timeout``: seconds
+    (default 60; ``None`` for none). ``retry_policy``: when a failed job runs again
+    (default: River's)."""
+
+    tx: Any
+    opts: InsertOpts | None
+    kind: str | None
+    middleware: Sequence[object] | None
+    client_id: str
+    job_timeout: float | None
+    retry_policy: RetryPolicy | None
+
+
 def work_job(
-    target: Any,
-    workers: Workers,
-    job: JobRow | int | object,
-    *,
-    tx: Any = None,
-    opts: InsertOpts | None = None,
-    kind: str | None = None,
-    middleware: Sequence[object] | None = None,
-    client_id: str = "riverboat-test",
-    job_timeout: float | None = 60.0,
-    retry_policy: RetryPolicy | None = None,
+    target: Any, workers: Workers, job: JobRow | int | object, **options: Unpack[WorkOptions]
 ) -> WorkResult:
     """Work one job inline, for real: claim its row (running, attempt + 1), run its
     worker from ``workers`` with the usual outcome rules, write the outcome, and return
@@ -239,34 +247,21 @@ def work_job(
     client's, when ``target`` is a client), its insert hooks and ``insert_many``
     middleware applied to an insert, and the client's :func:`use_test_config` clock to
     the inserted row's times."""
-    executor, dialect = _executor(target, tx)
+    _check_work_options(options)
+    executor, dialect = _executor(target, options.get("tx"))
 
     async def fetch(stmt: Any) -> Any:
         return executor.fetch(stmt)
 
-    return asyncio.run(
-        _work(
-            fetch, dialect, target, workers, job, opts, kind, middleware, client_id,
-            job_timeout, retry_policy,
-        )
-    )  # fmt: skip
+    return asyncio.run(_work(fetch, dialect, target, workers, job, options))
 
 
 async def work_job_async(
-    target: Any,
-    workers: Workers,
-    job: JobRow | int | object,
-    *,
-    tx: Any = None,
-    opts: InsertOpts | None = None,
-    kind: str | None = None,
-    middleware: Sequence[object] | None = None,
-    client_id: str = "riverboat-test",
-    job_timeout: float | None = 60.0,
-    retry_policy: RetryPolicy | None = None,
+    target: Any, workers: Workers, job: JobRow | int | object, **options: Unpack[WorkOptions]
 ) -> WorkResult:
     """:func:`work_job` for async code: ``target`` is an ``AsyncClient`` or an async
     driver (with ``tx=`` one of its transactions' connections)."""
+    _check_work_options(options)
     core = getattr(target, "_core", None)
     driver = target.driver if core is not None else target
     dialect = getattr(driver, "dialect", None)
@@ -274,11 +269,15 @@ async def work_job_async(
         getattr(driver, "fetch", None)
     ):
         raise TypeError(f"expected an AsyncClient or an async driver, got {type(target).__name__}")
+    tx = options.get("tx")
     executor = driver.wrap(tx) if tx is not None else driver
-    return await _work(
-        executor.fetch, dialect, target, workers, job, opts, kind, middleware, client_id,
-        job_timeout, retry_policy,
-    )  # fmt: skip
+    return await _work(executor.fetch, dialect, target, workers, job, options)
+
+
+def _check_work_options(options: WorkOptions) -> None:
+    unknown = options.keys() - WorkOptions.__optional_keys__
+    if unknown:
+        raise TypeError(f"work_job got an unexpected keyword argument {sorted(unknown)[0]!r}")
 
 
 async def _work(
@@ -287,14 +286,10 @@ async def _work(
     target: Any,
     workers: Workers,
     job: JobRow | int | object,
-    opts: InsertOpts | None,
-    kind: str | None,
-    middleware: Sequence[object] | None,
-    client_id: str,
-    job_timeout: float | None,
-    retry_policy: RetryPolicy | None,
+    options: WorkOptions,
 ) -> WorkResult:
     core = getattr(target, "_core", None)
+    middleware = options.get("middleware")
     if middleware is not None:
         stack: MiddlewareStack | None = MiddlewareStack(middleware)
     else:
@@ -305,7 +300,7 @@ async def _work(
         defaults = core.defaults if core is not None else InsertDefaults()
         # The client's test config (use_test_config) applies as to its own inserts.
         now = core.clock() if core is not None and core.clock is not None else None
-        params = resolve_insert(job, opts, kind, defaults, now)
+        params = resolve_insert(job, options.get("opts"), options.get("kind"), defaults, now)
         if core is not None and (now is not None or not core.unique_enforcement):
             core._apply_test_config([params], now)
 
@@ -321,14 +316,20 @@ async def _work(
         else:
             inserted = await insert()
         job_id = inserted[0].job.id
-    rows = await fetch(dialect.job_set_running(job_id, client_id))
+    rows = await fetch(dialect.job_set_running(job_id, options.get("client_id", "riverboat-test")))
     if not rows:
         current = await fetch(dialect.job_get_by_id(job_id))
         state = dialect.decode_job(current[0]).state if current else "missing"
         raise AssertionError(f"job {job_id} cannot be worked: it is {state}")
     row = dialect.decode_job(rows[0])
     wanted = stack if stack is not None and (stack.has_work or stack.error_handlers) else None
-    config = ExecutorConfig(workers, job_timeout, retry_policy or RetryPolicy(), None, wanted)
+    config = ExecutorConfig(
+        workers,
+        options.get("job_timeout", 60.0),
+        options.get("retry_policy") or RetryPolicy(),
+        None,
+        wanted,
+    )
     pending = await execute_job(row, config, RunState())
     written = await fetch(dialect.job_set_state_if_running_many([pending.update]))
     after = dialect.decode_job(written[0]) if written else row
