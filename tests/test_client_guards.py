@@ -77,7 +77,7 @@ async def test_schema_beside_a_driver_must_match_it(db: tuple[str, str | None]) 
 def test_a_misspelt_option_fails_when_the_client_is_built(db: tuple[str, str | None]) -> None:
     url, schema = db
     with pytest.raises(InvalidInputError, match="did you mean 'job_timeout'") as info:
-        riverboat.Client(url, schema=schema, queues={"default": QueueConfig()}, job_timout=5)
+        riverboat.Client(url, schema=schema, queues={"default": QueueConfig()}, job_timout=5)  # type: ignore[call-arg]
     assert info.value.field == "job_timout"
     # A real option still passes through to the embedded runtime.
     with riverboat.Client(url, schema=schema, queues={"default": QueueConfig()}, job_timeout=5):

@@ -19,7 +19,7 @@ from riverboat._job import (
     UniqueOpts,
 )
 from riverboat._queue import QueueRow
-from riverboat.client import AsyncClient, Client
+from riverboat.client import AsyncClient, Client, ClientOptions
 from riverboat.errors import (
     DriverError,
     InvalidArgsError,
@@ -51,6 +51,7 @@ __all__ = [
     "AsyncClient",
     "AttemptError",
     "Client",
+    "ClientOptions",
     "DriverError",
     "Event",
     "EventKind",

@@ -9,12 +9,11 @@ commits or rolls back with the caller's own rows.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from riverboat._admin import T, _hears_notifications
 from riverboat._client_async import AsyncClientBase
@@ -39,9 +38,67 @@ from riverboat.runtime.runner import (
 from riverboat.runtime.sync_events import SyncSubscription
 from riverboat.runtime.worker import Workers
 
-__all__ = ["AsyncClient", "Client", "default_client_id"]
+__all__ = ["AsyncClient", "Client", "ClientOptions", "default_client_id"]
 
 log = logging.getLogger("riverboat.client")
+
+
+class ClientOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`Client` and :class:`AsyncClient` (River's
+    ``Config``); the sync client hands the runtime ones to its embedded AsyncClient.
+
+    - ``id``: this client's name in ``attempted_by`` and leader election (default: host
+      name and a random suffix, as River's).
+    - ``schema``: where River's tables live (default: the driver's).
+    - ``queues``, ``workers``: what to work; without ``queues`` the client only inserts
+      and administers.
+    - ``max_attempts``: the default for inserted jobs (25).
+    - ``fetch_cooldown``, ``fetch_poll_interval``: the producer's pacing (see
+      docs/operations.md; the poll interval defaults to 1 s).
+    - ``job_timeout``: seconds a job may run (60; ``None`` for no limit).
+    - ``poll_only``: never LISTEN; poll instead (for poolers that drop LISTEN).
+    - ``retry_policy``: when a failed job runs again (default: River's backoff).
+    - ``skip_unknown_job_check``: insert kinds no worker here handles.
+    - ``maintenance``: a :class:`~riverboat.MaintenanceConfig` (default: River's
+      intervals and retention).
+    - ``periodic_jobs``: :class:`~riverboat.PeriodicJob` s the leader enqueues.
+    - ``middleware``: insert and work middleware, outermost first.
+    - ``soft_stop_timeout``: how long ``stop()`` waits for running jobs before handing
+      them back (25 s)."""
+
+    id: str | None
+    schema: str | None
+    queues: Mapping[str, QueueConfig] | None
+    workers: Workers | None
+    max_attempts: int
+    fetch_cooldown: float | None
+    fetch_poll_interval: float
+    job_timeout: float | None
+    poll_only: bool
+    retry_policy: RetryPolicy | None
+    skip_unknown_job_check: bool
+    maintenance: Any
+    periodic_jobs: Sequence[Any]
+    middleware: Sequence[object] | None
+    soft_stop_timeout: float | None
+
+
+_CLIENT_OPTIONS = ClientOptions.__optional_keys__
+
+
+def _core_for(driver: Any, options: ClientOptions, *, want_async: bool) -> _ClientCore:
+    core = _ClientCore(
+        driver,
+        options.get("schema"),
+        options.get("id"),
+        options.get("max_attempts", 25),
+        options.get("fetch_cooldown"),
+        options.get("middleware"),
+        options.get("workers"),
+        want_async=want_async,
+    )
+    core.skip_unknown_job_check = bool(options.get("skip_unknown_job_check", False))
+    return core
 
 
 class Client(ClientBase):
@@ -53,41 +110,24 @@ class Client(ClientBase):
     stops it, so a sync program never has to touch an event loop.
     """
 
-    def __init__(
-        self,
-        driver: Any,
-        *,
-        id: str | None = None,
-        schema: str | None = None,
-        queues: Mapping[str, QueueConfig] | None = None,
-        workers: Workers | None = None,
-        max_attempts: int = 25,
-        fetch_cooldown: float | None = None,
-        middleware: Sequence[object] | None = None,
-        **runtime_options: Any,
-    ) -> None:
-        _check_runtime_options(runtime_options, _ASYNC_ONLY_OPTIONS)
-        self._core = _ClientCore(
-            driver, schema, id, max_attempts, fetch_cooldown, middleware, workers, want_async=False
-        )
-        self._core.skip_unknown_job_check = bool(runtime_options.get("skip_unknown_job_check"))
+    def __init__(self, driver: Any, **options: Unpack[ClientOptions]) -> None:
+        _check_runtime_options(options, _CLIENT_OPTIONS)
+        self._core = _core_for(driver, options, want_async=False)
         self.driver = driver = self._core.driver
         self._embedded: _Embedded | None = None
-        if queues:
+        if queues := options.get("queues"):
+            # The embedded runtime's own AsyncClient, on the driver's async twin; it
+            # shares this client's id and middleware instances.
+            embedded_options: ClientOptions = {
+                **options,
+                "id": self._core.id,
+                "middleware": self._core.middleware.items,
+            }
             self._embedded = _Embedded(
-                lambda: AsyncClient(
-                    driver.async_driver(),
-                    id=self._core.id,
-                    queues=queues,
-                    workers=workers,
-                    max_attempts=max_attempts,
-                    fetch_cooldown=fetch_cooldown,
-                    middleware=self._core.middleware.items,
-                    **runtime_options,
-                )
+                lambda: AsyncClient(driver.async_driver(), **embedded_options)
             )
             self._embedded.base_queues = set(queues)
-            self._embedded.periodic = PeriodicJobs(runtime_options.get("periodic_jobs", ()))
+            self._embedded.periodic = PeriodicJobs(options.get("periodic_jobs", ()))
 
     def start(self) -> None:
         """Start working jobs on a background thread (embedded mode)."""
@@ -191,49 +231,29 @@ class AsyncClient(AsyncClientBase):
     runs a producer per queue, the batch completer and the notifier until ``stop()``.
     """
 
-    def __init__(
-        self,
-        driver: Any,
-        *,
-        id: str | None = None,
-        schema: str | None = None,
-        queues: Mapping[str, QueueConfig] | None = None,
-        workers: Workers | None = None,
-        max_attempts: int = 25,
-        fetch_cooldown: float | None = None,
-        fetch_poll_interval: float = 1.0,
-        job_timeout: float | None = 60.0,
-        poll_only: bool = False,
-        retry_policy: RetryPolicy | None = None,
-        skip_unknown_job_check: bool = False,
-        maintenance: Any = None,
-        periodic_jobs: Sequence[Any] = (),
-        middleware: Sequence[object] | None = None,
-        soft_stop_timeout: float | None = DEFAULT_SOFT_STOP_TIMEOUT,
-    ) -> None:
-        self._core = _ClientCore(
-            driver, schema, id, max_attempts, fetch_cooldown, middleware, workers, want_async=True
-        )
-        self._core.skip_unknown_job_check = skip_unknown_job_check
+    def __init__(self, driver: Any, **options: Unpack[ClientOptions]) -> None:
+        _check_runtime_options(options, _CLIENT_OPTIONS)
+        self._core = _core_for(driver, options, want_async=True)
         self.driver = driver = self._core.driver
         self._runtime: Runtime | None = None
-        if queues:
+        workers = options.get("workers")
+        if queues := options.get("queues"):
             self._runtime = Runtime(
                 driver,
                 self._core.id,
                 RuntimeConfig(
                     queues=dict(queues),
                     workers=workers if workers is not None else Workers(),
-                    fetch_cooldown=fetch_cooldown,
-                    fetch_poll_interval=fetch_poll_interval,
-                    job_timeout=job_timeout,
-                    poll_only=poll_only,
-                    retry_policy=retry_policy or RetryPolicy(),
-                    maintenance=maintenance,
-                    periodic_jobs=list(periodic_jobs),
+                    fetch_cooldown=options.get("fetch_cooldown"),
+                    fetch_poll_interval=options.get("fetch_poll_interval", 1.0),
+                    job_timeout=options.get("job_timeout", 60.0),
+                    poll_only=options.get("poll_only", False),
+                    retry_policy=options.get("retry_policy") or RetryPolicy(),
+                    maintenance=options.get("maintenance"),
+                    periodic_jobs=list(options.get("periodic_jobs", ())),
                     insert_defaults=self._core.defaults,
                     middleware=self._core.middleware,
-                    soft_stop_timeout=soft_stop_timeout,
+                    soft_stop_timeout=options.get("soft_stop_timeout", DEFAULT_SOFT_STOP_TIMEOUT),
                 ),
             )
             self._runtime.on_start.append(self._core.middleware.on_start)
@@ -476,9 +496,3 @@ class _Embedded:
         if self.running:
             self.stopped.set()
         self.running = False
-
-
-# The AsyncClient options a sync Client takes through **runtime_options.
-_ASYNC_ONLY_OPTIONS = frozenset(inspect.signature(AsyncClient.__init__).parameters) - frozenset(
-    inspect.signature(Client.__init__).parameters
-)
