@@ -51,58 +51,49 @@ POLL = 0.25
 
 
 # -- job args: dataclasses with a kind, River's shape ----------------------------------
-def _demo_queue() -> InsertOpts:
-    return InsertOpts(queue=QUEUE)
+class _DemoJob:
+    """Every demo job goes to the demo's queue, unless it says otherwise."""
+
+    def insert_opts(self) -> InsertOpts:
+        return InsertOpts(queue=QUEUE)
 
 
 @dataclass(frozen=True)
-class ResizeImage:
+class ResizeImage(_DemoJob):
     """A fast job: many of these are inserted in one statement."""
 
     kind: ClassVar[str] = "demo_resize_image"
     image_id: int
     width: int = 640
 
-    def insert_opts(self) -> InsertOpts:
-        return _demo_queue()
-
 
 @dataclass(frozen=True)
-class ChargeCard:
+class ChargeCard(_DemoJob):
     """Fails twice (a flaky payment gateway), then succeeds."""
 
     kind: ClassVar[str] = "demo_charge_card"
     order_id: int
     cents: int
 
-    def insert_opts(self) -> InsertOpts:
-        return _demo_queue()
-
 
 @dataclass(frozen=True)
-class WaitForStock:
+class WaitForStock(_DemoJob):
     """Snoozes once: the item isn't in stock yet, look again in a moment."""
 
     kind: ClassVar[str] = "demo_wait_for_stock"
     sku: str
 
-    def insert_opts(self) -> InsertOpts:
-        return _demo_queue()
-
 
 @dataclass(frozen=True)
-class SendReminder:
+class SendReminder(_DemoJob):
     """Scheduled a few seconds ahead."""
 
     kind: ClassVar[str] = "demo_send_reminder"
     user_id: int
 
-    def insert_opts(self) -> InsertOpts:
-        return _demo_queue()
-
 
 @dataclass(frozen=True)
-class BuildDailyReport:
+class BuildDailyReport(_DemoJob):
     """Unique by args: inserting the same report twice keeps one job. Its worker is a
     plain ``def``, run in the queue's thread pool."""
 
@@ -114,18 +105,15 @@ class BuildDailyReport:
 
 
 @dataclass(frozen=True)
-class CloseAccount:
+class CloseAccount(_DemoJob):
     """Gives up for good with JobCancel."""
 
     kind: ClassVar[str] = "demo_close_account"
     account_id: int
 
-    def insert_opts(self) -> InsertOpts:
-        return _demo_queue()
-
 
 @dataclass(frozen=True)
-class ImportFeed:
+class ImportFeed(_DemoJob):
     """Always fails; with max_attempts=1 it is discarded after one attempt."""
 
     kind: ClassVar[str] = "demo_import_feed"
@@ -136,13 +124,10 @@ class ImportFeed:
 
 
 @dataclass(frozen=True)
-class Heartbeat:
+class Heartbeat(_DemoJob):
     """The periodic job."""
 
     kind: ClassVar[str] = "demo_heartbeat"
-
-    def insert_opts(self) -> InsertOpts:
-        return _demo_queue()
 
 
 def build_workers() -> Workers:

@@ -83,7 +83,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from riverboat._insert import encode_metadata
 from riverboat.errors import InvalidInputError
@@ -163,30 +163,34 @@ class InsertingJob:
     metadata: dict[str, Any]
 
 
-class _InsertHook:
-    __slots__ = ("_fn",)
+class _FunctionMiddleware:
+    """A middleware made of one function (``insert_hook(fn)`` and friends): each
+    subclass names the method the function stands for, and the factory that made it."""
 
-    def __init__(self, fn: Callable[[InsertingJob], None]) -> None:
+    __slots__ = ("_fn",)
+    factory: ClassVar[str]
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
         self._fn = fn
+
+    def __repr__(self) -> str:
+        return f"{self.factory}({self._fn!r})"
+
+
+class _InsertHook(_FunctionMiddleware):
+    __slots__ = ()
+    factory = "insert_hook"
 
     def insert_begin(self, job: InsertingJob) -> None:
         self._fn(job)
 
-    def __repr__(self) -> str:
-        return f"insert_hook({self._fn!r})"
 
-
-class _SyncWork:
-    __slots__ = ("_fn",)
-
-    def __init__(self, fn: Callable[[Job[Any], SyncCallNext], Any]) -> None:
-        self._fn = fn
+class _SyncWork(_FunctionMiddleware):
+    __slots__ = ()
+    factory = "sync_work_middleware"
 
     def work_sync(self, job: Job[Any], call_next: SyncCallNext) -> Any:
         return self._fn(job, call_next)
-
-    def __repr__(self) -> str:
-        return f"sync_work_middleware({self._fn!r})"
 
 
 def insert_hook(fn: Callable[[InsertingJob], None]) -> InsertMiddleware:
@@ -194,17 +198,12 @@ def insert_hook(fn: Callable[[InsertingJob], None]) -> InsertMiddleware:
     return _InsertHook(fn)
 
 
-class _MetricHook:
-    __slots__ = ("_fn",)
-
-    def __init__(self, fn: Callable[[Metric], None]) -> None:
-        self._fn = fn
+class _MetricHook(_FunctionMiddleware):
+    __slots__ = ()
+    factory = "metric_hook"
 
     def metric_emit(self, metric: Metric) -> None:
         self._fn(metric)
-
-    def __repr__(self) -> str:
-        return f"metric_hook({self._fn!r})"
 
 
 def metric_hook(fn: Callable[[Metric], None]) -> MetricEmitter:

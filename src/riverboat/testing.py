@@ -32,6 +32,7 @@ import json
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -52,6 +53,7 @@ __all__ = [
     "TestClock",
     "WorkOptions",
     "WorkResult",
+    "migrated_postgres_schema",
     "require_inserted",
     "require_many_inserted",
     "require_not_inserted",
@@ -398,6 +400,31 @@ def use_test_config(
 
 # -- the pytest plugin -------------------------------------------------------------------
 
+
+@contextmanager
+def migrated_postgres_schema(url: str, prefix: str = "riverboat_test_") -> Iterator[str]:
+    """A new Postgres schema (``prefix`` and random hex) migrated to River's latest
+    version, dropped with everything in it on exit: one test's or benchmark's own."""
+    import psycopg
+
+    from riverboat.drivers.psycopg import PsycopgDriver
+    from riverboat.migrations import Migrator
+
+    schema = prefix + uuid.uuid4().hex[:12]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        driver = PsycopgDriver(url, schema=schema, max_pool_size=1)
+        try:
+            Migrator(driver).up()
+        finally:
+            driver.close()
+        yield schema
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
 try:
     import pytest
 except ImportError:  # pragma: no cover - the helpers work without pytest
@@ -437,21 +464,5 @@ if pytest is not None:
     @pytest.fixture
     def riverboat_schema(riverboat_database_url: str) -> Iterator[str]:
         """A fresh Postgres schema migrated to River's latest version, dropped after."""
-        import psycopg
-
-        from riverboat.drivers.psycopg import PsycopgDriver
-        from riverboat.migrations import Migrator
-
-        schema = "riverboat_test_" + uuid.uuid4().hex[:12]
-        with psycopg.connect(riverboat_database_url, autocommit=True) as conn:
-            conn.execute(f'CREATE SCHEMA "{schema}"')
-        try:
-            driver = PsycopgDriver(riverboat_database_url, schema=schema, max_pool_size=1)
-            try:
-                Migrator(driver).up()
-            finally:
-                driver.close()
+        with migrated_postgres_schema(riverboat_database_url) as schema:
             yield schema
-        finally:
-            with psycopg.connect(riverboat_database_url, autocommit=True) as conn:
-                conn.execute(f'DROP SCHEMA "{schema}" CASCADE')

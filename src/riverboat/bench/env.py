@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 import os
 import tempfile
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -99,22 +98,10 @@ def scratch_target(url: str | None, driver: str) -> Iterator[BenchTarget]:
         raise InvalidInputError(
             "--database-url", "give a postgresql:// URL (or set DATABASE_URL) for Postgres drivers"
         )
-    import psycopg
+    from riverboat.testing import migrated_postgres_schema
 
-    schema = "riverboat_bench_" + uuid.uuid4().hex[:8]
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    target = BenchTarget(url, schema, driver, dialect)
-    try:
-        sync = make_sync_driver(target)
-        try:
-            Migrator(sync).up()
-        finally:
-            sync.close()
-        yield target
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    with migrated_postgres_schema(url, "riverboat_bench_") as schema:
+        yield BenchTarget(url, schema, driver, dialect)
 
 
 class ServerCpu:

@@ -237,22 +237,28 @@ class Dialect(AdminStatements, ABC):
     def queue_create_or_set_updated_at(self, name: str) -> Statement: ...
 
     # -- leadership and maintenance ------------------------------------------------------
-    @abstractmethod
-    def leader_attempt_elect(self, *, leader_id: str, ttl: float) -> Statement: ...
+    def leader_attempt_elect(self, *, leader_id: str, ttl: float) -> Statement:
+        return self.stmt("leader_attempt_elect", leader_id=leader_id, ttl=self.duration_param(ttl))
 
-    @abstractmethod
     def leader_attempt_reelect(
         self, *, leader_id: str, elected_at: datetime, ttl: float
-    ) -> Statement: ...
+    ) -> Statement:
+        return self.stmt(
+            "leader_attempt_reelect",
+            leader_id=leader_id,
+            elected_at=self.time_param(elected_at),
+            ttl=self.duration_param(ttl),
+        )
 
-    @abstractmethod
-    def leader_get_elected(self) -> Statement: ...
+    def leader_get_elected(self) -> Statement:
+        return self.stmt("leader_get_elected")
 
     @abstractmethod
     def leader_resign(self, *, leader_id: str, elected_at: datetime) -> Statement: ...
 
-    @abstractmethod
-    def leader_request_resign(self) -> Statement: ...
+    def leader_request_resign(self) -> Statement:
+        # Postgres names the notification channel after the schema.
+        return self.stmt("leader_request_resign", schema=self.schema)
 
     @abstractmethod
     def decode_leader(self, row: Sequence[Any]) -> Leader: ...
@@ -298,6 +304,10 @@ class Dialect(AdminStatements, ABC):
     @abstractmethod
     def time_param(self, value: datetime | None) -> Any:
         """A timestamp parameter (None stays None: the database's clock)."""
+
+    @abstractmethod
+    def duration_param(self, seconds: float) -> Any:
+        """A length of time in seconds, as the dialect's SQL adds it to a timestamp."""
 
     @abstractmethod
     def retention_param(self, seconds: float | None) -> Any:

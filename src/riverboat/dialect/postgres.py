@@ -407,6 +407,9 @@ class PostgresDialect(PostgresAdmin, PostgresLeadership, Dialect, BulkCopy):
     def time_param(self, value: datetime | None) -> Any:
         return value
 
+    def duration_param(self, seconds: float) -> Any:
+        return float(seconds)
+
     def retention_param(self, seconds: float | None) -> Any:
         return None if seconds is None else float(seconds)
 

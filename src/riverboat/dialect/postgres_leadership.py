@@ -262,26 +262,10 @@ class PostgresLeadership:
         def stmt(self, query_name: str, /, **params: Any) -> Statement: ...
 
     # -- leader election ---------------------------------------------------------------
-    def leader_attempt_elect(self, *, leader_id: str, ttl: float) -> Statement:
-        return self.stmt("leader_attempt_elect", leader_id=leader_id, ttl=float(ttl))
-
-    def leader_attempt_reelect(
-        self, *, leader_id: str, elected_at: datetime, ttl: float
-    ) -> Statement:
-        return self.stmt(
-            "leader_attempt_reelect", leader_id=leader_id, elected_at=elected_at, ttl=float(ttl)
-        )
-
     def leader_resign(self, *, leader_id: str, elected_at: datetime) -> Statement:
         return self.stmt(
             "leader_resign", leader_id=leader_id, elected_at=elected_at, schema=self.schema
         )
-
-    def leader_request_resign(self) -> Statement:
-        return self.stmt("leader_request_resign", schema=self.schema)
-
-    def leader_get_elected(self) -> Statement:
-        return self.stmt("leader_get_elected")
 
     def decode_leader(self, row: Sequence[Any]) -> Leader:
         return Leader(row[0], row[1], row[2])

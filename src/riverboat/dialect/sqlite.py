@@ -426,6 +426,10 @@ class SqliteDialect(SqliteAdmin, SqliteLeadership, Dialect, NotificationOutbox):
     def time_param(self, value: datetime | None) -> Any:
         return _ts_or_none(value)
 
+    def duration_param(self, seconds: float) -> Any:
+        # A datetime() modifier ("+15.0 seconds") added to a timestamp in SQL.
+        return seconds_modifier(seconds)
+
     def retention_param(self, seconds: float | None) -> Any:
         # A datetime() modifier ("-86400.0 seconds"): the horizon is computed in SQL.
         return None if seconds is None else seconds_modifier(-float(seconds))

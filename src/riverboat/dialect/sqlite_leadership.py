@@ -283,30 +283,11 @@ class SqliteLeadership:
         def stmt(self, query_name: str, /, **params: Any) -> Statement: ...
 
     # -- leader election ---------------------------------------------------------------
-    def leader_attempt_elect(self, *, leader_id: str, ttl: float) -> Statement:
-        return self.stmt("leader_attempt_elect", leader_id=leader_id, ttl=seconds_modifier(ttl))
-
-    def leader_attempt_reelect(
-        self, *, leader_id: str, elected_at: datetime, ttl: float
-    ) -> Statement:
-        return self.stmt(
-            "leader_attempt_reelect",
-            leader_id=leader_id,
-            elected_at=_elected_at(elected_at),
-            ttl=seconds_modifier(ttl),
-        )
-
-    def leader_request_resign(self) -> Statement:
-        return self.stmt("leader_request_resign")
-
     def leader_resign(self, *, leader_id: str, elected_at: datetime) -> Statement:
         """Rows: the resigned ``(leader_id,)``, or none when the term was not ours."""
         params = {"leader_id": leader_id, "elected_at": _elected_at(elected_at)}
         delete = self.stmt("leader_resign_apply", **params)
         return Statement(self.q["leader_resign"], params, (delete,))
-
-    def leader_get_elected(self) -> Statement:
-        return self.stmt("leader_get_elected")
 
     def decode_leader(self, row: Sequence[Any]) -> Leader:
         elected_at = parse_timestamp(row[1])
