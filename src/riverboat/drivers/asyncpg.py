@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from riverboat._sql import Statement
 from riverboat.dialect.postgres import CopyBatch, PostgresDialect
 from riverboat.drivers.base import (
+    AsyncConnectionExecutor,
     AsyncStatementRunner,
     Capabilities,
     DriverStats,
@@ -81,14 +82,10 @@ async def _run_on(conn: Any, stmt: Statement, stats: DriverStats, want_rows: boo
     return _rowcount(status or "")
 
 
-class _Executor(AsyncStatementRunner):
+class _Executor(AsyncConnectionExecutor):
     """Runs statements on one connection: a transaction's, or the caller's own."""
 
-    __slots__ = ("_conn", "_stats")
-
-    def __init__(self, conn: Any, stats: DriverStats) -> None:
-        self._conn = conn
-        self._stats = stats
+    __slots__ = ()
 
     async def _run(self, stmt: Statement, want_rows: bool) -> Any:
         return await _run_on(self._conn, stmt, self._stats, want_rows)

@@ -17,11 +17,13 @@ if TYPE_CHECKING:
     from riverboat.dialect.base import Dialect
 
 __all__ = [
+    "AsyncConnectionExecutor",
     "AsyncDriver",
     "AsyncExecutor",
     "AsyncListener",
     "AsyncStatementRunner",
     "Capabilities",
+    "ConnectionExecutor",
     "Driver",
     "DriverStats",
     "Executor",
@@ -179,6 +181,27 @@ class AsyncStatementRunner:
     async def execute(self, stmt: Statement) -> int:
         count: int = await self._run(stmt, False)
         return count
+
+
+class ConnectionExecutor(StatementRunner):
+    """Runs statements on one connection (a transaction's, or the caller's own),
+    counting them into the driver's stats."""
+
+    __slots__ = ("_conn", "_stats")
+
+    def __init__(self, conn: Any, stats: DriverStats) -> None:
+        self._conn = conn
+        self._stats = stats
+
+
+class AsyncConnectionExecutor(AsyncStatementRunner):
+    """:class:`ConnectionExecutor` for the event loop."""
+
+    __slots__ = ("_conn", "_stats")
+
+    def __init__(self, conn: Any, stats: DriverStats) -> None:
+        self._conn = conn
+        self._stats = stats
 
 
 class AsyncListener(Protocol):

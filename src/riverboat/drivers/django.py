@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from riverboat._sql import Statement
 from riverboat.drivers.base import (
     Capabilities,
+    ConnectionExecutor,
     DriverStats,
     StatementRunner,
     import_optional,
@@ -116,14 +117,10 @@ def _dialect_for(vendor: str, schema: str | None) -> Dialect:
     )
 
 
-class _Executor(StatementRunner):
+class _Executor(ConnectionExecutor):
     """Statements on one Django connection (a transaction, or the caller's)."""
 
-    __slots__ = ("_conn", "_stats")
-
-    def __init__(self, conn: Any, stats: DriverStats) -> None:
-        self._conn = conn
-        self._stats = stats
+    __slots__ = ()
 
     def _run(self, stmt: Statement, want_rows: bool) -> Any:
         with self._conn.cursor() as cur:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from riverboat._sql import Statement
 from riverboat.dialect.postgres import CopyBatch, PostgresDialect
 from riverboat.drivers.base import (
+    AsyncConnectionExecutor,
     AsyncStatementRunner,
     Capabilities,
     DriverStats,
@@ -315,12 +316,8 @@ class PsycopgDriver(
         return AsyncPsycopgDriver(self.url, schema=self.dialect.schema)
 
 
-class _AsyncExecutor(AsyncStatementRunner):
-    __slots__ = ("_conn", "_stats")
-
-    def __init__(self, conn: Any, stats: DriverStats) -> None:
-        self._conn = conn
-        self._stats = stats
+class _AsyncExecutor(AsyncConnectionExecutor):
+    __slots__ = ()
 
     async def _run(self, stmt: Statement, want_rows: bool) -> Any:
         psycopg = _import_psycopg()
