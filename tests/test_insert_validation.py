@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 from psycopg.rows import dict_row
 
 from riverboat import AsyncClient, Client, InsertManyParams, InsertOpts, UniqueOpts
+from riverboat._insert import InsertDefaults, resolve_insert, resolve_many
 from riverboat.errors import (
     DriverError,
     InvalidArgsError,
@@ -435,3 +436,66 @@ def test_datetimes_in_args_are_encoded_like_go(client: Client, db: Any) -> None:
     at = datetime(2030, 1, 2, 3, 4, 5, 600000, tzinfo=UTC)
     res = client.insert({"at": at}, kind="dt_kind")
     assert _stored(db, res.job.id)["args"] == {"at": "2030-01-02T03:04:05.6Z"}
+
+
+# --- insert_many's fast path for dict args -----------------------------------------------
+# resolve_many resolves dict args with a kind and no options without resolve_insert (the
+# placement comes from the client's defaults once per call); it must accept, encode and
+# refuse exactly as resolve_insert does.
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(),
+    st.text(max_size=8),
+)
+_dict_args = st.dictionaries(
+    st.one_of(st.text(max_size=6), st.integers(min_value=-3, max_value=3), st.booleans()),
+    st.one_of(_scalars, st.lists(_scalars, max_size=3), st.dictionaries(st.text(), _scalars)),
+    max_size=5,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(args=_dict_args, kind=st.sampled_from(["bench_job", "", "has space", "x" * 300]))
+def test_insert_many_dict_fast_path_matches_resolve_insert(args: dict[Any, Any], kind: str) -> None:
+    defaults = InsertDefaults(queue="bulk", priority=2, max_attempts=7)
+    now = datetime.now(UTC)
+    expected: Any
+    try:
+        expected = resolve_insert(args, None, kind, defaults, now)
+    except InvalidInputError as exc:
+        expected = exc
+    try:
+        got: Any = resolve_many([InsertManyParams(args, kind=kind)], defaults, now)[0]
+    except InvalidInputError as exc:
+        got = exc
+    if isinstance(expected, InvalidInputError):
+        assert type(got) is type(expected)
+        assert got.field == f"params[0].{expected.field}"
+        assert str(got).split(": ", 1)[1] == str(expected).split(": ", 1)[1]
+    else:
+        assert got == expected
+
+
+@pytest.mark.parametrize(
+    "bad_args, message",
+    [
+        ({"n": 2**63}, "outside int64"),
+        ({"text": "a\x00b"}, "NUL character"),
+        ({"n\x00": 1}, "NUL character"),
+        ({1: "a", "1": "b"}, "both '1' in JSON"),
+        ({"f": math.nan}, "not JSON serialisable"),
+        ({"s": {1, 2}}, "sets have no stable order"),
+    ],
+)
+def test_insert_many_fast_refuses_bad_dict_args_before_writing(
+    client: Client, db: Any, bad_args: dict[Any, Any], message: str
+) -> None:
+    params = [InsertManyParams({"n": n}, kind="good") for n in range(3)]
+    params.append(InsertManyParams(bad_args, kind="good"))
+    for insert in (client.insert_many, client.insert_many_fast):
+        with pytest.raises(InvalidArgsError, match=message) as info:
+            insert(params)
+        assert_refused(info.value, "params[3].args", InvalidArgsError)
+    assert count(db) == 0

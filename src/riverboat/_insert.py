@@ -345,6 +345,16 @@ def resolve_insert(
     )
 
 
+def _default_placement(defaults: InsertDefaults) -> tuple[str, int, int]:
+    """The queue, priority and max_attempts of a job without options, validated as
+    :func:`resolve_insert` validates them."""
+    return (
+        validate_queue(defaults.queue, "opts.queue"),
+        _validate_int(defaults.priority, "opts.priority", 1, 4),
+        _validate_int(defaults.max_attempts, "opts.max_attempts", 1, SMALLINT_MAX),
+    )
+
+
 def resolve_many(
     items: Sequence[object], defaults: InsertDefaults, now: datetime | None = None
 ) -> list[InsertParams]:
@@ -355,12 +365,34 @@ def resolve_many(
         raise InvalidInputError("params", "must contain at least one job")
     now = now or utc_now()
     out = []
+    # The usual bulk insert is dict args with a kind and no options: everything but the
+    # kind and the args then comes from the client's defaults, the same for every job,
+    # so those are validated once (on the first such job) instead of per job.
+    queue_priority_attempts: tuple[str, int, int] | None = None
+    available = JobState.AVAILABLE
     for index, item in enumerate(items):
         try:
             if isinstance(item, InsertManyParams):
-                out.append(resolve_insert(item.args, item.opts, item.kind, defaults, now))
+                args, opts, kind = item.args, item.opts, item.kind
             else:
-                out.append(resolve_insert(item, None, None, defaults, now))
+                args, opts, kind = item, None, None
+            if opts is not None or type(args) is not dict or kind is None:
+                out.append(resolve_insert(args, opts, kind, defaults, now))
+                continue
+            if queue_priority_attempts is None:
+                queue_priority_attempts = _default_placement(defaults)
+            queue, priority, max_attempts = queue_priority_attempts
+            kind = validate_kind(kind)
+            try:
+                encoded_args = go_json_dumps(args, allow_sets=False)
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgsError("args", f"is not JSON serialisable: {exc}") from None
+            out.append(
+                InsertParams(
+                    kind, encoded_args, queue, priority, max_attempts, None, available, [], "{}",
+                    None, None,
+                )
+            )  # fmt: skip
         except InvalidInputError as exc:
             raise type(exc)(f"params[{index}].{exc.field}", str(exc).split(": ", 1)[-1]) from None
     return out

@@ -122,6 +122,24 @@ def check_json_value(value: Any) -> None:
     (``{1: "a", "1": "b"}`` would silently keep one). Lone surrogates are caught on the
     encoded text (:func:`_check_utf8`). Values json.dumps converts itself (dataclasses,
     datetimes...) are checked after conversion, by the encoder's default hook."""
+    if type(value) is dict:
+        # The usual job args: a flat object of str keys and plain scalars, checked in one
+        # pass; anything else (or anything wrong) takes the general walk below, which
+        # says what is wrong.
+        for key, item in value.items():
+            if type(key) is not str or "\x00" in key:
+                break
+            kind = type(item)
+            if kind is str:
+                if "\x00" in item:
+                    break
+            elif kind is int:
+                if not INT64_MIN <= item <= INT64_MAX:
+                    break
+            elif not (kind is float or kind is bool or item is None):
+                break
+        else:
+            return
     stack = [value]
     pop, push = stack.pop, stack.append
     while stack:
@@ -163,6 +181,16 @@ def _to_jsonable_checked(value: Any) -> Any:
     return converted
 
 
+# json.dumps with options other than its defaults builds a JSONEncoder on every call;
+# these are built once (an encoder keeps no state between calls).
+_encode_any = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), default=to_jsonable, allow_nan=False
+).encode
+_encode_job_value = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), default=_to_jsonable_checked, allow_nan=False
+).encode
+
+
 def go_json_dumps(value: Any, *, allow_sets: bool = True) -> str:
     """Encode ``value`` as Go's encoding/json would (compact, HTML-escaped, UTF-8).
 
@@ -171,15 +199,11 @@ def go_json_dumps(value: Any, *, allow_sets: bool = True) -> str:
     ``allow_sets=False`` (job args and metadata) refuses sets, and everything
     :func:`check_json_value` refuses.
     """
-    if not allow_sets:
+    if allow_sets:
+        text = _encode_any(value)
+    else:
         check_json_value(value)
-    text = json.dumps(
-        value,
-        ensure_ascii=False,
-        separators=(",", ":"),
-        default=to_jsonable if allow_sets else _to_jsonable_checked,
-        allow_nan=False,
-    )
+        text = _encode_job_value(value)
     if not _NEEDS_ESCAPE.isdisjoint(text):
         text = text.translate(_GO_ESCAPES)
     return _check_utf8(text)
