@@ -25,6 +25,7 @@ from typing import Any
 
 from riverboat.client import AsyncClient, Client
 from riverboat.errors import InvalidInputError
+from riverboat.runtime.collector import tune_collector
 from riverboat.runtime.runner import check_soft_stop_timeout
 
 __all__ = ["add_arguments", "load_client", "run"]
@@ -173,6 +174,7 @@ def _run_one(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    tune_collector()  # this process only works jobs (see riverboat.runtime.collector)
     client = load_client(target)
     if soft_stop_timeout is not None:
         config = client.runtime.config
@@ -203,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
     soft_stop_timeout = getattr(args, "soft_stop_timeout", None)
     if soft_stop_timeout is not None:
         check_soft_stop_timeout(soft_stop_timeout)  # before any process starts
+    tune_collector()  # a bad RIVERBOAT_GC_THRESHOLD fails here, before any process starts
     if args.processes == 1:
         return _run_one(
             args.target, args.exit_when_idle, args.log_level, metrics_port, soft_stop_timeout
