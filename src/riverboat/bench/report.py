@@ -41,7 +41,8 @@ def render_table(report: dict[str, Any]) -> str:
         f"Python {report.get('python_version', '-')}, psycopg "
         f"{report.get('psycopg_version', '-')} ({report.get('psycopg_impl', '-')} "
         f"implementation), fsync={report.get('fsync', '-')}, "
-        f"synchronous_commit={report.get('synchronous_commit', '-')}",
+        f"synchronous_commit={report.get('synchronous_commit', '-')}, "
+        f"gc threshold {report.get('gc_threshold', '-')} (as riverboat worker sets it)",
         "",
         f"{'operation':<26}{'median µs':>11}{'p90 µs':>10}{'stmts/call':>12}{'seed µs':>10}",
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 import time
 from collections.abc import Callable
@@ -18,6 +19,8 @@ from riverboat.bench.env import (
 )
 
 __all__ = ["BenchConfig", "environment", "run_bench"]
+
+E2E_FLOOR_ROUNDS = 3
 
 
 def environment() -> dict[str, Any]:
@@ -77,7 +80,11 @@ async def _run(
     config: BenchConfig, target: BenchTarget, progress: Callable[[str], None]
 ) -> dict[str, Any]:
     import riverboat
+    from riverboat.runtime.collector import tune_collector
 
+    # The benchmark stands for a `riverboat worker` process, so it runs with the
+    # collector setting the worker applies to itself (RIVERBOAT_GC_THRESHOLD=0: Python's).
+    gc_threshold = tune_collector()
     report: dict[str, Any] = {
         "riverboat_version": riverboat.__version__,
         "driver": target.driver,
@@ -85,6 +92,7 @@ async def _run(
         "jobs": config.jobs,
         "statement_source": "driver counter",
         **environment(),
+        "gc_threshold": gc_threshold or gc.get_threshold()[0],
     }
     server_cpu: ServerCpu | None = None
     counter: StatementCounter | None = None
@@ -141,20 +149,36 @@ async def _run(
         finally:
             await client.close()
         report["operations"] = [asdict(op) for op in ops]
+    # The overhead ratio compares two CPU figures of one run. On a shared VM either can
+    # move by a fifth from one minute to the next, so when both are asked for they are
+    # measured in interleaved rounds and the best of each is kept (as the insert and
+    # scale figures are).
+    with_floor = config.include_floor and target.dialect == "postgres" and bool(target.schema)
+    rounds = E2E_FLOOR_ROUNDS if config.include_e2e and with_floor else 1
+    floor: Any = None
     if config.include_e2e:
         from riverboat.bench.e2e import run_e2e
 
-        await reset()
-        e2e = await run_e2e(
-            make_client,
-            config.jobs,
-            server_cpu=server_cpu.seconds if server_cpu is not None else None,
-            server_statements=server_statements if counter is not None else None,
-            reset=reset,
-            progress=progress,
-            duration=config.duration,
-        )
-        report["end_to_end"] = e2e.to_dict()
+        best: Any = None
+        for round_ in range(1, rounds + 1):
+            if rounds > 1:
+                progress(f"e2e and raw SQL floor: round {round_}/{rounds}")
+            await reset()
+            e2e = await run_e2e(
+                make_client,
+                config.jobs,
+                server_cpu=server_cpu.seconds if server_cpu is not None else None,
+                server_statements=server_statements if counter is not None else None,
+                reset=reset,
+                progress=progress,
+                duration=config.duration,
+            )
+            if best is None or e2e.total_cpu_ms_per_job < best.total_cpu_ms_per_job:
+                best = e2e
+            if rounds > 1:
+                floor = await _best_floor(floor, config, target, server_cpu, progress)
+        report["end_to_end"] = best.to_dict()
+        report["end_to_end"]["rounds"] = rounds
     if config.include_inserts and target.dialect == "postgres" and target.schema:
         from riverboat.bench.inserts import run_inserts
 
@@ -191,17 +215,9 @@ async def _run(
                 progress,
             ),
         }
-    if config.include_floor and target.dialect == "postgres" and target.schema:
-        from riverboat.bench.floor import run_floor
-
-        progress("raw SQL floor")
-        floor = await asyncio.to_thread(
-            run_floor,
-            target.url,
-            target.schema,
-            config.jobs,
-            server_cpu.seconds if server_cpu is not None else None,
-        )
+    if with_floor:
+        if floor is None:
+            floor = await _best_floor(None, config, target, server_cpu, progress)
         report["raw_sql_floor"] = floor.to_dict()
         e2e_total = report.get("end_to_end", {}).get("total_cpu_ms_per_job")
         if e2e_total and floor.total_cpu_ms_per_job:
@@ -225,6 +241,25 @@ async def _run(
                 scenarios.stale_statistics_completion, target.url, target.schema
             )
     return report
+
+
+async def _best_floor(
+    best: Any, config: BenchConfig, target: Any, server_cpu: Any, progress: Any
+) -> Any:
+    """One more run of the raw-SQL floor; the cheaper of it and ``best``."""
+    from riverboat.bench.floor import run_floor
+
+    progress("raw SQL floor")
+    floor = await asyncio.to_thread(
+        run_floor,
+        target.url,
+        target.schema,
+        config.jobs,
+        server_cpu.seconds if server_cpu is not None else None,
+    )
+    if best is None or floor.total_cpu_ms_per_job < best.total_cpu_ms_per_job:
+        return floor
+    return best
 
 
 def run_bench(config: BenchConfig, *, show_progress: bool = True) -> dict[str, Any]:
