@@ -52,7 +52,13 @@ async def _work(
         fetch_cooldown=0.01,
         fetch_poll_interval=0.1,
     )
-    assert await asyncio.to_thread(backends, pg_url, app_name) == 0
+    # The fixture closed Django's schema-setup connection just before; its backend
+    # leaves pg_stat_activity a moment later, so start counting once it has.
+    await wait_until_async(
+        lambda: asyncio.to_thread(lambda: backends(pg_url, app_name) == 0),
+        timeout=5,
+        what="the fixture's Django backend to go",
+    )
     sub = client.subscribe(EventKind.JOB_COMPLETED)
     await client.start()
     try:
