@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from riverboat._job import JobRow, JobState
 from riverboat._queue import QueueRow
 from riverboat._sql import Query, Statement, render_schema
+from riverboat.dialect._part import DialectPart
 
 __all__ = ["ORDER_COLUMNS", "AdminSql", "AdminStatements", "compact_json", "control_payload"]
 
@@ -162,7 +163,7 @@ def count_by_queue_query(sql: type[AdminSql], schema: str | None, states: tuple[
     return Query("job_count_by_queue_and_state", render_schema(text, schema))
 
 
-class AdminStatements(ABC):
+class AdminStatements(DialectPart, ABC):
     """Administration operations; each returns one :class:`Statement` (on SQLite possibly
     one with ``then``: see :mod:`~riverboat.dialect.sqlite_admin`)."""
 
@@ -173,10 +174,6 @@ class AdminStatements(ABC):
     job_list_filters: ClassVar[tuple[str, ...]]
 
     if TYPE_CHECKING:  # provided by Dialect; declared for mypy only
-        schema: str | None
-        q: dict[str, Query]
-
-        def stmt(self, query_name: str, /, **params: Any) -> Statement: ...
 
         def decode_job(self, row: Sequence[Any]) -> JobRow: ...
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from riverboat._queue import QueueRow
 from riverboat._sql import Statement
 from riverboat.dialect._admin_common import ALL_STATES, AdminSql, compact_json
+from riverboat.dialect._part import DialectPart
 from riverboat.dialect._pg_common import CHANNEL, job_columns
 
 __all__ = ["JOB_LIST_FILTERS", "QUEUE_COLUMNS", "PostgresAdmin", "PostgresAdminSql"]
@@ -258,7 +259,7 @@ SELECT * FROM deleted ORDER BY id
 """
 
 
-class PostgresAdmin:
+class PostgresAdmin(DialectPart):
     """Postgres's half of :class:`~riverboat.dialect._admin_common.AdminStatements`:
     one statement per operation, NOTIFY sent by the statement itself."""
 
@@ -266,11 +267,6 @@ class PostgresAdmin:
     admin_sql: ClassVar[type[AdminSql]] = PostgresAdminSql
     job_list_filters: ClassVar[tuple[str, ...]] = JOB_LIST_FILTERS
     job_list_columns: ClassVar[str] = job_columns()
-
-    if TYPE_CHECKING:  # provided by Dialect; declared for mypy only
-        schema: str | None
-
-        def stmt(self, query_name: str, /, **params: Any) -> Statement: ...
 
     def job_cancel(self, job_id: int, cancel_attempted_at: str) -> Statement:
         return self.stmt(

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from riverboat._sql import Statement
+from riverboat.dialect._part import DialectPart
 from riverboat.dialect._pg_common import CHANNEL, job_columns
 from riverboat.dialect.base import Leader, RescueUpdate
 
@@ -253,13 +254,8 @@ RETURNING name
 """
 
 
-class PostgresLeadership:
+class PostgresLeadership(DialectPart):
     _queries: ClassVar[dict[str, str]] = QUERIES
-
-    if TYPE_CHECKING:  # provided by Dialect, which follows this mixin in the MRO
-        schema: str | None
-
-        def stmt(self, query_name: str, /, **params: Any) -> Statement: ...
 
     # -- leader election ---------------------------------------------------------------
     def leader_resign(self, *, leader_id: str, elected_at: datetime) -> Statement:

@@ -24,11 +24,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from riverboat._queue import QueueRow
-from riverboat._sql import Query, Statement
+from riverboat._sql import Statement
 from riverboat.dialect._admin_common import ALL_STATES, AdminSql
+from riverboat.dialect._part import DialectPart
 from riverboat.dialect._sqlite_common import (
     NOW,
     format_timestamp,
@@ -257,7 +258,7 @@ RETURNING {job_columns()}
 """
 
 
-class SqliteAdmin:
+class SqliteAdmin(DialectPart):
     """SQLite's half of :class:`~riverboat.dialect._admin_common.AdminStatements`: an
     operation that also writes a river_notification outbox row (the stand-in for
     NOTIFY) or reads a row it may not touch is a :class:`Statement` with ``then``."""
@@ -266,12 +267,6 @@ class SqliteAdmin:
     admin_sql: ClassVar[type[AdminSql]] = SqliteAdminSql
     job_list_filters: ClassVar[tuple[str, ...]] = JOB_LIST_FILTERS
     job_list_columns: ClassVar[str] = job_columns()
-
-    if TYPE_CHECKING:  # provided by Dialect; declared for mypy only
-        schema: str | None
-        q: dict[str, Query]
-
-        def stmt(self, query_name: str, /, **params: Any) -> Statement: ...
 
     def job_cancel(self, job_id: int, cancel_attempted_at: str) -> Statement:
         params = {"id": job_id, "cancel_attempted_at": cancel_attempted_at}

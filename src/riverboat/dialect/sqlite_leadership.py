@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from riverboat._sql import Query, Statement
+from riverboat._sql import Statement
+from riverboat.dialect._part import DialectPart
 from riverboat.dialect._sqlite_common import (
     NOW,
     format_timestamp,
@@ -273,14 +274,8 @@ def _ago(seconds: float | None) -> str | None:
     return None if seconds is None else seconds_modifier(-float(seconds))
 
 
-class SqliteLeadership:
+class SqliteLeadership(DialectPart):
     _queries: ClassVar[dict[str, str]] = QUERIES
-
-    if TYPE_CHECKING:  # provided by Dialect, which follows this mixin in the MRO
-        schema: str | None
-        q: dict[str, Query]
-
-        def stmt(self, query_name: str, /, **params: Any) -> Statement: ...
 
     # -- leader election ---------------------------------------------------------------
     def leader_resign(self, *, leader_id: str, elected_at: datetime) -> Statement:

@@ -1,0 +1,26 @@
+"""What the parts of a dialect written in their own modules (its admin and leadership
+statements) may use of the dialect they are mixed into."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from riverboat._sql import Query, Statement
+
+__all__ = ["DialectPart"]
+
+
+class DialectPart:
+    """A part of a dialect, mixed into the dialect's class before
+    :class:`~riverboat.dialect.base.Dialect`, which provides what is declared here (for
+    type checkers only: nothing here exists at run time but ``_queries``'s type)."""
+
+    # The part's SQL by name; the dialect renders them all into ``q``.
+    _queries: ClassVar[dict[str, str]]
+
+    if TYPE_CHECKING:
+        schema: str | None
+        q: dict[str, Query]
+
+        def stmt(self, query_name: str, /, **params: Any) -> Statement: ...
