@@ -286,9 +286,10 @@ def _checked_driver(driver: Any, schema: str | None, *, want_async: bool) -> Any
     return driver
 
 
-def _check_runtime_options(options: Mapping[str, Any], known: frozenset[str]) -> None:
-    """Options the sync Client hands to its embedded AsyncClient, checked now rather than
-    at ``start()``: a typo fails where it was written."""
+def _check_client_options(options: Mapping[str, Any], known: frozenset[str]) -> None:
+    """A client's keyword options, checked when it is built (type checkers see the
+    TypedDict; this is for everyone else): a typo fails where it was written, naming the
+    closest option, and not at ``start()`` in the sync client's embedded runtime."""
     for name in options:
         if name not in known:
             close = difflib.get_close_matches(name, sorted(known), n=1)

@@ -18,7 +18,7 @@ from typing import Any, TypedDict, Unpack
 from riverboat._admin import T, _hears_notifications
 from riverboat._client_async import AsyncClientBase
 from riverboat._client_core import (
-    _check_runtime_options,
+    _check_client_options,
     _ClientCore,
     default_client_id,
 )
@@ -111,7 +111,7 @@ class Client(ClientBase):
     """
 
     def __init__(self, driver: Any, **options: Unpack[ClientOptions]) -> None:
-        _check_runtime_options(options, _CLIENT_OPTIONS)
+        _check_client_options(options, _CLIENT_OPTIONS)
         self._core = _core_for(driver, options, want_async=False)
         self.driver = driver = self._core.driver
         self._embedded: _Embedded | None = None
@@ -232,7 +232,7 @@ class AsyncClient(AsyncClientBase):
     """
 
     def __init__(self, driver: Any, **options: Unpack[ClientOptions]) -> None:
-        _check_runtime_options(options, _CLIENT_OPTIONS)
+        _check_client_options(options, _CLIENT_OPTIONS)
         self._core = _core_for(driver, options, want_async=True)
         self.driver = driver = self._core.driver
         self._runtime: Runtime | None = None
