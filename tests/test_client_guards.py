@@ -84,6 +84,19 @@ def test_a_misspelt_option_fails_when_the_client_is_built(db: tuple[str, str | N
         pass
 
 
+@pytest.mark.parametrize("options", [{"fetch_coldown": 0.01}, {"max_attempt": 3}, {"colour": 1}])
+async def test_a_misspelt_option_fails_when_the_async_client_is_built(
+    db: tuple[str, str | None], options: dict[str, Any]
+) -> None:
+    url, schema = db
+    with pytest.raises(InvalidInputError, match="is not a Client option") as info:
+        riverboat.AsyncClient(url, schema=schema, **options)
+    (name,) = options
+    assert info.value.field == name
+    if name != "colour":
+        assert "did you mean" in str(info.value)
+
+
 def _runtime_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "riverboat-runtime"]
 
