@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from riverboat._admin import T, _hears_notifications
 from riverboat._client_async import AsyncClientBase
@@ -26,7 +26,7 @@ from riverboat._client_sync import ClientBase
 from riverboat._insert import InsertParams, validate_queue
 from riverboat.errors import InvalidInputError, NotFoundError
 from riverboat.runtime.events import EventKind, Subscription
-from riverboat.runtime.maintenance.periodic import PeriodicJobs
+from riverboat.runtime.maintenance.periodic import PeriodicJob, PeriodicJobs
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.runner import (
@@ -37,6 +37,9 @@ from riverboat.runtime.runner import (
 )
 from riverboat.runtime.sync_events import SyncSubscription
 from riverboat.runtime.worker import Workers
+
+if TYPE_CHECKING:
+    from riverboat.runtime.maintenance import MaintenanceConfig
 
 __all__ = ["AsyncClient", "Client", "ClientOptions", "default_client_id"]
 
@@ -77,8 +80,8 @@ class ClientOptions(TypedDict, total=False):
     poll_only: bool
     retry_policy: RetryPolicy | None
     skip_unknown_job_check: bool
-    maintenance: Any
-    periodic_jobs: Sequence[Any]
+    maintenance: MaintenanceConfig | None
+    periodic_jobs: Sequence[PeriodicJob]
     middleware: Sequence[object] | None
     soft_stop_timeout: float | None
 
