@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from riverboat._json import json_loads
+
 __all__ = [
     "AttemptError",
     "InsertManyParams",
@@ -115,7 +117,7 @@ def decode_metadata(raw: str | bytes) -> dict[str, Any]:
     empty, since every reader expects an object."""
     if raw == "{}" or raw == b"{}":
         return {}  # most jobs: skip the parser (a fresh dict, since callers may mutate it)
-    value = json.loads(raw)
+    value = json_loads(raw)
     return value if isinstance(value, dict) else {}
 
 
@@ -159,7 +161,7 @@ class JobRow:
     def args(self) -> Any:
         """The job's args decoded from JSON (a dict for every job River writes)."""
         if self._args is _UNDECODED:
-            self._args = json.loads(self.encoded_args)
+            self._args = json_loads(self.encoded_args)
         return self._args
 
     def __eq__(self, other: object) -> bool:

@@ -11,8 +11,10 @@ import enum
 import json
 import math
 import uuid
+from collections.abc import Callable
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from json.scanner import make_scanner
 from typing import Any
 
 __all__ = [
@@ -30,6 +32,29 @@ _GO_ESCAPES = str.maketrans(
     {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 )
 _NEEDS_ESCAPE = frozenset("<>&\u2028\u2029")
+
+
+# What json.loads runs underneath its wrappers (the C scanner when the _json module is
+# there); like json's own default decoder, one instance serves every thread.
+_scan_once: Callable[[str, int], tuple[Any, int]] = make_scanner(
+    json.JSONDecoder()  # type: ignore[arg-type]  # typeshed: the context is the decoder
+)
+
+
+def json_loads(text: str | bytes) -> Any:
+    """``json.loads`` for the JSON a database hands back, which has no white space
+    around it: the C scanner alone, without ``json.loads``' wrappers (0.3 µs against
+    1.05 for ``{"num":0}``). Anything else (white space around, bytes, an error) goes
+    through ``json.loads``, which decides, and raises, as it always did."""
+    if type(text) is str:
+        try:
+            value, end = _scan_once(text, 0)
+        except (StopIteration, ValueError):
+            pass
+        else:
+            if end == len(text):
+                return value
+    return json.loads(text)
 
 
 def _format_go_time(moment: datetime) -> str:

@@ -25,6 +25,7 @@ from riverboat._job import (
     decode_metadata,
     salvage_job,
 )
+from riverboat._json import json_loads
 from riverboat._sql import Statement
 from riverboat.dialect._sqlite_common import NOW as _NOW
 from riverboat.dialect._sqlite_common import (
@@ -269,7 +270,7 @@ def _text(value: Any) -> str:
 def _json_list(value: Any) -> list[Any]:
     if value is None:
         return []
-    decoded = json.loads(value)
+    decoded = json_loads(value)
     if not isinstance(decoded, list):
         raise TypeError(f"not a JSON array: {value!r}")
     return decoded
@@ -405,9 +406,9 @@ class SqliteDialect(SqliteAdmin, SqliteLeadership, Dialect, NotificationOutbox):
                 row[1],
                 row[2],
                 parse_timestamp(row[3]),
-                json.loads(attempted_by) if attempted_by else [],
+                json_loads(attempted_by) if attempted_by else [],
                 created_at,  # type: ignore[arg-type]
-                [AttemptError.from_json(e) for e in json.loads(errors)] if errors else [],
+                [AttemptError.from_json(e) for e in json_loads(errors)] if errors else [],
                 parse_timestamp(row[7]),
                 row[8],
                 row[9],
@@ -416,7 +417,7 @@ class SqliteDialect(SqliteAdmin, SqliteLeadership, Dialect, NotificationOutbox):
                 row[12],
                 STATE_BY_NAME[row[13]],
                 scheduled_at,  # type: ignore[arg-type]
-                json.loads(row[15]),
+                json_loads(row[15]),
                 bytes(unique_key) if unique_key is not None else None,
                 row[17],
             )
