@@ -134,3 +134,45 @@ async def test_a_job_claimed_again_meanwhile_is_read_in_full(
     assert event.job.attempt == 2
     assert event.job == await client.job_get(inserted.job.id)
     assert driver.stats.by_query.get("job_get_by_id_many") == 1
+
+
+async def test_event_statistics_measure_the_wait_from_scheduled_at(
+    driver: Any, pg_url: str, pg_schema: str
+) -> None:
+    """queue_wait is worked out when the event is made (not for every job): from the
+    row's scheduled_at to the job's start, whatever the outcome."""
+    import psycopg
+
+    workers = Workers()
+
+    @workers.register("noop")
+    async def noop(job: Job[Any]) -> None:
+        return None
+
+    @workers.register("fails")
+    async def fails(job: Job[Any]) -> None:
+        raise RuntimeError("no")
+
+    client = make_client(driver, workers)
+    inserted = await client.insert_many(
+        [InsertManyParams({}, kind="noop"), InsertManyParams({}, kind="fails")]
+    )
+    ids = [r.job.id for r in inserted]
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        await conn.execute(
+            f"UPDATE \"{pg_schema}\".river_job SET scheduled_at = now() - interval '90 seconds'"
+            " WHERE id = ANY(%s)",
+            [ids],
+        )
+    sub = client.subscribe(EventKind.JOB_COMPLETED, EventKind.JOB_FAILED)
+    await client.start()
+    try:
+        events = await next_events(sub, 2)
+    finally:
+        await client.stop()
+    assert {e.kind for e in events} == {EventKind.JOB_COMPLETED, EventKind.JOB_FAILED}
+    for event in events:
+        assert event.stats is not None
+        assert 90 <= event.stats.queue_wait < 150, event
+        assert 0 <= event.stats.run_duration < 60
+        assert event.stats.complete_duration >= 0

@@ -63,9 +63,18 @@ class PendingCompletion:
     update: JobStateUpdate
     job: JobRow
     event_kind: EventKind
-    queue_wait: float
+    # time.time() when the job started (0 for one that never ran): its queue wait is
+    # worked out only when an event needs it, not for every job.
+    started_at: float
     run_duration: float
     finished_at: float  # monotonic
+
+    @property
+    def queue_wait(self) -> float:
+        """Seconds from the job's scheduled_at to its start."""
+        if not self.started_at:
+            return 0.0
+        return max(0.0, self.started_at - self.job.scheduled_at.timestamp())
 
 
 class Completer:

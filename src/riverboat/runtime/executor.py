@@ -191,8 +191,7 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
     """Run ``row``'s worker and return its outcome for the completer."""
     state.started = True
     started_mono = time.monotonic()
-    started = datetime.now(UTC)
-    queue_wait = max(0.0, (started - row.scheduled_at).total_seconds())
+    started_at = time.time()
     worker = config.workers.get(row.kind)
     ctx = _WorkContext()
     error: BaseException | None = None
@@ -262,14 +261,15 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
             JobStateUpdate(row.id, JobState.COMPLETED, finalized=True),
             row,
             EventKind.JOB_COMPLETED,
-            queue_wait,
+            started_at,
             finished - started_mono,
             finished,
         )
+    started = datetime.fromtimestamp(started_at, UTC)
     update, kind = _outcome(row, error, ctx, state, worker, config, started)
     if kind is EventKind.JOB_FAILED and error is not None:
         _log_failure(row, error, update)
-    return PendingCompletion(update, row, kind, queue_wait, finished - started_mono, finished)
+    return PendingCompletion(update, row, kind, started_at, finished - started_mono, finished)
 
 
 def _log_failure(row: JobRow, error: BaseException, update: JobStateUpdate) -> None:
