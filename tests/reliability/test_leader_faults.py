@@ -42,6 +42,11 @@ def _count(url: str, schema: str, leader: str, after: object = None) -> int:
     )
 
 
+def _seconds_since(pg_url: str, pg_schema: str, moment: Any) -> float:
+    (now,) = sql(pg_url, pg_schema, "SELECT clock_timestamp()")[0]
+    return float((now - moment).total_seconds())
+
+
 def test_frozen_leader_steps_down_before_acting(
     tmp_path: Path, pg_url: str, pg_schema: str
 ) -> None:
@@ -69,6 +74,14 @@ def test_frozen_leader_steps_down_before_acting(
         b_out.wait_for(lambda line: line == "LEADER rel_B", 15)
         wait_until(
             lambda: _count(pg_url, pg_schema, "rel_B") >= 5, timeout=10, what="B's maintenance runs"
+        )
+        # The scenario is a leader frozen past its term: B can take over and run five
+        # times within the TTL of the freeze (when A's last re-election came just before
+        # SIGSTOP), so keep A stopped until its 2 s TTL has surely passed.
+        wait_until(
+            lambda: _seconds_since(pg_url, pg_schema, stopped_at) > 2.5,
+            timeout=10,
+            what="A's term to run out",
         )
         (resumed_at,) = sql(pg_url, pg_schema, "SELECT clock_timestamp()")[0]
         frozen = (resumed_at - stopped_at).total_seconds()
