@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import UTC
 
 import psycopg
 import pytest
@@ -113,3 +114,64 @@ async def test_async_transaction_translates_a_failed_commit(pg_url: str, pg_sche
                 await conn.execute(f'INSERT INTO "{pg_schema}".deferred VALUES (1), (1)')
     finally:
         await driver.close()
+
+
+SESSION = Statement(
+    Query(
+        "session_settings",
+        "SELECT current_setting('TimeZone'), current_setting('plan_cache_mode'), now() AS moment",
+    ),
+    {},
+)
+
+
+def _server_zone(pg_url: str) -> str:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        row = conn.execute("SELECT current_setting('TimeZone')").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_own_connections_run_in_utc_with_generic_plans(pg_url: str, pg_schema: str) -> None:
+    """Timestamps load as datetime.timezone.utc, without psycopg's per-value conversion
+    into a ZoneInfo; the instant is the same as on a connection in the server's zone."""
+    driver = PsycopgDriver(pg_url, schema=pg_schema)
+    try:
+        ((zone, plans, moment),) = driver.fetch(SESSION)
+        (job,) = riverboat.Client(driver).insert_many(
+            [riverboat.InsertManyParams({}, kind="tz_probe")]
+        )
+    finally:
+        driver.close()
+    assert (zone, plans) == ("UTC", "force_generic_plan")
+    assert moment.tzinfo is UTC and job.job.created_at.tzinfo is UTC
+
+
+async def test_async_own_connections_run_in_utc(pg_url: str, pg_schema: str) -> None:
+    driver = AsyncPsycopgDriver(pg_url, schema=pg_schema)
+    try:
+        ((zone, plans, moment),) = await driver.fetch(SESSION)
+        client = riverboat.AsyncClient(driver)
+        (job,) = await client.insert_many([riverboat.InsertManyParams({}, kind="tz_probe")])
+        stored = await client.job_get(job.job.id)
+    finally:
+        await driver.close()
+    assert (zone, plans) == ("UTC", "force_generic_plan")
+    assert moment.tzinfo is UTC and stored.scheduled_at.tzinfo is UTC
+
+
+def test_settings_are_left_alone_without_prepare_or_on_the_callers_connection(
+    pg_url: str, pg_schema: str
+) -> None:
+    """prepare=False (PgBouncer in transaction pooling) and a connection the caller
+    hands over keep the session as it is: a SET there would reach other sessions."""
+    server_zone = _server_zone(pg_url)
+    unprepared = PsycopgDriver(pg_url, schema=pg_schema, prepare=False)
+    try:
+        ((zone, plans, _moment),) = unprepared.fetch(SESSION)
+    finally:
+        unprepared.close()
+    assert (zone, plans) == (server_zone, "auto")
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        ((zone, plans, _moment),) = PsycopgDriver(conn, schema=pg_schema).fetch(SESSION)
+    assert (zone, plans) == (server_zone, "auto")

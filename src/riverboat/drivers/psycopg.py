@@ -6,8 +6,10 @@ Hot statements are prepared server-side, and the driver's own connections use ge
 plans (``plan_cache_mode = force_generic_plan``): riverboat's statements are ID- or
 index-driven, so a generic plan is as good as a custom one, and it skips re-planning on
 every call, which for the completion statement is most of its cost (about 190 → 85 µs
-per call here). ``prepare=False`` turns both off, for PgBouncer in transaction pooling,
-where session settings and prepared statements would leak between clients.
+per call here). They also run in the UTC time zone, so timestamps load without a
+conversion (see ``_SESSION_SETUP``). ``prepare=False`` turns all of this off, for
+PgBouncer in transaction pooling, where session settings and prepared statements would
+leak between clients.
 """
 
 from __future__ import annotations
@@ -40,7 +42,22 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncPsycopgDriver", "PsycopgDriver"]
 
-_GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
+
+# Run on every connection the driver opens for its own pool, unless prepare=False
+# (PgBouncer in transaction pooling, where a session setting would leak to other
+# clients of the server connection). A connection or pool the caller hands over keeps
+# its own settings.
+# - plan_cache_mode: see the module's docstring.
+# - TimeZone UTC: timestamptz values are instants whatever the session's zone, but
+#   psycopg gives them the session's tzinfo, and for any zone but UTC (a server's default
+#   is often 'Etc/UTC', a ZoneInfo) its loader converts every value with astimezone:
+#   0.94 µs per row of three timestamps against 0.31 µs with datetime.timezone.utc, and
+#   arithmetic on them is faster too.
+_SESSION_SETUP = (
+    "SELECT set_config('plan_cache_mode', 'force_generic_plan', false),"
+    " set_config('TimeZone', 'UTC', false)"
+)
+
 
 #: Seconds a new connection may take (libpq's connect_timeout), so an unreachable
 #: host fails instead of hanging on TCP's own timeout.
@@ -245,7 +262,7 @@ class PsycopgDriver(
         self.stats.connections_opened += 1
         _binary_arrays(conn)
         if self._prepare:
-            conn.execute(_GENERIC_PLANS)
+            conn.execute(_SESSION_SETUP)
 
     @contextmanager
     def _lease(self) -> Iterator[Any]:
@@ -471,7 +488,7 @@ class _AsyncPool:
             )
             _binary_arrays(conn)
             if self._prepare:
-                await conn.execute(_GENERIC_PLANS)
+                await conn.execute(_SESSION_SETUP)
         except psycopg.Error as exc:
             raise _translate(exc) from exc
         self._stats.connections_opened += 1
