@@ -382,11 +382,7 @@ def resolve_many(
             if queue_priority_attempts is None:
                 queue_priority_attempts = _default_placement(defaults)
             queue, priority, max_attempts = queue_priority_attempts
-            kind = validate_kind(kind)
-            try:
-                encoded_args = go_json_dumps(args, allow_sets=False)
-            except (TypeError, ValueError) as exc:
-                raise InvalidArgsError("args", f"is not JSON serialisable: {exc}") from None
+            kind, encoded_args = encode_args(args, kind)
             out.append(
                 InsertParams(
                     kind, encoded_args, queue, priority, max_attempts, None, available, [], "{}",
