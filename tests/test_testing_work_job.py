@@ -76,3 +76,13 @@ async def test_work_job_async(any_db: Db) -> None:  # noqa: F811
         assert again.job.id == inserted.id and again.job.state == "completed"
         with pytest.raises(TypeError, match="AsyncClient"):
             await work_job_async(object(), _workers(), 1)
+
+
+def test_a_misspelt_option_is_a_type_error_before_anything_is_inserted(
+    any_db: Db,  # noqa: F811
+) -> None:
+    db = any_db
+    with riverboat.Client(db.url, schema=db.schema) as client:
+        with pytest.raises(TypeError, match="unexpected keyword argument 'job_timout'"):
+            work_job(client, _workers(), Invoice(8), job_timout=5)  # type: ignore[call-arg]
+        assert client.job_list().jobs == []

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar
 from riverboat._insert import validate_queue
 from riverboat._job import STATE_BY_NAME, JobRow, JobState, format_rfc3339_nano, parse_rfc3339
 from riverboat._json import INT64_MAX, INT64_MIN, check_json_value
+from riverboat._options import check_option_names
 from riverboat._queue import QueueRow
 from riverboat._sql import Statement
 from riverboat.dialect.base import Leader
@@ -285,14 +286,6 @@ class JobDeleteManyOptions(JobFilters, total=False):
     all: bool
 
 
-def _check_option_names(options: Mapping[str, Any], known: frozenset[str]) -> None:
-    """TypedDict keys are only checked by type checkers; a misspelt filter must not
-    widen a delete, so unknown names are refused at run time too."""
-    unknown = options.keys() - known
-    if unknown:
-        raise InvalidInputError(sorted(unknown)[0], "is not a job filter")
-
-
 def _filters(options: JobFilters) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if (ids := options.get("ids")) is not None:
@@ -385,7 +378,7 @@ class _Ops:
         return _Plan(stmt, finish)
 
     def job_delete_many(self, options: JobDeleteManyOptions) -> _Plan[list[JobRow]]:
-        _check_option_names(options, JobDeleteManyOptions.__optional_keys__)
+        check_option_names(options, JobDeleteManyOptions.__optional_keys__, "a job filter")
         chosen = _filters(options)
         fragment = _where_fragment(options.get("where"), options.get("where_params"))
         limit = options.get("limit")
@@ -403,7 +396,7 @@ class _Ops:
         return _Plan(stmt, self.dialect.decode_jobs)
 
     def job_list(self, options: JobListOptions) -> _Plan[JobListResult]:
-        _check_option_names(options, JobListOptions.__optional_keys__)
+        check_option_names(options, JobListOptions.__optional_keys__, "a job filter")
         chosen = _filters(options)
         fragment = _where_fragment(options.get("where"), options.get("where_params"))
         order_by = options.get("order_by", "id")

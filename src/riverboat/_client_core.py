@@ -3,10 +3,9 @@ twins, batches, notify limiting), decoding, and the checks on how a client is bu
 
 from __future__ import annotations
 
-import difflib
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -284,14 +283,3 @@ def _checked_driver(driver: Any, schema: str | None, *, want_async: bool) -> Any
             f"schema= to {name}(...) instead",
         )
     return driver
-
-
-def _check_client_options(options: Mapping[str, Any], known: frozenset[str]) -> None:
-    """A client's keyword options, checked when it is built (type checkers see the
-    TypedDict; this is for everyone else): a typo fails where it was written, naming the
-    closest option, and not at ``start()`` in the sync client's embedded runtime."""
-    for name in options:
-        if name not in known:
-            close = difflib.get_close_matches(name, sorted(known), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise InvalidInputError(name, f"is not a Client option{hint}")

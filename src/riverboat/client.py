@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 from riverboat._admin import T, _hears_notifications
 from riverboat._client_async import AsyncClientBase
 from riverboat._client_core import (
-    _check_client_options,
     _ClientCore,
     default_client_id,
 )
 from riverboat._client_sync import ClientBase
 from riverboat._insert import InsertParams, validate_queue
+from riverboat._options import check_option_names
 from riverboat.errors import InvalidInputError, NotFoundError
 from riverboat.runtime.events import EventKind, Subscription
 from riverboat.runtime.maintenance.periodic import PeriodicJob, PeriodicJobs
@@ -114,7 +114,7 @@ class Client(ClientBase):
     """
 
     def __init__(self, driver: Any, **options: Unpack[ClientOptions]) -> None:
-        _check_client_options(options, _CLIENT_OPTIONS)
+        check_option_names(options, _CLIENT_OPTIONS, "a Client option")
         self._core = _core_for(driver, options, want_async=False)
         self.driver = driver = self._core.driver
         self._embedded: _Embedded | None = None
@@ -235,7 +235,7 @@ class AsyncClient(AsyncClientBase):
     """
 
     def __init__(self, driver: Any, **options: Unpack[ClientOptions]) -> None:
-        _check_client_options(options, _CLIENT_OPTIONS)
+        check_option_names(options, _CLIENT_OPTIONS, "a Client option")
         self._core = _core_for(driver, options, want_async=True)
         self.driver = driver = self._core.driver
         self._runtime: Runtime | None = None

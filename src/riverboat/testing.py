@@ -40,6 +40,7 @@ from typing import Any, TypedDict, Unpack
 
 from riverboat._insert import InsertDefaults, encode_args, resolve_insert
 from riverboat._job import InsertOpts, InsertResult, JobRow
+from riverboat._options import unknown_option
 from riverboat.dialect.base import Dialect
 from riverboat.drivers.base import DriverStats
 from riverboat.middleware import MiddlewareStack
@@ -277,9 +278,10 @@ async def work_job_async(
 
 
 def _check_work_options(options: WorkOptions) -> None:
-    unknown = options.keys() - WorkOptions.__optional_keys__
-    if unknown:
-        raise TypeError(f"work_job got an unexpected keyword argument {sorted(unknown)[0]!r}")
+    # A TypeError, as Python's own for a keyword the signature lacks.
+    name = unknown_option(options, WorkOptions.__optional_keys__)
+    if name is not None:
+        raise TypeError(f"work_job got an unexpected keyword argument {name!r}")
 
 
 async def _work(
