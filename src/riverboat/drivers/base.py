@@ -183,9 +183,9 @@ class AsyncStatementRunner:
         return count
 
 
-class ConnectionExecutor(StatementRunner):
-    """Runs statements on one connection (a transaction's, or the caller's own),
-    counting them into the driver's stats."""
+class _OnConnection:
+    """One connection (a transaction's, or the caller's own) and the driver's stats its
+    statements count into."""
 
     __slots__ = ("_conn", "_stats")
 
@@ -194,14 +194,16 @@ class ConnectionExecutor(StatementRunner):
         self._stats = stats
 
 
-class AsyncConnectionExecutor(AsyncStatementRunner):
+class ConnectionExecutor(_OnConnection, StatementRunner):
+    """Runs statements on one connection, counting them into the driver's stats."""
+
+    __slots__ = ()
+
+
+class AsyncConnectionExecutor(_OnConnection, AsyncStatementRunner):
     """:class:`ConnectionExecutor` for the event loop."""
 
-    __slots__ = ("_conn", "_stats")
-
-    def __init__(self, conn: Any, stats: DriverStats) -> None:
-        self._conn = conn
-        self._stats = stats
+    __slots__ = ()
 
 
 class AsyncListener(Protocol):
