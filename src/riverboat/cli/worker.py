@@ -174,7 +174,6 @@ def _run_one(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    tune_collector()  # this process only works jobs (see riverboat.runtime.collector)
     client = load_client(target)
     if soft_stop_timeout is not None:
         config = client.runtime.config
@@ -195,6 +194,7 @@ def _child(
     metrics_port: int | None,
     soft_stop_timeout: float | None,
 ) -> None:
+    tune_collector()  # a spawned process starts with Python's settings
     sys.exit(_run_one(target, exit_when_idle, log_level, metrics_port, soft_stop_timeout))
 
 
@@ -205,7 +205,9 @@ def run(args: argparse.Namespace) -> int:
     soft_stop_timeout = getattr(args, "soft_stop_timeout", None)
     if soft_stop_timeout is not None:
         check_soft_stop_timeout(soft_stop_timeout)  # before any process starts
-    tune_collector()  # a bad RIVERBOAT_GC_THRESHOLD fails here, before any process starts
+    # This process only works jobs (see riverboat.runtime.collector); a bad
+    # RIVERBOAT_GC_THRESHOLD fails here, before any worker process starts.
+    tune_collector()
     if args.processes == 1:
         return _run_one(
             args.target, args.exit_when_idle, args.log_level, metrics_port, soft_stop_timeout
