@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from riverboat._sql import Query, Statement
 
 __all__ = ["DialectPart"]
@@ -24,3 +26,5 @@ class DialectPart:
         q: dict[str, Query]
 
         def stmt(self, query_name: str, /, **params: Any) -> Statement: ...
+
+        def time_param(self, value: datetime | None) -> Any: ...

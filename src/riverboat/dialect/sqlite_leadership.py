@@ -266,10 +266,6 @@ WHERE id IN (
 """
 
 
-def _elected_at(value: datetime | str) -> str:
-    return value if isinstance(value, str) else format_timestamp(value)
-
-
 def _ago(seconds: float | None) -> str | None:
     return None if seconds is None else seconds_modifier(-float(seconds))
 
@@ -280,7 +276,7 @@ class SqliteLeadership(DialectPart):
     # -- leader election ---------------------------------------------------------------
     def leader_resign(self, *, leader_id: str, elected_at: datetime) -> Statement:
         """Rows: the resigned ``(leader_id,)``, or none when the term was not ours."""
-        params = {"leader_id": leader_id, "elected_at": _elected_at(elected_at)}
+        params = {"leader_id": leader_id, "elected_at": self.time_param(elected_at)}
         delete = self.stmt("leader_resign_apply", **params)
         return Statement(self.q["leader_resign"], params, (delete,))
 
