@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from riverboat.testing import create_migrated_postgres_schema, drop_postgres_schema
 from tests.pgserver import find_pg_bin
 
 if TYPE_CHECKING:
@@ -23,27 +24,11 @@ def _new_schema() -> str:
 
 def create_migrated_schema(pg_url: str) -> str:
     """A new schema brought to the latest version by running every migration."""
-    import psycopg
-
-    from riverboat.drivers.psycopg import PsycopgDriver
-    from riverboat.migrations import Migrator
-
-    schema = _new_schema()
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    driver = PsycopgDriver(pg_url, schema=schema, max_pool_size=2)
-    try:
-        Migrator(driver).up()
-    finally:
-        driver.close()
-    return schema
+    return create_migrated_postgres_schema(pg_url, "t_")
 
 
 def drop_schema(pg_url: str, schema: str) -> None:
-    import psycopg
-
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    drop_postgres_schema(pg_url, schema)
 
 
 class SchemaCloner:

@@ -14,6 +14,9 @@ from riverboat.drivers.sqlite import SqliteDriver
 from riverboat.runtime.events import EventKind
 from riverboat.testing import (
     ExpectedJob,
+    create_migrated_postgres_schema,
+    drop_postgres_schema,
+    migrated_postgres_schema,
     require_inserted,
     require_many_inserted,
     require_not_inserted,
@@ -120,6 +123,29 @@ def test_postgres_schema_fixture_and_transaction(
                 assert result.job.attempted_by == ["riverboat-test"]
                 require_inserted(client, SendEmail, tx=conn, state="completed")
         require_not_inserted(client, SendEmail)  # rolled back
+
+
+def _schema_exists(url: str, schema: str) -> bool:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = %s", [schema]
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def test_scratch_schemas_are_created_migrated_and_dropped(riverboat_database_url: str) -> None:
+    url = riverboat_database_url
+    schema = create_migrated_postgres_schema(url, "scratch_")
+    try:
+        assert schema.startswith("scratch_") and _schema_exists(url, schema)
+        with Client(url, schema=schema) as client:
+            assert client.job_list().jobs == []  # River's tables are there
+    finally:
+        drop_postgres_schema(url, schema)
+    assert not _schema_exists(url, schema)
+    with migrated_postgres_schema(url) as scoped:
+        assert _schema_exists(url, scoped)
+    assert not _schema_exists(url, scoped)
 
 
 def test_plugin_is_registered(pytestconfig: Any) -> None:

@@ -54,6 +54,8 @@ __all__ = [
     "TestClock",
     "WorkOptions",
     "WorkResult",
+    "create_migrated_postgres_schema",
+    "drop_postgres_schema",
     "migrated_postgres_schema",
     "require_inserted",
     "require_many_inserted",
@@ -403,10 +405,10 @@ def use_test_config(
 # -- the pytest plugin -------------------------------------------------------------------
 
 
-@contextmanager
-def migrated_postgres_schema(url: str, prefix: str = "riverboat_test_") -> Iterator[str]:
+def create_migrated_postgres_schema(url: str, prefix: str = "riverboat_test_") -> str:
     """A new Postgres schema (``prefix`` and random hex) migrated to River's latest
-    version, dropped with everything in it on exit: one test's or benchmark's own."""
+    version, for a fixture that outlives one test; dropped again if migrating fails.
+    :func:`drop_postgres_schema` removes it."""
     import psycopg
 
     from riverboat.drivers.psycopg import PsycopgDriver
@@ -421,10 +423,29 @@ def migrated_postgres_schema(url: str, prefix: str = "riverboat_test_") -> Itera
             Migrator(driver).up()
         finally:
             driver.close()
+    except BaseException:
+        drop_postgres_schema(url, schema)
+        raise
+    return schema
+
+
+def drop_postgres_schema(url: str, schema: str) -> None:
+    """Drop ``schema`` with everything in it."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@contextmanager
+def migrated_postgres_schema(url: str, prefix: str = "riverboat_test_") -> Iterator[str]:
+    """:func:`create_migrated_postgres_schema` for the ``with`` block, dropped on exit:
+    one test's or benchmark's own schema."""
+    schema = create_migrated_postgres_schema(url, prefix)
+    try:
         yield schema
     finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        drop_postgres_schema(url, schema)
 
 
 try:

@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,29 +22,17 @@ import pytest
 
 import riverboat
 from riverboat.dialect.base import JobStateUpdate
-from riverboat.drivers.psycopg import AsyncPsycopgDriver, PsycopgDriver
-from riverboat.migrations import Migrator
+from riverboat.drivers.psycopg import AsyncPsycopgDriver
 from riverboat.runtime.maintenance import MaintenanceConfig, MaintenanceContext
 from riverboat.runtime.maintenance.cleaner import JobCleaner
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.worker import Job, Workers
 from tests.reliability._support import sql
+from tests.templates import create_migrated_schema, drop_schema
 
 SIZE = int(os.environ.get("RIVERBOAT_BACKLOG", "1000000"))
 WORKED = 20_000
-
-
-def _schema(url: str) -> str:
-    schema = "t_" + uuid.uuid4().hex[:16]
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    driver = PsycopgDriver(url, schema=schema, max_pool_size=2)
-    try:
-        Migrator(driver).up()
-    finally:
-        driver.close()
-    return schema
 
 
 def _fill(url: str, schema: str, available: int, completed: int, kind: str) -> None:
@@ -150,7 +137,7 @@ async def _work(url: str, schema: str) -> float:
 @pytest.mark.long
 @pytest.mark.timeout(3600)
 async def test_big_backlog(pg_url: str) -> None:
-    big, small = _schema(pg_url), _schema(pg_url)
+    big, small = create_migrated_schema(pg_url), create_migrated_schema(pg_url)
     try:
         t0 = time.monotonic()
         await asyncio.to_thread(_fill, pg_url, big, SIZE, SIZE, "now")
@@ -214,6 +201,5 @@ async def test_big_backlog(pg_url: str) -> None:
         assert ratio <= 1.5
         assert cleaner.deleted == SIZE and over == 0
     finally:
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            for schema in (big, small):
-                conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        for schema in (big, small):
+            drop_schema(pg_url, schema)
