@@ -30,6 +30,16 @@ async def next_events(sub: Subscription, count: int, timeout: float = 10.0) -> l
     return events
 
 
+async def work_outcomes(client: riverboat.AsyncClient, count: int) -> list[Event]:
+    """Start ``client``, collect the next ``count`` completed or failed events, stop it."""
+    sub = client.subscribe(EventKind.JOB_COMPLETED, EventKind.JOB_FAILED)
+    await client.start()
+    try:
+        return await next_events(sub, count)
+    finally:
+        await client.stop()
+
+
 async def wait_for(kinds: Iterable[EventKind], sub: Subscription, job_id: int) -> Event:
     wanted = set(kinds)
     async with asyncio.timeout(10):

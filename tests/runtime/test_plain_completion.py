@@ -14,7 +14,7 @@ from riverboat.drivers.asyncpg import AsyncpgDriver
 from riverboat.drivers.psycopg import AsyncPsycopgDriver
 from riverboat.runtime.events import EventKind
 from riverboat.runtime.worker import Job, Workers
-from tests.runtime.helpers import make_client, next_events
+from tests.runtime.helpers import make_client, next_events, work_outcomes
 
 pytestmark = pytest.mark.asyncio
 
@@ -44,12 +44,7 @@ async def test_plain_completions_patch_the_claimed_rows(driver: Any) -> None:
             for n in range(20)
         ]
     )
-    sub = client.subscribe(EventKind.JOB_COMPLETED, EventKind.JOB_FAILED)
-    await client.start()
-    try:
-        events = await next_events(sub, 20)
-    finally:
-        await client.stop()
+    events = await work_outcomes(client, 20)
     assert {e.job.id for e in events if e.job} == {r.job.id for r in inserted}
     for event in events:
         assert event.kind is EventKind.JOB_COMPLETED and event.job is not None
@@ -77,12 +72,7 @@ async def test_a_mixed_batch_writes_both_kinds_once(driver: Any) -> None:
             for n in range(10)
         ]
     )
-    sub = client.subscribe(EventKind.JOB_COMPLETED, EventKind.JOB_FAILED)
-    await client.start()
-    try:
-        events = await next_events(sub, 10)
-    finally:
-        await client.stop()
+    events = await work_outcomes(client, 10)
     by_id = {e.job.id: e for e in events if e.job}
     assert len(by_id) == 10
     for result in inserted:
@@ -164,12 +154,7 @@ async def test_event_statistics_measure_the_wait_from_scheduled_at(
             " WHERE id = ANY(%s)",
             [ids],
         )
-    sub = client.subscribe(EventKind.JOB_COMPLETED, EventKind.JOB_FAILED)
-    await client.start()
-    try:
-        events = await next_events(sub, 2)
-    finally:
-        await client.stop()
+    events = await work_outcomes(client, 2)
     assert {e.kind for e in events} == {EventKind.JOB_COMPLETED, EventKind.JOB_FAILED}
     for event in events:
         assert event.stats is not None
