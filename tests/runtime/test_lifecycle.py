@@ -139,8 +139,10 @@ async def test_connections_are_leased_per_statement(apg_driver: Any) -> None:
     worked = stats.by_query["job_get_available"] + stats.by_query["job_complete_many"]
     assert "job_set_state_if_running_many" not in stats.by_query
     assert worked < 100
-    # A statement holds a connection only while it runs: a handful at most were opened.
-    assert stats.connections_opened <= 4
+    # A statement holds a connection only while it runs: the LISTEN connection, plus the
+    # producer's claim, the completer's write, the elector and a maintenance service or
+    # two at once. Held per running job (100 of them), all 10 the pool allows would open.
+    assert stats.connections_opened <= 6
 
 
 @pytest.mark.parametrize("events", [True, False])

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-__all__ = ["CHANNEL", "JOB_COLUMNS", "UNIQUE_CONFLICT", "job_columns"]
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from riverboat.dialect._columns import JOB_COLUMNS, select_job_columns
+
+__all__ = ["CHANNEL", "JOB_COLUMNS", "UNIQUE_CONFLICT", "job_columns", "unnest_arrays"]
 
 # Python's datetime holds years 1 to 9999 only, and every Postgres driver fails the whole
 # fetch on a timestamptz outside them ('infinity', '-infinity', a year BC, or year 1
@@ -24,33 +29,24 @@ _CLAMPED = (
     + " ELSE {c} END"
 )
 
-_COLUMN_EXPRS = (
-    ("id", "{t}id"),
-    ("args", "{t}args::text"),
-    ("attempt", "{t}attempt"),
-    ("attempted_at", _CLAMPED.format(c="{t}attempted_at")),
-    ("attempted_by", "{t}attempted_by"),
-    ("created_at", _CLAMPED.format(c="{t}created_at")),
-    ("errors", "{t}errors::text[]"),
-    ("finalized_at", _CLAMPED.format(c="{t}finalized_at")),
-    ("kind", "{t}kind"),
-    ("max_attempts", "{t}max_attempts"),
-    ("metadata", "{t}metadata::text"),
-    ("priority", "{t}priority"),
-    ("queue", "{t}queue"),
-    ("state", "{t}state::text"),
-    ("scheduled_at", _CLAMPED.format(c="{t}scheduled_at")),
-    ("tags", "{t}tags::text[]"),
-    ("unique_key", "{t}unique_key"),
-    ("unique_states", "{t}unique_states::integer"),
-)
-JOB_COLUMNS = tuple(name for name, _ in _COLUMN_EXPRS)
+# How Postgres reads the job columns that need more than the stored value.
+_READ_AS = {
+    "args": "{c}::text",
+    "attempted_at": _CLAMPED,
+    "created_at": _CLAMPED,
+    "errors": "{c}::text[]",
+    "finalized_at": _CLAMPED,
+    "metadata": "{c}::text",
+    "state": "{c}::text",
+    "scheduled_at": _CLAMPED,
+    "tags": "{c}::text[]",
+    "unique_states": "{c}::integer",
+}
 
 
 def job_columns(table: str = "") -> str:
     """The RETURNING/SELECT list every job-returning statement uses, in JobRow order."""
-    prefix = f"{table}." if table else ""
-    return ", ".join(f"{expr.format(t=prefix)} AS {name}" for name, expr in _COLUMN_EXPRS)
+    return select_job_columns(_READ_AS, table)
 
 
 # The NOTIFY channel for a topic: River's "<schema>.<topic>", with current_schema() when
@@ -60,3 +56,13 @@ UNIQUE_CONFLICT = """ON CONFLICT (unique_key)
     WHERE unique_key IS NOT NULL
       AND unique_states IS NOT NULL
       AND <schema>river_job_state_in_bitmask(unique_states, state)"""
+
+
+def unnest_arrays(names: Sequence[str], rows: Iterable[Sequence[Any]]) -> dict[str, list[Any]]:
+    """Parameters for a statement over ``unnest`` of parallel arrays: one list per name,
+    from rows whose values are in ``names`` order (a batch written as rows, bound as
+    columns)."""
+    columns = list(zip(*rows, strict=True))
+    if not columns:
+        return {name: [] for name in names}
+    return {name: list(column) for name, column in zip(names, columns, strict=True)}

@@ -12,6 +12,8 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+from riverboat.dialect._columns import select_job_columns
+
 __all__ = [
     "NOW",
     "format_timestamp",
@@ -41,32 +43,14 @@ def valid_json_or(column: str, default: str, json_type: str) -> str:
     )
 
 
-_COLUMN_EXPRS = (
-    ("id", "{t}id"),
-    ("args", _JSON.format(c="{t}args")),
-    ("attempt", "{t}attempt"),
-    ("attempted_at", "{t}attempted_at"),
-    ("attempted_by", _JSON.format(c="{t}attempted_by")),
-    ("created_at", "{t}created_at"),
-    ("errors", _JSON.format(c="{t}errors")),
-    ("finalized_at", "{t}finalized_at"),
-    ("kind", "{t}kind"),
-    ("max_attempts", "{t}max_attempts"),
-    ("metadata", _JSON.format(c="{t}metadata")),
-    ("priority", "{t}priority"),
-    ("queue", "{t}queue"),
-    ("state", "{t}state"),
-    ("scheduled_at", "{t}scheduled_at"),
-    ("tags", _JSON.format(c="{t}tags")),
-    ("unique_key", "{t}unique_key"),
-    ("unique_states", "{t}unique_states"),
-)
+# The job columns SQLite reads through json(): JSON another client stored as JSONB or
+# as malformed text reads as NULL (see _JSON).
+_READ_AS = dict.fromkeys(("args", "attempted_by", "errors", "metadata", "tags"), _JSON)
 
 
 def job_columns(table: str = "") -> str:
     """The SELECT/RETURNING list of every job-returning statement, in JobRow order."""
-    prefix = f"{table}." if table else ""
-    return ", ".join(f"{expr.format(t=prefix)} AS {name}" for name, expr in _COLUMN_EXPRS)
+    return select_job_columns(_READ_AS, table)
 
 
 # SQLite's clock as River's timestamp text; constant within one statement.

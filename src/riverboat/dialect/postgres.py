@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 from riverboat._insert import InsertParams
@@ -22,7 +23,13 @@ from riverboat._job import (
     salvage_job,
 )
 from riverboat._sql import Statement
-from riverboat.dialect._pg_common import CHANNEL, JOB_COLUMNS, UNIQUE_CONFLICT, job_columns
+from riverboat.dialect._pg_common import (
+    CHANNEL,
+    JOB_COLUMNS,
+    UNIQUE_CONFLICT,
+    job_columns,
+    unnest_arrays,
+)
 from riverboat.dialect.base import BulkCopy, CopyBatch, Dialect, JobStateUpdate
 from riverboat.dialect.postgres_admin import PostgresAdmin
 from riverboat.dialect.postgres_leadership import PostgresLeadership
@@ -282,9 +289,31 @@ def _tags_packed(tags: list[str]) -> str:
     return ",".join(tags)
 
 
+# What the insert statements bind for each job (job_insert_many an array of each,
+# job_insert_one the values themselves) besides the tags, and where each comes from.
+_INSERT_ARRAYS = tuple(
+    "args kind max_attempts metadata priority queue scheduled_at state unique_key "
+    "unique_states".split()
+)
+_insert_values = attrgetter(
+    *"encoded_args kind max_attempts encoded_metadata priority queue scheduled_at "
+    "state.value unique_key unique_states".split()
+)
+
+
 # The columns insert_many_fast copies (created_at and, unless given, scheduled_at take
 # the server's now()). Values are what job_insert_many binds, but one row per job.
 COPY_COLUMNS = ("args", "kind", "max_attempts", "metadata", "priority", "queue", "state", "tags")
+
+
+# job_set_state_if_running_many's arrays, one element per update, and where each comes
+# from.
+_STATE_UPDATE_ARRAYS = tuple(
+    "ids attempt errors finalized metadata_updates scheduled_at state".split()
+)
+_update_values = attrgetter(
+    *"id attempt error finalized metadata_updates scheduled_at state.value".split()
+)
 
 
 class PostgresDialect(PostgresAdmin, PostgresLeadership, Dialect, BulkCopy):
@@ -301,36 +330,16 @@ class PostgresDialect(PostgresAdmin, PostgresLeadership, Dialect, BulkCopy):
     ) -> Statement:
         if len(jobs) == 1:
             job = jobs[0]
-            return self.stmt(
-                "job_insert_one",
-                args=job.encoded_args,
-                kind=job.kind,
-                max_attempts=job.max_attempts,
-                metadata=job.encoded_metadata,
-                priority=job.priority,
-                queue=job.queue,
-                scheduled_at=job.scheduled_at,
-                state=job.state.value,
-                tags=_tags_packed(job.tags),
-                unique_key=job.unique_key,
-                unique_states=job.unique_states,
-                notify_queue=notify_queues[0] if notify_queues else None,
-                now=now,
-                schema=self.schema,
-            )
+            params = dict(zip(_INSERT_ARRAYS, _insert_values(job), strict=True))
+            params["tags"] = _tags_packed(job.tags)
+            params["notify_queue"] = notify_queues[0] if notify_queues else None
+            params["now"] = now
+            params["schema"] = self.schema
+            return Statement(self.q["job_insert_one"], params)
         return self.stmt(
             "job_insert_many",
-            args=[j.encoded_args for j in jobs],
-            kind=[j.kind for j in jobs],
-            max_attempts=[j.max_attempts for j in jobs],
-            metadata=[j.encoded_metadata for j in jobs],
-            priority=[j.priority for j in jobs],
-            queue=[j.queue for j in jobs],
-            scheduled_at=[j.scheduled_at for j in jobs],
-            state=[j.state.value for j in jobs],
+            **unnest_arrays(_INSERT_ARRAYS, map(_insert_values, jobs)),
             tags=[_tags_packed(j.tags) for j in jobs],
-            unique_key=[j.unique_key for j in jobs],
-            unique_states=[j.unique_states for j in jobs],
             notify_queues=list(notify_queues),
             now=now,
             schema=self.schema,
@@ -424,16 +433,7 @@ class PostgresDialect(PostgresAdmin, PostgresLeadership, Dialect, BulkCopy):
             if returning
             else "job_set_state_if_running_many_no_return"
         )
-        return self.stmt(
-            name,
-            ids=[u.id for u in updates],
-            attempt=[u.attempt for u in updates],
-            errors=[u.error for u in updates],
-            finalized=[u.finalized for u in updates],
-            metadata_updates=[u.metadata_updates for u in updates],
-            scheduled_at=[u.scheduled_at for u in updates],
-            state=[u.state.value for u in updates],
-        )
+        return self.stmt(name, **unnest_arrays(_STATE_UPDATE_ARRAYS, map(_update_values, updates)))
 
     def job_complete_many(self, job_ids: Sequence[int], *, returning: bool) -> Statement:
         name = "job_complete_many" if returning else "job_complete_many_no_return"

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from riverboat._sql import Statement
 from riverboat.dialect._part import DialectPart
-from riverboat.dialect._pg_common import CHANNEL, job_columns
+from riverboat.dialect._pg_common import CHANNEL, job_columns, unnest_arrays
 from riverboat.dialect.base import Leader, RescueUpdate
 
 __all__ = ["Leader", "PostgresLeadership", "RescueUpdate"]
@@ -280,12 +280,6 @@ class PostgresLeadership(DialectPart):
     def job_rescue_many(
         self, updates: Sequence[RescueUpdate], *, stuck_horizon: datetime
     ) -> Statement:
-        return self.stmt(
-            "job_rescue_many",
-            ids=[u.id for u in updates],
-            errors=[u.error for u in updates],
-            finalized_at=[u.finalized_at for u in updates],
-            scheduled_at=[u.scheduled_at for u in updates],
-            states=[u.state for u in updates],
-            stuck_horizon=stuck_horizon,
-        )
+        rows = ((u.id, u.error, u.finalized_at, u.scheduled_at, u.state) for u in updates)
+        arrays = unnest_arrays(("ids", "errors", "finalized_at", "scheduled_at", "states"), rows)
+        return self.stmt("job_rescue_many", **arrays, stuck_horizon=stuck_horizon)

@@ -1,0 +1,44 @@
+"""The job columns every job-returning statement lists, written once for both dialects.
+
+The order is :class:`~riverboat._job.JobRow`'s field order, which each dialect's
+``decode_job`` reads by position; a dialect only says which columns it reads through an
+expression (a cast, a clamp, a JSON check).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = ["JOB_COLUMNS", "select_job_columns"]
+
+JOB_COLUMNS = (
+    "id",
+    "args",
+    "attempt",
+    "attempted_at",
+    "attempted_by",
+    "created_at",
+    "errors",
+    "finalized_at",
+    "kind",
+    "max_attempts",
+    "metadata",
+    "priority",
+    "queue",
+    "state",
+    "scheduled_at",
+    "tags",
+    "unique_key",
+    "unique_states",
+)
+
+
+def select_job_columns(read_as: Mapping[str, str], table: str = "") -> str:
+    """``expression AS column`` for every job column, in :data:`JOB_COLUMNS` order.
+    ``read_as`` maps a column to the SQL that reads it, with ``{c}`` for the (table
+    qualified) column; any other column is read as it is stored."""
+    prefix = f"{table}." if table else ""
+    return ", ".join(
+        f"{read_as[name].format(c=prefix + name) if name in read_as else prefix + name} AS {name}"
+        for name in JOB_COLUMNS
+    )
