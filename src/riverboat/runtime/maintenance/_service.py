@@ -13,7 +13,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -119,6 +119,14 @@ class Service:
     # -- the loop ----------------------------------------------------------------------
     async def _sleep(self, seconds: float, stop: asyncio.Event, *, wakeable: bool) -> None:
         await wait_any((stop, self._wake) if wakeable else (stop,), seconds)
+
+    async def in_batches(self, run_batch: Callable[[int], Awaitable[int]]) -> None:
+        """Call ``run_batch(max)`` (it returns how many rows it met, at most ``max``: the
+        config's ``batch_size``) until a batch comes back short or the service is
+        stopping, with River's random pause between full batches."""
+        batch = self.ctx.config.batch_size
+        while await run_batch(batch) >= batch and not self.stopping:
+            await self.pause_between_batches()
 
     async def pause_between_batches(self) -> None:
         cfg = self.ctx.config

@@ -14,10 +14,10 @@ __all__ = ["JobCleaner"]
 
 class JobCleaner(Service):
     name = "cleaner"
+    deleted = 0  # jobs deleted since the service was built
 
     def __init__(self, ctx: MaintenanceContext) -> None:
         super().__init__(ctx, ctx.config.cleaner_interval)
-        self.deleted = 0
 
     async def run_once(self) -> None:
         ctx = self.ctx
@@ -28,17 +28,18 @@ class JobCleaner(Service):
             and cfg.discarded_job_retention is None
         ):
             return
-        while True:
-            count = await ctx.driver.execute(
+
+        async def delete_batch(max: int) -> int:
+            count: int = await ctx.driver.execute(
                 ctx.dialect.job_delete_before(
                     cancelled_retention=cfg.cancelled_job_retention,
                     completed_retention=cfg.completed_job_retention,
                     discarded_retention=cfg.discarded_job_retention,
-                    max=cfg.batch_size,
+                    max=max,
                     queues_excluded=cfg.cleaner_queues_excluded,
                 )
             )
             self.deleted += count
-            if count < cfg.batch_size or self.stopping:
-                return
-            await self.pause_between_batches()
+            return count
+
+        await self.in_batches(delete_batch)

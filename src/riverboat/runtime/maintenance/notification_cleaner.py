@@ -36,13 +36,11 @@ class NotificationCleaner(Service):
         self.deleted = 0
 
     async def run_once(self) -> None:
-        ctx = self.ctx
-        batch = ctx.config.batch_size
-        while True:
-            count = await ctx.driver.execute(
-                self.outbox.notification_delete_before(retention=self.retention, max=batch)
+        async def delete_batch(max: int) -> int:
+            count: int = await self.ctx.driver.execute(
+                self.outbox.notification_delete_before(retention=self.retention, max=max)
             )
             self.deleted += count
-            if count < batch or self.stopping:
-                return
-            await self.pause_between_batches()
+            return count
+
+        await self.in_batches(delete_batch)

@@ -17,13 +17,13 @@ class QueueCleaner(Service):
 
     async def run_once(self) -> None:
         ctx = self.ctx
-        cfg = ctx.config
-        while True:
+
+        async def delete_batch(max: int) -> int:
             rows = await ctx.driver.fetch(
-                ctx.dialect.queue_delete_expired(retention=cfg.queue_retention, max=cfg.batch_size)
+                ctx.dialect.queue_delete_expired(retention=ctx.config.queue_retention, max=max)
             )
             self.deleted.extend(row[0] for row in rows)
             del self.deleted[:-1000]
-            if len(rows) < cfg.batch_size or self.stopping:
-                return
-            await self.pause_between_batches()
+            return len(rows)
+
+        await self.in_batches(delete_batch)

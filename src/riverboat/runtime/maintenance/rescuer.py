@@ -48,12 +48,13 @@ class JobRescuer(Service):
     async def run_once(self) -> None:
         ctx = self.ctx
         dialect = ctx.dialect
-        batch = ctx.config.batch_size
         horizon = datetime.now(UTC) - timedelta(seconds=self.rescue_after)
         after_id = 0
-        while True:
+
+        async def rescue_batch(max: int) -> int:
+            nonlocal after_id
             rows = await ctx.driver.fetch(
-                dialect.job_get_stuck(after_id=after_id, stuck_horizon=horizon, max=batch)
+                dialect.job_get_stuck(after_id=after_id, stuck_horizon=horizon, max=max)
             )
             jobs = dialect.decode_jobs(rows)
             if jobs:
@@ -66,9 +67,9 @@ class JobRescuer(Service):
                 )
                 for _id, state in result:
                     self.rescued[state] = self.rescued.get(state, 0) + 1
-            if len(jobs) < batch or self.stopping:
-                return
-            await self.pause_between_batches()
+            return len(jobs)
+
+        await self.in_batches(rescue_batch)
 
     def decide(self, job: JobRow, now: datetime) -> RescueUpdate | None:
         error = AttemptError(now, max(job.attempt, 0), RESCUE_ERROR, "").to_json()

@@ -14,19 +14,20 @@ __all__ = ["JobScheduler"]
 
 class JobScheduler(Service):
     name = "scheduler"
+    # Jobs made available, and unique jobs discarded as duplicates, since it was built.
+    promoted = 0
+    discarded = 0
 
     def __init__(self, ctx: MaintenanceContext) -> None:
         super().__init__(ctx, ctx.config.scheduler_interval)
-        self.promoted = 0
-        self.discarded = 0
 
     async def run_once(self) -> None:
         ctx = self.ctx
-        batch = ctx.config.batch_size
-        while True:
+
+        async def schedule_batch(max: int) -> int:
             rows = await ctx.driver.fetch(
                 ctx.dialect.job_schedule(
-                    max=batch,
+                    max=max,
                     lookahead=self.interval,
                     now=None if ctx.clock is None else ctx.clock(),
                 )
@@ -36,6 +37,6 @@ class JobScheduler(Service):
             self.promoted += sum(1 for row in rows if not row[2])
             if queues:
                 ctx.wake_queues(queues)  # local producers (poll-only clients) too
-            if len(rows) < batch or self.stopping:
-                return
-            await self.pause_between_batches()
+            return len(rows)
+
+        await self.in_batches(schedule_batch)
