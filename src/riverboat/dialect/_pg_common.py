@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from riverboat.dialect._columns import JOB_COLUMNS, select_job_columns
+from riverboat.dialect._common import JOB_COLUMNS, select_job_columns
 
 __all__ = ["CHANNEL", "JOB_COLUMNS", "UNIQUE_CONFLICT", "job_columns", "unnest_arrays"]
 

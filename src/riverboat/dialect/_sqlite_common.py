@@ -12,7 +12,7 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
-from riverboat.dialect._columns import select_job_columns
+from riverboat.dialect._common import select_job_columns
 
 __all__ = [
     "NOW",

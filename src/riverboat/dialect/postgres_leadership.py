@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from riverboat._sql import Statement
+from riverboat.dialect._common import UNIQUE_ROW_NUMBER
 from riverboat.dialect._part import DialectPart
 from riverboat.dialect._pg_common import CHANNEL, job_columns, unnest_arrays
 from riverboat.dialect.base import Leader, RescueUpdate
@@ -104,11 +105,7 @@ WITH jobs_to_schedule AS (
     FOR UPDATE
 ),
 jobs_with_rownum AS (
-    SELECT *,
-           CASE WHEN unique_key IS NOT NULL AND unique_states IS NOT NULL
-                THEN row_number() OVER (PARTITION BY unique_key
-                                        ORDER BY priority, scheduled_at, id)
-           END AS row_num
+    SELECT *, {UNIQUE_ROW_NUMBER}
     FROM jobs_to_schedule
 ),
 unique_conflicts AS (

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 from riverboat._sql import Statement
+from riverboat.dialect._common import UNIQUE_ROW_NUMBER
 from riverboat.dialect._part import DialectPart
 from riverboat.dialect._sqlite_common import (
     NOW,
@@ -118,11 +119,7 @@ WITH eligible AS (
     LIMIT :max
 ),
 numbered AS (
-    SELECT *,
-           CASE WHEN unique_key IS NOT NULL AND unique_states IS NOT NULL
-                THEN row_number() OVER (PARTITION BY unique_key
-                                        ORDER BY priority, scheduled_at, id)
-           END AS row_num
+    SELECT *, {UNIQUE_ROW_NUMBER}
     FROM eligible
 ),
 decided AS MATERIALIZED (
