@@ -144,7 +144,7 @@ async def test_one_statement_per_acquisition_reelection_and_resignation(
         await wait_until_async(lambda: elector.stats.reelections >= 3, timeout=5)
         reelections = elector.stats.reelections
         assert by_query.get("leader_attempt_reelect", 0) in (reelections, reelections + 1)
-        assert elector.stats.reelect_statements == by_query["leader_attempt_reelect"]
+        assert elector.stats.by_operation["reelect"] == by_query["leader_attempt_reelect"]
     finally:
         await client.stop()
         await client.close()

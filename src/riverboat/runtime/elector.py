@@ -79,10 +79,7 @@ class ElectorStats:
     resignations: int = 0
     step_downs: int = 0
     errors: int = 0
-    # Statements sent per operation (each should be 1 per operation).
-    elect_statements: int = 0
-    reelect_statements: int = 0
-    resign_statements: int = 0
+    # Statements sent per operation ("elect", "reelect", "resign"): one each time.
     by_operation: dict[str, int] = field(default_factory=dict)
 
 
@@ -243,7 +240,6 @@ class Elector:
         cfg = self.config
         self.stats.elect_attempts += 1
         self._count("elect")
-        self.stats.elect_statements += 1
         started = time.monotonic()
         async with asyncio.timeout(cfg.attempt_timeout):
             rows = await self._driver.fetch(
@@ -279,7 +275,6 @@ class Elector:
             term = self._term
             assert term is not None
             self._count("reelect")
-            self.stats.reelect_statements += 1
             try:
                 async with asyncio.timeout(min(cfg.attempt_timeout, remaining)):
                     rows = await self._driver.fetch(
@@ -327,7 +322,6 @@ class Elector:
     async def _resign_term(self, term: _Term, timeouts: tuple[float, ...]) -> None:
         for attempt, timeout in enumerate(timeouts, 1):
             self._count("resign")
-            self.stats.resign_statements += 1
             try:
                 async with asyncio.timeout(timeout):
                     await self._driver.fetch(

@@ -30,13 +30,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, validate_kind
-from riverboat._job import (
-    InsertManyParams,
-    InsertOpts,
-    InsertResult,
-    JobState,
-    format_rfc3339_nano,
-)
+from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobState, format_rfc3339_nano
 from riverboat._unique import unique_states_bitmask
 from riverboat.drivers.base import import_optional
 from riverboat.errors import InvalidInputError
