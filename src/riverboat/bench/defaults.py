@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from riverboat.bench.floor import run_floor
-from riverboat.bench.measure import Figures, fill_backlog
+from riverboat.bench.measure import Figures, PostgresBench, fill_backlog
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Job, Workers
 
@@ -66,12 +65,7 @@ def _any_left_sql(schema: str) -> str:
 
 
 async def _work_backlog(
-    make_client: Callable[..., Any],
-    url: str,
-    schema: str,
-    jobs: int,
-    max_workers: int,
-    max_seconds: float,
+    pg: PostgresBench, jobs: int, max_workers: int, max_seconds: float
 ) -> tuple[int, float, float, int]:
     import psycopg
 
@@ -81,11 +75,13 @@ async def _work_backlog(
     async def benchmark(job: Job[Any]) -> None:
         return None
 
-    client = make_client(queues={"default": QueueConfig(max_workers=max_workers)}, workers=workers)
+    client = pg.make_client(
+        queues={"default": QueueConfig(max_workers=max_workers)}, workers=workers
+    )
     driver = client.driver
-    left_sql = _any_left_sql(schema)
+    left_sql = _any_left_sql(pg.schema)
     try:
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        async with await psycopg.AsyncConnection.connect(pg.url, autocommit=True) as conn:
             statements = driver.stats.statements
             cpu = time.process_time()
             wall = time.perf_counter()
@@ -100,7 +96,7 @@ async def _work_backlog(
             cpu = time.process_time() - cpu
             statements = driver.stats.statements - statements
             await client.stop()
-            row = await (await conn.execute(_remaining_sql(schema))).fetchone()
+            row = await (await conn.execute(_remaining_sql(pg.schema))).fetchone()
             done = jobs - int(row[0]) if row else 0
     finally:
         await client.close()
@@ -108,15 +104,13 @@ async def _work_backlog(
 
 
 async def run_defaults(
-    make_client: Callable[..., Any],
-    url: str,
-    schema: str,
+    pg: PostgresBench,
     jobs: int,
     *,
     max_workers_list: tuple[int, ...] = (20, 100),
     max_seconds: float = 20.0,
-    progress: Callable[[str], None] = lambda _m: None,
 ) -> list[DefaultsResult]:
+    url, schema, progress = pg.url, pg.schema, pg.progress
     results = []
     for max_workers in max_workers_list:
         progress(f"defaults: raw-SQL loop claiming {max_workers} at a time")
@@ -124,9 +118,7 @@ async def run_defaults(
         floor = await asyncio.to_thread(run_floor, url, schema, jobs, None, max_workers, fill=False)
         progress(f"defaults: QueueConfig(max_workers={max_workers}), {jobs} jobs")
         await asyncio.to_thread(fill_backlog, url, schema, jobs)
-        done, wall, cpu, statements = await _work_backlog(
-            make_client, url, schema, jobs, max_workers, max_seconds
-        )
+        done, wall, cpu, statements = await _work_backlog(pg, jobs, max_workers, max_seconds)
         done = max(done, 1)
         rate = done / wall
         results.append(

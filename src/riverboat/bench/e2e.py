@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from riverboat._job import InsertManyParams
@@ -148,12 +148,7 @@ async def run_e2e(
                 (server_statements() - server_before) / max(worked, 1), 4
             )
         return E2EResult(
-            jobs=worked,
-            jobs_per_sec=work.jobs_per_sec,
-            python_cpu_ms_per_job=work.python_cpu_ms_per_job,
-            postgres_cpu_ms_per_job=work.postgres_cpu_ms_per_job,
-            total_cpu_ms_per_job=work.total_cpu_ms_per_job,
-            statements_per_job=work.statements_per_job,
+            **asdict(work) | {"jobs": worked},  # the working phase's figures
             statements_per_job_with_insert=round(
                 work.statements_per_job + many.statements_per_job, 4
             ),

@@ -18,10 +18,9 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from riverboat._job import InsertManyParams
-from riverboat.bench.measure import Figures
+from riverboat.bench.measure import Figures, PostgresBench
 
 __all__ = ["InsertFigure", "run_inserts"]
 
@@ -49,14 +48,9 @@ async def _timed(jobs: int, body: Callable[[], Awaitable[None]]) -> tuple[float,
 
 
 async def run_inserts(
-    make_client: Callable[..., Any],
-    url: str,
-    schema: str,
-    jobs: int,
-    *,
-    single_inserts: int = 1000,
-    progress: Callable[[str], None] = lambda _m: None,
+    pg: PostgresBench, jobs: int, *, single_inserts: int = 1000
 ) -> list[InsertFigure]:
+    url, schema, make_client, progress = pg.url, pg.schema, pg.make_client, pg.progress
     import psycopg
 
     table = f'"{schema}".river_job'

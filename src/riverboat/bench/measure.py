@@ -3,10 +3,11 @@ figures every timed phase reports."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
-__all__ = ["CpuFigures", "Figures", "fill_backlog"]
+__all__ = ["CpuFigures", "Figures", "PostgresBench", "fill_backlog"]
 
 
 class Figures:
@@ -46,6 +47,17 @@ class CpuFigures(Figures):
             round(py + pg, 4) if pg is not None else None,
             round(statements / jobs, 4),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresBench:
+    """What the Postgres-only parts of the benchmark work with: the database and its
+    scratch schema, AsyncClients on the driver under test, and the progress line."""
+
+    url: str
+    schema: str
+    make_client: Callable[..., Any]
+    progress: Callable[[str], None] = lambda _m: None
 
 
 def fill_backlog(

@@ -17,6 +17,7 @@ from riverboat.bench.env import (
     make_async_driver,
     scratch_target,
 )
+from riverboat.bench.measure import PostgresBench
 
 __all__ = ["BenchConfig", "environment", "run_bench"]
 
@@ -135,6 +136,8 @@ async def _run(
         finally:
             await driver.close()
 
+    # The parts that need Postgres (and the scratch schema) share these.
+    pg = PostgresBench(target.url, target.schema or "", make_client, progress)
     if config.include_ops:
         from riverboat.bench.ops import run_ops
 
@@ -183,36 +186,20 @@ async def _run(
         from riverboat.bench.inserts import run_inserts
 
         await reset()
-        inserts = await run_inserts(
-            make_client,
-            target.url,
-            target.schema,
-            config.jobs,
-            single_inserts=min(1000, config.jobs),
-            progress=progress,
-        )
+        inserts = await run_inserts(pg, config.jobs, single_inserts=min(1000, config.jobs))
         report["inserts"] = [figure.to_dict() for figure in inserts]
     if config.include_defaults and target.dialect == "postgres" and target.schema:
         from riverboat.bench.defaults import run_defaults
 
-        defaults = await run_defaults(
-            make_client, target.url, target.schema, config.jobs, progress=progress
-        )
+        defaults = await run_defaults(pg, config.jobs)
         report["defaults"] = [result.to_dict() for result in defaults]
     if config.include_scale and target.dialect == "postgres" and target.schema:
         from riverboat.bench import scale
 
         report["scale"] = {
-            "processes": await asyncio.to_thread(
-                scale.processes, target.url, target.schema, config.jobs, (1, 2), progress
-            ),
+            "processes": await asyncio.to_thread(scale.processes, pg, config.jobs),
             "finalized_rows": await scale.finalized_rows(
-                make_client,
-                target.url,
-                target.schema,
-                config.jobs,
-                config.scale_finalized_rows,
-                progress,
+                pg, config.jobs, config.scale_finalized_rows
             ),
         }
     if with_floor:

@@ -15,11 +15,10 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 from riverboat.bench.defaults import _any_left_sql, _first_in_state_sql, _remaining_sql
-from riverboat.bench.measure import fill_backlog
+from riverboat.bench.measure import PostgresBench, fill_backlog
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Job, Workers
 
@@ -49,13 +48,8 @@ def worker_client() -> Any:
     )
 
 
-def processes(
-    url: str,
-    schema: str,
-    jobs: int,
-    counts: tuple[int, ...] = (1, 2),
-    progress: Callable[[str], None] = lambda _m: None,
-) -> dict[str, Any]:
+def processes(pg: PostgresBench, jobs: int, counts: tuple[int, ...] = (1, 2)) -> dict[str, Any]:
+    url, schema, progress = pg.url, pg.schema, pg.progress
     import psycopg
 
     out: dict[str, Any] = {"jobs": jobs, "max_workers": MAX_WORKERS}
@@ -116,12 +110,7 @@ def processes(
 
 
 async def finalized_rows(
-    make_client: Callable[..., Any],
-    url: str,
-    schema: str,
-    jobs: int,
-    finalized: int = 1_000_000,
-    progress: Callable[[str], None] = lambda _m: None,
+    pg: PostgresBench, jobs: int, finalized: int = 1_000_000
 ) -> dict[str, Any]:
     from riverboat.bench.defaults import _work_backlog
 
@@ -131,18 +120,16 @@ async def finalized_rows(
     # and 1.00 with nothing changed.
     for round_ in range(1, SCALE_ROUNDS + 1):
         for label, rows in (("empty", 0), ("finalized", finalized)):
-            progress(
+            pg.progress(
                 f"scale: round {round_}/{SCALE_ROUNDS}, {jobs} jobs with {rows} finalized"
                 " rows in river_job"
             )
             await asyncio.to_thread(
-                fill_backlog, url, schema, jobs, finalized=rows, checkpoint=True
+                fill_backlog, pg.url, pg.schema, jobs, finalized=rows, checkpoint=True
             )
-            done, wall, _cpu, _statements = await _work_backlog(
-                make_client, url, schema, jobs, MAX_WORKERS, 120.0
-            )
+            done, wall, _cpu, _statements = await _work_backlog(pg, jobs, MAX_WORKERS, 120.0)
             key = f"{label}_jobs_per_sec"
             out[key] = max(out.get(key, 0.0), round(done / wall, 1))
-    await asyncio.to_thread(fill_backlog, url, schema, 0, checkpoint=True)
+    await asyncio.to_thread(fill_backlog, pg.url, pg.schema, 0, checkpoint=True)
     out["ratio"] = round(out["finalized_jobs_per_sec"] / out["empty_jobs_per_sec"], 2)
     return out
