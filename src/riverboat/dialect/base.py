@@ -150,12 +150,12 @@ class Dialect(AdminStatements, ABC):
     # -- inserting and reading jobs ------------------------------------------------------
     @abstractmethod
     def job_insert_many(
-        self,
-        jobs: Sequence[InsertParams],
-        notify_queues: Sequence[str],
-        now: datetime | None = None,
+        self, jobs: Sequence[InsertParams], notify: Sequence[str], now: datetime | None = None
     ) -> Statement:
-        """``now`` (a test clock's time, else None for the database's) is ``created_at``."""
+        """One statement inserting ``jobs`` and returning their rows (for unique jobs
+        already present, the existing row, flagged as a duplicate). It also sends the
+        insert notification for each queue in ``notify`` that gets an available job.
+        ``now`` (a test clock's time, else None for the database's) is ``created_at``."""
 
     @abstractmethod
     def decode_insert(self, rows: Sequence[Sequence[Any]]) -> list[InsertResult]: ...

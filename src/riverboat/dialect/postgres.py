@@ -323,16 +323,13 @@ class PostgresDialect(PostgresAdmin, PostgresLeadership, Dialect, BulkCopy):
     _queries = QUERIES
 
     def job_insert_many(
-        self,
-        jobs: Sequence[InsertParams],
-        notify_queues: Sequence[str],
-        now: datetime | None = None,
+        self, jobs: Sequence[InsertParams], notify: Sequence[str], now: datetime | None = None
     ) -> Statement:
         if len(jobs) == 1:
             job = jobs[0]
             params = dict(zip(_INSERT_ARRAYS, _insert_values(job), strict=True))
             params["tags"] = _tags_packed(job.tags)
-            params["notify_queue"] = notify_queues[0] if notify_queues else None
+            params["notify_queue"] = notify[0] if notify else None
             params["now"] = now
             params["schema"] = self.schema
             return Statement(self.q["job_insert_one"], params)
@@ -340,7 +337,7 @@ class PostgresDialect(PostgresAdmin, PostgresLeadership, Dialect, BulkCopy):
             "job_insert_many",
             **unnest_arrays(_INSERT_ARRAYS, map(_insert_values, jobs)),
             tags=[_tags_packed(j.tags) for j in jobs],
-            notify_queues=list(notify_queues),
+            notify_queues=list(notify),
             now=now,
             schema=self.schema,
         )

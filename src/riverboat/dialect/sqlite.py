@@ -362,22 +362,19 @@ class SqliteDialect(SqliteAdmin, SqliteLeadership, Dialect, NotificationOutbox):
     _queries = QUERIES
 
     def job_insert_many(
-        self,
-        jobs: Sequence[InsertParams],
-        notify_queues: Sequence[str],
-        now: datetime | None = None,
+        self, jobs: Sequence[InsertParams], notify: Sequence[str], now: datetime | None = None
     ) -> Statement:
-        """Insert a batch; with ``notify_queues`` the outbox rows ride in the same
+        """Insert a batch; with queues to ``notify`` the outbox rows ride in the same
         transaction, as a :class:`~riverboat._sql.Statement` with ``then``."""
         params = {
             "jobs": "[" + ",".join(_encode_insert_job(j) for j in jobs) + "]",
             "nonce": secrets.token_hex(8),
             "now": _ts_or_none(now),
         }
-        if not notify_queues:
+        if not notify:
             return self.stmt("job_insert_many", **params)
-        notify = self.stmt("notify_insert", queues=json.dumps(list(notify_queues)))
-        return Statement(self.q["job_insert_many"], params, (notify,))
+        outbox = self.stmt("notify_insert", queues=json.dumps(list(notify)))
+        return Statement(self.q["job_insert_many"], params, (outbox,))
 
     def decode_insert(self, rows: Sequence[Sequence[Any]]) -> list[InsertResult]:
         """Rows of :meth:`job_insert_many`, in input order, with duplicates flagged."""
