@@ -101,7 +101,18 @@ def scratch_target(url: str | None, driver: str) -> Iterator[BenchTarget]:
     from riverboat.testing import migrated_postgres_schema
 
     with migrated_postgres_schema(url, "riverboat_bench_") as schema:
+        _without_autovacuum(url, schema)
         yield BenchTarget(url, schema, driver, dialect)
+
+
+def _without_autovacuum(url: str, schema: str) -> None:
+    """Autovacuum off for the scratch river_job. Every part starts from an emptied
+    table, so nothing needs vacuuming; left on, a vacuum of one part's dead rows lands
+    (with its CPU) in whichever part runs when the launcher wakes, once a minute."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'ALTER TABLE "{schema}".river_job SET (autovacuum_enabled = false)')
 
 
 class ServerCpu:

@@ -42,7 +42,8 @@ def render_table(report: dict[str, Any]) -> str:
         f"{report.get('psycopg_version', '-')} ({report.get('psycopg_impl', '-')} "
         f"implementation), fsync={report.get('fsync', '-')}, "
         f"synchronous_commit={report.get('synchronous_commit', '-')}, "
-        f"gc threshold {report.get('gc_threshold', '-')} (as riverboat worker sets it)",
+        f"gc threshold {report.get('gc_threshold', '-')} (as riverboat worker sets it), "
+        "autovacuum off on the scratch table",
         "",
         f"{'operation':<26}{'median µs':>11}{'p90 µs':>10}{'stmts/call':>12}{'seed µs':>10}",
     ]
@@ -58,7 +59,7 @@ def render_table(report: dict[str, Any]) -> str:
     if e2e:
         lines += [
             "",
-            f"end to end ({e2e['jobs']} no-op jobs)",
+            f"end to end ({e2e['jobs']} no-op jobs; counted: {e2e.get('counted', '-')})",
             f"{'metric':<32}{'riverboat':>12}{'seed':>10}",
         ]
         for key in (

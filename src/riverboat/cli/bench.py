@@ -30,6 +30,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop the end-to-end phase after S seconds, whatever is left (River's --duration)",
     )
     parser.add_argument(
+        "--e2e-events",
+        action="store_true",
+        help="count the end-to-end phase's completions from a subscription to completion "
+        "events, as River's bench does (adds the event path's CPU per job); by default the "
+        "jobs count themselves and stopping the client writes every outcome",
+    )
+    parser.add_argument(
         "--only",
         choices=["ops", "e2e", "defaults", "inserts", "floor", "scenarios", "scale"],
         action="append",
@@ -68,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         op_calls=args.calls,
         duration=args.duration,
+        e2e_events=args.e2e_events,
         include_ops=not only or "ops" in only,
         include_e2e=not only or "e2e" in only,
         include_floor=not only or "floor" in only,
