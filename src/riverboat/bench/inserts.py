@@ -25,7 +25,7 @@ from riverboat.bench.measure import Figures, PostgresBench
 __all__ = ["InsertFigure", "run_inserts"]
 
 CALL_SIZE = 1000
-ROUNDS = 3
+ROUNDS = 4
 
 
 @dataclass(slots=True)
@@ -116,15 +116,21 @@ async def run_inserts(
                 await client.insert({"num": i}, kind="benchmark")
 
         # Interleaved rounds, best of each: the floor and riverboat see the same machine
-        # (a shared VM's load moves single runs by tens of percent).
+        # (a shared VM's load moves single runs by tens of percent). The order flips
+        # every round, so warming up favours neither side.
         for round_ in range(1, ROUNDS + 1):
+            flip = -1 if round_ % 2 == 0 else 1
             progress(f"inserts: round {round_}/{ROUNDS}, {jobs} jobs in calls of {CALL_SIZE}")
-            await measure("raw_copy", jobs, raw_copy)
-            await measure("insert_many", jobs, by_client("insert_many"))
-            await measure("insert_many_fast", jobs, by_client("insert_many_fast"))
+            bulk = [
+                ("raw_copy", raw_copy),
+                ("insert_many", by_client("insert_many")),
+                ("insert_many_fast", by_client("insert_many_fast")),
+            ]
+            for name, body in bulk[::flip]:
+                await measure(name, jobs, body)
             progress(f"inserts: round {round_}/{ROUNDS}, {single_inserts} single inserts")
-            await measure("raw_insert_returning", single_inserts, raw_single)
-            await measure("insert", single_inserts, single)
+            for name, body in [("raw_insert_returning", raw_single), ("insert", single)][::flip]:
+                await measure(name, single_inserts, body)
         await truncate()
     finally:
         await conn.close()
