@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import threading
+import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -283,3 +286,52 @@ async def test_timeouts_fire_on_time_whatever_the_order_jobs_started(apg_driver:
         assert done.job is not None and done.job.state == JobState.COMPLETED
     finally:
         await client.stop()
+
+
+class _Payload:
+    """Stands for what a job holds in its locals (a buffer, a parsed document)."""
+
+
+@pytest.mark.parametrize("sync", [False, True])
+async def test_a_failed_jobs_locals_are_freed_when_it_ends(apg_driver: Any, sync: bool) -> None:
+    # riverboat worker runs the collector rarely (runtime/collector.py): what a failed
+    # job held must not wait for it. The collector is off here, so only reference
+    # counting can free the payload.
+    payloads: list[weakref.ref[_Payload]] = []
+    workers = Workers()
+
+    def fail() -> None:
+        payload = _Payload()
+        payloads.append(weakref.ref(payload))
+        raise ValueError("the upstream API said no")
+
+    if sync:
+        workers.register("fails_holding_a_payload")(lambda job: fail())
+    else:
+
+        @workers.register("fails_holding_a_payload")
+        async def fails(job: Job[Any]) -> None:
+            fail()
+
+    client = make_client(apg_driver, workers)
+    await client.insert({}, kind="fails_holding_a_payload")
+    sub = client.subscribe(EventKind.JOB_FAILED)
+    # A log record of the failure holds the exception (its traceback, its frames) for
+    # as long as a handler keeps the record, and pytest's capture keeps them all.
+    executor_log = logging.getLogger("riverboat.executor")
+    was_enabled = gc.isenabled()
+    gc.disable()
+    executor_log.disabled = True
+    try:
+        await client.start()
+        try:
+            (event,) = await next_events(sub, 1)
+        finally:
+            await client.stop()
+        assert event.job is not None and event.job.errors
+        assert len(payloads) == 1  # its retry is a second away; the client has stopped
+        assert payloads[0]() is None, "the failed job's locals outlived it"
+    finally:
+        executor_log.disabled = False
+        if was_enabled:
+            gc.enable()

@@ -269,6 +269,11 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
     update, kind = _outcome(row, error, ctx, state, worker, config, started)
     if kind is EventKind.JOB_FAILED and error is not None:
         _log_failure(row, error, update)
+    # The error's traceback holds this frame, whose `error` holds the traceback: a cycle
+    # that would keep the failed job's frames and their locals (a payload, a buffer)
+    # alive until the collector's next run, which riverboat worker makes rare (see
+    # runtime/collector.py). Dropping the reference frees them now.
+    error = None
     return PendingCompletion(update, row, kind, started_at, finished - started_mono, finished)
 
 
