@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from riverboat.bench.floor import run_floor
-from riverboat.bench.measure import Figures, PostgresBench, fill_backlog
+from riverboat.bench.measure import CpuFigures, Figures, PostgresBench, fill_backlog
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Job, Workers
 
@@ -103,6 +103,36 @@ async def _work_backlog(
     return done, wall, cpu, statements
 
 
+async def _both_ways(
+    pg: PostgresBench, jobs: int, max_workers: int, max_seconds: float
+) -> tuple[CpuFigures, tuple[int, float, float, int]]:
+    """The raw loop's best figures and riverboat's best run at ``max_workers``, over two
+    rounds in opposite orders: whichever ran second would otherwise have the warmer
+    process and server."""
+    floors: list[CpuFigures] = []
+    runs: list[tuple[int, float, float, int]] = []
+
+    async def raw_loop() -> None:
+        pg.progress(f"defaults: raw-SQL loop claiming {max_workers} at a time")
+        await asyncio.to_thread(fill_backlog, pg.url, pg.schema, jobs)
+        floors.append(
+            await asyncio.to_thread(
+                run_floor, pg.url, pg.schema, jobs, None, max_workers, fill=False
+            )
+        )
+
+    async def by_riverboat() -> None:
+        pg.progress(f"defaults: QueueConfig(max_workers={max_workers}), {jobs} jobs")
+        await asyncio.to_thread(fill_backlog, pg.url, pg.schema, jobs)
+        runs.append(await _work_backlog(pg, jobs, max_workers, max_seconds))
+
+    for first, second in ((raw_loop, by_riverboat), (by_riverboat, raw_loop)):
+        await first()
+        await second()
+    floor = max(floors, key=lambda figures: figures.jobs_per_sec)
+    return floor, max(runs, key=lambda run: run[0] / run[1])
+
+
 async def run_defaults(
     pg: PostgresBench,
     jobs: int,
@@ -110,30 +140,9 @@ async def run_defaults(
     max_workers_list: tuple[int, ...] = (20, 100),
     max_seconds: float = 20.0,
 ) -> list[DefaultsResult]:
-    url, schema, progress = pg.url, pg.schema, pg.progress
     results = []
     for max_workers in max_workers_list:
-        floor: Any = None
-        best: tuple[int, float, float, int] | None = None
-        # Two rounds in opposite orders, best of each: whichever ran second would
-        # otherwise have the warmer process and server.
-        for round_ in (1, 2):
-            for side in ("raw", "riverboat") if round_ == 1 else ("riverboat", "raw"):
-                await asyncio.to_thread(fill_backlog, url, schema, jobs)
-                if side == "raw":
-                    progress(f"defaults: raw-SQL loop claiming {max_workers} at a time")
-                    raw = await asyncio.to_thread(
-                        run_floor, url, schema, jobs, None, max_workers, fill=False
-                    )
-                    if floor is None or raw.jobs_per_sec > floor.jobs_per_sec:
-                        floor = raw
-                    continue
-                progress(f"defaults: QueueConfig(max_workers={max_workers}), {jobs} jobs")
-                run = await _work_backlog(pg, jobs, max_workers, max_seconds)
-                if best is None or run[0] / run[1] > best[0] / best[1]:
-                    best = run
-        assert best is not None
-        done, wall, cpu, statements = best
+        floor, (done, wall, cpu, statements) = await _both_ways(pg, jobs, max_workers, max_seconds)
         done = max(done, 1)
         rate = done / wall
         results.append(
