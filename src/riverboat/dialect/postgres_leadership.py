@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from operator import attrgetter
 from typing import Any, ClassVar
 
 from riverboat._sql import Statement
@@ -251,6 +252,11 @@ RETURNING name
 """
 
 
+# job_rescue_many's arrays, one element per rescued job, and where each comes from.
+_RESCUE_ARRAYS = ("ids", "errors", "finalized_at", "scheduled_at", "states")
+_rescue_values = attrgetter("id", "error", "finalized_at", "scheduled_at", "state")
+
+
 class PostgresLeadership(DialectPart):
     _queries: ClassVar[dict[str, str]] = QUERIES
 
@@ -277,6 +283,5 @@ class PostgresLeadership(DialectPart):
     def job_rescue_many(
         self, updates: Sequence[RescueUpdate], *, stuck_horizon: datetime
     ) -> Statement:
-        rows = ((u.id, u.error, u.finalized_at, u.scheduled_at, u.state) for u in updates)
-        arrays = unnest_arrays(("ids", "errors", "finalized_at", "scheduled_at", "states"), rows)
+        arrays = unnest_arrays(_RESCUE_ARRAYS, map(_rescue_values, updates))
         return self.stmt("job_rescue_many", **arrays, stuck_horizon=stuck_horizon)
