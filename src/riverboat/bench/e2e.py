@@ -200,7 +200,10 @@ async def _wait_ran(
     deadline: float | None,
     progress: Callable[[str], None],
 ) -> None:
-    """Until every job ran (or the deadline passed), reporting progress every 2 s."""
+    """Until every job ran (or the deadline passed), reporting progress every 2 s.
+    Without a deadline, 60 s in which no job ran is a TimeoutError, as 60 s without a
+    completion event is when counting events."""
+    last_count, last_progress = ran(), time.perf_counter()
     while not all_ran.is_set():
         wait = 2.0
         if deadline is not None:
@@ -210,4 +213,9 @@ async def _wait_ran(
         try:
             await asyncio.wait_for(all_ran.wait(), wait)
         except TimeoutError:
-            progress(f"e2e: ran {ran()}/{jobs}")
+            count = ran()
+            if count != last_count:
+                last_count, last_progress = count, time.perf_counter()
+            elif deadline is None and time.perf_counter() - last_progress > 60:
+                raise TimeoutError(f"e2e: no job ran for 60 s ({count}/{jobs} ran)") from None
+            progress(f"e2e: ran {count}/{jobs}")
