@@ -263,9 +263,19 @@ async def test_a_failing_service_backs_off_and_wake_ups_cannot_bypass_it(
         first_error_run = stats.run_started[-1]
         # A burst of ordinary wake-ups during the backoff: insert notifications from
         # another connection, local inserts (which wake the producers), direct wakes.
+        # The 50 notifications go out in one statement (distinct payloads, which Postgres
+        # would otherwise fold into one) from a thread: 50 connections opened on the
+        # event loop blocked it for longer than the backoff on a loaded machine, so the
+        # backoff was over, and the leader's term untrusted, before the wakes below.
         channel = f"{pg_schema}.river_insert"
-        for _ in range(50):
-            sql(pg_url, pg_schema, "SELECT pg_notify(%s, %s)", channel, '{"queue": "default"}')
+        await asyncio.to_thread(
+            sql,
+            pg_url,
+            pg_schema,
+            "SELECT pg_notify(%s, json_build_object('queue', 'default', 'n', n)::text)"
+            " FROM generate_series(1, 50) AS n",
+            channel,
+        )
         for _ in range(10):
             await client.insert({}, kind="noop")
         for _ in range(20):
