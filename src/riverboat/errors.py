@@ -22,6 +22,7 @@ still reach its details (SQLSTATE and so on).
 from __future__ import annotations
 
 __all__ = [
+    "DeadlineExceededError",
     "DriverError",
     "InvalidArgsError",
     "InvalidInputError",
@@ -80,6 +81,11 @@ class UnknownJobKindError(RiverboatError):
 
 class DriverError(RiverboatError):
     """A database error, translated at the driver boundary; the original is ``__cause__``."""
+
+
+class DeadlineExceededError(DriverError):
+    """A database call got no answer within its deadline (the runtime's
+    ``db_call_timeout``); the connection it ran on was dropped, never reused."""
 
 
 class MissingDependencyError(RiverboatError, ImportError):

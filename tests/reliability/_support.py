@@ -207,6 +207,130 @@ class CuttingProxy:
         self._thread.join(10)
 
 
+class FreezingProxy:
+    """A TCP proxy on 127.0.0.1 in front of Postgres that can stop forwarding without
+    closing anything: a stalled peer, a NAT or failover black hole. Sockets stay open,
+    the kernel keeps acknowledging what it can buffer, nothing reaches the other side.
+
+    :meth:`freeze` freezes the connections open now; with ``new_too`` it also accepts
+    new connections and freezes them (a network that is gone for everyone). Frozen
+    connections stay frozen until :meth:`close` (the stale bytes they hold are never
+    delivered late); :meth:`thaw` lets new connections through again."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self.port = 0
+        self.connections = 0
+        self.frozen_connections = 0
+        self._freeze_new = False
+        # Per connection: the event its pipes wait on before forwarding (set: flowing).
+        self._flows: set[asyncio.Event] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, daemon=True)
+        self._server: asyncio.Server | None = None
+
+    def start(self) -> FreezingProxy:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def url(self, pg_url: str) -> str:
+        import psycopg
+
+        info = psycopg.conninfo.conninfo_to_dict(pg_url)
+        user, dbname = info.get("user", "postgres"), info.get("dbname", "postgres")
+        return f"postgresql://{user}@127.0.0.1:{self.port}/{dbname}"
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._serve())
+        self._loop.run_forever()
+        self._loop.close()
+
+    async def _serve(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        flowing = asyncio.Event()
+        self._writers.add(writer)
+        if self._freeze_new:
+            self.frozen_connections += 1
+            self.connections += 1
+            await asyncio.Event().wait()  # never forwarded, never connected upstream
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        self._writers.add(up_writer)
+        self.connections += 1
+        flowing.set()
+        self._flows.add(flowing)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while True:
+                    await flowing.wait()  # frozen: stop reading, so nothing moves on
+                    data = await src.read(65536)
+                    if not data:
+                        break
+                    await flowing.wait()
+                    dst.write(data)
+                    await dst.drain()
+            except (OSError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+
+        try:
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        finally:
+            self._flows.discard(flowing)
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        async def run() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
+
+    def freeze(self, *, new_too: bool = False) -> int:
+        """Stop forwarding on every open connection; returns how many were frozen."""
+
+        def freeze() -> int:
+            self._freeze_new = new_too
+            frozen = [flow for flow in self._flows if flow.is_set()]
+            for flow in frozen:
+                flow.clear()
+            self.frozen_connections += len(frozen)
+            return len(frozen)
+
+        result: int = self._call(freeze)
+        return result
+
+    def thaw(self) -> None:
+        """Let new connections through again (frozen ones stay frozen)."""
+
+        def thaw() -> None:
+            self._freeze_new = False
+
+        self._call(thaw)
+
+    def close(self) -> None:
+        def shutdown() -> None:
+            if self._server is not None:
+                self._server.close()
+            for writer in self._writers:
+                writer.transport.abort()
+
+        self._call(shutdown)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
 def reruns(counts: Counter[int]) -> set[int]:
     return {job_id for job_id, n in counts.items() if n > 1}
 

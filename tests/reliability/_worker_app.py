@@ -117,6 +117,7 @@ def _announce_leadership(runtime: Runtime) -> None:
 def client() -> riverboat.AsyncClient:
     """``$RB_URL``/``$RB_SCHEMA``; ``$RB_MAX_WORKERS``; the completer's
     ``$RB_FLUSH_DELAY`` and ``$RB_FLUSH_THRESHOLD``; ``$RB_RESCUE_AFTER`` (s);
+    ``$RB_CALL_TIMEOUT`` (s, the runtime's ``db_call_timeout``);
     ``$RB_RECORD_MAINTENANCE=1`` adds :class:`MaintenanceRecorder`."""
     rescue_after = float(ENV.get("RB_RESCUE_AFTER", "3600"))
     maintenance = MaintenanceConfig(
@@ -145,6 +146,8 @@ def client() -> riverboat.AsyncClient:
     config = c.runtime.config
     config.completer_flush_delay = float(ENV.get("RB_FLUSH_DELAY", "0.05"))
     config.completer_batch_threshold = int(ENV.get("RB_FLUSH_THRESHOLD", "100"))
+    if ENV.get("RB_CALL_TIMEOUT"):
+        config.db_call_timeout = float(ENV["RB_CALL_TIMEOUT"])
     c.runtime.on_start.append(_announce_leadership)
     if ENV.get("RB_RECORD_MAINTENANCE") == "1":
         c.runtime.on_start.append(_add_recorder)

@@ -17,6 +17,7 @@ transaction pooling mode.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -24,16 +25,21 @@ from typing import TYPE_CHECKING, Any
 from riverboat._sql import Statement
 from riverboat.dialect.postgres import CopyBatch, PostgresDialect
 from riverboat.drivers.base import (
+    DEFAULT_TCP,
+    LOCK_TIMEOUT,
     AsyncConnectionExecutor,
     AsyncStatementRunner,
     Capabilities,
     DriverStats,
     Notification,
+    TcpSettings,
+    Watchdog,
+    call_timeout,
     import_optional,
     plain_postgres_url,
     translate_error,
 )
-from riverboat.errors import DriverError
+from riverboat.errors import DeadlineExceededError, DriverError
 
 if TYPE_CHECKING:
     import asyncpg
@@ -82,6 +88,31 @@ async def _run_on(conn: Any, stmt: Statement, stats: DriverStats, want_rows: boo
     return _rowcount(status or "")
 
 
+async def _run_watched(
+    conn: Any, stmt: Statement, stats: DriverStats, want_rows: bool, seconds: float
+) -> Any:
+    """:func:`_run_on` within ``seconds``: past them the connection is terminated (its
+    socket closed, so a pool discards it) and the call raises DeadlineExceededError."""
+    watchdog = Watchdog(seconds, conn.terminate, stmt.query.name)
+    try:
+        return await _run_on(conn, stmt, stats, want_rows)
+    except DriverError as exc:
+        if watchdog.missed:
+            raise watchdog.error() from exc
+        raise
+    finally:
+        watchdog.cancel()
+
+
+def _apply_tcp(conn: Any, tcp: TcpSettings | None) -> None:
+    """asyncpg takes no keepalive parameters: set them on the connection's socket."""
+    if tcp is None:
+        return
+    transport = getattr(conn, "_transport", None)
+    if transport is not None:
+        tcp.apply(transport.get_extra_info("socket"))
+
+
 class _Executor(AsyncConnectionExecutor):
     """Runs statements on one connection: a transaction's, or the caller's own."""
 
@@ -119,6 +150,9 @@ class _Listener:
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
+        # Set by the notifier's call deadline: how long the connection may stay silent
+        # before it is checked, and how long the check may take.
+        self._check_every = call_timeout()
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._channels: set[str] = set()
         conn.add_termination_listener(self._on_terminate)
@@ -146,8 +180,24 @@ class _Listener:
             raise _translate(exc) from exc
 
     async def notifications(self) -> AsyncIterator[Notification]:
+        check_every = call_timeout() or self._check_every
         while True:
-            item = await self._queue.get()
+            try:
+                item = await asyncio.wait_for(self._queue.get(), check_every)
+            except TimeoutError:
+                # Quiet for a while: make sure the connection still answers, since a
+                # silent one would never deliver anything (nor say it is gone).
+                assert check_every is not None
+                watchdog = Watchdog(check_every, self._conn.terminate, "LISTEN health check")
+                try:
+                    await self._conn.execute("SELECT 1")
+                except _errors(_import_asyncpg()) as exc:
+                    if watchdog.missed:
+                        raise watchdog.error() from exc
+                    raise _translate(exc) from exc
+                finally:
+                    watchdog.cancel()
+                continue
             if item is _CLOSED:
                 raise DriverError("the LISTEN connection was closed")
             yield item
@@ -162,13 +212,22 @@ class _Listener:
         self._queue.put_nowait(_CLOSED)
 
 
-async def connect_listener(url: str, stats: DriverStats | None = None) -> _Listener:
-    """A LISTEN connection of its own to ``url`` (also used by the SQLAlchemy driver)."""
+async def connect_listener(
+    url: str, stats: DriverStats | None = None, tcp: TcpSettings | None = DEFAULT_TCP
+) -> _Listener:
+    """A LISTEN connection of its own to ``url`` (also used by the SQLAlchemy driver),
+    with ``tcp``'s keepalives, connected within the call deadline if one is set."""
     asyncpg = _import_asyncpg()
     try:
-        conn = await asyncpg.connect(_asyncpg_url(url))
+        async with asyncio.timeout(call_timeout()):
+            conn = await asyncpg.connect(_asyncpg_url(url))
+    except TimeoutError:
+        raise DeadlineExceededError(
+            "connecting the LISTEN connection took longer than the call's deadline"
+        ) from None
     except _errors(asyncpg) as exc:
         raise _translate(exc) from exc
+    _apply_tcp(conn, tcp)
     if stats is not None:
         stats.connections_opened += 1
     return _Listener(conn)
@@ -197,6 +256,8 @@ class AsyncpgDriver(AsyncStatementRunner):
         max_pool_size: int = 10,
         min_pool_size: int = 1,
         statement_cache_size: int = 100,
+        tcp: TcpSettings | None = DEFAULT_TCP,
+        lock_timeout: float | None = LOCK_TIMEOUT,
     ) -> None:
         asyncpg = _import_asyncpg()
         self.dialect = PostgresDialect(schema)
@@ -210,6 +271,10 @@ class AsyncpgDriver(AsyncStatementRunner):
             "max_size": max_pool_size,
             "statement_cache_size": statement_cache_size,
         }
+        self._tcp = tcp
+        # Not behind PgBouncer in transaction pooling (statement_cache_size=0), where a
+        # session setting would reach other clients of the server connection.
+        self._lock_timeout = lock_timeout if statement_cache_size else None
         self._pool_lock: asyncio.Lock | None = None
         self._conn_lock = asyncio.Lock()
         self._closed = False
@@ -228,8 +293,12 @@ class AsyncpgDriver(AsyncStatementRunner):
         # A lone connection has nothing to open a dedicated LISTEN connection from.
         self.capabilities = Capabilities(listen=self._conn is None, async_=True, copy=True)
 
-    async def _on_connect(self, _conn: Any) -> None:
+    async def _on_connect(self, conn: Any) -> None:
         self.stats.connections_opened += 1
+        _apply_tcp(conn, self._tcp)
+        if self._lock_timeout is not None:
+            millis = max(1, round(self._lock_timeout * 1000))
+            await conn.execute(f"SELECT set_config('lock_timeout', '{millis}', false)")
 
     async def _owned(self) -> Any:
         if self._pool is not None:
@@ -253,7 +322,9 @@ class AsyncpgDriver(AsyncStatementRunner):
         return self._pool
 
     @asynccontextmanager
-    async def _lease(self) -> AsyncIterator[Any]:
+    async def _lease(self, timeout: float | None = None) -> AsyncIterator[Any]:
+        """A connection; ``timeout`` bounds the wait for one from the pool (and the
+        connect of a new one)."""
         self.stats.leases += 1
         if self._conn is not None:
             async with self._conn_lock:
@@ -262,7 +333,11 @@ class AsyncpgDriver(AsyncStatementRunner):
         pool = self._pool if self._pool is not None else await self._owned()
         asyncpg = _import_asyncpg()
         try:
-            conn = await pool.acquire()
+            conn = await pool.acquire(timeout=timeout)
+        except TimeoutError:
+            raise DeadlineExceededError(
+                f"no connection from the pool within the call's deadline of {timeout:g}s"
+            ) from None
         except _errors(asyncpg) as exc:
             raise _translate(exc) from exc
         try:
@@ -273,8 +348,14 @@ class AsyncpgDriver(AsyncStatementRunner):
             await pool.release(conn)
 
     async def _run(self, stmt: Statement, want_rows: bool) -> Any:
-        async with self._lease() as conn:
-            return await _run_on(conn, stmt, self.stats, want_rows)
+        timeout = call_timeout()
+        if timeout is None:
+            async with self._lease() as conn:
+                return await _run_on(conn, stmt, self.stats, want_rows)
+        deadline = time.monotonic() + timeout
+        async with self._lease(timeout) as conn:
+            left = max(deadline - time.monotonic(), 0.0)
+            return await _run_watched(conn, stmt, self.stats, want_rows, left)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[_Executor]:
@@ -319,12 +400,17 @@ class AsyncpgDriver(AsyncStatementRunner):
         """A dedicated connection (never one of the pool's) for LISTEN."""
         asyncpg = _import_asyncpg()
         if self.url is not None:
-            return await connect_listener(self.url, self.stats)
+            return await connect_listener(self.url, self.stats, self._tcp)
         if self._pool is not None:
             # A caller's pool: open a connection with the same connect arguments.
             pool = self._pool
             try:
-                conn = await asyncpg.connect(*pool._connect_args, **pool._connect_kwargs)
+                async with asyncio.timeout(call_timeout()):
+                    conn = await asyncpg.connect(*pool._connect_args, **pool._connect_kwargs)
+            except TimeoutError:
+                raise DeadlineExceededError(
+                    "connecting the LISTEN connection took longer than the call's deadline"
+                ) from None
             except _errors(asyncpg) as exc:
                 raise _translate(exc) from exc
             self.stats.connections_opened += 1

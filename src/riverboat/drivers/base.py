@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import re
+import socket
 import sys
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from riverboat._sql import Statement
-from riverboat.errors import DriverError, MissingDependencyError, NotMigratedError
+from riverboat.errors import (
+    DeadlineExceededError,
+    DriverError,
+    MissingDependencyError,
+    NotMigratedError,
+)
 
 if TYPE_CHECKING:
     from riverboat.dialect.base import Dialect
 
 __all__ = [
+    "DEFAULT_TCP",
+    "LOCK_TIMEOUT",
     "AsyncConnectionExecutor",
     "AsyncDriver",
     "AsyncExecutor",
@@ -29,8 +39,13 @@ __all__ = [
     "Executor",
     "Notification",
     "StatementRunner",
+    "TcpSettings",
+    "Watchdog",
+    "call_deadline",
+    "call_timeout",
     "import_optional",
     "plain_postgres_url",
+    "shut_socket",
     "translate_error",
 ]
 
@@ -258,3 +273,139 @@ class AsyncDriver(AsyncExecutor, _DriverAttributes, Protocol):
     async def listener(self) -> AsyncListener: ...
 
     async def close(self) -> None: ...
+
+
+# -- connection liveness: TCP settings, per-call deadlines, lock waits ------------------
+
+#: Seconds a statement on a driver's own Postgres connections waits for a row or table
+#: lock before the server fails it (``lock_timeout``): shorter than the runtime's call
+#: deadline, so a lock held by another session (a ``SELECT ... FOR UPDATE`` left open)
+#: surfaces as an error on a healthy connection instead of a call that never answers.
+LOCK_TIMEOUT = 5.0
+
+
+@dataclass(slots=True, frozen=True)
+class TcpSettings:
+    """TCP settings for every Postgres connection a driver opens itself, named and
+    measured as libpq's parameters (``tcp_user_timeout`` in milliseconds).
+
+    Keepalive probes start after ``keepalives_idle`` seconds without traffic, one every
+    ``keepalives_interval`` s, and the kernel drops the connection after
+    ``keepalives_count`` unanswered ones: a peer that vanished (host down, NAT entry
+    gone) is noticed within about 30 s instead of the kernel's two hours. Data sent
+    and not acknowledged for ``tcp_user_timeout`` ms fails the connection likewise.
+    Neither notices a peer whose kernel still acknowledges but whose application
+    stopped answering (a stalled proxy): the runtime's per-call deadline and the
+    LISTEN connection's health check cover that. ``None`` for a field leaves the
+    operating system's default; a parameter named in the URL wins over these."""
+
+    keepalives_idle: int | None = 15
+    keepalives_interval: int | None = 5
+    keepalives_count: int | None = 3
+    tcp_user_timeout: int | None = 30_000
+
+    def libpq_params(self, url: str | None = None) -> dict[str, int]:
+        """The libpq connection parameters, leaving out any that ``url`` names."""
+        params: dict[str, int] = {"keepalives": 1}
+        for name in ("keepalives_idle", "keepalives_interval", "keepalives_count"):
+            value = getattr(self, name)
+            if value is not None:
+                params[name] = int(value)
+        if self.tcp_user_timeout is not None:
+            params["tcp_user_timeout"] = int(self.tcp_user_timeout)
+        if url:
+            params = {k: v for k, v in params.items() if not re.search(rf"\b{k}=", url)}
+        return params
+
+    def apply(self, sock: socket.socket | None) -> None:
+        """Set these options on a connected socket (drivers that take no libpq
+        parameters, such as asyncpg). Options the platform lacks are skipped."""
+        if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return
+        options = [
+            (socket.SOL_SOCKET, getattr(socket, "SO_KEEPALIVE", None), 1),
+            (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPIDLE", None), self.keepalives_idle),
+            (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPINTVL", None), self.keepalives_interval),
+            (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPCNT", None), self.keepalives_count),
+            (socket.IPPROTO_TCP, getattr(socket, "TCP_USER_TIMEOUT", None), self.tcp_user_timeout),
+        ]
+        for level, option, value in options:
+            if option is not None and value is not None:
+                try:
+                    sock.setsockopt(level, option, int(value))
+                except OSError:  # not supported on this socket or platform
+                    pass
+
+
+#: The TCP settings drivers use unless given others (``tcp=``).
+DEFAULT_TCP = TcpSettings()
+
+# Seconds the database call being made in this task may take, set by call_deadline();
+# drivers that honour it (psycopg's async driver, asyncpg) read it once per call.
+_CALL_TIMEOUT: ContextVar[float | None] = ContextVar("riverboat_call_timeout", default=None)
+
+
+def call_timeout() -> float | None:
+    """The deadline (seconds) of database calls made here, or None: no deadline."""
+    return _CALL_TIMEOUT.get()
+
+
+@contextmanager
+def call_deadline(seconds: float | None) -> Iterator[None]:
+    """Every database call awaited in this block (and in tasks created in it) must
+    answer within ``seconds``, lease included. A driver that honours it drops the
+    connection of a call that misses it (never handing it back to its pool) and raises
+    :class:`~riverboat.errors.DeadlineExceededError`. ``None``: no deadline."""
+    token = _CALL_TIMEOUT.set(seconds)
+    try:
+        yield
+    finally:
+        _CALL_TIMEOUT.reset(token)
+
+
+def shut_socket(fd: int) -> None:
+    """Shut the socket ``fd`` down in both directions without closing the descriptor
+    (its owner still does that): a read or write waiting on it fails at once, as if
+    the server had closed the connection, although the peer never answered."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # already shut or not connected
+        pass
+    finally:
+        sock.detach()
+
+
+class Watchdog:
+    """Runs ``abort`` if a call is still running ``seconds`` from now: the deadline of
+    one database call. ``abort`` breaks the call's connection (shuts its socket), so the
+    call fails at once and the connection is discarded; :meth:`error` is then what the
+    caller raises instead of the library's "connection closed"."""
+
+    __slots__ = ("_handle", "missed", "seconds", "what")
+
+    def __init__(self, seconds: float, abort: Callable[[], None], what: str = "") -> None:
+        self.seconds = seconds
+        self.what = what
+        self.missed = False
+        self._handle = asyncio.get_running_loop().call_later(max(seconds, 0.0), self._fire, abort)
+
+    def _fire(self, abort: Callable[[], None]) -> None:
+        self.missed = True
+        try:
+            abort()
+        except Exception:  # the connection is being dropped anyway
+            pass
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+    def error(self) -> DeadlineExceededError:
+        what = f" ({self.what})" if self.what else ""
+        return DeadlineExceededError(
+            f"no answer from the database within {self.seconds:g}s{what}; "
+            "the connection was dropped"
+        )

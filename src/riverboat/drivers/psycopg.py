@@ -24,17 +24,23 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from riverboat._sql import Statement
 from riverboat.dialect.postgres import CopyBatch, PostgresDialect
 from riverboat.drivers.base import (
+    DEFAULT_TCP,
+    LOCK_TIMEOUT,
     AsyncConnectionExecutor,
     AsyncStatementRunner,
     Capabilities,
     DriverStats,
     Notification,
     StatementRunner,
+    TcpSettings,
+    Watchdog,
+    call_timeout,
     import_optional,
     plain_postgres_url,
+    shut_socket,
     translate_error,
 )
-from riverboat.errors import DriverError
+from riverboat.errors import DeadlineExceededError, DriverError
 
 if TYPE_CHECKING:
     import psycopg  # noqa: F401  (named in the drivers' quoted generic bases)
@@ -53,10 +59,29 @@ __all__ = ["AsyncPsycopgDriver", "PsycopgDriver"]
 #   is often 'Etc/UTC', a ZoneInfo) its loader converts every value with astimezone:
 #   0.94 µs per row of three timestamps against 0.31 µs with datetime.timezone.utc, and
 #   arithmetic on them is faster too.
+# - lock_timeout: a statement that meets a row lock held by another session fails after
+#   this long instead of waiting with it (base.LOCK_TIMEOUT).
 _SESSION_SETUP = (
     "SELECT set_config('plan_cache_mode', 'force_generic_plan', false),"
     " set_config('TimeZone', 'UTC', false)"
 )
+
+
+def _session_setup(lock_timeout: float | None) -> str:
+    if lock_timeout is None:
+        return _SESSION_SETUP
+    return (
+        _SESSION_SETUP
+        + f", set_config('lock_timeout', '{max(1, round(lock_timeout * 1000))}', false)"
+    )
+
+
+def _watch(conn: Any, seconds: float | None, what: str) -> Watchdog | None:
+    """The deadline of one call on ``conn``: past it, the connection's socket is shut,
+    the call fails at once and the connection is broken (so never pooled again)."""
+    if seconds is None:
+        return None
+    return Watchdog(seconds, lambda: shut_socket(conn.pgconn.socket), what)
 
 
 #: Seconds a new connection may take (libpq's connect_timeout), so an unreachable
@@ -173,11 +198,22 @@ class _PsycopgDriverBase(Generic[ConnT, PoolT]):
         max_pool_size: int = 10,
         prepare: bool = True,
         pool_timeout: float = POOL_TIMEOUT,
+        tcp: TcpSettings | None = DEFAULT_TCP,
+        lock_timeout: float | None = LOCK_TIMEOUT,
     ) -> None:
         self.dialect = PostgresDialect(schema)
         self.stats = DriverStats()
         self._prepare: bool | None = True if prepare else None
         self.url: str | None = _libpq_url(source) if isinstance(source, str) else None
+        # libpq parameters for every connection opened from the URL (keepalives, TCP
+        # user timeout), those the URL names left to it; run on every new connection.
+        self._connect_params: dict[str, Any] = {
+            "connect_timeout": CONNECT_TIMEOUT,
+            **(tcp.libpq_params(self.url) if tcp is not None else {}),
+        }
+        self._tcp = tcp
+        self._lock_timeout = lock_timeout
+        self._session_sql = _session_setup(lock_timeout)
         self._open(source, max_pool_size, pool_timeout)
 
     def _open(self, source: Any, max_pool_size: int, pool_timeout: float) -> None:
@@ -216,7 +252,7 @@ class PsycopgDriver(
                     "autocommit": True,
                     "cursor_factory": psycopg.RawCursor,
                     "prepare_threshold": 0 if self._prepare else None,
-                    "connect_timeout": CONNECT_TIMEOUT,
+                    **self._connect_params,
                 },
                 open=False,
                 configure=self._on_connect,
@@ -239,7 +275,7 @@ class PsycopgDriver(
             if self._pool_opened:
                 return
             try:
-                psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT).close()
+                psycopg.connect(self.url, **self._connect_params).close()
             except psycopg.Error as exc:
                 raise _translate(exc) from exc
             self._pool.open(wait=False)
@@ -252,7 +288,7 @@ class PsycopgDriver(
         err = _translate(exc)
         if type(exc).__name__ == "PoolTimeout" and self.url is not None:
             try:
-                psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT).close()
+                psycopg.connect(self.url, **self._connect_params).close()
             except psycopg.Error as cause:
                 err = DriverError(f"{err}; connecting now fails with: {_translate(cause)}")
                 err.__cause__ = cause
@@ -262,7 +298,7 @@ class PsycopgDriver(
         self.stats.connections_opened += 1
         _binary_arrays(conn)
         if self._prepare:
-            conn.execute(_SESSION_SETUP)
+            conn.execute(self._session_sql)
 
     @contextmanager
     def _lease(self) -> Iterator[Any]:
@@ -330,7 +366,13 @@ class PsycopgDriver(
         """An async driver on the same database, for running workers from sync code."""
         if self.url is None:
             raise TypeError("only a driver built from a URL can make its async twin")
-        return AsyncPsycopgDriver(self.url, schema=self.dialect.schema)
+        return AsyncPsycopgDriver(
+            self.url,
+            schema=self.dialect.schema,
+            prepare=bool(self._prepare),
+            tcp=self._tcp,
+            lock_timeout=self._lock_timeout,
+        )
 
 
 class _AsyncExecutor(AsyncConnectionExecutor):
@@ -365,7 +407,13 @@ class _AsyncExecutor(AsyncConnectionExecutor):
 
 
 class _AsyncListener:
-    """One dedicated autocommit connection running LISTEN."""
+    """One dedicated autocommit connection running LISTEN.
+
+    Under a call deadline (:func:`~riverboat.drivers.base.call_deadline`, which the
+    notifier sets) each command must answer within it, and :meth:`notifications` checks
+    the connection with a ``SELECT 1`` every deadline's worth of seconds: a connection
+    that went silent (its peer's kernel still acknowledging, nothing answering) fails
+    the iteration instead of waiting for ever for notifications that can't come."""
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
@@ -376,17 +424,28 @@ class _AsyncListener:
     async def unlisten(self, channel: str) -> None:
         await self._command('UNLISTEN "' + channel.replace('"', '""') + '"')
 
-    async def _command(self, sql: str) -> None:
+    async def _command(self, sql: str, what: str = "LISTEN connection") -> None:
+        watchdog = _watch(self._conn, call_timeout(), what)
         try:
             await self._conn.execute(sql)
         except _psycopg_error() as exc:  # a dropped connection, like any other statement
+            if watchdog is not None and watchdog.missed:
+                raise watchdog.error() from exc
             raise _translate(exc) from exc
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
 
     async def notifications(self) -> AsyncIterator[Notification]:
         psycopg = _import_psycopg()
+        check_every = call_timeout()
         try:
-            async for note in self._conn.notifies():
-                yield Notification(note.channel, note.payload)
+            while True:
+                # Without a deadline notifies() never ends; with one it returns after
+                # check_every seconds (the lock it holds is free again for the check).
+                async for note in self._conn.notifies(timeout=check_every):
+                    yield Notification(note.channel, note.payload)
+                await self._command("SELECT 1", "LISTEN connection health check")
         except psycopg.Error as exc:
             raise _translate(exc) from exc
 
@@ -417,6 +476,11 @@ MAX_LIFETIME = 3600.0
 CHECK_IDLE_AFTER = 30.0
 
 
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline`` (``time.monotonic()``), never negative."""
+    return max(deadline - time.monotonic(), 0.0)
+
+
 class _AsyncPool:
     """A minimal pool of autocommit connections for the runtime's hot path.
 
@@ -430,10 +494,19 @@ class _AsyncPool:
     """
 
     def __init__(
-        self, url: str, max_size: int, prepare: bool, stats: DriverStats, timeout: float
+        self,
+        url: str,
+        max_size: int,
+        prepare: bool,
+        stats: DriverStats,
+        timeout: float,
+        connect_params: dict[str, Any],
+        session_sql: str,
     ) -> None:
         self._url = url
         self._prepare = prepare
+        self._connect_params = connect_params
+        self._session_sql = session_sql
         self._idle: list[_Pooled] = []
         self._slots = asyncio.Semaphore(max_size)
         self._max_size = max_size
@@ -442,15 +515,24 @@ class _AsyncPool:
         self._closed = False
         self._closing: set[asyncio.Task[None]] = set()
 
-    async def get(self) -> _Pooled:
+    async def get(self, deadline: float | None = None) -> _Pooled:
+        """A connection: an idle one or a new one. ``deadline`` (``time.monotonic()``)
+        is the call's, and bounds the wait for a free slot, the check of a connection
+        idle for long and the connect."""
         if self._closed:
             raise DriverError("the driver is closed")
         if not self._slots.locked():
             await self._slots.acquire()  # free at once: no timer to set up
         else:
+            wait = self._timeout if deadline is None else min(self._timeout, _left(deadline))
             try:
-                await asyncio.wait_for(self._slots.acquire(), self._timeout)
+                await asyncio.wait_for(self._slots.acquire(), wait)
             except TimeoutError:
+                if wait < self._timeout:
+                    raise DeadlineExceededError(
+                        f"no connection free within the call's deadline: all "
+                        f"{self._max_size} of the pool's connections are in use"
+                    ) from None
                 raise DriverError(
                     f"no connection free after {self._timeout:g} s: all {self._max_size} "
                     "of the pool's connections are in use (max_pool_size)"
@@ -460,37 +542,59 @@ class _AsyncPool:
             while self._idle:
                 pooled = self._idle.pop()
                 if pooled.conn.closed or pooled.conn.broken:
+                    self._close_later(pooled.conn)
                     continue
-                if now - pooled.idle_since >= CHECK_IDLE_AFTER and not await self._alive(pooled):
+                if now - pooled.idle_since >= CHECK_IDLE_AFTER and not await self._alive(
+                    pooled, deadline
+                ):
                     continue
                 return pooled
-            return await self._connect()
+            return await self._connect(deadline)
         except BaseException:
             self._slots.release()
             raise
 
-    async def _alive(self, pooled: _Pooled) -> bool:
+    async def _alive(self, pooled: _Pooled, deadline: float | None) -> bool:
+        watchdog = _watch(pooled.conn, None if deadline is None else _left(deadline), "check")
         try:
             await pooled.conn.execute("")
         except Exception:  # any failure means this connection is done
             self._close_later(pooled.conn)
             return False
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
         return True
 
-    async def _connect(self) -> _Pooled:
+    async def _connect(self, deadline: float | None = None) -> _Pooled:
         psycopg = _import_psycopg()
         try:
-            conn = await psycopg.AsyncConnection.connect(
-                self._url,
-                autocommit=True,
-                prepare_threshold=0 if self._prepare else None,
-                connect_timeout=CONNECT_TIMEOUT,
-            )
-            _binary_arrays(conn)
-            if self._prepare:
-                await conn.execute(_SESSION_SETUP)
+            # Cancelling a connect in progress costs nothing (no query to cancel).
+            async with asyncio.timeout(None if deadline is None else _left(deadline)):
+                conn = await psycopg.AsyncConnection.connect(
+                    self._url,
+                    autocommit=True,
+                    prepare_threshold=0 if self._prepare else None,
+                    **self._connect_params,
+                )
+        except TimeoutError:
+            raise DeadlineExceededError("connecting took longer than the call's deadline") from None
         except psycopg.Error as exc:
             raise _translate(exc) from exc
+        _binary_arrays(conn)
+        if self._prepare:
+            left = None if deadline is None else _left(deadline)
+            watchdog = _watch(conn, left, "session setup")
+            try:
+                await conn.execute(self._session_sql)
+            except psycopg.Error as exc:
+                self._close_later(conn)
+                if watchdog is not None and watchdog.missed:
+                    raise watchdog.error() from exc
+                raise _translate(exc) from exc
+            finally:
+                if watchdog is not None:
+                    watchdog.cancel()
         self._stats.connections_opened += 1
         lifetime = MAX_LIFETIME * (1.0 - 0.1 * random.random())
         return _Pooled(conn, psycopg.AsyncRawCursor(conn), time.monotonic() + lifetime)
@@ -499,7 +603,10 @@ class _AsyncPool:
         """Hand a connection back (no await: closing one runs in the background)."""
         conn = pooled.conn
         try:
-            if conn.closed or conn.broken:
+            if conn.closed:
+                return
+            if conn.broken:  # failed, or dropped at its deadline: close its socket
+                self._close_later(conn)
                 return
             if conn.info.transaction_status != 0:  # not IDLE: the lease left a mess
                 self._stats.resets += 1
@@ -549,7 +656,13 @@ class AsyncPsycopgDriver(
         self._pool: _AsyncPool | None = None
         if self.url is not None:
             self._pool = _AsyncPool(
-                self.url, max_pool_size, bool(self._prepare), self.stats, pool_timeout
+                self.url,
+                max_pool_size,
+                bool(self._prepare),
+                self.stats,
+                pool_timeout,
+                self._connect_params,
+                self._session_sql,
             )
         elif isinstance(source, psycopg.AsyncConnection):
             self._conn = source
@@ -581,10 +694,20 @@ class AsyncPsycopgDriver(
         args = [params[n] for n in names]
         self.stats.count(stmt.query.name)
         pool = self._pool
+        timeout = call_timeout()
         if pool is not None:
             # The hot path, spelled out: no context manager, the connection's own cursor.
             self.stats.leases += 1
-            pooled = await pool.get()
+            if timeout is None:
+                pooled = await pool.get()
+                watchdog = None
+            else:
+                deadline = time.monotonic() + timeout
+                pooled = await pool.get(deadline)
+                watchdog = Watchdog(
+                    _left(deadline), lambda: shut_socket(pooled.conn.pgconn.socket), stmt.query.name
+                )
+                watchdog.seconds = timeout
             try:
                 cur = pooled.cursor
                 await cur.execute(sql, args, prepare=self._prepare, binary=True)
@@ -594,13 +717,19 @@ class AsyncPsycopgDriver(
             except _psycopg_error() as exc:
                 if pooled.conn.broken or pooled.conn.closed:
                     # A server restart or pg_terminate_backend takes the idle siblings
-                    # with it; drop them now rather than fail once on each of them.
+                    # with it, and a connection that stopped answering usually has
+                    # silent siblings too; drop them now rather than fail on each.
                     pool.discard_idle()
+                if watchdog is not None and watchdog.missed:
+                    raise watchdog.error() from exc
                 raise _translate(exc) from exc
             finally:
+                if watchdog is not None:
+                    watchdog.cancel()
                 pool.put(pooled)
         psycopg = _import_psycopg()
         async with self._lease() as conn:
+            watchdog = _watch(conn, timeout, stmt.query.name)
             try:
                 cur = psycopg.AsyncRawCursor(conn)
                 await cur.execute(sql, args, prepare=self._prepare, binary=True)
@@ -608,7 +737,12 @@ class AsyncPsycopgDriver(
                     return await cur.fetchall() if _returns_rows(cur) else []
                 return int(cur.rowcount)
             except psycopg.Error as exc:
+                if watchdog is not None and watchdog.missed:
+                    raise watchdog.error() from exc
                 raise _translate(exc) from exc
+            finally:
+                if watchdog is not None:
+                    watchdog.cancel()
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[_AsyncExecutor]:
@@ -639,9 +773,14 @@ class AsyncPsycopgDriver(
         if self.url is None:
             raise DriverError("LISTEN needs a driver built from a URL (a dedicated connection)")
         try:
-            conn = await psycopg.AsyncConnection.connect(
-                self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT
-            )
+            async with asyncio.timeout(call_timeout()):
+                conn = await psycopg.AsyncConnection.connect(
+                    self.url, autocommit=True, **self._connect_params
+                )
+        except TimeoutError:
+            raise DeadlineExceededError(
+                "connecting the LISTEN connection took longer than the call's deadline"
+            ) from None
         except psycopg.Error as exc:
             raise _translate(exc) from exc
         self.stats.connections_opened += 1

@@ -24,6 +24,7 @@ from typing import Any
 
 from riverboat.errors import DriverError, InvalidInputError
 from riverboat.runtime._waiting import backoff_delay, wait_any
+from riverboat.runtime.health import PathHealth, bounded
 
 __all__ = ["Elector", "ElectorConfig", "ElectorStats"]
 
@@ -123,6 +124,9 @@ class Elector:
         self._trusted_until = 0.0
         self._pending_wake: asyncio.TimerHandle | None = None
         self._background: set[asyncio.Task[None]] = set()
+        # Its statements run under attempt_timeout / the resign timeouts as call
+        # deadlines (runtime/health.py); failures are logged as one path's outage.
+        self.health = PathHealth("elector", log)
         if notifier is not None:
             notifier.subscribe("river_leadership", self._handle_notification)
 
@@ -218,10 +222,11 @@ class Elector:
                     errors += 1
                     self.stats.errors += 1
                     delay = backoff_delay(errors, 1.0, ELECT_BACKOFF_MAX)
-                    log.warning("elector: election attempt failed (%s); retry in %.1fs", exc, delay)
+                    self.health.failed(exc, f"election attempt, retry in {delay:.1f}s")
                     await self._sleep(delay, wakeable=False)
                     continue
                 errors = 0
+                self.health.ok()
                 if not won:
                     self._wake.clear()
                     cfg = self.config
@@ -241,7 +246,7 @@ class Elector:
         self.stats.elect_attempts += 1
         self._count("elect")
         started = time.monotonic()
-        async with asyncio.timeout(cfg.attempt_timeout):
+        async with bounded(cfg.attempt_timeout, "election"):
             rows = await self._driver.fetch(
                 self._dialect.leader_attempt_elect(leader_id=self.client_id, ttl=cfg.ttl)
             )
@@ -276,7 +281,7 @@ class Elector:
             assert term is not None
             self._count("reelect")
             try:
-                async with asyncio.timeout(min(cfg.attempt_timeout, remaining)):
+                async with bounded(min(cfg.attempt_timeout, remaining), "re-election"):
                     rows = await self._driver.fetch(
                         self._dialect.leader_attempt_reelect(
                             leader_id=self.client_id, elected_at=term.elected_at, ttl=cfg.ttl
@@ -289,8 +294,9 @@ class Elector:
                 if failures > 3:
                     failures = 1
                 delay = min(2.0 ** (failures - 1), cfg.reelect_interval)
-                log.warning("elector: re-election failed (%s); retry in %.1fs", exc, delay)
+                self.health.failed(exc, f"re-election, retry in {delay:.1f}s")
                 continue
+            self.health.ok()
             if not rows:
                 # Someone else holds the row (our term expired): lost, nothing to resign.
                 self.stats.reelections_failed += 1
@@ -323,7 +329,7 @@ class Elector:
         for attempt, timeout in enumerate(timeouts, 1):
             self._count("resign")
             try:
-                async with asyncio.timeout(timeout):
+                async with bounded(timeout, "resignation"):
                     await self._driver.fetch(
                         self._dialect.leader_resign(
                             leader_id=term.leader_id, elected_at=term.elected_at

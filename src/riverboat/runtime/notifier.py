@@ -4,6 +4,11 @@ Subscribers register per topic (``river_insert``, ``river_control``,
 ``river_leadership``); payloads are parsed as JSON, never by string matching. While the
 connection is down, producers keep polling; after a reconnect every subscriber is told
 (``on_reconnect``) so it can fetch at once in case a notification was missed.
+
+Connecting and LISTENing must answer within the call deadline, and while listening the
+driver checks the connection after each deadline's worth of seconds (runtime/health.py):
+a connection that went silent is found dead, dropped and replaced, instead of leaving
+the client deaf for good.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from riverboat.drivers.base import call_deadline
 from riverboat.errors import DriverError
 from riverboat.runtime._waiting import backoff_delay
+from riverboat.runtime.health import DEFAULT_CALL_TIMEOUT, PathHealth, bounded
 
 __all__ = ["TOPICS", "Notifier"]
 
@@ -26,8 +33,12 @@ Handler = Callable[[dict[str, Any]], None]
 
 
 class Notifier:
-    def __init__(self, driver: Any, schema_name: str) -> None:
+    def __init__(
+        self, driver: Any, schema_name: str, call_timeout: float | None = DEFAULT_CALL_TIMEOUT
+    ) -> None:
         self._driver = driver
+        self._call_timeout = call_timeout
+        self.health = PathHealth("notifier", log)
         self._schema = schema_name
         self._handlers: dict[str, list[Handler]] = {topic: [] for topic in TOPICS}
         self._reconnect_handlers: list[Callable[[], None]] = []
@@ -61,15 +72,17 @@ class Notifier:
         topic_by_channel = {self.channel(t): t for t in TOPICS}
         while True:
             try:
-                self._listener = await self._driver.listener()
-                for channel in topic_by_channel:
-                    await self._listener.listen(channel)
+                async with bounded(self._call_timeout, "LISTEN"):
+                    self._listener = await self._driver.listener()
+                    for channel in topic_by_channel:
+                        await self._listener.listen(channel)
                 if attempt or self.reconnects:
                     for wake in self._reconnect_handlers:
                         wake()
                 self.connected.set()
                 attempt = 0
-                async for note in self._listener.notifications():
+                self.health.ok()
+                async for note in self._notifications():
                     topic = topic_by_channel.get(note.channel)
                     if topic is None:
                         continue
@@ -97,7 +110,7 @@ class Notifier:
                 delay = backoff_delay(attempt + 1, 1.0, 30.0)
                 attempt += 1
                 self.reconnects += 1
-                log.warning("notifier: connection lost (%s); reconnecting in %.1fs", exc, delay)
+                self.health.failed(exc, f"LISTEN connection lost, reconnecting in {delay:.1f}s")
                 await self._close_listener(lost=True)
                 await asyncio.sleep(delay)
             else:
@@ -106,6 +119,13 @@ class Notifier:
                 await self._close_listener(lost=True)
                 self.reconnects += 1
                 await asyncio.sleep(0.1)
+
+    async def _notifications(self) -> Any:
+        """The listener's notifications, under the call deadline: the driver checks a
+        connection quiet for that long and fails the iteration if it doesn't answer."""
+        with call_deadline(self._call_timeout):
+            async for note in self._listener.notifications():
+                yield note
 
     async def _close_listener(self, *, lost: bool = False) -> None:
         """Close the LISTEN connection. A failure is logged with its traceback: at DEBUG

@@ -34,6 +34,7 @@ from riverboat.runtime._waiting import wait_event
 from riverboat.runtime.completer import Completer
 from riverboat.runtime.events import Event, EventKind
 from riverboat.runtime.executor import ExecutorConfig, RunState, execute_job, timeout_for
+from riverboat.runtime.health import DEFAULT_CALL_TIMEOUT, PathHealth, bounded
 from riverboat.runtime.threads import DaemonThreadPool
 from riverboat.runtime.undecodable import undecodable_outcome
 
@@ -89,8 +90,13 @@ class Producer:
         fetch_poll_interval: float,
         emit: Callable[[Event], None],
         refill_without_cooldown: bool = False,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
     ) -> None:
         self.queue = queue
+        # Every statement of this producer answers within call_timeout or its connection
+        # is dropped; failures are logged as one path's outage (runtime/health.py).
+        self._call_timeout = call_timeout
+        self.health = PathHealth(f"producer {queue}", log)
         self.max_workers = config.max_workers
         self._driver = driver
         self._dialect = driver.dialect
@@ -197,7 +203,10 @@ class Producer:
 
     # -- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
-        rows = await self._driver.fetch(self._dialect.queue_create_or_set_updated_at(self.queue))
+        async with bounded(self._call_timeout, "river_queue"):
+            rows = await self._driver.fetch(
+                self._dialect.queue_create_or_set_updated_at(self.queue)
+            )
         if rows and rows[0][3] is not None:
             self._paused = True
         self._task = asyncio.create_task(self._run(), name=f"riverboat-producer-{self.queue}")
@@ -236,18 +245,20 @@ class Producer:
                 continue
             last_fetch = time.monotonic()
             try:
-                rows = await self._driver.fetch(
-                    self._dialect.job_get_available(
-                        queue=self.queue,
-                        max_to_lock=free,
-                        client_id=self._client_id,
-                        now=None if self.clock is None else self.clock(),
+                async with bounded(self._call_timeout, "claim"):
+                    rows = await self._driver.fetch(
+                        self._dialect.job_get_available(
+                            queue=self.queue,
+                            max_to_lock=free,
+                            client_id=self._client_id,
+                            now=None if self.clock is None else self.clock(),
+                        )
                     )
-                )
             except DriverError as exc:
                 self.fetch_errors += 1
-                log.warning("producer %s: fetching jobs failed: %s", self.queue, exc)
+                self.health.failed(exc, "fetching jobs")
                 continue
+            self.health.ok()
             self.fetches += 1
             self.last_fetch_count = len(rows)
             if self.fetch_metrics is not None:
@@ -281,15 +292,17 @@ class Producer:
 
     async def _report_queue(self) -> None:
         try:
-            await self._driver.fetch(self._dialect.queue_create_or_set_updated_at(self.queue))
+            async with bounded(self._call_timeout, "river_queue"):
+                await self._driver.fetch(self._dialect.queue_create_or_set_updated_at(self.queue))
         except DriverError as exc:
-            log.warning("producer %s: refreshing river_queue failed: %s", self.queue, exc)
+            self.health.failed(exc, "refreshing river_queue")
 
     async def _poll_queue_state(self) -> None:
         try:
-            rows = await self._driver.fetch(self._dialect.queue_get(self.queue))
+            async with bounded(self._call_timeout, "queue state"):
+                rows = await self._driver.fetch(self._dialect.queue_get(self.queue))
         except DriverError as exc:
-            log.warning("producer %s: reading the queue's state failed: %s", self.queue, exc)
+            self.health.failed(exc, "reading the queue's state")
             return
         if rows:
             self.set_paused(rows[0][3] is not None)

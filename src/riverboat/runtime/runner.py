@@ -17,10 +17,12 @@ from datetime import datetime
 from typing import Any
 
 from riverboat._insert import InsertDefaults, validate_queue
+from riverboat.drivers.base import call_deadline
 from riverboat.errors import InvalidInputError, NotFoundError
 from riverboat.runtime.completer import Completer
 from riverboat.runtime.events import Event, EventKind, Subscription
 from riverboat.runtime.executor import ExecutorConfig
+from riverboat.runtime.health import DEFAULT_CALL_TIMEOUT, bounded
 from riverboat.runtime.notifier import Notifier
 from riverboat.runtime.producer import (
     DEFAULT_FETCH_COOLDOWN,
@@ -32,7 +34,7 @@ from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.sync_events import SyncSubscription
 from riverboat.runtime.worker import Workers
 
-__all__ = ["DEFAULT_SOFT_STOP_TIMEOUT", "IDLE_HORIZON", "Runtime", "RuntimeConfig"]
+__all__ = ["DEFAULT_SOFT_STOP_TIMEOUT", "IDLE_HORIZON", "STOP_GRACE", "Runtime", "RuntimeConfig"]
 
 log = logging.getLogger("riverboat.client")
 
@@ -41,6 +43,12 @@ log = logging.getLogger("riverboat.client")
 # write their outcomes and exit before the SIGKILL, so a deploy never leaves rows
 # `running` for the rescuer to find an hour later.
 DEFAULT_SOFT_STOP_TIMEOUT = 25.0
+
+# Seconds a stop may take past soft_stop_timeout (past its start for a hard stop) to
+# write the outcomes of the jobs it handed back and close: whatever the network does, a
+# stop ends by then, leaving what it could not write `running` for the rescuer (and
+# saying so). Within Kubernetes' 30 s grace period with the 25 s default.
+STOP_GRACE = 4.0
 
 # A drain (run_until_idle, --exit-when-idle) is not over while a job in the client's
 # queues is available or will be within this many seconds: River makes a retry or snooze
@@ -72,6 +80,11 @@ class RuntimeConfig:
     # River's SoftStopTimeout: how long a soft stop waits for running jobs before it
     # hands them back as a hard stop does. None (or -1) waits for ever, River's default.
     soft_stop_timeout: float | None = DEFAULT_SOFT_STOP_TIMEOUT
+    # Seconds each database call of the producers, completer, notifier and elector may
+    # take before its connection is dropped and the call retried on a fresh one; the
+    # LISTEN connection is checked after this long without traffic (runtime/health.py).
+    # None: no deadline.
+    db_call_timeout: float | None = DEFAULT_CALL_TIMEOUT
 
     def validate(self) -> None:
         if not isinstance(self.workers, Workers):
@@ -99,6 +112,13 @@ class RuntimeConfig:
         if self.job_timeout is not None and self.job_timeout <= 0 and self.job_timeout != -1:
             raise InvalidInputError("job_timeout", "must be positive, -1 (none) or None")
         self.soft_stop_timeout = check_soft_stop_timeout(self.soft_stop_timeout)
+        timeout = self.db_call_timeout
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
+        ):
+            raise InvalidInputError(
+                "db_call_timeout", "must be a positive number of seconds or None"
+            )
 
 
 def check_soft_stop_timeout(value: object) -> float | None:
@@ -168,14 +188,16 @@ class Runtime:
     # -- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
         dialect = self.driver.dialect
-        await self.driver.fetch(dialect.stmt("ping"))
+        cfg = self.config
+        async with bounded(cfg.db_call_timeout, "ping"):
+            await self.driver.fetch(dialect.stmt("ping"))
         await check_schema_version(self.driver)
         if dialect.schema:
             self.schema_name = dialect.schema
         elif dialect.name == "postgres":
-            rows = await self.driver.fetch(dialect.stmt("current_schema"))
+            async with bounded(cfg.db_call_timeout, "current_schema"):
+                rows = await self.driver.fetch(dialect.stmt("current_schema"))
             self.schema_name = rows[0][0] if rows else "public"
-        cfg = self.config
         self.completer = Completer(
             self.driver,
             emit=self._emit,
@@ -183,7 +205,10 @@ class Runtime:
             batch_threshold=cfg.completer_batch_threshold,
             flush_delay=cfg.completer_flush_delay,
         )
-        self.completer.start()
+        # The completer's task inherits the call deadline: each of its writes answers
+        # within db_call_timeout or its connection is dropped and the batch retried.
+        with call_deadline(cfg.db_call_timeout):
+            self.completer.start()
         stack = cfg.middleware
         executor_config = ExecutorConfig(
             cfg.workers,
@@ -196,7 +221,7 @@ class Runtime:
         for name, qcfg in cfg.queues.items():
             self.producers[name] = self._make_producer(name, qcfg)
         if not cfg.poll_only and self.driver.capabilities.listen:
-            self.notifier = Notifier(self.driver, self.schema_name)
+            self.notifier = Notifier(self.driver, self.schema_name, cfg.db_call_timeout)
             for producer in self.producers.values():
                 self.notifier.subscribe("river_insert", producer.handle_insert)
                 self.notifier.subscribe("river_control", producer.handle_control)
@@ -227,6 +252,7 @@ class Runtime:
             fetch_poll_interval=qcfg.fetch_poll_interval or cfg.fetch_poll_interval,
             emit=self._emit,
             refill_without_cooldown=qcfg.fetch_cooldown is None and cfg.fetch_cooldown is None,
+            call_timeout=cfg.db_call_timeout,
         )
         if cfg.middleware is not None:  # metric_emit hooks (River's HookMetricEmit)
             producer.fetch_metrics = cfg.middleware.fetch_metrics()
@@ -322,10 +348,19 @@ class Runtime:
         """Register something with async ``stop()`` to stop after the producers."""
         self._extra_services.append(service)
 
+    async def _stop_services(self) -> None:
+        await self._stop_leadership()
+        for service in self._extra_services:
+            await service.stop()
+
     async def stop(self, *, cancel_running: bool = False) -> None:
         """Stop: producers stop fetching and their jobs finish (or are handed back: at
         once with ``cancel_running``, after ``soft_stop_timeout`` otherwise), every
-        outcome is written, then the notifier closes."""
+        outcome is written, then the notifier closes.
+
+        With a ``soft_stop_timeout`` the whole stop ends within it plus
+        :data:`STOP_GRACE` whatever the database does: what can't be written by then
+        (outcomes, a claim in flight) is left ``running`` for the rescuer and logged."""
         if not self.started:
             return
         self.started = False
@@ -333,9 +368,12 @@ class Runtime:
         limit = self.config.soft_stop_timeout
         # As River's, the soft stop's clock starts when the stop does.
         hard_at = None if limit is None else loop.time() + limit
-        await self._stop_leadership()
-        for service in self._extra_services:
-            await service.stop()
+        give_up_at = None
+        if hard_at is not None:
+            give_up_at = (loop.time() if cancel_running else hard_at) + STOP_GRACE
+        # Leadership (resigning) and maintenance stop alongside the producers, so a
+        # database that doesn't answer delays the two once, not one after the other.
+        services = asyncio.ensure_future(self._stop_services())
         stops = [
             asyncio.ensure_future(p.stop(cancel_running=cancel_running))
             for p in self.producers.values()
@@ -351,9 +389,40 @@ class Runtime:
                     running,
                 )
                 self.interrupt_running()
-        await asyncio.gather(*stops)
+        if stops and give_up_at is not None:
+            _, waiting = await asyncio.wait(stops, timeout=max(0.0, give_up_at - loop.time()))
+            if waiting:
+                # A producer still waiting on the database (a claim with no answer):
+                # whatever that claim locked stays running for the rescuer.
+                log.warning(
+                    "stop: %d producers still waiting for the database %gs past the "
+                    "soft stop timeout; abandoning them (jobs a claim in flight took "
+                    "stay running for the rescuer)",
+                    len(waiting),
+                    STOP_GRACE,
+                )
+                for task in waiting:
+                    task.cancel()
+                await asyncio.wait(waiting)
+        await asyncio.gather(*[task for task in stops if not task.cancelled()])
         if self.completer is not None:
-            await self.completer.stop(self.config.completer_drain_timeout)
+            drain = self.config.completer_drain_timeout
+            if give_up_at is not None:
+                left = max(give_up_at - loop.time(), 0.5)
+                drain = left if drain is None else min(drain, left)
+            await self.completer.stop(drain)
+        if give_up_at is None:
+            await services
+        else:
+            await asyncio.wait([services], timeout=max(give_up_at - loop.time(), 0.5))
+            if not services.done():
+                log.warning(
+                    "stop: leader resignation and maintenance still waiting for the "
+                    "database; abandoned (the leadership expires with its term)"
+                )
+                services.cancel()
+        if services.done() and not services.cancelled() and services.exception() is not None:
+            log.warning("stop: stopping maintenance failed: %s", services.exception())
         if self.notifier is not None:
             await self.notifier.stop()
         self._stopped.set()
