@@ -38,6 +38,22 @@ def _record(line: str) -> None:
     os.write(_fd, line.encode())
 
 
+def _refuse_file_writes(_signum: int, _frame: object) -> None:
+    """SIGUSR1: from now on no write of this process to any regular file succeeds (file
+    size limit 0, SIGXFSZ ignored), as when the disk is full: SQLite's writes fail at
+    once ("disk I/O error"; a full disk says "database or disk is full")."""
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+if ENV.get("RB_DISK_FULL_ON_USR1") == "1":
+    import signal
+
+    signal.signal(signal.SIGUSR1, _refuse_file_writes)
+
 workers = Workers()
 
 

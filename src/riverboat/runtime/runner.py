@@ -324,7 +324,9 @@ class Runtime:
         self._maintenance_ctx = ctx
         self.elector = Elector(self.driver, self.client_id, mcfg.elector, notifier=self.notifier)
         self.maintainer = Maintainer(
-            self.elector, build_services(ctx, self.periodic_jobs, cfg.insert_defaults)
+            self.elector,
+            build_services(ctx, self.periodic_jobs, cfg.insert_defaults),
+            call_timeout=cfg.db_call_timeout,
         )
         self.maintainer.start()
         self.elector.start()
@@ -408,7 +410,7 @@ class Runtime:
         if self.completer is not None:
             drain = self.config.completer_drain_timeout
             if give_up_at is not None:
-                left = max(give_up_at - loop.time(), 0.5)
+                left = round(max(give_up_at - loop.time(), 0.5), 1)
                 drain = left if drain is None else min(drain, left)
             await self.completer.stop(drain)
         if give_up_at is None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from riverboat._insert import InsertDefaults
 from riverboat.dialect.base import NotificationOutbox
+from riverboat.drivers.base import call_deadline
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.elector import ElectorConfig
 from riverboat.runtime.maintenance._service import (
@@ -227,8 +228,18 @@ class Maintainer:
     """Starts the services when the elector gains leadership and stops them when it
     loses it (River's QueueMaintainerLeader)."""
 
-    def __init__(self, elector: Any, services: Sequence[Service], *, stop_timeout: float = 5.0):
+    def __init__(
+        self,
+        elector: Any,
+        services: Sequence[Service],
+        *,
+        stop_timeout: float = 5.0,
+        call_timeout: float | None = None,
+    ):
         self.elector = elector
+        # The services' tasks run under this call deadline (runtime/health.py), so one
+        # stuck on a connection that stopped answering fails and retries on a fresh one.
+        self._call_timeout = call_timeout
         self.services = {service.name: service for service in services}
         self._stop_timeout = stop_timeout
         self._task: asyncio.Task[None] | None = None
@@ -257,11 +268,12 @@ class Maintainer:
         for service in self.services.values():
             if trusts is not None:
                 service.still_leading = trusts  # services added after construction too
-            self._running.append(
-                asyncio.create_task(
-                    service.run(self._stop_services), name=f"riverboat-{service.name}"
+            with call_deadline(self._call_timeout):
+                self._running.append(
+                    asyncio.create_task(
+                        service.run(self._stop_services), name=f"riverboat-{service.name}"
+                    )
                 )
-            )
         self.running.set()
 
     async def _stop_all(self) -> None:

@@ -39,6 +39,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from riverboat._sql import Query, Statement
+from riverboat.drivers.base import call_deadline
 from riverboat.errors import DriverError, InvalidInputError
 from riverboat.migrations._files import RawQuery
 from riverboat.runtime.maintenance._service import MaintenanceContext, Service
@@ -243,9 +244,12 @@ class Reindexer(Service):
             )
             return
         reindex = f"REINDEX INDEX CONCURRENTLY {self._qualified(name)}"
-        rebuild = asyncio.ensure_future(
-            self.ctx.driver.execute(Statement(RawQuery("reindexer_reindex", reindex), {}))
-        )
+        # A rebuild takes as long as it takes (bounded by self.timeout below), not the
+        # maintenance services' per-call deadline.
+        with call_deadline(None):
+            rebuild = asyncio.ensure_future(
+                self.ctx.driver.execute(Statement(RawQuery("reindexer_reindex", reindex), {}))
+            )
         stop = self._stop if self._stop is not None else asyncio.Event()
         stopped = asyncio.ensure_future(stop.wait())
         try:
@@ -277,9 +281,10 @@ class Reindexer(Service):
             async with asyncio.timeout(ARTIFACT_CLEANUP_TIMEOUT):
                 for artifact in await self._artifacts(name):
                     drop = f"DROP INDEX CONCURRENTLY IF EXISTS {self._qualified(artifact)}"
-                    await self.ctx.driver.execute(
-                        Statement(RawQuery("reindexer_drop_artifact", drop), {})
-                    )
+                    with call_deadline(None):  # bounded by ARTIFACT_CLEANUP_TIMEOUT
+                        await self.ctx.driver.execute(
+                            Statement(RawQuery("reindexer_drop_artifact", drop), {})
+                        )
         except (DriverError, TimeoutError) as exc:
             log.error("maintenance reindexer: could not drop artifacts of %s: %s", name, exc)
 
