@@ -38,6 +38,9 @@ SAFETY_MARGIN = 1.0
 ATTEMPT_TIMEOUT = 5.0
 RESIGN_TIMEOUTS = (1.0, 2.0, 3.0)
 RESIGNED_WAKE_DELAY_MAX = 0.05
+# How late the backstop may cancel a leadership statement whose driver ignores the call
+# deadline: the local trust window (ttl - safety_margin) must hold to within this.
+BACKSTOP_GRACE = 0.05
 ELECT_BACKOFF_MAX = 64.0
 
 
@@ -246,7 +249,7 @@ class Elector:
         self.stats.elect_attempts += 1
         self._count("elect")
         started = time.monotonic()
-        async with bounded(cfg.attempt_timeout, "election"):
+        async with bounded(cfg.attempt_timeout, "election", BACKSTOP_GRACE):
             rows = await self._driver.fetch(
                 self._dialect.leader_attempt_elect(leader_id=self.client_id, ttl=cfg.ttl)
             )
@@ -281,7 +284,9 @@ class Elector:
             assert term is not None
             self._count("reelect")
             try:
-                async with bounded(min(cfg.attempt_timeout, remaining), "re-election"):
+                async with bounded(
+                    min(cfg.attempt_timeout, remaining), "re-election", BACKSTOP_GRACE
+                ):
                     rows = await self._driver.fetch(
                         self._dialect.leader_attempt_reelect(
                             leader_id=self.client_id, elected_at=term.elected_at, ttl=cfg.ttl
@@ -329,7 +334,7 @@ class Elector:
         for attempt, timeout in enumerate(timeouts, 1):
             self._count("resign")
             try:
-                async with bounded(timeout, "resignation"):
+                async with bounded(timeout, "resignation", BACKSTOP_GRACE):
                     await self._driver.fetch(
                         self._dialect.leader_resign(
                             leader_id=term.leader_id, elected_at=term.elected_at

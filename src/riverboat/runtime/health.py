@@ -37,15 +37,22 @@ SUMMARY_INTERVAL = 30.0
 
 
 @asynccontextmanager
-async def bounded(seconds: float | None, what: str = "") -> AsyncIterator[None]:
+async def bounded(
+    seconds: float | None, what: str = "", grace: float = BACKSTOP_GRACE
+) -> AsyncIterator[None]:
     """Database calls awaited in this block must answer within ``seconds`` (None: no
-    deadline). A miss raises :class:`DeadlineExceededError` (a ``DriverError``)."""
+    deadline). A miss raises :class:`DeadlineExceededError` (a ``DriverError``).
+
+    The backstop cancels the block ``grace`` seconds later, for drivers that ignore
+    the deadline; the later it is, the surer a driver that honours it drops the
+    connection itself first (cancelling a psycopg query in flight makes psycopg try to
+    cancel it on the server, which on a silent connection takes up to 10 s)."""
     if seconds is None:
         yield
         return
     with call_deadline(seconds):
         try:
-            async with asyncio.timeout(seconds + BACKSTOP_GRACE) as scope:
+            async with asyncio.timeout(seconds + grace) as scope:
                 yield
         except TimeoutError:
             if not scope.expired():
