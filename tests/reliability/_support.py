@@ -236,6 +236,17 @@ class FreezingProxy:
         self._ready.wait(10)
         return self
 
+    def _main(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._serve())
+        self._loop.run_forever()
+        # Frozen connections' tasks wait for ever: end them before the loop closes.
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self._loop.close()
+
     def url(self, pg_url: str) -> str:
         import psycopg
 
@@ -243,18 +254,18 @@ class FreezingProxy:
         user, dbname = info.get("user", "postgres"), info.get("dbname", "postgres")
         return f"postgresql://{user}@127.0.0.1:{self.port}/{dbname}"
 
-    def _main(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._serve())
-        self._loop.run_forever()
-        self._loop.close()
-
     async def _serve(self) -> None:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._forward(reader, writer)
+        except asyncio.CancelledError:  # close(): asyncio would log a cancelled handler
+            pass
+
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         flowing = asyncio.Event()
         self._writers.add(writer)
         if self._freeze_new:

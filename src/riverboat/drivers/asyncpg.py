@@ -89,11 +89,12 @@ async def _run_on(conn: Any, stmt: Statement, stats: DriverStats, want_rows: boo
 
 
 async def _run_watched(
-    conn: Any, stmt: Statement, stats: DriverStats, want_rows: bool, seconds: float
+    conn: Any, stmt: Statement, stats: DriverStats, want_rows: bool, seconds: float, deadline: float
 ) -> Any:
-    """:func:`_run_on` within ``seconds``: past them the connection is terminated (its
-    socket closed, so a pool discards it) and the call raises DeadlineExceededError."""
-    watchdog = Watchdog(seconds, conn.terminate, stmt.query.name)
+    """:func:`_run_on` within ``seconds`` (what is left of the call's ``deadline``):
+    past them the connection is terminated (its socket closed, so a pool discards it)
+    and the call raises DeadlineExceededError."""
+    watchdog = Watchdog(seconds, conn.terminate, stmt.query.name, deadline)
     try:
         return await _run_on(conn, stmt, stats, want_rows)
     except DriverError as exc:
@@ -343,8 +344,11 @@ class AsyncpgDriver(AsyncStatementRunner):
         try:
             yield conn
         finally:
-            if not conn.is_closed() and conn.is_in_transaction():
-                self.stats.resets += 1
+            # A connection terminated at its deadline has already left the pool's
+            # proxy (asyncpg releases it); the pool replaces it and release is a no-op.
+            if getattr(conn, "_con", conn) is not None:
+                if not conn.is_closed() and conn.is_in_transaction():
+                    self.stats.resets += 1
             await pool.release(conn)
 
     async def _run(self, stmt: Statement, want_rows: bool) -> Any:
@@ -355,7 +359,7 @@ class AsyncpgDriver(AsyncStatementRunner):
         deadline = time.monotonic() + timeout
         async with self._lease(timeout) as conn:
             left = max(deadline - time.monotonic(), 0.0)
-            return await _run_watched(conn, stmt, self.stats, want_rows, left)
+            return await _run_watched(conn, stmt, self.stats, want_rows, left, timeout)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[_Executor]:

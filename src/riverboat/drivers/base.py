@@ -387,8 +387,16 @@ class Watchdog:
 
     __slots__ = ("_handle", "missed", "seconds", "what")
 
-    def __init__(self, seconds: float, abort: Callable[[], None], what: str = "") -> None:
-        self.seconds = seconds
+    def __init__(
+        self,
+        seconds: float,
+        abort: Callable[[], None],
+        what: str = "",
+        deadline: float | None = None,
+    ) -> None:
+        """``deadline``: the whole call's deadline, reported in :meth:`error` when
+        ``seconds`` is only what was left of it."""
+        self.seconds = seconds if deadline is None else deadline
         self.what = what
         self.missed = False
         self._handle = asyncio.get_running_loop().call_later(max(seconds, 0.0), self._fire, abort)

@@ -705,9 +705,11 @@ class AsyncPsycopgDriver(
                 deadline = time.monotonic() + timeout
                 pooled = await pool.get(deadline)
                 watchdog = Watchdog(
-                    _left(deadline), lambda: shut_socket(pooled.conn.pgconn.socket), stmt.query.name
+                    _left(deadline),
+                    lambda: shut_socket(pooled.conn.pgconn.socket),
+                    stmt.query.name,
+                    timeout,
                 )
-                watchdog.seconds = timeout
             try:
                 cur = pooled.cursor
                 await cur.execute(sql, args, prepare=self._prepare, binary=True)
