@@ -26,6 +26,7 @@ from riverboat._insert import InsertParams, validate_queue
 from riverboat._options import check_option_names
 from riverboat.errors import InvalidInputError, NotFoundError
 from riverboat.runtime.events import EventKind, Subscription
+from riverboat.runtime.health import DEFAULT_CALL_TIMEOUT
 from riverboat.runtime.maintenance.periodic import PeriodicJob, PeriodicJobs
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.retry import RetryPolicy
@@ -67,7 +68,10 @@ class ClientOptions(TypedDict, total=False):
     - ``periodic_jobs``: :class:`~riverboat.PeriodicJob` s the leader enqueues.
     - ``middleware``: insert and work middleware, outermost first.
     - ``soft_stop_timeout``: how long ``stop()`` waits for running jobs before handing
-      them back (25 s)."""
+      them back (25 s).
+    - ``db_call_timeout``: seconds each database call of the worker runtime (claims,
+      completions, LISTEN, leader election, maintenance) may take before its connection
+      is dropped and the call retried on a fresh one (10 s; ``None``: no deadline)."""
 
     id: str | None
     schema: str | None
@@ -84,6 +88,7 @@ class ClientOptions(TypedDict, total=False):
     periodic_jobs: Sequence[PeriodicJob]
     middleware: Sequence[object] | None
     soft_stop_timeout: float | None
+    db_call_timeout: float | None
 
 
 _CLIENT_OPTIONS = ClientOptions.__optional_keys__
@@ -257,6 +262,7 @@ class AsyncClient(AsyncClientBase):
                     insert_defaults=self._core.defaults,
                     middleware=self._core.middleware,
                     soft_stop_timeout=options.get("soft_stop_timeout", DEFAULT_SOFT_STOP_TIMEOUT),
+                    db_call_timeout=options.get("db_call_timeout", DEFAULT_CALL_TIMEOUT),
                 ),
             )
             self._runtime.on_start.append(self._core.middleware.on_start)
