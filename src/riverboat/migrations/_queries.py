@@ -19,7 +19,14 @@ LINE = "main"
 PG_LOCK_KEY = int.from_bytes(b"riverbmg", "big", signed=True)
 
 _PG: dict[str, str | None] = {
-    "lock": f"SELECT pg_advisory_xact_lock({PG_LOCK_KEY})",
+    # The drivers' connections carry a short lock_timeout (drivers/base.LOCK_TIMEOUT);
+    # a migration waits for the lock, and for its DDL's table locks, as long as it
+    # needs: the setting is lifted for the migration's transaction first (the subquery
+    # in FROM runs before the lock is requested).
+    "lock": (
+        f"SELECT pg_advisory_xact_lock({PG_LOCK_KEY})"
+        " FROM (SELECT set_config('lock_timeout', '0', true)) AS no_lock_timeout"
+    ),
     # to_regclass resolves an unqualified name through search_path, as River does when
     # no schema is configured.
     "table_state": """
