@@ -82,22 +82,11 @@ class Notifier:
                 self.connected.set()
                 attempt = 0
                 self.health.ok()
-                async for note in self._notifications():
-                    topic = topic_by_channel.get(note.channel)
-                    if topic is None:
-                        continue
-                    try:
-                        payload = json.loads(note.payload)
-                    except ValueError:
-                        log.warning("ignoring a non-JSON notification on %s", note.channel)
-                        continue
-                    if not isinstance(payload, dict):
-                        continue
-                    for handler in self._handlers[topic]:
-                        try:
-                            handler(payload)
-                        except Exception:  # one handler's bug must not drop the connection
-                            log.exception("notifier: a handler for %s failed", topic)
+                # Under the call deadline the driver checks a connection quiet for that
+                # long and fails the iteration if it doesn't answer.
+                with call_deadline(self._call_timeout):
+                    async for note in self._listener.notifications():
+                        self._dispatch(topic_by_channel, note)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the listener must outlive any failure
@@ -120,12 +109,22 @@ class Notifier:
                 self.reconnects += 1
                 await asyncio.sleep(0.1)
 
-    async def _notifications(self) -> Any:
-        """The listener's notifications, under the call deadline: the driver checks a
-        connection quiet for that long and fails the iteration if it doesn't answer."""
-        with call_deadline(self._call_timeout):
-            async for note in self._listener.notifications():
-                yield note
+    def _dispatch(self, topic_by_channel: dict[str, str], note: Any) -> None:
+        topic = topic_by_channel.get(note.channel)
+        if topic is None:
+            return
+        try:
+            payload = json.loads(note.payload)
+        except ValueError:
+            log.warning("ignoring a non-JSON notification on %s", note.channel)
+            return
+        if not isinstance(payload, dict):
+            return
+        for handler in self._handlers[topic]:
+            try:
+                handler(payload)
+            except Exception:  # one handler's bug must not drop the connection
+                log.exception("notifier: a handler for %s failed", topic)
 
     async def _close_listener(self, *, lost: bool = False) -> None:
         """Close the LISTEN connection. A failure is logged with its traceback: at DEBUG
