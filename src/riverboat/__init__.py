@@ -32,6 +32,7 @@ from riverboat.errors import (
     NotSupportedError,
     RiverboatError,
     UnknownJobKindError,
+    WaitTimeoutError,
 )
 from riverboat.runtime.events import Event, EventKind, JobStatistics, Subscription
 from riverboat.runtime.maintenance import MaintenanceConfig, PeriodicJob
@@ -45,6 +46,13 @@ from riverboat.runtime.worker import (
     Workers,
     record_output,
     set_metadata,
+)
+from riverboat.workflow import (
+    Workflow,
+    WorkflowInfo,
+    WorkflowTask,
+    WorkflowTaskInfo,
+    dep_outputs,
 )
 
 __all__ = [
@@ -86,8 +94,14 @@ __all__ = [
     "Subscription",
     "UniqueOpts",
     "UnknownJobKindError",
+    "WaitTimeoutError",
     "Worker",
     "Workers",
+    "Workflow",
+    "WorkflowInfo",
+    "WorkflowTask",
+    "WorkflowTaskInfo",
+    "dep_outputs",
     "record_output",
     "set_metadata",
 ]

@@ -11,17 +11,34 @@ Generated from ``_client_async.py`` by ``scripts/async_to_sync.py``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from riverboat._admin import _job_id
 from riverboat._admin_sync import SyncAdmin
 from riverboat._client_core import _ClientCore
 from riverboat._insert import InsertParams
-from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow, JobState
+from riverboat._job import (
+    InsertManyParams,
+    InsertOpts,
+    InsertResult,
+    JobRow,
+    JobState,
+    format_rfc3339_nano,
+)
 from riverboat._json import go_json_dumps
 from riverboat.dialect.base import JobStateUpdate
-from riverboat.errors import InvalidInputError, NotFoundError
+from riverboat.errors import InvalidInputError, NotFoundError, WaitTimeoutError
 from riverboat.runtime.worker import Job
+from riverboat.workflow import (
+    WORKFLOW_TASKS_MAX,
+    Workflow,
+    WorkflowInfo,
+    check_workflow_id,
+    is_finalized,
+    poll_pause,
+    wait_pauses,
+)
 
 __all__ = ["ClientBase"]
 
@@ -228,3 +245,109 @@ class ClientBase(SyncAdmin):
         if not rows:
             raise NotFoundError(f"job {row.id} not found, or no longer running")
         return dialect.decode_job(rows[0])  # type: ignore[no-any-return]
+
+    # -- workflows and waiting ---------------------------------------------------------
+    def workflow_insert(self, workflow: Workflow) -> WorkflowInfo:
+        """Insert every task of ``workflow`` in one transaction (see
+        :mod:`riverboat.workflow`): tasks without dependencies are available at once,
+        the others pending until their dependencies complete. With
+        ``Workflow(id=...)``, adds the tasks to that stored workflow."""
+        with self.driver.transaction() as tx:
+            info, jobs = self._workflow_insert(tx, workflow)
+        self._after_insert(jobs)
+        return info
+
+    def workflow_insert_tx(self, conn: Any, workflow: Workflow) -> WorkflowInfo:
+        """:meth:`workflow_insert` inside the caller's open transaction on ``conn``."""
+        info, _ = self._workflow_insert(self.driver.wrap(conn), workflow)
+        return info
+
+    def _workflow_insert(
+        self, executor: Any, workflow: Workflow
+    ) -> tuple[WorkflowInfo, list[InsertParams]]:
+        if not isinstance(workflow, Workflow):
+            raise InvalidInputError("workflow", "must be a riverboat.Workflow")
+        workflow.check_acyclic()
+        params = workflow.insert_params()
+        dialect = self._core.dialect
+        existing: dict[str, int] = {}
+        if workflow.adding:
+            rows = executor.fetch(dialect.workflow_get(workflow.id, WORKFLOW_TASKS_MAX))
+            stored = WorkflowInfo.from_jobs(workflow.id, dialect.decode_jobs(rows))
+            if not stored.tasks:
+                raise NotFoundError(f"workflow {workflow.id} not found")
+            existing = {task.name: task.job.id for task in stored.tasks}
+            clash = sorted(existing.keys() & {task.name for task in workflow.tasks})
+            if clash:
+                raise InvalidInputError("name", f"tasks already in the workflow: {clash}")
+        batches, jobs = self._core.insert_many_statements(params)
+        ids: list[int] = []
+        for batch in batches:
+            ids.extend(r.job.id for r in self._core.decode_batch(batch, executor.fetch(batch.stmt)))
+        targets, dep_ids, dependents = workflow.links(ids, existing)
+        if targets:
+            executor.execute(dialect.workflow_link(targets, dep_ids, dependents))
+        if workflow.adding:
+            # A new task whose dependencies already finished has nothing left to wake it.
+            waiting = [i for i, p in zip(ids, params, strict=True) if p.opts and p.opts.pending]
+            if waiting:
+                executor.fetch(dialect.workflow_promote([], waiting))
+        rows = executor.fetch(dialect.workflow_get(workflow.id, WORKFLOW_TASKS_MAX))
+        return WorkflowInfo.from_jobs(workflow.id, dialect.decode_jobs(rows)), jobs
+
+    def workflow_get(self, workflow_id: str) -> WorkflowInfo:
+        """A stored workflow's tasks and their jobs; raises NotFoundError."""
+        dialect = self._core.dialect
+        wid = check_workflow_id(workflow_id)
+        rows = self.driver.fetch(dialect.workflow_get(wid, WORKFLOW_TASKS_MAX))
+        info = WorkflowInfo.from_jobs(wid, dialect.decode_jobs(rows))
+        if not info.tasks:
+            raise NotFoundError(f"workflow {wid} not found")
+        return info
+
+    def workflow_cancel(self, workflow_id: str) -> list[JobRow]:
+        """Cancel every task of the workflow that has not finished: at once, or, for a
+        running one, as :meth:`job_cancel` does. Returns the tasks it touched."""
+        wid = check_workflow_id(workflow_id)
+        now = format_rfc3339_nano(datetime.now(UTC))
+        dialect = self._core.dialect
+        jobs: list[JobRow] = dialect.decode_jobs(
+            self.driver.fetch(dialect.workflow_cancel(wid, now))
+        )
+        return jobs
+
+    def workflow_retry(self, workflow_id: str) -> list[JobRow]:
+        """Retry the workflow's discarded and cancelled tasks (available now), and put
+        back to pending the tasks a failed dependency cancelled, so the rest of the
+        workflow continues. Returns the tasks it changed."""
+        wid = check_workflow_id(workflow_id)
+        dialect = self._core.dialect
+        jobs: list[JobRow] = dialect.decode_jobs(self.driver.fetch(dialect.workflow_retry(wid)))
+        return jobs
+
+    def job_wait(self, job_id: int, timeout: float = 30.0) -> JobRow:
+        """Wait until the job is finalized (completed, discarded or cancelled) and
+        return it, from any process. Raises NotFoundError for an unknown id and
+        :class:`~riverboat.errors.WaitTimeoutError` after ``timeout`` seconds."""
+        job = self.job_get(job_id)
+        for delay in wait_pauses(timeout):
+            if is_finalized(job):
+                return job
+            poll_pause(delay)
+            job = self.job_get(job_id)
+        if is_finalized(job):
+            return job
+        raise WaitTimeoutError(f"job {job.id} is still {job.state} after {timeout:g}s", job)
+
+    def workflow_wait(self, workflow_id: str, timeout: float = 60.0) -> WorkflowInfo:
+        """Wait until every task of the workflow is finalized and return the workflow.
+        Raises NotFoundError and :class:`~riverboat.errors.WaitTimeoutError`."""
+        info = self.workflow_get(workflow_id)
+        for delay in wait_pauses(timeout):
+            if info.finalized:
+                return info
+            poll_pause(delay)
+            info = self.workflow_get(workflow_id)
+        if info.finalized:
+            return info
+        raise WaitTimeoutError(f"workflow {info.id} is still running after {timeout:g}s", info)

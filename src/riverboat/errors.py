@@ -6,6 +6,7 @@ Every exception riverboat raises on purpose derives from :class:`RiverboatError`
     ├── InvalidInputError (also ValueError)      bad argument to a public API; names the field
     │   └── InvalidArgsError (also TypeError)    job args that cannot be encoded as a JSON object
     ├── NotFoundError                             job, queue or migration row missing
+    ├── WaitTimeoutError (also TimeoutError)      job_wait/workflow_wait ran out of time
     ├── JobRunningError                           the operation is refused while the job runs
     ├── UnknownJobKindError                       no worker registered for a job's kind
     ├── DriverError                               a database error, translated at the driver
@@ -34,6 +35,7 @@ __all__ = [
     "NotSupportedError",
     "RiverboatError",
     "UnknownJobKindError",
+    "WaitTimeoutError",
 ]
 
 
@@ -58,6 +60,15 @@ class InvalidArgsError(InvalidInputError, TypeError):
 
 class NotFoundError(RiverboatError):
     """The job, queue or row the operation targets does not exist."""
+
+
+class WaitTimeoutError(RiverboatError, TimeoutError):
+    """``job_wait`` or ``workflow_wait`` gave up before the job (or workflow) finished;
+    ``last`` is what was read last (a JobRow or a WorkflowInfo)."""
+
+    def __init__(self, message: str, last: object) -> None:
+        super().__init__(message)
+        self.last = last
 
 
 class JobRunningError(RiverboatError):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from riverboat._job import InsertResult, JobRow, JobState, decode_metadata
 from riverboat._sql import Query, Statement, render_schema
 from riverboat.dialect._admin_common import AdminStatements
+from riverboat.dialect._workflow_common import WorkflowStatements
 from riverboat.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ class CopyBatch:
 MAX_ATTEMPTED_BY = 100
 
 
-class Dialect(AdminStatements, ABC):
+class Dialect(AdminStatements, WorkflowStatements, ABC):
     """The contract every dialect fulfils: each operation the client, the runtime, the
     maintenance services and the admin API ask of a database, with its signature.
 

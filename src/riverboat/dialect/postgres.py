@@ -33,6 +33,7 @@ from riverboat.dialect._pg_common import (
 from riverboat.dialect.base import BulkCopy, CopyBatch, Dialect, JobStateUpdate
 from riverboat.dialect.postgres_admin import PostgresAdmin
 from riverboat.dialect.postgres_leadership import PostgresLeadership
+from riverboat.dialect.postgres_workflow import PostgresWorkflow
 
 __all__ = ["COPY_COLUMNS", "JOB_COLUMNS", "CopyBatch", "PostgresDialect"]
 
@@ -316,7 +317,7 @@ _update_values = attrgetter(
 )
 
 
-class PostgresDialect(PostgresAdmin, PostgresLeadership, Dialect, BulkCopy):
+class PostgresDialect(PostgresAdmin, PostgresLeadership, PostgresWorkflow, Dialect, BulkCopy):
     """River's Postgres SQL (riverpgxv5) for riverboat."""
 
     name = "postgres"

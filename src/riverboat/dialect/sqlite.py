@@ -40,6 +40,7 @@ from riverboat.dialect._sqlite_common import ts_or_none as _ts_or_none
 from riverboat.dialect.base import Dialect, JobStateUpdate, NotificationOutbox
 from riverboat.dialect.sqlite_admin import SqliteAdmin
 from riverboat.dialect.sqlite_leadership import SqliteLeadership
+from riverboat.dialect.sqlite_workflow import SqliteWorkflow
 
 __all__ = [
     "SqliteDialect",
@@ -352,7 +353,7 @@ def _encode_update(update: JobStateUpdate) -> str:
     return "{" + ",".join(parts) + "}"
 
 
-class SqliteDialect(SqliteAdmin, SqliteLeadership, Dialect, NotificationOutbox):
+class SqliteDialect(SqliteAdmin, SqliteLeadership, SqliteWorkflow, Dialect, NotificationOutbox):
     """River's SQLite SQL (riversqlite) for riverboat.
 
     ``schema`` names an attached database; ``None`` means the connection's main one.

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ from riverboat._job import JobRow, JobState
 from riverboat.dialect.base import JobStateUpdate, is_plain_completion
 from riverboat.errors import DriverError
 from riverboat.runtime.events import Event, EventKind, JobStatistics
+from riverboat.workflow import WORKFLOW_METADATA_KEY
 
 __all__ = ["Completer", "PendingCompletion", "persisted_event_kind"]
 
@@ -87,6 +88,7 @@ class Completer:
         batch_threshold: int = 100,
         flush_delay: float = 0.05,
         retry_backoff: tuple[float, ...] = (0.1, 0.5, 1.0, 2.0, 4.0),
+        on_workflow_finalized: Callable[[Sequence[int]], Awaitable[None]] | None = None,
     ) -> None:
         self._driver = driver
         self._dialect = driver.dialect
@@ -96,6 +98,7 @@ class Completer:
         self._batch_threshold = batch_threshold
         self._flush_delay = flush_delay
         self._retry_backoff = retry_backoff
+        self._on_workflow_finalized = on_workflow_finalized
         self._buffer: dict[int, PendingCompletion] = {}
         self._has_items = asyncio.Event()
         self._full = asyncio.Event()
@@ -221,6 +224,33 @@ class Completer:
         return [(part, part is plain) for part in (plain, other) if part]
 
     async def _write(self, batch: list[PendingCompletion], plain: bool = False) -> None:
+        await self._write_outcomes(batch, plain)
+        if self._on_workflow_finalized is not None:
+            await self._promote_workflow_tasks(batch)
+
+    async def _promote_workflow_tasks(self, batch: list[PendingCompletion]) -> None:
+        """Decide the dependents of the workflow tasks this batch finalized (see
+        riverboat.workflow). The outcomes are written already: a failure here is left
+        to the runtime's sweep of pending tasks, never retried with the batch."""
+        finalized = [
+            p.update.id
+            for p in batch
+            if p.update.finalized and WORKFLOW_METADATA_KEY in p.job.metadata
+        ]
+        if not finalized:
+            return
+        assert self._on_workflow_finalized is not None
+        try:
+            await self._on_workflow_finalized(finalized)
+        except DriverError as exc:
+            log.warning(
+                "completer: promoting the dependents of %d workflow tasks failed (the "
+                "sweep of pending tasks will): %s",
+                len(finalized),
+                exc,
+            )
+
+    async def _write_outcomes(self, batch: list[PendingCompletion], plain: bool = False) -> None:
         want_rows = self._emit is not None and self._want_events()
         if plain:
             stmt = self._dialect.job_complete_many(

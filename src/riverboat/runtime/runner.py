@@ -33,6 +33,7 @@ from riverboat.runtime.producer import (
 from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.sync_events import SyncSubscription
 from riverboat.runtime.worker import Workers
+from riverboat.runtime.workflow_promoter import WorkflowPromoter
 
 __all__ = ["DEFAULT_SOFT_STOP_TIMEOUT", "IDLE_HORIZON", "STOP_GRACE", "Runtime", "RuntimeConfig"]
 
@@ -143,6 +144,7 @@ class Runtime:
         # Subscription (asyncio) or, for the sync Client, SyncSubscription
         self._subscriptions: list[Subscription | SyncSubscription] = []
         self.completer: Completer | None = None
+        self.workflow_promoter: WorkflowPromoter | None = None
         self.notifier: Notifier | None = None
         self.producers: dict[str, Producer] = {}
         self.started = False
@@ -198,17 +200,22 @@ class Runtime:
             async with bounded(cfg.db_call_timeout, "current_schema"):
                 rows = await self.driver.fetch(dialect.stmt("current_schema"))
             self.schema_name = rows[0][0] if rows else "public"
+        self.workflow_promoter = WorkflowPromoter(self.driver, self.wake_queues)
         self.completer = Completer(
             self.driver,
             emit=self._emit,
             want_events=self._want_events,
             batch_threshold=cfg.completer_batch_threshold,
             flush_delay=cfg.completer_flush_delay,
+            on_workflow_finalized=self.workflow_promoter.after_finalized,
         )
         # The completer's task inherits the call deadline: each of its writes answers
         # within db_call_timeout or its connection is dropped and the batch retried.
+        # So does the workflow sweep's.
         with call_deadline(cfg.db_call_timeout):
             self.completer.start()
+            if cfg.queues:
+                self.workflow_promoter.start()
         stack = cfg.middleware
         executor_config = ExecutorConfig(
             cfg.workers,
@@ -352,6 +359,8 @@ class Runtime:
 
     async def _stop_services(self) -> None:
         await self._stop_leadership()
+        if self.workflow_promoter is not None:
+            await self.workflow_promoter.stop()
         for service in self._extra_services:
             await service.stop()
 

@@ -1,0 +1,51 @@
+"""The workflow operations every dialect provides (see :mod:`riverboat.workflow`)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+from riverboat._sql import Statement
+
+__all__ = ["WorkflowStatements"]
+
+
+class WorkflowStatements(ABC):
+    """Statements for workflows; :class:`~riverboat.dialect.base.Dialect` inherits them."""
+
+    @abstractmethod
+    def workflow_link(
+        self,
+        ids: Sequence[int],
+        dep_ids: Sequence[Sequence[int] | None],
+        dependents: Sequence[Sequence[int]],
+    ) -> Statement:
+        """Write each task's dependency ids (None: keep) and append dependents."""
+
+    @abstractmethod
+    def workflow_promote(
+        self, finalized_ids: Sequence[int], candidate_ids: Sequence[int] = ()
+    ) -> Statement:
+        """Promote (or cancel, by policy) the pending dependents of ``finalized_ids``
+        and the pending ``candidate_ids``; rows are ``(id, state, queue)``."""
+
+    @abstractmethod
+    def workflow_pending_ids(self, after_id: int, max: int) -> Statement:
+        """Ids of up to ``max`` pending workflow tasks after ``after_id``, in order."""
+
+    @abstractmethod
+    def workflow_get(self, workflow_id: str, max: int) -> Statement:
+        """A workflow's task rows (full job rows), by id."""
+
+    @abstractmethod
+    def workflow_retry(self, workflow_id: str) -> Statement:
+        """Retry failed tasks; tasks cancelled by a dependency go back to pending."""
+
+    @abstractmethod
+    def workflow_cancel(self, workflow_id: str, cancel_attempted_at: str) -> Statement:
+        """Cancel every unfinished task (running ones as ``job_cancel`` does)."""
+
+    @abstractmethod
+    def decode_promoted(self, rows: Sequence[Sequence[Any]]) -> list[tuple[int, str, str]]:
+        """Rows of the promote statements as ``(id, state, queue)``."""

@@ -1,0 +1,222 @@
+"""Postgres statements for workflows (:mod:`riverboat.workflow`). A mixin of
+:class:`~riverboat.dialect.postgres.PostgresDialect`.
+
+Tasks find each other by primary key (``dep_ids``/``dependent_ids`` in their metadata),
+so promotion never scans the table, whatever its statistics say. Pending tasks are found
+through River's ``(state, queue, priority, scheduled_at, id)`` index.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from riverboat._sql import Statement
+from riverboat.dialect._part import DialectPart
+from riverboat.dialect._pg_common import CHANNEL, job_columns
+
+__all__ = ["PostgresWorkflow"]
+
+_KEY = "riverboat_workflow"
+_INSERT_CHANNEL = CHANNEL.format(topic="river_insert")
+
+QUERIES: dict[str, str] = {}
+
+# After a workflow's tasks are inserted: each task learns its dependencies' job ids and
+# each dependency (possibly inserted earlier, when tasks are added) its new dependents.
+QUERIES["workflow_link"] = f"""
+UPDATE <schema>river_job
+SET metadata = jsonb_set(
+        jsonb_set(river_job.metadata, '{{{_KEY},dep_ids}}',
+                  coalesce(p.dep_ids, river_job.metadata->'{_KEY}'->'dep_ids', '[]'::jsonb)),
+        '{{{_KEY},dependent_ids}}',
+        coalesce(river_job.metadata->'{_KEY}'->'dependent_ids', '[]'::jsonb) || p.dependents)
+FROM unnest(:ids::bigint[], :dep_ids::jsonb[], :dependents::jsonb[]) AS p(id, dep_ids, dependents)
+WHERE river_job.id = p.id AND river_job.metadata ? '{_KEY}'
+"""
+
+
+def _promote(candidates: str) -> str:
+    """The promotion statement over the pending tasks chosen by the ``candidates``
+    query (one ``id`` column): a task whose dependencies all completed becomes available
+    (scheduled if its scheduled_at is still ahead) with their outputs copied in; one with
+    a discarded or cancelled dependency is cancelled when its policy says so, or runs
+    once all are finalized when it says ``run``. A dependency row that no longer exists
+    was finalized and then removed by the cleaner: it counts as completed."""
+    return f"""
+WITH candidate_ids AS ({candidates}),
+candidates AS (
+    SELECT j.id, j.metadata->'{_KEY}' AS wf
+    FROM <schema>river_job j
+    WHERE j.id = ANY(ARRAY(SELECT id FROM candidate_ids))
+      AND j.state = 'pending'
+      AND j.metadata ? '{_KEY}'
+    FOR UPDATE SKIP LOCKED
+),
+deps AS (
+    SELECT c.id AS cid, c.wf->>'on_dep_failure' AS policy,
+           coalesce(d.state::text, 'completed') AS state,
+           d.metadata->'{_KEY}'->>'task' AS task,
+           d.metadata->'output' AS output
+    FROM candidates c
+    CROSS JOIN LATERAL jsonb_array_elements_text(c.wf->'dep_ids') AS e(dep_id)
+    LEFT JOIN <schema>river_job d ON d.id = e.dep_id::bigint
+),
+decided AS (
+    SELECT cid,
+           bool_and(state = 'completed') AS all_completed,
+           bool_and(state IN ('completed', 'cancelled', 'discarded')) AS all_finalized,
+           min(task) FILTER (WHERE state IN ('cancelled', 'discarded')) AS failed_task,
+           min(policy) AS policy,
+           coalesce(jsonb_object_agg(task, output) FILTER (WHERE output IS NOT NULL
+                                                          AND task IS NOT NULL),
+                    '{{}}'::jsonb) AS outputs
+    FROM deps
+    GROUP BY cid
+),
+verdict AS (
+    SELECT cid, outputs, failed_task,
+           (all_completed OR (all_finalized AND policy = 'run')) AS run,
+           (NOT all_completed AND failed_task IS NOT NULL AND policy <> 'run') AS cancel
+    FROM decided
+),
+updated AS (
+    UPDATE <schema>river_job
+    SET state = CASE WHEN v.cancel THEN 'cancelled'
+                     WHEN river_job.scheduled_at > now() THEN 'scheduled'
+                     ELSE 'available' END::<schema>river_job_state,
+        finalized_at = CASE WHEN v.cancel THEN now() ELSE NULL END,
+        metadata = CASE WHEN v.cancel
+            THEN jsonb_set(river_job.metadata, '{{{_KEY},cancelled_by}}', to_jsonb(v.failed_task))
+            ELSE jsonb_set(river_job.metadata, '{{{_KEY},dep_outputs}}', v.outputs) END
+    FROM verdict v
+    WHERE river_job.id = v.cid AND river_job.state = 'pending' AND (v.run OR v.cancel)
+    RETURNING river_job.id, river_job.state::text AS state, river_job.queue
+),
+notified AS (
+    SELECT count(pg_notify({_INSERT_CHANNEL}, '{{"queue": ' || to_json(q.queue)::text || '}}'))
+    FROM (SELECT DISTINCT queue FROM updated WHERE state = 'available') AS q
+)
+SELECT updated.id, updated.state, updated.queue FROM updated CROSS JOIN notified
+ORDER BY updated.id
+"""
+
+
+# The dependents of tasks that were just finalized, plus any named directly.
+QUERIES["workflow_promote"] = _promote(
+    f"""SELECT (jsonb_array_elements_text(f.metadata->'{_KEY}'->'dependent_ids'))::bigint AS id
+    FROM <schema>river_job f
+    WHERE f.id = ANY(:finalized_ids::bigint[]) AND f.metadata ? '{_KEY}'
+    UNION
+    SELECT unnest(:candidate_ids::bigint[])"""
+)
+
+# The sweep: pending workflow tasks after ``after_id`` in id order, a bounded batch.
+QUERIES["workflow_pending_ids"] = f"""
+SELECT id FROM <schema>river_job
+WHERE state = 'pending' AND id > :after_id::bigint AND metadata ? '{_KEY}'
+ORDER BY id LIMIT :max::integer
+"""
+
+# A workflow's tasks, by the metadata GIN index River creates.
+QUERIES["workflow_get"] = f"""
+SELECT {job_columns()}
+FROM <schema>river_job
+WHERE metadata @> jsonb_build_object('{_KEY}', jsonb_build_object('id', :workflow_id::text))
+ORDER BY id
+LIMIT :max::integer
+"""
+
+# Retry a workflow's failed tasks (discarded, or cancelled but not by a dependency) and
+# put the tasks a failed dependency cancelled back to pending, so the rest continues.
+QUERIES["workflow_retry"] = f"""
+UPDATE <schema>river_job
+SET state = CASE WHEN river_job.metadata->'{_KEY}' ? 'cancelled_by'
+                 THEN 'pending' ELSE 'available' END::<schema>river_job_state,
+    max_attempts = CASE WHEN river_job.attempt >= river_job.max_attempts
+                        THEN river_job.attempt + 1 ELSE river_job.max_attempts END,
+    finalized_at = NULL,
+    scheduled_at = now(),
+    metadata = (river_job.metadata #- '{{{_KEY},cancelled_by}}') - 'cancel_attempted_at'
+WHERE metadata @> jsonb_build_object('{_KEY}', jsonb_build_object('id', :workflow_id::text))
+  AND state IN ('cancelled', 'discarded')
+RETURNING {job_columns()}
+"""
+
+# Cancel a workflow: every task not yet finalized or running is cancelled now; running
+# ones get River's cancel_attempted_at and their producers are told (as job_cancel does).
+QUERIES["workflow_cancel"] = f"""
+WITH targets AS (
+    SELECT id, state, queue FROM <schema>river_job
+    WHERE metadata @> jsonb_build_object('{_KEY}', jsonb_build_object('id', :workflow_id::text))
+      AND state NOT IN ('cancelled', 'completed', 'discarded')
+    FOR UPDATE
+),
+notified AS (
+    SELECT count(pg_notify({CHANNEL.format(topic="river_control")},
+                 json_build_object('action', 'cancel', 'job_id', id, 'queue', queue)::text))
+    FROM targets WHERE state = 'running'
+),
+updated AS (
+    UPDATE <schema>river_job
+    SET state = CASE WHEN river_job.state = 'running' THEN river_job.state
+                     ELSE 'cancelled'::<schema>river_job_state END,
+        finalized_at = CASE WHEN river_job.state = 'running' THEN NULL ELSE now() END,
+        metadata = jsonb_set(river_job.metadata, '{{cancel_attempted_at}}',
+                             to_jsonb(:cancel_attempted_at::text), true)
+    FROM targets CROSS JOIN notified
+    WHERE river_job.id = targets.id
+    RETURNING {job_columns("river_job")}
+)
+SELECT * FROM updated ORDER BY id
+"""
+
+
+class PostgresWorkflow(DialectPart):
+    """Postgres's half of :class:`~riverboat.dialect.base.WorkflowStatements`."""
+
+    _queries: ClassVar[dict[str, str]] = QUERIES
+
+    def workflow_link(
+        self,
+        ids: Sequence[int],
+        dep_ids: Sequence[Sequence[int] | None],
+        dependents: Sequence[Sequence[int]],
+    ) -> Statement:
+        return self.stmt(
+            "workflow_link",
+            ids=list(ids),
+            dep_ids=[None if d is None else json.dumps(list(d)) for d in dep_ids],
+            dependents=[json.dumps(list(d)) for d in dependents],
+        )
+
+    def workflow_promote(
+        self, finalized_ids: Sequence[int], candidate_ids: Sequence[int] = ()
+    ) -> Statement:
+        return self.stmt(
+            "workflow_promote",
+            finalized_ids=list(finalized_ids),
+            candidate_ids=list(candidate_ids),
+            schema=self.schema,
+        )
+
+    def workflow_pending_ids(self, after_id: int, max: int) -> Statement:
+        return self.stmt("workflow_pending_ids", after_id=after_id, max=max)
+
+    def workflow_get(self, workflow_id: str, max: int) -> Statement:
+        return self.stmt("workflow_get", workflow_id=workflow_id, max=max)
+
+    def workflow_retry(self, workflow_id: str) -> Statement:
+        return self.stmt("workflow_retry", workflow_id=workflow_id)
+
+    def workflow_cancel(self, workflow_id: str, cancel_attempted_at: str) -> Statement:
+        return self.stmt(
+            "workflow_cancel",
+            workflow_id=workflow_id,
+            cancel_attempted_at=cancel_attempted_at,
+            schema=self.schema,
+        )
+
+    def decode_promoted(self, rows: Sequence[Sequence[Any]]) -> list[tuple[int, str, str]]:
+        return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]

@@ -1,0 +1,187 @@
+"""SQLite statements for workflows, the twins of
+:mod:`~riverboat.dialect.postgres_workflow` (same names, arguments and rows). A mixin of
+:class:`~riverboat.dialect.sqlite.SqliteDialect`.
+
+SQLite has no data-modifying CTEs, so promotion is one ``UPDATE ... FROM`` whose
+decision is a subquery; the insert notification for promoted tasks is written by the
+runtime afterwards (the outbox row would need the statement's own result). Listing a
+workflow reads ``metadata`` of every row (SQLite has no index on it in River's schema);
+promotion itself only looks rows up by primary key.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from riverboat._sql import Statement
+from riverboat.dialect._part import DialectPart
+from riverboat.dialect._sqlite_common import NOW, job_columns
+
+__all__ = ["SqliteWorkflow"]
+
+_WF = "'$.riverboat_workflow"
+QUERIES: dict[str, str] = {}
+
+QUERIES["workflow_link"] = f"""
+UPDATE <schema>river_job
+SET metadata = jsonb_set(
+    river_job.metadata,
+    {_WF}.dep_ids',
+    CASE WHEN json_type(p.value, '$.dep_ids') = 'array' THEN p.value -> '$.dep_ids'
+         ELSE coalesce(river_job.metadata -> {_WF}.dep_ids', json('[]')) END,
+    {_WF}.dependent_ids',
+    (SELECT json_group_array(x.value) FROM (
+        SELECT value FROM json_each(river_job.metadata, {_WF}.dependent_ids')
+        UNION ALL
+        SELECT value FROM json_each(p.value, '$.dependents')) AS x))
+FROM json_each(:patches) AS p
+WHERE river_job.id = p.value ->> '$.id'
+  AND river_job.metadata ->> {_WF}.id' IS NOT NULL
+"""
+
+
+def _promote(candidates: str) -> str:
+    """See postgres_workflow._promote: the same decision, written for SQLite."""
+    return f"""
+UPDATE <schema>river_job
+SET state = CASE WHEN v.cancel THEN 'cancelled'
+                 WHEN river_job.scheduled_at > {NOW} THEN 'scheduled'
+                 ELSE 'available' END,
+    finalized_at = CASE WHEN v.cancel THEN {NOW} ELSE NULL END,
+    metadata = CASE WHEN v.cancel
+        THEN jsonb_set(river_job.metadata, {_WF}.cancelled_by', v.failed_task)
+        ELSE jsonb_set(river_job.metadata, {_WF}.dep_outputs', json(v.outputs)) END
+FROM (
+    SELECT cid, outputs, failed_task,
+           (all_completed OR (all_finalized AND policy = 'run')) AS run,
+           (NOT all_completed AND failed_task IS NOT NULL AND policy <> 'run') AS cancel
+    FROM (
+        SELECT c.id AS cid,
+               min(coalesce(d.state, 'completed') = 'completed') AS all_completed,
+               min(coalesce(d.state, 'completed') IN ('completed', 'cancelled', 'discarded'))
+                   AS all_finalized,
+               min(CASE WHEN d.state IN ('cancelled', 'discarded')
+                        THEN d.metadata ->> {_WF}.task' END) AS failed_task,
+               min(c.policy) AS policy,
+               coalesce(json_group_object(d.metadata ->> {_WF}.task', d.metadata -> '$.output')
+                        FILTER (WHERE d.metadata -> '$.output' IS NOT NULL
+                                  AND d.metadata ->> {_WF}.task' IS NOT NULL),
+                        '{{}}') AS outputs
+        FROM (
+            SELECT j.id, j.metadata, j.metadata ->> {_WF}.on_dep_failure' AS policy
+            FROM <schema>river_job j
+            WHERE j.id IN ({candidates})
+              AND j.state = 'pending'
+              AND j.metadata ->> {_WF}.id' IS NOT NULL
+        ) AS c
+        JOIN json_each(c.metadata, {_WF}.dep_ids') AS e
+        LEFT JOIN <schema>river_job d ON d.id = e.value
+        GROUP BY c.id
+    )
+) AS v
+WHERE river_job.id = v.cid AND river_job.state = 'pending' AND (v.run OR v.cancel)
+RETURNING river_job.id, river_job.state, river_job.queue
+"""
+
+
+QUERIES["workflow_promote"] = _promote(
+    f"""SELECT e.value FROM <schema>river_job f,
+                json_each(f.metadata, {_WF}.dependent_ids') AS e
+            WHERE f.id IN (SELECT value FROM json_each(:finalized_ids))
+            UNION
+            SELECT value FROM json_each(:candidate_ids)"""
+)
+
+QUERIES["workflow_pending_ids"] = f"""
+SELECT id FROM <schema>river_job
+WHERE state = 'pending' AND id > :after_id AND metadata ->> {_WF}.id' IS NOT NULL
+ORDER BY id LIMIT :max
+"""
+
+QUERIES["workflow_get"] = f"""
+SELECT {job_columns()}
+FROM <schema>river_job
+WHERE metadata ->> {_WF}.id' = :workflow_id
+ORDER BY id
+LIMIT :max
+"""
+
+QUERIES["workflow_retry"] = f"""
+UPDATE <schema>river_job
+SET state = CASE WHEN river_job.metadata ->> {_WF}.cancelled_by' IS NOT NULL
+                 THEN 'pending' ELSE 'available' END,
+    max_attempts = CASE WHEN river_job.attempt >= river_job.max_attempts
+                        THEN river_job.attempt + 1 ELSE river_job.max_attempts END,
+    finalized_at = NULL,
+    scheduled_at = {NOW},
+    metadata = jsonb_remove(river_job.metadata, {_WF}.cancelled_by', '$.cancel_attempted_at')
+WHERE metadata ->> {_WF}.id' = :workflow_id
+  AND state IN ('cancelled', 'discarded')
+RETURNING {job_columns()}
+"""
+
+QUERIES["workflow_cancel"] = f"""
+UPDATE <schema>river_job
+SET state = CASE WHEN river_job.state = 'running' THEN river_job.state ELSE 'cancelled' END,
+    finalized_at = CASE WHEN river_job.state = 'running' THEN NULL ELSE {NOW} END,
+    metadata = jsonb_set(river_job.metadata, '$.cancel_attempted_at', :cancel_attempted_at)
+WHERE metadata ->> {_WF}.id' = :workflow_id
+  AND state NOT IN ('cancelled', 'completed', 'discarded')
+RETURNING {job_columns()}
+"""
+
+# The producers of the workflow's running tasks are told, in the cancel's transaction.
+QUERIES["workflow_cancel_notify"] = f"""
+INSERT INTO <schema>river_notification (payload, topic)
+SELECT json_object('action', 'cancel', 'job_id', id, 'queue', queue), 'river_control'
+FROM <schema>river_job
+WHERE metadata ->> {_WF}.id' = :workflow_id
+  AND state = 'running'
+  AND metadata ->> '$.cancel_attempted_at' = :cancel_attempted_at
+"""
+
+
+class SqliteWorkflow(DialectPart):
+    """SQLite's half of :class:`~riverboat.dialect.base.WorkflowStatements`."""
+
+    _queries: ClassVar[dict[str, str]] = QUERIES
+
+    def workflow_link(
+        self,
+        ids: Sequence[int],
+        dep_ids: Sequence[Sequence[int] | None],
+        dependents: Sequence[Sequence[int]],
+    ) -> Statement:
+        patches = [
+            {"id": i, "dep_ids": None if d is None else list(d), "dependents": list(p)}
+            for i, d, p in zip(ids, dep_ids, dependents, strict=True)
+        ]
+        return self.stmt("workflow_link", patches=json.dumps(patches))
+
+    def workflow_promote(
+        self, finalized_ids: Sequence[int], candidate_ids: Sequence[int] = ()
+    ) -> Statement:
+        return self.stmt(
+            "workflow_promote",
+            finalized_ids=json.dumps(list(finalized_ids)),
+            candidate_ids=json.dumps(list(candidate_ids)),
+        )
+
+    def workflow_pending_ids(self, after_id: int, max: int) -> Statement:
+        return self.stmt("workflow_pending_ids", after_id=after_id, max=max)
+
+    def workflow_get(self, workflow_id: str, max: int) -> Statement:
+        return self.stmt("workflow_get", workflow_id=workflow_id, max=max)
+
+    def workflow_retry(self, workflow_id: str) -> Statement:
+        return self.stmt("workflow_retry", workflow_id=workflow_id)
+
+    def workflow_cancel(self, workflow_id: str, cancel_attempted_at: str) -> Statement:
+        params = {"workflow_id": workflow_id, "cancel_attempted_at": cancel_attempted_at}
+        notify = self.stmt("workflow_cancel_notify", **params)
+        return Statement(self.q["workflow_cancel"], params, (notify,))
+
+    def decode_promoted(self, rows: Sequence[Sequence[Any]]) -> list[tuple[int, str, str]]:
+        return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]

@@ -1,0 +1,126 @@
+"""Promoting workflow tasks (see :mod:`riverboat.workflow`) from the runtime.
+
+Two paths, both one statement per step and by primary key:
+
+* after the completer wrote outcomes that finalized workflow tasks, their dependents are
+  decided at once (:meth:`WorkflowPromoter.after_finalized`), so a chain moves at the
+  speed of pick-up, not of a poll;
+* every runtime sweeps pending workflow tasks in bounded batches, in id order
+  (:meth:`WorkflowPromoter.sweep`), which covers what the first path can miss: a client
+  that died between writing an outcome and promoting, tasks finished by Go River
+  workers, tasks added to a running workflow, and two dependencies finishing at the same
+  moment in two processes (each promotion may see the other still running; the
+  statement that starts last sees both, and the sweep is the net under that).
+
+A task cancelled because a dependency failed is finalized too, so its own dependents
+are decided in the next step of the same cascade (bounded by the graph's depth).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from riverboat.dialect.base import NotificationOutbox
+from riverboat.errors import DriverError
+
+__all__ = ["SWEEP_BATCH", "SWEEP_INTERVAL", "WorkflowPromoter"]
+
+log = logging.getLogger("riverboat.workflow")
+
+SWEEP_INTERVAL = 2.0  # seconds between sweeps of pending workflow tasks
+SWEEP_BATCH = 1000  # pending tasks looked at per statement
+CASCADE_MAX = 10_000  # steps of a cancellation cascade (a workflow's tasks at most)
+
+
+class WorkflowPromoter:
+    def __init__(self, driver: Any, wake_queues: Callable[[Iterable[str]], None]) -> None:
+        self._driver = driver
+        self._dialect = driver.dialect
+        self._wake_queues = wake_queues
+        self._outbox = isinstance(self._dialect, NotificationOutbox)
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        self.statements = 0  # promotion statements run (tests count them)
+        self.promoted = 0
+
+    async def after_finalized(self, job_ids: Sequence[int]) -> None:
+        """Decide the dependents of the workflow tasks ``job_ids`` just finalized."""
+        stmt = self._dialect.workflow_promote(job_ids)
+        for _ in range(CASCADE_MAX):
+            cancelled, _ = await self._run(stmt)
+            if not cancelled:
+                return
+            stmt = self._dialect.workflow_promote(cancelled)
+
+    async def sweep(self) -> int:
+        """One pass over every pending workflow task; returns how many changed."""
+        after, changed = 0, 0
+        while True:
+            rows = await self._driver.fetch(self._dialect.workflow_pending_ids(after, SWEEP_BATCH))
+            self.statements += 1
+            ids = [int(row[0]) for row in rows]
+            if ids:
+                # Cancellations found here cascade like a completer's.
+                promoted = await self._run(self._dialect.workflow_promote((), ids))
+                changed += len(promoted[1])
+                if promoted[0]:
+                    await self.after_finalized(promoted[0])
+            if len(ids) < SWEEP_BATCH:
+                return changed
+            after = ids[-1]
+
+    async def _run(self, stmt: Any) -> tuple[list[int], list[tuple[int, str, str]]]:
+        """Run one promotion statement; returns (the tasks it cancelled, all it changed)."""
+        rows = await self._driver.fetch(stmt)
+        self.statements += 1
+        promoted: list[tuple[int, str, str]] = self._dialect.decode_promoted(rows)
+        await self._handle(promoted)
+        return [job_id for job_id, state, _ in promoted if state == "cancelled"], promoted
+
+    async def _handle(self, promoted: list[tuple[int, str, str]]) -> None:
+        if not promoted:
+            return
+        self.promoted += len(promoted)
+        queues = sorted({queue for _, state, queue in promoted if state == "available"})
+        if queues:
+            if self._outbox:  # SQLite: other processes hear of it through the outbox
+                payloads = [(json.dumps({"queue": q}), "river_insert") for q in queues]
+                await self._driver.execute(self._dialect.notification_insert_many(payloads))
+            self._wake_queues(queues)
+        cancelled = [job_id for job_id, state, _ in promoted if state == "cancelled"]
+        if cancelled:
+            log.info(
+                "workflow: %d tasks cancelled because a dependency failed: %s",
+                len(cancelled),
+                cancelled[:20],
+            )
+
+    # -- the sweep loop ----------------------------------------------------------------
+    def start(self, interval: float = SWEEP_INTERVAL) -> None:
+        self._stop.clear()
+        self._task = asyncio.create_task(self._loop(interval), name="riverboat-workflow-sweep")
+
+    async def _loop(self, interval: float) -> None:
+        while not self._stop.is_set():
+            try:
+                changed = await self.sweep()
+                if changed:
+                    # Cancellations found by the sweep cascade on the next pass at once.
+                    continue
+            except DriverError as exc:
+                log.warning("workflow: sweeping pending tasks failed: %s", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), interval)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

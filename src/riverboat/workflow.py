@@ -1,0 +1,356 @@
+"""Workflows: jobs that wait for other jobs (a DAG of tasks), declared without I/O.
+
+A :class:`Workflow` names its tasks; each task is one ordinary River job whose args,
+queue and options are its own. A task with dependencies is inserted ``pending`` (a state
+River's producers never claim, so Go River workers on the same queues leave it alone) and
+becomes ``available`` when every dependency completed. Everything riverboat needs to
+know about the graph lives in the job's metadata under one key,
+:data:`WORKFLOW_METADATA_KEY`, so River's UI lists the tasks as ordinary jobs::
+
+    {"riverboat_workflow": {
+        "id": "wf_...", "name": "nightly", "task": "load",
+        "deps": ["extract", "transform"],      # task names, as declared
+        "dep_ids": [101, 102],                 # their job ids, written at insert
+        "dependent_ids": [104],                # the tasks that wait on this one
+        "on_dep_failure": "cancel",            # or "run"
+        "dep_outputs": {"extract": {...}},     # copied in when the task is promoted
+        "cancelled_by": "extract"              # set when a failed dependency cancelled it
+    }}
+
+Promotion happens in the database, by primary key: the completer of the client that
+finalized a task runs one statement that looks at that task's dependents, and every
+client's runtime sweeps pending tasks now and then (bounded batches, in id order), which
+covers a client that died between writing an outcome and promoting, tasks finished by Go
+River workers, and tasks added to a running workflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import secrets
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from riverboat._job import InsertManyParams, InsertOpts, JobRow, JobState
+from riverboat.errors import InvalidInputError
+
+__all__ = [
+    "WORKFLOW_METADATA_KEY",
+    "OnDepFailure",
+    "Workflow",
+    "WorkflowInfo",
+    "WorkflowTask",
+    "WorkflowTaskInfo",
+    "dep_outputs",
+    "workflow_meta",
+]
+
+WORKFLOW_METADATA_KEY = "riverboat_workflow"
+OnDepFailure = Literal["cancel", "run"]
+_POLICIES = ("cancel", "run")
+TASK_NAME_MAX = 200
+WORKFLOW_TASKS_MAX = 10_000
+_FINALIZED = (JobState.CANCELLED, JobState.COMPLETED, JobState.DISCARDED)
+
+
+def _new_workflow_id() -> str:
+    return "wf_" + secrets.token_hex(12)
+
+
+def _check_policy(value: object, field_name: str) -> OnDepFailure:
+    if value not in _POLICIES:
+        raise InvalidInputError(field_name, f"must be 'cancel' or 'run', not {value!r}")
+    return value  # type: ignore[return-value]
+
+
+@dataclass(slots=True, frozen=True)
+class WorkflowTask:
+    """A task of a :class:`Workflow`: what :meth:`Workflow.add` returns, to name it as
+    another task's dependency."""
+
+    name: str
+    args: object
+    opts: InsertOpts | None
+    kind: str | None
+    deps: tuple[str, ...]
+    on_dep_failure: OnDepFailure | None
+
+
+class Workflow:
+    """A graph of tasks inserted together (``client.workflow_insert(wf)``).
+
+    ``on_dep_failure`` decides what happens to a task whose dependency ends ``discarded``
+    or ``cancelled``: ``"cancel"`` (the default) cancels it, and so on down the graph;
+    ``"run"`` runs it once every dependency is finalized, whatever its outcome. A task
+    can override it. A dependency that is only retrying holds its dependents back.
+
+    To add tasks to a workflow already inserted, build ``Workflow(id=<its id>)`` with the
+    new tasks and insert it: ``deps`` may then also name tasks inserted before.
+    """
+
+    def __init__(
+        self,
+        name: str = "workflow",
+        *,
+        id: str | None = None,
+        on_dep_failure: OnDepFailure = "cancel",
+    ) -> None:
+        if not isinstance(name, str) or not 0 < len(name) <= TASK_NAME_MAX:
+            raise InvalidInputError("name", f"must be a str of 1 to {TASK_NAME_MAX} characters")
+        if id is not None and (not isinstance(id, str) or not 0 < len(id) <= 100):
+            raise InvalidInputError("id", "must be a str of 1 to 100 characters")
+        self.name = name
+        self.id = id or _new_workflow_id()
+        self.adding = id is not None
+        self.on_dep_failure = _check_policy(on_dep_failure, "on_dep_failure")
+        self._tasks: dict[str, WorkflowTask] = {}
+
+    @property
+    def tasks(self) -> list[WorkflowTask]:
+        return list(self._tasks.values())
+
+    def add(
+        self,
+        name: str,
+        args: object,
+        opts: InsertOpts | None = None,
+        *,
+        kind: str | None = None,
+        deps: Sequence[str | WorkflowTask] = (),
+        on_dep_failure: OnDepFailure | None = None,
+    ) -> WorkflowTask:
+        """Add task ``name`` that runs ``args`` (like ``client.insert(args, opts)``)
+        after every task in ``deps`` completed."""
+        if not isinstance(name, str) or not 0 < len(name) <= TASK_NAME_MAX:
+            raise InvalidInputError("name", f"must be a str of 1 to {TASK_NAME_MAX} characters")
+        if name in self._tasks:
+            raise InvalidInputError("name", f"task {name!r} is already in the workflow")
+        if isinstance(deps, (str, WorkflowTask)):
+            deps = [deps]
+        dep_names: list[str] = []
+        for dep in deps:
+            dep_name = dep.name if isinstance(dep, WorkflowTask) else dep
+            if not isinstance(dep_name, str):
+                raise InvalidInputError("deps", "must name tasks (str or WorkflowTask)")
+            if dep_name == name:
+                raise InvalidInputError("deps", f"task {name!r} cannot depend on itself")
+            if not self.adding and dep_name not in self._tasks:
+                raise InvalidInputError(
+                    "deps", f"task {name!r} depends on {dep_name!r}, which is not added yet"
+                )
+            if dep_name not in dep_names:
+                dep_names.append(dep_name)
+        if opts is not None and opts.unique_opts is not None and not opts.unique_opts.is_empty():
+            raise InvalidInputError("opts", "workflow tasks cannot be unique jobs")
+        if opts is not None and opts.pending:
+            raise InvalidInputError("opts", "a workflow decides when its tasks are pending")
+        if len(self._tasks) >= WORKFLOW_TASKS_MAX:
+            raise InvalidInputError("tasks", f"a workflow takes at most {WORKFLOW_TASKS_MAX}")
+        policy = None if on_dep_failure is None else _check_policy(on_dep_failure, "on_dep_failure")
+        task = WorkflowTask(name, args, opts, kind, tuple(dep_names), policy)
+        self._tasks[name] = task
+        return task
+
+    def insert_params(self) -> list[InsertManyParams]:
+        """Each task as an insert, in the order added, with its workflow metadata (the
+        job ids of dependencies are written once the rows exist)."""
+        if not self._tasks:
+            raise InvalidInputError("workflow", "has no tasks")
+        out = []
+        for task in self._tasks.values():
+            opts = task.opts or InsertOpts()
+            meta = dict(opts.metadata or {})
+            if WORKFLOW_METADATA_KEY in meta:
+                raise InvalidInputError(
+                    "opts", f"metadata key {WORKFLOW_METADATA_KEY!r} is riverboat's own"
+                )
+            meta[WORKFLOW_METADATA_KEY] = {
+                "id": self.id,
+                "name": self.name,
+                "task": task.name,
+                "deps": list(task.deps),
+                "dep_ids": [],
+                "dependent_ids": [],
+                "on_dep_failure": task.on_dep_failure or self.on_dep_failure,
+            }
+            task_opts = _with(opts, metadata=meta, pending=bool(task.deps))
+            out.append(InsertManyParams(task.args, task_opts, kind=task.kind))
+        return out
+
+    def links(
+        self, new_ids: Sequence[int], existing: Mapping[str, int]
+    ) -> tuple[list[int], list[list[int] | None], list[list[int]]]:
+        """After insert: for every job to patch, ``(ids, dep_ids, dependent_ids to
+        append)``. ``new_ids`` are the inserted tasks' ids in order; ``existing`` maps the
+        names of tasks inserted earlier (when adding) to their ids."""
+        by_name = dict(existing)
+        for task, job_id in zip(self._tasks.values(), new_ids, strict=True):
+            by_name[task.name] = job_id
+        dep_ids: dict[int, list[int]] = {}
+        dependents: dict[int, list[int]] = {}
+        for task, job_id in zip(self._tasks.values(), new_ids, strict=True):
+            ids = []
+            for dep in task.deps:
+                if dep not in by_name:
+                    raise InvalidInputError(
+                        "deps", f"task {task.name!r} depends on {dep!r}, which is not in workflow"
+                    )
+                ids.append(by_name[dep])
+                dependents.setdefault(by_name[dep], []).append(job_id)
+            if ids:
+                dep_ids[job_id] = ids
+        targets = sorted(dep_ids.keys() | dependents.keys())
+        return (
+            targets,
+            [dep_ids.get(t) for t in targets],
+            [dependents.get(t, []) for t in targets],
+        )
+
+    def check_acyclic(self) -> None:
+        """Refuse a cycle (only possible when adding tasks that name each other)."""
+        state: dict[str, int] = {}
+
+        def visit(name: str, path: tuple[str, ...]) -> None:
+            if state.get(name) == 2 or name not in self._tasks:
+                return
+            if state.get(name) == 1:
+                raise InvalidInputError("deps", "cycle: " + " -> ".join((*path, name)))
+            state[name] = 1
+            for dep in self._tasks[name].deps:
+                visit(dep, (*path, name))
+            state[name] = 2
+
+        for name in self._tasks:
+            visit(name, ())
+
+
+def _with(opts: InsertOpts, **changes: Any) -> InsertOpts:
+    return dataclasses.replace(opts, **changes)
+
+
+def workflow_meta(job: JobRow) -> dict[str, Any] | None:
+    """The workflow part of a job's metadata, or None for a job outside any workflow."""
+    meta = job.metadata.get(WORKFLOW_METADATA_KEY) if isinstance(job.metadata, dict) else None
+    return meta if isinstance(meta, dict) else None
+
+
+@dataclass(slots=True, frozen=True)
+class WorkflowTaskInfo:
+    """One task of a stored workflow, as :meth:`Client.workflow_get` reads it."""
+
+    name: str
+    job: JobRow
+    deps: list[str]
+    on_dep_failure: str
+    cancelled_by: str | None
+
+    @property
+    def state(self) -> JobState:
+        return self.job.state
+
+    @property
+    def output(self) -> Any:
+        return self.job.metadata.get("output")
+
+
+@dataclass(slots=True, frozen=True)
+class WorkflowInfo:
+    """A stored workflow: its tasks in insertion order, and a summary state."""
+
+    id: str
+    name: str
+    tasks: list[WorkflowTaskInfo] = field(default_factory=list)
+
+    @property
+    def finalized(self) -> bool:
+        return all(t.state in _FINALIZED for t in self.tasks)
+
+    @property
+    def state(self) -> str:
+        """``completed`` when every task completed; ``failed`` when all are finalized and
+        one is not completed; ``running`` otherwise."""
+        if not self.finalized:
+            return "running"
+        if all(t.state is JobState.COMPLETED for t in self.tasks):
+            return "completed"
+        return "failed"
+
+    def task(self, name: str) -> WorkflowTaskInfo:
+        for task in self.tasks:
+            if task.name == name:
+                return task
+        raise KeyError(name)
+
+    @classmethod
+    def from_jobs(cls, workflow_id: str, jobs: Sequence[JobRow]) -> WorkflowInfo:
+        tasks = []
+        name = ""
+        for job in sorted(jobs, key=lambda j: j.id):
+            meta = workflow_meta(job)
+            if meta is None or meta.get("id") != workflow_id:
+                continue
+            name = str(meta.get("name", ""))
+            tasks.append(
+                WorkflowTaskInfo(
+                    str(meta.get("task", "")),
+                    job,
+                    [str(d) for d in meta.get("deps", [])],
+                    str(meta.get("on_dep_failure", "cancel")),
+                    meta.get("cancelled_by"),
+                )
+            )
+        return cls(workflow_id, name, tasks)
+
+
+# job_wait / workflow_wait poll with a pause that doubles from WAIT_PAUSE_FIRST to
+# WAIT_PAUSE_MAX: a job that ends quickly is seen within milliseconds, and a long wait
+# costs a primary-key lookup every tenth of a second.
+WAIT_PAUSE_FIRST = 0.002
+WAIT_PAUSE_MAX = 0.1
+
+
+def wait_pauses(timeout: float) -> Iterator[float]:
+    """The pauses between polls until ``timeout`` seconds have passed (the last one is
+    cut to end at the deadline); the caller polls once before the first pause."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise InvalidInputError("timeout", "must be a number of seconds, at least 0")
+    deadline = time.monotonic() + timeout
+    pause = WAIT_PAUSE_FIRST
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        yield min(pause, left)
+        pause = min(pause * 2, WAIT_PAUSE_MAX)
+
+
+def check_workflow_id(workflow_id: object) -> str:
+    if not isinstance(workflow_id, str) or not 0 < len(workflow_id) <= 100:
+        raise InvalidInputError("workflow_id", "must be a str of 1 to 100 characters")
+    return workflow_id
+
+
+def is_finalized(job: JobRow) -> bool:
+    return job.state in _FINALIZED or job.finalized_at is not None
+
+
+async def poll_pause_async(seconds: float) -> None:
+    """The async client's pause between polls (the sync client's is :func:`pause`)."""
+    await asyncio.sleep(seconds)
+
+
+def poll_pause(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def dep_outputs(job: Any) -> dict[str, Any]:
+    """The outputs (``record_output``) of a task's dependencies, by task name: what a
+    work function reads as ``dep_outputs(job)``. Dependencies that recorded nothing are
+    absent; a job outside any workflow has none."""
+    metadata = getattr(job, "metadata", None)
+    meta = metadata.get(WORKFLOW_METADATA_KEY) if isinstance(metadata, dict) else None
+    outputs = meta.get("dep_outputs") if isinstance(meta, dict) else None
+    return dict(outputs) if isinstance(outputs, dict) else {}

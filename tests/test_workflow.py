@@ -1,0 +1,285 @@
+"""Workflows (riverboat.workflow) and waiting for jobs, on Postgres and SQLite: the
+shapes (diamond, fan-out/fan-in, chain), every failure policy, retry and cancel, tasks
+added to a running workflow, promotion by the sweep when no completer did it, and
+``job_wait`` from another process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import pytest
+
+import riverboat
+from riverboat import (
+    InsertOpts,
+    Job,
+    JobState,
+    NotFoundError,
+    WaitTimeoutError,
+    Workers,
+    Workflow,
+    dep_outputs,
+    record_output,
+)
+from riverboat.errors import InvalidInputError
+from riverboat.runtime.producer import QueueConfig
+from tests.runtime.dbs import Db, any_db  # noqa: F401
+
+
+class Recorder:
+    """A worker for kind ``step`` that records the order tasks ran in, outputs its
+    task name and the outputs it was handed, and fails when its args say so."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+        self.lock = threading.Lock()
+        self.fail: set[str] = set()
+        self.workers = Workers()
+
+        @self.workers.register("step")
+        def step(job: Job[Any]) -> None:
+            name = job.args["name"]
+            with self.lock:
+                self.ran.append(name)
+            if name in self.fail:
+                raise RuntimeError(f"{name} fails")
+            handed = dep_outputs(job)
+            record_output({"name": name, "saw": sorted(handed)})
+
+
+def _client(db: Db, rec: Recorder, **kw: Any) -> riverboat.Client:
+    return riverboat.Client(
+        db.url,
+        schema=db.schema,
+        queues={"default": QueueConfig(max_workers=4)},
+        workers=rec.workers,
+        fetch_poll_interval=0.1,
+        **kw,
+    )
+
+
+def _step(wf: Workflow, name: str, deps: list[str] = [], **kw: Any) -> None:  # noqa: B006
+    wf.add(name, {"name": name}, kind="step", deps=deps, **kw)
+
+
+def test_diamond_runs_in_dependency_order_and_hands_outputs_on(any_db: Db) -> None:  # noqa: F811
+    rec = Recorder()
+    wf = Workflow("diamond")
+    _step(wf, "a")
+    _step(wf, "b", ["a"])
+    _step(wf, "c", ["a"])
+    _step(wf, "d", ["b", "c"])
+    with _client(any_db, rec) as client:
+        info = client.workflow_insert(wf)
+        assert [t.state for t in info.tasks] == [
+            JobState.AVAILABLE,
+            JobState.PENDING,
+            JobState.PENDING,
+            JobState.PENDING,
+        ]
+        client.start()
+        done = client.workflow_wait(wf.id, timeout=30)
+        client.stop()
+    assert done.state == "completed"
+    assert rec.ran[0] == "a" and rec.ran[-1] == "d" and sorted(rec.ran[1:3]) == ["b", "c"]
+    assert done.task("d").output == {"name": "d", "saw": ["b", "c"]}
+    assert done.task("b").output == {"name": "b", "saw": ["a"]}
+    # Go River and River's UI see ordinary jobs: the graph is in one metadata key.
+    meta = done.task("d").job.metadata["riverboat_workflow"]
+    assert meta["deps"] == ["b", "c"] and len(meta["dep_ids"]) == 2
+
+
+def test_fan_out_fan_in_and_chain(any_db: Db) -> None:  # noqa: F811
+    rec = Recorder()
+    wf = Workflow("fan")
+    _step(wf, "start")
+    leaves = [f"leaf{i}" for i in range(40)]
+    for leaf in leaves:
+        _step(wf, leaf, ["start"])
+    _step(wf, "join", leaves)
+    previous = "join"
+    for i in range(10):
+        _step(wf, f"chain{i}", [previous])
+        previous = f"chain{i}"
+    with _client(any_db, rec) as client:
+        client.workflow_insert(wf)
+        client.start()
+        done = client.workflow_wait(wf.id, timeout=60)
+        promoter = client.async_client.runtime.workflow_promoter  # type: ignore[union-attr]
+        statements = promoter.statements if promoter is not None else -1
+        client.stop()
+    assert done.state == "completed"
+    assert rec.ran.index("join") > max(rec.ran.index(leaf) for leaf in leaves)
+    assert rec.ran[-10:] == [f"chain{i}" for i in range(10)]
+    assert done.task("join").output["saw"] == sorted(leaves)
+    # Promotion is by batch, not by row: at most one statement per finalized task, plus
+    # the sweeps (each at least one statement) that ran meanwhile.
+    assert 0 < statements <= len(done.tasks) + 2 * 30
+
+
+def test_failed_dependency_cancels_dependents_then_retry_continues(any_db: Db) -> None:  # noqa: F811
+    rec = Recorder()
+    rec.fail.add("b")
+    wf = Workflow("fails")
+    _step(wf, "a")
+    _step(wf, "b", ["a"], opts=InsertOpts(max_attempts=1))
+    _step(wf, "c", ["b"])
+    _step(wf, "d", ["c"])
+    _step(wf, "e", ["a"])
+    with _client(any_db, rec) as client:
+        client.workflow_insert(wf)
+        client.start()
+        first = client.workflow_wait(wf.id, timeout=30)
+        assert first.state == "failed"
+        assert first.task("b").state is JobState.DISCARDED
+        assert first.task("c").state is JobState.CANCELLED
+        assert first.task("c").cancelled_by == "b"
+        assert first.task("d").state is JobState.CANCELLED  # the cascade
+        assert first.task("e").state is JobState.COMPLETED  # not downstream of b
+        rec.fail.clear()
+        retried = client.workflow_retry(wf.id)
+        assert {j.state for j in retried} == {JobState.AVAILABLE, JobState.PENDING}
+        second = client.workflow_wait(wf.id, timeout=30)
+        client.stop()
+    assert second.state == "completed"
+    assert rec.ran.count("b") == 2 and rec.ran.count("d") == 1
+
+
+def test_run_policy_runs_dependents_after_a_failure(any_db: Db) -> None:  # noqa: F811
+    rec = Recorder()
+    rec.fail.add("a")
+    wf = Workflow("lenient", on_dep_failure="run")
+    _step(wf, "a", opts=InsertOpts(max_attempts=1))
+    _step(wf, "b")
+    _step(wf, "cleanup", ["a", "b"])
+    _step(wf, "strict", ["a"], on_dep_failure="cancel")
+    with _client(any_db, rec) as client:
+        client.workflow_insert(wf)
+        client.start()
+        done = client.workflow_wait(wf.id, timeout=30)
+        client.stop()
+    assert done.task("a").state is JobState.DISCARDED
+    assert done.task("cleanup").state is JobState.COMPLETED
+    assert done.task("cleanup").output == {"name": "cleanup", "saw": ["b"]}
+    assert done.task("strict").state is JobState.CANCELLED
+
+
+def test_cancel_a_workflow_and_add_tasks_to_a_running_one(any_db: Db) -> None:  # noqa: F811
+    rec = Recorder()
+    wf = Workflow("grow")
+    _step(wf, "a")
+    _step(wf, "b", ["a"])
+    with _client(any_db, rec) as client:
+        client.workflow_insert(wf)
+        client.start()
+        client.workflow_wait(wf.id, timeout=30)
+        # Added later, depending on a task that completed already: promoted at insert.
+        more = Workflow(id=wf.id)
+        _step(more, "c", ["b"])
+        _step(more, "d", ["c", "a"])
+        added = client.workflow_insert(more)
+        assert added.task("c").state in (JobState.AVAILABLE, JobState.RUNNING, JobState.COMPLETED)
+        done = client.workflow_wait(wf.id, timeout=30)
+        assert done.state == "completed" and rec.ran[-2:] == ["c", "d"]
+        client.stop()
+
+        other = Workflow("never")
+        _step(other, "x")
+        _step(other, "y", ["x"])
+        client.workflow_insert(other)
+        cancelled = client.workflow_cancel(other.id)
+        assert {j.state for j in cancelled} == {JobState.CANCELLED}
+        assert client.workflow_get(other.id).state == "failed"
+
+
+def test_the_sweep_promotes_tasks_finished_outside_riverboat(any_db: Db) -> None:  # noqa: F811
+    """A task finished by someone else (a Go River worker, a client that died before
+    promoting): nobody's completer promotes its dependents; the sweep does."""
+    rec = Recorder()
+    wf = Workflow("outside")
+    _step(wf, "a")
+    _step(wf, "b", ["a"])
+    with _client(any_db, rec) as client:
+        info = client.workflow_insert(wf)
+        a_id = info.task("a").job.id
+        now = "now()" if any_db.dialect == "postgres" else "datetime('now', 'subsec')"
+        any_db.execute(
+            f"UPDATE river_job SET state = 'completed', finalized_at = {now} WHERE id = %s",
+            a_id,
+        )
+        client.start()
+        done = client.workflow_wait(wf.id, timeout=30)
+        client.stop()
+    assert done.state == "completed" and rec.ran == ["b"]
+
+
+def test_workflow_insert_tx_rolls_back_with_the_callers_transaction(any_db: Db) -> None:  # noqa: F811
+    rec = Recorder()
+    wf = Workflow("tx")
+    _step(wf, "a")
+    _step(wf, "b", ["a"])
+    with _client(any_db, rec) as client, any_db.connect() as conn:
+        info = client.workflow_insert_tx(conn, wf)
+        assert [t.name for t in info.tasks] == ["a", "b"]
+        conn.rollback()
+        with pytest.raises(NotFoundError):
+            client.workflow_get(wf.id)
+
+
+def test_bad_workflows_are_refused_before_anything_is_written(any_db: Db) -> None:  # noqa: F811
+    wf = Workflow("bad")
+    _step(wf, "a")
+    with pytest.raises(InvalidInputError, match="already in the workflow"):
+        _step(wf, "a")
+    with pytest.raises(InvalidInputError, match="not added yet"):
+        _step(wf, "b", ["nope"])
+    with pytest.raises(InvalidInputError, match="itself"):
+        _step(wf, "c", ["c"])
+    with pytest.raises(InvalidInputError, match="unique"):
+        wf.add("u", {}, InsertOpts(unique_opts=riverboat.UniqueOpts(by_args=True)), kind="step")
+    with pytest.raises(InvalidInputError, match="on_dep_failure"):
+        Workflow("p", on_dep_failure="ignore")  # type: ignore[arg-type]
+    with _client(any_db, Recorder()) as client:
+        with pytest.raises(InvalidInputError, match="no tasks"):
+            client.workflow_insert(Workflow("empty"))
+        cyclic = Workflow(id="wf_cycle")
+        _step(cyclic, "x", ["y"])
+        _step(cyclic, "y", ["x"])
+        with pytest.raises(InvalidInputError, match="cycle"):
+            client.workflow_insert(cyclic)
+        missing = Workflow(id="wf_missing")
+        _step(missing, "z")
+        with pytest.raises(NotFoundError):
+            client.workflow_insert(missing)
+        assert client.job_list(limit=10).jobs == []
+
+
+def test_job_wait_from_another_process(any_db: Db) -> None:  # noqa: F811
+    rec = Recorder()
+    with _client(any_db, rec) as client:
+        job = client.insert({"name": "solo"}, kind="step").job
+        with pytest.raises(NotFoundError):
+            client.job_wait(job.id + 1000, timeout=1)
+        with pytest.raises(WaitTimeoutError) as timed_out:
+            client.job_wait(job.id, timeout=0.05)
+        assert timed_out.value.last.state is JobState.AVAILABLE  # type: ignore[attr-defined]
+        code = (
+            "import json, sys, riverboat\n"
+            "c = riverboat.Client(sys.argv[1], schema=sys.argv[2] or None)\n"
+            "job = c.job_wait(int(sys.argv[3]), timeout=60)\n"
+            "print(json.dumps([job.state, job.metadata.get('output')]))\n"
+        )
+        waiter = subprocess.Popen(
+            [sys.executable, "-c", code, any_db.url, any_db.schema or "", str(job.id)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        client.start()
+        out, _ = waiter.communicate(timeout=90)
+        client.stop()
+    assert waiter.returncode == 0
+    assert json.loads(out) == ["completed", {"name": "solo", "saw": []}]
