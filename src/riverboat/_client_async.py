@@ -305,27 +305,26 @@ class AsyncClientBase(AsyncAdmin):
             raise NotFoundError(f"workflow {wid} not found")
         return info
 
-    async def workflow_cancel(self, workflow_id: str) -> list[JobRow]:
+    async def workflow_cancel(self, workflow_id: str) -> WorkflowInfo:
         """Cancel every task of the workflow that has not finished: at once, or, for a
-        running one, as :meth:`job_cancel` does. Returns the tasks it touched."""
+        running one, as :meth:`job_cancel` does. Returns the workflow as it is then."""
         wid = check_workflow_id(workflow_id)
         now = format_rfc3339_nano(datetime.now(UTC))
-        dialect = self._core.dialect
-        jobs: list[JobRow] = dialect.decode_jobs(
-            await self.driver.fetch(dialect.workflow_cancel(wid, now))
-        )
-        return jobs
+        await self.driver.fetch(self._core.dialect.workflow_cancel(wid, now))
+        return await self.workflow_get(wid)
 
-    async def workflow_retry(self, workflow_id: str) -> list[JobRow]:
-        """Retry the workflow's discarded and cancelled tasks (available now), and put
-        back to pending the tasks a failed dependency cancelled, so the rest of the
-        workflow continues. Returns the tasks it changed."""
+    async def workflow_retry(self, workflow_id: str) -> WorkflowInfo:
+        """Retry the workflow's discarded and cancelled tasks, each with one more
+        attempt if it had used its last: a task whose dependencies all completed is
+        available now, the others wait for them again (pending), so the rest of the
+        workflow continues. Returns the workflow as it is then."""
         wid = check_workflow_id(workflow_id)
         dialect = self._core.dialect
-        jobs: list[JobRow] = dialect.decode_jobs(
-            await self.driver.fetch(dialect.workflow_retry(wid))
-        )
-        return jobs
+        retried = dialect.decode_jobs(await self.driver.fetch(dialect.workflow_retry(wid)))
+        waiting = [job.id for job in retried if job.state is JobState.PENDING]
+        if waiting:
+            await self.driver.fetch(dialect.workflow_promote((), waiting))
+        return await self.workflow_get(wid)
 
     async def job_wait(self, job_id: int, timeout: float = 30.0) -> JobRow:
         """Wait until the job is finalized (completed, discarded or cancelled) and

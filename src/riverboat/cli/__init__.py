@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("riverboat.cli.worker", "work jobs with a client's workers until signalled"),
     "jobs": ("riverboat.cli.jobs", "list, show, cancel, retry or delete jobs"),
     "queues": ("riverboat.cli.queues", "list, pause or resume queues"),
+    "workflows": ("riverboat.cli.workflows", "show, wait for, retry or cancel a workflow"),
     "ui": ("riverboat.cli.ui", "serve the web dashboard (needs riverboat[ui])"),
 }
 

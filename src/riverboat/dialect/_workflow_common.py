@@ -40,7 +40,8 @@ class WorkflowStatements(ABC):
 
     @abstractmethod
     def workflow_retry(self, workflow_id: str) -> Statement:
-        """Retry failed tasks; tasks cancelled by a dependency go back to pending."""
+        """Retry discarded and cancelled tasks: available without dependencies,
+        pending with (to be promoted)."""
 
     @abstractmethod
     def workflow_cancel(self, workflow_id: str, cancel_attempted_at: str) -> Statement:

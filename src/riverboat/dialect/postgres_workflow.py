@@ -128,11 +128,12 @@ ORDER BY id
 LIMIT :max::integer
 """
 
-# Retry a workflow's failed tasks (discarded, or cancelled but not by a dependency) and
-# put the tasks a failed dependency cancelled back to pending, so the rest continues.
+# Retry a workflow's discarded and cancelled tasks: those without dependencies become
+# available, the others pending (the client then promotes those whose dependencies are
+# all completed), so the tasks a failure cancelled wait for it again.
 QUERIES["workflow_retry"] = f"""
 UPDATE <schema>river_job
-SET state = CASE WHEN river_job.metadata->'{_KEY}' ? 'cancelled_by'
+SET state = CASE WHEN jsonb_array_length(river_job.metadata->'{_KEY}'->'dep_ids') > 0
                  THEN 'pending' ELSE 'available' END::<schema>river_job_state,
     max_attempts = CASE WHEN river_job.attempt >= river_job.max_attempts
                         THEN river_job.attempt + 1 ELSE river_job.max_attempts END,

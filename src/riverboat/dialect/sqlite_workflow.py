@@ -110,7 +110,7 @@ LIMIT :max
 
 QUERIES["workflow_retry"] = f"""
 UPDATE <schema>river_job
-SET state = CASE WHEN river_job.metadata ->> {_WF}.cancelled_by' IS NOT NULL
+SET state = CASE WHEN json_array_length(river_job.metadata -> {_WF}.dep_ids') > 0
                  THEN 'pending' ELSE 'available' END,
     max_attempts = CASE WHEN river_job.attempt >= river_job.max_attempts
                         THEN river_job.attempt + 1 ELSE river_job.max_attempts END,

@@ -1,0 +1,99 @@
+"""``riverboat workflows get|wait|retry|cancel ID``: workflows from the shell (see
+docs/workflows.md).
+
+``get`` prints each task with its dependencies, state and job id (``--json`` adds the
+jobs' rows); ``wait`` blocks until every task is finalized (exit 0 when all completed, 1
+when one failed, 3 on ``--timeout``); ``retry`` and ``cancel`` print the tasks they
+changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from riverboat.cli.jobs import add_common, job_dict, open_client, print_table
+from riverboat.errors import WaitTimeoutError
+from riverboat.workflow import WorkflowInfo
+
+__all__ = ["add_arguments", "run"]
+
+EXIT_FAILED = 1
+EXIT_TIMEOUT = 3
+
+
+def _print(info: WorkflowInfo, as_json: bool) -> None:
+    if as_json:
+        body = {
+            "id": info.id,
+            "name": info.name,
+            "state": info.state,
+            "tasks": [
+                {
+                    "name": t.name,
+                    "deps": t.deps,
+                    "on_dep_failure": t.on_dep_failure,
+                    "cancelled_by": t.cancelled_by,
+                    "job": job_dict(t.job),
+                }
+                for t in info.tasks
+            ],
+        }
+        print(json.dumps(body, indent=2))
+        return
+    print(f"workflow {info.id} ({info.name}): {info.state}, {len(info.tasks)} tasks")
+    print_table(
+        ("TASK", "STATE", "JOB", "KIND", "DEPS", "NOTE"),
+        [
+            (
+                t.name,
+                str(t.state),
+                str(t.job.id),
+                t.job.kind,
+                ",".join(t.deps) or "-",
+                f"cancelled by {t.cancelled_by}" if t.cancelled_by else "",
+            )
+            for t in info.tasks
+        ],
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``workflows``' subcommands on its parser."""
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for action, text in (
+        ("get", "show a workflow's tasks, their dependencies and states"),
+        ("wait", "wait until every task is finalized (exit 0 completed, 1 failed, 3 timeout)"),
+        ("retry", "retry failed tasks; tasks they cancelled wait for them again"),
+        ("cancel", "cancel every task that has not finished"),
+    ):
+        command = sub.add_parser(action, help=text, description=text)
+        add_common(command)
+        command.add_argument("workflow_id", metavar="ID")
+        if action == "wait":
+            command.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one ``workflows`` action; returns the exit code."""
+    with open_client(args) as client:
+        if args.action == "get":
+            _print(client.workflow_get(args.workflow_id), args.json)
+        elif args.action == "wait":
+            try:
+                info = client.workflow_wait(args.workflow_id, timeout=args.timeout)
+            except WaitTimeoutError as exc:
+                assert isinstance(exc.last, WorkflowInfo)
+                _print(exc.last, args.json)
+                print(f"riverboat: {exc}", file=sys.stderr)
+                return EXIT_TIMEOUT
+            _print(info, args.json)
+            return 0 if info.state == "completed" else EXIT_FAILED
+        else:
+            if args.action == "retry":
+                client.workflow_retry(args.workflow_id)
+            else:
+                client.workflow_cancel(args.workflow_id)
+            _print(client.workflow_get(args.workflow_id), args.json)
+    return 0

@@ -1,0 +1,54 @@
+"""``riverboat workflows``, run as a user runs it (a real process), on Postgres and
+SQLite: get, wait (with its exit codes), cancel, retry, and an unknown id."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from riverboat import Client, Workflow
+from tests.runtime.dbs import Db, any_db  # noqa: F401
+
+
+def _cli(db: Db, *args: str) -> subprocess.CompletedProcess[str]:
+    schema = ["--schema", db.schema] if db.schema else []
+    return subprocess.run(
+        [sys.executable, "-m", "riverboat.cli", "workflows", *args, "--database-url", db.url]
+        + schema,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_workflows_command(any_db: Db) -> None:  # noqa: F811
+    wf = Workflow("cli")
+    wf.add("first", {}, kind="step")
+    wf.add("second", {}, kind="step", deps=["first"])
+    with Client(any_db.url, schema=any_db.schema) as client:
+        client.workflow_insert(wf)
+
+    shown = _cli(any_db, "get", wf.id)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == f"workflow {wf.id} (cli): running, 2 tasks"
+    assert lines[2].split()[:2] == ["first", "available"]
+    assert lines[3].split()[:2] == ["second", "pending"] and lines[3].split()[4] == "first"
+
+    waited = _cli(any_db, "wait", wf.id, "--timeout", "0.1")
+    assert waited.returncode == 3 and "still running" in waited.stderr
+
+    cancelled = _cli(any_db, "cancel", wf.id, "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    body = json.loads(cancelled.stdout)
+    assert body["state"] == "failed"
+    assert [t["job"]["state"] for t in body["tasks"]] == ["cancelled", "cancelled"]
+    assert _cli(any_db, "wait", wf.id).returncode == 1
+
+    retried = json.loads(_cli(any_db, "retry", wf.id, "--json").stdout)
+    assert [t["job"]["state"] for t in retried["tasks"]] == ["available", "pending"]
+
+    missing = _cli(any_db, "get", "wf_nope")
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == "riverboat: error: workflow wf_nope not found"
