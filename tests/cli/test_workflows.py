@@ -14,8 +14,16 @@ from tests.runtime.dbs import Db, any_db  # noqa: F401
 def _cli(db: Db, *args: str) -> subprocess.CompletedProcess[str]:
     schema = ["--schema", db.schema] if db.schema else []
     return subprocess.run(
-        [sys.executable, "-m", "riverboat.cli", "workflows", *args, "--database-url", db.url]
-        + schema,
+        [
+            sys.executable,
+            "-m",
+            "riverboat.cli",
+            "workflows",
+            *args,
+            "--database-url",
+            db.url,
+            *schema,
+        ],
         capture_output=True,
         text=True,
         timeout=60,
