@@ -115,6 +115,11 @@ def render_table(report: dict[str, Any]) -> str:
     scale = report.get("scale")
     if scale:
         lines += ["", "scale: " + json.dumps(scale)]
+    workflow = report.get("workflow")
+    if workflow:
+        lines += ["", "workflow"] + [
+            f"  {key:<38}{_fmt(value):>10}" for key, value in workflow.items()
+        ]
     floor = report.get("raw_sql_floor")
     if floor:
         lines.append(

@@ -60,6 +60,8 @@ class BenchConfig:
     include_inserts: bool = True
     # Not in a default run: starts worker processes and writes 1,000,000 rows.
     include_scale: bool = False
+    # Not in a default run either: the workflow part (riverboat.bench.workflow).
+    include_workflow: bool = False
     scale_finalized_rows: int = 1_000_000
 
 
@@ -209,6 +211,11 @@ async def _run(
                 pg, config.jobs, config.scale_finalized_rows
             ),
         }
+    if config.include_workflow:
+        from riverboat.bench.workflow import run_workflow_bench
+
+        await reset()
+        report["workflow"] = await run_workflow_bench(make_client, progress)
     if with_floor:
         if floor is None:
             floor = await _best_floor(None, config, target, server_cpu, progress)

@@ -38,10 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--only",
-        choices=["ops", "e2e", "defaults", "inserts", "floor", "scenarios", "scale"],
+        choices=["ops", "e2e", "defaults", "inserts", "floor", "scenarios", "scale", "workflow"],
         action="append",
         help="run only these parts (repeatable); 'scale' (worker processes 1 vs 2, and "
-        "1,000,000 finalized rows) runs only when named",
+        "1,000,000 finalized rows) and 'workflow' (what dependencies cost) run only when named",
     )
     parser.add_argument(
         "--finalized-rows",
@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         include_defaults=not only or "defaults" in only,
         include_inserts=not only or "inserts" in only,
         include_scale="scale" in only,
+        include_workflow="workflow" in only,
         scale_finalized_rows=args.finalized_rows,
     )
     report = run_bench(config, show_progress=not args.quiet)

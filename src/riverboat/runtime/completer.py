@@ -141,6 +141,10 @@ class Completer:
         self._has_items.set()
         if len(buffer) >= self._batch_threshold:
             self._full.set()
+        elif WORKFLOW_METADATA_KEY in pending.job.metadata and pending.update.finalized:
+            # Tasks wait on this outcome: write it (and promote them) now, not after
+            # the flush delay, so a chain moves at the speed of pick-up.
+            self._full.set()
         return True
 
     async def wait_drained(self) -> None:

@@ -1,0 +1,125 @@
+"""The ``workflow`` part of ``riverboat bench`` (runs only when named): what dependencies
+cost (docs/workflows.md).
+
+- ``fan_out_fan_in``: 1,000 no-op tasks (one root, 998 in parallel, one join) from
+  insert to the last one finished, beside the same 1,000 jobs inserted with
+  ``insert_many`` and no dependencies; the ratio is the price of the graph.
+- ``chain``: 100 tasks each waiting for the one before, beside 100 times the median
+  pick-up latency of one job inserted into the idle queue (what a chain cannot beat).
+- promotion statements per task, counted by the runtime's promoter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["run_workflow_bench"]
+
+FAN_TASKS = 1000
+CHAIN_TASKS = 100
+LATENCY_SAMPLES = 21
+
+
+async def run_workflow_bench(
+    make_client: Callable[..., Any], progress: Callable[[str], None]
+) -> dict[str, Any]:
+    import riverboat
+    from riverboat import Job, QueueConfig, Workers, Workflow
+
+    workers = Workers()
+    state: dict[str, Any] = {"left": 0, "done": asyncio.Event(), "started": {}}
+
+    @workers.register("bench_wf_step")
+    async def step(job: Job[Any]) -> None:
+        state["started"][job.id] = time.perf_counter()
+        state["left"] -= 1
+        if state["left"] == 0:
+            state["done"].set()
+
+    client: riverboat.AsyncClient = make_client(
+        queues={"default": QueueConfig(max_workers=100)}, workers=workers
+    )
+    await client.start()
+    try:
+
+        def expect(count: int) -> None:
+            state["left"] = count
+            state["done"] = asyncio.Event()
+
+        async def run_plain() -> float:
+            expect(FAN_TASKS)
+            t0 = time.perf_counter()
+            await client.insert_many(
+                [
+                    riverboat.InsertManyParams({"i": i}, kind="bench_wf_step")
+                    for i in range(FAN_TASKS)
+                ]
+            )
+            await asyncio.wait_for(state["done"].wait(), 300)
+            return time.perf_counter() - t0
+
+        async def run_fan() -> float:
+            wf = Workflow("bench-fan")
+            root = wf.add("root", {}, kind="bench_wf_step")
+            leaves = [
+                wf.add(f"leaf{i}", {}, kind="bench_wf_step", deps=[root])
+                for i in range(FAN_TASKS - 2)
+            ]
+            wf.add("join", {}, kind="bench_wf_step", deps=leaves)
+            expect(FAN_TASKS)
+            t0 = time.perf_counter()
+            await client.workflow_insert(wf)
+            await asyncio.wait_for(state["done"].wait(), 300)
+            return time.perf_counter() - t0
+
+        promoter = client.runtime.workflow_promoter
+        assert promoter is not None
+        progress("workflow: 1,000 plain jobs")
+        plain = await run_plain()
+        progress("workflow: 1,000-task fan-out/fan-in")
+        before = promoter.statements
+        fan = await run_fan()
+        fan_statements = promoter.statements - before
+
+        progress("workflow: pick-up latency of one job into an idle queue")
+        latencies = []
+        for i in range(LATENCY_SAMPLES):
+            expect(1)
+            t0 = time.perf_counter()
+            job = (await client.insert({"i": i}, kind="bench_wf_step")).job
+            await asyncio.wait_for(state["done"].wait(), 60)
+            latencies.append(state["started"][job.id] - t0)
+            await client.job_wait(job.id, timeout=60)  # its completion is written
+        pickup = statistics.median(latencies)
+
+        progress("workflow: 100-step chain")
+        wf = Workflow("bench-chain")
+        previous = None
+        for i in range(CHAIN_TASKS):
+            previous = wf.add(
+                f"step{i}", {}, kind="bench_wf_step", deps=[previous] if previous else []
+            )
+        expect(CHAIN_TASKS)
+        before = promoter.statements
+        t0 = time.perf_counter()
+        await client.workflow_insert(wf)
+        await asyncio.wait_for(state["done"].wait(), 300)
+        chain = time.perf_counter() - t0
+        chain_statements = promoter.statements - before
+    finally:
+        await client.stop()
+        await client.close()
+    return {
+        "fan_out_fan_in_s": round(fan, 3),
+        "plain_1000_s": round(plain, 3),
+        "fan_vs_plain": round(fan / plain, 2) if plain else None,
+        "fan_promotion_statements_per_task": round(fan_statements / FAN_TASKS, 3),
+        "pickup_latency_median_ms": round(pickup * 1000, 2),
+        "chain_100_s": round(chain, 3),
+        "chain_vs_100_pickups": round(chain / (CHAIN_TASKS * pickup), 2) if pickup else None,
+        "chain_promotion_statements_per_task": round(chain_statements / CHAIN_TASKS, 3),
+    }
