@@ -6,9 +6,11 @@ added to a running workflow, promotion by the sweep when no completer did it, an
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +29,9 @@ from riverboat import (
 )
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.producer import QueueConfig
+from tests.reliability._support import OutputReader, spawn_worker
 from tests.runtime.dbs import Db, any_db  # noqa: F401
+from tests.waiting import wait_until
 
 
 class Recorder:
@@ -288,3 +292,50 @@ def test_job_wait_from_another_process(any_db: Db) -> None:  # noqa: F811
         client.stop()
     assert waiter.returncode == 0
     assert json.loads(out) == ["completed", {"name": "solo", "saw": []}]
+
+
+def test_a_workflow_survives_its_leader_worker_killed_mid_task(
+    any_db: Db,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """SIGKILL the worker process (the leader) while a task runs: the next worker
+    becomes leader, rescues the task, runs it again, and the rest of the workflow follows;
+    each task's body finished exactly once (from the workers' execution records)."""
+    wf = Workflow("killed")
+    first = wf.add("first", {"sleep": 0.8}, kind="rel_work")
+    second = wf.add("second", {}, kind="rel_work", deps=[first])
+    wf.add("third", {}, kind="rel_work", deps=[second])
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        info = client.workflow_insert(wf)
+        first_id = info.task("first").job.id
+
+        one = spawn_worker(tmp_path, any_db.url, any_db.schema, RB_RESCUE_AFTER="3600")
+        try:
+            OutputReader(one).wait_for(lambda line: line.startswith("LEADER"), 30)
+            wait_until(
+                lambda: client.job_get(first_id).state is JobState.RUNNING,
+                timeout=30,
+                what="the first task started",
+            )
+            one.send_signal(signal.SIGKILL)
+            one.wait(30)
+        finally:
+            one.kill()
+        assert client.workflow_get(wf.id).task("first").state is JobState.RUNNING
+
+        two = spawn_worker(tmp_path, any_db.url, any_db.schema, RB_RESCUE_AFTER="1.5")
+        output = OutputReader(two)
+        try:
+            done = client.workflow_wait(wf.id, timeout=60)
+        finally:
+            two.send_signal(signal.SIGTERM)
+            two.wait(30)
+            output.wait_for(lambda line: "stopped" in line, 30)
+    assert done.state == "completed"
+    assert [t.job.attempt for t in done.tasks] == [2, 1, 1]
+    runs = [
+        line.split()[0]
+        for path in tmp_path.glob("exec.*")
+        for line in path.read_text().splitlines()
+    ]
+    assert sorted(runs) == sorted(str(t.job.id) for t in done.tasks)
