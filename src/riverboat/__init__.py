@@ -34,6 +34,7 @@ from riverboat.errors import (
     UnknownJobKindError,
     WaitTimeoutError,
 )
+from riverboat.flow import ConcurrencyLimit, RateLimit
 from riverboat.runtime.events import Event, EventKind, JobStatistics, Subscription
 from riverboat.runtime.maintenance import MaintenanceConfig, PeriodicJob
 from riverboat.runtime.producer import QueueConfig
@@ -60,6 +61,7 @@ __all__ = [
     "AttemptError",
     "Client",
     "ClientOptions",
+    "ConcurrencyLimit",
     "DriverError",
     "Event",
     "EventKind",
@@ -89,6 +91,7 @@ __all__ = [
     "PeriodicJob",
     "QueueConfig",
     "QueueRow",
+    "RateLimit",
     "RetryPolicy",
     "RiverboatError",
     "Subscription",

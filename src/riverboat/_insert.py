@@ -14,6 +14,7 @@ from riverboat._job import InsertManyParams, InsertOpts, JobState, UniqueOpts
 from riverboat._json import check_json_value, go_json_dumps, utc_now
 from riverboat._unique import unique_key, unique_states_bitmask, validate_unique_opts
 from riverboat.errors import InvalidArgsError, InvalidInputError
+from riverboat.flow import SEQUENCE_METADATA_KEY, check_sequence_key
 
 __all__ = [
     "InsertDefaults",
@@ -296,7 +297,17 @@ def resolve_insert(
     )
     tags_value = o.tags if o.tags is not None else a.tags
     tags = _validate_tags(tags_value, "opts.tags") if tags_value is not None else []
-    encoded_metadata = "{}" if o.metadata is None else encode_metadata(o.metadata)
+    sequence = _pick(o.sequence, a.sequence)
+    if sequence is not None:
+        metadata = dict(o.metadata or {})
+        if SEQUENCE_METADATA_KEY in metadata:
+            raise InvalidInputError(
+                "opts.metadata", f"{SEQUENCE_METADATA_KEY!r} is riverboat's own key"
+            )
+        metadata[SEQUENCE_METADATA_KEY] = {"key": check_sequence_key(sequence)}
+        encoded_metadata = encode_metadata(metadata)
+    else:
+        encoded_metadata = "{}" if o.metadata is None else encode_metadata(o.metadata)
 
     scheduled_value = _pick(o.scheduled_at, a.scheduled_at)
     scheduled_at = None

@@ -259,6 +259,9 @@ class InsertOpts:
     metadata: Mapping[str, Any] | None = None
     pending: bool = False
     unique_opts: UniqueOpts | None = None
+    # riverboat's sequences (riverboat.flow): jobs sharing this key in a queue whose
+    # workers set QueueConfig(sequences=True) run one at a time, in insertion order.
+    sequence: str | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
     from riverboat._sql import Query, Statement
 
-__all__ = ["DialectPart"]
+__all__ = ["DialectPart", "raw_query"]
 
 
 class DialectPart:
@@ -28,3 +28,13 @@ class DialectPart:
         def stmt(self, query_name: str, /, **params: Any) -> Statement: ...
 
         def time_param(self, value: datetime | None) -> Any: ...
+
+
+def raw_query(dialect: object, name: str) -> str:
+    """A dialect's query text as written (``<schema>`` not yet rendered), for parts
+    that build a variant of another part's statement."""
+    for klass in type(dialect).__mro__:
+        text = klass.__dict__.get("_queries", {}).get(name)
+        if text is not None:
+            return str(text)
+    raise KeyError(name)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from riverboat._job import InsertResult, JobRow, JobState, decode_metadata
 from riverboat._sql import Query, Statement, render_schema
 from riverboat.dialect._admin_common import AdminStatements
+from riverboat.dialect._flow_common import FlowStatements
 from riverboat.dialect._workflow_common import WorkflowStatements
 from riverboat.errors import InvalidInputError
 
@@ -115,7 +116,7 @@ class CopyBatch:
 MAX_ATTEMPTED_BY = 100
 
 
-class Dialect(AdminStatements, WorkflowStatements, ABC):
+class Dialect(AdminStatements, FlowStatements, WorkflowStatements, ABC):
     """The contract every dialect fulfils: each operation the client, the runtime, the
     maintenance services and the admin API ask of a database, with its signature.
 

@@ -26,10 +26,12 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from riverboat._job import JobRow
+from riverboat.dialect.base import MAX_ATTEMPTED_BY
 from riverboat.errors import DriverError
+from riverboat.flow import ConcurrencyLimit, FlowControl, RateLimit
 from riverboat.runtime._waiting import wait_event
 from riverboat.runtime.completer import Completer
 from riverboat.runtime.events import Event, EventKind
@@ -74,6 +76,12 @@ class QueueConfig:
     max_workers: int = 100
     fetch_cooldown: float | None = None
     fetch_poll_interval: float | None = None
+    # Flow control, enforced in the claim for every riverboat process (riverboat.flow,
+    # docs/flow-control.md). None/False: River's plain claim, unchanged.
+    concurrency: ConcurrencyLimit | None = None
+    rate_limit: RateLimit | None = None
+    sequences: bool = False
+    sequence_on_discard: Literal["halt", "continue"] = "halt"
 
 
 class Producer:
@@ -98,6 +106,7 @@ class Producer:
         self._call_timeout = call_timeout
         self.health = PathHealth(f"producer {queue}", log)
         self.max_workers = config.max_workers
+        self._flow = FlowControl.of(config)
         self._driver = driver
         self._dialect = driver.dialect
         self._client_id = client_id
@@ -246,14 +255,17 @@ class Producer:
             last_fetch = time.monotonic()
             try:
                 async with bounded(self._call_timeout, "claim"):
-                    rows = await self._driver.fetch(
-                        self._dialect.job_get_available(
-                            queue=self.queue,
-                            max_to_lock=free,
-                            client_id=self._client_id,
-                            now=None if self.clock is None else self.clock(),
+                    if self._flow is None:
+                        rows = await self._driver.fetch(
+                            self._dialect.job_get_available(
+                                queue=self.queue,
+                                max_to_lock=free,
+                                client_id=self._client_id,
+                                now=None if self.clock is None else self.clock(),
+                            )
                         )
-                    )
+                    else:
+                        rows = await self._claim_with_flow_control(self._flow, free)
             except DriverError as exc:
                 self.fetch_errors += 1
                 self.health.failed(exc, "fetching jobs")
@@ -289,6 +301,26 @@ class Producer:
                         )
                         continue
                     self._start_job(row)
+
+    async def _claim_with_flow_control(self, flow: FlowControl, free: int) -> list[Any]:
+        """The claim of a queue with limits or sequences (riverboat.flow): after the
+        dialect's lock when it has one, in one transaction, so no other process counts
+        running jobs between this claim's count and its update."""
+        dialect = self._dialect
+        stmt = dialect.job_get_available_flow(
+            queue=self.queue,
+            max_to_lock=free,
+            client_id=self._client_id,
+            flow=flow,
+            max_attempted_by=MAX_ATTEMPTED_BY,
+            now=None if self.clock is None else self.clock(),
+        )
+        lock = dialect.flow_lock(self.queue)
+        if lock is None:
+            return list(await self._driver.fetch(stmt))
+        async with self._driver.transaction() as tx:
+            await tx.execute(lock)
+            return list(await tx.fetch(stmt))
 
     async def _report_queue(self) -> None:
         try:

@@ -1,0 +1,156 @@
+"""Flow control: when a queue's jobs may start, enforced by the database for every
+riverboat process that works the queue (docs/flow-control.md).
+
+Declared per queue on :class:`~riverboat.QueueConfig`, each control is checked inside the
+claim statement, so no process ever starts a job the control forbids:
+
+- :class:`ConcurrencyLimit`: at most ``global_limit`` jobs of the queue running at once
+  across every process (and at most ``local_limit`` in this one), optionally per
+  partition (by kind and/or by the values of some args keys);
+- :class:`RateLimit`: at most ``limit`` job starts per ``period`` (sliding), optionally
+  per partition;
+- ``sequences=True``: jobs inserted with the same sequence key
+  (``InsertOpts(sequence="...")``) run one at a time, in id (insertion) order.
+
+A held-back job stays ``available``: it is not claimed, so no attempt is counted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from riverboat.errors import InvalidInputError
+
+__all__ = [
+    "SEQUENCE_METADATA_KEY",
+    "ConcurrencyLimit",
+    "FlowControl",
+    "RateLimit",
+    "check_sequence_key",
+    "partition_of",
+]
+
+SEQUENCE_METADATA_KEY = "riverboat_sequence"
+SEQUENCE_KEY_MAX = 255
+ARGS_KEY_MAX = 100
+LIMIT_MAX = 1_000_000
+
+
+def _positive_int(value: object, field_name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= LIMIT_MAX:
+        raise InvalidInputError(field_name, f"must be an int from 1 to {LIMIT_MAX}, not {value!r}")
+    return value
+
+
+def _args_keys(value: object, field_name: str) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise InvalidInputError(field_name, "must be a list of args keys (str)")
+    keys = tuple(value)
+    for key in keys:
+        if not isinstance(key, str) or not 0 < len(key) <= ARGS_KEY_MAX:
+            raise InvalidInputError(field_name, f"args keys must be str of 1 to {ARGS_KEY_MAX}")
+    if len(set(keys)) != len(keys):
+        raise InvalidInputError(field_name, "lists an args key twice")
+    return keys
+
+
+@dataclass(slots=True, frozen=True)
+class ConcurrencyLimit:
+    """At most ``global_limit`` jobs of the queue running at once across the fleet, and
+    at most ``local_limit`` in this client; each per partition when ``by_kind`` or
+    ``by_args`` is set (e.g. ``by_args=["customer_id"]``: at most N per customer). A
+    job whose args lack a ``by_args`` key is in the partition of ``null``."""
+
+    global_limit: int | None = None
+    local_limit: int | None = None
+    by_kind: bool = False
+    by_args: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        if self.global_limit is None and self.local_limit is None:
+            raise InvalidInputError("ConcurrencyLimit", "needs global_limit or local_limit")
+        if self.global_limit is not None:
+            _positive_int(self.global_limit, "global_limit")
+        if self.local_limit is not None:
+            _positive_int(self.local_limit, "local_limit")
+        object.__setattr__(self, "by_args", _args_keys(self.by_args, "by_args"))
+
+
+@dataclass(slots=True, frozen=True)
+class RateLimit:
+    """At most ``limit`` job starts in any ``period`` (a sliding window, seconds or a
+    timedelta) across the fleet, per partition when ``by_kind``/``by_args`` is set."""
+
+    limit: int
+    period: timedelta | float
+    by_kind: bool = False
+    by_args: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        _positive_int(self.limit, "limit")
+        seconds = self.period.total_seconds() if isinstance(self.period, timedelta) else self.period
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not math.isfinite(seconds)
+            or not 0.001 <= seconds <= 86_400 * 7
+        ):
+            raise InvalidInputError("period", "must be from 1 ms to 7 days")
+        object.__setattr__(self, "by_args", _args_keys(self.by_args, "by_args"))
+
+    @property
+    def seconds(self) -> float:
+        if isinstance(self.period, timedelta):
+            return self.period.total_seconds()
+        return float(self.period)
+
+
+@dataclass(slots=True, frozen=True)
+class FlowControl:
+    """What a queue's claim must respect; built from its QueueConfig."""
+
+    concurrency: ConcurrencyLimit | None = None
+    rate: RateLimit | None = None
+    sequences: bool = False
+    # A discarded job releases its sequence (True) or halts it until retried or
+    # cancelled (False, the default).
+    sequence_continue: bool = False
+
+    @classmethod
+    def of(cls, config: Any) -> FlowControl | None:
+        """The flow control a QueueConfig asks for, or None (the plain claim)."""
+        concurrency = getattr(config, "concurrency", None)
+        rate = getattr(config, "rate_limit", None)
+        sequences = getattr(config, "sequences", False)
+        on_discard = getattr(config, "sequence_on_discard", "halt")
+        if on_discard not in ("halt", "continue"):
+            raise InvalidInputError("sequence_on_discard", "must be 'halt' or 'continue'")
+        if concurrency is None and rate is None and not sequences:
+            return None
+        if concurrency is not None and not isinstance(concurrency, ConcurrencyLimit):
+            raise InvalidInputError("concurrency", "must be a riverboat.ConcurrencyLimit")
+        if rate is not None and not isinstance(rate, RateLimit):
+            raise InvalidInputError("rate_limit", "must be a riverboat.RateLimit")
+        if not isinstance(sequences, bool):
+            raise InvalidInputError("sequences", "must be True or False")
+        return cls(concurrency, rate, sequences, on_discard == "continue")
+
+
+def partition_of(by_kind: bool, by_args: Sequence[str], kind: str, args: Any) -> list[Any]:
+    """A job's partition as the claim statement computes it (for display and tests)."""
+    out: list[Any] = [kind] if by_kind else []
+    for key in by_args:
+        out.append(args.get(key) if isinstance(args, dict) else None)
+    return out
+
+
+def check_sequence_key(value: object) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= SEQUENCE_KEY_MAX:
+        raise InvalidInputError(
+            "sequence", f"must be a str of 1 to {SEQUENCE_KEY_MAX} characters, not {value!r}"
+        )
+    return value

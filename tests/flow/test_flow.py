@@ -1,0 +1,224 @@
+"""Flow control (riverboat.flow) across real worker processes, on Postgres and SQLite,
+checked from the database's own record: each job's ``attempted_at`` (claimed, i.e.
+counted as running) and ``finalized_at`` (no longer running) bound what the claim
+statements of every process saw."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import riverboat
+from riverboat import ConcurrencyLimit, InsertManyParams, InsertOpts, JobRow, JobState, RateLimit
+from riverboat.errors import InvalidInputError
+from riverboat.flow import FlowControl
+from riverboat.runtime.producer import QueueConfig
+from tests.runtime.dbs import Db, any_db  # noqa: F401
+from tests.waiting import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def workers(db: Db, count: int, flow: dict[str, Any], max_workers: int = 10) -> Iterator[None]:
+    """``count`` real ``riverboat worker`` processes with this flow control."""
+    env = {
+        **os.environ,
+        "RB_URL": db.url,
+        "RB_SCHEMA": db.schema or "",
+        "RB_FLOW": json.dumps(flow),
+        "RB_MAX_WORKERS": str(max_workers),
+        "PYTHONPATH": str(REPO),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "riverboat.cli", "worker", "tests.flow._app:client"],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(count)
+    ]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _jobs(client: riverboat.Client) -> list[JobRow]:
+    return sorted(client.job_list(limit=10_000).jobs, key=lambda j: j.id)
+
+
+def _all_finalized(client: riverboat.Client, count: int) -> bool:
+    jobs = _jobs(client)
+    return len(jobs) == count and all(j.finalized_at is not None for j in jobs)
+
+
+def _max_overlap(jobs: Sequence[JobRow]) -> int:
+    """Most jobs whose [attempted_at, finalized_at) intervals overlap at one moment."""
+    events: list[tuple[datetime, int]] = []
+    for job in jobs:
+        assert job.attempted_at is not None and job.finalized_at is not None
+        events += [(job.attempted_at, 1), (job.finalized_at, -1)]
+    events.sort(key=lambda e: (e[0], e[1]))  # an end before a start at the same instant
+    most = current = 0
+    for _, delta in events:
+        current += delta
+        most = max(most, current)
+    return most
+
+
+def _insert(db: Db, params: list[InsertManyParams]) -> riverboat.Client:
+    client = riverboat.Client(db.url, schema=db.schema)
+    client.insert_many(params)
+    return client
+
+
+def test_a_global_limit_holds_across_processes(any_db: Db) -> None:  # noqa: F811
+    jobs = [InsertManyParams({"sleep": 0.15}, kind="flow_job") for _ in range(24)]
+    client = _insert(any_db, jobs)
+    with client:
+        with workers(any_db, 3, {"concurrency": {"global_limit": 3}}):
+            wait_until(lambda: _all_finalized(client, 24), timeout=60, what="every job finished")
+        rows = _jobs(client)
+        assert {j.state for j in rows} == {JobState.COMPLETED}
+        assert {j.attempt for j in rows} == {1}  # a held-back job is not attempted
+        assert _max_overlap(rows) == 3  # reached, never passed
+
+
+def test_a_partitioned_limit_caps_each_customer_not_the_queue(any_db: Db) -> None:  # noqa: F811
+    jobs = [
+        InsertManyParams({"sleep": 0.15, "customer_id": c}, kind="flow_job")
+        for _ in range(6)
+        for c in (1, 2, 3)
+    ]
+    client = _insert(any_db, jobs)
+    flow = {"concurrency": {"global_limit": 1, "by_args": ["customer_id"]}}
+    with client:
+        with workers(any_db, 2, flow):
+            wait_until(lambda: _all_finalized(client, 18), timeout=60, what="every job finished")
+        rows = _jobs(client)
+        for customer in (1, 2, 3):
+            assert _max_overlap([j for j in rows if j.args["customer_id"] == customer]) == 1
+        assert _max_overlap(rows) > 1  # customers ran side by side
+
+
+def test_a_local_limit_caps_each_process(any_db: Db) -> None:  # noqa: F811
+    jobs = [InsertManyParams({"sleep": 0.15}, kind="flow_job") for _ in range(16)]
+    client = _insert(any_db, jobs)
+    with client:
+        with workers(any_db, 2, {"concurrency": {"local_limit": 2}}):
+            wait_until(lambda: _all_finalized(client, 16), timeout=60, what="every job finished")
+        rows = _jobs(client)
+        by_process: dict[str, list[JobRow]] = {}
+        for job in rows:
+            by_process.setdefault(job.attempted_by[-1], []).append(job)
+        assert all(_max_overlap(mine) <= 2 for mine in by_process.values())
+        assert _max_overlap(rows) <= 4
+
+
+def test_a_rate_limit_never_starts_more_than_n_in_any_window(any_db: Db) -> None:  # noqa: F811
+    jobs = [InsertManyParams({"sleep": 0.01}, kind="flow_job") for _ in range(12)]
+    client = _insert(any_db, jobs)
+    with client:
+        with workers(any_db, 2, {"rate_limit": {"limit": 4, "period": 1.0}}):
+            wait_until(lambda: _all_finalized(client, 12), timeout=60, what="every job finished")
+        starts = sorted(j.attempted_at for j in _jobs(client) if j.attempted_at is not None)
+        assert len(starts) == 12
+        window = timedelta(seconds=1)
+        for i, start in enumerate(starts):
+            assert sum(1 for s in starts[i:] if s < start + window) <= 4
+        assert starts[-1] - starts[0] >= timedelta(seconds=2)  # 12 starts at 4 a second
+
+
+def test_sequences_run_one_at_a_time_in_order(any_db: Db) -> None:  # noqa: F811
+    params = [
+        InsertManyParams({"sleep": 0.05, "n": n}, InsertOpts(sequence=key), kind="flow_job")
+        for n in range(8)
+        for key in ("acct-1", "acct-2")
+    ]
+    params.append(InsertManyParams({"sleep": 0.05, "n": 99}, kind="flow_job"))  # no sequence
+    client = _insert(any_db, params)
+    with client:
+        with workers(any_db, 2, {"sequences": True}):
+            wait_until(lambda: _all_finalized(client, 17), timeout=60, what="every job finished")
+        rows = _jobs(client)
+        for key in ("acct-1", "acct-2"):
+            mine = [j for j in rows if j.metadata.get("riverboat_sequence", {}).get("key") == key]
+            assert len(mine) == 8
+            assert _max_overlap(mine) == 1
+            by_start = sorted(mine, key=lambda j: j.attempted_at or datetime.min)
+            assert [j.args["n"] for j in by_start] == list(range(8))  # insertion order
+        assert _max_overlap(rows) > 1  # the two sequences ran side by side
+
+
+@pytest.mark.parametrize("on_discard", ["halt", "continue"])
+def test_a_discarded_job_halts_its_sequence_or_not(any_db: Db, on_discard: str) -> None:  # noqa: F811
+    seq = InsertOpts(sequence="s", max_attempts=1)
+    params = [
+        InsertManyParams({"sleep": 0.01, "n": 0}, seq, kind="flow_job"),
+        InsertManyParams({"sleep": 0.01, "n": 1, "fail": True}, seq, kind="flow_job"),
+        InsertManyParams({"sleep": 0.01, "n": 2}, seq, kind="flow_job"),
+        InsertManyParams({"sleep": 0.01, "n": 3}, InsertOpts(sequence="other"), kind="flow_job"),
+    ]
+    client = _insert(any_db, params)
+    flow = {"sequences": True, "sequence_on_discard": on_discard}
+    with client:
+        with workers(any_db, 1, flow):
+            wait_until(
+                lambda: (
+                    [j.state for j in _jobs(client)][3] is JobState.COMPLETED
+                    and _jobs(client)[1].state is JobState.DISCARDED
+                    and (on_discard == "halt" or _jobs(client)[2].state is JobState.COMPLETED)
+                ),
+                timeout=60,
+                what="the sequences settled",
+            )
+            rows = _jobs(client)
+            if on_discard == "halt":
+                assert rows[2].state is JobState.AVAILABLE and rows[2].attempt == 0
+                client.job_delete(rows[1].id)  # deleting (or retrying) it releases the sequence
+                wait_until(
+                    lambda: client.job_get(rows[2].id).state is JobState.COMPLETED,
+                    timeout=60,
+                    what="the sequence went on",
+                )
+
+
+def test_bad_flow_control_is_refused_before_anything_runs() -> None:
+    with pytest.raises(InvalidInputError, match="global_limit"):
+        ConcurrencyLimit(global_limit=0)
+    with pytest.raises(InvalidInputError, match="needs global_limit or local_limit"):
+        ConcurrencyLimit()
+    with pytest.raises(InvalidInputError, match="by_args"):
+        ConcurrencyLimit(global_limit=1, by_args="customer_id")
+    with pytest.raises(InvalidInputError, match="limit"):
+        RateLimit(limit=-1, period=1)
+    with pytest.raises(InvalidInputError, match="period"):
+        RateLimit(limit=1, period=0)
+    with pytest.raises(InvalidInputError, match="sequence_on_discard"):
+        FlowControl.of(QueueConfig(sequences=True, sequence_on_discard="skip"))  # type: ignore[arg-type]
+    assert FlowControl.of(QueueConfig()) is None  # no flow control: River's plain claim
+    with (
+        riverboat.Client("sqlite:///:memory:") as client,
+        pytest.raises(InvalidInputError, match="sequence"),
+    ):
+        client.insert({}, InsertOpts(sequence=42), kind="flow_job")  # type: ignore[arg-type]
