@@ -421,6 +421,11 @@ class Producer:
             elif self.max_workers - self._slots_held >= self._refill_at:
                 self._fetch_when_slots_free = False
                 self._refill.set()
+        elif self._flow is not None:
+            # Under flow control a short claim means "held back", not "no backlog": a
+            # job ending here may make room (its outcome is written within the
+            # completer's flush delay, before the cooldown has passed).
+            self._wake.set()
 
     async def _work(self, row: JobRow, state: RunState) -> None:
         try:
