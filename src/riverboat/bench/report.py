@@ -115,6 +115,9 @@ def render_table(report: dict[str, Any]) -> str:
     scale = report.get("scale")
     if scale:
         lines += ["", "scale: " + json.dumps(scale)]
+    flow = report.get("flow")
+    if flow:
+        lines += ["", "flow: " + json.dumps(flow)]
     workflow = report.get("workflow")
     if workflow:
         lines += ["", "workflow"] + [

@@ -60,8 +60,10 @@ class BenchConfig:
     include_inserts: bool = True
     # Not in a default run: starts worker processes and writes 1,000,000 rows.
     include_scale: bool = False
-    # Not in a default run either: the workflow part (riverboat.bench.workflow).
+    # Not in a default run either: the workflow part (riverboat.bench.workflow) and
+    # the flow-control part (riverboat.bench.flow, Postgres: worker processes).
     include_workflow: bool = False
+    include_flow: bool = False
     scale_finalized_rows: int = 1_000_000
 
 
@@ -211,6 +213,10 @@ async def _run(
                 pg, config.jobs, config.scale_finalized_rows
             ),
         }
+    if config.include_flow and target.dialect == "postgres" and target.schema:
+        from riverboat.bench.flow import run_flow_bench
+
+        report["flow"] = await asyncio.to_thread(run_flow_bench, pg, config.jobs)
     if config.include_workflow:
         from riverboat.bench.workflow import run_workflow_bench
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from riverboat.bench.defaults import _any_left_sql, _first_in_state_sql, _remaining_sql
 from riverboat.bench.measure import PostgresBench, fill_backlog
+from riverboat.flow import ConcurrencyLimit
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Job, Workers
 
@@ -29,6 +30,8 @@ SCALE_ROUNDS = 3
 MAX_WORKERS = 100
 _URL_ENV = "RIVERBOAT_BENCH_URL"
 _SCHEMA_ENV = "RIVERBOAT_BENCH_SCHEMA"
+MAX_WORKERS_ENV = "RIVERBOAT_BENCH_MAX_WORKERS"
+GLOBAL_LIMIT_ENV = "RIVERBOAT_BENCH_GLOBAL_LIMIT"
 
 
 def worker_client() -> Any:
@@ -43,12 +46,24 @@ def worker_client() -> Any:
         return None
 
     driver = AsyncPsycopgDriver(os.environ[_URL_ENV], schema=os.environ[_SCHEMA_ENV])
-    return riverboat.AsyncClient(
-        driver, queues={"default": QueueConfig(max_workers=MAX_WORKERS)}, workers=workers
+    # The flow part (riverboat.bench.flow) runs the same workers with fewer slots and,
+    # in one of its runs, a global concurrency limit.
+    limit = os.environ.get(GLOBAL_LIMIT_ENV)
+    queue = QueueConfig(
+        max_workers=int(os.environ.get(MAX_WORKERS_ENV, MAX_WORKERS)),
+        concurrency=ConcurrencyLimit(global_limit=int(limit)) if limit else None,
     )
+    return riverboat.AsyncClient(driver, queues={"default": queue}, workers=workers)
 
 
-def processes(pg: PostgresBench, jobs: int, counts: tuple[int, ...] = (1, 2)) -> dict[str, Any]:
+def processes(
+    pg: PostgresBench,
+    jobs: int,
+    counts: tuple[int, ...] = (1, 2),
+    worker_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Jobs/s of ``riverboat worker --processes N`` for each N in ``counts``
+    (``worker_env``: extra settings for the workers, see :func:`worker_client`)."""
     url, schema, progress = pg.url, pg.schema, pg.progress
     import psycopg
 
@@ -58,7 +73,7 @@ def processes(pg: PostgresBench, jobs: int, counts: tuple[int, ...] = (1, 2)) ->
         f"SELECT {_first_in_state_sql(schema, 'running')} IS NOT NULL"
         f" OR {_first_in_state_sql(schema, 'completed')} IS NOT NULL"
     )
-    env = {**os.environ, _URL_ENV: url, _SCHEMA_ENV: schema}
+    env = {**os.environ, _URL_ENV: url, _SCHEMA_ENV: schema, **(worker_env or {})}
     for count in counts:
         progress(f"scale: riverboat worker --processes {count}, {jobs} jobs")
         fill_backlog(url, schema, jobs, checkpoint=True)

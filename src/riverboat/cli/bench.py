@@ -38,10 +38,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--only",
-        choices=["ops", "e2e", "defaults", "inserts", "floor", "scenarios", "scale", "workflow"],
+        choices=[
+            "ops",
+            "e2e",
+            "defaults",
+            "inserts",
+            "floor",
+            "scenarios",
+            "scale",
+            "workflow",
+            "flow",
+        ],
         action="append",
         help="run only these parts (repeatable); 'scale' (worker processes 1 vs 2, and "
-        "1,000,000 finalized rows) and 'workflow' (what dependencies cost) run only when named",
+        "1,000,000 finalized rows), 'workflow' (what dependencies cost) and 'flow' (a "
+        "global limit that does not bind, 4 worker processes) run only when named",
     )
     parser.add_argument(
         "--finalized-rows",
@@ -84,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         include_inserts=not only or "inserts" in only,
         include_scale="scale" in only,
         include_workflow="workflow" in only,
+        include_flow="flow" in only,
         scale_finalized_rows=args.finalized_rows,
     )
     report = run_bench(config, show_progress=not args.quiet)
