@@ -1,0 +1,82 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/riverqueue/river"
+)
+
+// RawArgs are args whose JSON is kept byte for byte as given (River's json.RawMessage
+// case) and whose kind is chosen at run time, so one Go type covers every kind the
+// tests insert and work.
+type RawArgs struct {
+	kind string
+	raw  json.RawMessage
+}
+
+func (a RawArgs) Kind() string { return a.kind }
+
+func (a RawArgs) MarshalJSON() ([]byte, error) {
+	if len(a.raw) == 0 {
+		return []byte("{}"), nil
+	}
+	return a.raw, nil
+}
+
+func (a *RawArgs) UnmarshalJSON(data []byte) error {
+	a.raw = append(json.RawMessage(nil), data...)
+	return nil
+}
+
+// MapArgs are args held in a Go map: encoding/json sorts the keys, escapes <, > and &,
+// and writes numbers as float64, as a Go program built on maps would store them.
+type MapArgs map[string]any
+
+func (MapArgs) Kind() string { return "interop_map" }
+
+// UniqueFieldsArgs marks two of its fields `river:"unique"`: with ByArgs, only they
+// make the unique key.
+type UniqueFieldsArgs struct {
+	CustomerID int    `json:"customer_id" river:"unique"`
+	Region     string `json:"region" river:"unique"`
+	Note       string `json:"note"`
+}
+
+func (UniqueFieldsArgs) Kind() string { return "interop_unique_fields" }
+
+// PathyFieldsArgs has unique fields whose JSON names hold the characters a JSON path
+// language treats specially.
+type PathyFieldsArgs struct {
+	Dotted string `json:"a.b" river:"unique"`
+	Star   string `json:"x*y" river:"unique"`
+	Note   string `json:"note"`
+}
+
+func (PathyFieldsArgs) Kind() string { return "interop_pathy_fields" }
+
+// argsFor builds the Go value of one of the types above from a request's type name,
+// kind and JSON args.
+func argsFor(typeName, kind string, raw json.RawMessage) (river.JobArgs, error) {
+	switch typeName {
+	case "", "raw":
+		if kind == "" {
+			return nil, fmt.Errorf("raw args need a kind")
+		}
+		return RawArgs{kind: kind, raw: raw}, nil
+	case "map":
+		var args MapArgs
+		err := json.Unmarshal(raw, &args)
+		return args, err
+	case "unique_fields":
+		var args UniqueFieldsArgs
+		err := json.Unmarshal(raw, &args)
+		return args, err
+	case "pathy_fields":
+		var args PathyFieldsArgs
+		err := json.Unmarshal(raw, &args)
+		return args, err
+	default:
+		return nil, fmt.Errorf("unknown args type %q", typeName)
+	}
+}
