@@ -111,7 +111,7 @@ func migrate[TTx any](ctx context.Context, e env[TTx], action string, target, ma
 		if err != nil {
 			return err
 		}
-		emit(map[string]any{"ok": res.OK, "messages": res.Messages})
+		emit(map[string]any{"ok": res.OK, "messages": append([]string{}, res.Messages...)})
 	default:
 		return fmt.Errorf("unknown migrate action %q", action)
 	}

@@ -96,7 +96,8 @@ func openDatabase(ctx context.Context, flags commonFlags) (*database, error) {
 		}
 		return &database{url: flags.db, schema: flags.schema, pgPool: pool}, nil
 	case strings.HasPrefix(flags.db, "sqlite://"):
-		path := strings.TrimPrefix(flags.db, "sqlite://")
+		// riverboat's form: sqlite:///relative/path or sqlite:////absolute/path.
+		path, _, _ := strings.Cut(strings.TrimPrefix(flags.db, "sqlite:///"), "?")
 		dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
 		db, err := sql.Open("sqlite", dsn)
 		if err != nil {
