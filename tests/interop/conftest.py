@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
 from tests.interop.river_go import RiverGo, Target, build_river_go, find_go
 
 NO_GO = "no Go toolchain on PATH: the River interop tests need Go 1.26 (see README, Development)"

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,6 +169,7 @@ class GoProcess:
             with self._cond:
                 self.events.append(json.loads(line))
                 self._cond.notify_all()
+        self.proc.stdout.close()
         with self._cond:
             self._cond.notify_all()
 
@@ -177,6 +178,7 @@ class GoProcess:
         for line in self.proc.stderr:
             with self._cond:
                 self.stderr.append(line.rstrip("\n"))
+        self.proc.stderr.close()
 
     def wait_event(
         self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 15
@@ -219,12 +221,6 @@ class GoProcess:
         self.proc.wait()
         for thread in self._threads:
             thread.join(5)
-
-
-def iter_go_json_lines(text: str) -> Iterator[dict[str, Any]]:
-    for line in text.splitlines():
-        if line.strip():
-            yield json.loads(line)
 
 
 def find_go() -> str | None:

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from tests.interop.river_go import GoError, RiverGo, Target
 
 from riverboat import Client, Job, QueueConfig, Workers
 from riverboat._url import driver_from_url
 from riverboat.migrations import Migrator
+from tests.interop.river_go import GoError, RiverGo, Target
 
 ALL = list(range(1, 9))
 
