@@ -52,9 +52,11 @@ def wait_for_state(
     client: Client, job_id: int, states: str | tuple[str, ...], timeout: float = 20
 ) -> JobRow:
     wanted = (states,) if isinstance(states, str) else states
-    job: JobRow = wait_until(
-        lambda: row if (row := client.job_get(job_id)).state in wanted else None,
-        timeout=timeout,
-        what=f"job {job_id} in {wanted}",
-    )
+
+    def reached() -> JobRow | None:
+        row = client.job_get(job_id)
+        return row if row.state in wanted else None
+
+    job = wait_until(reached, timeout=timeout, what=f"job {job_id} in {wanted}")
+    assert job is not None
     return job
