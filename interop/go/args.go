@@ -29,11 +29,11 @@ func (a *RawArgs) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// MapArgs are args held in a Go map: encoding/json sorts the keys, escapes <, > and &,
-// and writes numbers as float64, as a Go program built on maps would store them.
-type MapArgs map[string]any
-
-func (MapArgs) Kind() string { return "interop_map" }
+// mapKind is the kind of args given as JSON and re-encoded the way a Go program holding
+// them in maps and float64s stores them: encoding/json sorts map keys at every depth,
+// escapes <, > and &, and writes numbers as float64. (River's unique-by-args needs a
+// struct type, so they travel as RawArgs.)
+const mapKind = "interop_map"
 
 // UniqueFieldsArgs marks two of its fields `river:"unique"`: with ByArgs, only they
 // make the unique key.
@@ -65,9 +65,12 @@ func argsFor(typeName, kind string, raw json.RawMessage) (river.JobArgs, error) 
 		}
 		return RawArgs{kind: kind, raw: raw}, nil
 	case "map":
-		var args MapArgs
-		err := json.Unmarshal(raw, &args)
-		return args, err
+		var decoded map[string]any
+		if err := json.Unmarshal(raw, &decoded); err != nil {
+			return nil, err
+		}
+		encoded, err := json.Marshal(decoded)
+		return RawArgs{kind: mapKind, raw: encoded}, err
 	case "unique_fields":
 		var args UniqueFieldsArgs
 		err := json.Unmarshal(raw, &args)

@@ -74,16 +74,13 @@ func work[TTx any](ctx context.Context, e env[TTx], f *workFlags) error {
 		id = fmt.Sprintf("go-%d", os.Getpid())
 	}
 	workers := river.NewWorkers()
-	for _, kind := range strings.Split(f.kinds, ",") {
+	for _, kind := range append(strings.Split(f.kinds, ","), mapKind) {
 		if kind = strings.TrimSpace(kind); kind != "" {
 			river.AddWorkerArgs(workers, RawArgs{kind: kind}, river.WorkFunc(func(ctx context.Context, job *river.Job[RawArgs]) error {
 				return perform(ctx, job.JobRow, job.Args.raw)
 			}))
 		}
 	}
-	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[MapArgs]) error {
-		return perform(ctx, job.JobRow, job.EncodedArgs)
-	}))
 	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[UniqueFieldsArgs]) error {
 		return perform(ctx, job.JobRow, nil)
 	}))
