@@ -60,3 +60,15 @@ def wait_for_state(
     job = wait_until(reached, timeout=timeout, what=f"job {job_id} in {wanted}")
     assert job is not None
     return job
+
+
+def wait_until_metadata(client: Client, job_id: int, key: str, timeout: float = 20) -> JobRow:
+    """The job once its metadata has ``key`` (a snooze count, a cancel request...)."""
+
+    def has_key() -> JobRow | None:
+        row = client.job_get(job_id)
+        return row if key in row.metadata else None
+
+    job = wait_until(has_key, timeout=timeout, what=f"job {job_id} with metadata {key!r}")
+    assert job is not None
+    return job
