@@ -29,6 +29,7 @@ type workFlags struct {
 	periodicKind      string
 	periodicInterval  float64
 	periodicUnique    bool
+	periodicQueue     string
 	noLeaderElection  bool
 	softStopTimeoutMs int
 }
@@ -41,9 +42,10 @@ func workCommand(fs *flag.FlagSet) func(context.Context, *database) error {
 	fs.IntVar(&f.maxWorkers, "max-workers", 10, "workers per queue")
 	fs.Float64Var(&f.retryAfter, "retry-after", 0, "retry failed jobs after this many seconds (0: River's backoff)")
 	fs.BoolVar(&f.pollOnly, "poll-only", false, "no LISTEN/NOTIFY")
-	fs.StringVar(&f.periodicKind, "periodic-kind", "", "run a periodic job of this kind (raw args {})")
+	fs.StringVar(&f.periodicKind, "periodic-kind", "", "run a periodic job of this kind (args {\"from\":\"go\"})")
 	fs.Float64Var(&f.periodicInterval, "periodic-interval", 1, "the periodic job's interval in seconds")
 	fs.BoolVar(&f.periodicUnique, "periodic-unique", false, "the periodic job is unique by period (its interval)")
+	fs.StringVar(&f.periodicQueue, "periodic-queue", "", "the periodic job's queue (default: River's)")
 	fs.BoolVar(&f.noLeaderElection, "no-leader-election", false, "never become leader")
 	fs.IntVar(&f.softStopTimeoutMs, "soft-stop-timeout-ms", 10000, "how long Stop waits for running jobs")
 	return func(ctx context.Context, db *database) error {
@@ -102,6 +104,7 @@ func work[TTx any](ctx context.Context, e env[TTx], f *workFlags) error {
 		FetchCooldown:          20 * time.Millisecond,
 		PollOnly:               f.pollOnly,
 		LeaderElectionDisabled: f.noLeaderElection,
+		Middleware:             []rivertype.Middleware{&insertReporter{}},
 		Logger:                 slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	if f.retryAfter > 0 {
@@ -109,15 +112,15 @@ func work[TTx any](ctx context.Context, e env[TTx], f *workFlags) error {
 	}
 	if f.periodicKind != "" {
 		interval := time.Duration(f.periodicInterval * float64(time.Second))
-		kind, unique := f.periodicKind, f.periodicUnique
+		kind, unique, queue := f.periodicKind, f.periodicUnique, f.periodicQueue
 		config.PeriodicJobs = []*river.PeriodicJob{river.NewPeriodicJob(
 			river.PeriodicInterval(interval),
 			func() (river.JobArgs, *river.InsertOpts) {
-				opts := &river.InsertOpts{}
+				opts := &river.InsertOpts{Queue: queue}
 				if unique {
 					opts.UniqueOpts = river.UniqueOpts{ByPeriod: interval}
 				}
-				return RawArgs{kind: kind, raw: json.RawMessage(`{}`)}, opts
+				return RawArgs{kind: kind, raw: json.RawMessage(`{"from":"go"}`)}, opts
 			},
 			&river.PeriodicJobOpts{ID: kind, RunOnStart: true},
 		)}
@@ -206,4 +209,16 @@ func act(ctx context.Context, job *rivertype.JobRow, b *behaviour) error {
 	default:
 		return fmt.Errorf("unknown behaviour %q", b.Do)
 	}
+}
+
+// insertReporter is a River insert middleware that prints every insert's outcome, so a
+// test can await the leader's periodic inserts (and see the ones skipped as duplicates).
+type insertReporter struct{ river.MiddlewareDefaults }
+
+func (*insertReporter) InsertMany(ctx context.Context, manyParams []*rivertype.JobInsertParams, doInner func(context.Context) ([]*rivertype.JobInsertResult, error)) ([]*rivertype.JobInsertResult, error) {
+	results, err := doInner(ctx)
+	for _, r := range results {
+		emit(map[string]any{"event": "inserted", "id": r.Job.ID, "kind": r.Job.Kind, "unique_skipped_as_duplicate": r.UniqueSkippedAsDuplicate})
+	}
+	return results, err
 }
