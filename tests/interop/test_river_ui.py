@@ -111,3 +111,16 @@ def test_river_ui_actions_on_riverboat_jobs(
         with pytest.raises(NotFoundError):
             client.job_get(ids["completed"])
         assert client.queue_get("mail").paused_at is not None
+
+
+def test_river_ui_in_chromium_shows_a_riverboat_job_and_its_error(
+    river: RiverGo, target: Target, river_ui: RiverUI, page: Any
+) -> None:
+    """River UI's own front end, in Debian's chromium: the discarded riverboat job's page
+    shows its kind and riverboat's error, and the jobs list shows it."""
+    ids = riverboat_jobs(target)
+    page.goto(f"{river_ui.url}/jobs/{ids['discarded']}")
+    page.get_by_text("riverboat <error> for River UI").first.wait_for(timeout=20_000)
+    page.get_by_text("ui_broken").first.wait_for(timeout=10_000)
+    page.goto(f"{river_ui.url}/jobs?state=discarded")
+    page.get_by_text("ui_broken").first.wait_for(timeout=20_000)
