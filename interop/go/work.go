@@ -83,6 +83,9 @@ func work[TTx any](ctx context.Context, e env[TTx], f *workFlags) error {
 			}))
 		}
 	}
+	river.AddWorkerArgs(workers, RawArgs{kind: resumableKind}, river.WorkFunc(func(ctx context.Context, job *river.Job[RawArgs]) error {
+		return resumableWork(ctx, e, job)
+	}))
 	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[UniqueFieldsArgs]) error {
 		return perform(ctx, job.JobRow, nil)
 	}))
