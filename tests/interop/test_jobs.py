@@ -15,7 +15,14 @@ from riverboat import InsertManyParams, InsertOpts, Job, Workers
 from tests.interop import helpers
 from tests.interop.river_go import RiverGo, Target
 
-GO_INSERT_MODES = ["insert", "insert_tx", "insert_many", "insert_many_tx", "insert_many_fast"]
+GO_INSERT_MODES = [
+    "insert",
+    "insert_tx",
+    "insert_many",
+    "insert_many_tx",
+    "insert_many_fast",
+    "insert_many_fast_tx",
+]
 
 
 def recording_workers(seen: list[tuple[int, dict[str, Any]]], *kinds: str) -> Workers:
