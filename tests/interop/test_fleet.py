@@ -1,6 +1,7 @@
 """A mixed fleet: a River worker process and a riverboat worker process on the same
 queue, jobs inserted by both, each job worked exactly once, one leader at a time, and
-leadership handed over in both directions when the leader stops and when it is killed.
+leadership handed over in both directions when the leader stops, and from riverboat to
+River when riverboat is killed.
 
 The default run takes a few phases of seconds; the one-minute version with continuous
 inserts (and River killed while leading, which waits out River's 15 s leader TTL) is
@@ -177,6 +178,15 @@ def test_mixed_fleet_works_each_job_once_and_hands_leadership_over(
             fleet.wait_drained(client)
             fleet.go_processes[1].stop()
             rb_b.wait_for(lambda line: line == "LEADER rb-b", 20)
+
+            # A third River worker follows; riverboat stops softly and River leads.
+            fleet.start_go("go-c")
+            fleet.insert_both(client, 50)
+            fleet.wait_drained(client)
+            rb_b_proc = fleet.rb_processes[1][0]
+            rb_b_proc.send_signal(signal.SIGTERM)
+            assert rb_b_proc.wait(30) == 0
+            wait_leader(target, "go-c", timeout=30)
             check_exactly_once(fleet, client)
     finally:
         fleet.close()
