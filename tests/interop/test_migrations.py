@@ -3,6 +3,8 @@ on Postgres and SQLite, whichever side migrated."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -42,6 +44,18 @@ def test_river_migrates_and_riverboat_lists_validates_and_works(
         assert migrator.up() == []  # nothing left to do
     finally:
         driver.close()
+
+    # The CLI as an operator would run it against River's migrations.
+    flags = ["--database-url", empty_target.url]
+    if empty_target.schema:
+        flags += ["--schema", empty_target.schema]
+    validate = subprocess.run(
+        [sys.executable, "-m", "riverboat.cli", "migrate", "validate", *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert validate.returncode == 0, validate.stdout + validate.stderr
 
     workers = Workers()
     seen: list[int] = []

@@ -11,10 +11,10 @@ from typing import Any, ClassVar
 
 import pytest
 
-from riverboat import Client, InsertOpts, Job, UniqueOpts, Workers
+from riverboat import Client, InsertManyParams, InsertOpts, Job, UniqueOpts, Workers
 from riverboat._job import InsertResult
 from tests.interop import helpers
-from tests.interop.river_go import RiverGo, Target
+from tests.interop.river_go import GoError, RiverGo, Target
 
 # Args a Go program holds in a map[string]any (River encodes them with encoding/json:
 # keys sorted at every depth, <>& escaped, numbers as float64) and a Python program in
@@ -280,3 +280,30 @@ def test_unique_field_names_with_dot_and_star(
                 PathyFields("one", "two", "from Python"), InsertOpts(unique_opts=opts)
             ),
         )
+
+
+@pytest.mark.parametrize("go_first", [True, False], ids=["river_first", "riverboat_first"])
+def test_insert_many_fast_dedups_against_the_other_side(
+    river: RiverGo, target: Target, go_first: bool
+) -> None:
+    """riverboat's insert_many_fast (COPY on psycopg, unique jobs through ON CONFLICT)
+    counts only what it inserted, so a batch River already has inserts nothing; River's
+    InsertManyFast does the same on SQLite and fails the batch on Postgres."""
+    opts = UniqueOpts(by_args=True)
+    batch = [{"batch": i, "name": "<fast>"} for i in range(5)]
+    specs = [{"type": "map", "args": a, "opts": {"unique": unique_json(opts)}} for a in batch]
+    params = [InsertManyParams(a, InsertOpts(unique_opts=opts), kind="interop_map") for a in batch]
+    with helpers.client(target) as client:
+        if go_first:
+            assert river.insert("insert_many_fast", specs)["count"] == 5
+            assert client.insert_many_fast(params) == 0
+        else:
+            assert client.insert_many_fast(params) == 5
+            if target.dialect == "postgres":
+                # River's COPY path cannot skip a unique conflict: as River documents,
+                # the whole batch fails and nothing is inserted.
+                with pytest.raises(GoError, match="river_job_unique_idx"):
+                    river.insert("insert_many_fast", specs)
+            else:
+                assert river.insert("insert_many_fast", specs)["count"] == 0
+        assert len(client.job_list(kinds=["interop_map"]).jobs) == 5
