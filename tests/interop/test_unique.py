@@ -219,8 +219,9 @@ RAW_TEXT = '{"n":1e21,"amount":1.0,"b":{"y":1,"x":2},"tiny":1E-7}'
 
 @pytest.mark.xfail(
     strict=True,
-    reason="riverboat re-encodes to_json() args (1.0 -> 1, 1e21 -> 1e+21) where River keeps "
-    "json.RawMessage text as written, so the unique keys differ (issue #26 item 3, river-compat)",
+    reason="riverboat re-encodes the numbers of to_json() args (1e21 -> 1e+21, 1E-7 -> "
+    "1e-07) where River hashes json.RawMessage text as written, so the unique keys differ "
+    "(issue #26 item 3, river-compat)",
 )
 @pytest.mark.parametrize("go_first", [True, False], ids=["river_first", "riverboat_first"])
 def test_raw_json_args_same_key_both_ways(river: RiverGo, target: Target, go_first: bool) -> None:
