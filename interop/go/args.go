@@ -45,6 +45,18 @@ type UniqueFieldsArgs struct {
 
 func (UniqueFieldsArgs) Kind() string { return "interop_unique_fields" }
 
+// NestedUniqueArgs tags a field of a nested struct: River's key holds it under the
+// dotted path customer.id.
+type NestedUniqueArgs struct {
+	Customer struct {
+		ID   int    `json:"id" river:"unique"`
+		Name string `json:"name"`
+	} `json:"customer"`
+	Note string `json:"note"`
+}
+
+func (NestedUniqueArgs) Kind() string { return "interop_nested_unique" }
+
 // PathyFieldsArgs has unique fields whose JSON names hold the characters a JSON path
 // language treats specially.
 type PathyFieldsArgs struct {
@@ -73,6 +85,10 @@ func argsFor(typeName, kind string, raw json.RawMessage) (river.JobArgs, error) 
 		return RawArgs{kind: mapKind, raw: encoded}, err
 	case "unique_fields":
 		var args UniqueFieldsArgs
+		err := json.Unmarshal(raw, &args)
+		return args, err
+	case "nested_unique":
+		var args NestedUniqueArgs
 		err := json.Unmarshal(raw, &args)
 		return args, err
 	case "pathy_fields":

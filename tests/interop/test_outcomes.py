@@ -7,9 +7,11 @@ import asyncio
 import threading
 from typing import Any
 
+import pytest
+
 from riverboat import InsertOpts, Job, JobCancel, JobSnooze, Workers, record_output
 from tests.interop import helpers
-from tests.interop.river_go import RiverGo, Target
+from tests.interop.river_go import GoError, RiverGo, Target
 
 
 def go_insert(river: RiverGo, kind: str, args: dict[str, Any], **opts: Any) -> int:
@@ -185,3 +187,49 @@ def test_recorded_output_both_ways(river: RiverGo, target: Target) -> None:
         py_id = client.insert({}, kind="reporter").job.id
         client.run_until_idle()
     assert river.job("get", py_id)["metadata"]["output"] == {"rows": 3, "by": "python"}
+
+
+def test_river_job_retry_reruns_a_job_riverboat_discarded(river: RiverGo, target: Target) -> None:
+    """River's JobRetry on a job riverboat discarded makes it available now; riverboat
+    works it again with the old error kept."""
+    attempts: list[int] = []
+    workers = Workers()
+
+    @workers.register("second_chance")
+    def second_chance(job: Job[Any]) -> None:
+        attempts.append(job.attempt)
+        if job.attempt == 1:
+            raise ValueError("first time fails")
+
+    with helpers.client(target, workers) as client:
+        job_id = client.insert({}, InsertOpts(max_attempts=1), kind="second_chance").job.id
+        client.run_until_idle()
+        assert client.job_get(job_id).state == "discarded"
+        retried = river.job("retry", job_id)
+        assert retried["state"] == "available" and retried["finalized_at"] is None
+        client.run_until_idle()
+        done = client.job_get(job_id)
+    assert attempts == [1, 2] and done.state == "completed"
+    assert [e.attempt for e in done.errors] == [1]
+
+
+def test_riverboat_job_retry_and_delete_on_jobs_river_finished(
+    river: RiverGo, target: Target
+) -> None:
+    failed = go_insert(river, "go_done", {"do": "fail"}, max_attempts=1)
+    completed = go_insert(river, "go_done", {"do": "ok"})
+    with helpers.client(target) as client:
+        worker = river.worker("--kinds=go_done")
+        try:
+            helpers.wait_for_state(client, failed, "discarded")
+            helpers.wait_for_state(client, completed, "completed")
+            assert client.job_delete(completed).id == completed
+            client.job_retry(failed)
+            done = helpers.wait_for_state(client, failed, "discarded")
+        finally:
+            worker.stop()
+    # River ran it twice: once before the retry, once after (still failing).
+    assert [e["attempt"] for e in worker.events_of("run") if e["id"] == failed] == [1, 2]
+    assert done.attempt == 2 and len(done.errors) == 2
+    with pytest.raises(GoError, match="not found"):
+        river.job("get", completed)

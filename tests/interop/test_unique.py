@@ -200,6 +200,45 @@ def test_river_unique_struct_fields(river: RiverGo, target: Target, go_first: bo
         )
 
 
+@dataclass
+class Customer:
+    id: int  # Go: ID int `json:"id" river:"unique"`
+    name: str
+
+
+@dataclass
+class NestedUnique:
+    """Go: NestedUniqueArgs, whose nested Customer.ID is tagged river:"unique"."""
+
+    kind: ClassVar[str] = "interop_nested_unique"
+    unique_fields: ClassVar[tuple[str, ...]] = ("customer.id",)
+    customer: Customer
+    note: str = ""
+
+
+@pytest.mark.parametrize("go_first", [True, False], ids=["river_first", "riverboat_first"])
+def test_river_unique_field_of_a_nested_struct(
+    river: RiverGo, target: Target, go_first: bool
+) -> None:
+    opts = UniqueOpts(by_args=True)
+    spec = {
+        "type": "nested_unique",
+        "args": {"customer": {"id": 7, "name": "Ada"}, "note": "from Go"},
+        "opts": {"unique": unique_json(opts)},
+    }
+    with helpers.client(target) as client:
+        check_pair(
+            river,
+            client,
+            go_first,
+            spec,
+            # The name and note are not tagged: other values, still the same job.
+            lambda: client.insert(
+                NestedUnique(Customer(7, "Ada L."), "from Python"), InsertOpts(unique_opts=opts)
+            ),
+        )
+
+
 class RawJson:
     """Args whose JSON text is written by hand, as Go's ``json.RawMessage`` args are:
     River stores and hashes that text as written (``1.0`` stays ``1.0``, ``1e21`` stays
