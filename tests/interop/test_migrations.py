@@ -147,3 +147,21 @@ def test_a_version_river_does_not_know_is_reported_by_both(river: RiverGo, targe
     with pytest.raises(GoError, match="migration 99 not found"):
         river.migrate("list")
     assert river.migrate("validate") == {"ok": True, "messages": []}
+
+
+def test_a_gap_in_river_migration_is_reported_by_both(river: RiverGo, target: Target) -> None:
+    """Version 6 missing between applied ones: both sides name it as unapplied rather
+    than taking the highest version as the schema's."""
+    from riverboat._sql import Query, Statement
+
+    driver, migrator = _migrator(target)
+    try:
+        table = f'"{target.schema}".river_migration' if target.schema else "river_migration"
+        driver.execute(
+            Statement(Query("interop_drop_v6", f"DELETE FROM {table} WHERE version = 6"), {})
+        )
+        assert migrator.validate() == [6]
+    finally:
+        driver.close()
+    assert river.migrate("validate") == {"ok": False, "messages": ["Unapplied migrations: [6]"]}
+    assert river.migrate("list")["existing"] == [1, 2, 3, 4, 5, 7, 8]
