@@ -124,3 +124,13 @@ def test_river_ui_in_chromium_shows_a_riverboat_job_and_its_error(
     page.get_by_text("ui_broken").first.wait_for(timeout=10_000)
     page.goto(f"{river_ui.url}/jobs?state=discarded")
     page.get_by_text("ui_broken").first.wait_for(timeout=20_000)
+
+
+def test_river_ui_retry_button_in_chromium_retries_a_riverboat_job(
+    river: RiverGo, target: Target, river_ui: RiverUI, page: Any
+) -> None:
+    ids = riverboat_jobs(target)
+    page.goto(f"{river_ui.url}/jobs/{ids['discarded']}")
+    page.get_by_role("button", name="Retry").first.click(timeout=20_000)
+    with Client(target.url, schema=target.schema) as client:
+        helpers.wait_for_state(client, ids["discarded"], "available")
