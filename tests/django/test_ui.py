@@ -101,6 +101,28 @@ def test_retry_through_django_with_the_dashboards_csrf(
     assert job is not None and job.state is riverboat.JobState.AVAILABLE
 
 
+def test_allowed_hosts_and_anti_framing_headers(ui: DjangoTestClient, pg_schema: str) -> None:
+    """The mount answers only ALLOWED_HOSTS (a rebound name gets Django's 400, even for a
+    POST carrying a valid token) and its pages forbid framing and sniffing."""
+    job_id = _cancelled_job(pg_schema, {"n": 3})
+    page = ui.get(PREFIX + "/")
+    assert page.status_code == 200
+    assert page["X-Frame-Options"] == "DENY"
+    assert page["X-Content-Type-Options"] == "nosniff"
+    assert "frame-ancestors 'none'" in page["Content-Security-Policy"]
+    token = ui.cookies["riverboat_csrf"].value
+    assert ui.get(PREFIX + "/", headers={"Host": "rebind.evil.example"}).status_code == 400
+    refused = ui.post(
+        f"{PREFIX}/jobs/{job_id}/retry",
+        {"csrf": token},
+        headers={"Host": "rebind.evil.example", "Origin": "http://rebind.evil.example"},
+    )
+    assert refused.status_code == 400
+    client = riverboat.Client(DjangoDriver(schema=pg_schema))
+    job = client.job_get(job_id)
+    assert job is not None and job.state is riverboat.JobState.CANCELLED
+
+
 def test_pause_a_queue(ui: DjangoTestClient, pg_schema: str) -> None:
     from django.db import connection
 

@@ -13,7 +13,7 @@ from typing import Any
 from playwright.sync_api import expect
 
 from riverboat.ui import create_app
-from tests.ui.conftest import SCREENSHOTS, SeededDb
+from tests.ui.conftest import SCREENSHOTS, SeededDb, _chromium
 from tests.ui.seed import MEDIA_COMPLETED
 
 
@@ -198,3 +198,66 @@ def test_read_only_hides_every_action(seeded: SeededDb, serve: Any, page: Any) -
         expect(page.locator(".badge.ro")).to_have_text("read-only")
         assert page.locator("main form[method=post] button").count() == 0
         assert page.locator("input.pick").count() == 0
+
+
+def test_cannot_be_framed_or_reached_by_a_rebound_name(
+    seeded: SeededDb, serve: Any, page: Any, browser: Any
+) -> None:
+    """Another site's page cannot show the dashboard in a frame, and a browser whose DNS
+    resolves rebind.evil.example to 127.0.0.1 (DNS rebinding) gets a refusal, not a page
+    from which its script could post actions."""
+    base = _open(seeded, serve)
+    port = base.rsplit(":", 1)[1]
+    other = serve(_FramingPage(base + "/")).url
+    page.goto(other + "/")
+    frame = page.frame_locator("iframe#dash")
+    expect(page.locator("iframe#dash")).to_be_attached()
+    # The framed document never becomes the dashboard (chromium shows its error page).
+    page.wait_for_load_state("load")
+    framed = [f.url for f in page.frames if f != page.main_frame]
+    assert framed == ["chrome-error://chromewebdata/"], framed
+    assert frame.locator("[data-state]").count() == 0
+
+    rebinding = browser.browser_type.launch(
+        executable_path=_chromium(),
+        args=[
+            "--no-sandbox",
+            "--disable-dev-shm-usage",
+            "--host-resolver-rules=MAP rebind.evil.example 127.0.0.1",
+        ],
+    )
+    try:
+        evil = rebinding.new_page()
+        response = evil.goto(f"http://rebind.evil.example:{port}/")
+        assert response is not None and response.status == 400
+        expect(evil.locator("body")).to_contain_text("refused a request for host")
+        assert evil.locator("form").count() == 0
+        # The same server answers its own name.
+        response = evil.goto(f"http://127.0.0.1:{port}/")
+        assert response is not None and response.status == 200
+    finally:
+        rebinding.close()
+
+
+class _FramingPage:
+    """An ASGI app on another origin (port) whose page frames the dashboard."""
+
+    def __init__(self, target: str) -> None:
+        self.body = f'<html><body><iframe id="dash" src="{target}"></iframe></body></html>'
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                kind = message["type"].rsplit(".", 1)[1]  # startup / shutdown
+                await send({"type": f"lifespan.{kind}.complete"})
+                if kind == "shutdown":
+                    return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/html")],
+            }
+        )
+        await send({"type": "http.response.body", "body": self.body.encode()})

@@ -71,3 +71,54 @@ def test_refuses_a_bad_database(tmp_path: object) -> None:
     )
     assert done.returncode == 1
     assert "database_url" in done.stderr and "Traceback" not in done.stderr
+
+
+def _status(port: int, host_header: str) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", "/", headers={"Host": host_header})
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+def test_answers_only_its_own_host_names(sqlite_url: str) -> None:
+    port = _free_port()
+    proc, lines = _start(
+        "--database-url",
+        sqlite_url,
+        "--port",
+        str(port),
+        "--allowed-host",
+        "jobs.internal",
+        "--allowed-host",
+        ".ops.example",
+    )
+    try:
+        assert any(f"http://127.0.0.1:{port}/" in line for line in lines), lines
+        for host, wanted in (
+            (f"127.0.0.1:{port}", 200),
+            (f"localhost:{port}", 200),
+            ("jobs.internal", 200),
+            ("a.ops.example:443", 200),
+            ("rebind.evil.example", 400),
+        ):
+            assert _status(port, host) == wanted, host
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+def test_every_address_without_allowed_host_says_which_names_answer(sqlite_url: str) -> None:
+    port = _free_port()
+    proc, lines = _start(
+        "--database-url", sqlite_url, "--host", "0.0.0.0", "--port", str(port), "--token", "x1"
+    )
+    try:
+        assert any("--allowed-host" in line for line in lines), lines
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        assert proc.stderr is not None
+        proc.stderr.close()

@@ -200,3 +200,91 @@ def test_an_action_that_changes_nothing_says_so(seeded: SeededDb, serve: Any) ->
     status, headers, _ = browser.request("POST", f"/jobs/{done}/cancel", {"csrf": token})
     assert status == 303 and "already+completed" in headers["location"]
     assert "msgkind=error" in headers["location"]
+
+
+def test_unknown_host_is_refused_even_for_a_valid_action(seeded: SeededDb, serve: Any) -> None:
+    """DNS rebinding: a page of rebind.evil.example, its name now resolving to 127.0.0.1,
+    makes the browser send requests with that Host. Pages and actions are refused (400)
+    before anything is read or written; localhost names are served."""
+    base = serve(create_app(seeded.url, schema=seeded.schema)).url
+    port = urlsplit(base).port
+    browser = Http(base)
+    token = browser.csrf()
+    for host in (
+        "rebind.evil.example",
+        f"rebind.evil.example:{port}",
+        "",
+        "127.0.0.1.evil.example",
+    ):
+        status, headers, text = browser.request("GET", "/", Host=host)
+        assert status == 400 and "refused a request for host" in text, host
+        assert headers["x-frame-options"] == "DENY"
+    # A same-origin POST (the rebound page's own origin) with a valid token: refused.
+    evil = f"http://rebind.evil.example:{port}"
+    status, _, text = browser.request(
+        "POST", "/queues/email/pause", {"csrf": token}, Host=evil[7:], Origin=evil
+    )
+    assert status == 400 and "refused a request for host" in text
+    assert not _paused(seeded, "email")
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", "LOCALHOST", f"app.localhost:{port}"):
+        assert browser.request("GET", "/", Host=host)[0] == 200, host
+
+
+def test_allowed_hosts_option(seeded: SeededDb, serve: Any) -> None:
+    app = create_app(seeded.url, schema=seeded.schema, allowed_hosts=["jobs.example.com", ".corp"])
+    browser = Http(serve(app).url)
+    assert browser.request("GET", "/", Host="jobs.example.com:8443")[0] == 200
+    assert browser.request("GET", "/", Host="ops.corp")[0] == 200
+    assert browser.request("GET", "/", Host="corp")[0] == 200
+    assert browser.request("GET", "/", Host="localhost")[0] == 400  # replaced, not added
+    assert browser.request("GET", "/", Host="example.com")[0] == 400
+    with pytest.raises(InvalidInputError, match="allowed_hosts"):
+        create_app(seeded.url, allowed_hosts="localhost")
+    with pytest.raises(InvalidInputError, match="allowed_hosts"):
+        create_app(seeded.url, allowed_hosts=[])
+
+
+def test_every_response_forbids_framing_and_sniffing(seeded: SeededDb, serve: Any) -> None:
+    base = serve(create_app(seeded.url, schema=seeded.schema)).url
+    browser = Http(base)
+    token = browser.csrf()
+    for method, path, body in (
+        ("GET", "/", None),
+        ("GET", "/jobs?state=discarded", None),
+        ("GET", f"/jobs/{seeded.jobs.discarded[0]}", None),
+        ("GET", "/jobs/424242", None),
+        ("GET", "/static/style.css", None),
+        ("POST", "/queues/email/pause", {"csrf": token}),
+    ):
+        status, headers, _ = browser.request(method, path, body)
+        assert status in (200, 303, 404), path
+        assert headers["x-frame-options"] == "DENY", path
+        assert headers["x-content-type-options"] == "nosniff", path
+        assert "frame-ancestors 'none'" in headers["content-security-policy"], path
+    protected = Http(serve(create_app(seeded.url, schema=seeded.schema, token="t0ken")).url)
+    status, headers, _ = protected.request("GET", "/")
+    assert status == 401 and headers["x-frame-options"] == "DENY"
+
+
+def test_an_existing_policy_keeps_its_directives() -> None:
+    import asyncio
+
+    from riverboat.ui.app import _SecurityHeadersMiddleware
+
+    async def inner(scope: Any, receive: Any, send: Any) -> None:
+        headers = [(b"content-security-policy", b"default-src 'self';")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def receive() -> Any:
+        return {"type": "http.request"}
+
+    asyncio.run(_SecurityHeadersMiddleware(inner)({"type": "http"}, receive, send))
+    headers = dict(sent[0]["headers"])
+    assert headers[b"content-security-policy"] == b"default-src 'self'; frame-ancestors 'none'"
+    assert headers[b"x-frame-options"] == b"DENY"

@@ -19,6 +19,7 @@ from riverboat.errors import InvalidInputError
 __all__ = ["add_arguments", "run"]
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_ANY_ADDRESS = ("0.0.0.0", "::", "")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +35,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="require this token (Bearer, or as the HTTP Basic password; default: "
         "$RIVERBOAT_UI_TOKEN)",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="also answer requests for this Host name (repeatable; '.example.com' for a "
+        "domain and its subdomains, '*' for any; default: localhost names and --host)",
     )
 
 
@@ -56,8 +65,20 @@ def run(args: argparse.Namespace) -> int:
             + ("" if args.read_only else " and retry, cancel or delete them"),
             file=sys.stderr,
         )
+    allowed = allowed_hosts(args.host, args.allowed_host)
+    if args.host in _ANY_ADDRESS and not args.allowed_host:
+        print(
+            f"riverboat ui: listening on every address, but only requests for "
+            f"{', '.join(allowed)} are answered: pass --allowed-host NAME for the name "
+            "browsers use to reach this machine",
+            file=sys.stderr,
+        )
     app = create_app(
-        url, schema=validate_schema_name(args.schema), read_only=args.read_only, token=token
+        url,
+        schema=validate_schema_name(args.schema),
+        read_only=args.read_only,
+        token=token,
+        allowed_hosts=allowed,
     )
     sock, listening = _listen(args.host, args.port)
     # Bound before announcing: once the URL is printed, connections wait in the backlog
@@ -69,6 +90,21 @@ def run(args: argparse.Namespace) -> int:
     finally:
         sock.close()
     return 0
+
+
+def allowed_hosts(bound: str, extra: list[str]) -> tuple[str, ...]:
+    """The Host names the served dashboard answers: localhost names, the address it is
+    bound to (unless that is every address) and the ``--allowed-host`` values."""
+    from riverboat.ui.app import LOCAL_HOSTS
+
+    names = list(LOCAL_HOSTS)
+    if bound not in _ANY_ADDRESS:
+        names.append(bound)
+    for name in extra:
+        if not name.strip():
+            raise InvalidInputError("--allowed-host", "must not be empty")
+        names.append(name.strip())
+    return tuple(dict.fromkeys(names))
 
 
 def _listen(host: str, port: int) -> tuple[socket.socket, str]:
@@ -97,7 +133,8 @@ def serve_in_thread(database_url: str, host: str, port: int) -> tuple[str, threa
             "ui", f"needs the ui extra: pip install 'riverboat[ui]' ({exc.name} is missing)"
         ) from None
     sock, url = _listen(host, port)
-    server = uvicorn.Server(uvicorn.Config(create_app(database_url), log_level="warning"))
+    app = create_app(database_url, allowed_hosts=allowed_hosts(host, []))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     stop = threading.Event()
 
     def serve() -> None:

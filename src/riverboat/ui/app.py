@@ -36,7 +36,7 @@ from riverboat._job import STATE_BY_NAME, JobRow, JobState
 from riverboat.client import AsyncClient
 from riverboat.errors import InvalidInputError, JobRunningError, NotFoundError, RiverboatError
 
-__all__ = ["Dashboard", "create_app"]
+__all__ = ["LOCAL_HOSTS", "Dashboard", "create_app"]
 
 HERE = Path(__file__).parent
 CSRF_COOKIE = "riverboat_csrf"
@@ -59,6 +59,15 @@ STATE_TABS = (
 )
 ACTIVE_STATES = tuple(s for s in STATE_TABS if s not in FINALIZED)
 JOB_ACTIONS = ("retry", "cancel", "delete")
+# The Host names a dashboard answers by default: a DNS name an attacker controls that
+# resolves to 127.0.0.1 (DNS rebinding) arrives with its own name and is refused.
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", ".localhost")
+# Sent with every response: no framing (clickjacking), no content sniffing.
+SECURITY_HEADERS = (
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+)
+FRAME_ANCESTORS = b"frame-ancestors 'none'"
 
 
 class BadFilter(Exception):
@@ -286,6 +295,92 @@ class _AuthMiddleware:
         await self.app(scope, receive, send)
 
 
+def _host_name(header: str) -> str:
+    """The name in a Host header, lowercased, without its port ("[::1]:8080" -> "::1")."""
+    host = header.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    if host.count(":") == 1:
+        host = host.partition(":")[0]
+    return host.rstrip(".")
+
+
+def host_allowed(header: str, allowed: Sequence[str]) -> bool:
+    """Whether a Host header names one of ``allowed``: exact names, ``.example.com`` for
+    the domain and its subdomains (as Django's ALLOWED_HOSTS), ``*`` for any."""
+    if "*" in allowed:
+        return True
+    name = _host_name(header)
+    if not name:
+        return False
+    for pattern in allowed:
+        pattern = _host_name(pattern) if not pattern.startswith(".") else pattern.lower()
+        if pattern == "*" or name == pattern:
+            return True
+        if pattern.startswith(".") and (name == pattern[1:] or name.endswith(pattern)):
+            return True
+    return False
+
+
+class _HostCheckMiddleware:
+    """Refuses a request whose Host header is not one of the allowed names (400), so a
+    page of another site that rebinds its DNS name to this address reaches nothing."""
+
+    def __init__(self, app: ASGIApp, allowed: Sequence[str]) -> None:
+        self.app = app
+        self.allowed = tuple(allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or ())
+            host = headers.get(b"host", b"").decode("latin-1")
+            if not host_allowed(host, self.allowed):
+                response = PlainTextResponse(
+                    f"riverboat ui: refused a request for host {host[:100]!r} (allowed: "
+                    f"{', '.join(self.allowed)}; see --allowed-host)",
+                    status_code=400,
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class _SecurityHeadersMiddleware:
+    """Adds X-Frame-Options, CSP frame-ancestors and nosniff to every response (pages,
+    static files, refusals); a Content-Security-Policy already set keeps its directives."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = [
+                    (k, v)
+                    for k, v in message.get("headers", ())
+                    if k.lower() not in (b"x-frame-options", b"x-content-type-options")
+                ]
+                csp = [v for k, v in headers if k.lower() == b"content-security-policy"]
+                headers = [(k, v) for k, v in headers if k.lower() != b"content-security-policy"]
+                policy = (
+                    b"; ".join(p for p in (v.strip().rstrip(b";") for v in csp) if p)
+                    if csp
+                    else b""
+                )
+                if b"frame-ancestors" not in policy:
+                    policy = policy + b"; " + FRAME_ANCESTORS if policy else FRAME_ANCESTORS
+                headers.append((b"content-security-policy", policy))
+                headers.extend(SECURITY_HEADERS)
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
 class Dashboard:
     """The ASGI app :func:`create_app` returns. Served on its own it closes its client at
     shutdown (ASGI lifespan); mounted in another app, whose lifespan does not reach
@@ -334,6 +429,7 @@ def create_app(
     read_only: bool = False,
     token: str | None = None,
     count_cap: int = JOB_COUNT_CAP_DEFAULT,
+    allowed_hosts: Sequence[str] = LOCAL_HOSTS,
 ) -> Dashboard:
     """The dashboard as an ASGI app.
 
@@ -342,9 +438,18 @@ def create_app(
     hides every action and refuses its POST; ``token`` requires ``Authorization: Bearer
     TOKEN`` or HTTP Basic with the token as password. Job counts per state stop at
     ``count_cap`` (shown as "10,000+").
+
+    Requests whose ``Host`` header is not in ``allowed_hosts`` are refused with 400
+    (default: localhost names only; ``.example.com`` allows a domain and its subdomains,
+    ``"*"`` any host, for a proxy that checks it itself). Every response forbids framing
+    and content sniffing.
     """
     if (database_url is None) == (client is None):
         raise InvalidInputError("database_url", "pass either database_url or client")
+    if isinstance(allowed_hosts, str) or not allowed_hosts:
+        raise InvalidInputError("allowed_hosts", "must be a non-empty list of host names")
+    if not all(isinstance(h, str) and h.strip() for h in allowed_hosts):
+        raise InvalidInputError("allowed_hosts", "each entry must be a non-empty string")
     if token is not None and not token:
         raise InvalidInputError("token", "must not be empty")
     config = UiConfig(read_only=read_only, token=token, count_cap=count_cap)
@@ -633,4 +738,5 @@ def create_app(
     app: ASGIApp = Starlette(routes=routes, lifespan=lifespan)
     if token is not None:
         app = _AuthMiddleware(app, token)
+    app = _SecurityHeadersMiddleware(_HostCheckMiddleware(app, allowed_hosts))
     return Dashboard(app, holder.close)

@@ -133,7 +133,9 @@ class _DashboardLoop:
             loop = self._running_loop()
             entry = self._apps.get(key)
             if entry is None:
-                options: dict[str, Any] = {"read_only": conf.read_only}
+                # Django checked the Host against ALLOWED_HOSTS (request.get_host() in
+                # dashboard_view) before the request reaches the app.
+                options: dict[str, Any] = {"read_only": conf.read_only, "allowed_hosts": ["*"]}
                 if conf.count_cap is not None:
                     options["count_cap"] = conf.count_cap
                 client = _dashboard_client()
@@ -191,8 +193,9 @@ def _scope(request: HttpRequest, subpath: str) -> dict[str, Any]:
         (name.lower().encode("latin-1"), value.encode("latin-1"))
         for name, value in request.headers.items()
     ]
-    headers = [(n, v) for n, v in headers if n not in _HOP_BY_HOP]
     host = request.get_host()
+    headers = [(n, v) for n, v in headers if n not in _HOP_BY_HOP and n != b"host"]
+    headers.append((b"host", host.encode("latin-1")))
     server_name, _, port = host.rpartition(":") if ":" in host else (host, "", "")
     default_port = 443 if request.is_secure() else 80
     return {
@@ -253,6 +256,9 @@ def dashboard_view(request: HttpRequest, subpath: str = "") -> HttpResponse:
     from django.http import HttpResponse, HttpResponseForbidden
 
     conf = dashboard_settings()
+    # Raises DisallowedHost (a 400 from Django) for a Host outside ALLOWED_HOSTS, before
+    # anything else: the dashboard app itself accepts any host behind this check.
+    request.get_host()
     allowed = (conf.permission or _staff_only)(request)
     if not allowed:
         user = getattr(request, "user", None)
