@@ -99,6 +99,12 @@ class DeadlineExceededError(DriverError):
     ``db_call_timeout``); the connection it ran on was dropped, never reused."""
 
 
+def install_hint(extra: str) -> str:
+    """How to install an extra, as a command that works: riverboat is not on PyPI, so
+    ``pip install 'riverboat[x]'`` finds nothing; a checkout (or a built wheel) does."""
+    return f"pip install '.[{extra}]' in a riverboat checkout (the riverboat[{extra}] extra)"
+
+
 class MissingDependencyError(RiverboatError, ImportError):
     """An optional dependency is missing or broken; the message names the extra to install.
 
@@ -109,7 +115,7 @@ class MissingDependencyError(RiverboatError, ImportError):
     """
 
     def __init__(self, package: str, extra: str, cause: ImportError | None = None) -> None:
-        install = f"pip install 'riverboat[{extra}]'"
+        install = install_hint(extra)
         if cause is None or _is_absent(package, cause):
             message = f"{package} is not installed; install it with: {install}"
         else:

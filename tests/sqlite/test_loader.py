@@ -54,7 +54,7 @@ def test_nothing_recent_enough_names_version_and_extra() -> None:
         choose_sqlite_module(_importer({"sqlite3": _fake("sqlite3", (3, 40, 1))}))
     message = str(info.value)
     assert "3.40.1" in message
-    assert "pip install 'riverboat[sqlite]'" in message
+    assert "pip install '.[sqlite]' in a riverboat checkout" in message
     assert "3.45" in message
     assert isinstance(info.value, MissingDependencyError)
     assert isinstance(info.value, ImportError)

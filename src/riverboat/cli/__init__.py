@@ -32,6 +32,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def _version() -> str:
+    """The installed distribution's version (a wheel, a checkout installed with pip), else
+    the package's own ``__version__`` (a source tree on sys.path)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("riverboat")
+    except PackageNotFoundError:
+        from riverboat import __version__
+
+        return __version__
+
+
 def _load(name: str) -> ModuleType:
     return importlib.import_module(COMMANDS[name][0])
 
@@ -50,6 +63,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         prog="riverboat",
         description="riverboat: a Python job queue on River's schema",
     )
+    parser.add_argument("--version", action="version", version=f"riverboat {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = _chosen_command(argv)
     for name, (_module, help_text) in COMMANDS.items():

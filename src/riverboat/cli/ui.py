@@ -14,7 +14,7 @@ import threading
 
 from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.dialect.base import validate_schema_name
-from riverboat.errors import InvalidInputError
+from riverboat.errors import InvalidInputError, install_hint
 
 __all__ = ["add_arguments", "run"]
 
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         from riverboat.ui import create_app
     except ImportError as exc:
         raise InvalidInputError(
-            "ui", f"needs the ui extra: pip install 'riverboat[ui]' ({exc.name} is missing)"
+            "ui", f"needs the ui extra: {install_hint('ui')} ({exc.name} is missing)"
         ) from None
     url = database_url(args)
     token = args.token or os.environ.get("RIVERBOAT_UI_TOKEN") or None
@@ -130,7 +130,7 @@ def serve_in_thread(database_url: str, host: str, port: int) -> tuple[str, threa
         from riverboat.ui import create_app
     except ImportError as exc:
         raise InvalidInputError(
-            "ui", f"needs the ui extra: pip install 'riverboat[ui]' ({exc.name} is missing)"
+            "ui", f"needs the ui extra: {install_hint('ui')} ({exc.name} is missing)"
         ) from None
     sock, url = _listen(host, port)
     app = create_app(database_url, allowed_hosts=allowed_hosts(host, []))

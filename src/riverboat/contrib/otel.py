@@ -34,7 +34,8 @@ try:
     from opentelemetry import metrics, propagate, trace
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "riverboat.contrib.otel needs OpenTelemetry: pip install 'riverboat[otel]'"
+        "riverboat.contrib.otel needs OpenTelemetry: pip install '.[otel]' in a riverboat "
+        "checkout (the riverboat[otel] extra)"
     ) from exc
 
 from riverboat.middleware import InsertingJob, outcome_of

@@ -40,7 +40,8 @@ try:
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "riverboat.contrib.prometheus needs prometheus-client: pip install 'riverboat[prometheus]'"
+        "riverboat.contrib.prometheus needs prometheus-client: pip install '.[prometheus]' in "
+        "a riverboat checkout (the riverboat[prometheus] extra)"
     ) from exc
 
 from riverboat.errors import DriverError

@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from riverboat.errors import MissingDependencyError
+from riverboat.errors import MissingDependencyError, install_hint
 
 __all__ = ["MIN_SQLITE_VERSION", "SqliteTooOldError", "choose_sqlite_module", "sqlite_module"]
 
@@ -34,7 +34,7 @@ class SqliteTooOldError(MissingDependencyError):
             seen = "no sqlite3 module could be imported"
         message = (
             f"River's SQLite schema needs SQLite {need} or newer (for jsonb()), but {seen}; "
-            "install a bundled SQLite with: pip install 'riverboat[sqlite]'"
+            f"install a bundled SQLite with: {install_hint('sqlite')}"
         )
         self.args = (message,)
         self.msg = message  # ImportError.__str__ prints msg, not args
