@@ -3,6 +3,9 @@
 import logging as _logging
 
 from riverboat._admin import (
+    JobBulkOptions,
+    JobBulkResult,
+    JobCountRow,
     JobDeleteManyOptions,
     JobFilters,
     JobListCursor,
@@ -71,7 +74,10 @@ __all__ = [
     "InvalidArgsError",
     "InvalidInputError",
     "Job",
+    "JobBulkOptions",
+    "JobBulkResult",
     "JobCancel",
+    "JobCountRow",
     "JobDeleteManyOptions",
     "JobFilters",
     "JobListCursor",

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from riverboat.runtime.runner import Runtime
 
 __all__ = [
+    "JobBulkOptions",
+    "JobBulkResult",
+    "JobCountRow",
     "JobDeleteManyOptions",
     "JobFilters",
     "JobListCursor",
@@ -251,7 +254,10 @@ class JobFilters(TypedDict, total=False):
     Those given combine with AND; ``None`` is the same as not given.
 
     ``tags_all`` needs every tag, ``tags_any`` one of them, ``metadata`` is JSON
-    containment (``@>``). ``where`` adds a SQL condition on ``river_job``'s columns, its
+    containment (``@>``, Postgres only). ``args_keys`` needs every key at the top of the
+    args, ``args_text`` is a case-insensitive substring of the args' JSON text (a search
+    box: it reads every row the other filters leave), ``created_before`` an aware
+    datetime (jobs older than that). ``where`` adds a SQL condition on ``river_job``'s columns, its
     values bound from ``where_params`` as ``:name`` (River's ``JobListParams.Where``). It
     is written into the statement as is: pass only trusted text, never user input;
     values always go through ``where_params``."""
@@ -264,6 +270,9 @@ class JobFilters(TypedDict, total=False):
     tags_all: Iterable[str] | None
     tags_any: Iterable[str] | None
     metadata: Mapping[str, Any] | None
+    args_keys: Iterable[str] | None
+    args_text: str | None
+    created_before: datetime | None
     where: str | None
     where_params: Mapping[str, Any] | None
 
@@ -284,6 +293,33 @@ class JobDeleteManyOptions(JobFilters, total=False):
 
     limit: int | None
     all: bool
+
+
+class JobBulkOptions(JobFilters, total=False):
+    """``job_retry_many`` / ``job_cancel_many``'s keyword arguments: the
+    :class:`JobFilters`, the batch size (``limit``, default 100), the keyset ``after_id``
+    (the ``next_after_id`` of the previous batch), and ``all=True`` to allow no filter."""
+
+    limit: int | None
+    after_id: int
+    all: bool
+
+
+@dataclass(slots=True, frozen=True)
+class JobBulkResult:
+    """One batch of a bulk action: the jobs it changed (id order) and where the next
+    batch starts (``None`` when no matching row is left after this batch)."""
+
+    jobs: list[JobRow]
+    next_after_id: int | None
+
+
+@dataclass(slots=True, frozen=True)
+class JobCountRow:
+    state: JobState
+    queue: str
+    kind: str
+    count: int
 
 
 def _filters(options: JobFilters) -> dict[str, Any]:
@@ -308,7 +344,26 @@ def _filters(options: JobFilters) -> dict[str, Any]:
         out["tags_any"] = _str_list(tags_any, "tags_any")
     if (metadata := options.get("metadata")) is not None:
         out["metadata"] = _json_object(metadata, "metadata")
+    if (args_keys := options.get("args_keys")) is not None:
+        out["args_keys"] = _str_list(args_keys, "args_keys")
+    if (args_text := options.get("args_text")) is not None:
+        if not isinstance(args_text, str) or not args_text.strip():
+            raise InvalidInputError("args_text", "must be a non-empty string")
+        if "\x00" in args_text:
+            raise InvalidInputError("args_text", "must not contain NUL")
+        # A LIKE pattern: the text itself, its wildcards escaped, anywhere in the args.
+        escaped = args_text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        out["args_text"] = f"%{escaped}%"
+    if (created_before := options.get("created_before")) is not None:
+        if not isinstance(created_before, datetime) or created_before.tzinfo is None:
+            raise InvalidInputError("created_before", "must be a timezone-aware datetime")
+        out["created_before"] = created_before.astimezone(UTC)
     return out
+
+
+_BULK_NEEDS_FILTER = (
+    "needs at least one filter (or where=), or all=True to act on every job it applies to"
+)
 
 
 # -- local effects (poll-only / no LISTEN) --------------------------------------------------
@@ -394,6 +449,74 @@ class _Ops:
             **({"where": fragment} if fragment is not None else {}),
         )
         return _Plan(stmt, self.dialect.decode_jobs)
+
+    def _bulk_filters(
+        self, options: JobFilters, allowed: Iterable[str], operation: str
+    ) -> tuple[dict[str, Any], tuple[str, dict[str, Any]] | None]:
+        check_option_names(options, frozenset(allowed), "a job filter")
+        chosen = _filters(options)
+        fragment = _where_fragment(options.get("where"), options.get("where_params"))
+        if not chosen and fragment is None and options.get("all") is not True:
+            raise InvalidInputError("filters", f"{operation} {_BULK_NEEDS_FILTER}")
+        return chosen, fragment
+
+    def job_bulk(self, action: str, options: JobBulkOptions) -> _Plan[JobBulkResult]:
+        chosen, fragment = self._bulk_filters(
+            options, JobBulkOptions.__optional_keys__, f"job_{action}_many"
+        )
+        count = _limit(options.get("limit"), JOB_LIST_LIMIT_DEFAULT)
+        after_id = options.get("after_id", 0)
+        if isinstance(after_id, bool) or not isinstance(after_id, int) or after_id < 0:
+            raise InvalidInputError("after_id", "must be an int >= 0")
+        stmt = self.dialect.job_bulk(
+            action,
+            filters=chosen,
+            limit=count,
+            after_id=after_id,
+            cancel_attempted_at=format_rfc3339_nano(datetime.now(UTC)),
+            **({"where": fragment} if fragment is not None else {}),
+        )
+        decode_jobs = self.dialect.decode_jobs
+
+        def finish(rows: list[Row]) -> JobBulkResult:
+            jobs: list[JobRow] = sorted(decode_jobs(rows), key=lambda job: job.id)
+            # A full batch may have more after it; a short one was the last.
+            return JobBulkResult(jobs, jobs[-1].id if len(jobs) == count else None)
+
+        def local(result: JobBulkResult, runtime: Runtime) -> None:
+            for job in result.jobs:
+                _local_cancel(job, runtime)
+
+        return _Plan(stmt, finish, local if action == "cancel" else None)
+
+    def job_count_matching(self, action: str, options: JobFilters) -> _Plan[int]:
+        if action not in ("", "retry", "cancel", "delete"):
+            raise InvalidInputError("action", "must be '', 'retry', 'cancel' or 'delete'")
+        check_option_names(options, JobFilters.__optional_keys__, "a job filter")
+        chosen = _filters(options)
+        fragment = _where_fragment(options.get("where"), options.get("where_params"))
+        stmt = self.dialect.job_count_matching(
+            filters=chosen, action=action, **({"where": fragment} if fragment else {})
+        )
+        return _Plan(stmt, lambda rows: int(rows[0][0]))
+
+    def job_count_grouped(self, options: JobFilters) -> _Plan[list[JobCountRow]]:
+        check_option_names(options, JobFilters.__optional_keys__, "a job filter")
+        chosen = _filters(options)
+        fragment = _where_fragment(options.get("where"), options.get("where_params"))
+        stmt = self.dialect.job_count_grouped(
+            filters=chosen, **({"where": fragment} if fragment else {})
+        )
+
+        def finish(rows: list[Row]) -> list[JobCountRow]:
+            out = [
+                JobCountRow(STATE_BY_NAME[str(state)], str(queue), str(kind), int(count))
+                for state, queue, kind, count in rows
+            ]
+            out.sort(key=lambda r: (list(JobState).index(r.state), r.queue, r.kind))
+            return out
+
+        return _Plan(stmt, finish)
 
     def job_list(self, options: JobListOptions) -> _Plan[JobListResult]:
         check_option_names(options, JobListOptions.__optional_keys__, "a job filter")

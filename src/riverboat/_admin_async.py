@@ -16,7 +16,11 @@ from typing import TYPE_CHECKING, Any, Unpack
 from riverboat._admin import (
     _UNSET,
     JOB_COUNT_CAP_DEFAULT,
+    JobBulkOptions,
+    JobBulkResult,
+    JobCountRow,
     JobDeleteManyOptions,
+    JobFilters,
     JobListOptions,
     JobListResult,
     Leader,
@@ -103,6 +107,32 @@ class AsyncAdmin:
     ) -> list[JobRow]:
         """:meth:`job_delete_many` inside the caller's open transaction on ``conn``."""
         return await self._run_tx(conn, _ops(self._core).job_delete_many(options))
+
+    async def job_retry_many(self, **options: Unpack[JobBulkOptions]) -> JobBulkResult:
+        """Retry, as :meth:`job_retry` does, one batch of up to ``limit`` (default 100)
+        jobs matching the :class:`JobFilters`, lowest id first after ``after_id``; jobs
+        that are running, or available and already due, are left alone (and so are rows
+        another transaction holds on Postgres). Call again with the result's
+        ``next_after_id`` until it is ``None``: each batch is one bounded statement. With no
+        filter it refuses unless ``all=True``."""
+        return await self._run(_ops(self._core).job_bulk("retry", options))
+
+    async def job_cancel_many(self, **options: Unpack[JobBulkOptions]) -> JobBulkResult:
+        """Cancel, as :meth:`job_cancel` does, one batch of jobs matching the filters (see
+        :meth:`job_retry_many`): finalized jobs are left alone; running ones are signalled
+        to their producers."""
+        return await self._run(_ops(self._core).job_bulk("cancel", options))
+
+    async def job_count_matching(self, *, action: str = "", **filters: Unpack[JobFilters]) -> int:
+        """How many jobs match the :class:`JobFilters`, or, with ``action`` ``retry``,
+        ``cancel`` or ``delete``, how many of them that bulk action would change (a dry
+        run). Reads every matching row."""
+        return await self._run(_ops(self._core).job_count_matching(action, filters))
+
+    async def job_count_grouped(self, **filters: Unpack[JobFilters]) -> list[JobCountRow]:
+        """Jobs matching the :class:`JobFilters` counted per (state, queue, kind), in
+        state order. Reads every matching row."""
+        return await self._run(_ops(self._core).job_count_grouped(filters))
 
     async def job_list(self, **options: Unpack[JobListOptions]) -> JobListResult:
         """List jobs (River's JobList) matching the :class:`JobFilters`. Ordered by

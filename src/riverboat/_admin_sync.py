@@ -14,7 +14,11 @@ from typing import TYPE_CHECKING, Any, Unpack
 from riverboat._admin import (
     _UNSET,
     JOB_COUNT_CAP_DEFAULT,
+    JobBulkOptions,
+    JobBulkResult,
+    JobCountRow,
     JobDeleteManyOptions,
+    JobFilters,
     JobListOptions,
     JobListResult,
     Leader,
@@ -101,6 +105,32 @@ class SyncAdmin:
     ) -> list[JobRow]:
         """:meth:`job_delete_many` inside the caller's open transaction on ``conn``."""
         return self._run_tx(conn, _ops(self._core).job_delete_many(options))
+
+    def job_retry_many(self, **options: Unpack[JobBulkOptions]) -> JobBulkResult:
+        """Retry, as :meth:`job_retry` does, one batch of up to ``limit`` (default 100)
+        jobs matching the :class:`JobFilters`, lowest id first after ``after_id``; jobs
+        that are running, or available and already due, are left alone (and so are rows
+        another transaction holds on Postgres). Call again with the result's
+        ``next_after_id`` until it is ``None``: each batch is one bounded statement. With no
+        filter it refuses unless ``all=True``."""
+        return self._run(_ops(self._core).job_bulk("retry", options))
+
+    def job_cancel_many(self, **options: Unpack[JobBulkOptions]) -> JobBulkResult:
+        """Cancel, as :meth:`job_cancel` does, one batch of jobs matching the filters (see
+        :meth:`job_retry_many`): finalized jobs are left alone; running ones are signalled
+        to their producers."""
+        return self._run(_ops(self._core).job_bulk("cancel", options))
+
+    def job_count_matching(self, *, action: str = "", **filters: Unpack[JobFilters]) -> int:
+        """How many jobs match the :class:`JobFilters`, or, with ``action`` ``retry``,
+        ``cancel`` or ``delete``, how many of them that bulk action would change (a dry
+        run). Reads every matching row."""
+        return self._run(_ops(self._core).job_count_matching(action, filters))
+
+    def job_count_grouped(self, **filters: Unpack[JobFilters]) -> list[JobCountRow]:
+        """Jobs matching the :class:`JobFilters` counted per (state, queue, kind), in
+        state order. Reads every matching row."""
+        return self._run(_ops(self._core).job_count_grouped(filters))
 
     def job_list(self, **options: Unpack[JobListOptions]) -> JobListResult:
         """List jobs (River's JobList) matching the :class:`JobFilters`. Ordered by

@@ -84,6 +84,27 @@ class AdminSql(ABC):
         """Delete at most ``:max`` jobs matching ``where``, lowest ids first, returning
         them in id order."""
 
+    # Which matching rows each bulk action changes (the rest it leaves alone): the same
+    # rules as the one-job operations (River's JobRetry and JobCancel).
+    retry_eligible: ClassVar[str]
+    cancel_eligible: ClassVar[str] = (
+        "state NOT IN ('cancelled', 'completed', 'discarded') AND finalized_at IS NULL"
+    )
+    delete_eligible: ClassVar[str] = "state <> 'running'"
+
+    @staticmethod
+    @abstractmethod
+    def retry_many(where: str) -> str:
+        """Make at most ``:max`` jobs matching ``where`` (which holds the eligibility and
+        the ``id > :after_id`` keyset) available now, lowest ids first; returns them."""
+
+    @staticmethod
+    @abstractmethod
+    def cancel_many(where: str) -> str:
+        """Cancel at most ``:max`` jobs matching ``where`` (as :meth:`retry_many`):
+        cancelled now, or for a running one ``cancel_attempted_at`` set and its producer
+        told; returns them."""
+
     @classmethod
     def keyset(cls, column: str, descending: bool, cursor_time_null: bool) -> str:
         """Rows strictly after the cursor ``(cursor_time, cursor_id)`` in list order:
@@ -149,6 +170,57 @@ def job_delete_many_query(
     extra = [f"({where_sql})"] if where_sql else []
     where = " AND ".join([*sql.where(filters), *extra, "state <> 'running'"])
     return Query("job_delete_many", render_schema(sql.delete_many(where), schema))
+
+
+_BULK_ACTIONS = ("retry", "cancel", "delete")
+
+
+def _bulk_where(sql: type[AdminSql], filters: tuple[str, ...], where_sql: str, action: str) -> str:
+    if action not in _BULK_ACTIONS:
+        raise ValueError(f"{action!r} is not a bulk action")
+    conditions = sql.where(filters)
+    if where_sql:
+        conditions.append(f"({where_sql})")
+    conditions.append(f"({getattr(sql, action + '_eligible')})")
+    return " AND ".join(conditions)
+
+
+@lru_cache(maxsize=512)
+def job_bulk_query(
+    sql: type[AdminSql], schema: str | None, filters: tuple[str, ...], where_sql: str, action: str
+) -> Query:
+    """A bounded batch of a bulk retry or cancel: at most ``:max`` rows after the keyset
+    ``:after_id``, so repeated calls walk the matching rows once each."""
+    where = _bulk_where(sql, filters, where_sql, action) + f" AND id > {sql.cursor_id}"
+    builder = sql.retry_many if action == "retry" else sql.cancel_many
+    return Query(f"job_{action}_many", render_schema(builder(where), schema))
+
+
+@lru_cache(maxsize=512)
+def job_count_matching_query(
+    sql: type[AdminSql], schema: str | None, filters: tuple[str, ...], where_sql: str, action: str
+) -> Query:
+    """How many jobs a bulk action would change (``action``), or match at all (``""``)."""
+    if action:
+        where = _bulk_where(sql, filters, where_sql, action)
+    else:
+        where = " AND ".join([*sql.where(filters), *([f"({where_sql})"] if where_sql else [])])
+    text = f"SELECT count(*) FROM <schema>river_job WHERE {where or 'true'}"
+    return Query("job_count_matching", render_schema(text, schema))
+
+
+@lru_cache(maxsize=512)
+def job_count_grouped_query(
+    sql: type[AdminSql], schema: str | None, filters: tuple[str, ...], where_sql: str
+) -> Query:
+    """Matching jobs per (state, queue, kind): reads every matching row (an operator's
+    question, not a dashboard refresh)."""
+    conditions = [*sql.where(filters), *([f"({where_sql})"] if where_sql else [])]
+    text = (
+        f"SELECT {sql.state_text}, queue, kind, count(*) FROM <schema>river_job "
+        f"WHERE {' AND '.join(conditions) or 'true'} GROUP BY state, queue, kind"
+    )
+    return Query("job_count_grouped", render_schema(text, schema))
 
 
 # Jobs per (queue, state) for the given states: metrics sample it (contrib.prometheus),
@@ -274,6 +346,55 @@ class AdminStatements(DialectPart, ABC):
         query = job_delete_many_query(self.admin_sql, self.schema, names, where_sql)
         params = self.filter_params(filters, names)
         return Statement(query, {**params, **where_params, "max": limit})
+
+    def job_bulk(
+        self,
+        action: str,
+        *,
+        filters: Mapping[str, Any],
+        limit: int,
+        after_id: int,
+        cancel_attempted_at: str = "",
+        where: tuple[str, Mapping[str, Any]] | None = None,
+    ) -> Statement:
+        """One batch of a bulk ``retry`` or ``cancel`` (see :func:`job_bulk_query`)."""
+        names = self._filter_names(filters)
+        where_sql, where_params = where if where is not None else ("", {})
+        query = job_bulk_query(self.admin_sql, self.schema, names, where_sql, action)
+        params = {**self.filter_params(filters, names), **where_params}
+        params.update(max=limit, cursor_id=after_id)
+        if action == "cancel":
+            return self.cancel_many_statement(query, params, cancel_attempted_at)
+        return Statement(query, params)
+
+    @abstractmethod
+    def cancel_many_statement(
+        self, query: Query, params: dict[str, Any], cancel_attempted_at: str
+    ) -> Statement:
+        """The bulk cancel batch with its producer notifications (SQLite: an outbox row
+        per running job, in the same transaction)."""
+
+    def job_count_matching(
+        self,
+        *,
+        filters: Mapping[str, Any],
+        action: str = "",
+        where: tuple[str, Mapping[str, Any]] | None = None,
+    ) -> Statement:
+        """One row ``(count,)``: the jobs matching, or those ``action`` would change."""
+        names = self._filter_names(filters)
+        where_sql, where_params = where if where is not None else ("", {})
+        query = job_count_matching_query(self.admin_sql, self.schema, names, where_sql, action)
+        return Statement(query, {**self.filter_params(filters, names), **where_params})
+
+    def job_count_grouped(
+        self, *, filters: Mapping[str, Any], where: tuple[str, Mapping[str, Any]] | None = None
+    ) -> Statement:
+        """Rows of ``(state, queue, kind, count)`` for the matching jobs."""
+        names = self._filter_names(filters)
+        where_sql, where_params = where if where is not None else ("", {})
+        query = job_count_grouped_query(self.admin_sql, self.schema, names, where_sql)
+        return Statement(query, {**self.filter_params(filters, names), **where_params})
 
     def job_set_running(self, job_id: int, client_id: str) -> Statement:
         """Claim one job by id (for tests); no row when it is running or finalized."""

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from riverboat._queue import QueueRow
-from riverboat._sql import Statement
+from riverboat._sql import Query, Statement
 from riverboat.dialect._admin_common import ALL_STATES, AdminSql, compact_json
 from riverboat.dialect._part import DialectPart
 from riverboat.dialect._pg_common import CHANNEL, job_columns
@@ -214,6 +214,11 @@ _FILTER_SQL: dict[str, str] = {
     "tags_all": "tags @> :tags_all::varchar[]",
     "tags_any": "tags && :tags_any::varchar[]",
     "metadata": "metadata @> :metadata::jsonb",
+    # args holding every one of these top-level keys; args whose JSON text contains
+    # this (case-insensitive, a LIKE pattern the admin layer escapes); created before.
+    "args_keys": "args ?& :args_keys::text[]",
+    "args_text": "args::text ILIKE :args_text::text",
+    "created_before": "created_at < :created_before::timestamptz",
 }
 JOB_LIST_FILTERS = tuple(_FILTER_SQL)
 
@@ -234,6 +239,16 @@ class PostgresAdminSql(AdminSql):
     @staticmethod
     def time_key(expression: str) -> str:
         return expression
+
+    retry_eligible = "state <> 'running' AND NOT (state = 'available' AND scheduled_at < now())"
+
+    @staticmethod
+    def retry_many(where: str) -> str:
+        return _RETRY_MANY.format(where=where)
+
+    @staticmethod
+    def cancel_many(where: str) -> str:
+        return _CANCEL_MANY.format(where=where)
 
     @staticmethod
     def delete_many(where: str) -> str:
@@ -259,6 +274,55 @@ SELECT * FROM deleted ORDER BY id
 """
 
 
+_PICKED = """WITH picked AS (
+    SELECT id FROM <schema>river_job
+    WHERE {where}
+    ORDER BY id
+    LIMIT :max::integer
+    FOR UPDATE SKIP LOCKED
+),"""
+
+# A batch of River's JobRetry (see job_retry): rows another transaction holds are skipped
+# (SKIP LOCKED), and the update goes by an array of ids, as delete_many's.
+_RETRY_MANY = f"""{_PICKED}
+updated AS (
+    UPDATE <schema>river_job
+    SET state = 'available',
+        max_attempts = CASE WHEN river_job.attempt = river_job.max_attempts
+                            THEN river_job.max_attempts + 1
+                            ELSE river_job.max_attempts END,
+        finalized_at = NULL,
+        scheduled_at = now()
+    WHERE river_job.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING {job_columns("river_job")}
+)
+SELECT * FROM updated ORDER BY id
+"""
+
+# A batch of River's JobCancel (see job_cancel); the producers of running jobs are told.
+_CANCEL_MANY = f"""{_PICKED}
+updated AS (
+    UPDATE <schema>river_job
+    SET state = CASE WHEN river_job.state = 'running' THEN river_job.state
+                     ELSE 'cancelled'::<schema>river_job_state END,
+        finalized_at = CASE WHEN river_job.state = 'running' THEN river_job.finalized_at
+                            ELSE now() END,
+        metadata = jsonb_set(river_job.metadata, '{{{{cancel_attempted_at}}}}'::text[],
+                             to_jsonb(:cancel_attempted_at::text), true)
+    WHERE river_job.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING {job_columns("river_job")}
+),
+notified AS (
+    SELECT count(pg_notify({_CONTROL},
+                 json_build_object('action', 'cancel', 'job_id', id, 'queue', queue)::text))
+           AS sent
+    FROM updated
+    WHERE state = 'running'
+)
+SELECT updated.* FROM updated CROSS JOIN notified ORDER BY id
+"""
+
+
 class PostgresAdmin(DialectPart):
     """Postgres's half of :class:`~riverboat.dialect._admin_common.AdminStatements`:
     one statement per operation, NOTIFY sent by the statement itself."""
@@ -277,10 +341,23 @@ class PostgresAdmin(DialectPart):
         return self.stmt("job_delete", id=job_id)
 
     def filter_params(self, filters: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
-        return {
-            name: compact_json(filters[name]) if name == "metadata" else list(filters[name])
-            for name in names
-        }
+        out: dict[str, Any] = {}
+        for name in names:
+            value = filters[name]
+            if name == "metadata":
+                out[name] = compact_json(value)
+            elif name in ("args_text", "created_before"):
+                out[name] = value
+            else:
+                out[name] = list(value)
+        return out
+
+    def cancel_many_statement(
+        self, query: Query, params: dict[str, Any], cancel_attempted_at: str
+    ) -> Statement:
+        # The notification channel's name is bound from the schema (see CHANNEL).
+        params = {**params, "cancel_attempted_at": cancel_attempted_at, "schema": self.schema}
+        return Statement(query, params)
 
     def cursor_time_param(self, value: datetime) -> Any:
         return value

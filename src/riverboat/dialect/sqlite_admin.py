@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from riverboat._queue import QueueRow
-from riverboat._sql import Statement
+from riverboat._sql import Query, Statement
 from riverboat.dialect._admin_common import ALL_STATES, AdminSql
 from riverboat.dialect._part import DialectPart
 from riverboat.dialect._sqlite_common import (
@@ -210,8 +210,47 @@ _FILTER_SQL: dict[str, str] = {
         "EXISTS (SELECT 1 FROM json_each(river_job.tags) AS have"
         " JOIN json_each(:tags_any) AS wanted ON have.value = wanted.value)"
     ),
+    # See postgres_admin. SQLite's LIKE is case-insensitive for ASCII letters.
+    "args_keys": (
+        "NOT EXISTS (SELECT 1 FROM json_each(:args_keys) AS wanted"
+        " WHERE NOT EXISTS (SELECT 1 FROM json_each(river_job.args) AS have"
+        " WHERE have.key = wanted.value))"
+    ),
+    "args_text": "json(args) LIKE :args_text ESCAPE '\\'",
+    "created_before": f"{ts_exact('created_at')} < :created_before",
 }
 JOB_LIST_FILTERS = (*_FILTER_SQL, "metadata")
+
+
+# A batch of River's JobRetry / JobCancel (see job_retry, job_cancel). SQLite's single
+# write lock is held throughout, so nothing is skipped; RETURNING order is SQLite's and
+# the client sorts by id.
+_RETRY_MANY = f"""
+UPDATE <schema>river_job
+SET state = 'available',
+    max_attempts = CASE WHEN attempt = max_attempts THEN max_attempts + 1
+                        ELSE max_attempts END,
+    finalized_at = NULL,
+    scheduled_at = {NOW}
+WHERE id IN (SELECT id FROM <schema>river_job WHERE {{where}} ORDER BY id LIMIT :max)
+RETURNING {job_columns()}
+"""
+_CANCEL_MANY = f"""
+UPDATE <schema>river_job
+SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
+    finalized_at = CASE WHEN state = 'running' THEN finalized_at ELSE {NOW} END,
+    metadata = jsonb_set(metadata, '$.cancel_attempted_at', :cancel_attempted_at)
+WHERE id IN (SELECT id FROM <schema>river_job WHERE {{where}} ORDER BY id LIMIT :max)
+RETURNING {job_columns()}
+"""
+# The outbox rows telling the producers of the running jobs that batch just stamped.
+QUERIES["job_cancel_many_notify"] = """
+INSERT INTO <schema>river_notification (payload, topic)
+SELECT json_object('action', 'cancel', 'job_id', id, 'queue', queue), 'river_control'
+FROM <schema>river_job
+WHERE state = 'running' AND id > :cursor_id
+  AND metadata ->> '$.cancel_attempted_at' = :cancel_attempted_at
+"""
 
 
 class SqliteAdminSql(AdminSql):
@@ -239,6 +278,19 @@ class SqliteAdminSql(AdminSql):
         # "...:05.500") or use another spelling (Go's "+0000 UTC", an offset, a T):
         # ts_exact reads them all.
         return ts_exact(expression)
+
+    retry_eligible = (
+        "state <> 'running' AND NOT (state = 'available'"
+        f" AND {ts_key('scheduled_at', unreadable_first=False)} < {NOW})"
+    )
+
+    @staticmethod
+    def retry_many(where: str) -> str:
+        return _RETRY_MANY.format(where=where)
+
+    @staticmethod
+    def cancel_many(where: str) -> str:
+        return _CANCEL_MANY.format(where=where)
 
     @staticmethod
     def delete_many(where: str) -> str:
@@ -279,8 +331,28 @@ class SqliteAdmin(DialectPart):
         )
 
     def filter_params(self, filters: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
-        # One JSON array parameter per filter: SQLite binds no arrays.
-        return {name: json.dumps(list(filters[name])) for name in names}
+        # One JSON array parameter per list filter: SQLite binds no arrays.
+        out: dict[str, Any] = {}
+        for name in names:
+            value = filters[name]
+            if name == "args_text":
+                out[name] = value
+            elif name == "created_before":
+                out[name] = format_timestamp(value)
+            else:
+                out[name] = json.dumps(list(value))
+        return out
+
+    def cancel_many_statement(
+        self, query: Query, params: dict[str, Any], cancel_attempted_at: str
+    ) -> Statement:
+        params = {**params, "cancel_attempted_at": cancel_attempted_at}
+        notify = self.stmt(
+            "job_cancel_many_notify",
+            cursor_id=params["cursor_id"],
+            cancel_attempted_at=cancel_attempted_at,
+        )
+        return Statement(query, params, (notify,))
 
     def cursor_time_param(self, value: datetime) -> Any:
         return format_timestamp(value)

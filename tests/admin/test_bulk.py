@@ -1,0 +1,115 @@
+"""Bulk retry and cancel by filter (``job_retry_many``, ``job_cancel_many``), the new
+filters (args keys, args text, created before), ``job_count_matching`` (dry runs) and
+``job_count_grouped``, on Postgres and SQLite."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+import riverboat
+from riverboat import InsertManyParams, InsertOpts, JobState
+from riverboat.errors import InvalidInputError
+from tests.runtime.dbs import Db, any_db  # noqa: F401
+
+
+def _discard(client: riverboat.Client, job_id: int) -> None:
+    """Running, then cancelled: a finalized job as the tests need it (retry works on any
+    finalized state the same way)."""
+    client.job_cancel(job_id)
+
+
+def _seed(client: riverboat.Client) -> dict[str, list[int]]:
+    rows = client.insert_many(
+        [
+            InsertManyParams({"card": "4242", "customer": "ada"}, kind="charge_card"),
+            InsertManyParams({"card": "4000", "customer": "bob"}, kind="charge_card"),
+            InsertManyParams({"card": "5555"}, kind="charge_card"),
+            InsertManyParams({"to": "ada@example.com"}, InsertOpts(queue="mail"), kind="email"),
+            InsertManyParams({"to": "100%_sure@x"}, InsertOpts(queue="mail"), kind="email"),
+        ]
+    )
+    ids = [r.job.id for r in rows]
+    return {"charge": ids[:3], "email": ids[3:]}
+
+
+def test_retry_many_by_kind_in_batches(any_db: Db) -> None:  # noqa: F811
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        ids = _seed(client)
+        for job_id in ids["charge"] + ids["email"]:
+            _discard(client, job_id)
+        assert client.job_count_matching(kinds=["charge_card"], states=["cancelled"]) == 3
+        assert client.job_count_matching(action="retry", kinds=["charge_card"]) == 3
+
+        first = client.job_retry_many(kinds=["charge_card"], limit=2)
+        assert [j.id for j in first.jobs] == ids["charge"][:2]
+        assert all(j.state is JobState.AVAILABLE for j in first.jobs)
+        assert first.next_after_id == ids["charge"][1]
+        second = client.job_retry_many(kinds=["charge_card"], limit=2, after_id=first.next_after_id)
+        assert [j.id for j in second.jobs] == ids["charge"][2:]
+        assert second.next_after_id is None
+        # The emails stay cancelled.
+        states = {j.id: j.state for j in client.job_list(limit=10).jobs}
+        assert [states[i] for i in ids["email"]] == [JobState.CANCELLED] * 2
+
+
+def test_cancel_many_leaves_finalized_jobs_and_signals_running(any_db: Db) -> None:  # noqa: F811
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        ids = _seed(client)
+        client.job_cancel(ids["email"][0])
+        running = client.driver.fetch(client._core.dialect.job_set_running(ids["charge"][0], "op"))
+        assert running
+        assert client.job_count_matching(action="cancel") == 4
+        done = client.job_cancel_many(all=True)
+        assert [j.id for j in done.jobs] == [*ids["charge"], ids["email"][1]]
+        by_id = {j.id: j for j in done.jobs}
+        assert by_id[ids["charge"][0]].state is JobState.RUNNING
+        assert "cancel_attempted_at" in by_id[ids["charge"][0]].metadata
+        assert by_id[ids["charge"][1]].state is JobState.CANCELLED
+        # The running one is signalled, not finalized: a second pass starts after it.
+        assert client.job_count_matching(action="cancel") == 1
+
+
+def test_filters_by_args_key_text_and_age(any_db: Db) -> None:  # noqa: F811
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        ids = _seed(client)
+
+        def listed(**filters: object) -> list[int]:
+            return [j.id for j in client.job_list(limit=50, **filters).jobs]  # type: ignore[arg-type]
+
+        assert listed(args_keys=["customer"]) == ids["charge"][:2]
+        assert listed(args_keys=["card", "customer"]) == ids["charge"][:2]
+        assert listed(args_keys=["nope"]) == []
+        assert listed(args_text="ADA") == [ids["charge"][0], ids["email"][0]]
+        # % and _ are literal characters, not wildcards.
+        assert listed(args_text="100%_") == [ids["email"][1]]
+        assert listed(args_text="1_0") == []  # as a wildcard, _ would match "100"
+        assert listed(created_before=datetime.now(UTC) + timedelta(minutes=1)) == sorted(
+            ids["charge"] + ids["email"]
+        )
+        assert listed(created_before=datetime.now(UTC) - timedelta(minutes=1)) == []
+        assert client.job_count_matching(args_text="ada", queues=["mail"]) == 1
+
+        with pytest.raises(InvalidInputError, match="created_before"):
+            client.job_list(created_before=datetime(2020, 1, 1))
+        with pytest.raises(InvalidInputError, match="args_text"):
+            client.job_list(args_text="")
+        with pytest.raises(InvalidInputError, match="needs at least one filter"):
+            client.job_retry_many()
+        with pytest.raises(InvalidInputError, match="after_id"):
+            client.job_retry_many(all=True, after_id=-1)
+
+
+def test_count_grouped(any_db: Db) -> None:  # noqa: F811
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        ids = _seed(client)
+        client.job_cancel(ids["charge"][0])
+        rows = [(r.state.value, r.queue, r.kind, r.count) for r in client.job_count_grouped()]
+        assert rows == [
+            ("available", "default", "charge_card", 2),
+            ("available", "mail", "email", 2),
+            ("cancelled", "default", "charge_card", 1),
+        ]
+        mail = [(r.state.value, r.count) for r in client.job_count_grouped(queues=["mail"])]
+        assert mail == [("available", 2)]
