@@ -34,6 +34,7 @@ def test_jobs_commands(
     lines = out.splitlines()
     assert lines[0].split() == [
         "ID", "KIND", "QUEUE", "STATE", "ATTEMPT", "PRI", "SCHEDULED_AT", "FINALIZED_AT",
+        "LAST_ERROR",
     ]  # fmt: skip
     assert [line.split()[0] for line in lines[1:]] == [str(a.id), str(b.id), str(c.id)]
 

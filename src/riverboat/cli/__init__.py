@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "migrate": ("riverboat.cli.migrate", "apply, revert, list or print River's schema migrations"),
     "bench": ("riverboat.cli.bench", "benchmark operations and an end-to-end run (seed PR)"),
     "worker": ("riverboat.cli.worker", "work jobs with a client's workers until signalled"),
-    "jobs": ("riverboat.cli.jobs", "list, show, cancel, retry or delete jobs"),
+    "jobs": ("riverboat.cli.jobs", "list, show, count, tail, cancel, retry or delete jobs"),
     "queues": ("riverboat.cli.queues", "list, pause or resume queues"),
     "workflows": ("riverboat.cli.workflows", "show, wait for, retry or cancel a workflow"),
     "ui": ("riverboat.cli.ui", "serve the web dashboard (needs riverboat[ui])"),
@@ -43,6 +43,16 @@ def _version() -> str:
         from riverboat import __version__
 
         return __version__
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
 
 
 def _load(name: str) -> ModuleType:
@@ -85,6 +95,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(args_list)
     try:
         code: int = _load(args.command).run(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`riverboat jobs list --json | head`): not an error of
+        # ours. Point stdout at /dev/null so the interpreter's final flush is quiet too.
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, what a shell reports for a command killed by it
     except RiverboatError as exc:
         if os.environ.get("RIVERBOAT_TRACEBACK"):
             raise

@@ -12,7 +12,13 @@ from typing import Any
 from riverboat.dialect.base import validate_schema_name
 from riverboat.errors import InvalidInputError
 
-__all__ = ["add_database_options", "checked_driver", "database_url", "database_url_or_none"]
+__all__ = [
+    "add_database_options",
+    "checked_driver",
+    "database_url",
+    "database_url_or_none",
+    "require_existing_sqlite_file",
+]
 
 RIVER_SCHEMA_HELP = "River's schema (default: the search_path's)"
 
@@ -42,14 +48,37 @@ def database_url(args: argparse.Namespace) -> str:
     return url
 
 
+def require_existing_sqlite_file(url: str) -> None:
+    """Refuse a ``sqlite:///`` URL naming no file: opening it would create an empty one
+    (a typo in the path then reads as "no jobs", or "not migrated", and leaves litter).
+    Only ``riverboat migrate`` (and the demo) create the file."""
+    from riverboat._url import is_sqlite_url
+
+    if not is_sqlite_url(url):
+        return
+    from riverboat.drivers.sqlite import sqlite_path_from_url
+
+    path = sqlite_path_from_url(url)
+    if path == ":memory:" or os.path.isfile(path):
+        return
+    where = os.path.abspath(path)
+    raise InvalidInputError(
+        "database_url",
+        f"no SQLite file at {where}: check the path, or create and migrate it with "
+        f"`riverboat migrate up --database-url {url}`",
+    )
+
+
 @contextmanager
 def checked_driver(url: str, schema: str | None) -> Iterator[Any]:
-    """A sync driver for ``url``, closed on exit. A schema newer than riverboat knows (or
-    not migrated) is refused in one line before anything is read or written."""
+    """A sync driver for ``url``, closed on exit. A SQLite file that does not exist, or a
+    schema newer than riverboat knows (or not migrated), is refused in one line before
+    anything is created, read or written."""
     # Imported here: `riverboat --help` and commands that don't connect stay fast.
     from riverboat._url import driver_from_url
     from riverboat.migrations import require_current
 
+    require_existing_sqlite_file(url)
     driver = driver_from_url(url, schema=validate_schema_name(schema))
     try:
         require_current(driver)

@@ -1,20 +1,31 @@
-"""``riverboat jobs list|get|cancel|retry|delete``: job administration from the shell.
+"""``riverboat jobs list|get|count|tail|cancel|retry|delete``: job administration from
+the shell.
 
 The database comes from ``--database-url`` or ``DATABASE_URL``. Output is a table, or
 one JSON document with ``--json``. ``list`` prints the cursor of the next page (if any)
-on stderr, to pass back with ``--cursor``.
+on stderr, to pass back with ``--cursor``. ``retry``, ``cancel`` and ``delete`` take job
+ids, or filters (``--kind charge_card --state discarded``) for every matching job,
+worked in bounded batches, with ``--dry-run`` to count them first.
+
+Exit codes: 0 done (a bulk action that matched nothing says so and exits 0), 1 an error
+(a job id that does not exist, a database that cannot be read; one ``riverboat: error:``
+line), 2 a usage error.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from riverboat._admin import JobListCursor
 from riverboat._job import JobRow, JobState
 from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.client import Client
@@ -23,6 +34,11 @@ from riverboat.errors import InvalidInputError
 __all__ = ["add_arguments", "run"]
 
 _LIST_FILTERS = ("ids", "kinds", "queues", "states", "priorities", "tags_all", "tags_any")
+_FINALIZED = (JobState.COMPLETED, JobState.DISCARDED, JobState.CANCELLED)
+_PAST = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}
+_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
+_DURATION_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+ERROR_WIDTH = 60
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +60,13 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _args_of(job: JobRow) -> Any:
+    try:
+        return job.args
+    except ValueError:  # a row whose args can't be decoded: show the stored text
+        return job.encoded_args
+
+
 def job_dict(job: JobRow) -> dict[str, Any]:
     return {
         "id": job.id,
@@ -53,7 +76,7 @@ def job_dict(job: JobRow) -> dict[str, Any]:
         "attempt": job.attempt,
         "max_attempts": job.max_attempts,
         "priority": job.priority,
-        "args": job.args,
+        "args": _args_of(job),
         "metadata": job.metadata,
         "tags": job.tags,
         "created_at": _jsonable(job.created_at),
@@ -74,6 +97,14 @@ def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
 
 
+def last_error(job: JobRow, width: int = ERROR_WIDTH) -> str:
+    """The job's latest error on one line, cut to ``width`` (``-`` when it has none)."""
+    if not job.errors:
+        return "-"
+    text = " ".join(job.errors[-1].error.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     widths = [len(h) for h in headers]
     for row in rows:
@@ -84,10 +115,20 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 def print_jobs(jobs: Sequence[JobRow], as_json: bool) -> None:
     if as_json:
-        print(json.dumps([job_dict(j) for j in jobs], indent=2))
+        print(json.dumps([job_dict(j) for j in jobs], indent=2, default=str))
         return
     print_table(
-        ("ID", "KIND", "QUEUE", "STATE", "ATTEMPT", "PRI", "SCHEDULED_AT", "FINALIZED_AT"),
+        (
+            "ID",
+            "KIND",
+            "QUEUE",
+            "STATE",
+            "ATTEMPT",
+            "PRI",
+            "SCHEDULED_AT",
+            "FINALIZED_AT",
+            "LAST_ERROR",
+        ),
         [
             (
                 str(j.id),
@@ -98,24 +139,109 @@ def print_jobs(jobs: Sequence[JobRow], as_json: bool) -> None:
                 str(j.priority),
                 _when(j.scheduled_at),
                 _when(j.finalized_at),
+                last_error(j),
             )
             for j in jobs
         ],
     )
 
 
+def _indented(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines())
+
+
+def print_job_detail(job: JobRow) -> None:
+    """Everything about one job, for a person: fields, args and metadata as JSON, and
+    every error with its trace (oldest first)."""
+    fields = [
+        ("id", str(job.id)),
+        ("kind", job.kind),
+        ("queue", job.queue),
+        ("state", job.state.value),
+        ("attempt", f"{job.attempt}/{job.max_attempts}"),
+        ("priority", str(job.priority)),
+        ("tags", ", ".join(job.tags) or "-"),
+        ("created_at", _when(job.created_at)),
+        ("scheduled_at", _when(job.scheduled_at)),
+        ("attempted_at", _when(job.attempted_at)),
+        ("finalized_at", _when(job.finalized_at)),
+        ("attempted_by", ", ".join(job.attempted_by or []) or "-"),
+    ]
+    width = max(len(name) for name, _ in fields)
+    for name, value in fields:
+        print(f"{name.ljust(width)}  {value}")
+    print("args:")
+    print(_indented(json.dumps(_args_of(job), indent=2, ensure_ascii=False, default=str)))
+    print("metadata:")
+    print(_indented(json.dumps(job.metadata, indent=2, ensure_ascii=False, default=str)))
+    if not job.errors:
+        print("errors: none")
+        return
+    print(f"errors ({len(job.errors)}):")
+    for entry in job.errors:
+        print(f"  attempt {entry.attempt} at {_when(entry.at)}: {entry.error}")
+        if entry.trace:
+            print(_indented(entry.trace.rstrip(), "      "))
+
+
+def parse_age(text: str) -> timedelta:
+    """``30s``, ``15m``, ``2h``, ``7d``, ``1w``."""
+    found = _DURATION_RE.match(text.strip())
+    if not found or float(found.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an age like 30m, 2h or 7d")
+    return timedelta(seconds=float(found.group(1)) * _DURATION_UNIT[found.group(2)])
+
+
+def _add_filters(parser: argparse.ArgumentParser, *, bulk: bool = False) -> None:
+    parser.add_argument("--kind", action="append", dest="kinds", metavar="KIND")
+    parser.add_argument("--queue", action="append", dest="queues", metavar="QUEUE")
+    parser.add_argument(
+        "--state", action="append", dest="states", choices=[s.value for s in JobState]
+    )
+    if bulk:
+        parser.add_argument("--tag", action="append", dest="tags_any", metavar="TAG",
+                            help="jobs having at least one of the given tags")  # fmt: skip
+    parser.add_argument(
+        "--args-key",
+        action="append",
+        dest="args_keys",
+        metavar="KEY",
+        help="jobs whose args have this top-level key (repeat: every one)",
+    )
+    parser.add_argument(
+        "--args-text",
+        metavar="TEXT",
+        help="jobs whose args' JSON contains this text (case-insensitive)",
+    )
+    parser.add_argument(
+        "--older-than",
+        type=parse_age,
+        metavar="AGE",
+        help="jobs created longer ago than AGE (30m, 2h, 7d)",
+    )
+
+
+def _filters(args: argparse.Namespace) -> dict[str, Any]:
+    filters: dict[str, Any] = {}
+    for name in (*_LIST_FILTERS, "args_keys", "args_text"):
+        value = getattr(args, name, None)
+        if value is not None:
+            filters[name] = value
+    if getattr(args, "older_than", None) is not None:
+        filters["created_before"] = datetime.now(UTC) - args.older_than
+    return filters
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``jobs``' subcommands on its parser."""
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    listing = sub.add_parser("list", help="list jobs, filtered and paginated")
+    listing = sub.add_parser(
+        "list", help="list jobs, filtered and paginated, with their last error"
+    )
     add_common(listing)
     listing.add_argument("--id", type=int, action="append", dest="ids", metavar="ID")
-    listing.add_argument("--kind", action="append", dest="kinds", metavar="KIND")
-    listing.add_argument("--queue", action="append", dest="queues", metavar="QUEUE")
-    listing.add_argument(
-        "--state", action="append", dest="states", choices=[s.value for s in JobState]
-    )
+    _add_filters(listing)
     listing.add_argument("--priority", type=int, action="append", dest="priorities")
     listing.add_argument("--tag", action="append", dest="tags_all", metavar="TAG",
                          help="jobs having every given tag")  # fmt: skip
@@ -129,46 +255,258 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     listing.add_argument("--limit", type=int, default=100, help="page size (default 100)")
     listing.add_argument("--cursor", help="continue after this cursor (printed by a prior list)")
 
+    get = sub.add_parser("get", help="show jobs: args, metadata, every error with its trace")
+    add_common(get)
+    get.add_argument("job_ids", type=int, nargs="+", metavar="ID")
+
+    count = sub.add_parser("count", help="count jobs by state (and queue, kind)")
+    add_common(count)
+    _add_filters(count, bulk=True)
+    count.add_argument(
+        "--by",
+        action="append",
+        choices=("state", "queue", "kind"),
+        help="group by these (repeatable; default: state)",
+    )
+
+    tail = sub.add_parser(
+        "tail",
+        aliases=["watch"],
+        help="print job outcomes as they happen (completed, failed with their error...)",
+    )
+    add_common(tail)
+    tail.add_argument("--kind", action="append", dest="kinds", metavar="KIND")
+    tail.add_argument("--queue", action="append", dest="queues", metavar="QUEUE")
+    tail.add_argument(
+        "--interval", type=float, default=1.0, metavar="S", help="poll every S seconds (1)"
+    )
+    tail.add_argument(
+        "--max-events", type=int, metavar="N", help="stop after N outcomes (default: never)"
+    )
+    tail.add_argument(
+        "--timeout", type=float, metavar="S", help="stop after S seconds (default: never)"
+    )
+    tail.add_argument("--since", type=parse_age, metavar="AGE", help="start AGE ago (default: now)")
+
     for action, text in (
-        ("get", "show jobs"),
         ("cancel", "cancel jobs (a running job is cancelled by its producer)"),
         ("retry", "make jobs available again now"),
         ("delete", "delete jobs (running jobs are refused)"),
     ):
-        command = sub.add_parser(action, help=text, description=text)
+        command = sub.add_parser(
+            action,
+            help=text + ", by id or by filter",
+            description=text + ". Give job ids, or filters for every job matching them "
+            "(worked in batches of --batch-size, each one bounded statement).",
+        )
         add_common(command)
-        command.add_argument("job_ids", type=int, nargs="+", metavar="ID")
+        command.add_argument("job_ids", type=int, nargs="*", metavar="ID")
+        _add_filters(command, bulk=True)
+        command.add_argument(
+            "--all", action="store_true", help="every job the action applies to (no filter)"
+        )
+        command.add_argument(
+            "--dry-run", action="store_true", help="only say how many jobs it would change"
+        )
+        command.add_argument(
+            "--batch-size", type=int, default=500, metavar="N", help="rows per statement (500)"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
     """Run one ``jobs`` action; returns the exit code."""
     with open_client(args) as client:
         if args.action == "list":
-            metadata = None
-            if args.metadata is not None:
-                try:
-                    metadata = json.loads(args.metadata)
-                except ValueError as exc:
-                    raise InvalidInputError("metadata", f"is not JSON: {exc}") from exc
-            # Each filter option's dest is the job_list argument it fills.
-            filters = {name: getattr(args, name) for name in _LIST_FILTERS}
-            page = client.job_list(
-                **filters,
-                metadata=metadata,
-                order_by=args.order_by,
-                descending=args.desc,
-                limit=args.limit,
-                cursor=args.cursor,
-            )
-            print_jobs(page.jobs, args.json)
-            if page.next_cursor is not None:
-                print(f"next page: --cursor {page.next_cursor}", file=sys.stderr)
+            return _list(client, args)
+        if args.action == "get":
+            jobs = [client.job_get(job_id) for job_id in args.job_ids]
+            if args.json:
+                print_jobs(jobs, True)
+            else:
+                for i, job in enumerate(jobs):
+                    if i:
+                        print()
+                    print_job_detail(job)
             return 0
-        op = {
-            "get": client.job_get,
-            "cancel": client.job_cancel,
-            "retry": client.job_retry,
-            "delete": client.job_delete,
-        }[args.action]
-        print_jobs([op(job_id) for job_id in args.job_ids], args.json)
+        if args.action == "count":
+            return _count(client, args)
+        if args.action in ("tail", "watch"):
+            return _tail(client, args)
+        return _act(client, args)
+
+
+def _list(client: Client, args: argparse.Namespace) -> int:
+    metadata = None
+    if args.metadata is not None:
+        try:
+            metadata = json.loads(args.metadata)
+        except ValueError as exc:
+            raise InvalidInputError("metadata", f"is not JSON: {exc}") from exc
+    page = client.job_list(
+        **_filters(args),
+        metadata=metadata,
+        order_by=args.order_by,
+        descending=args.desc,
+        limit=args.limit,
+        cursor=args.cursor,
+    )
+    print_jobs(page.jobs, args.json)
+    if page.next_cursor is not None:
+        print(f"next page: --cursor {page.next_cursor}", file=sys.stderr)
+    return 0
+
+
+def _count(client: Client, args: argparse.Namespace) -> int:
+    by = list(dict.fromkeys(args.by or ["state"]))
+    rows = client.job_count_grouped(**_filters(args))
+    totals: Counter[tuple[str, ...]] = Counter()
+    for row in rows:
+        values = {"state": row.state.value, "queue": row.queue, "kind": row.kind}
+        totals[tuple(values[name] for name in by)] += row.count
+    ordered: list[tuple[tuple[str, ...], int]]
+    if by == ["state"]:  # every state, in lifecycle order, zeros included
+        ordered = [((s.value,), totals.get((s.value,), 0)) for s in JobState]
+    else:
+        ordered = sorted(totals.items())
+    if args.json:
+        print(json.dumps([{**dict(zip(by, key, strict=True)), "count": n} for key, n in ordered]))
         return 0
+    print_table(
+        [*(name.upper() for name in by), "COUNT"],
+        [[*key, str(n)] for key, n in ordered]
+        + [[*([""] * (len(by) - 1)), "total", str(sum(totals.values()))]],
+    )
+    return 0
+
+
+def _outcome_line(job: JobRow) -> str:
+    moment = job.finalized_at or job.scheduled_at
+    text = (
+        f"{moment.astimezone(UTC).strftime('%H:%M:%S')}  {job.state.value:<9}  "
+        f"job {job.id}  {job.kind}  queue={job.queue}  attempt {job.attempt}/{job.max_attempts}"
+    )
+    if job.state in (JobState.DISCARDED, JobState.RETRYABLE, JobState.CANCELLED) and job.errors:
+        text += f"  error: {last_error(job, 200)}"
+    return text
+
+
+def _tail(client: Client, args: argparse.Namespace) -> int:
+    """Poll for outcomes newer than the start: finalized jobs in the order they were
+    finalized (a keyset on finalized_at), and failed attempts waiting for their retry
+    (retryable jobs whose attempt was not printed yet)."""
+    if args.interval <= 0:
+        raise InvalidInputError("--interval", "must be above 0")
+    if args.max_events is not None and args.max_events < 1:
+        raise InvalidInputError("--max-events", "must be 1 or more")
+    start = datetime.now(UTC) - (args.since or timedelta(0))
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    filters: dict[str, Any] = {
+        k: v for k, v in (("kinds", args.kinds), ("queues", args.queues)) if v is not None
+    }
+    cursor = JobListCursor(0, "finalized_at", "finalized_at", start)
+    seen_failures: set[tuple[int, int]] = set()
+    # Retryable jobs already failing before the start are not news.
+    for job in client.job_list(states=[JobState.RETRYABLE], limit=10_000, **filters).jobs:
+        if job.attempted_at is None or job.attempted_at < start:
+            seen_failures.add((job.id, job.attempt))
+    printed = 0
+    while True:
+        events: list[JobRow] = []
+        while True:  # every finalized page since the cursor
+            page = client.job_list(
+                states=list(_FINALIZED),
+                order_by="finalized_at",
+                limit=500,
+                cursor=cursor,
+                **filters,
+            )
+            events.extend(page.jobs)
+            if page.last_cursor is not None:
+                cursor = page.last_cursor
+            if page.next_cursor is None:
+                break
+        retrying = client.job_list(states=[JobState.RETRYABLE], limit=10_000, **filters).jobs
+        for job in retrying:
+            if (job.id, job.attempt) not in seen_failures:
+                seen_failures.add((job.id, job.attempt))
+                events.append(job)
+        events.sort(key=lambda j: (j.finalized_at or j.attempted_at or start, j.id))
+        for job in events:
+            print(json.dumps(job_dict(job)) if args.json else _outcome_line(job), flush=True)
+            printed += 1
+            if args.max_events is not None and printed >= args.max_events:
+                return 0
+        if deadline is not None and time.monotonic() >= deadline:
+            return 0
+        pause = args.interval
+        if deadline is not None:
+            pause = max(0.0, min(pause, deadline - time.monotonic()))
+        time.sleep(pause)
+
+
+def _act(client: Client, args: argparse.Namespace) -> int:
+    action = args.action
+    filters = _filters(args)
+    if args.job_ids and not filters and not args.all:
+        if args.dry_run:
+            filters["ids"] = args.job_ids
+        else:
+            op = {"cancel": client.job_cancel, "retry": client.job_retry}.get(
+                action, client.job_delete
+            )
+            print_jobs([op(job_id) for job_id in args.job_ids], args.json)
+            return 0
+    if args.job_ids:
+        filters["ids"] = args.job_ids
+    if not filters and not args.all:
+        raise InvalidInputError(
+            "filters",
+            f"give job ids, or filters (--state, --kind, --queue, --tag, --args-key, "
+            f"--args-text, --older-than) for every job to {action}, or --all",
+        )
+    if not 1 <= args.batch_size <= 10_000:
+        raise InvalidInputError("--batch-size", "must be from 1 to 10000")
+    described = _describe(filters) or "every job"
+    if args.dry_run:
+        would = client.job_count_matching(action=action, **filters)
+        matching = client.job_count_matching(**filters)
+        print(
+            f"would {action} {would} job{'s' if would != 1 else ''} ({described}; "
+            f"{matching} match, the others are left alone by {action})"
+        )
+        return 0
+    changed: list[JobRow] = []
+    if action == "delete":
+        while True:
+            batch = client.job_delete_many(**filters, limit=args.batch_size, all=True)
+            changed.extend(batch)
+            if len(batch) < args.batch_size:
+                break
+    else:
+        bulk = client.job_retry_many if action == "retry" else client.job_cancel_many
+        after_id: int | None = 0
+        while after_id is not None:
+            result = bulk(**filters, limit=args.batch_size, after_id=after_id, all=True)
+            changed.extend(result.jobs)
+            after_id = result.next_after_id
+    if args.json:
+        print_jobs(changed, True)
+        return 0
+    count = len(changed)
+    if count == 0:
+        print(f"no job to {action} ({described})")
+    else:
+        print(f"{_PAST[action]} {count} job{'s' if count != 1 else ''} ({described})")
+    return 0
+
+
+def _describe(filters: dict[str, Any]) -> str:
+    parts = []
+    for name, value in filters.items():
+        if name == "created_before":
+            parts.append(f"created before {_when(value)} UTC")
+        elif isinstance(value, list):
+            parts.append(f"{name.removesuffix('s')}={','.join(map(str, value))}")
+        else:
+            parts.append(f"{name}={value}")
+    return ", ".join(parts)

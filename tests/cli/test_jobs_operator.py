@@ -1,0 +1,207 @@
+"""What an operator does with ``riverboat jobs`` on Postgres and SQLite, as real
+subprocesses: find failed jobs and why (list's last error, get's traces), count them,
+watch outcomes as they happen, and retry/cancel/delete by filter with a dry run first."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import riverboat
+from riverboat import InsertManyParams, InsertOpts, JobState, QueueConfig, Workers
+from riverboat.runtime.worker import Job
+from tests.runtime.dbs import Db, any_db  # noqa: F401
+
+
+class CardDeclined(Exception):
+    pass
+
+
+def _workers() -> Workers:
+    workers = Workers()
+
+    @workers.register("charge_card")
+    async def charge_card(job: Job[Any]) -> None:
+        raise CardDeclined(f"card {job.args['card']} was declined")
+
+    @workers.register("send_email")
+    async def send_email(job: Job[Any]) -> None:
+        return None
+
+    return workers
+
+
+def _work(db: Db, params: list[InsertManyParams]) -> list[int]:
+    with riverboat.Client(
+        db.url,
+        schema=db.schema,
+        workers=_workers(),
+        queues={"default": QueueConfig(max_workers=4), "mail": QueueConfig(max_workers=2)},
+    ) as client:
+        ids = [r.job.id for r in client.insert_many(params)]
+        client.run_until_idle()
+    return ids
+
+
+def _charges(n: int, start: int = 0) -> list[InsertManyParams]:
+    return [
+        InsertManyParams(
+            {"card": f"40{i:02d}", "customer": f"c{i}"},
+            InsertOpts(max_attempts=1),
+            kind="charge_card",
+        )
+        for i in range(start, start + n)
+    ]
+
+
+def _emails(n: int) -> list[InsertManyParams]:
+    return [
+        InsertManyParams({"to": f"u{i}@example.com"}, InsertOpts(queue="mail"), kind="send_email")
+        for i in range(n)
+    ]
+
+
+def cli(db: Db, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    common = ["--database-url", db.url, *(["--schema", db.schema] if db.schema else [])]
+    return subprocess.run(
+        [sys.executable, "-m", "riverboat.cli", "jobs", argv[0], *common, *argv[1:]],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_find_what_failed_and_why(any_db: Db) -> None:  # noqa: F811
+    ids = _work(any_db, _charges(3) + _emails(2))
+    failed = ids[:3]
+
+    listed = cli(any_db, "list", "--state", "discarded")
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    assert header.split()[-1] == "LAST_ERROR"
+    assert len(rows) == 3
+    assert all("CardDeclined: card 40" in row and "was declined" in row for row in rows), rows
+
+    shown = cli(any_db, "get", str(failed[0]))
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout
+    assert re.search(r"^state\s+discarded$", out, re.M)
+    assert '"customer": "c0"' in out and '"card": "4000"' in out  # args, pretty-printed
+    assert "metadata:" in out
+    assert "errors (1):" in out and "attempt 1 at" in out
+    assert "card 4000 was declined" in out
+    assert "Traceback" in out and "raise CardDeclined" in out  # the trace, indented
+
+    counted = cli(any_db, "count")
+    assert counted.returncode == 0, counted.stderr
+    by_state = {line.split()[0]: line.split()[1] for line in counted.stdout.splitlines()[1:]}
+    assert by_state["discarded"] == "3" and by_state["completed"] == "2"
+    assert by_state["total"] == "5" and by_state["running"] == "0"
+    grouped = cli(any_db, "count", "--by", "queue", "--by", "kind", "--json")
+    assert json.loads(grouped.stdout) == [
+        {"queue": "default", "kind": "charge_card", "count": 3},
+        {"queue": "mail", "kind": "send_email", "count": 2},
+    ]
+
+
+def test_bulk_retry_cancel_delete_by_filter(any_db: Db) -> None:  # noqa: F811
+    _work(any_db, _charges(5) + _emails(2))
+
+    dry = cli(any_db, "retry", "--kind", "charge_card", "--state", "discarded", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith("would retry 5 jobs (kind=charge_card, state=discarded")
+    done = cli(
+        any_db, "retry", "--kind", "charge_card", "--state", "discarded", "--batch-size", "2"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "retried 5 jobs (kind=charge_card, state=discarded)"
+    counted = json.loads(cli(any_db, "count", "--json").stdout)
+    assert {"state": "available", "count": 5} in counted
+
+    again = cli(any_db, "retry", "--kind", "charge_card", "--state", "discarded")
+    assert again.stdout.strip() == "no job to retry (kind=charge_card, state=discarded)"
+
+    picked = cli(any_db, "cancel", "--args-key", "customer", "--args-text", "C3")
+    assert picked.stdout.strip().startswith("cancelled 1 job "), picked.stdout
+    gone = cli(any_db, "delete", "--state", "cancelled", "--older-than", "1h")
+    assert gone.stdout.strip().startswith("no job to delete"), gone.stdout
+    gone = cli(any_db, "delete", "--state", "cancelled", "--json")
+    assert [j["args"]["customer"] for j in json.loads(gone.stdout)] == ["c3"]
+
+    refused = cli(any_db, "delete")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("riverboat: error: filters: give job ids, or filters")
+    bad_age = cli(any_db, "retry", "--older-than", "soon")
+    assert bad_age.returncode == 2 and "not an age" in bad_age.stderr
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        states = [j.state for j in client.job_list(limit=50, kinds=["charge_card"]).jobs]
+    assert states.count(JobState.AVAILABLE) == 4 and len(states) == 4
+
+
+def test_tail_prints_outcomes_as_they_happen(any_db: Db) -> None:  # noqa: F811
+    _work(any_db, _charges(1) + _emails(1))
+    # The two outcomes so far (--since), then one that happens while it watches.
+    common = ["--database-url", any_db.url, *(["--schema", any_db.schema] if any_db.schema else [])]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "riverboat.cli", "jobs", "tail", *common, "--since", "1h",
+         "--max-events", "3", "--timeout", "60", "--interval", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    first = [proc.stdout.readline(), proc.stdout.readline()]
+    assert any("completed" in line and "send_email" in line for line in first), first
+    assert any(
+        "discarded" in line and "error: CardDeclined: card 4000 was declined" in line
+        for line in first
+    ), first
+    _work(any_db, _charges(1, start=7))
+    third = proc.stdout.readline()
+    assert "discarded" in third and "card 4007 was declined" in third, third
+    assert proc.wait(timeout=30) == 0
+    proc.stdout.close()
+    assert proc.stderr is not None and proc.stderr.read() == ""
+    proc.stderr.close()
+
+
+def test_json_into_a_closed_pipe_is_quiet(any_db: Db) -> None:  # noqa: F811
+    _work(any_db, _emails(300))
+    common = ["--database-url", any_db.url, *(["--schema", any_db.schema] if any_db.schema else [])]
+    command = [sys.executable, "-m", "riverboat.cli", "jobs", "list", *common, "--json",
+               "--limit", "300"]  # fmt: skip
+    reader = subprocess.Popen(["head", "-n", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    writer = subprocess.run(command, stdout=reader.stdin, stderr=subprocess.PIPE, timeout=60)
+    assert reader.stdin is not None
+    reader.stdin.close()
+    assert reader.stdout is not None
+    assert reader.stdout.read() == b"[\n"
+    reader.stdout.close()
+    assert reader.wait(timeout=30) == 0
+    assert writer.stderr == b"", writer.stderr.decode()
+    assert writer.returncode in (0, 141)
+
+
+@pytest.mark.parametrize("command", [["jobs", "list"], ["jobs", "count"], ["queues", "list"]])
+def test_a_mistyped_sqlite_path_is_an_error_not_a_new_file(
+    tmp_path: Path, command: list[str]
+) -> None:
+    missing = tmp_path / "typo.sqlite3"
+    done = subprocess.run(
+        [sys.executable, "-m", "riverboat.cli", *command, "--database-url", f"sqlite:///{missing}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "RIVERBOAT_TRACEBACK": ""},
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"riverboat: error: database_url: no SQLite file at {missing}")
+    assert "riverboat migrate up" in done.stderr
+    assert not missing.exists()
