@@ -21,11 +21,14 @@ import logging
 import multiprocessing
 import signal
 import sys
+import time
+from collections import Counter
 from typing import Any
 
 from riverboat.client import AsyncClient, Client
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.collector import tune_collector
+from riverboat.runtime.events import EventKind
 from riverboat.runtime.runner import check_soft_stop_timeout
 
 __all__ = ["add_arguments", "load_client", "run"]
@@ -128,9 +131,28 @@ async def _serve(client: AsyncClient, exit_when_idle: bool) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+    # With --exit-when-idle the last line says what the run did: count the outcomes.
+    outcomes: Counter[str] = Counter()
+    counting: asyncio.Task[None] | None = None
+    if exit_when_idle:
+        subscription = client.subscribe(
+            EventKind.JOB_COMPLETED,
+            EventKind.JOB_FAILED,
+            EventKind.JOB_CANCELLED,
+            EventKind.JOB_SNOOZED,
+            maxsize=1_000_000,
+        )
+        counting = asyncio.ensure_future(_count_outcomes(subscription, outcomes))
+    started = time.monotonic()
     await client.start()
     runtime = client.runtime
-    log.info("worker %s started: queues %s", client.id, ", ".join(runtime.producers))
+    log.info(
+        "worker %s started: queues %s",
+        client.id,
+        ", ".join(
+            f"{name} ({producer.max_workers} slots)" for name, producer in runtime.producers.items()
+        ),
+    )
     try:
         while not soft.is_set():
             if exit_when_idle and await runtime.drained():
@@ -151,6 +173,11 @@ async def _serve(client: AsyncClient, exit_when_idle: bool) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         await client.close()
+        if counting is not None:
+            await asyncio.sleep(0)  # let the counter take the last outcomes delivered
+            counting.cancel()
+    if exit_when_idle:
+        log.info("worker %s idle: %s", client.id, _summary(outcomes, time.monotonic() - started))
     abandoned = runtime.abandoned_threads
     if abandoned:
         log.info(
@@ -160,8 +187,26 @@ async def _serve(client: AsyncClient, exit_when_idle: bool) -> int:
             abandoned,
         )
     else:
-        log.info("worker %s stopped", client.id)
+        log.info("worker %s stopped cleanly", client.id)
     return 0
+
+
+async def _count_outcomes(subscription: Any, outcomes: Counter[str]) -> None:
+    while True:
+        event = await subscription.get()
+        if event.kind is EventKind.JOB_FAILED:
+            failed_for_good = event.job is not None and event.job.state == "discarded"
+            outcomes["discarded" if failed_for_good else "failed, will retry"] += 1
+        else:
+            outcomes[str(event.kind.value).removeprefix("job_")] += 1
+
+
+def _summary(outcomes: Counter[str], seconds: float) -> str:
+    total = sum(outcomes.values())
+    order = ("completed", "failed, will retry", "discarded", "snoozed", "cancelled")
+    parts = [f"{outcomes[name]} {name}" for name in order if outcomes[name]]
+    detail = f" ({', '.join(parts)})" if parts else ""
+    return f"worked {total} job attempt{'s' if total != 1 else ''} in {seconds:.1f}s{detail}"
 
 
 def _run_one(

@@ -190,7 +190,7 @@ class Elector:
             self._resign_requested.set()
 
     # -- transitions -------------------------------------------------------------------
-    def _set_leader(self, leading: bool) -> None:
+    def _set_leader(self, leading: bool, why: str = "lost") -> None:
         if leading == self.is_leader:
             return
         if leading:
@@ -199,7 +199,8 @@ class Elector:
         else:
             self.leader.clear()
             self.follower.set()
-        log.info("elector %s: %s leadership", self.client_id, "gained" if leading else "lost")
+        # A clean stop or a requested resignation is said as such, not as a loss.
+        log.info("elector %s: leadership %s", self.client_id, "gained" if leading else why)
         for callback in list(self._callbacks):
             try:
                 callback(leading)
@@ -272,7 +273,11 @@ class Elector:
             await wait_any((self._stopping, self._resign_requested), min(delay, remaining))
             if self._stopping.is_set() or self._resign_requested.is_set():
                 self._resign_requested.clear()
-                self._set_leader(False)  # stop acting as leader before giving the row up
+                # Stop acting as leader before giving the row up.
+                self._set_leader(
+                    False,
+                    "resigned (stopping)" if self._stopping.is_set() else "resigned (asked to)",
+                )
                 await self._resign()
                 return
             remaining = self._trusted_until - time.monotonic()

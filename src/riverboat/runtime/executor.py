@@ -257,6 +257,15 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
     finished = time.monotonic()
     if error is None and not state.interrupted and not ctx.metadata_updates:
         # A plain completion (most outcomes): nothing to merge, no clock to read.
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "job %d (%s) attempt %d/%d completed in %.3fs",
+                row.id,
+                row.kind,
+                row.attempt,
+                row.max_attempts,
+                finished - started_mono,
+            )
         return PendingCompletion(
             JobStateUpdate(row.id, JobState.COMPLETED, finalized=True),
             row,
@@ -269,6 +278,16 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
     update, kind = _outcome(row, error, ctx, state, worker, config, started)
     if kind is EventKind.JOB_FAILED and error is not None:
         _log_failure(row, error, update)
+    elif log.isEnabledFor(logging.DEBUG):
+        log.debug(
+            "job %d (%s) attempt %d/%d %s in %.3fs",
+            row.id,
+            row.kind,
+            row.attempt,
+            row.max_attempts,
+            update.state.value,
+            finished - started_mono,
+        )
     # The error's traceback holds this frame, whose `error` holds the traceback: a cycle
     # that would keep the failed job's frames and their locals (a payload, a buffer)
     # alive until the collector's next run, which riverboat worker makes rare (see
