@@ -213,11 +213,19 @@ settings.configure(
         "django.middleware.csrf.CsrfViewMiddleware",
         "django.contrib.auth.middleware.AuthenticationMiddleware",
     ],
-    ROOT_URLCONF="tests.django.testapp.urls",
+    ROOT_URLCONF="__main__",  # the urlpatterns below
     LOGIN_URL="/login/",
     RIVERBOAT={},
 )
 django.setup()
+
+from django.http import HttpResponse
+from django.urls import include, path
+
+urlpatterns = [
+    path("ops/riverboat/", include("riverboat.contrib.django.urls")),
+    path("login/", lambda request: HttpResponse("the site's login page")),
+]
 
 from django.contrib.auth.models import User
 from django.core.management import call_command
@@ -236,6 +244,15 @@ get_client().job_cancel(job.id)
 anonymous = Client().get("/ops/riverboat/")
 assert anonymous.status_code == 302, anonymous.status_code
 assert anonymous["Location"] == "/login/?next=/ops/riverboat/", anonymous["Location"]
+
+# Django's default LOGIN_URL, which this site (as a default project) does not route:
+# no redirect to a 404, a 403 that says why.
+from django.test import override_settings
+
+with override_settings(LOGIN_URL="/accounts/login/"):
+    stranger = Client().get("/ops/riverboat/")
+assert stranger.status_code == 403, stranger.status_code
+assert b"log in as a staff user first" in stranger.content, stranger.content
 
 plain = Client()
 plain.login(username="plain", password="pw")

@@ -8,6 +8,7 @@ imports one that imports it back.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from riverboat.client import AsyncClient
@@ -15,7 +16,10 @@ from riverboat.contrib.django.settings import _load, get_driver, get_settings
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.worker import Workers
 
-__all__ = ["get_workers", "make_async_client"]
+__all__ = ["get_workers", "make_async_client", "unserved_task_queues"]
+
+log = logging.getLogger("riverboat.django")
+_BACKEND = "riverboat.contrib.django.tasks.RiverboatBackend"
 
 
 def get_workers() -> Workers:
@@ -55,4 +59,33 @@ def make_async_client(**overrides: Any) -> AsyncClient:
     options.update(overrides)
     client = AsyncClient(driver, **options)
     client._core.owns_driver = True  # the driver was made here: client.close() closes it
+    for backend, django_queue, river_queue in unserved_task_queues(set(options["queues"])):
+        log.warning(
+            "TASKS[%r] sends Django queue %r to River queue %r, which this worker does not "
+            "work (its queues: %s): such tasks stay available until a worker serves %r "
+            "(add it to RIVERBOAT['QUEUES'] or fix QUEUE_MAP)",
+            backend,
+            django_queue,
+            river_queue,
+            ", ".join(sorted(options["queues"])) or "none",
+            river_queue,
+        )
     return client
+
+
+def unserved_task_queues(worked: set[str]) -> list[tuple[str, str, str]]:
+    """``(TASKS alias, Django queue, River queue)`` for each queue a riverboat task
+    backend names (``QUEUES``, mapped through ``QUEUE_MAP``) that ``worked`` lacks."""
+    from django.conf import settings
+
+    out = []
+    for alias, conf in dict(getattr(settings, "TASKS", None) or {}).items():
+        if not isinstance(conf, dict) or conf.get("BACKEND") != _BACKEND:
+            continue
+        options = conf.get("OPTIONS") or {}
+        queue_map = dict(options.get("QUEUE_MAP") or {})
+        for django_queue in [*(conf.get("QUEUES") or []), *queue_map]:
+            river_queue = queue_map.get(django_queue, django_queue)
+            if river_queue not in worked and (alias, django_queue, river_queue) not in out:
+                out.append((alias, django_queue, river_queue))
+    return out

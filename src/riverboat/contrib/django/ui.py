@@ -12,7 +12,8 @@ pool must stay on the loop that opened it. The view is therefore a plain sync vi
 works the same under WSGI and ASGI.
 
 Who may see it: by default active staff users (``request.user.is_staff``, as Django's
-admin), anonymous visitors are sent to ``settings.LOGIN_URL``. ``RIVERBOAT["UI"]``
+admin), anonymous visitors are sent to ``settings.LOGIN_URL`` when the site routes it,
+else to the admin's login page, else answered 403. ``RIVERBOAT["UI"]``
 configures it::
 
     RIVERBOAT = {
@@ -251,6 +252,34 @@ async def _call(
     return status, headers, b"".join(chunks)
 
 
+def _login_url() -> str | None:
+    """Where to send an anonymous visitor: ``settings.LOGIN_URL`` when this site routes
+    it (a default project has no ``/accounts/login/``), else the admin's login page when
+    the admin is mounted, else nowhere (the view answers 403 and says why)."""
+    from django.conf import settings
+    from django.urls import NoReverseMatch, Resolver404, resolve, reverse
+
+    configured = str(settings.LOGIN_URL)
+    if "://" in configured or not configured.startswith("/"):
+        # Another site's URL, or a URL name: Django resolves names itself.
+        if "://" in configured:
+            return configured
+        try:
+            return str(reverse(configured))
+        except NoReverseMatch:
+            pass
+    else:
+        try:
+            resolve(configured.split("?", 1)[0])
+            return configured
+        except Resolver404:
+            pass
+    try:
+        return str(reverse("admin:login"))
+    except NoReverseMatch:
+        return None
+
+
 def dashboard_view(request: HttpRequest, subpath: str = "") -> HttpResponse:
     """The Django view behind ``riverboat.contrib.django.urls``."""
     from django.http import HttpResponse, HttpResponseForbidden
@@ -264,9 +293,15 @@ def dashboard_view(request: HttpRequest, subpath: str = "") -> HttpResponse:
         user = getattr(request, "user", None)
         if user is not None and not user.is_authenticated:
             # Only reached with django.contrib.auth installed (it made request.user).
-            from django.contrib.auth.views import redirect_to_login
+            login = _login_url()
+            if login is not None:
+                from django.contrib.auth.views import redirect_to_login
 
-            return redirect_to_login(request.get_full_path())
+                return redirect_to_login(request.get_full_path(), login)
+            return HttpResponseForbidden(
+                "riverboat ui: log in as a staff user first (this site routes neither "
+                "settings.LOGIN_URL nor Django's admin login)"
+            )
         return HttpResponseForbidden("riverboat ui: you may not see this dashboard")
     app, loop = _dashboards.app_for(conf)
     future = asyncio.run_coroutine_threadsafe(
