@@ -46,6 +46,7 @@ __all__ = [
     "JobListOptions",
     "JobListResult",
     "Leader",
+    "QueueActivity",
     "ThroughputMinute",
 ]
 
@@ -312,6 +313,24 @@ class JobBulkResult:
 
     jobs: list[JobRow]
     next_after_id: int | None
+
+
+@dataclass(slots=True, frozen=True)
+class QueueActivity:
+    """One queue's latency and throughput: when its oldest available job was due
+    (``None``: nothing available), and jobs completed and discarded over the last hour,
+    day and week (``{"1h": n, "24h": n, "7d": n}``)."""
+
+    queue: str
+    oldest_available_at: datetime | None
+    completed: dict[str, int]
+    discarded: dict[str, int]
+
+    def latency(self, now: datetime) -> float | None:
+        """Seconds the oldest available job has been due (0 if not yet due)."""
+        if self.oldest_available_at is None:
+            return None
+        return max(0.0, (now - self.oldest_available_at).total_seconds())
 
 
 @dataclass(slots=True, frozen=True)
@@ -626,6 +645,24 @@ class _Ops:
             return [ThroughputMinute(*row) for row in decode(rows)]
 
         return _Plan(stmt, finish)
+
+    def queue_activity(self) -> _Plan[list[QueueActivity]]:
+        decode_timestamp = self.dialect.decode_timestamp
+
+        def finish(rows: list[Row]) -> list[QueueActivity]:
+            out = []
+            for queue, oldest, c1, c24, c7, d1, d24, d7 in rows:
+                out.append(
+                    QueueActivity(
+                        str(queue),
+                        decode_timestamp(oldest),
+                        {"1h": int(c1), "24h": int(c24), "7d": int(c7)},
+                        {"1h": int(d1), "24h": int(d24), "7d": int(d7)},
+                    )
+                )
+            return out
+
+        return _Plan(self.dialect.queue_activity(), finish)
 
     def leader_get(self) -> _Plan[Leader | None]:
         stmt = self.dialect.leader_get_elected()

@@ -22,6 +22,7 @@ from riverboat._admin import (
     JobListOptions,
     JobListResult,
     Leader,
+    QueueActivity,
     T,
     ThroughputMinute,
     _ops,
@@ -181,6 +182,12 @@ class SyncAdmin:
         """Jobs completed and discarded per minute over the last ``minutes`` minutes,
         oldest first; minutes with none are absent."""
         return self._run(_ops(self._core).job_throughput(minutes))
+
+    def queue_activity(self) -> list[QueueActivity]:
+        """Per queue: latency (when its oldest available job was due) and jobs completed
+        and discarded over the last hour, day and week. Reads every job finalized in the
+        last week: a dashboard should cache it."""
+        return self._run(_ops(self._core).queue_activity())
 
     def leader_get(self) -> Leader | None:
         """The current ``river_leader`` row (the client running maintenance), if any."""

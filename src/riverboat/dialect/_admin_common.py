@@ -267,6 +267,10 @@ class AdminStatements(DialectPart, ABC):
     def decode_queue(self, row: Sequence[Any]) -> QueueRow: ...
 
     @abstractmethod
+    def decode_timestamp(self, value: Any) -> datetime | None:
+        """A timestamp column as read (a datetime on Postgres, River's text on SQLite)."""
+
+    @abstractmethod
     def filter_params(self, filters: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
         """The bound parameters of the named filters (lists, or a JSON object)."""
 
@@ -409,6 +413,11 @@ class AdminStatements(DialectPart, ABC):
     def job_count_by_state_capped(self, cap: int) -> Statement:
         """Rows of ``(state, count)`` for every state, each count at most ``cap``."""
         return self.stmt("job_count_by_state_capped", cap=cap)
+
+    def queue_activity(self) -> Statement:
+        """Rows of ``(queue, oldest available scheduled_at, completed 1h/24h/7d,
+        discarded 1h/24h/7d)``."""
+        return self.stmt("queue_activity")
 
     def job_throughput(self, minutes: int) -> Statement:
         """Rows of ``(minute, completed, discarded)`` for the last ``minutes`` minutes."""

@@ -155,6 +155,41 @@ ORDER BY 1
 """
 
 
+# Per queue: the oldest available job's scheduled_at (the queue's latency) and jobs
+# completed and discarded over the last hour, day and week, for the dashboard (which
+# caches it: the week reads every job finalized in it, by the finalized_at index).
+QUERIES["queue_activity"] = """
+WITH waiting AS (
+    SELECT queue, min(scheduled_at) AS oldest
+    FROM <schema>river_job
+    WHERE state = 'available'
+    GROUP BY queue
+),
+done AS (
+    SELECT queue,
+           count(*) FILTER (WHERE state = 'completed'
+                            AND finalized_at >= now() - interval '1 hour') AS completed_1h,
+           count(*) FILTER (WHERE state = 'completed'
+                            AND finalized_at >= now() - interval '1 day') AS completed_24h,
+           count(*) FILTER (WHERE state = 'completed') AS completed_7d,
+           count(*) FILTER (WHERE state = 'discarded'
+                            AND finalized_at >= now() - interval '1 hour') AS discarded_1h,
+           count(*) FILTER (WHERE state = 'discarded'
+                            AND finalized_at >= now() - interval '1 day') AS discarded_24h,
+           count(*) FILTER (WHERE state = 'discarded') AS discarded_7d
+    FROM <schema>river_job
+    WHERE state IN ('completed', 'discarded')
+      AND finalized_at IS NOT NULL
+      AND finalized_at >= now() - interval '7 days'
+    GROUP BY queue
+)
+SELECT coalesce(waiting.queue, done.queue), waiting.oldest,
+       coalesce(completed_1h, 0), coalesce(completed_24h, 0), coalesce(completed_7d, 0),
+       coalesce(discarded_1h, 0), coalesce(discarded_24h, 0), coalesce(discarded_7d, 0)
+FROM waiting FULL JOIN done ON waiting.queue = done.queue
+ORDER BY 1
+"""
+
 QUERIES["queue_list"] = (
     f"SELECT {QUEUE_COLUMNS} FROM <schema>river_queue ORDER BY name ASC LIMIT :max::integer"
 )
@@ -367,6 +402,9 @@ class PostgresAdmin(DialectPart):
 
     def decode_queue(self, row: Sequence[Any]) -> QueueRow:
         return QueueRow(row[0], row[1], json.loads(row[2]), row[3], row[4])
+
+    def decode_timestamp(self, value: Any) -> datetime | None:
+        return value if isinstance(value, datetime) else None
 
     def queue_with_control(
         self, query: str, params: dict[str, Any], payload: str, *, notify: bool = True

@@ -156,6 +156,41 @@ ORDER BY 1
 """
 
 
+# Per queue: the oldest available job's scheduled_at (the queue's latency) and jobs
+# completed and discarded over the last hour, day and week, for the dashboard (which
+# caches it: the week reads every job finalized in it, by the finalized_at index).
+QUERIES["queue_activity"] = f"""
+WITH waiting AS (
+    SELECT queue, min({ts_exact("scheduled_at")}) AS oldest
+    FROM <schema>river_job
+    WHERE state = 'available'
+    GROUP BY queue
+),
+done AS (
+    SELECT queue,
+           sum(state = 'completed' AND finalized_at >= datetime('now', '-1 hours'))
+               AS completed_1h,
+           sum(state = 'completed' AND finalized_at >= datetime('now', '-1 days'))
+               AS completed_24h,
+           sum(state = 'completed') AS completed_7d,
+           sum(state = 'discarded' AND finalized_at >= datetime('now', '-1 hours'))
+               AS discarded_1h,
+           sum(state = 'discarded' AND finalized_at >= datetime('now', '-1 days'))
+               AS discarded_24h,
+           sum(state = 'discarded') AS discarded_7d
+    FROM <schema>river_job
+    WHERE state IN ('completed', 'discarded')
+      AND finalized_at IS NOT NULL
+      AND finalized_at >= datetime('now', '-7 days')
+    GROUP BY queue
+)
+SELECT coalesce(waiting.queue, done.queue), waiting.oldest,
+       coalesce(completed_1h, 0), coalesce(completed_24h, 0), coalesce(completed_7d, 0),
+       coalesce(discarded_1h, 0), coalesce(discarded_24h, 0), coalesce(discarded_7d, 0)
+FROM waiting FULL JOIN done ON waiting.queue = done.queue
+ORDER BY 1
+"""
+
 QUERIES["queue_list"] = (
     f"SELECT {QUEUE_COLUMNS} FROM <schema>river_queue ORDER BY name ASC LIMIT :max"
 )
@@ -367,6 +402,9 @@ class SqliteAdmin(DialectPart):
             for row in rows
             if isinstance(row[0], str) and len(row[0]) == 16
         ]
+
+    def decode_timestamp(self, value: Any) -> datetime | None:
+        return parse_timestamp(value) if isinstance(value, str) else None
 
     def decode_queue(self, row: Sequence[Any]) -> QueueRow:
         """One ``river_queue`` row, its text timestamps as datetimes (as on Postgres)."""
