@@ -21,6 +21,7 @@ import asyncio
 import random
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -759,3 +760,46 @@ def run_demo(
     report = asyncio.run(_run(url, jobs, display, started))
     display.summary(report)
     return report
+
+
+# -- after the tour: a stream to watch (`riverboat demo --ui`) ------------------------------
+STREAM_EVERY = 1.0  # seconds between inserts
+
+
+def keep_producing(url: str, stop: threading.Event) -> int:
+    """Insert and work a mixed stream of demo jobs (fast ones, flaky charges, snoozes,
+    discarded imports, cancelled accounts) every second until ``stop`` is set, so an
+    open dashboard has something moving; returns how many jobs were inserted."""
+    return asyncio.run(_stream(url, stop))
+
+
+async def _stream(url: str, stop: threading.Event) -> int:
+    client = AsyncClient(
+        url,
+        queues={QUEUE: QueueConfig(max_workers=10)},
+        workers=build_workers(),
+        fetch_poll_interval=0.5,
+    )
+    inserted = 0
+    tick = 0
+    await client.start()
+    try:
+        while not stop.is_set():
+            tick += 1
+            batch: list[Any] = [
+                ResizeImage(image_id=10_000 + tick * 10 + i) for i in range(random.randint(2, 6))
+            ]
+            if tick % 3 == 0:
+                batch.append(ChargeCard(order_id=5000 + tick, cents=random.randint(500, 9999)))
+            if tick % 5 == 0:
+                batch.append(ImportFeed(url=f"https://feeds.example/{tick}.xml"))
+            if tick % 7 == 0:
+                batch.append(WaitForStock(sku=f"RB-{tick}"))
+            if tick % 11 == 0:
+                batch.append(CloseAccount(account_id=tick))
+            inserted += len(await client.insert_many(batch))
+            await asyncio.to_thread(stop.wait, STREAM_EVERY)
+    finally:
+        await client.stop()
+        await client.close()
+    return inserted

@@ -1,5 +1,6 @@
 """``riverboat demo --ui`` (what ``./scripts/demo --ui`` runs): the dashboard serves the
-demo's database from the start, shows the worked jobs, and stays up until Ctrl-C."""
+demo's database from the start, shows the worked jobs, and stays up with a stream of new
+jobs until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+
+import riverboat
+from tests.waiting import wait_until
 
 
 def _free_port() -> int:
@@ -57,6 +61,19 @@ def test_demo_with_the_dashboard(tmp_path: Path) -> None:
         assert status == 200 and "demo_resize_image" in body, body[-2000:]
         status, body = _get(port, "/jobs?state=discarded")
         assert status == 200 and 'data-job="' in body
+        # After the tour the demo keeps producing jobs for the dashboard to show.
+        url = f"sqlite:///{tmp_path / 'riverboat-demo.sqlite3'}"
+        with riverboat.Client(url) as client:
+            after_tour = client.job_count_matching()
+            wait_until(
+                lambda: (
+                    client.job_count_matching(states=["completed"]) > 0
+                    and client.job_count_matching() >= after_tour + 5
+                ),
+                timeout=30,
+                what="new demo jobs after the tour",
+            )
+        assert proc.poll() is None  # still serving, until Ctrl-C
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)

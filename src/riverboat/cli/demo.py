@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ui",
         action="store_true",
         help="serve the dashboard (riverboat ui) on the demo's database while it runs, "
-        "and after it until Ctrl-C (needs riverboat[ui])",
+        "then keep a stream of jobs going for it to show until Ctrl-C (needs the ui extra)",
     )
     parser.add_argument(
         "--ui-port", type=int, default=8080, metavar="PORT", help="the dashboard's port (8080)"
@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
         report = run_demo(args.database_url, jobs=args.jobs, plain=args.plain)
         return 0 if report.ok else 1
     from riverboat.cli.ui import serve_in_thread
+    from riverboat.demo import keep_producing
 
     # The dashboard needs River's tables from its first page on: migrate before serving
     # (the demo's own migration then finds nothing to do).
@@ -60,8 +61,12 @@ def run(args: argparse.Namespace) -> int:
     _open_browser(url)
     try:
         report = run_demo(args.database_url, jobs=args.jobs, plain=args.plain)
-        print(f"riverboat demo: done; the dashboard stays at {url} until Ctrl-C", flush=True)
-        stop.wait()
+        print(
+            f"riverboat demo: tour done; the dashboard stays at {url}, with new jobs every "
+            "second to watch, until Ctrl-C",
+            flush=True,
+        )
+        keep_producing(args.database_url, stop)
     except KeyboardInterrupt:
         return 0
     finally:
