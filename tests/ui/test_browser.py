@@ -8,6 +8,7 @@ docs/ui.md shows."""
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from playwright.sync_api import expect
@@ -22,11 +23,11 @@ def _open(seeded: SeededDb, serve: Any, **options: Any) -> str:
     return str(serve(app).url)
 
 
-def _shot(page: Any, seeded: SeededDb, name: str) -> None:
+def _shot(page: Any, seeded: SeededDb, name: str, *, full_page: bool = True) -> None:
     """Every run renders the screenshot; RIVERBOAT_UI_SCREENSHOTS=1 writes it into
     docs/ui/ (a plain test run would leave a dirty work tree, the times on the page
     differing from run to run)."""
-    image = page.screenshot(full_page=True)
+    image = page.screenshot(full_page=full_page)
     assert image.startswith(b"\x89PNG")
     if seeded.name == "sqlite" and os.environ.get("RIVERBOAT_UI_SCREENSHOTS") == "1":
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -261,3 +262,123 @@ class _FramingPage:
             }
         )
         await send({"type": "http.response.body", "body": self.body.encode()})
+
+
+def test_failed_jobs_show_their_last_error_and_search_finds_jobs(
+    seeded: SeededDb, serve: Any, page: Any
+) -> None:
+    base = _open(seeded, serve)
+    for state in ("discarded", "all"):
+        page.goto(f"{base}/jobs?state={state}&kind=charge_card")
+        errors = page.locator("table.jobs td.lasterr")
+        expect(errors).to_have_count(3)
+        for i in range(3):
+            expect(errors.nth(i)).to_contain_text("ChargeDeclined: card for order 10")
+            expect(errors.nth(i)).to_contain_text("was declined")
+
+    # The "all" tab lists every state, with a state column.
+    page.goto(base + "/jobs?state=all")
+    expect(page.locator('#state-tabs a[data-tab="all"]')).to_have_class(re.compile(r"\bon\b"))
+    expect(page.locator("table.jobs tbody tr .badge.s-scheduled")).to_have_count(1)
+    # Search: a number is a job id (whatever its state), text is looked for in the args.
+    page.fill('input[name="q"]', str(seeded.jobs.scheduled[0]))
+    page.click("form.filters button")
+    rows = page.locator("table.jobs tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first.locator(".kind")).to_have_text("daily_report")
+    page.fill('input[name="q"]', "USER2@example")
+    page.click("form.filters button")
+    expect(rows).to_have_count(1)
+    expect(rows.first.locator("td.args")).to_contain_text("user2@example.com")
+    page.fill('input[name="q"]', '"ORDER"')  # any case; the quotes are part of the text
+    page.click("form.filters button")
+    expect(rows).to_have_count(3)
+    expect(rows.first).to_have_attribute("data-job", str(seeded.jobs.discarded[-1]))
+
+
+def test_bulk_action_on_everything_a_filter_matches(
+    seeded: SeededDb, serve: Any, page: Any
+) -> None:
+    """More than one page (60 completed media jobs, 50 a page): "Retry all…" says how
+    many, and the confirmed action reaches every one of them."""
+    base = _open(seeded, serve)
+    page.goto(base + "/jobs?state=completed&queue=media")
+    expect(page.locator("table.jobs tbody tr")).to_have_count(50)
+    page.click("#all-retry")
+    expect(page.locator("#confirm-count")).to_have_text(f"{MEDIA_COMPLETED} jobs will be retried.")
+    expect(page.locator("#confirm")).to_contain_text("state completed, queue media")
+    _shot(page, seeded, "confirm")
+    page.click("#confirm-go")
+    expect(page.locator(".flash.ok")).to_have_text(
+        f"{MEDIA_COMPLETED} jobs retried (state completed, queue media)"
+    )
+    expect(page.locator("p.empty")).to_be_visible()
+    client = seeded.client()
+    try:
+        assert client.job_count_matching(queues=["media"], states=["available"]) == MEDIA_COMPLETED
+    finally:
+        client.driver.close()
+
+    # Nothing to act on: the confirmation says so and offers no button.
+    page.goto(base + "/jobs/confirm?action=cancel&state=completed&queue=media")
+    expect(page.locator("#confirm-count")).to_have_text("0 jobs will be cancelled.")
+    assert page.locator("#confirm-go").count() == 0
+    # Cancel leaves finalized jobs alone and says how many of the matching ones that is.
+    page.goto(base + "/jobs/confirm?action=cancel&state=all&kind=charge_card")
+    expect(page.locator("#confirm")).to_contain_text("3 jobs match")
+    expect(page.locator("#confirm")).to_contain_text("cancel leaves the other 3 alone")
+
+
+def test_overview_shows_latency_throughput_and_what_runs(
+    seeded: SeededDb, serve: Any, page: Any
+) -> None:
+    client = seeded.client()
+    try:
+        running = seeded.jobs.available[0]
+        assert client.driver.fetch(client.driver.dialect.job_set_running(running, "w1"))
+        client.queue_pause("default")
+    finally:
+        client.driver.close()
+    page.goto(_open(seeded, serve) + "/")
+    email = page.locator('tr[data-queue="email"]')
+    expect(email.locator("td.activity")).to_contain_text("1 running")
+    expect(email.locator("td.latency")).not_to_have_text("\u2013")
+    media = page.locator('tr[data-queue="media"]')
+    expect(media.locator('td.tp[data-window="1h"]')).to_have_text(str(MEDIA_COMPLETED))
+    expect(media.locator('td.tp[data-window="7d"]')).to_have_text(str(MEDIA_COMPLETED))
+    expect(media.locator("td.latency")).to_have_text("\u2013")
+    # A paused queue with no worker: paused, nothing running (never "seen 0s ago").
+    default = page.locator('tr[data-queue="default"]')
+    expect(default.locator(".badge")).to_have_text("paused")
+    expect(default.locator("td.activity")).to_contain_text("nothing running")
+    expect(default.locator('td.tp[data-window="24h"]')).to_contain_text("/ 3")  # discarded
+
+
+def test_dark_mode_and_phone_width(seeded: SeededDb, serve: Any, browser: Any) -> None:
+    base = _open(seeded, serve)
+    context = browser.new_context(color_scheme="dark", viewport={"width": 1280, "height": 860})
+    try:
+        dark = context.new_page()
+        dark.goto(base + "/")
+        background = dark.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert background == "rgb(11, 17, 32)", background
+        _shot(dark, seeded, "dark")
+    finally:
+        context.close()
+
+    context = browser.new_context(viewport={"width": 420, "height": 900})
+    try:
+        phone = context.new_page()
+        phone.goto(base + "/jobs?state=completed&queue=media")
+        args = phone.locator("table.jobs td.args").first
+        box = args.bounding_box()
+        assert box is not None and box["width"] >= 120, box  # not one character per line
+        line_height = float(args.evaluate("e => parseFloat(getComputedStyle(e).lineHeight)"))
+        assert box["height"] < line_height * 6, (box, line_height)
+        # The page itself does not scroll sideways: the table does, inside its box.
+        assert phone.evaluate("document.documentElement.scrollWidth") <= 420
+        _shot(phone, seeded, "phone", full_page=False)
+        phone.goto(base + "/")
+        assert phone.evaluate("document.documentElement.scrollWidth") <= 420
+    finally:
+        context.close()

@@ -104,6 +104,7 @@ def test_read_only_refuses_every_action(seeded: SeededDb, serve: Any) -> None:
         f"/jobs/{job}/retry",
         f"/jobs/{job}/delete",
         "/jobs/bulk",
+        "/jobs/bulk-filter",
     ):
         status, _, text = browser.request(
             "POST", path, {"csrf": "z" * 43, "action": "delete", "job": str(job)}
@@ -113,6 +114,37 @@ def test_read_only_refuses_every_action(seeded: SeededDb, serve: Any) -> None:
     client = seeded.client()
     try:
         assert client.job_get(job).state == "discarded"
+    finally:
+        client.driver.close()
+    status, _, text = browser.request("GET", "/jobs/confirm?action=delete&state=discarded")
+    assert status == 403 and "read-only" in text
+
+
+def test_bulk_by_filter_needs_the_token_and_our_host(seeded: SeededDb, serve: Any) -> None:
+    base = serve(create_app(seeded.url, schema=seeded.schema)).url
+    browser = Http(base)
+    token = browser.csrf()
+    form = {"action": "delete", "state": "discarded"}
+    status, _, text = browser.request("POST", "/jobs/bulk-filter", {**form, "csrf": "x" * 43})
+    assert status == 403 and "CSRF token" in text
+    status, _, text = browser.request(
+        "POST", "/jobs/bulk-filter", {**form, "csrf": token}, Host="rebind.evil.example"
+    )
+    assert status == 400
+    status, _, text = browser.request(
+        "POST", "/jobs/bulk-filter", {**form, "state": "bogus", "csrf": token}
+    )
+    assert status == 400 and "is not a job state" in text
+    client = seeded.client()
+    try:
+        assert client.job_count_matching(states=["discarded"]) == 3
+    finally:
+        client.driver.close()
+    status, headers, _ = browser.request("POST", "/jobs/bulk-filter", {**form, "csrf": token})
+    assert status == 303 and "3+jobs+deleted" in headers["location"]
+    client = seeded.client()
+    try:
+        assert client.job_count_matching(states=["discarded"]) == 0
     finally:
         client.driver.close()
 

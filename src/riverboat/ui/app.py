@@ -31,7 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from riverboat._admin import JOB_COUNT_CAP_DEFAULT, ThroughputMinute
+from riverboat._admin import JOB_COUNT_CAP_DEFAULT, QueueActivity, ThroughputMinute
 from riverboat._job import STATE_BY_NAME, JobRow, JobState
 from riverboat.client import AsyncClient
 from riverboat.errors import InvalidInputError, JobRunningError, NotFoundError, RiverboatError
@@ -42,9 +42,10 @@ HERE = Path(__file__).parent
 CSRF_COOKIE = "riverboat_csrf"
 PAGE_SIZE = 50
 REFRESH_SECONDS = 2
-# A queue whose row a producer touched this recently has a worker on it: producers
-# refresh river_queue.updated_at periodically while they run.
-QUEUE_SEEN_WINDOW = timedelta(minutes=1)
+# Latency and throughput per queue read a week of finalized jobs: computed at most this
+# often, whatever the refresh rate and the number of open pages.
+ACTIVITY_CACHE_SECONDS = 30.0
+ALL_STATES = "all"
 FINALIZED = (JobState.CANCELLED, JobState.COMPLETED, JobState.DISCARDED)
 # The order of the state tabs, as River UI's.
 STATE_TABS = (
@@ -59,6 +60,7 @@ STATE_TABS = (
 )
 ACTIVE_STATES = tuple(s for s in STATE_TABS if s not in FINALIZED)
 JOB_ACTIONS = ("retry", "cancel", "delete")
+BULK_BATCH = 500  # rows per statement of an action on everything a filter matches
 # The Host names a dashboard answers by default: a DNS name an attacker controls that
 # resolves to 127.0.0.1 (DNS rebinding) arrives with its own name and is refused.
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", ".localhost")
@@ -143,6 +145,26 @@ def _args_preview(job: JobRow, width: int = 90) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _duration_text(seconds: float) -> str:
+    if seconds < 1:
+        return "<1s"
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def _last_error(job: JobRow, width: int = 120) -> str:
+    """The job's latest error on one line (its attempt's full text is on the job page)."""
+    if not job.errors:
+        return ""
+    text = " ".join(job.errors[-1].error.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _count_text(count: int, cap: int) -> str:
     return f"{cap:,}+" if count > cap else f"{count:,}"
 
@@ -175,15 +197,27 @@ def _chart(points: Sequence[ThroughputMinute], now: datetime, minutes: int = 60)
 # -- request parsing ------------------------------------------------------------------------
 @dataclass(slots=True)
 class JobFilters:
-    state: JobState
+    state: JobState | None  # None: every state (the "all" tab)
     kind: str
     queue: str
     tag: str
     priority: str
     cursor: str
+    search: str = ""
+
+    @property
+    def state_name(self) -> str:
+        return self.state.value if self.state is not None else ALL_STATES
 
     def list_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"states": [self.state]}
+        """The admin API's filters (job_list, job_count_matching, the bulk calls)."""
+        kwargs: dict[str, Any] = {"states": [self.state] if self.state is not None else None}
+        if self.search:
+            # A number is a job id; anything else is looked for in the args' JSON.
+            if self.search.isdigit() and len(self.search) <= 19:
+                kwargs["ids"] = [int(self.search)]
+            else:
+                kwargs["args_text"] = self.search
         if self.kind:
             kwargs["kinds"] = [k.strip() for k in self.kind.split(",") if k.strip()]
         if self.queue:
@@ -200,34 +234,53 @@ class JobFilters:
             kwargs["priorities"] = priorities
         return {k: v for k, v in kwargs.items() if v}
 
-    def query(self, **changes: str) -> str:
-        values = {
-            "state": self.state.value,
+    def describe(self) -> str:
+        """The filters in words, for a confirmation ("state discarded, kind charge")."""
+        parts = [f"state {self.state_name}"]
+        for name, value in (
+            ("kind", self.kind),
+            ("queue", self.queue),
+            ("tag", self.tag),
+            ("priority", self.priority),
+            ("search", self.search),
+        ):
+            if value:
+                parts.append(f"{name} {value}")
+        return ", ".join(parts)
+
+    def fields(self) -> dict[str, str]:
+        """The filters as form fields (a confirmation form posts them back)."""
+        return {
+            "state": self.state_name,
             "kind": self.kind,
             "queue": self.queue,
             "tag": self.tag,
             "priority": self.priority,
-            "cursor": "",
+            "q": self.search,
         }
+
+    def query(self, **changes: str) -> str:
+        values = {**self.fields(), "cursor": ""}
         values.update(changes)
         return urlencode({k: v for k, v in values.items() if v})
 
 
-def _filters_from(request: Request) -> tuple[JobFilters, str | None]:
-    params = request.query_params
+def _filters_from(params: Any) -> tuple[JobFilters, str | None]:
+    """Filters from a query string or a posted form (both map names to text)."""
     problem = None
-    raw_state = params.get("state", JobState.RUNNING.value)
+    raw_state = str(params.get("state", JobState.RUNNING.value))
     state = STATE_BY_NAME.get(raw_state)
-    if state is None:
-        problem = f"{raw_state!r} is not a job state ({', '.join(STATE_BY_NAME)})"
+    if state is None and raw_state != ALL_STATES:
+        problem = f"{raw_state!r} is not a job state ({', '.join(STATE_BY_NAME)}, or all)"
         state = JobState.RUNNING
     filters = JobFilters(
         state=state,
-        kind=params.get("kind", "").strip(),
-        queue=params.get("queue", "").strip(),
-        tag=params.get("tag", "").strip(),
-        priority=params.get("priority", "").strip(),
-        cursor=params.get("cursor", "").strip(),
+        kind=str(params.get("kind", "")).strip(),
+        queue=str(params.get("queue", "")).strip(),
+        tag=str(params.get("tag", "")).strip(),
+        priority=str(params.get("priority", "")).strip(),
+        cursor=str(params.get("cursor", "")).strip(),
+        search=str(params.get("q", "")).strip(),
     )
     return filters, problem
 
@@ -463,6 +516,7 @@ def create_app(
     env.filters["pretty_json"] = _pretty_json
     env.filters["iso"] = _iso
     env.filters["args_preview"] = _args_preview
+    env.filters["last_error"] = _last_error
 
     def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         now = datetime.now(UTC)
@@ -487,27 +541,43 @@ def create_app(
     def error_page(request: Request, status: int, text: str) -> HTMLResponse:
         return render(request, "error.html", status=status, error=text, title="Error")
 
+    activity_cache: dict[str, Any] = {"at": 0.0, "rows": {}}
+
+    async def queue_activity(client: AsyncClient) -> dict[str, QueueActivity]:
+        loop_now = asyncio.get_running_loop().time()
+        if loop_now - activity_cache["at"] >= ACTIVITY_CACHE_SECONDS:
+            rows = await client.queue_activity()
+            activity_cache["rows"] = {a.queue: a for a in rows}
+            activity_cache["at"] = loop_now
+        cached: dict[str, QueueActivity] = activity_cache["rows"]
+        return cached
+
     async def overview(request: Request) -> Response:
         client = await holder.get()
-        counts, by_queue, queues, throughput, leader = (
+        counts, by_queue, queues, throughput, leader, activity = (
             await client.job_count_by_state(cap=config.count_cap),
             await client.job_count_by_queue(states=ACTIVE_STATES),
             await client.queue_list(limit=1000),
             await client.job_throughput(minutes=60),
             await client.leader_get(),
+            await queue_activity(client),
         )
         now = datetime.now(UTC)
-        names = sorted({q.name for q in queues} | set(by_queue))
+        names = sorted({q.name for q in queues} | set(by_queue) | set(activity))
         by_name = {q.name: q for q in queues}
         rows = []
         for name in names:
             queue = by_name.get(name)
+            seen = activity.get(name)
+            latency = seen.latency(now) if seen is not None else None
             rows.append(
                 {
                     "name": name,
                     "row": queue,
                     "counts": by_queue.get(name, {}),
-                    "active": queue is not None and now - queue.updated_at < QUEUE_SEEN_WINDOW,
+                    "running": by_queue.get(name, {}).get(JobState.RUNNING, 0),
+                    "latency": _duration_text(latency) if latency is not None else None,
+                    "activity": seen,
                 }
             )
         return render(
@@ -524,7 +594,7 @@ def create_app(
 
     async def jobs(request: Request) -> Response:
         client = await holder.get()
-        filters, problem = _filters_from(request)
+        filters, problem = _filters_from(request.query_params)
         listed: list[JobRow] = []
         next_cursor = None
         try:
@@ -537,7 +607,9 @@ def create_app(
             # serves, and a million finalized rows took seconds to sort.)
             result = await client.job_list(
                 order_by="id",
-                descending=filters.state in FINALIZED or filters.state == JobState.RUNNING,
+                descending=filters.state is None
+                or filters.state in FINALIZED
+                or filters.state == JobState.RUNNING,
                 limit=PAGE_SIZE,
                 cursor=filters.cursor or None,
                 **kwargs,
@@ -548,6 +620,8 @@ def create_app(
         except InvalidInputError as exc:
             problem = str(exc)
         counts = await client.job_count_by_state(cap=config.count_cap)
+        total = sum(counts.values())
+        capped = any(n > config.count_cap for n in counts.values())
         return render(
             request,
             "jobs.html",
@@ -560,7 +634,9 @@ def create_app(
             first_query=filters.query() if filters.cursor else None,
             states=STATE_TABS,
             counts={s: _count_text(counts.get(s, 0), config.count_cap) for s in STATE_TABS},
+            all_count=f"{total:,}+" if capped else f"{total:,}",
             here=_app_path(request),
+            bulk_query=filters.query(),
         )
 
     def _job_id(request: Request) -> int | None:
@@ -685,6 +761,70 @@ def create_app(
             _with_message(root + back, message, "error" if problems else "ok"), status_code=303
         )
 
+    async def jobs_confirm(request: Request) -> Response:
+        """Before acting on everything a filter matches: how many jobs that is, and a
+        form that posts the same filters back."""
+        if config.read_only:
+            return error_page(request, 403, "this dashboard is read-only")
+        action = str(request.query_params.get("action", ""))
+        if action not in JOB_ACTIONS:
+            return error_page(request, 400, f"{action!r} is not a job action")
+        filters, problem = _filters_from(request.query_params)
+        if problem:
+            raise BadFilter(problem)
+        client = await holder.get()
+        kwargs = filters.list_kwargs()
+        will = await client.job_count_matching(action=action, **kwargs)
+        matching = await client.job_count_matching(**kwargs)
+        return render(
+            request,
+            "confirm.html",
+            title="Jobs",
+            action=action,
+            past={"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action],
+            filters=filters,
+            will=will,
+            matching=matching,
+            fields=filters.fields(),
+            back=f"/jobs?{filters.query()}",
+        )
+
+    async def jobs_bulk_filter(request: Request) -> Response:
+        """Retry, cancel or delete every job the posted filters match, in bounded
+        batches (each one statement), and say how many."""
+        form, refused = await _form(request)
+        if refused is not None:
+            return refused
+        assert form is not None
+        action = str(form.get("action", ""))
+        if action not in JOB_ACTIONS:
+            return error_page(request, 400, f"{action!r} is not a job action")
+        filters, problem = _filters_from(form)
+        if problem:
+            raise BadFilter(problem)
+        kwargs = {k: v for k, v in filters.list_kwargs().items() if v is not None}
+        client = await holder.get()
+        done = 0
+        if action == "delete":
+            while True:
+                batch = await client.job_delete_many(**kwargs, limit=BULK_BATCH, all=True)
+                done += len(batch)
+                if len(batch) < BULK_BATCH:
+                    break
+        else:
+            bulk = client.job_retry_many if action == "retry" else client.job_cancel_many
+            after_id: int | None = 0
+            while after_id is not None:
+                result = await bulk(**kwargs, limit=BULK_BATCH, after_id=after_id, all=True)
+                done += len(result.jobs)
+                after_id = result.next_after_id
+        past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
+        root = request.scope.get("root_path", "")
+        message = f"{done:,} job{'s' if done != 1 else ''} {past} ({filters.describe()})"
+        return RedirectResponse(
+            _with_message(f"{root}/jobs?{filters.query()}", message), status_code=303
+        )
+
     async def queue_action(request: Request) -> Response:
         _form_data, refused = await _form(request)
         if refused is not None:
@@ -730,6 +870,8 @@ def create_app(
         Route("/", guarded(overview)),
         Route("/jobs", guarded(jobs)),
         Route("/jobs/bulk", guarded(jobs_bulk), methods=["POST"]),
+        Route("/jobs/confirm", guarded(jobs_confirm)),
+        Route("/jobs/bulk-filter", guarded(jobs_bulk_filter), methods=["POST"]),
         Route("/jobs/{job_id}", guarded(job_detail)),
         Route("/jobs/{job_id}/{action}", guarded(job_action), methods=["POST"]),
         Route("/queues/{name}/{action}", guarded(queue_action), methods=["POST"]),
