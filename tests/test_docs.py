@@ -64,3 +64,22 @@ def test_docs_python_block_runs(
         script.write_text(code.replace(SQLITE_PLACEHOLDER, request.getfixturevalue("sqlite_url")))
         run = run_script(script, tmp_path)
     assert run.returncode == 0, f"docs/{where} failed:\n{run.stderr}"
+
+
+@pytest.mark.long
+def test_sqlite_blocks_run_one_after_another_on_one_file(tmp_path: Path, sqlite_url: str) -> None:
+    """A reader pastes the blocks one after another into the same directory, so they
+    share one app.sqlite3: none may depend on the file being empty."""
+    blocks = [
+        (where, code)
+        for where, code in BLOCKS
+        if where not in KNOWN_FRAGMENTS
+        and target_of(code) == "sqlite"
+        and SQLITE_PLACEHOLDER in code
+    ]
+    assert len(blocks) > 20
+    for where, code in blocks:
+        script = tmp_path / "snippet.py"
+        script.write_text(code.replace(SQLITE_PLACEHOLDER, sqlite_url))
+        run = run_script(script, tmp_path)
+        assert run.returncode == 0, f"docs/{where} failed after the blocks before it:\n{run.stderr}"

@@ -189,7 +189,10 @@ def test_json_into_a_closed_pipe_is_quiet(any_db: Db) -> None:  # noqa: F811
     assert writer.returncode in (0, 141)
 
 
-@pytest.mark.parametrize("command", [["jobs", "list"], ["jobs", "count"], ["queues", "list"]])
+@pytest.mark.parametrize(
+    "command",
+    [["jobs", "list"], ["jobs", "get", "1"], ["jobs", "count"], ["queues", "list"], ["ui"]],
+)
 def test_a_mistyped_sqlite_path_is_an_error_not_a_new_file(
     tmp_path: Path, command: list[str]
 ) -> None:
