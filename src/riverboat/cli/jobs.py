@@ -35,6 +35,17 @@ __all__ = ["add_arguments", "run"]
 
 _LIST_FILTERS = ("ids", "kinds", "queues", "states", "priorities", "tags_all", "tags_any")
 _FINALIZED = (JobState.COMPLETED, JobState.DISCARDED, JobState.CANCELLED)
+# A job's life, in the order the dashboard's tabs show it (River UI's).
+_LIFECYCLE = (
+    JobState.PENDING,
+    JobState.SCHEDULED,
+    JobState.AVAILABLE,
+    JobState.RUNNING,
+    JobState.RETRYABLE,
+    JobState.CANCELLED,
+    JobState.DISCARDED,
+    JobState.COMPLETED,
+)
 _PAST = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}
 _DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
 _DURATION_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -365,7 +376,7 @@ def _count(client: Client, args: argparse.Namespace) -> int:
         totals[tuple(values[name] for name in by)] += row.count
     ordered: list[tuple[tuple[str, ...], int]]
     if by == ["state"]:  # every state, in lifecycle order, zeros included
-        ordered = [((s.value,), totals.get((s.value,), 0)) for s in JobState]
+        ordered = [((s.value,), totals.get((s.value,), 0)) for s in _LIFECYCLE]
     else:
         ordered = sorted(totals.items())
     if args.json:
@@ -470,10 +481,9 @@ def _act(client: Client, args: argparse.Namespace) -> int:
     if args.dry_run:
         would = client.job_count_matching(action=action, **filters)
         matching = client.job_count_matching(**filters)
-        print(
-            f"would {action} {would} job{'s' if would != 1 else ''} ({described}; "
-            f"{matching} match, the others are left alone by {action})"
-        )
+        others = matching - would
+        note = f"; {matching} match, {action} leaves the other {others} alone" if others else ""
+        print(f"would {action} {would} job{'s' if would != 1 else ''} ({described}{note})")
         return 0
     changed: list[JobRow] = []
     if action == "delete":
