@@ -113,3 +113,20 @@ def test_count_grouped(any_db: Db) -> None:  # noqa: F811
         ]
         mail = [(r.state.value, r.count) for r in client.job_count_grouped(queues=["mail"])]
         assert mail == [("available", 2)]
+
+
+def test_each_batch_is_one_bounded_statement(any_db: Db) -> None:  # noqa: F811
+    """Bulk retry and cancel are one statement per batch, with a LIMIT and the keyset
+    (SQLite's cancel adds its outbox row in the same transaction, as job_cancel does)."""
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        dialect = client._core.dialect
+        for action in ("retry", "cancel"):
+            stmt = dialect.job_bulk(
+                action, filters={"kinds": ["x"]}, limit=7, after_id=3, cancel_attempted_at="t"
+            )
+            assert "LIMIT" in stmt.query.text and stmt.params["max"] == 7
+            assert stmt.params["cursor_id"] == 3
+            if any_db.dialect == "postgres" or action == "retry":
+                assert stmt.then == ()
+            else:
+                assert [s.query.name for s in stmt.then] == ["job_cancel_many_notify"]
