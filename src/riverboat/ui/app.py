@@ -35,6 +35,8 @@ from riverboat._admin import JOB_COUNT_CAP_DEFAULT, QueueActivity, ThroughputMin
 from riverboat._job import STATE_BY_NAME, JobRow, JobState
 from riverboat.client import AsyncClient
 from riverboat.errors import InvalidInputError, JobRunningError, NotFoundError, RiverboatError
+from riverboat.ui.graph import layout
+from riverboat.workflow import workflow_meta
 
 __all__ = ["LOCAL_HOSTS", "Dashboard", "create_app"]
 
@@ -678,6 +680,22 @@ def create_app(
             ],
             errors=list(reversed(job.errors)),
             here=_app_path(request).split("?", 1)[0],
+            workflow=workflow_meta(job),
+        )
+
+    async def workflow_detail(request: Request) -> Response:
+        workflow_id = str(request.path_params["workflow_id"])
+        client = await holder.get()
+        try:
+            workflow = await client.workflow_get(workflow_id)
+        except (NotFoundError, InvalidInputError):
+            return error_page(request, 404, f"workflow {workflow_id!r} not found")
+        return render(
+            request,
+            "workflow.html",
+            title=f"Workflow {workflow.name}",
+            workflow=workflow,
+            drawing=layout(workflow.tasks),
         )
 
     async def _form(request: Request) -> tuple[FormData | None, Response | None]:
@@ -875,6 +893,7 @@ def create_app(
         Route("/jobs/{job_id}", guarded(job_detail)),
         Route("/jobs/{job_id}/{action}", guarded(job_action), methods=["POST"]),
         Route("/queues/{name}/{action}", guarded(queue_action), methods=["POST"]),
+        Route("/workflows/{workflow_id}", guarded(workflow_detail)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app: ASGIApp = Starlette(routes=routes, lifespan=lifespan)
