@@ -344,8 +344,16 @@ class Completer:
         )
         failed = JobStateUpdate(update.id, JobState.DISCARDED, error=note, finalized=True)
         log.debug("completer: job %d's outcome was refused", update.id, exc_info=cause)
+        dropped = [
+            what
+            for what, present in (
+                ("its error text replaced by a note", update.error),
+                ("its staged metadata left out", update.metadata_updates),
+            )
+            if present
+        ]
         for how, replacement in (
-            ("written without its error text and staged metadata", sanitized),
+            (f"written as {update.state.value}, " + (" and ".join(dropped) or "again"), sanitized),
             ("failed by id (discarded)", failed),
         ):
             try:
