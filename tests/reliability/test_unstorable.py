@@ -192,10 +192,10 @@ async def test_a_locked_row_does_not_hold_back_the_other_outcomes(
         await locker.execute(f'SET search_path TO "{pg_schema}"')
         await locker.execute("SELECT id FROM river_job WHERE id = %s FOR UPDATE", (held_id,))
         release.set()  # the held job returns: its outcome meets the lock
-        quick = await client.insert_many(
+        inserted = await client.insert_many(
             [riverboat.InsertManyParams({"fail": i % 2 == 0}, kind="quick") for i in range(40)]
         )
-        quick_ids = [r.job.id for r in quick]
+        quick_ids = [r.job.id for r in inserted]
 
         def others_written() -> bool:
             rows = sql(
