@@ -45,7 +45,13 @@ def _jsonable(value: Any) -> Any:
 
 
 def job_dict(job: JobRow) -> dict[str, Any]:
-    return {
+    problems = list(job.decode_errors)
+    try:
+        args = job.args
+    except ValueError as exc:  # a row another client wrote: not JSON, or nested too deeply
+        args = None
+        problems.append(f"args: {exc}")
+    out = {
         "id": job.id,
         "kind": job.kind,
         "queue": job.queue,
@@ -53,7 +59,7 @@ def job_dict(job: JobRow) -> dict[str, Any]:
         "attempt": job.attempt,
         "max_attempts": job.max_attempts,
         "priority": job.priority,
-        "args": job.args,
+        "args": args,
         "metadata": job.metadata,
         "tags": job.tags,
         "created_at": _jsonable(job.created_at),
@@ -68,6 +74,22 @@ def job_dict(job: JobRow) -> dict[str, Any]:
         "unique_key": _jsonable(job.unique_key),
         "unique_states": job.unique_states,
     }
+    if problems:
+        out["decode_errors"] = problems
+    return out
+
+
+def _printable(job: JobRow) -> dict[str, Any]:
+    """:func:`job_dict`, with args or metadata nested too deeply for indented JSON (a row
+    another client wrote) left out and named in ``decode_errors``."""
+    out = job_dict(job)
+    for name in ("args", "metadata"):
+        try:
+            json.dumps(out[name], indent=2)
+        except RecursionError:
+            out[name] = None
+            out.setdefault("decode_errors", []).append(f"{name}: nested too deeply to print")
+    return out
 
 
 def _when(value: datetime | None) -> str:
@@ -84,7 +106,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 def print_jobs(jobs: Sequence[JobRow], as_json: bool) -> None:
     if as_json:
-        print(json.dumps([job_dict(j) for j in jobs], indent=2))
+        print(json.dumps([_printable(j) for j in jobs], indent=2))
         return
     print_table(
         ("ID", "KIND", "QUEUE", "STATE", "ATTEMPT", "PRI", "SCHEDULED_AT", "FINALIZED_AT"),
@@ -150,6 +172,8 @@ def run(args: argparse.Namespace) -> int:
                     metadata = json.loads(args.metadata)
                 except ValueError as exc:
                     raise InvalidInputError("metadata", f"is not JSON: {exc}") from exc
+                except RecursionError:
+                    raise InvalidInputError("metadata", "is nested too deeply") from None
             # Each filter option's dest is the job_list argument it fills.
             filters = {name: getattr(args, name) for name in _LIST_FILTERS}
             page = client.job_list(
