@@ -528,7 +528,7 @@ class Completer:
                 assert stmt is not None
             else:
                 stmt = self._dialect.job_set_state_if_running_many(
-                    [p.update for p in batch], returning=want_rows
+                    [p.update for p in batch], returning=want_rows, skip_locked=True
                 )
             if not want_rows:
                 count = await self._driver.execute(stmt)
