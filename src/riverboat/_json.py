@@ -375,11 +375,17 @@ def storable_text(text: str) -> str:
     return text
 
 
-def go_json_storable(value: Any) -> str:
+def go_json_storable(value: Any, *, check_depth: bool = False) -> str:
     """:func:`go_json_dumps` for what a job writes about itself (staged metadata,
     output, log lines): sets allowed, and text Postgres can't store replaced
-    (:func:`storable_json`) instead of refused, since the job has already run."""
-    text = _encode_any(value)
+    (:func:`storable_json`) instead of refused, since the job has already run.
+    ``check_depth`` refuses nesting deeper than :data:`MAX_JSON_DEPTH` (a ValueError)."""
+    try:
+        text = _encode_any(value)
+    except RecursionError:
+        raise _too_deep() from None
+    if check_depth and text.count("{") + text.count("[") > MAX_JSON_DEPTH:
+        _check_text_depth(text)
     if not _NEEDS_ESCAPE.isdisjoint(text):
         text = text.translate(_GO_ESCAPES)
     return storable_json(text)

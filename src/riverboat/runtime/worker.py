@@ -60,7 +60,10 @@ def _staged_value(key: object, value: Any) -> Any:
         raise InvalidInputError("key", "metadata keys must be non-empty strings")
     # A copy, and non-JSON values fail here. Text Postgres can't store (NUL, lone
     # surrogates) is replaced once, here, so what is staged is what will be stored.
-    return json.loads(go_json_storable(value))
+    try:
+        return json.loads(go_json_storable(value, check_depth=True))
+    except ValueError as exc:  # a circular or too deeply nested value
+        raise InvalidInputError(f"metadata[{key!r}]", str(exc)) from None
 
 
 def set_metadata(key: str, value: Any) -> None:
@@ -79,7 +82,10 @@ def record_output(value: Any) -> None:
     ctx = _work_context.get()
     if ctx is None:
         raise RuntimeError("record_output() can only be called while a job is being worked")
-    encoded = go_json_storable(value)
+    try:
+        encoded = go_json_storable(value, check_depth=True)
+    except ValueError as exc:
+        raise InvalidInputError("output", str(exc)) from None
     if len(encoded.encode()) > OUTPUT_MAX_BYTES:
         raise InvalidInputError("output", "must encode to at most 32 MB of JSON")
     ctx.metadata_updates["output"] = json.loads(encoded)
