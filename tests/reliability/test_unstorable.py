@@ -53,15 +53,29 @@ def db(request: pytest.FixtureRequest) -> tuple[str, str | None]:
     return request.getfixturevalue("sqlite_url"), None
 
 
+@pytest.fixture(params=["postgres", "asyncpg", "sqlite"])
+def completer_db(request: pytest.FixtureRequest) -> tuple[str, str, str | None]:
+    """(the client's URL, a URL to read rows with, schema): psycopg, asyncpg, SQLite."""
+    if request.param == "sqlite":
+        url = request.getfixturevalue("sqlite_url")
+        return url, url, None
+    url = request.getfixturevalue("pg_url")
+    schema = request.getfixturevalue("pg_schema")
+    if request.param == "asyncpg":
+        pytest.importorskip("asyncpg")
+        return url.replace("postgresql://", "postgresql+asyncpg://", 1), url, schema
+    return url, url, schema
+
+
 def _error(job: JobRow, text: str) -> str:
     return AttemptError(datetime.now(UTC), job.attempt, text).to_json()
 
 
 async def test_refused_outcomes_are_isolated_and_the_rest_written(
-    db: tuple[str, str | None], caplog: pytest.LogCaptureFixture
+    completer_db: tuple[str, str, str | None], caplog: pytest.LogCaptureFixture
 ) -> None:
-    url, schema = db
-    client = riverboat.AsyncClient(url, schema=schema)
+    client_url, url, schema = completer_db
+    client = riverboat.AsyncClient(client_url, schema=schema)
     try:
         await client.insert_many(
             [riverboat.InsertManyParams({"n": i}, kind="outcome") for i in range(40)]
