@@ -18,6 +18,8 @@ from decimal import Decimal
 from json.scanner import make_scanner
 from typing import Any
 
+from riverboat.errors import RiverboatError
+
 __all__ = [
     "MAX_JSON_DEPTH",
     "check_json_value",
@@ -55,8 +57,9 @@ _scan_once: Callable[[str, int], tuple[Any, int]] = make_scanner(
 MAX_JSON_DEPTH = 128
 
 
-class JSONTooDeepError(ValueError):
-    """JSON nested more deeply than Python's recursion limit lets it be decoded."""
+class JSONTooDeepError(RiverboatError, ValueError):
+    """JSON nested more deeply than Python's recursion limit lets it be decoded (a row
+    another client wrote): a ValueError, as any JSON that can't be decoded."""
 
     def __init__(self) -> None:
         super().__init__("JSON nested too deeply to decode (Python's recursion limit)")
