@@ -335,3 +335,6 @@ def test_unstorable_text_never_stalls_a_worker(tmp_path: Path, db: tuple[str, st
     assert all(table[i][0] == "completed" for i in plain)
     # Nothing reached the database that it refused: no retry of a batch, no DETAIL lines.
     assert not [line for line in out.lines if "completer:" in line or "DETAIL" in line]
+    # The failure lines name the error with U+FFFD too: a NUL makes a log file "binary".
+    failures = [line for line in out.lines if "attempt 1/25 failed" in line]
+    assert len(failures) == 10 and all("nul here:\ufffd end" in line for line in failures)
