@@ -1,4 +1,4 @@
-"""Scenario 19 (issue #25): args and metadata that refer to themselves or nest deeply.
+"""Scenario 23 (issue #25): args and metadata that refer to themselves or nest deeply.
 
 * Insert refuses a value that contains itself (it used to spin at 100 % CPU for ever,
   growing memory when the value referred to itself twice) and nesting deeper than

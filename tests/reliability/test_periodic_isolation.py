@@ -1,4 +1,4 @@
-"""Scenario 20 (issue #25): one bad periodic job does not stop the others.
+"""Scenario 24 (issue #25): one bad periodic job does not stop the others.
 
 A constructor returning dict args without a kind, and one asking for priority 9, used to
 fail the leader's whole enqueue run, which then backed off for ever: a healthy 0.2 s job

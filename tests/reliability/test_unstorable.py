@@ -1,4 +1,4 @@
-"""Scenario 18 (issue #25): one outcome the database refuses, or one row another session
+"""Scenario 22 (issue #25): one outcome the database refuses, or one row another session
 holds locked, must not hold back every other outcome.
 
 * The completer is given real outcomes of claimed jobs, among them three the database
