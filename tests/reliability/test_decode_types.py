@@ -1,5 +1,5 @@
-"""Scenario 25 (issue #25.9): args decode into the declared field types, and the worker command refuses
-a bad ``--log-level`` with a usage error instead of a traceback.
+"""Scenario 25 (issue #25.9): args decode into the declared field types, and the worker
+command refuses a bad ``--log-level`` with a usage error instead of a traceback.
 
 Postgres keeps jsonb numbers in their shortest form, so ``1e16`` (Python's float) comes
 back as ``10000000000000000``, which JSON decodes as an int; a dataclass field declared
