@@ -162,8 +162,19 @@ async def test_refused_outcomes_are_isolated_and_the_rest_written(
     assert not any("DETAIL" in w or "\n" in w for w in warnings)
 
 
+async def _events_until_quiet(sub: Any, quiet: float = 0.3) -> list[Any]:
+    """Every event the subscription has, or gets until ``quiet`` s pass without one."""
+    events = []
+    while True:
+        try:
+            events.append(await asyncio.wait_for(sub.get(), quiet))
+        except TimeoutError:
+            return events
+
+
+@pytest.mark.parametrize("with_events", [False, True], ids=["no-events", "events"])
 async def test_a_locked_row_does_not_hold_back_the_other_outcomes(
-    pg_url: str, pg_schema: str, caplog: pytest.LogCaptureFixture
+    pg_url: str, pg_schema: str, caplog: pytest.LogCaptureFixture, with_events: bool
 ) -> None:
     workers = Workers()
     release = asyncio.Event()
@@ -188,6 +199,8 @@ async def test_a_locked_row_does_not_hold_back_the_other_outcomes(
     )
     caplog.set_level(logging.INFO, "riverboat")
     locker = await psycopg.AsyncConnection.connect(pg_url)
+    # With a subscriber, the completer's statements return rows (events need them).
+    sub = client.subscribe(EventKind.JOB_COMPLETED, EventKind.JOB_FAILED) if with_events else None
     await client.start()
     try:
         held_id = (await client.insert({}, kind="held")).job.id
@@ -234,6 +247,7 @@ async def test_a_locked_row_does_not_hold_back_the_other_outcomes(
         assert sql(
             pg_url, pg_schema, "SELECT state::text FROM river_job WHERE id = %s", held_id
         ) == [("running",)]
+        before = await _events_until_quiet(sub) if sub is not None else []
         await locker.rollback()  # the lock is released
         await wait_until_async(
             lambda: asyncio.to_thread(
@@ -246,6 +260,7 @@ async def test_a_locked_row_does_not_hold_back_the_other_outcomes(
             timeout=10,
             what="the locked job's outcome written after the release",
         )
+        after = await _events_until_quiet(sub) if sub is not None else []
         began = time.monotonic()
         await asyncio.wait_for(client.stop(), 10)
         stop_took = time.monotonic() - began
@@ -260,6 +275,12 @@ async def test_a_locked_row_does_not_hold_back_the_other_outcomes(
     ]
     print(f"stop took {stop_took:.2f}s; completer log:", *lines, sep="\n  ")
     assert stop_took < 5
+    if with_events:
+        # The others' events came while the lock was held, the held job's once, after.
+        assert set(quick_ids) <= {e.job.id for e in before}
+        assert held_id not in {e.job.id for e in before}
+        held_events = [e.kind for e in after if e.job.id == held_id]
+        assert held_events == [EventKind.JOB_COMPLETED]
     assert sum(f"job {held_id} (held): its row is locked" in line for line in lines) == 1
     assert any(
         f"job {held_id}: outcome written after its row lock was released" in line for line in lines
