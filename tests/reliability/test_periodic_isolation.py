@@ -66,9 +66,11 @@ async def test_a_bad_periodic_job_is_skipped_and_the_others_run(
     nine = [line for line in lines if line.startswith("periodic job 'priority_nine'")]
     print(f"healthy ran {ran} times;", *no_kind[:1], *nine[:1], sep="\n  ")
     assert ran >= 5
-    # Once per tick: the runs that inserted the healthy job, give or take the last one.
-    assert ran - 1 <= len(no_kind) <= ran + 2, (ran, len(no_kind))
-    assert ran - 1 <= len(nine) <= ran + 2, (ran, len(nine))
+    # Once per tick: each tick inserted one healthy job (unique per tick) after logging
+    # the bad ones; a stop may land between the two.
+    (inserted,) = db.execute("SELECT count(*) FROM river_job")[0]
+    assert inserted <= len(no_kind) <= inserted + 1, (inserted, len(no_kind))
+    assert inserted <= len(nine) <= inserted + 1, (inserted, len(nine))
     assert "kind" in no_kind[0] and "skipped" in no_kind[0]
     assert "priority" in nine[0]
     assert not any("Traceback" in line for line in no_kind + nine)
