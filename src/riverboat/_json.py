@@ -11,6 +11,7 @@ import enum
 import json
 import math
 import re
+import threading
 import uuid
 from collections.abc import Callable
 from datetime import UTC, date, datetime
@@ -281,7 +282,13 @@ def _check_keys(item: dict[Any, Any]) -> None:
             raise ValueError(f"key contains a NUL character (\\u0000): {key[:40]!r}")
 
 
+# Set by the job encoder's default hook: the value held objects converted while encoding
+# (dataclasses, models...), whose nesting check_json_value could not see beforehand.
+_converted = threading.local()
+
+
 def _to_jsonable_checked(value: Any) -> Any:
+    _converted.any = True
     converted = _to_jsonable_ordered(value)
     check_json_value(converted)
     return converted
@@ -309,11 +316,12 @@ def go_json_dumps(value: Any, *, allow_sets: bool = True) -> str:
         text = _encode_any(value)
     else:
         check_json_value(value)
+        _converted.any = False
         try:
             text = _encode_job_value(value)
         except RecursionError:
             raise _too_deep() from None
-        if text.count("{") + text.count("[") > MAX_JSON_DEPTH:
+        if _converted.any and text.count("{") + text.count("[") > MAX_JSON_DEPTH:
             # Dataclasses and models converted by the encoder's hook were each checked on
             # their own; the depth of the whole is known only now.
             _check_text_depth(text)
