@@ -224,8 +224,8 @@ def _json_object(value: object, field: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise InvalidInputError(field, f"must be a dict, not {type(value).__name__}")
     try:
+        check_json_value(value)  # first: it refuses what would make json.dumps hang or recurse
         text = json.dumps(value, ensure_ascii=False)
-        check_json_value(value)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(field, f"cannot be encoded as JSON: {exc}") from exc
     _text(text, field)

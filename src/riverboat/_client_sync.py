@@ -26,7 +26,7 @@ from riverboat._job import (
     JobState,
     format_rfc3339_nano,
 )
-from riverboat._json import go_json_dumps
+from riverboat._json import go_json_storable
 from riverboat.dialect.base import JobStateUpdate
 from riverboat.errors import InvalidInputError, NotFoundError, WaitTimeoutError
 from riverboat.runtime.worker import Job
@@ -236,7 +236,7 @@ class ClientBase(SyncAdmin):
             row.id,
             JobState.COMPLETED,
             finalized=True,
-            metadata_updates=go_json_dumps(staged) if staged else None,
+            metadata_updates=go_json_storable(staged) if staged else None,
         )
         dialect = self._core.dialect
         rows = self.driver.wrap(conn).fetch(

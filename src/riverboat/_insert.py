@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from riverboat._job import InsertManyParams, InsertOpts, JobState, UniqueOpts
-from riverboat._json import check_json_value, go_json_dumps, utc_now
+from riverboat._json import MAX_JSON_DEPTH, check_json_value, go_json_dumps, utc_now
 from riverboat._unique import unique_key, unique_states_bitmask, validate_unique_opts
 from riverboat.errors import InvalidArgsError, InvalidInputError
 from riverboat.flow import SEQUENCE_METADATA_KEY, check_sequence_key
@@ -176,6 +176,10 @@ def _check_object_text(text: str, field: str) -> str:
         )
     except ValueError as exc:
         raise InvalidArgsError(field, f"is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidArgsError(
+            field, f"is nested deeper than {MAX_JSON_DEPTH} levels, the most riverboat reads back"
+        ) from None
     if not isinstance(decoded, dict):
         raise InvalidArgsError(
             field, f"must encode to a JSON object, not a JSON {type(decoded).__name__}"

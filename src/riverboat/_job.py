@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from riverboat._json import json_loads
+from riverboat._json import json_loads, storable_json
 
 __all__ = [
     "AttemptError",
@@ -79,15 +79,20 @@ class AttemptError:
     trace: str = ""
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "at": format_rfc3339_nano(self.at),
-                "attempt": self.attempt,
-                "error": self.error,
-                "trace": self.trace,
-            },
-            ensure_ascii=False,
-            separators=(",", ":"),
+        """The entry as River writes it; a NUL or lone surrogate in the message or the
+        trace (an exception can carry any text) becomes U+FFFD, so Postgres can store
+        it (:func:`~riverboat._json.storable_json`)."""
+        return storable_json(
+            json.dumps(
+                {
+                    "at": format_rfc3339_nano(self.at),
+                    "attempt": self.attempt,
+                    "error": self.error,
+                    "trace": self.trace,
+                },
+                ensure_ascii=False,
+                separators=(",", ":"),
+            )
         )
 
     @classmethod

@@ -10,6 +10,8 @@ import dataclasses
 import enum
 import json
 import math
+import re
+import threading
 import uuid
 from collections.abc import Callable
 from datetime import UTC, date, datetime
@@ -17,12 +19,18 @@ from decimal import Decimal
 from json.scanner import make_scanner
 from typing import Any
 
+from riverboat.errors import RiverboatError
+
 __all__ = [
+    "MAX_JSON_DEPTH",
     "check_json_value",
     "go_float",
     "go_json_canonical",
     "go_json_dumps",
+    "go_json_storable",
     "split_object",
+    "storable_json",
+    "storable_text",
     "to_jsonable",
 ]
 
@@ -41,20 +49,42 @@ _scan_once: Callable[[str, int], tuple[Any, int]] = make_scanner(
 )
 
 
+# How deep args and metadata may nest (objects and arrays, the outermost one is level 1).
+# Insert refuses deeper values; every reader riverboat ships (the worker's decode, pydantic
+# models whose JSON parser stops at 200 levels, the dashboard's indented rendering, the
+# CLI's --json output) reads this depth with room to spare under Python's recursion limit.
+# Rows deeper than this written by another client are read when Python can; those it
+# can't decode read as undecodable (a ValueError), never a RecursionError.
+MAX_JSON_DEPTH = 128
+
+
+class JSONTooDeepError(RiverboatError, ValueError):
+    """JSON nested more deeply than Python's recursion limit lets it be decoded (a row
+    another client wrote): a ValueError, as any JSON that can't be decoded."""
+
+    def __init__(self) -> None:
+        super().__init__("JSON nested too deeply to decode (Python's recursion limit)")
+
+
 def json_loads(text: str | bytes) -> Any:
     """``json.loads`` for the JSON a database hands back, which has no white space
     around it: the C scanner alone, without ``json.loads``' wrappers (0.3 µs against
     1.05 for ``{"num":0}``). Anything else (white space around, bytes, an error) goes
-    through ``json.loads``, which decides, and raises, as it always did."""
-    if type(text) is str:
-        try:
-            value, end = _scan_once(text, 0)
-        except (StopIteration, ValueError):
-            pass
-        else:
-            if end == len(text):
-                return value
-    return json.loads(text)
+    through ``json.loads``, which decides, and raises, as it always did. JSON nested
+    past what the recursion limit allows raises :class:`JSONTooDeepError` (a
+    ValueError), not a RecursionError."""
+    try:
+        if type(text) is str:
+            try:
+                value, end = _scan_once(text, 0)
+            except (StopIteration, ValueError):
+                pass
+            else:
+                if end == len(text):
+                    return value
+        return json.loads(text)
+    except RecursionError:
+        raise JSONTooDeepError() from None
 
 
 def _format_go_time(moment: datetime) -> str:
@@ -144,9 +174,12 @@ def check_json_value(value: Any) -> None:
     either database and to a Go worker unchanged: a NUL character (Postgres rejects it
     in text and jsonb, late; SQLite keeps it), an integer outside int64 (Go can't
     decode it into an integer), and dict keys that collide once JSON makes them strings
-    (``{1: "a", "1": "b"}`` would silently keep one). Lone surrogates are caught on the
-    encoded text (:func:`_check_utf8`). Values json.dumps converts itself (dataclasses,
-    datetimes...) are checked after conversion, by the encoder's default hook."""
+    (``{1: "a", "1": "b"}`` would silently keep one), a value that contains itself
+    (it would never encode; walking it used to hang), and nesting deeper than
+    :data:`MAX_JSON_DEPTH`. Lone surrogates are caught on the encoded text
+    (:func:`_check_utf8`). Values json.dumps converts itself (dataclasses,
+    datetimes...) are checked after conversion, by the encoder's default hook, and the
+    whole encoded text's depth once more (:func:`go_json_dumps`)."""
     if type(value) is dict:
         # The usual job args: a flat object of str keys and plain scalars, checked in one
         # pass; anything else (or anything wrong) takes the general walk below, which
@@ -165,10 +198,32 @@ def check_json_value(value: Any) -> None:
                 break
         else:
             return
-    stack = [value]
+    _walk(value)
+
+
+_LEAVE: Any = object()  # a marker on the walk's stack: the container below it is done
+
+
+def _too_deep() -> ValueError:
+    return ValueError(
+        f"is nested deeper than {MAX_JSON_DEPTH} levels, the most riverboat reads back "
+        "(docs/reliability.md)"
+    )
+
+
+def _walk(value: Any) -> None:
+    """check_json_value's general case: every container and scalar, iteratively, with
+    the containers on the current path kept so a value that contains itself is refused
+    at once (JSON can't encode it; walking it would never end) and the depth bounded."""
+    stack: list[Any] = [value, 1]
+    on_path: set[int] = set()
     pop, push = stack.pop, stack.append
     while stack:
+        depth = pop()
         item = pop()
+        if item is _LEAVE:
+            on_path.discard(depth)  # here the "depth" slot holds the container's id
+            continue
         kind = type(item)
         if kind is str:
             if "\x00" in item:
@@ -176,31 +231,64 @@ def check_json_value(value: Any) -> None:
         elif kind is int:
             if not INT64_MIN <= item <= INT64_MAX:
                 raise ValueError(f"integer {item} is outside int64, which Go workers can't read")
-        elif kind is dict or isinstance(item, dict):
-            keys = item.keys()
-            if not all(type(k) is str for k in keys):
-                converted = [_json_key(k) for k in keys]
-                if len(set(converted)) != len(converted):
-                    seen: dict[str, Any] = {}
-                    for original, text in zip(keys, converted, strict=True):
-                        if text in seen:
-                            raise ValueError(
-                                f"keys {seen[text]!r} and {original!r} are both {text!r} in JSON"
-                            )
-                        seen[text] = original
-            for key in keys:
-                if type(key) is str and "\x00" in key:
-                    raise ValueError(f"key contains a NUL character (\\u0000): {key[:40]!r}")
-            stack.extend(item.values())
-        elif kind is list or kind is tuple or isinstance(item, (list, tuple)):
-            stack.extend(item)
+        elif (
+            kind is dict
+            or isinstance(item, dict)
+            or kind is list
+            or kind is tuple
+            or (isinstance(item, (list, tuple)))
+        ):
+            if depth > MAX_JSON_DEPTH:
+                raise _too_deep()
+            ident = id(item)
+            if ident in on_path:
+                raise ValueError(
+                    f"contains itself (a {type(item).__name__} that refers back to one of "
+                    "its own containers), which JSON can't encode"
+                )
+            on_path.add(ident)
+            push(_LEAVE)
+            push(ident)
+            if isinstance(item, dict):
+                _check_keys(item)
+                children: Any = item.values()
+            else:
+                children = item
+            for child in children:
+                push(child)
+                push(depth + 1)
         elif isinstance(item, int) and not isinstance(item, bool):
             push(int(item))  # an IntEnum or other int subclass: JSON writes its value
+            push(depth)
         elif isinstance(item, str):
             push(str(item))
+            push(depth)
+
+
+def _check_keys(item: dict[Any, Any]) -> None:
+    keys = item.keys()
+    if not all(type(k) is str for k in keys):
+        converted = [_json_key(k) for k in keys]
+        if len(set(converted)) != len(converted):
+            seen: dict[str, Any] = {}
+            for original, text in zip(keys, converted, strict=True):
+                if text in seen:
+                    raise ValueError(
+                        f"keys {seen[text]!r} and {original!r} are both {text!r} in JSON"
+                    )
+                seen[text] = original
+    for key in keys:
+        if type(key) is str and "\x00" in key:
+            raise ValueError(f"key contains a NUL character (\\u0000): {key[:40]!r}")
+
+
+# Set by the job encoder's default hook: the value held objects converted while encoding
+# (dataclasses, models...), whose nesting check_json_value could not see beforehand.
+_converted = threading.local()
 
 
 def _to_jsonable_checked(value: Any) -> Any:
+    _converted.any = True
     converted = _to_jsonable_ordered(value)
     check_json_value(converted)
     return converted
@@ -228,10 +316,90 @@ def go_json_dumps(value: Any, *, allow_sets: bool = True) -> str:
         text = _encode_any(value)
     else:
         check_json_value(value)
-        text = _encode_job_value(value)
+        _converted.any = False
+        try:
+            text = _encode_job_value(value)
+        except RecursionError:
+            raise _too_deep() from None
+        if _converted.any and text.count("{") + text.count("[") > MAX_JSON_DEPTH:
+            # Dataclasses and models converted by the encoder's hook were each checked on
+            # their own; the depth of the whole is known only now.
+            _check_text_depth(text)
     if not _NEEDS_ESCAPE.isdisjoint(text):
         text = text.translate(_GO_ESCAPES)
     return _check_utf8(text)
+
+
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _check_text_depth(text: str) -> None:
+    """Refuse encoded JSON nested deeper than :data:`MAX_JSON_DEPTH` (brackets inside
+    strings don't count)."""
+    depth = 0
+    for match in _JSON_TOKENS.finditer(text):
+        token = match.group()
+        if token in "{[":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise _too_deep()
+        elif token in "}]":
+            depth -= 1
+
+
+# What Postgres can't store in jsonb or text: the NUL character (written by JSON
+# encoders as the escape \u0000, refused by jsonb) and lone surrogates (not Unicode
+# scalar values, so they can't be sent as UTF-8). An escape is one only when preceded by
+# an even number of backslashes (an odd run ends in an escaped backslash).
+_NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+
+
+def storable_json(text: str) -> str:
+    """JSON text made storable by both databases, for what a job writes about itself
+    (its error entries, tracebacks, staged metadata, recorded output, log lines): each
+    NUL character (the ``\\u0000`` escape) and each lone surrogate becomes U+FFFD, the
+    Unicode replacement character. The rest of the text is unchanged, and text that
+    needs nothing is returned as is (two scans in C). Args and insert metadata are
+    refused instead (:func:`check_json_value`): there the caller can still fix them."""
+    if "\\u0000" in text:
+        text = _NUL_ESCAPE.sub(lambda m: m.group(1) + REPLACEMENT, text)
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            text = _SURROGATE.sub(REPLACEMENT, text)
+    return text
+
+
+def storable_text(text: str) -> str:
+    """Plain text with :func:`storable_json`'s rule: NUL characters and lone surrogates
+    become U+FFFD."""
+    if "\x00" in text:
+        text = text.replace("\x00", REPLACEMENT)
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            text = _SURROGATE.sub(REPLACEMENT, text)
+    return text
+
+
+def go_json_storable(value: Any, *, check_depth: bool = False) -> str:
+    """:func:`go_json_dumps` for what a job writes about itself (staged metadata,
+    output, log lines): sets allowed, and text Postgres can't store replaced
+    (:func:`storable_json`) instead of refused, since the job has already run.
+    ``check_depth`` refuses nesting deeper than :data:`MAX_JSON_DEPTH` (a ValueError)."""
+    try:
+        text = _encode_any(value)
+    except RecursionError:
+        raise _too_deep() from None
+    if check_depth and text.count("{") + text.count("[") > MAX_JSON_DEPTH:
+        _check_text_depth(text)
+    if not _NEEDS_ESCAPE.isdisjoint(text):
+        text = text.translate(_GO_ESCAPES)
+    return storable_json(text)
 
 
 def go_float(value: float) -> str:

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from riverboat._json import go_json_dumps
+from riverboat._json import go_json_storable, storable_text
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.worker import Job
 
@@ -97,8 +97,8 @@ def append_with_cap(
     """``existing + [entry]``, dropping the oldest entries until the encoded list fits in
     ``max_total_bytes`` (the new entry is always kept). Returns the list and how many
     were dropped. Sizes are those of the compact JSON encoding, as River counts them."""
-    sizes = [len(go_json_dumps(item).encode()) for item in existing]
-    new_size = len(go_json_dumps(entry).encode())
+    sizes = [len(go_json_storable(item).encode()) for item in existing]
+    new_size = len(go_json_storable(entry).encode())
     total = 2 + new_size + sum(size + 1 for size in sizes)  # brackets, commas
     keep = 0
     while keep < len(existing) and total > max_total_bytes:
@@ -147,7 +147,8 @@ class RiverLog:
                 self._store(job, capture.lines)
 
     def _store(self, job: Job[Any], lines: list[str]) -> None:
-        data = ("\n".join(lines) + "\n").encode()
+        # A log line can carry any text (a NUL, a lone surrogate from a decoded path).
+        data = storable_text("\n".join(lines) + "\n").encode()
         if len(data) > self.max_size_bytes:
             log.warning(
                 "job %d: its log of %d bytes exceeds %d; truncating",

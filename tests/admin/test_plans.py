@@ -100,6 +100,9 @@ def _statements(dialect: PostgresDialect, job_id: int) -> dict[str, Statement]:
         "job_get": dialect.job_get_by_id(job_id),
         "job_update": dialect.job_update(job_id, {"output": 1}),
         "job_set_state_if_running_many": dialect.job_set_state_if_running_many(updates),
+        "job_set_state_if_running_many skip_locked": dialect.job_set_state_if_running_many(
+            updates, returning=False, skip_locked=True
+        ),
         "job_complete_many": dialect.job_complete_many([job_id, job_id + 1], returning=True),
         "job_list by ids": dialect.job_list(
             filters={"ids": [job_id, job_id + 1]}, order_column="id", descending=False, limit=10
@@ -160,6 +163,11 @@ def test_completions_use_the_primary_key_when_statistics_predate_the_claims(
         "job_complete_many_no_return": dialect.job_complete_many(ids, returning=False),
         "job_set_state_if_running_many": dialect.job_set_state_if_running_many(
             [JobStateUpdate(i, JobState.COMPLETED, finalized=True) for i in ids]
+        ),
+        "job_set_state_if_running_many skip_locked": dialect.job_set_state_if_running_many(
+            [JobStateUpdate(i, JobState.COMPLETED, finalized=True) for i in ids],
+            returning=False,
+            skip_locked=True,
         ),
     }
     for name, stmt in statements.items():

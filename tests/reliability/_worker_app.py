@@ -10,6 +10,7 @@ being written, never interleave two; the test reads these files to count executi
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from datetime import datetime, timedelta
@@ -18,6 +19,7 @@ from typing import Any
 import riverboat
 from riverboat import MaintenanceConfig, RetryPolicy
 from riverboat._job import JobRow
+from riverboat.riverlog import RiverLog
 from riverboat.runtime.elector import ElectorConfig
 from riverboat.runtime.maintenance import Service
 from riverboat.runtime.producer import QueueConfig
@@ -72,6 +74,32 @@ def rel_sync(job: Job[Any]) -> None:
     delay = job.args.get("sleep", 0)
     if delay:
         time.sleep(delay)
+    _record(f"{job.id} {job.attempt}\n")
+
+
+# What Postgres can't store: a NUL character and a lone surrogate.
+UNSTORABLE = "nul here:\x00 end, surrogate here:\ud800 end"
+
+
+@workers.register("rel_unstorable")
+async def rel_unstorable(job: Job[Any]) -> None:
+    """Carries unstorable text out through ``args.via``: the exception's message
+    (``raise``, on the first attempt only), ``output``, staged ``metadata`` (with a
+    snooze on the first attempt), a ``log`` line (riverlog), a ``cancel`` reason."""
+    via = job.args["via"]
+    if via == "raise":
+        if job.attempt == 1:
+            raise RuntimeError(UNSTORABLE)
+    elif via == "output":
+        riverboat.record_output({"text": UNSTORABLE})
+    elif via == "metadata":
+        job.set_metadata("note", {UNSTORABLE: UNSTORABLE})
+        if job.attempt == 1 and not job.metadata.get("snoozes"):
+            raise riverboat.JobSnooze(0)
+    elif via == "log":
+        logging.getLogger("rel.app").warning("a line with %s", UNSTORABLE)
+    elif via == "cancel":
+        raise riverboat.JobCancel(UNSTORABLE)
     _record(f"{job.id} {job.attempt}\n")
 
 
@@ -134,7 +162,8 @@ def client() -> riverboat.AsyncClient:
     """``$RB_URL``/``$RB_SCHEMA``; ``$RB_MAX_WORKERS``; the completer's
     ``$RB_FLUSH_DELAY`` and ``$RB_FLUSH_THRESHOLD``; ``$RB_RESCUE_AFTER`` (s);
     ``$RB_CALL_TIMEOUT`` (s, the runtime's ``db_call_timeout``);
-    ``$RB_RECORD_MAINTENANCE=1`` adds :class:`MaintenanceRecorder`."""
+    ``$RB_RECORD_MAINTENANCE=1`` adds :class:`MaintenanceRecorder`; ``$RB_RIVERLOG=1``
+    stores each job's log lines (riverlog)."""
     rescue_after = float(ENV.get("RB_RESCUE_AFTER", "3600"))
     maintenance = MaintenanceConfig(
         elector=FAST_ELECTOR,
@@ -155,6 +184,7 @@ def client() -> riverboat.AsyncClient:
         job_timeout=min(1.0, rescue_after),
         retry_policy=QuickRetry(),
         maintenance=maintenance,
+        middleware=[RiverLog(level=logging.INFO)] if ENV.get("RB_RIVERLOG") == "1" else None,
     )
     # The completer's timing is a RuntimeConfig knob, read when the runtime starts: a
     # long delay and a high threshold keep finished jobs' outcomes buffered (unflushed)

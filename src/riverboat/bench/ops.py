@@ -122,7 +122,9 @@ async def run_ops(
         complete = dialect.job_complete_many([job.id], returning=False)
         if complete is None:
             complete = dialect.job_set_state_if_running_many(
-                [JobStateUpdate(job.id, JobState.COMPLETED, finalized=True)], returning=False
+                [JobStateUpdate(job.id, JobState.COMPLETED, finalized=True)],
+                returning=False,
+                skip_locked=True,
             )
         return await driver.execute(complete)
 
@@ -139,7 +141,7 @@ async def run_ops(
     async def update_job(i: int) -> object:
         return await driver.fetch(
             dialect.job_set_state_if_running_many(
-                [JobStateUpdate(ids[i], JobState.COMPLETED, finalized=True)]
+                [JobStateUpdate(ids[i], JobState.COMPLETED, finalized=True)], skip_locked=True
             )
         )
 

@@ -105,7 +105,9 @@ def stale_statistics_completion(url: str, schema: str, rows: int = 100_000) -> d
     try:
         dialect = driver.dialect
         stmt = dialect.job_set_state_if_running_many(
-            [JobStateUpdate(ids[0], JobState.COMPLETED, finalized=True)], returning=False
+            [JobStateUpdate(ids[0], JobState.COMPLETED, finalized=True)],
+            returning=False,
+            skip_locked=True,
         )
         sql, names = stmt.query.compile("dollar")
         with psycopg.connect(url, autocommit=True) as conn:
@@ -118,7 +120,9 @@ def stale_statistics_completion(url: str, schema: str, rows: int = 100_000) -> d
         samples = []
         for job_id in ids[1:]:
             one = dialect.job_set_state_if_running_many(
-                [JobStateUpdate(job_id, JobState.COMPLETED, finalized=True)], returning=False
+                [JobStateUpdate(job_id, JobState.COMPLETED, finalized=True)],
+                returning=False,
+                skip_locked=True,
             )
             start = time.perf_counter()
             driver.execute(one)

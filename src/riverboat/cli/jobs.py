@@ -71,6 +71,14 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _pretty(value: Any) -> str:
+    """Indented JSON, or a note for a value another client nested too deeply to print."""
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    except RecursionError:
+        return "(nested too deeply to print)"
+
+
 def _args_of(job: JobRow) -> Any:
     try:
         return job.args
@@ -79,7 +87,13 @@ def _args_of(job: JobRow) -> Any:
 
 
 def job_dict(job: JobRow) -> dict[str, Any]:
-    return {
+    problems = list(job.decode_errors)
+    try:
+        args = job.args
+    except ValueError as exc:  # a row another client wrote: not JSON, or nested too deeply
+        args = None
+        problems.append(f"args: {exc}")
+    out = {
         "id": job.id,
         "kind": job.kind,
         "queue": job.queue,
@@ -87,7 +101,7 @@ def job_dict(job: JobRow) -> dict[str, Any]:
         "attempt": job.attempt,
         "max_attempts": job.max_attempts,
         "priority": job.priority,
-        "args": _args_of(job),
+        "args": args,
         "metadata": job.metadata,
         "tags": job.tags,
         "created_at": _jsonable(job.created_at),
@@ -102,6 +116,22 @@ def job_dict(job: JobRow) -> dict[str, Any]:
         "unique_key": _jsonable(job.unique_key),
         "unique_states": job.unique_states,
     }
+    if problems:
+        out["decode_errors"] = problems
+    return out
+
+
+def _printable(job: JobRow) -> dict[str, Any]:
+    """:func:`job_dict`, with args or metadata nested too deeply for indented JSON (a row
+    another client wrote) left out and named in ``decode_errors``."""
+    out = job_dict(job)
+    for name in ("args", "metadata"):
+        try:
+            json.dumps(out[name], indent=2)
+        except RecursionError:
+            out[name] = None
+            out.setdefault("decode_errors", []).append(f"{name}: nested too deeply to print")
+    return out
 
 
 def _when(value: datetime | None) -> str:
@@ -126,7 +156,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 def print_jobs(jobs: Sequence[JobRow], as_json: bool) -> None:
     if as_json:
-        print(json.dumps([job_dict(j) for j in jobs], indent=2, default=str))
+        print(json.dumps([_printable(j) for j in jobs], indent=2, default=str))
         return
     print_table(
         (
@@ -182,9 +212,9 @@ def print_job_detail(job: JobRow) -> None:
     for name, value in fields:
         print(f"{name.ljust(width)}  {value}")
     print("args:")
-    print(_indented(json.dumps(_args_of(job), indent=2, ensure_ascii=False, default=str)))
+    print(_indented(_pretty(_args_of(job))))
     print("metadata:")
-    print(_indented(json.dumps(job.metadata, indent=2, ensure_ascii=False, default=str)))
+    print(_indented(_pretty(job.metadata)))
     if not job.errors:
         print("errors: none")
         return
@@ -353,6 +383,8 @@ def _list(client: Client, args: argparse.Namespace) -> int:
             metadata = json.loads(args.metadata)
         except ValueError as exc:
             raise InvalidInputError("metadata", f"is not JSON: {exc}") from exc
+        except RecursionError:
+            raise InvalidInputError("metadata", "is nested too deeply") from None
     page = client.job_list(
         **_filters(args),
         metadata=metadata,

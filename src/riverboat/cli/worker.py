@@ -55,12 +55,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="on SIGTERM, wait this long for running jobs before handing them back "
         "(default: the client's soft_stop_timeout, 25 s unless set; -1 waits for ever)",
     )
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument(
+        "--log-level", default="INFO", type=_log_level, help="logging level (default INFO)"
+    )
     parser.add_argument(
         "--metrics-port",
         type=int,
         default=None,
         help="serve Prometheus metrics on this port (process i of --processes uses PORT+i)",
+    )
+
+
+def _log_level(text: str) -> str:
+    """``--log-level``: a level name logging knows (any case) or a number; anything else
+    is argparse's usage error (exit 2) instead of a traceback from logging."""
+    level = text.strip().upper()
+    if level.isdigit() or isinstance(logging.getLevelName(level), int):
+        return level
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a logging level (DEBUG, INFO, WARNING, ERROR or CRITICAL)"
     )
 
 
@@ -217,7 +230,8 @@ def _run_one(
     soft_stop_timeout: float | None = None,
 ) -> int:
     logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=int(log_level) if log_level.isdigit() else log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     client = load_client(target)
     if soft_stop_timeout is not None:

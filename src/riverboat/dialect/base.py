@@ -192,14 +192,22 @@ class Dialect(AdminStatements, FlowStatements, WorkflowStatements, ABC):
 
     @abstractmethod
     def job_set_state_if_running_many(
-        self, updates: Sequence[JobStateUpdate], *, returning: bool = True
-    ) -> Statement: ...
+        self,
+        updates: Sequence[JobStateUpdate],
+        *,
+        returning: bool = True,
+        skip_locked: bool = False,
+    ) -> Statement:
+        """River's JobSetStateIfRunningMany. With ``skip_locked`` (the completer), a row
+        another session holds locked is left as it is instead of waited for: it stays
+        ``running``, which is how the caller knows to try it again."""
 
     def job_complete_many(self, job_ids: Sequence[int], *, returning: bool) -> Statement | None:
         """A cheaper :meth:`job_set_state_if_running_many` for plain completions only
         (``completed``, finalized, no error, metadata, attempt or time; see
         :func:`is_plain_completion`), or ``None`` when this dialect has none and the
-        general statement serves. With ``returning``, its rows are ``(id, attempt,
+        general statement serves. It skips rows another session holds locked (it is the
+        completer's alone). With ``returning``, its rows are ``(id, attempt,
         finalized_at, metadata as JSON text)`` of the jobs it completed, for
         :meth:`completed_job` to patch onto the claimed rows."""
         return None

@@ -159,14 +159,28 @@ RETURNING {job_columns("river_job")}
 
 # River's JobSetStateIfRunningMany: only rows still running change (a rescued or deleted
 # job is not clobbered), metadata merges regardless, and a retry or snooze of a job with
-# cancel_attempted_at becomes a cancellation. One UPDATE joined to the unnested input by
-# id: the planner drives it with primary-key lookups per input row, even when statistics
-# say the table is empty. (An extra `id = ANY(:ids)` predicate looks harmless but, with
-# stale statistics, lets the planner scan the (state, ...) index over every running job;
-# see tests/admin for the EXPLAIN check.) The guard is re-checked by Postgres against the
-# latest row version if a concurrent transaction changed it first.
+# cancel_attempted_at becomes a cancellation. The rows are locked first; for the completer
+# with SKIP LOCKED: a row another session holds locked (a `SELECT ... FOR UPDATE` left
+# open) is skipped instead of making the whole batch wait for as long as the lock is
+# held; the completer finds it still running at its claimed attempt and retries it alone
+# (River waits, as job_complete_tx, inside the caller's transaction, still does). The
+# UPDATE joins the locked rows by id: the planner drives it with primary-key lookups per
+# input row, even when statistics say the table is empty. (An extra `id = ANY(:ids)`
+# predicate looks harmless but, with stale statistics, lets the planner scan the (state,
+# ...) index over every running job; see tests/admin for the EXPLAIN check.) Postgres
+# re-checks the guard against the latest row version when taking the lock.
 _CANCEL = "(i.state IN ('retryable', 'scheduled') AND river_job.metadata ? 'cancel_attempted_at')"
 _SET_STATE_BODY = f"""
+WITH i AS (
+    SELECT u.*
+    FROM unnest(
+        :ids::bigint[], :attempt::integer[], :errors::jsonb[], :finalized::boolean[],
+        :metadata_updates::jsonb[], :scheduled_at::timestamptz[], :state::text[]
+    ) AS u(id, attempt, errors, finalized, metadata_updates, scheduled_at, state)
+    JOIN <schema>river_job ON river_job.id = u.id
+    WHERE river_job.state = 'running' OR u.metadata_updates IS NOT NULL
+    FOR UPDATE OF river_job <skip_locked>
+)
 UPDATE <schema>river_job
 SET attempt = CASE WHEN river_job.state = 'running' AND NOT {_CANCEL} AND i.attempt IS NOT NULL
                    THEN i.attempt ELSE river_job.attempt END,
@@ -184,30 +198,40 @@ SET attempt = CASE WHEN river_job.state = 'running' AND NOT {_CANCEL} AND i.atte
                  WHEN river_job.state = 'running'
                  THEN i.state::<schema>river_job_state
                  ELSE river_job.state END
-FROM unnest(
-    :ids::bigint[], :attempt::integer[], :errors::jsonb[], :finalized::boolean[],
-    :metadata_updates::jsonb[], :scheduled_at::timestamptz[], :state::text[]
-) AS i(id, attempt, errors, finalized, metadata_updates, scheduled_at, state)
+FROM i
 WHERE river_job.id = i.id
   AND (river_job.state = 'running' OR i.metadata_updates IS NOT NULL)
 """
-QUERIES["job_set_state_if_running_many"] = _SET_STATE_BODY + f"RETURNING {job_columns('river_job')}"
-QUERIES["job_set_state_if_running_many_no_return"] = _SET_STATE_BODY
+for _skip in ("", "SKIP LOCKED"):
+    _suffix = "_skip_locked" if _skip else ""
+    _body = _SET_STATE_BODY.replace("<skip_locked>", _skip)
+    QUERIES["job_set_state_if_running_many" + _suffix] = (
+        _body + f"RETURNING {job_columns('river_job')}"
+    )
+    QUERIES["job_set_state_if_running_many_no_return" + _suffix] = _body
 
 # job_set_state_if_running_many for plain completions (dialect.base.is_plain_completion),
 # what nearly every outcome is: one bigint array instead of seven parallel ones, no
 # CASE per column, and (when events want them) only what a completion changes is
 # returned; the completer patches it onto the rows it claimed. The attempt is returned
 # so a job another client claimed again after a rescue is noticed and read in full.
+# Locked rows are skipped as above.
 # The guard compares the state as text: a plain `state = 'running'` is an index
 # condition the planner may prefer when statistics say few jobs run (the table was
 # analyzed before a backlog was claimed), and the generic plan then hashes every running
 # job (55 ms instead of 2 ms per 100 completions with 100,000 running here); as text it
 # can only filter the primary-key lookups (tests/admin/test_plans.py).
 _COMPLETE_BODY = """
+WITH i AS (
+    SELECT river_job.id
+    FROM unnest(:ids::bigint[]) AS u(id)
+    JOIN <schema>river_job ON river_job.id = u.id
+    WHERE river_job.state::text = 'running'
+    FOR UPDATE OF river_job SKIP LOCKED
+)
 UPDATE <schema>river_job
 SET finalized_at = now(), state = 'completed'
-FROM unnest(:ids::bigint[]) AS i(id)
+FROM i
 WHERE river_job.id = i.id AND river_job.state::text = 'running'
 """
 QUERIES["job_complete_many"] = (
@@ -427,13 +451,19 @@ class PostgresDialect(
         return None if values is None else list(values)
 
     def job_set_state_if_running_many(
-        self, updates: Sequence[JobStateUpdate], *, returning: bool = True
+        self,
+        updates: Sequence[JobStateUpdate],
+        *,
+        returning: bool = True,
+        skip_locked: bool = False,
     ) -> Statement:
         name = (
             "job_set_state_if_running_many"
             if returning
             else "job_set_state_if_running_many_no_return"
         )
+        if skip_locked:
+            name += "_skip_locked"
         return self.stmt(name, **unnest_arrays(_STATE_UPDATE_ARRAYS, map(_update_values, updates)))
 
     def job_complete_many(self, job_ids: Sequence[int], *, returning: bool) -> Statement:

@@ -441,7 +441,11 @@ class SqliteDialect(
         return None if values is None else json.dumps(list(values))
 
     def job_set_state_if_running_many(
-        self, updates: Sequence[JobStateUpdate], *, returning: bool = True
+        self,
+        updates: Sequence[JobStateUpdate],
+        *,
+        returning: bool = True,
+        skip_locked: bool = False,  # SQLite has no row locks: nothing to skip
     ) -> Statement:
         # UPDATE ... FROM uses one arbitrary source row per target row, so a repeated
         # id keeps only its last update (the completer's own rule).

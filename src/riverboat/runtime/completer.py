@@ -7,20 +7,36 @@ busy queue writes hundreds per statement. The statement only changes rows that a
 ``running`` and runs without a wrapping transaction. A failed flush puts its batch back and
 retries with backoff; nothing is dropped while the completer runs, and ``stop`` flushes
 everything left.
+
+Two things must not hold the other outcomes back (docs/reliability.md):
+
+* An outcome the database refuses for what it holds (a data error: text jsonb can't
+  store, a value out of range, a constraint) fails its whole statement. Such a batch is
+  split in halves until the refused outcome is alone; the others are written at once,
+  and the refused one is written again with its error text replaced and its staged
+  metadata left out, or failed by id, or, if even that is refused, left ``running``
+  for the rescuer. A data error is never retried as such.
+* A row another session holds locked (``SELECT ... FOR UPDATE``) would make the
+  statement wait for as long as the lock is held. On Postgres the statements lock their
+  rows with ``SKIP LOCKED``: a locked row is skipped, noticed (it is still ``running``
+  at the attempt this client claimed), and retried alone with backoff until its lock is
+  released.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from riverboat._job import JobRow, JobState
+from riverboat._job import AttemptError, JobRow, JobState
 from riverboat.dialect.base import JobStateUpdate, is_plain_completion
 from riverboat.errors import DriverError
 from riverboat.runtime.events import Event, EventKind, JobStatistics
@@ -35,6 +51,57 @@ BACKPRESSURE_HIGH = 10_000  # new outcomes wait above this backlog...
 BACKPRESSURE_LOW = 5_000  # ...until it falls below this
 # How long a stop keeps trying to write buffered outcomes: River's DrainTimeoutDefault.
 DRAIN_TIMEOUT = 60.0
+# Retry delays for an outcome whose row another session holds locked.
+LOCKED_RETRY_BACKOFF = (0.05, 0.1, 0.25, 0.5, 1.0)
+
+# SQLSTATE classes of errors about the data a statement carries, not about the connection
+# or the server: 22 data exception (jsonb refusing \u0000 is 22P05), 23 integrity
+# constraint violation, 54 program limit exceeded (a value too large).
+_DATA_SQLSTATE_CLASSES = frozenset({"22", "23", "54"})
+# What encoding a parameter raises in drivers that don't translate it.
+_PYTHON_DATA_ERRORS = (UnicodeError, ValueError, TypeError, OverflowError)
+
+
+def is_data_error(exc: BaseException) -> bool:
+    """Whether the database (or the driver, encoding a parameter) refused a statement for
+    the values it carries, so retrying the same values can only fail again. Looks through
+    the causes a driver keeps (``__cause__``, SQLAlchemy's ``.orig``) for a SQLSTATE of
+    class 22/23/54, a DB-API ``DataError``/``IntegrityError``, SQLite's constraint and
+    too-big codes or its JSON functions' "malformed JSON", or a Python encoding error."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        sqlstate = getattr(current, "sqlstate", None) or getattr(current, "pgcode", None)
+        if isinstance(sqlstate, str) and sqlstate[:2] in _DATA_SQLSTATE_CLASSES:
+            return True
+        name = getattr(current, "sqlite_errorname", None)
+        if isinstance(name, str) and name.startswith(
+            ("SQLITE_CONSTRAINT", "SQLITE_TOOBIG", "SQLITE_MISMATCH")
+        ):
+            return True
+        if type(current).__name__ in ("DataError", "IntegrityError"):
+            return True
+        if isinstance(current, _PYTHON_DATA_ERRORS) and not isinstance(current, DriverError):
+            return True
+        if "malformed JSON" in str(current):
+            return True
+        orig = getattr(current, "orig", None)
+        current = current.__cause__ or (orig if isinstance(orig, BaseException) else None)
+    return False
+
+
+class _Unstorable(Exception):
+    """A write the database refused for the values it carries (see is_data_error)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def persisted_event_kind(state: JobState, requested: EventKind) -> EventKind | None:
@@ -60,6 +127,16 @@ _EVENT_BY_STATE = {
 
 
 @dataclass(slots=True)
+class _Locked:
+    """An outcome whose row was locked by another session when it was written."""
+
+    pending: PendingCompletion
+    since: float  # monotonic, when first skipped
+    retries: int = 0
+    due: float = 0.0  # monotonic
+
+
+@dataclass(slots=True)
 class PendingCompletion:
     update: JobStateUpdate
     job: JobRow
@@ -76,6 +153,21 @@ class PendingCompletion:
         if not self.started_at:
             return 0.0
         return max(0.0, self.started_at - self.job.scheduled_at.timestamp())
+
+
+def _still_claimed(
+    batch: list[PendingCompletion], current: Iterable[JobRow]
+) -> list[PendingCompletion]:
+    """The outcomes of ``batch`` whose rows (``current``) are still running at the
+    attempt that produced them: a write that changed nothing for them skipped them."""
+    by_id = {p.update.id: p for p in batch}
+    return [
+        by_id[job.id]
+        for job in current
+        if job.id in by_id
+        and job.state is JobState.RUNNING
+        and job.attempt == by_id[job.id].job.attempt
+    ]
 
 
 class Completer:
@@ -100,6 +192,8 @@ class Completer:
         self._retry_backoff = retry_backoff
         self._on_workflow_finalized = on_workflow_finalized
         self._buffer: dict[int, PendingCompletion] = {}
+        # Outcomes skipped because another session held their row locked, retried alone.
+        self._locked: dict[int, _Locked] = {}
         self._has_items = asyncio.Event()
         self._full = asyncio.Event()
         self._drained = asyncio.Event()
@@ -110,16 +204,18 @@ class Completer:
         self._stopping = False
         self.flushes = 0
         self.flush_errors = 0
+        self.poisoned = 0  # outcomes the database refused, written sanitized or failed by id
+        self.lock_skips = 0  # times an outcome's row was found locked and skipped
 
     @property
     def backlog(self) -> int:
-        return len(self._buffer)
+        return len(self._buffer) + len(self._locked)
 
     @property
     def idle(self) -> bool:
         """Nothing buffered and no write under way (a batch being written has already
         left the buffer)."""
-        return not self._buffer and self._drained.is_set()
+        return not self._buffer and not self._locked and self._drained.is_set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="riverboat-completer")
@@ -153,15 +249,25 @@ class Completer:
 
     async def _run(self) -> None:
         while True:
-            await self._has_items.wait()
-            if not self._stopping and len(self._buffer) < self._batch_threshold:
+            if self._buffer or not self._locked:
+                await self._has_items.wait()
+            else:
+                # Only locked outcomes left: sleep until their retry, or new outcomes.
+                delay = max(0.0, min(x.due for x in self._locked.values()) - time.monotonic())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._has_items.wait(), delay)
+            if self._buffer and not self._stopping and len(self._buffer) < self._batch_threshold:
                 try:
                     await asyncio.wait_for(self._full.wait(), self._flush_delay)
                 except TimeoutError:
                     pass
             await self._flush_available()
-            if self._stopping and not self._buffer:
-                return
+            if self._locked:
+                await self._retry_locked()
+            if not self._buffer and not self._locked:
+                self._drained.set()
+                if self._stopping:
+                    return
 
     async def _flush_available(self) -> None:
         attempt = 0
@@ -169,9 +275,7 @@ class Completer:
             batch = self._take(BATCH_MAX)
             parts = self._split(batch)
             try:
-                while parts:
-                    await self._write(*parts[0])
-                    parts.pop(0)  # written: a failure later must not write it again
+                self._hold_locked(await self._write_parts(parts))
                 attempt = 0
             except asyncio.CancelledError:
                 for part, _ in parts:
@@ -189,12 +293,159 @@ class Completer:
                     len(batch),
                     attempt,
                     delay,
-                    exc,
+                    _first_line(exc),
                 )
                 await asyncio.sleep(delay)
         self._has_items.clear()
         self._full.clear()
-        self._drained.set()
+
+    async def _write_parts(
+        self, parts: list[tuple[list[PendingCompletion], bool]]
+    ) -> list[PendingCompletion]:
+        """Write every part, splitting one the database refuses for its data until the
+        refused outcome is alone (then :meth:`_write_poisoned`). A part leaves ``parts``
+        once written, so when this raises, ``parts`` holds exactly what is unwritten.
+        Returns the outcomes skipped because their rows were locked."""
+        skipped: list[PendingCompletion] = []
+        while parts:
+            part, plain = parts[0]
+            try:
+                skipped.extend(await self._write(part, plain))
+            except _Unstorable as exc:
+                if len(part) > 1:
+                    middle = len(part) // 2
+                    parts[0:1] = [(part[:middle], plain), (part[middle:], plain)]
+                    continue
+                skipped.extend(await self._write_poisoned(part[0], exc.cause))
+            parts.pop(0)
+        return skipped
+
+    async def _write_poisoned(
+        self, pending: PendingCompletion, cause: BaseException
+    ) -> list[PendingCompletion]:
+        """Write an outcome the database refused: first as is but with its error text
+        replaced by a short ASCII note and its staged metadata left out, then failed by
+        id (discarded, the same note), and if even that is refused, give it up: the row
+        stays ``running`` and the rescuer retries the job. One WARNING (or ERROR) line
+        per job; the database's full message and trace at DEBUG."""
+        self.poisoned += 1
+        update = pending.update
+        job = pending.job
+        reason = _first_line(cause).encode("ascii", "backslashreplace").decode()[:300]
+        note = AttemptError(
+            datetime.now(UTC),
+            max(job.attempt, 0),
+            f"riverboat could not store this attempt's outcome ({update.state.value}"
+            f"{', with its error text' if update.error else ''}"
+            f"{', with staged metadata' if update.metadata_updates else ''}): {reason}",
+        ).to_json()
+        sanitized = dataclasses.replace(
+            update, error=note if update.error else None, metadata_updates=None
+        )
+        failed = JobStateUpdate(update.id, JobState.DISCARDED, error=note, finalized=True)
+        log.debug("completer: job %d's outcome was refused", update.id, exc_info=cause)
+        dropped = [
+            what
+            for what, present in (
+                ("its error text replaced by a note", update.error),
+                ("its staged metadata left out", update.metadata_updates),
+            )
+            if present
+        ]
+        for how, replacement in (
+            (f"written as {update.state.value}, " + (" and ".join(dropped) or "again"), sanitized),
+            ("failed by id (discarded)", failed),
+        ):
+            try:
+                skipped = await self._write(
+                    [dataclasses.replace(pending, update=replacement)], False
+                )
+            except _Unstorable as exc:
+                log.debug("completer: job %d: %s refused too", update.id, how, exc_info=exc)
+                continue
+            log.warning(
+                "completer: job %d (%s): the database refused its outcome (%s); %s",
+                update.id,
+                job.kind or "?",
+                reason,
+                how,
+            )
+            return skipped  # a locked row: the replacement waits for its lock
+        log.error(
+            "completer: job %d (%s): the database refused its outcome (%s) and failing it "
+            "by id; left running for the rescuer",
+            update.id,
+            job.kind or "?",
+            reason,
+        )
+        return []
+
+    def _hold_locked(self, skipped: list[PendingCompletion]) -> None:
+        """Keep outcomes whose rows were locked, to retry them alone with backoff."""
+        now = time.monotonic()
+        for pending in skipped:
+            self.lock_skips += 1
+            held = self._locked.get(pending.update.id)
+            if held is None:
+                held = self._locked[pending.update.id] = _Locked(pending, now)
+                log.warning(
+                    "completer: job %d (%s): its row is locked by another session; its "
+                    "outcome (%s) waits and is retried alone until the lock is released",
+                    pending.update.id,
+                    pending.job.kind or "?",
+                    pending.update.state.value,
+                )
+            else:
+                held.pending = pending
+            delay = LOCKED_RETRY_BACKOFF[min(held.retries, len(LOCKED_RETRY_BACKOFF) - 1)]
+            held.retries += 1
+            held.due = now + delay
+
+    async def _retry_locked(self) -> None:
+        now = time.monotonic()
+        due = [held for held in self._locked.values() if held.due <= now]
+        if not due:
+            return
+        for held in due:
+            del self._locked[held.pending.update.id]
+        parts = self._split([held.pending for held in due])
+        try:
+            skipped = await self._write_parts(parts)
+        except asyncio.CancelledError:
+            self._return_locked(due, parts)
+            raise
+        except DriverError as exc:
+            self.flush_errors += 1
+            self._return_locked(due, parts)
+            log.warning(
+                "completer: retrying %d outcomes of locked rows failed: %s",
+                len(parts),
+                _first_line(exc),
+            )
+            return
+        still = {pending.update.id for pending in skipped}
+        for held in due:
+            if held.pending.update.id in still:
+                self._locked[held.pending.update.id] = held
+        self._hold_locked(skipped)
+        for held in due:
+            if held.pending.update.id not in still:
+                log.info(
+                    "completer: job %d: outcome written after its row lock was released "
+                    "(waited %.1fs)",
+                    held.pending.update.id,
+                    time.monotonic() - held.since,
+                )
+
+    def _return_locked(
+        self, due: list[_Locked], parts: list[tuple[list[PendingCompletion], bool]]
+    ) -> None:
+        unwritten = {p.update.id for part, _ in parts for p in part}
+        now = time.monotonic()
+        for held in due:
+            if held.pending.update.id in unwritten:
+                held.due = now + LOCKED_RETRY_BACKOFF[-1]
+                self._locked[held.pending.update.id] = held
 
     def _take(self, limit: int) -> list[PendingCompletion]:
         if len(self._buffer) <= limit:
@@ -227,10 +478,18 @@ class Completer:
             (plain if is_plain_completion(pending.update) else other).append(pending)
         return [(part, part is plain) for part in (plain, other) if part]
 
-    async def _write(self, batch: list[PendingCompletion], plain: bool = False) -> None:
-        await self._write_outcomes(batch, plain)
+    async def _write(
+        self, batch: list[PendingCompletion], plain: bool = False
+    ) -> list[PendingCompletion]:
+        """:meth:`_write_outcomes`, then the dependents of the workflow tasks it
+        finalized; returns the outcomes skipped because their rows were locked."""
+        skipped = await self._write_outcomes(batch, plain)
         if self._on_workflow_finalized is not None:
-            await self._promote_workflow_tasks(batch)
+            waiting = {p.update.id for p in skipped}
+            await self._promote_workflow_tasks(
+                [p for p in batch if p.update.id not in waiting] if waiting else batch
+            )
+        return skipped
 
     async def _promote_workflow_tasks(self, batch: list[PendingCompletion]) -> None:
         """Decide the dependents of the workflow tasks this batch finalized (see
@@ -254,23 +513,45 @@ class Completer:
                 exc,
             )
 
-    async def _write_outcomes(self, batch: list[PendingCompletion], plain: bool = False) -> None:
+    async def _write_outcomes(
+        self, batch: list[PendingCompletion], plain: bool = False
+    ) -> list[PendingCompletion]:
+        """One statement for ``batch``; returns the outcomes it skipped because their
+        rows were locked (still ``running`` at the claimed attempt afterwards). Raises
+        :class:`_Unstorable` when the database refused the values."""
         want_rows = self._emit is not None and self._want_events()
-        if plain:
-            stmt = self._dialect.job_complete_many(
-                [p.update.id for p in batch], returning=want_rows
-            )
-            assert stmt is not None
-        else:
-            stmt = self._dialect.job_set_state_if_running_many(
-                [p.update for p in batch], returning=want_rows
-            )
-        if not want_rows:
-            await self._driver.execute(stmt)
-            self.flushes += 1
-            return
-        rows = list(await self._driver.fetch(stmt))
+        try:
+            if plain:
+                stmt = self._dialect.job_complete_many(
+                    [p.update.id for p in batch], returning=want_rows
+                )
+                assert stmt is not None
+            else:
+                stmt = self._dialect.job_set_state_if_running_many(
+                    [p.update for p in batch], returning=want_rows, skip_locked=True
+                )
+            if not want_rows:
+                count = await self._driver.execute(stmt)
+            else:
+                rows = list(await self._driver.fetch(stmt))
+        except DriverError as exc:
+            if is_data_error(exc):
+                raise _Unstorable(exc) from exc
+            raise
+        except _PYTHON_DATA_ERRORS as exc:  # a driver that let an encoding error through
+            raise _Unstorable(exc) from exc
         self.flushes += 1
+        if not want_rows:
+            if count >= len(batch):
+                return []
+            # Fewer rows changed than outcomes sent: some jobs were no longer running
+            # (rescued, cancelled...), or their rows were locked and skipped. Only the
+            # latter are still running at the attempt this client claimed. (A failed
+            # read raises: the batch is written again, a no-op for the rows done.)
+            current = await self._driver.fetch(
+                self._dialect.job_get_by_id_many([p.update.id for p in batch])
+            )
+            return _still_claimed(batch, map(self._dialect.decode_job, current))
         by_id = {p.update.id: p for p in batch}
         decode = self._dialect.decode_job
         jobs: list[JobRow] = []
@@ -285,16 +566,20 @@ class Completer:
             jobs = [decode(row) for row in rows]
         # The statement returns only the rows it changed. As River does, a job that was
         # no longer running (rescued, cancelled, completed in a transaction...) still
-        # gets its event, reporting what is stored.
+        # gets its event, reporting what is stored. One still running at the claimed
+        # attempt was skipped because its row was locked: no event yet.
         missing = by_id.keys() - {job.id for job in jobs}
+        skipped: list[PendingCompletion] = []
         if missing:
-            try:
-                others = await self._driver.fetch(self._dialect.job_get_by_id_many(sorted(missing)))
-                jobs.extend(decode(row) for row in others)
-            except DriverError as exc:
-                log.warning(
-                    "completer: reading %d jobs for their events failed: %s", len(missing), exc
+            others = [
+                decode(row)
+                for row in await self._driver.fetch(
+                    self._dialect.job_get_by_id_many(sorted(missing))
                 )
+            ]
+            skipped = _still_claimed([by_id[i] for i in missing], others)
+            skipped_ids = {p.update.id for p in skipped}
+            jobs.extend(job for job in others if job.id not in skipped_ids)
         now = time.monotonic()
         assert self._emit is not None
         for job in jobs:
@@ -313,6 +598,7 @@ class Completer:
                     ),
                 )
             )
+        return skipped
 
     async def stop(self, drain_timeout: float | None = DRAIN_TIMEOUT) -> None:
         """Flush everything buffered, then end the loop. A flush that can't finish in
@@ -338,5 +624,5 @@ class Completer:
                 "completer: shutdown drain incomplete after %gs: %d job outcomes were not "
                 "written; their jobs stay running and will be rescued",
                 drain_timeout,
-                len(self._buffer),
+                len(self._buffer) + len(self._locked),
             )

@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from riverboat._job import AttemptError, JobRow, JobState
-from riverboat._json import go_json_dumps
+from riverboat._json import go_json_storable, storable_text
 from riverboat.dialect.base import JobStateUpdate
 from riverboat.error_handler import run_error_handlers
 from riverboat.errors import UnknownJobKindError
@@ -313,7 +313,7 @@ def _log_failure(row: JobRow, error: BaseException, update: JobStateUpdate) -> N
         row.max_attempts,
         ", discarded" if discarded else ", will retry",
         type(error).__name__,
-        error,
+        storable_text(str(error)),  # a NUL in a log file makes tools call it binary
         exc_info=error if discarded and trace else None,
     )
     if trace and not discarded and log.isEnabledFor(logging.DEBUG):
@@ -324,7 +324,7 @@ def _merge(ctx: _WorkContext, extra: dict[str, Any] | None = None) -> str | None
     updates = dict(ctx.metadata_updates)
     if extra:
         updates.update(extra)
-    return go_json_dumps(updates) if updates else None
+    return go_json_storable(updates) if updates else None
 
 
 def _outcome(

@@ -13,6 +13,8 @@ import dataclasses
 import inspect
 import json
 import logging
+import types
+import typing
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,7 +22,7 @@ from typing import Any, Generic, TypeVar
 
 from riverboat._insert import validate_kind
 from riverboat._job import AttemptError, JobRow
-from riverboat._json import go_json_dumps
+from riverboat._json import go_json_storable
 from riverboat.errors import InvalidInputError
 from riverboat.middleware import normalize_many
 from riverboat.runtime.outcomes import JobCancel, JobSnooze
@@ -56,7 +58,12 @@ _work_context: contextvars.ContextVar[_WorkContext | None] = contextvars.Context
 def _staged_value(key: object, value: Any) -> Any:
     if not isinstance(key, str) or not key:
         raise InvalidInputError("key", "metadata keys must be non-empty strings")
-    return json.loads(go_json_dumps(value))  # a copy, and non-JSON values fail here
+    # A copy, and non-JSON values fail here. Text Postgres can't store (NUL, lone
+    # surrogates) is replaced once, here, so what is staged is what will be stored.
+    try:
+        return json.loads(go_json_storable(value, check_depth=True))
+    except ValueError as exc:  # a circular or too deeply nested value
+        raise InvalidInputError(f"metadata[{key!r}]", str(exc)) from None
 
 
 def set_metadata(key: str, value: Any) -> None:
@@ -75,7 +82,10 @@ def record_output(value: Any) -> None:
     ctx = _work_context.get()
     if ctx is None:
         raise RuntimeError("record_output() can only be called while a job is being worked")
-    encoded = go_json_dumps(value)
+    try:
+        encoded = go_json_storable(value, check_depth=True)
+    except ValueError as exc:
+        raise InvalidInputError("output", str(exc)) from None
     if len(encoded.encode()) > OUTPUT_MAX_BYTES:
         raise InvalidInputError("output", "must encode to at most 32 MB of JSON")
     ctx.metadata_updates["output"] = json.loads(encoded)
@@ -163,6 +173,24 @@ class Job(Generic[T]):
 WorkFn = Callable[[Job[Any]], Any]
 
 
+def _float_fields(args_type: type, names: set[str]) -> frozenset[str]:
+    """The init fields of a dataclass declared ``float`` (or ``float | None``)."""
+    try:
+        hints = typing.get_type_hints(args_type)
+    except Exception:  # a forward reference that doesn't resolve: decode as is
+        return frozenset()
+    found = set()
+    for name in names:
+        hint = hints.get(name)
+        if hint is float or (
+            typing.get_origin(hint) in (typing.Union, types.UnionType)
+            and float in typing.get_args(hint)
+            and int not in typing.get_args(hint)
+        ):
+            found.add(name)
+    return frozenset(found)
+
+
 def _decoder_for(args_type: Any) -> Callable[[JobRow], Any]:
     if args_type is None or args_type is dict:
         return lambda row: row.args
@@ -171,6 +199,7 @@ def _decoder_for(args_type: Any) -> Callable[[JobRow], Any]:
         return lambda row: validate_json(row.encoded_args)
     if dataclasses.is_dataclass(args_type) and isinstance(args_type, type):
         names = {f.name for f in dataclasses.fields(args_type) if f.init}
+        floats = _float_fields(args_type, names)
 
         def decode_dataclass(row: JobRow) -> Any:
             data = row.args
@@ -179,7 +208,14 @@ def _decoder_for(args_type: Any) -> Callable[[JobRow], Any]:
             # River args may carry fields this worker doesn't know; ignore them like Go's
             # json.Unmarshal does, rather than failing the job.
             cls: Any = args_type
-            return cls(**{k: v for k, v in data.items() if k in names})
+            values = {k: v for k, v in data.items() if k in names}
+            for name in floats.intersection(values):
+                value = values[name]
+                if type(value) is int:
+                    # jsonb stores numbers in their shortest form: 1e16 comes back as
+                    # 10000000000000000, an int to json; the field says float.
+                    values[name] = float(value)
+            return cls(**values)
 
         return decode_dataclass
     from_json = getattr(args_type, "from_json", None)

@@ -134,7 +134,14 @@ def _iso(moment: datetime | None) -> str:
 
 
 def _pretty_json(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    except RecursionError:
+        # A row another client wrote, nested deeper than indenting can recurse.
+        try:
+            return json.dumps(value, ensure_ascii=False, default=str)
+        except RecursionError:
+            return "(nested too deeply to show)"
 
 
 def _args_preview(job: JobRow, width: int = 90) -> str:
@@ -142,7 +149,7 @@ def _args_preview(job: JobRow, width: int = 90) -> str:
     text escapes <, > and & as Go does, which is unreadable)."""
     try:
         text = json.dumps(job.args, ensure_ascii=False, separators=(", ", ": "), default=str)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply to decode
         text = job.encoded_args
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -661,7 +668,7 @@ def create_app(
         logs = metadata.get("river:log")
         try:
             args = job.args
-        except ValueError:
+        except ValueError:  # not JSON, or nested too deeply to decode: the stored text
             args = job.encoded_args
         return render(
             request,

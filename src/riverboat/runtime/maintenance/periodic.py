@@ -134,6 +134,14 @@ class PeriodicJob:
         return f"PeriodicJob({self.schedule!r}, id={self.id!r})"
 
 
+def _name(job: PeriodicJob) -> str:
+    """How the log names a periodic job: its id, else its constructor and schedule."""
+    if job.id is not None:
+        return repr(job.id)
+    constructor = getattr(job.constructor, "__qualname__", None) or repr(job.constructor)
+    return f"{constructor} ({job.schedule!r})"
+
+
 def _check_many(values: object, field: str) -> None:
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise InvalidInputError(field, "must be a list")
@@ -365,10 +373,28 @@ class PeriodicJobEnqueuer(Service):
             if inspect.isawaitable(made):
                 made = await made
         except Exception:
-            log.exception("periodic job %r: constructor failed; skipping this run", job)
+            log.exception("periodic job %s: constructor failed; skipping this run", _name(job))
             return None
         if made is None:
             return None
+        try:
+            return self._params(job, made, tick, unique=unique)
+        except Exception as exc:
+            # One bad entry (args without a kind, an invalid option) skips its own run,
+            # once per tick, never the other periodic jobs' runs in the same insert.
+            log.error(
+                "periodic job %s: its run at %s is skipped: %s: %s",
+                _name(job),
+                format_rfc3339_nano(tick),
+                type(exc).__name__,
+                exc,
+                exc_info=not isinstance(exc, InvalidInputError),
+            )
+            return None
+
+    def _params(
+        self, job: PeriodicJob, made: Any, tick: datetime, *, unique: bool
+    ) -> tuple[InsertParams, object] | None:
         kind: str | None = None
         opts: InsertOpts | None = None
         if isinstance(made, InsertManyParams):
