@@ -138,7 +138,7 @@ def test_schedules_and_validation(monkeypatch: pytest.MonkeyPatch) -> None:
     assert every.next_after(start) == datetime(2024, 1, 1, 12, 15, tzinfo=UTC)
     cron = PeriodicJob("0 * * * *", lambda: None)
     assert cron.next_after(start) == datetime(2024, 1, 1, 13, 0, tzinfo=UTC)
-    seconds = PeriodicJob("* * * * * */2", lambda: None)
+    seconds = PeriodicJob("*/2 * * * * *", lambda: None)  # robfig: seconds first
     assert seconds.next_after(start) == datetime(2024, 1, 1, 12, 0, 2, tzinfo=UTC)
     with pytest.raises(InvalidInputError):
         PeriodicJob("not cron", lambda: None)

@@ -1,7 +1,9 @@
 """Periodic jobs, enqueued by the leader (River §7.4).
 
-``PeriodicJob(schedule, constructor, run_on_start=False, id=None)``: ``schedule`` is a
-cron expression (``croniter`` syntax, evaluated in UTC; needs ``riverboat[cron]``), a
+``PeriodicJob(schedule, constructor, run_on_start=False, id=None, *, tz=None)``:
+``schedule`` is a cron expression as River's robfig parser reads it (five fields, or six
+with the seconds first, descriptors such as ``@daily``, an optional ``CRON_TZ=Zone``
+prefix; evaluated in ``tz`` or the prefix's zone, else UTC; needs ``riverboat[cron]``), a
 fixed interval (a ``timedelta`` or seconds), any object with ``next(after: datetime) ->
 datetime`` (River's ``PeriodicSchedule``), or :data:`NEVER` (River's ``NeverSchedule()``:
 never on a schedule, only ``run_on_start``). ``constructor()`` returns the job's args,
@@ -24,10 +26,12 @@ import dataclasses
 import hashlib
 import inspect
 import logging
+import re
 import threading
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, validate_kind
 from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobState, format_rfc3339_nano
@@ -50,6 +54,51 @@ def _import_croniter() -> Any:
     return import_optional("croniter", "cron").croniter
 
 
+_TZ_PREFIX = re.compile(r"\A(?:CRON_TZ|TZ)=(\S+)\s+(.*)\Z", re.S)
+
+
+def _zone(value: object, field: str) -> tzinfo:
+    if isinstance(value, tzinfo):
+        return value
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(field, "must be a time zone name (IANA, e.g. Europe/Paris)")
+    try:
+        return ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidInputError(field, f"{value!r} is not a known time zone") from None
+
+
+def _parse_cron(text: str) -> tuple[str, bool, tzinfo | None]:
+    """``(expression, seconds first, time zone)`` of a cron schedule as River's robfig
+    parser reads it: an optional ``CRON_TZ=Zone`` (or ``TZ=Zone``) prefix, five fields, or
+    six with the seconds first; descriptors such as ``@daily``."""
+    zone = None
+    prefix = _TZ_PREFIX.match(text.strip())
+    if prefix is not None:
+        zone = _zone(prefix.group(1), "schedule")
+        text = prefix.group(2)
+    expression = " ".join(text.split())
+    seconds_first = not expression.startswith("@") and len(expression.split(" ")) == 6
+    croniter = _import_croniter()
+    try:
+        valid = croniter.is_valid(expression, second_at_beginning=seconds_first)
+    except TypeError:  # croniter without second_at_beginning
+        valid = False
+    if not valid or len(expression.split(" ")) not in (1, 5, 6):
+        raise InvalidInputError("schedule", f"{text!r} is not a cron expression")
+    return expression, seconds_first, zone
+
+
+def _repeated_wall_time(tick: datetime, zone: tzinfo) -> bool:
+    """True for the second occurrence of a wall-clock time that a DST change repeats."""
+    naive = tick.astimezone(zone).replace(tzinfo=None)
+    first = naive.replace(tzinfo=zone, fold=0)
+    second = naive.replace(tzinfo=zone, fold=1)
+    return first.utcoffset() != second.utcoffset() and tick.astimezone(zone).utcoffset() == (
+        second.utcoffset()
+    )
+
+
 class _Never:
     """The schedule that never comes (River's ``NeverSchedule``)."""
 
@@ -66,7 +115,16 @@ NEVER: Any = _Never()
 class PeriodicJob:
     """A job the leader inserts on a schedule."""
 
-    __slots__ = ("_cron", "_interval", "constructor", "id", "run_on_start", "schedule")
+    __slots__ = (
+        "_cron",
+        "_interval",
+        "_seconds_first",
+        "constructor",
+        "id",
+        "run_on_start",
+        "schedule",
+        "tz",
+    )
 
     def __init__(
         self,
@@ -74,6 +132,8 @@ class PeriodicJob:
         constructor: Callable[[], Any],
         run_on_start: bool = False,
         id: str | None = None,
+        *,
+        tz: str | tzinfo | None = None,
     ) -> None:
         if not callable(constructor):
             raise InvalidInputError("constructor", "must be callable")
@@ -87,15 +147,20 @@ class PeriodicJob:
         self.id = id
         self._cron: Any = None
         self._interval: timedelta | None = None
+        self._seconds_first = False
+        self.tz: tzinfo | None = _zone(tz, "tz") if tz is not None else None
         if not isinstance(schedule, (str, int, float, timedelta)) and callable(
             getattr(schedule, "next", None)
         ):
             return  # a custom schedule: asked for each tick
         if isinstance(schedule, str):
-            croniter = _import_croniter()
-            if not croniter.is_valid(schedule):
-                raise InvalidInputError("schedule", f"{schedule!r} is not a cron expression")
-            self._cron = schedule
+            self._cron, self._seconds_first, zone = _parse_cron(schedule)
+            if zone is not None:
+                if self.tz is not None and self.tz != zone:
+                    raise InvalidInputError(
+                        "tz", f"{tz!r} differs from the schedule's own CRON_TZ/TZ prefix"
+                    )
+                self.tz = zone
         elif isinstance(schedule, timedelta) or (
             isinstance(schedule, (int, float)) and not isinstance(schedule, bool)
         ):
@@ -126,9 +191,21 @@ class PeriodicJob:
             step = self._interval // timedelta(microseconds=1)
             since = (moment - _EPOCH) // timedelta(microseconds=1)
             return _EPOCH + timedelta(microseconds=(since // step + 1) * step)
+        return self._cron_next(moment)
+
+    def _cron_next(self, moment: datetime) -> datetime:
+        """The cron expression's next tick, read in the job's time zone (UTC by default).
+        A wall-clock time that a DST change skips runs once at the next valid time; one
+        it repeats (autumn) runs once, at its first occurrence, as Vixie cron does."""
+        zone = self.tz or UTC
         croniter = _import_croniter()
-        result: datetime = croniter(self._cron, moment).get_next(datetime)
-        return result.astimezone(UTC)
+        schedule = croniter(
+            self._cron, moment.astimezone(zone), second_at_beginning=self._seconds_first
+        )
+        while True:
+            tick: datetime = schedule.get_next(datetime)
+            if not _repeated_wall_time(tick, zone):
+                return tick.astimezone(UTC)
 
     def __repr__(self) -> str:
         return f"PeriodicJob({self.schedule!r}, id={self.id!r})"
