@@ -89,6 +89,19 @@ class ExecutorConfig:
     thread_pool: Executor | None
     # riverboat.middleware.MiddlewareStack with work middleware, else None (the plain path)
     middleware: Any = None
+    # riverboat.runtime.process_pool.ProcessPool for the queue's process jobs, and the
+    # queue's executor ("thread" or "process") for workers that don't name their own.
+    process_pool: Any = None
+    default_executor: str = "thread"
+
+
+def runs_in_process(worker: RegisteredWorker, config: ExecutorConfig) -> bool:
+    """Whether ``worker``'s jobs run in the process pool (else threads or the loop)."""
+    return (
+        config.process_pool is not None
+        and not worker.is_async
+        and (worker.executor or config.default_executor) == "process"
+    )
 
 
 @dataclass(slots=True)
@@ -135,7 +148,10 @@ def _user_traceback(exc: BaseException) -> str:
 def _error_entry(row: JobRow, started: datetime, exc: BaseException) -> str:
     text = str(exc)
     message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    trace = _user_traceback(exc) if exc.__traceback__ else ""
+    # An error from a child process (runtime/process_pool.py) carries the child's trace.
+    trace = getattr(exc, "remote_traceback", "") or (
+        _user_traceback(exc) if exc.__traceback__ else ""
+    )
     return AttemptError(started, row.attempt, message, trace).to_json()
 
 
@@ -165,7 +181,22 @@ async def _call(
     timeout: float | None,
     pool: Executor | None,
     watched: bool = False,
+    process_pool: Any = None,
+    state: RunState | None = None,
 ) -> None:
+    if process_pool is not None:
+        # A child process: the producer's deadline watch cancels this task at the job's
+        # timeout (state.cancellable), and the pool kills the child. The timeout counts
+        # from when a child takes the job, not from a wait for a free or new child.
+        on_start = None
+        if state is not None and state.deadline is not None:
+            run_state = state
+
+            def on_start() -> None:
+                run_state.deadline = asyncio.get_running_loop().time() + run_state.timeout
+
+        await process_pool.run(worker, job, ctx, worker.process_reference, on_start)
+        return
     if worker.is_async:
         _work_context.set(ctx)
         if timeout is None or watched:  # watched: the producer cancels it when due
@@ -195,12 +226,15 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
     worker = config.workers.get(row.kind)
     ctx = _WorkContext()
     error: BaseException | None = None
+    in_process = False
     try:
         if state.interrupted or state.cancelled_remotely or state.timed_out:
             raise asyncio.CancelledError  # flagged before it started: same outcome
         if worker is None:
             raise UnknownJobKindError(row.kind)
-        state.cancellable = is_async = worker.is_async
+        is_async = worker.is_async
+        in_process = runs_in_process(worker, config)
+        state.cancellable = is_async or in_process
         job = Job(row, worker.decode(row), ctx)
         state.job = job
         if (config.middleware is None or not config.middleware.has_work) and not worker.middleware:
@@ -216,13 +250,16 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
                     ctx,
                     timeout_for(worker, config.job_timeout, job),
                     config.thread_pool,
+                    process_pool=config.process_pool if in_process else None,
+                    state=state,
                 )
         else:
             timeout = timeout_for(worker, config.job_timeout, job)
-            watched = state.deadline is not None and worker.is_async
+            watched = state.deadline is not None and (worker.is_async or in_process)
 
             def inner(target: RegisteredWorker) -> Any:
-                return _call(target, job, ctx, timeout, config.thread_pool, watched)
+                process = config.process_pool if runs_in_process(target, config) else None
+                return _call(target, job, ctx, timeout, config.thread_pool, watched, process, state)
 
             await call_with_middleware(config.middleware, worker, job, inner)
     except asyncio.CancelledError:
@@ -232,7 +269,8 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
         if state.cancelled_remotely:
             error = JobCancel(JobCancelledRemotely())
         elif state.timed_out:
-            error = JobTimeoutError(f"job exceeded its timeout of {state.timeout:g}s")
+            killed = "; its child process was killed" if in_process else ""
+            error = JobTimeoutError(f"job exceeded its timeout of {state.timeout:g}s{killed}")
         elif state.interrupted:
             error = None
         else:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import random
 import sys
 import time
@@ -35,8 +36,15 @@ from riverboat.flow import ConcurrencyLimit, FlowControl, RateLimit
 from riverboat.runtime._waiting import wait_event
 from riverboat.runtime.completer import Completer
 from riverboat.runtime.events import Event, EventKind
-from riverboat.runtime.executor import ExecutorConfig, RunState, execute_job, timeout_for
+from riverboat.runtime.executor import (
+    ExecutorConfig,
+    RunState,
+    execute_job,
+    runs_in_process,
+    timeout_for,
+)
 from riverboat.runtime.health import DEFAULT_CALL_TIMEOUT, PathHealth, bounded
+from riverboat.runtime.process_pool import ProcessPool
 from riverboat.runtime.threads import DaemonThreadPool
 from riverboat.runtime.undecodable import undecodable_outcome
 
@@ -82,6 +90,12 @@ class QueueConfig:
     rate_limit: RateLimit | None = None
     sequences: bool = False
     sequence_on_discard: Literal["halt", "continue"] = "halt"
+    # Where this queue's plain def jobs run: "thread" (the default) or "process", a pool
+    # of child processes (docs/process-executor.md), of ``process_pool_size`` children
+    # (default: max_workers), each capped at ``process_memory_limit`` bytes (RLIMIT_AS).
+    executor: str = "thread"
+    process_pool_size: int | None = None
+    process_memory_limit: int | None = None
 
 
 class Producer:
@@ -115,12 +129,29 @@ class Producer:
         self._poll = fetch_poll_interval
         self._emit = emit
         self._pool = DaemonThreadPool(thread_name_prefix=f"riverboat-{queue}")
+        workers = executor_config.workers
+        self.process_pool: ProcessPool | None = None
+        references = [
+            worker.process_reference
+            for worker in (workers.get(kind) for kind in workers)
+            if worker is not None and worker.process_reference is not None
+        ]
+        if config.executor == "process" or references:
+            modules = {ref.removeprefix("class:").partition(":")[0] for ref in references}
+            self.process_pool = ProcessPool(
+                config.process_pool_size or config.max_workers,
+                memory_limit=config.process_memory_limit,
+                name=queue,
+                preload=tuple(sorted(modules)),
+            )
         self._exec_config = ExecutorConfig(
-            executor_config.workers,
+            workers,
             executor_config.job_timeout,
             executor_config.retry_policy,
             self._pool,
             executor_config.middleware,
+            self.process_pool,
+            config.executor,
         )
         self._wake = asyncio.Event()
         self._loop_time = asyncio.get_running_loop().time
@@ -218,6 +249,8 @@ class Producer:
             )
         if rows and rows[0][3] is not None:
             self._paused = True
+        if self.process_pool is not None and self._exec_config.default_executor == "process":
+            self.process_pool.warm(os.cpu_count() or 1)
         self._task = asyncio.create_task(self._run(), name=f"riverboat-producer-{self.queue}")
 
     async def _run(self) -> None:
@@ -344,7 +377,7 @@ class Producer:
         state.interrupted = self._interrupting
         worker = self._exec_config.workers.get(row.kind)
         if worker is not None:
-            state.cancellable = worker.is_async
+            state.cancellable = worker.is_async or runs_in_process(worker, self._exec_config)
             timeout = timeout_for(worker, self._exec_config.job_timeout, row)
             if timeout is not None:
                 state.timeout = timeout
@@ -493,6 +526,8 @@ class Producer:
             self._watch_handle.cancel()
             self._watch_handle = None
         self._pool.shutdown(wait=False)
+        if self.process_pool is not None:
+            await self.process_pool.close()
 
     async def wait_idle(self) -> None:
         await self._idle.wait()

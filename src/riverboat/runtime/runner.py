@@ -32,7 +32,7 @@ from riverboat.runtime.producer import (
 )
 from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.sync_events import SyncSubscription
-from riverboat.runtime.worker import Workers
+from riverboat.runtime.worker import Workers, prepare_for_process
 from riverboat.runtime.workflow_promoter import WorkflowPromoter
 
 __all__ = ["DEFAULT_SOFT_STOP_TIMEOUT", "IDLE_HORIZON", "STOP_GRACE", "Runtime", "RuntimeConfig"]
@@ -106,6 +106,7 @@ class RuntimeConfig:
                 value = getattr(cfg, attr)
                 if value is not None and (not isinstance(value, (int, float)) or value < 0.001):
                     raise InvalidInputError(f"queues[{name!r}].{attr}", "must be ≥ 0.001 s")
+            validate_executor(name, cfg, self.workers)
         if self.fetch_cooldown is not None and self.fetch_cooldown < 0.001:
             raise InvalidInputError("fetch_cooldown", "must be at least 0.001 s")
         if self.fetch_poll_interval < (self.fetch_cooldown or DEFAULT_FETCH_COOLDOWN):
@@ -120,6 +121,44 @@ class RuntimeConfig:
             raise InvalidInputError(
                 "db_call_timeout", "must be a positive number of seconds or None"
             )
+
+
+MIN_PROCESS_MEMORY_LIMIT = 64 * 1024 * 1024  # a child's interpreter needs about 30 MiB
+
+
+def validate_executor(name: str, cfg: QueueConfig, workers: Workers) -> None:
+    """A queue's executor settings; for a process queue, that a child can import every
+    plain def worker that takes the queue's executor (InvalidInputError naming the
+    worker otherwise, before the client starts: mark such a worker executor="thread")."""
+    where = f"queues[{name!r}]"
+    if cfg.executor not in ("thread", "process"):
+        raise InvalidInputError(f"{where}.executor", 'must be "thread" or "process"')
+    size = cfg.process_pool_size
+    if size is not None and (
+        isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_WORKERS_LIMIT
+    ):
+        raise InvalidInputError(f"{where}.process_pool_size", f"must be 1..{MAX_WORKERS_LIMIT}")
+    limit = cfg.process_memory_limit
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, int) or limit < MIN_PROCESS_MEMORY_LIMIT
+    ):
+        raise InvalidInputError(
+            f"{where}.process_memory_limit", "must be bytes, at least 64 MiB (or None)"
+        )
+    if cfg.executor != "process":
+        return
+    for kind in workers:
+        worker = workers.get(kind)
+        if worker is None or worker.is_async or worker.executor is not None:
+            continue
+        try:
+            prepare_for_process(worker)
+        except InvalidInputError as exc:
+            raise InvalidInputError(
+                f"{where}.executor",
+                f'"process" can\'t run the worker for {kind!r}: {exc}; define it at a '
+                'module\'s top level, or register it with executor="thread"',
+            ) from None
 
 
 def check_soft_stop_timeout(value: object) -> float | None:
@@ -272,6 +311,7 @@ class Runtime:
         name = validate_queue(name)
         if not isinstance(qcfg, QueueConfig):
             raise InvalidInputError("config", "must be a riverboat.QueueConfig")
+        validate_executor(name, qcfg, self.config.workers)
         if name in self.config.queues:
             raise InvalidInputError("queue", f"{name!r} is already worked by this client")
         self.config.queues[name] = qcfg

@@ -26,6 +26,7 @@ from riverboat._json import go_json_storable
 from riverboat.errors import InvalidInputError
 from riverboat.middleware import normalize_many
 from riverboat.runtime.outcomes import JobCancel, JobSnooze
+from riverboat.runtime.process_reference import args_type_reference, process_reference
 
 __all__ = [
     "Job",
@@ -243,6 +244,7 @@ class Worker(Generic[T]):
     timeout: float | None = None
     middleware: Sequence[Any] = ()
     kind_aliases: Sequence[str] = ()
+    executor: str | None = None  # "thread", "process" or None (the queue's)
 
     def work(self, job: Job[T]) -> Any | Awaitable[Any]:
         raise NotImplementedError
@@ -263,6 +265,13 @@ class RegisteredWorker:
     # A per-job timeout (River's Worker.Timeout(job)): Worker.timeout as a method, or
     # register(timeout=fn). Used instead of ``timeout`` when set.
     timeout_fn: Callable[[Job[Any]], float | None] | None = None
+    # Where a sync job runs: "thread", "process" (riverboat.runtime.process_pool), or
+    # None for its queue's executor. For the process executor, the references a child
+    # imports the function and args type by (set when known to be needed).
+    executor: str | None = None
+    process_reference: str | None = None
+    process_args_type: str | None = None
+    args_type: Any = None
 
 
 class Workers:
@@ -282,8 +291,11 @@ class Workers:
         next_retry: Callable[[Job[Any]], datetime | None] | None,
         middleware: Sequence[Any] | None = None,
         kind_aliases: Sequence[str] | None = None,
+        executor: str | None = None,
     ) -> None:
         validate_kind(kind)
+        if executor not in EXECUTORS:
+            raise InvalidInputError("executor", 'must be "thread", "process" or None')
         if kind in self:
             raise InvalidInputError("kind", f"a worker for {kind!r} is already registered")
         timeout_fn = None
@@ -310,7 +322,15 @@ class Workers:
             next_retry=next_retry,
             middleware=_middleware(middleware, kind),
             timeout_fn=timeout_fn,
+            executor=executor,
+            args_type=args_type,
         )
+        if executor == "process":
+            try:
+                prepare_for_process(registered)
+            except BaseException:
+                del self._by_kind[kind]
+                raise
         for alias in aliases:
             self._aliases[alias] = registered
 
@@ -323,12 +343,16 @@ class Workers:
         next_retry: Callable[[Job[Any]], datetime | None] | None = None,
         middleware: Sequence[Any] | None = None,
         kind_aliases: Sequence[str] | None = None,
+        executor: str | None = None,
     ) -> Callable[[WorkFn], WorkFn]:
         """Decorator: ``@workers.register("email")`` or ``@workers.register(EmailArgs)``.
         ``middleware`` wraps this kind's jobs inside the client's own. ``kind_aliases``
         (default: the args type's ``kind_aliases`` attribute) are former kinds this
         worker still works, River's ``JobArgsWithKindAliases``: rename a kind by keeping
-        the old name as an alias until no job of it is left."""
+        the old name as an alias until no job of it is left. ``executor`` runs a plain
+        ``def`` worker's jobs in threads (``"thread"``) or child processes
+        (``"process"``, see docs/process-executor.md) whatever its queue's executor;
+        ``None`` (the default) takes the queue's."""
         if isinstance(kind_or_args, type):
             args_type = kind_or_args
             kind = getattr(kind_or_args, "kind", None)
@@ -341,7 +365,7 @@ class Workers:
             kind_aliases = getattr(args_type, "kind_aliases", None)
 
         def decorate(fn: WorkFn) -> WorkFn:
-            self._add(kind, fn, args_type, timeout, next_retry, middleware, kind_aliases)
+            self._add(kind, fn, args_type, timeout, next_retry, middleware, kind_aliases, executor)
             return fn
 
         return decorate
@@ -361,6 +385,7 @@ class Workers:
             worker.middleware,
             getattr(worker, "kind_aliases", None)
             or getattr(worker.args_type, "kind_aliases", None),
+            worker.executor,
         )
 
     def get(self, kind: str) -> RegisteredWorker | None:
@@ -380,6 +405,19 @@ class Workers:
 
     def __len__(self) -> int:
         return len(self._by_kind)
+
+
+EXECUTORS = (None, "thread", "process")
+
+
+def prepare_for_process(worker: RegisteredWorker) -> None:
+    """Check that a child process can import ``worker``'s function and args type by
+    reference, and keep the references; a clear InvalidInputError when it can't."""
+    if worker.process_reference is not None:
+        return
+    reference = process_reference(worker.fn, worker.kind)
+    worker.process_args_type = args_type_reference(worker.args_type, worker.kind)
+    worker.process_reference = reference
 
 
 def call_timeout_fn(worker: RegisteredWorker, job: Job[Any]) -> float | None:

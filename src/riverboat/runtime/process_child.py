@@ -1,0 +1,310 @@
+"""The entry point of a process-executor child: ``python -m riverboat.runtime.process_child``.
+
+A fresh interpreter (never a fork of the asyncio process) started by
+:mod:`riverboat.runtime.process_pool`. It reads jobs from its stdin and writes their
+outcomes and log records to its stdout, one length-prefixed JSON message at a time
+(``_wire``); the job's own ``print`` goes to stderr, so nothing it prints can corrupt the
+channel. It works one job at a time, in its main thread, and serves jobs until its
+parent closes the pipe.
+
+It must not outlive its parent: on Linux the kernel sends it SIGKILL when the parent
+dies (``PR_SET_PDEATHSIG``, which works even while a job holds the GIL in C code), and
+everywhere a reader thread exits the process when the pipe from the parent reaches EOF.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import ctypes
+import importlib
+import json
+import logging
+import os
+import queue
+import signal
+import struct
+import sys
+import threading
+import traceback
+import types
+from collections.abc import Callable
+from datetime import datetime
+from typing import IO, Any
+
+from riverboat._job import AttemptError, JobRow, JobState
+from riverboat._json import go_json_dumps
+from riverboat.runtime.outcomes import JobCancel, JobSnooze
+from riverboat.runtime.worker import Job, Worker, _decoder_for, _work_context, _WorkContext
+
+__all__ = ["main", "read_message", "write_message"]
+
+_HEADER = struct.Struct(">I")
+PR_SET_PDEATHSIG = 1
+MAIN_MODULE = "__mp_main__"  # the name a parent's __main__ runs under here (multiprocessing's)
+
+
+def write_message(stream: IO[bytes], message: dict[str, Any]) -> None:
+    data = go_json_dumps(message).encode()
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def read_message(stream: IO[bytes]) -> dict[str, Any] | None:
+    """The next message, or None at EOF."""
+    header = _read_exactly(stream, _HEADER.size)
+    if header is None:
+        return None
+    body = _read_exactly(stream, _HEADER.unpack(header)[0])
+    if body is None:
+        return None
+    message: dict[str, Any] = json.loads(body)
+    return message
+
+
+def _read_exactly(stream: IO[bytes], size: int) -> bytes | None:
+    chunks: list[bytes] = []
+    while size:
+        chunk = stream.read(size)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - no prctl: the pipe EOF rule
+            pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(0)
+
+
+class _ForwardLogs(logging.Handler):
+    """Sends every record made in this child to the parent, which logs it there (so its
+    handlers print it and riverlog's RiverLog stores it with the attempt)."""
+
+    def __init__(self, send: Callable[[dict[str, Any]], None]) -> None:
+        super().__init__(logging.NOTSET)
+        self._send = send
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            exc_text = record.exc_text
+            if record.exc_info and not exc_text:
+                exc_text = logging.Formatter().formatException(record.exc_info)
+            self._send(
+                {
+                    "log": {
+                        "name": record.name,
+                        "levelno": record.levelno,
+                        "levelname": record.levelname,
+                        "msg": record.getMessage(),
+                        "pathname": record.pathname,
+                        "filename": record.filename,
+                        "module": record.module,
+                        "lineno": record.lineno,
+                        "funcName": record.funcName,
+                        "created": record.created,
+                        "msecs": record.msecs,
+                        "exc_text": exc_text,
+                        "process": record.process,
+                        "threadName": record.threadName,
+                    }
+                }
+            )
+        except Exception:
+            self.handleError(record)
+
+
+class _Resolver:
+    """Turns the references the parent sends ("module:qualname") back into objects."""
+
+    def __init__(self, main_path: str | None) -> None:
+        self._main_path = main_path
+        self._functions: dict[str, Callable[[Job[Any]], Any]] = {}
+        self._decoders: dict[str | None, Callable[[JobRow], Any]] = {}
+
+    def module(self, name: str) -> Any:
+        if name != "__main__":
+            return importlib.import_module(name)
+        loaded = sys.modules.get(MAIN_MODULE)
+        if loaded is not None:
+            return loaded
+        if self._main_path is None:
+            raise ImportError("the parent's __main__ has no file to import")
+        # Run the parent's script under another name, as multiprocessing's spawn does:
+        # its `if __name__ == "__main__":` block (which starts the client) is skipped.
+        module = types.ModuleType(MAIN_MODULE)
+        module.__file__ = self._main_path
+        sys.modules[MAIN_MODULE] = module
+        with open(self._main_path, "rb") as source:
+            code = compile(source.read(), self._main_path, "exec")
+        try:
+            exec(code, module.__dict__)
+        except BaseException:
+            del sys.modules[MAIN_MODULE]
+            raise
+        return module
+
+    def _object(self, reference: str) -> Any:
+        module_name, _, qualname = reference.partition(":")
+        target = self.module(module_name)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+        return target
+
+    def function(self, reference: str) -> Callable[[Job[Any]], Any]:
+        fn = self._functions.get(reference)
+        if fn is None:
+            if reference.startswith("class:"):
+                cls = self._object(reference.removeprefix("class:"))
+                instance: Worker[Any] = cls()
+                fn = instance.work
+            else:
+                fn = self._object(reference)
+            self._functions[reference] = fn
+        return fn
+
+    def decoder(self, reference: str | None) -> Callable[[JobRow], Any]:
+        decode = self._decoders.get(reference)
+        if decode is None:
+            args_type = None if reference is None else self._object(reference)
+            decode = self._decoders[reference] = _decoder_for(args_type)
+        return decode
+
+
+def _optional_time(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+def _row(data: dict[str, Any]) -> JobRow:
+    return JobRow(
+        id=data["id"],
+        encoded_args=data["encoded_args"],
+        attempt=data["attempt"],
+        attempted_at=_optional_time(data["attempted_at"]),
+        attempted_by=data["attempted_by"],
+        created_at=datetime.fromisoformat(data["created_at"]),
+        errors=[AttemptError.from_json(item) for item in data["errors"]],
+        finalized_at=None,
+        kind=data["kind"],
+        max_attempts=data["max_attempts"],
+        metadata=data["metadata"],
+        priority=data["priority"],
+        queue=data["queue"],
+        state=JobState(data["state"]),
+        scheduled_at=datetime.fromisoformat(data["scheduled_at"]),
+        tags=data["tags"],
+        unique_key=None,
+        unique_states=None,
+    )
+
+
+def _describe_error(exc: BaseException) -> dict[str, Any]:
+    tb = exc.__traceback__
+    # Leave out this module's own frame above the work function.
+    if tb is not None and tb.tb_frame.f_code.co_filename == __file__ and tb.tb_next is not None:
+        tb = tb.tb_next
+    described: dict[str, Any] = {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(type(exc), exc, tb)),
+    }
+    if isinstance(exc, JobSnooze):
+        described["snooze"] = exc.seconds
+    elif isinstance(exc, JobCancel):
+        reason = exc.reason
+        cause = reason if isinstance(reason, BaseException) else exc
+        described["cancel"] = True
+        described["type"] = type(cause).__name__
+        described["message"] = str(cause)
+    elif isinstance(exc, MemoryError):
+        described["memory"] = True
+    return described
+
+
+def _work(resolver: _Resolver, message: dict[str, Any]) -> dict[str, Any]:
+    ctx = _WorkContext()
+    error: BaseException | None = None
+    try:
+        fn = resolver.function(message["fn"])
+        row = _row(message["row"])
+        job = Job(row, resolver.decoder(message["args_type"])(row), ctx)
+        token = _work_context.set(ctx)
+        try:
+            result = fn(job)
+        finally:
+            _work_context.reset(token)
+        if hasattr(result, "__await__"):
+            close = getattr(result, "close", None)
+            if callable(close):
+                close()
+            raise TypeError("the process executor runs plain def workers; this one is async")
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:
+        error = exc
+    if ctx.resumable is not None:  # what the parent would do, done where the state is
+        error = ctx.resumable.finish(error, False, ctx.metadata_updates)
+    outcome: dict[str, Any] = {"metadata": ctx.metadata_updates}
+    if error is not None:
+        outcome["error"] = _describe_error(error)
+    return {"done": outcome}
+
+
+def main() -> None:
+    parent_pid = int(sys.argv[1])
+    _die_with_parent(parent_pid)
+    # The protocol runs on private copies of stdin/stdout; the job's own stdout goes to
+    # stderr and its stdin is empty.
+    inbox = os.fdopen(os.dup(0), "rb", buffering=0)
+    outbox = os.fdopen(os.dup(1), "wb")
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    os.dup2(2, 1)
+    hello = read_message(inbox)
+    if hello is None:
+        return
+    sys.path[:0] = [entry for entry in hello["sys_path"] if entry not in sys.path]
+    limit = hello.get("memory_limit")
+    if limit is not None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    lock = threading.Lock()
+
+    def send(message: dict[str, Any]) -> None:
+        with lock:
+            write_message(outbox, message)
+
+    root = logging.getLogger()
+    root.handlers[:] = [_ForwardLogs(send)]
+    root.setLevel(hello.get("log_level", logging.WARNING))
+    jobs: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+
+    def read_jobs() -> None:
+        while True:
+            message = read_message(inbox)
+            if message is None:  # the parent closed the pipe or died: go too
+                os._exit(0)
+            jobs.put(message)
+
+    threading.Thread(target=read_jobs, name="riverboat-child-reader", daemon=True).start()
+    resolver = _Resolver(hello.get("main_path"))
+    for module in hello.get("preload", ()):
+        try:
+            resolver.module(module)
+        except Exception:  # the first job that needs it reports the error
+            logging.getLogger("riverboat.process_child").exception("preloading %s", module)
+    send({"ready": os.getpid()})
+    while True:
+        message = jobs.get()
+        # A fresh context per job, as a thread pool's copy_context gives each job.
+        send(contextvars.Context().run(_work, resolver, message))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,392 @@
+"""The process executor: sync jobs run in a pool of child processes.
+
+A thread can't be stopped, computes under the GIL, and a crash in it (a segfault in a C
+extension, ``os._exit``) ends the whole worker. A child process can be killed, runs on
+its own core, and dies alone. Each child is a fresh interpreter
+(``python -m riverboat.runtime.process_child``, spawned, never forked from the asyncio
+process), kept warm and reused for one job after another; the pool starts one when a job
+finds none idle, up to ``size``.
+
+A job reaches its child by reference: its args as JSON (the row) and the import paths of
+the work function and args type, which the child imports. So the function must be
+importable: defined at a module's top level (a script's ``__main__`` works, re-run in
+the child under another name as multiprocessing does), not a closure, lambda or callable
+instance. :mod:`riverboat.runtime.process_reference` says so at registration or start.
+
+A job whose task is cancelled (its timeout, a remote cancel, a hard stop) has its child
+SIGKILLed, and the cancellation goes on only once the child is reaped: the row is never
+made available while a child still runs it. A child that dies mid-job fails that job
+with how it died (exit code or signal) and is replaced by the next job that needs one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import struct
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from riverboat._job import JobRow
+from riverboat._json import go_json_dumps, json_loads
+from riverboat.runtime.outcomes import JobCancel, JobSnooze
+from riverboat.runtime.worker import Job, RegisteredWorker, _WorkContext
+
+__all__ = [
+    "ChildJobError",
+    "ChildProcessDied",
+    "MemoryLimitExceeded",
+    "ProcessPool",
+]
+
+log = logging.getLogger("riverboat.process_pool")
+
+_HEADER = struct.Struct(">I")
+CHILD_MODULE = "riverboat.runtime.process_child"
+# A child's first message; its interpreter and riverboat import take ~0.1 s.
+CHILD_START_TIMEOUT = 60.0
+
+
+class ChildJobError(Exception):
+    """An exception raised by a job in a child process, carried back as text.
+
+    ``__name__`` of its class is the original exception's (a subclass is made per name),
+    so the recorded error reads as it would in a thread; ``remote_traceback`` is the
+    child's traceback."""
+
+    remote_traceback = ""
+    _classes: dict[str, type[ChildJobError]] = {}
+
+    @classmethod
+    def named(cls, name: str, message: str, remote_traceback: str) -> ChildJobError:
+        sub = cls._classes.get(name)
+        if sub is None:
+            sub = cls._classes[name] = type(name, (cls,), {"__module__": "riverboat.child"})
+        error = sub(message)
+        error.remote_traceback = remote_traceback
+        return error
+
+
+class ChildProcessDied(Exception):
+    """The child process working a job died before reporting its outcome."""
+
+
+class MemoryLimitExceeded(Exception):
+    """A job ran its child process past the pool's memory limit."""
+
+    remote_traceback = ""
+
+
+def _signal_name(number: int) -> str:
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+    description = signal.strsignal(number)
+    return f"{name} ({description})" if description else name
+
+
+def describe_exit(returncode: int | None) -> str:
+    """How a child ended, in words: ``killed by signal SIGSEGV (Segmentation fault)``."""
+    if returncode is None:
+        return "ended without an exit status"
+    if returncode < 0:
+        return f"killed by signal {_signal_name(-returncode)}"
+    return f"exited with code {returncode}"
+
+
+# -- the pool -----------------------------------------------------------------------------
+def _encode_row(row: JobRow) -> dict[str, Any]:
+    def moment(value: Any) -> str | None:
+        return None if value is None else value.isoformat()
+
+    return {
+        "id": row.id,
+        "encoded_args": row.encoded_args,
+        "attempt": row.attempt,
+        "attempted_at": moment(row.attempted_at),
+        "attempted_by": row.attempted_by,
+        "created_at": moment(row.created_at),
+        "errors": [json_loads(error.to_json()) for error in row.errors],
+        "kind": row.kind,
+        "max_attempts": row.max_attempts,
+        "metadata": row.metadata,
+        "priority": row.priority,
+        "queue": row.queue,
+        "state": str(row.state),
+        "scheduled_at": moment(row.scheduled_at),
+        "tags": row.tags,
+    }
+
+
+class _Child:
+    __slots__ = ("pid", "process", "reader", "writer")
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.pid = process.pid
+        assert process.stdout is not None and process.stdin is not None
+        self.reader = process.stdout
+        self.writer = process.stdin
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = go_json_dumps(message).encode()
+        self.writer.write(_HEADER.pack(len(data)) + data)
+
+    async def receive(self) -> dict[str, Any]:
+        header = await self.reader.readexactly(_HEADER.size)
+        body = await self.reader.readexactly(_HEADER.unpack(header)[0])
+        message: dict[str, Any] = json_loads(body)
+        return message
+
+    async def kill(self) -> None:
+        """SIGKILL and reap; returns only once the process is gone, even if cancelled."""
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        self.writer.close()
+        await _reap(self.process)
+
+    async def close(self, grace: float) -> None:
+        """Close its pipe (an idle child exits at EOF); SIGKILL after ``grace`` s."""
+        self.writer.close()
+        try:
+            await asyncio.wait_for(asyncio.shield(self.process.wait()), grace)
+        except TimeoutError:
+            await self.kill()
+        except asyncio.CancelledError:
+            await self.kill()
+            raise
+
+
+async def _reap(process: asyncio.subprocess.Process) -> None:
+    waiting = asyncio.ensure_future(process.wait())
+    cancelled = False
+    while not waiting.done():
+        try:
+            await asyncio.shield(waiting)
+        except asyncio.CancelledError:
+            cancelled = True  # keep waiting: the child must be gone before we go on
+    if cancelled:
+        raise asyncio.CancelledError
+
+
+class ProcessPool:
+    """Up to ``size`` warm child processes for one queue's process jobs.
+
+    ``memory_limit`` (bytes) caps each child's address space (``RLIMIT_AS``): an
+    allocation past it fails in the child, the job fails with
+    :class:`MemoryLimitExceeded`, and the child is replaced."""
+
+    def __init__(
+        self,
+        size: int,
+        *,
+        memory_limit: int | None = None,
+        name: str = "",
+        preload: tuple[str, ...] = (),
+    ) -> None:
+        self.size = size
+        # Modules a child imports before it says it is ready (the process workers'), so
+        # a job's timeout doesn't pay for its module's first import.
+        self.preload = preload
+        self.memory_limit = memory_limit
+        self.name = name
+        self._idle: list[_Child] = []
+        self._busy: set[_Child] = set()
+        self._slots = asyncio.Semaphore(size)
+        self._closed = False
+        self._warming: asyncio.Task[None] | None = None
+        self._spawning = 0  # children started but not yet ready
+        # Counters for tests, the CLI and bench: children started, and replaced after
+        # dying, timing out, being cancelled or passing the memory limit.
+        self.started = 0
+        self.replaced = 0
+
+    @property
+    def pids(self) -> list[int]:
+        """The pids of the live children, idle and busy."""
+        return sorted(child.pid for child in (*self._idle, *self._busy))
+
+    async def _spawn(self) -> _Child:
+        self._spawning += 1
+        try:
+            return await self._start_child()
+        finally:
+            self._spawning -= 1
+
+    async def _start_child(self) -> _Child:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            CHILD_MODULE,
+            str(os.getpid()),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        child = _Child(process)
+        try:
+            main = sys.modules.get("__main__")
+            main_file = getattr(main, "__file__", None)
+            child.send(
+                {
+                    "sys_path": [entry or os.getcwd() for entry in sys.path],
+                    "main_path": os.path.abspath(main_file) if main_file else None,
+                    "memory_limit": self.memory_limit,
+                    "log_level": logging.getLogger().getEffectiveLevel(),
+                    "preload": list(self.preload),
+                }
+            )
+            ready = await asyncio.wait_for(child.receive(), CHILD_START_TIMEOUT)
+            if "ready" not in ready:
+                raise ChildProcessDied(f"unexpected first message from a child: {ready!r}")
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+            await child.kill()
+            raise ChildProcessDied(
+                f"a child process could not start: it {describe_exit(process.returncode)}"
+            ) from None
+        except BaseException:
+            await child.kill()
+            raise
+        self.started += 1
+        return child
+
+    def warm(self, count: int) -> None:
+        """Start ``count`` children in the background (at most ``size`` in all), so the
+        first jobs find a child ready rather than waiting ~0.1 s for an interpreter."""
+        if count > 0 and self._warming is None:
+            self._warming = asyncio.create_task(
+                self._warm(min(count, self.size)), name=f"riverboat-process-pool-{self.name}"
+            )
+
+    async def _warm(self, count: int) -> None:
+        for _ in range(count):
+            if self._closed or self._children() >= self.size:
+                return
+            try:
+                child = await self._spawn()
+            except ChildProcessDied as exc:
+                log.warning("process pool %s: %s", self.name, exc)
+                return
+            if self._closed or self._children() >= self.size:  # jobs started their own
+                await child.close(0)
+                return
+            self._idle.append(child)
+
+    def _children(self) -> int:
+        return len(self._idle) + len(self._busy) + self._spawning
+
+    async def run(
+        self,
+        worker: RegisteredWorker,
+        job: Job[Any],
+        ctx: _WorkContext,
+        reference: str,
+        on_start: Callable[[], None] | None = None,
+    ) -> None:
+        """Work ``job`` in a child; return as the work function did or raise what it
+        raised (JobSnooze, JobCancel, or a :class:`ChildJobError` named after the
+        original), :class:`ChildProcessDied` or :class:`MemoryLimitExceeded`."""
+        if self._closed:
+            raise RuntimeError("the process pool was closed")
+        message = {
+            "fn": reference,
+            "args_type": worker.process_args_type,
+            "row": _encode_row(job.row),
+        }
+        async with self._slots:
+            child = self._idle_child() or await self._spawn()
+            self._busy.add(child)
+            keep = False
+            try:
+                if on_start is not None:  # the job's timeout counts from here
+                    on_start()
+                child.send(message)
+                outcome = await self._outcome(child)
+                keep = "memory" not in outcome.get("error", {})
+            except (asyncio.IncompleteReadError, ConnectionError):
+                await _reap(child.process)
+                raise self._died(child, job) from None
+            finally:
+                self._busy.discard(child)
+                if keep and not self._closed:
+                    self._idle.append(child)
+                else:
+                    self.replaced += 1
+                    await child.kill()
+        ctx.metadata_updates.update(outcome.get("metadata") or {})
+        error = outcome.get("error")
+        if error is not None:
+            raise self._error(error)
+
+    def _idle_child(self) -> _Child | None:
+        while self._idle:
+            child = self._idle.pop()
+            if child.process.returncode is None:
+                return child
+            # Died while idle (killed from outside): never hand it a job.
+            log.warning(
+                "process pool %s: idle child %d %s; replacing it",
+                self.name,
+                child.pid,
+                describe_exit(child.process.returncode),
+            )
+            child.writer.close()
+            self.replaced += 1
+        return None
+
+    async def _outcome(self, child: _Child) -> dict[str, Any]:
+        while True:
+            message = await child.receive()
+            done = message.get("done")
+            if done is not None:
+                outcome: dict[str, Any] = done
+                return outcome
+            record = message.get("log")
+            if record is not None:
+                # Logged here, in the job's context: handlers print it, RiverLog keeps it.
+                logging.getLogger(record["name"]).handle(logging.makeLogRecord(record))
+
+    def _died(self, child: _Child, job: Job[Any]) -> ChildProcessDied:
+        how = describe_exit(child.process.returncode)
+        hint = ""
+        if self.memory_limit is not None and child.process.returncode == -signal.SIGKILL:
+            hint = f" (its memory limit is {_mib(self.memory_limit)}; an OOM kill looks like this)"
+        return ChildProcessDied(f"child process {child.pid} working job {job.id} {how}{hint}")
+
+    def _error(self, error: dict[str, Any]) -> BaseException:
+        if "snooze" in error:
+            return JobSnooze(error["snooze"])
+        cause = ChildJobError.named(error["type"], error["message"], error["traceback"])
+        if "cancel" in error:
+            return JobCancel(cause)
+        if "memory" in error and self.memory_limit is not None:
+            exceeded = MemoryLimitExceeded(
+                f"job exceeded its child process's memory limit of {_mib(self.memory_limit)} "
+                f"(RLIMIT_AS): {error['type']}: {error['message']}".rstrip(": ")
+            )
+            exceeded.remote_traceback = error["traceback"]
+            return exceeded
+        return cause
+
+    async def close(self, grace: float = 5.0) -> None:
+        """Idle children exit now (pipe closed); busy ones were handed back or finished by
+        the producer's stop, so any left are killed."""
+        # A spawn cancelled mid-way kills its own child (_spawn).
+        self._closed = True
+        if self._warming is not None:
+            self._warming.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._warming
+        children, self._idle = self._idle, []
+        busy = list(self._busy)
+        await asyncio.gather(
+            *(child.close(grace) for child in children), *(child.kill() for child in busy)
+        )
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1024 * 1024):g} MiB"

@@ -1,0 +1,120 @@
+"""Work functions the process-executor tests run in child processes.
+
+They live at a module's top level so a child can import them by name. Each records
+that it started (``started-<id>-<attempt>`` holding its pid) in the directory its args
+name, and holds an exclusive lock on ``job-<id>.lock`` while it runs: a second copy of
+the same job running at once could not take it and writes ``overlap-<id>`` instead. The
+lock goes with the process, however it dies.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from riverboat import record_output
+from riverboat.runtime.outcomes import JobCancel, JobSnooze
+from riverboat.runtime.worker import Job
+
+log = logging.getLogger("tests.process_executor.jobs")
+
+_locks: list[int] = []
+
+
+def _enter(job: Job[Any]) -> Path:
+    where = Path(job.args["dir"])
+    fd = os.open(where / f"job-{job.id}.lock", os.O_CREAT | os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        (where / f"overlap-{job.id}").write_text(str(os.getpid()))
+    _locks.append(fd)
+    (where / f"started-{job.id}-{job.attempt}").write_text(str(os.getpid()))
+    return where
+
+
+def _leave() -> None:
+    while _locks:
+        os.close(_locks.pop())
+
+
+def succeed(job: Job[Any]) -> None:
+    _enter(job)
+    try:
+        log.warning("working job %d in pid %d", job.id, os.getpid())
+        print("printed by the job, to stderr")  # must not corrupt the channel
+        record_output({"pid": os.getpid(), "value": job.args.get("value")})
+        job.set_metadata("seen", True)
+    finally:
+        _leave()
+
+
+def fail(job: Job[Any]) -> None:
+    raise ValueError(f"bad value {job.args.get('value')!r}")
+
+
+def snooze(job: Job[Any]) -> None:
+    raise JobSnooze(60)
+
+
+def cancel(job: Job[Any]) -> None:
+    raise JobCancel("no longer wanted")
+
+
+def crash(job: Job[Any]) -> None:
+    """Dies as ``args["how"]`` says on its first attempt, succeeds on the next."""
+    _enter(job)
+    try:
+        if job.attempt == 1:
+            how = job.args["how"]
+            if how == "segfault":
+                ctypes.string_at(0)
+            elif how == "exit":
+                os._exit(3)
+            elif how == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
+        record_output(os.getpid())
+    finally:
+        _leave()
+
+
+def hang(job: Job[Any]) -> None:
+    """Sleeps ``args["seconds"]`` (default: far longer than any test) on its first
+    attempt; later attempts succeed at once."""
+    _enter(job)
+    try:
+        if job.attempt == 1 or job.args.get("always"):
+            time.sleep(job.args.get("seconds", 600))
+        record_output(os.getpid())
+    finally:
+        _leave()
+
+
+def hog(job: Job[Any]) -> None:
+    """Allocates ``args["mib"]`` MiB on its first attempt."""
+    _enter(job)
+    try:
+        if job.attempt == 1:
+            block = bytearray(job.args["mib"] * 1024 * 1024)
+            del block
+        record_output(os.getpid())
+    finally:
+        _leave()
+
+
+def spin(job: Job[Any]) -> None:
+    """CPU-bound: ``args["n"]`` loop iterations."""
+    total = 0
+    for i in range(job.args.get("n", 1_000_000)):
+        total += i
+    record_output(total)
+
+
+def noop(job: Job[Any]) -> None:
+    pass

@@ -1,0 +1,292 @@
+"""The process executor (issue #29.1), on Postgres and SQLite: a real client whose jobs
+run in child processes that succeed, fail, crash (segfault, os._exit, SIGKILL), run past
+a hard timeout or a memory limit, and are cancelled; then from the database, that each
+job ended as it should, none ran twice at once, and the pool replaced the dead child
+(the retry, in a new child, succeeded)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import riverboat
+from riverboat import InvalidInputError, JobState
+from riverboat.riverlog import METADATA_KEY, RiverLog
+from riverboat.runtime.events import EventKind
+from riverboat.runtime.producer import QueueConfig
+from riverboat.runtime.worker import Job, Workers
+from tests.process_executor import jobs
+from tests.runtime.dbs import Db
+from tests.runtime.helpers import next_events, wait_for
+from tests.waiting import wait_until_async
+
+pytestmark = pytest.mark.asyncio
+
+KINDS = ("succeed", "fail", "snooze", "cancel", "crash", "hang", "hog", "noop")
+
+
+def _workers() -> Workers:
+    workers = Workers()
+    for kind in KINDS:
+        workers.register(kind)(getattr(jobs, kind))
+    return workers
+
+
+def _client(db: Db, **queue: Any) -> riverboat.AsyncClient:
+    queue.setdefault("max_workers", 2)
+    return riverboat.AsyncClient(
+        db.url,
+        schema=db.schema,
+        queues={"default": QueueConfig(executor="process", **queue)},
+        workers=_workers(),
+        fetch_cooldown=0.01,
+        fetch_poll_interval=0.05,
+        middleware=[RiverLog()],
+        soft_stop_timeout=10,
+    )
+
+
+def _no_overlap(tmp_path: Path) -> None:
+    assert not list(tmp_path.glob("overlap-*")), "a job ran twice at once"
+
+
+def _pool(client: riverboat.AsyncClient) -> Any:
+    return client.runtime.producers["default"].process_pool
+
+
+async def _finished(client: riverboat.AsyncClient, job_id: int, *states: JobState) -> Any:
+    async def done() -> Any:
+        row = await client.job_get(job_id)
+        return row if row.state in states else None
+
+    return await wait_until_async(done, timeout=30, what=f"job {job_id} in {states}")
+
+
+async def test_outcomes_output_and_logs_come_back_from_the_child(
+    any_db: Db, tmp_path: Path
+) -> None:
+    async with _client(any_db) as client:
+        args = {"dir": str(tmp_path), "value": 7}
+        ids = {
+            kind: (await client.insert(args, kind=kind)).job.id
+            for kind in ("succeed", "fail", "snooze", "cancel")
+        }
+        await client.start()
+        try:
+            done = await _finished(client, ids["succeed"], JobState.COMPLETED)
+            failed = await _finished(client, ids["fail"], JobState.AVAILABLE, JobState.RETRYABLE)
+            snoozed = await _finished(client, ids["snooze"], JobState.SCHEDULED)
+            cancelled = await _finished(client, ids["cancel"], JobState.CANCELLED)
+        finally:
+            await client.stop()
+        child_pid = done.metadata["output"]["pid"]
+        assert child_pid != os.getpid()
+        assert done.metadata["output"]["value"] == 7 and done.metadata["seen"] is True
+        (entry,) = done.metadata[METADATA_KEY]
+        assert f"working job {done.id} in pid {child_pid}" in entry["log"]
+        error = failed.errors[-1]
+        assert error.error == "ValueError: bad value 7"
+        assert 'raise ValueError(f"bad value' in error.trace and "jobs.py" in error.trace
+        assert snoozed.metadata["snoozes"] == 1 and snoozed.attempt == 0
+        assert cancelled.errors[-1].error == "JobCancel: no longer wanted"
+        _no_overlap(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [
+        ("segfault", "killed by signal SIGSEGV"),
+        ("exit", "exited with code 3"),
+        ("sigkill", "killed by signal SIGKILL"),
+    ],
+)
+async def test_a_crashed_child_fails_only_its_job_and_is_replaced(
+    any_db: Db, tmp_path: Path, how: str, said: str
+) -> None:
+    async with _client(any_db) as client:
+        crash_id = (await client.insert({"dir": str(tmp_path), "how": how}, kind="crash")).job.id
+        others = [
+            (await client.insert({"dir": str(tmp_path)}, kind="succeed")).job.id for _ in "ab"
+        ]
+        await client.start()
+        try:
+            row = await _finished(client, crash_id, JobState.COMPLETED)
+            for job_id in others:
+                await _finished(client, job_id, JobState.COMPLETED)
+            pool = _pool(client)
+        finally:
+            await client.stop()
+        assert row.attempt == 2
+        error = row.errors[0]
+        assert error.error.startswith("ChildProcessDied: child process ")
+        assert f"working job {crash_id} {said}" in error.error
+        first = int((tmp_path / f"started-{crash_id}-1").read_text())
+        assert row.metadata["output"] != first  # the retry ran in a new child
+        assert pool.replaced >= 1
+        _no_overlap(tmp_path)
+
+
+async def test_a_hard_timeout_kills_the_child_and_the_job_retries(
+    any_db: Db, tmp_path: Path
+) -> None:
+    async with _client(any_db) as client:
+        workers = client.runtime.config.workers
+        workers.get("hang").timeout = 3  # type: ignore[union-attr]
+        job_id = (await client.insert({"dir": str(tmp_path)}, kind="hang")).job.id
+        await client.start()
+        try:
+            row = await _finished(client, job_id, JobState.COMPLETED)
+        finally:
+            await client.stop()
+        assert row.attempt == 2
+        assert row.errors[0].error == (
+            "JobTimeoutError: job exceeded its timeout of 3s; its child process was killed"
+        )
+        first = int((tmp_path / f"started-{job_id}-1").read_text())
+        assert row.metadata["output"] != first
+        assert not _alive(first)
+        _no_overlap(tmp_path)
+
+
+async def test_the_memory_limit_fails_the_job_with_a_clear_error(
+    any_db: Db, tmp_path: Path
+) -> None:
+    async with _client(any_db, process_memory_limit=256 * 1024 * 1024) as client:
+        job_id = (await client.insert({"dir": str(tmp_path), "mib": 512}, kind="hog")).job.id
+        await client.start()
+        try:
+            row = await _finished(client, job_id, JobState.COMPLETED)
+        finally:
+            await client.stop()
+        assert row.attempt == 2
+        assert row.errors[0].error.startswith(
+            "MemoryLimitExceeded: job exceeded its child process's memory limit of 256 MiB "
+            "(RLIMIT_AS): MemoryError"
+        )
+        assert "bytearray" in row.errors[0].trace
+        _no_overlap(tmp_path)
+
+
+async def test_cancelling_a_running_job_kills_its_child(any_db: Db, tmp_path: Path) -> None:
+    async with _client(any_db) as client:
+        job_id = (await client.insert({"dir": str(tmp_path)}, kind="hang")).job.id
+        after = (await client.insert({"dir": str(tmp_path)}, kind="succeed")).job.id
+        await client.start()
+        try:
+            started = tmp_path / f"started-{job_id}-1"
+            await wait_until_async(started.exists, what="the job started")
+            child = int(started.read_text())
+            await client.job_cancel(job_id)
+            row = await _finished(client, job_id, JobState.CANCELLED)
+            await _finished(client, after, JobState.COMPLETED)
+        finally:
+            await client.stop()
+        assert row.errors[-1].error == "JobCancelledRemotely: job cancelled remotely"
+        assert not _alive(child)
+        _no_overlap(tmp_path)
+
+
+async def test_soft_stop_lets_children_finish(any_db: Db, tmp_path: Path) -> None:
+    async with _client(any_db) as client:
+        ids = [
+            (await client.insert({"dir": str(tmp_path), "seconds": 1}, kind="hang")).job.id
+            for _ in range(2)
+        ]
+        sub = client.subscribe(EventKind.JOB_COMPLETED)
+        await client.start()
+        try:
+            for job_id in ids:
+                started = tmp_path / f"started-{job_id}-1"
+                await wait_until_async(started.exists, what=f"job {job_id} started")
+            pids = _pool(client).pids
+        finally:
+            await client.stop()
+        events = await next_events(sub, 2)
+        assert {event.job.id for event in events if event.job is not None} == set(ids)
+        for job_id in ids:
+            assert (await client.job_get(job_id)).state is JobState.COMPLETED
+        assert pids and not any(_alive(pid) for pid in pids)
+        _no_overlap(tmp_path)
+
+
+async def test_hard_stop_kills_children_and_hands_their_jobs_back(
+    any_db: Db, tmp_path: Path
+) -> None:
+    async with _client(any_db) as client:
+        ids = [
+            (await client.insert({"dir": str(tmp_path), "always": True}, kind="hang")).job.id
+            for _ in range(2)
+        ]
+        sub = client.subscribe(EventKind.JOB_INTERRUPTED)
+        await client.start()
+        try:
+            for job_id in ids:
+                started = tmp_path / f"started-{job_id}-1"
+                await wait_until_async(started.exists, what=f"job {job_id} started")
+            pids = _pool(client).pids
+        finally:
+            await asyncio.wait_for(client.stop_and_cancel(), 20)
+        for job_id in ids:
+            await wait_for([EventKind.JOB_INTERRUPTED], sub, job_id)
+            row = await client.job_get(job_id)
+            assert row.state is JobState.AVAILABLE and row.attempt == 0 and not row.errors
+        assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
+        _no_overlap(tmp_path)
+
+
+async def test_a_process_queue_refuses_workers_a_child_cannot_import(any_db: Db) -> None:
+    workers = Workers()
+    workers.register("closure")(lambda job: None)
+    with pytest.raises(InvalidInputError, match=r"'closure'.*closure or lambda"):
+        riverboat.AsyncClient(
+            any_db.url,
+            schema=any_db.schema,
+            queues={"default": QueueConfig(executor="process")},
+            workers=workers,
+        )
+    # The same worker is fine on a thread queue, or marked executor="thread".
+    thread_workers = Workers()
+    thread_workers.register("closure", executor="thread")(lambda job: None)
+    riverboat.AsyncClient(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": QueueConfig(executor="process")},
+        workers=thread_workers,
+    )
+
+
+async def test_register_refuses_what_a_child_cannot_import() -> None:
+    workers = Workers()
+
+    def local(job: Job[Any]) -> None:
+        pass
+
+    with pytest.raises(InvalidInputError, match="closure or lambda"):
+        workers.register("local", executor="process")(local)
+
+    async def coroutine(job: Job[Any]) -> None:
+        pass
+
+    with pytest.raises(InvalidInputError, match="plain def workers only"):
+        workers.register("async", executor="process")(coroutine)
+    with pytest.raises(InvalidInputError, match="executor"):
+        workers.register("other", executor="fork")(jobs.noop)
+    workers.register("noop", executor="process")(jobs.noop)
+    assert "local" not in workers and "noop" in workers
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose: it runs nothing.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
