@@ -1,0 +1,86 @@
+"""No orphans: a ``riverboat worker`` process SIGKILLed while its process-executor
+children work leaves none of them running (they die with it: PR_SET_PDEATHSIG on Linux,
+EOF on their pipe elsewhere), and their jobs stay ``running`` for the rescuer, as a
+thread job's would. Run through the real command, on Postgres and SQLite."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from riverboat import JobState
+from tests.process_executor.test_process_executor import _alive
+from tests.runtime.dbs import Db
+from tests.waiting import wait_until
+
+WORKER_MODULE = """
+import os, time
+import riverboat
+from riverboat.runtime.producer import QueueConfig
+from riverboat.runtime.worker import Workers
+
+def hang(job):
+    with open(os.path.join(os.environ["RB_TEST_DIR"], f"child-{job.id}"), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(3600)
+
+workers = Workers()
+workers.register("hang")(hang)
+
+def client():
+    return riverboat.AsyncClient(
+        os.environ["RB_TEST_URL"],
+        schema=os.environ["RB_TEST_SCHEMA"] or None,
+        queues={"default": QueueConfig(max_workers=2, executor="process")},
+        workers=workers,
+        fetch_cooldown=0.01,
+        fetch_poll_interval=0.05,
+    )
+"""
+
+
+def test_children_die_with_a_sigkilled_worker(any_db: Db, tmp_path: Path) -> None:
+    (tmp_path / "rb_pe_worker.py").write_text(textwrap.dedent(WORKER_MODULE))
+    ids = []
+    for _ in range(2):
+        rows = any_db.execute(
+            "INSERT INTO river_job (args, kind, max_attempts, queue, state) "
+            "VALUES ('{}', 'hang', 25, 'default', 'available') RETURNING id"
+        )
+        ids.append(rows[0][0])
+    env = {
+        **os.environ,
+        "RB_TEST_URL": any_db.url,
+        "RB_TEST_SCHEMA": any_db.schema or "",
+        "RB_TEST_DIR": str(tmp_path),
+        "PYTHONPATH": str(tmp_path),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "riverboat.cli", "worker", "rb_pe_worker:client"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        files = [tmp_path / f"child-{job_id}" for job_id in ids]
+        wait_until(
+            lambda: all(f.exists() and f.read_text() for f in files),
+            timeout=30,
+            what="both jobs running in children",
+        )
+        children = [int(f.read_text()) for f in files]
+        assert proc.pid not in children and len(set(children)) == 2
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    wait_until(
+        lambda: not any(_alive(pid) for pid in children),
+        what="the children died with their parent",
+    )
+    states = any_db.execute("SELECT state FROM river_job ORDER BY id")
+    assert [JobState(state) for (state,) in states] == [JobState.RUNNING] * 2
