@@ -179,3 +179,17 @@ def test_bench_scale_part_works_every_job(pg_url: str) -> None:
     finalized = scale["finalized_rows"]
     assert finalized["finalized_rows"] == 2000
     assert finalized["empty_jobs_per_sec"] > 0 and finalized["finalized_jobs_per_sec"] > 0
+
+
+def test_bench_process_part_reports_overhead_and_scaling() -> None:
+    report = _bench("--driver", "sqlite", "--jobs", "100", "--only", "process")
+    process = report["process_executor"]
+    assert isinstance(process, dict)
+    noop = process["noop"]
+    assert noop["jobs"] == 100 and noop["target_ms_per_job"] == 1.0
+    assert noop["thread_ms_per_job"] > 0 and noop["process_ms_per_job"] > 0
+    cpu = process["cpu"]
+    assert [row["children"] for row in cpu["processes"]] == list(range(1, process["cores"] + 1))
+    assert all(row["jobs_per_sec"] > 0 for row in cpu["processes"])
+    assert cpu["threads"]["threads"] == process["cores"]
+    assert "end_to_end" not in report  # only what was named

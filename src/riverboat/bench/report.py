@@ -123,6 +123,29 @@ def render_table(report: dict[str, Any]) -> str:
         lines += ["", "workflow"] + [
             f"  {key:<38}{_fmt(value):>10}" for key, value in workflow.items()
         ]
+    process = report.get("process_executor")
+    if process:
+        noop = process["noop"]
+        lines += [
+            "",
+            f"process executor ({process['cores']} cores; no database)",
+            f"no-op job, one at a time: thread {_fmt(noop['thread_ms_per_job'])} ms, "
+            f"process {_fmt(noop['process_ms_per_job'])} ms, overhead "
+            f"{_fmt(noop['overhead_ms_per_job'])} ms/job (target ≤ "
+            f"{_fmt(noop['target_ms_per_job'])})",
+        ]
+        cpu = process["cpu"]
+        for row in cpu["processes"]:
+            lines.append(
+                f"{cpu['jobs']} CPU-bound jobs ({cpu['job_seconds']:g} s each), "
+                f"{row['children']} children: {_fmt(row['jobs_per_sec'])} jobs/s, "
+                f"speed-up {_fmt(row['speedup'])}"
+            )
+        threads = cpu["threads"]
+        lines.append(
+            f"{cpu['jobs']} CPU-bound jobs, {threads['threads']} threads: "
+            f"{_fmt(threads['jobs_per_sec'])} jobs/s, speed-up {_fmt(threads['speedup'])}"
+        )
     floor = report.get("raw_sql_floor")
     if floor:
         lines.append(

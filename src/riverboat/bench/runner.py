@@ -64,6 +64,9 @@ class BenchConfig:
     # the flow-control part (riverboat.bench.flow, Postgres: worker processes).
     include_workflow: bool = False
     include_flow: bool = False
+    # Not in a default run: the process executor against the thread executor (no
+    # database), bench/process.py.
+    include_process: bool = False
     scale_finalized_rows: int = 1_000_000
 
 
@@ -222,6 +225,10 @@ async def _run(
 
         await reset()
         report["workflow"] = await run_workflow_bench(make_client, progress)
+    if config.include_process:
+        from riverboat.bench.process import run_process_bench
+
+        report["process_executor"] = await run_process_bench(min(config.jobs, 2000), progress)
     if with_floor:
         if floor is None:
             floor = await _best_floor(None, config, target, server_cpu, progress)

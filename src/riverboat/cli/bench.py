@@ -48,11 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "scale",
             "workflow",
             "flow",
+            "process",
         ],
         action="append",
         help="run only these parts (repeatable); 'scale' (worker processes 1 vs 2, and "
-        "1,000,000 finalized rows), 'workflow' (what dependencies cost) and 'flow' (a "
-        "global limit that does not bind, 4 worker processes) run only when named",
+        "1,000,000 finalized rows), 'workflow' (what dependencies cost), 'flow' (a "
+        "global limit that does not bind, 4 worker processes) and 'process' (the process "
+        "executor's overhead per job and CPU-bound scaling with children) run only when named",
     )
     parser.add_argument(
         "--finalized-rows",
@@ -96,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         include_scale="scale" in only,
         include_workflow="workflow" in only,
         include_flow="flow" in only,
+        include_process="process" in only,
         scale_finalized_rows=args.finalized_rows,
     )
     report = run_bench(config, show_progress=not args.quiet)

@@ -1,0 +1,181 @@
+"""The process executor's cost and gain (``riverboat bench --only process``).
+
+Measured on the executors alone, without a database, so what is compared is what differs
+between them: a thread pool's hand-off against a round trip to a child process (the
+job's row and function reference out as JSON, its outcome back, all through pipes).
+
+- ``noop``: no-op jobs one at a time, through the thread executor then through a
+  one-child process pool (warm): milliseconds per job each, and the difference (the
+  process executor's overhead per job; the target is ≤ 1 ms).
+- ``cpu``: CPU-bound jobs (a pure-Python loop of about 100 ms), six per core, run with 1,
+  2, ... children up to the core count, and with as many threads for contrast: jobs/s
+  and speed-up over one child. Threads share the GIL and don't scale; children do, up to
+  the cores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+from riverboat._job import JobRow, JobState
+from riverboat.runtime.process_pool import ProcessPool
+from riverboat.runtime.threads import DaemonThreadPool
+from riverboat.runtime.worker import Job, RegisteredWorker, Workers, _WorkContext
+
+__all__ = ["noop", "run_process_bench", "spin"]
+
+NOOP_TARGET_MS = 1.0
+CPU_JOB_SECONDS = 0.1
+CPU_JOBS_PER_CORE = 6
+
+
+def noop(job: Job[Any]) -> None:
+    """The no-op job (importable by the children)."""
+
+
+def spin(job: Job[Any]) -> int:
+    """A CPU-bound job: ``args["n"]`` iterations of a pure-Python loop."""
+    total = 0
+    for i in range(job.args["n"]):
+        total += i
+    return total
+
+
+def _row(job_id: int, args: str) -> JobRow:
+    now = datetime.now(UTC)
+    return JobRow(
+        id=job_id,
+        encoded_args=args,
+        attempt=1,
+        attempted_at=now,
+        attempted_by=["bench"],
+        created_at=now,
+        errors=[],
+        finalized_at=None,
+        kind="bench",
+        max_attempts=25,
+        metadata={},
+        priority=1,
+        queue="default",
+        state=JobState.RUNNING,
+        scheduled_at=now,
+        tags=[],
+        unique_key=None,
+        unique_states=None,
+    )
+
+
+def _worker(fn: Callable[[Job[Any]], Any]) -> RegisteredWorker:
+    workers = Workers()
+    workers.register(fn.__name__, executor="process")(fn)
+    worker = workers.get(fn.__name__)
+    assert worker is not None
+    return worker
+
+
+async def _in_thread(pool: DaemonThreadPool, fn: Callable[[Job[Any]], Any], job: Job[Any]) -> None:
+    await asyncio.get_running_loop().run_in_executor(pool, fn, job)
+
+
+async def _in_process(pool: ProcessPool, worker: RegisteredWorker, job: Job[Any]) -> None:
+    assert worker.process_reference is not None
+    await pool.run(worker, job, _WorkContext(), worker.process_reference)
+
+
+async def _sequential(run: Callable[[Job[Any]], Any], calls: int) -> float:
+    """Milliseconds per job, one job at a time."""
+    job: Job[Any] = Job(_row(1, "{}"), {})
+    for _ in range(min(50, calls)):  # warm up
+        await run(job)
+    started = time.perf_counter()
+    for _ in range(calls):
+        await run(job)
+    return (time.perf_counter() - started) * 1000 / calls
+
+
+async def _all_at_once(run: Callable[[Job[Any]], Any], jobs: list[Job[Any]], width: int) -> float:
+    """Seconds to run ``jobs`` with ``width`` at a time."""
+    gate = asyncio.Semaphore(width)
+
+    async def one(job: Job[Any]) -> None:
+        async with gate:
+            await run(job)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(job) for job in jobs))
+    return time.perf_counter() - started
+
+
+def _calibrate() -> int:
+    """Loop iterations that take about CPU_JOB_SECONDS here."""
+    n = 100_000
+    while True:
+        started = time.perf_counter()
+        spin(Job(_row(0, "{}"), {"n": n}))
+        took = time.perf_counter() - started
+        if took > 0.01:
+            return max(1, int(n * CPU_JOB_SECONDS / took))
+        n *= 4
+
+
+async def run_process_bench(
+    calls: int, progress: Callable[[str], None], cores: int | None = None
+) -> dict[str, Any]:
+    cores = cores or os.cpu_count() or 1
+    threads = DaemonThreadPool("riverboat-bench")
+    report: dict[str, Any] = {"cores": cores}
+    try:
+        progress(f"process executor: {calls} no-op jobs one at a time, thread then process")
+        noop_worker = _worker(noop)
+        thread_ms = await _sequential(lambda job: _in_thread(threads, noop, job), calls)
+        pool = ProcessPool(1, name="bench")
+        try:
+            process_ms = await _sequential(lambda job: _in_process(pool, noop_worker, job), calls)
+        finally:
+            await pool.close()
+        report["noop"] = {
+            "jobs": calls,
+            "thread_ms_per_job": round(thread_ms, 4),
+            "process_ms_per_job": round(process_ms, 4),
+            "overhead_ms_per_job": round(process_ms - thread_ms, 4),
+            "target_ms_per_job": NOOP_TARGET_MS,
+        }
+        n = _calibrate()
+        spin_worker = _worker(spin)
+        count = CPU_JOBS_PER_CORE * cores
+        jobs = [Job(_row(i, f'{{"n": {n}}}'), {"n": n}) for i in range(count)]
+        rows: list[dict[str, Any]] = []
+        for size in range(1, cores + 1):
+            progress(f"process executor: {count} CPU-bound jobs, {size} children")
+            pool = ProcessPool(size, name="bench")
+            try:
+                # Start every child before the clock does.
+                await _all_at_once(partial(_in_process, pool, noop_worker), jobs, size)
+                took = await _all_at_once(partial(_in_process, pool, spin_worker), jobs, size)
+            finally:
+                await pool.close()
+            rows.append({"children": size, "jobs_per_sec": round(count / took, 2)})
+        progress(f"process executor: {count} CPU-bound jobs, {cores} threads")
+        took = await _all_at_once(lambda job: _in_thread(threads, spin, job), jobs, cores)
+        base = rows[0]["jobs_per_sec"]
+        for row in rows:
+            row["speedup"] = round(row["jobs_per_sec"] / base, 2)
+        report["cpu"] = {
+            "jobs": count,
+            "job_seconds": CPU_JOB_SECONDS,
+            "processes": rows,
+            "threads": {
+                "threads": cores,
+                "jobs_per_sec": round(count / took, 2),
+                "speedup": round(count / took / base, 2),
+            },
+        }
+    finally:
+        threads.shutdown()
+    return report
