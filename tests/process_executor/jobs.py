@@ -20,7 +20,7 @@ from typing import Any
 
 from riverboat import record_output
 from riverboat.runtime.outcomes import JobCancel, JobSnooze
-from riverboat.runtime.worker import Job
+from riverboat.runtime.worker import Job, Worker
 
 log = logging.getLogger("tests.process_executor.jobs")
 
@@ -118,3 +118,33 @@ def spin(job: Job[Any]) -> None:
 
 def noop(job: Job[Any]) -> None:
     pass
+
+
+def steps(job: Job[Any]) -> None:
+    """Resumable steps: "one" records its attempt; "two" fails on the first attempt, so
+    the second attempt resumes after "one"."""
+    where = Path(job.args["dir"])
+
+    def one() -> None:
+        (where / f"step-one-{job.attempt}").write_text("done")
+
+    def two() -> None:
+        if job.attempt == 1:
+            raise RuntimeError("step two fails once")
+
+    job.step("one", one)
+    job.step("two", two)
+
+
+class Reporter(Worker[dict[str, Any]]):
+    """A class-based worker sent to a child by its class (made anew there)."""
+
+    kind = "reporter"
+    executor = "process"
+
+    def work(self, job: Job[dict[str, Any]]) -> None:
+        record_output(os.getpid())
+
+
+def in_thread(job: Job[Any]) -> None:
+    record_output(os.getpid())

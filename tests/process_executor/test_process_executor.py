@@ -290,3 +290,71 @@ def _alive(pid: int) -> bool:
             return stat.read().split(") ")[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+async def test_soft_stop_past_its_timeout_kills_children_and_hands_jobs_back(
+    any_db: Db, tmp_path: Path
+) -> None:
+    async with _client(any_db) as client:
+        client.runtime.config.soft_stop_timeout = 0.5
+        job_id = (await client.insert({"dir": str(tmp_path), "always": True}, kind="hang")).job.id
+        sub = client.subscribe(EventKind.JOB_INTERRUPTED)
+        await client.start()
+        try:
+            started = tmp_path / f"started-{job_id}-1"
+            await wait_until_async(started.exists, what="the job started")
+            child = int(started.read_text())
+        finally:
+            await asyncio.wait_for(client.stop(), 20)
+        await wait_for([EventKind.JOB_INTERRUPTED], sub, job_id)
+        row = await client.job_get(job_id)
+    assert row.state is JobState.AVAILABLE and row.attempt == 0
+    assert not _alive(child)
+    _no_overlap(tmp_path)
+
+
+async def test_a_timeout_counts_from_when_a_child_takes_the_job(any_db: Db, tmp_path: Path) -> None:
+    # One child for two slots: the second job waits about 1 s for the child, then
+    # needs 1 s of its 1.8 s timeout.
+    async with _client(any_db, process_pool_size=1) as client:
+        client.runtime.config.workers.get("hang").timeout = 1.8  # type: ignore[union-attr]
+        args = {"dir": str(tmp_path), "seconds": 1, "always": True}
+        ids = [(await client.insert(args, kind="hang")).job.id for _ in range(2)]
+        await client.start()
+        try:
+            rows = [await _finished(client, job_id, JobState.COMPLETED) for job_id in ids]
+        finally:
+            await client.stop()
+    assert [row.attempt for row in rows] == [1, 1]
+    assert [row.errors for row in rows] == [[], []]
+
+
+async def test_workers_choose_their_executor_on_a_thread_queue(any_db: Db, tmp_path: Path) -> None:
+    workers = Workers()
+    workers.register("steps", executor="process")(jobs.steps)
+    workers.register("in_thread")(jobs.in_thread)
+    workers.add(jobs.Reporter())
+    async with riverboat.AsyncClient(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": QueueConfig(max_workers=2)},
+        workers=workers,
+        fetch_cooldown=0.01,
+        fetch_poll_interval=0.05,
+    ) as client:
+        steps_id = (await client.insert({"dir": str(tmp_path)}, kind="steps")).job.id
+        thread_id = (await client.insert({}, kind="in_thread")).job.id
+        reporter_id = (await client.insert({}, kind="reporter")).job.id
+        await client.start()
+        try:
+            steps = await _finished(client, steps_id, JobState.COMPLETED)
+            in_thread = await _finished(client, thread_id, JobState.COMPLETED)
+            reporter = await _finished(client, reporter_id, JobState.COMPLETED)
+        finally:
+            await client.stop()
+    assert in_thread.metadata["output"] == os.getpid()
+    assert reporter.metadata["output"] != os.getpid()
+    # The second attempt resumed after step "one", whose progress came back from the
+    # first attempt's child.
+    assert steps.attempt == 2 and steps.errors[0].error == "RuntimeError: step two fails once"
+    assert (tmp_path / "step-one-1").exists() and not (tmp_path / "step-one-2").exists()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import functools
 import logging
 import os
 import time
@@ -128,6 +129,9 @@ class RunState:
     # A sync job still running past its timeout: logged once as stuck (River's
     # JobStuckHandler idea), and once more if it ever returns.
     stuck: bool = False
+    # A process job's deadline is set (and the producer's timer armed) by this, called
+    # once a child takes the job: waiting for a free child doesn't count.
+    arm_deadline: Callable[[RunState], None] | None = None
 
 
 _RUNTIME_FRAMES = (
@@ -188,14 +192,10 @@ async def _call(
         # A child process: the producer's deadline watch cancels this task at the job's
         # timeout (state.cancellable), and the pool kills the child. The timeout counts
         # from when a child takes the job, not from a wait for a free or new child.
-        on_start = None
-        if state is not None and state.deadline is not None:
-            run_state = state
-
-            def on_start() -> None:
-                run_state.deadline = asyncio.get_running_loop().time() + run_state.timeout
-
-        await process_pool.run(worker, job, ctx, worker.process_reference, on_start)
+        arm = None
+        if state is not None and state.arm_deadline is not None:
+            arm = functools.partial(state.arm_deadline, state)
+        await process_pool.run(worker, job, ctx, worker.process_reference, arm)
         return
     if worker.is_async:
         _work_context.set(ctx)

@@ -377,13 +377,15 @@ class Producer:
         state.interrupted = self._interrupting
         worker = self._exec_config.workers.get(row.kind)
         if worker is not None:
-            state.cancellable = worker.is_async or runs_in_process(worker, self._exec_config)
+            in_process = runs_in_process(worker, self._exec_config)
+            state.cancellable = worker.is_async or in_process
             timeout = timeout_for(worker, self._exec_config.job_timeout, row)
             if timeout is not None:
                 state.timeout = timeout
-                state.deadline = deadline = self._loop_time() + timeout
-                if deadline < self._watch_at:
-                    self._watch(deadline)
+                if in_process:  # armed when a child takes it (process_pool.py)
+                    state.arm_deadline = self._arm_deadline
+                else:
+                    self._arm_deadline(state)
         self._slots_held += 1
         self._idle.clear()
         self.jobs_started += 1
@@ -392,6 +394,11 @@ class Producer:
             self._active[row.id] = (task, state)
 
     # -- timeouts of async jobs: one timer for the producer, at the nearest deadline -----
+    def _arm_deadline(self, state: RunState) -> None:
+        state.deadline = deadline = self._loop_time() + state.timeout
+        if deadline < self._watch_at:
+            self._watch(deadline)
+
     def _watch(self, when: float) -> None:
         if self._watch_handle is not None:
             self._watch_handle.cancel()
