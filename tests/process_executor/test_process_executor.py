@@ -17,6 +17,7 @@ import riverboat
 from riverboat import InvalidInputError, JobState
 from riverboat.riverlog import METADATA_KEY, RiverLog
 from riverboat.runtime.events import EventKind
+from riverboat.runtime.process_pool import ChildJobError
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Job, Workers
 from tests.process_executor import jobs
@@ -36,7 +37,17 @@ def _workers() -> Workers:
     return workers
 
 
-def _client(db: Db, **queue: Any) -> riverboat.AsyncClient:
+class SeenErrors:
+    """An error handler keeping what each failed attempt raised, as the parent sees it."""
+
+    def __init__(self) -> None:
+        self.errors: list[BaseException] = []
+
+    def handle_error(self, job: Any, exc: BaseException) -> None:
+        self.errors.append(exc)
+
+
+def _client(db: Db, *middleware: Any, **queue: Any) -> riverboat.AsyncClient:
     queue.setdefault("max_workers", 2)
     return riverboat.AsyncClient(
         db.url,
@@ -45,7 +56,7 @@ def _client(db: Db, **queue: Any) -> riverboat.AsyncClient:
         workers=_workers(),
         fetch_cooldown=0.01,
         fetch_poll_interval=0.05,
-        middleware=[RiverLog()],
+        middleware=[RiverLog(), *middleware],
         soft_stop_timeout=10,
     )
 
@@ -69,7 +80,8 @@ async def _finished(client: riverboat.AsyncClient, job_id: int, *states: JobStat
 async def test_outcomes_output_and_logs_come_back_from_the_child(
     any_db: Db, tmp_path: Path
 ) -> None:
-    async with _client(any_db) as client:
+    seen = SeenErrors()
+    async with _client(any_db, seen) as client:
         args = {"dir": str(tmp_path), "value": 7}
         ids = {
             kind: (await client.insert(args, kind=kind)).job.id
@@ -91,6 +103,10 @@ async def test_outcomes_output_and_logs_come_back_from_the_child(
         error = failed.errors[-1]
         assert error.error == "ValueError: bad value 7"
         assert 'raise ValueError(f"bad value' in error.trace and "jobs.py" in error.trace
+        # Error handlers see an exception of the original type, the child's message.
+        (exc,) = seen.errors
+        assert isinstance(exc, ValueError) and isinstance(exc, ChildJobError)
+        assert str(exc) == "bad value 7" and "jobs.py" in exc.remote_traceback
         assert snoozed.metadata["snoozes"] == 1 and snoozed.attempt == 0
         assert cancelled.errors[-1].error == "JobCancel: no longer wanted"
         _no_overlap(tmp_path)

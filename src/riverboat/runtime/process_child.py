@@ -211,6 +211,8 @@ def _describe_error(exc: BaseException) -> dict[str, Any]:
         tb = tb.tb_next
     described: dict[str, Any] = {
         "type": type(exc).__name__,
+        "module": type(exc).__module__,
+        "qualname": type(exc).__qualname__,
         "message": str(exc),
         "traceback": "".join(traceback.format_exception(type(exc), exc, tb)),
     }
@@ -221,6 +223,8 @@ def _describe_error(exc: BaseException) -> dict[str, Any]:
         cause = reason if isinstance(reason, BaseException) else exc
         described["cancel"] = True
         described["type"] = type(cause).__name__
+        described["module"] = type(cause).__module__
+        described["qualname"] = type(cause).__qualname__
         described["message"] = str(cause)
     elif isinstance(exc, MemoryError):
         described["memory"] = True
@@ -258,6 +262,12 @@ def _work(resolver: _Resolver, message: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     parent_pid = int(sys.argv[1])
+    # Ctrl-C reaches the terminal's whole process group, and systemd (KillMode=
+    # control-group) sends SIGTERM to every process of the service: a soft stop of the
+    # parent must not kill the jobs it is letting finish. The parent ends a child by
+    # closing its pipe or with SIGKILL.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _die_with_parent(parent_pid)
     # The protocol runs on private copies of stdin/stdout; the job's own stdout goes to
     # stderr and its stdin is empty.

@@ -54,21 +54,50 @@ CHILD_START_TIMEOUT = 60.0
 class ChildJobError(Exception):
     """An exception raised by a job in a child process, carried back as text.
 
-    ``__name__`` of its class is the original exception's (a subclass is made per name),
-    so the recorded error reads as it would in a thread; ``remote_traceback`` is the
-    child's traceback."""
+    Its class is made per original type: named like it, so the recorded error reads as
+    it would from a thread, and a subclass of it too when the parent has that type
+    already imported (a built-in such as ``ValueError``, or your own exception class), so
+    ``isinstance`` works in error handlers and middleware. ``str()`` is the child's
+    message and ``remote_traceback`` its traceback; the original's own attributes are
+    not carried."""
 
     remote_traceback = ""
-    _classes: dict[str, type[ChildJobError]] = {}
+    _classes: dict[tuple[str, str, str], type[ChildJobError]] = {}
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
     @classmethod
-    def named(cls, name: str, message: str, remote_traceback: str) -> ChildJobError:
-        sub = cls._classes.get(name)
+    def named(
+        cls, name: str, message: str, remote_traceback: str, module: str = "", qualname: str = ""
+    ) -> ChildJobError:
+        key = (name, module, qualname)
+        sub = cls._classes.get(key)
         if sub is None:
-            sub = cls._classes[name] = type(name, (cls,), {"__module__": "riverboat.child"})
-        error = sub(message)
+            sub = cls._classes[key] = _error_class(cls, name, module, qualname)
+        # Made without the original's __init__, whose arguments we don't have.
+        error = Exception.__new__(sub)
+        error.args = (message,)
         error.remote_traceback = remote_traceback
         return error
+
+
+def _error_class(
+    base: type[ChildJobError], name: str, module: str, qualname: str
+) -> type[ChildJobError]:
+    original: Any = None
+    loaded = sys.modules.get(module)
+    if loaded is not None and qualname and "<" not in qualname:
+        original = loaded
+        for part in qualname.split("."):
+            original = getattr(original, part, None)
+    if isinstance(original, type) and issubclass(original, Exception):
+        try:
+            made: type[ChildJobError] = type(name, (base, original), {"__module__": module})
+            return made
+        except TypeError:  # an incompatible layout (OSError's, a C type's)
+            pass
+    return type(name, (base,), {"__module__": module or "riverboat.child"})
 
 
 class ChildProcessDied(Exception):
@@ -348,7 +377,9 @@ class ProcessPool:
             record = message.get("log")
             if record is not None:
                 # Logged here, in the job's context: handlers print it, RiverLog keeps it.
-                logging.getLogger(record["name"]).handle(logging.makeLogRecord(record))
+                logger = logging.getLogger(record["name"])
+                if logger.isEnabledFor(record["levelno"]):
+                    logger.handle(logging.makeLogRecord(record))
 
     def _died(self, child: _Child, job: Job[Any]) -> ChildProcessDied:
         how = describe_exit(child.process.returncode)
@@ -360,7 +391,13 @@ class ProcessPool:
     def _error(self, error: dict[str, Any]) -> BaseException:
         if "snooze" in error:
             return JobSnooze(error["snooze"])
-        cause = ChildJobError.named(error["type"], error["message"], error["traceback"])
+        cause = ChildJobError.named(
+            error["type"],
+            error["message"],
+            error["traceback"],
+            error.get("module", ""),
+            error.get("qualname", ""),
+        )
         if "cancel" in error:
             return JobCancel(cause)
         if "memory" in error and self.memory_limit is not None:

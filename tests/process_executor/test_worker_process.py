@@ -1,7 +1,10 @@
-"""No orphans: a ``riverboat worker`` process SIGKILLed while its process-executor
-children work leaves none of them running (they die with it: PR_SET_PDEATHSIG on Linux,
-EOF on their pipe elsewhere), and their jobs stay ``running`` for the rescuer, as a
-thread job's would. Run through the real command, on Postgres and SQLite."""
+"""The process executor under a real ``riverboat worker`` command, on Postgres and SQLite.
+
+No orphans: a worker SIGKILLed while its children work leaves none of them running (they
+die with it: PR_SET_PDEATHSIG on Linux, EOF on their pipe elsewhere), and their jobs
+stay ``running`` for the rescuer, as a thread job's would. And Ctrl-C, which the
+terminal sends to the whole process group, soft-stops the worker without killing the
+children whose jobs it lets finish."""
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from riverboat.runtime.worker import Workers
 def hang(job):
     with open(os.path.join(os.environ["RB_TEST_DIR"], f"child-{job.id}"), "w") as f:
         f.write(str(os.getpid()))
-    time.sleep(3600)
+    time.sleep(job.args.get("seconds", 3600))
 
 workers = Workers()
 workers.register("hang")(hang)
@@ -43,13 +46,15 @@ def client():
 """
 
 
-def test_children_die_with_a_sigkilled_worker(any_db: Db, tmp_path: Path) -> None:
+def _start(any_db: Db, tmp_path: Path, args: str) -> tuple[list[int], subprocess.Popen[bytes]]:
+    """Two ``hang`` jobs with ``args``, and a worker in its own process group (as a
+    terminal's foreground job is) working them."""
     (tmp_path / "rb_pe_worker.py").write_text(textwrap.dedent(WORKER_MODULE))
     ids = []
     for _ in range(2):
         rows = any_db.execute(
             "INSERT INTO river_job (args, kind, max_attempts, queue, state) "
-            "VALUES ('{}', 'hang', 25, 'default', 'available') RETURNING id"
+            f"VALUES ('{args}', 'hang', 25, 'default', 'available') RETURNING id"
         )
         ids.append(rows[0][0])
     env = {
@@ -65,15 +70,25 @@ def test_children_die_with_a_sigkilled_worker(any_db: Db, tmp_path: Path) -> Non
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
+    return ids, proc
+
+
+def _children(tmp_path: Path, ids: list[int]) -> list[int]:
+    files = [tmp_path / f"child-{job_id}" for job_id in ids]
+    wait_until(
+        lambda: all(f.exists() and f.read_text() for f in files),
+        timeout=30,
+        what="both jobs running in children",
+    )
+    return [int(f.read_text()) for f in files]
+
+
+def test_children_die_with_a_sigkilled_worker(any_db: Db, tmp_path: Path) -> None:
+    ids, proc = _start(any_db, tmp_path, "{}")
     try:
-        files = [tmp_path / f"child-{job_id}" for job_id in ids]
-        wait_until(
-            lambda: all(f.exists() and f.read_text() for f in files),
-            timeout=30,
-            what="both jobs running in children",
-        )
-        children = [int(f.read_text()) for f in files]
+        children = _children(tmp_path, ids)
         assert proc.pid not in children and len(set(children)) == 2
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -84,3 +99,18 @@ def test_children_die_with_a_sigkilled_worker(any_db: Db, tmp_path: Path) -> Non
     )
     states = any_db.execute("SELECT state FROM river_job ORDER BY id")
     assert [JobState(state) for (state,) in states] == [JobState.RUNNING] * 2
+
+
+def test_ctrl_c_soft_stops_the_worker_and_lets_children_finish(any_db: Db, tmp_path: Path) -> None:
+    ids, proc = _start(any_db, tmp_path, '{"seconds": 1}')
+    try:
+        children = _children(tmp_path, ids)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole group gets it
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    states = any_db.execute("SELECT state FROM river_job ORDER BY id")
+    assert [JobState(state) for (state,) in states] == [JobState.COMPLETED] * 2
+    assert not any(_alive(pid) for pid in children)
