@@ -64,14 +64,15 @@ def _start(any_db: Db, tmp_path: Path, args: str) -> tuple[list[int], subprocess
         "RB_TEST_DIR": str(tmp_path),
         "PYTHONPATH": str(tmp_path),
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "riverboat.cli", "worker", "rb_pe_worker:client"],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    with (tmp_path / "worker.log").open("wb") as log:  # the worker keeps its own copy
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "riverboat.cli", "worker", "rb_pe_worker:client"],
+            env=env,
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     return ids, proc
 
 
@@ -114,3 +115,5 @@ def test_ctrl_c_soft_stops_the_worker_and_lets_children_finish(any_db: Db, tmp_p
     states = any_db.execute("SELECT state FROM river_job ORDER BY id")
     assert [JobState(state) for (state,) in states] == [JobState.COMPLETED] * 2
     assert not any(_alive(pid) for pid in children)
+    log = (tmp_path / "worker.log").read_text()
+    assert "started: queues default (2 slots, process pool of 2)" in log

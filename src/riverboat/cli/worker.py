@@ -77,6 +77,16 @@ def _log_level(text: str) -> str:
     )
 
 
+def _queue_label(name: str, producer: Any) -> str:
+    """A queue's name and slots, with its process pool when it has one
+    (docs/process-executor.md)."""
+    pool = producer.process_pool
+    if pool is None:
+        return f"{name} ({producer.max_workers} slots)"
+    limit = "" if pool.memory_limit is None else f", {pool.memory_limit >> 20} MiB each"
+    return f"{name} ({producer.max_workers} slots, process pool of {pool.size}{limit})"
+
+
 def load_client(target: str) -> AsyncClient:
     """Import ``MODULE:ATTR`` and return an AsyncClient with queues."""
     module_name, sep, attr = target.partition(":")
@@ -162,9 +172,7 @@ async def _serve(client: AsyncClient, exit_when_idle: bool) -> int:
     log.info(
         "worker %s started: queues %s",
         client.id,
-        ", ".join(
-            f"{name} ({producer.max_workers} slots)" for name, producer in runtime.producers.items()
-        ),
+        ", ".join(_queue_label(name, producer) for name, producer in runtime.producers.items()),
     )
     try:
         while not soft.is_set():
