@@ -117,3 +117,52 @@ def test_ctrl_c_soft_stops_the_worker_and_lets_children_finish(any_db: Db, tmp_p
     assert not any(_alive(pid) for pid in children)
     log = (tmp_path / "worker.log").read_text()
     assert "started: queues default (2 slots, process pool of 2)" in log
+
+
+PACKAGE_MAIN = """
+import os
+import sys
+
+from riverboat import Client, Job, QueueConfig, Workers, record_output
+
+from .helper import double
+
+workers = Workers()
+
+
+@workers.register("double", executor="process")
+def work(job: Job[dict]) -> None:
+    record_output({"value": double(job.args["n"]), "pid": os.getpid()})
+
+
+if __name__ == "__main__":
+    url, schema = sys.argv[1], sys.argv[2] or None
+    queues = {"default": QueueConfig(max_workers=1)}
+    with Client(url, schema=schema, queues=queues, workers=workers) as client:
+        job_id = client.insert({"n": 21}, kind="double").job.id
+        client.run_until_idle()
+        row = client.job_get(job_id)
+        assert row.metadata["output"]["value"] == 42, row
+        assert row.metadata["output"]["pid"] != os.getpid()
+        print("ok")
+"""
+
+
+def test_a_worker_registered_by_decorator_in_a_module_run_with_dash_m(
+    any_db: Db, tmp_path: Path
+) -> None:
+    """The decorator runs before the module binds the function's name, and the child
+    imports ``python -m package.module``'s main by its name (relative imports work)."""
+    package = tmp_path / "jobs_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "helper.py").write_text("def double(n):\n    return 2 * n\n")
+    (package / "run.py").write_text(textwrap.dedent(PACKAGE_MAIN))
+    run = subprocess.run(
+        [sys.executable, "-W", "error", "-m", "jobs_pkg.run", any_db.url, any_db.schema or ""],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr

@@ -43,6 +43,7 @@ from riverboat.runtime.worker import (
     _work_context,
     _WorkContext,
     call_timeout_fn,
+    prepare_for_process,
 )
 
 __all__ = ["ExecutorConfig", "JobTimeoutError", "execute_job", "timeout_for"]
@@ -192,6 +193,8 @@ async def _call(
         # A child process: the producer's deadline watch cancels this task at the job's
         # timeout (state.cancellable), and the pool kills the child. The timeout counts
         # from when a child takes the job, not from a wait for a free or new child.
+        if worker.process_reference is None:  # registered after the client was made
+            prepare_for_process(worker)
         arm = None
         if state is not None and state.arm_deadline is not None:
             arm = functools.partial(state.arm_deadline, state)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import ctypes
+import faulthandler
 import importlib
 import json
 import logging
@@ -123,8 +124,9 @@ class _ForwardLogs(logging.Handler):
 class _Resolver:
     """Turns the references the parent sends ("module:qualname") back into objects."""
 
-    def __init__(self, main_path: str | None) -> None:
+    def __init__(self, main_path: str | None, main_module: str | None) -> None:
         self._main_path = main_path
+        self._main_module = main_module
         self._functions: dict[str, Callable[[Job[Any]], Any]] = {}
         self._decoders: dict[str | None, Callable[[JobRow], Any]] = {}
 
@@ -133,6 +135,11 @@ class _Resolver:
             return importlib.import_module(name)
         loaded = sys.modules.get(MAIN_MODULE)
         if loaded is not None:
+            return loaded
+        if self._main_module is not None and self._main_module != "__main__":
+            # `python -m package.module`: imported by its name, so its relative imports
+            # work and its main block (under __name__ == "__main__") doesn't run.
+            loaded = sys.modules[MAIN_MODULE] = importlib.import_module(self._main_module)
             return loaded
         if self._main_path is None:
             raise ImportError("the parent's __main__ has no file to import")
@@ -269,6 +276,8 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _die_with_parent(parent_pid)
+    # A crash in C code prints the Python stack it happened under to stderr.
+    faulthandler.enable()
     # The protocol runs on private copies of stdin/stdout; the job's own stdout goes to
     # stderr and its stdin is empty.
     inbox = os.fdopen(os.dup(0), "rb", buffering=0)
@@ -303,7 +312,7 @@ def main() -> None:
             jobs.put(message)
 
     threading.Thread(target=read_jobs, name="riverboat-child-reader", daemon=True).start()
-    resolver = _Resolver(hello.get("main_path"))
+    resolver = _Resolver(hello.get("main_path"), hello.get("main_module"))
     for module in hello.get("preload", ()):
         try:
             resolver.module(module)

@@ -260,18 +260,19 @@ class ProcessPool:
         try:
             main = sys.modules.get("__main__")
             main_file = getattr(main, "__file__", None)
+            spec = getattr(main, "__spec__", None)
             child.send(
                 {
                     "sys_path": [entry or os.getcwd() for entry in sys.path],
                     "main_path": os.path.abspath(main_file) if main_file else None,
+                    # `python -m package.module`: the child imports it by that name.
+                    "main_module": spec.name if spec is not None else None,
                     "memory_limit": self.memory_limit,
                     "log_level": logging.getLogger().getEffectiveLevel(),
                     "preload": list(self.preload),
                 }
             )
-            ready = await asyncio.wait_for(child.receive(), CHILD_START_TIMEOUT)
-            if "ready" not in ready:
-                raise ChildProcessDied(f"unexpected first message from a child: {ready!r}")
+            await asyncio.wait_for(self._ready(child), CHILD_START_TIMEOUT)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             await child.kill()
             raise ChildProcessDied(
@@ -282,6 +283,23 @@ class ProcessPool:
             raise
         self.started += 1
         return child
+
+    async def _ready(self, child: _Child) -> None:
+        """Wait for the child's ready message, logging what it logs before (a worker
+        module that fails to import, say)."""
+        while True:
+            message = await child.receive()
+            if "ready" in message:
+                return
+            self._log(message)
+
+    def _log(self, message: dict[str, Any]) -> None:
+        record = message.get("log")
+        if record is not None:
+            # Logged here, in the job's context: handlers print it, RiverLog keeps it.
+            logger = logging.getLogger(record["name"])
+            if logger.isEnabledFor(record["levelno"]):
+                logger.handle(logging.makeLogRecord(record))
 
     def warm(self, count: int) -> None:
         """Start ``count`` children in the background (at most ``size`` in all), so the
@@ -374,12 +392,7 @@ class ProcessPool:
             if done is not None:
                 outcome: dict[str, Any] = done
                 return outcome
-            record = message.get("log")
-            if record is not None:
-                # Logged here, in the job's context: handlers print it, RiverLog keeps it.
-                logger = logging.getLogger(record["name"])
-                if logger.isEnabledFor(record["levelno"]):
-                    logger.handle(logging.makeLogRecord(record))
+            self._log(message)
 
     def _died(self, child: _Child, job: Job[Any]) -> ChildProcessDied:
         how = describe_exit(child.process.returncode)

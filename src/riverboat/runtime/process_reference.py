@@ -32,7 +32,7 @@ def _resolve(module_name: str, qualname: str) -> Any:
     return target
 
 
-def _object_reference(obj: Any, what: str) -> str:
+def _object_reference(obj: Any, what: str, resolve: bool) -> str:
     module_name = getattr(obj, "__module__", None)
     qualname = getattr(obj, "__qualname__", None)
     if not isinstance(module_name, str) or not isinstance(qualname, str):
@@ -53,6 +53,8 @@ def _object_reference(obj: Any, what: str) -> str:
                 f"{qualname} is defined in an interactive __main__ that a child process "
                 "can't import; move it into a module",
             )
+    if not resolve:
+        return f"{module_name}:{qualname}"
     try:
         found = _resolve(module_name, qualname)
     except Exception as exc:
@@ -68,10 +70,14 @@ def _object_reference(obj: Any, what: str) -> str:
     return f"{module_name}:{qualname}"
 
 
-def process_reference(fn: Callable[..., Any], kind: str) -> str:
+def process_reference(fn: Callable[..., Any], kind: str, *, resolve: bool = True) -> str:
     """The reference a child imports ``fn`` by, or an :class:`InvalidInputError` saying
     why it can't: a closure, lambda, callable instance, async function, or a Worker class
-    that needs constructor arguments (the child makes its own instance)."""
+    that needs constructor arguments (the child makes its own instance).
+
+    ``resolve=False`` skips importing the reference back, for a check at registration:
+    a decorator runs before its module binds the function's name, so whether the name
+    leads back to the function is known only later (the client checks it when made)."""
     what = f"workers[{kind!r}]"
     if inspect.iscoroutinefunction(fn):
         raise InvalidInputError(what, "the process executor runs plain def workers only")
@@ -86,17 +92,17 @@ def process_reference(fn: Callable[..., Any], kind: str) -> str:
                 f"{cls.__qualname__} takes constructor arguments; a child process makes "
                 "its own instance with none",
             ) from None
-        return "class:" + _object_reference(cls, what)
+        return "class:" + _object_reference(cls, what, resolve)
     if not inspect.isfunction(fn):
         raise InvalidInputError(
             what,
             f"{fn!r} is not a plain function; a child process imports the function by "
             "name, so register a module-level def (or a Worker class)",
         )
-    return _object_reference(fn, what)
+    return _object_reference(fn, what, resolve)
 
 
 def args_type_reference(args_type: Any, kind: str) -> str | None:
     if args_type is None or args_type is dict:
         return None
-    return _object_reference(args_type, f"workers[{kind!r}].args_type")
+    return _object_reference(args_type, f"workers[{kind!r}].args_type", True)

@@ -107,6 +107,10 @@ class RuntimeConfig:
                 if value is not None and (not isinstance(value, (int, float)) or value < 0.001):
                     raise InvalidInputError(f"queues[{name!r}].{attr}", "must be ≥ 0.001 s")
             validate_executor(name, cfg, self.workers)
+        for kind in self.workers:
+            worker = self.workers.get(kind)
+            if worker is not None and worker.executor == "process":
+                prepare_for_process(worker)
         if self.fetch_cooldown is not None and self.fetch_cooldown < 0.001:
             raise InvalidInputError("fetch_cooldown", "must be at least 0.001 s")
         if self.fetch_poll_interval < (self.fetch_cooldown or DEFAULT_FETCH_COOLDOWN):

@@ -326,8 +326,10 @@ class Workers:
             args_type=args_type,
         )
         if executor == "process":
+            # What can be told now (a closure, a lambda, an async function...); that the
+            # name leads back to the function is checked when a client is made.
             try:
-                prepare_for_process(registered)
+                process_reference(fn, kind, resolve=False)
             except BaseException:
                 del self._by_kind[kind]
                 raise
@@ -413,8 +415,6 @@ EXECUTORS = (None, "thread", "process")
 def prepare_for_process(worker: RegisteredWorker) -> None:
     """Check that a child process can import ``worker``'s function and args type by
     reference, and keep the references; a clear InvalidInputError when it can't."""
-    if worker.process_reference is not None:
-        return
     reference = process_reference(worker.fn, worker.kind)
     worker.process_args_type = args_type_reference(worker.args_type, worker.kind)
     worker.process_reference = reference
