@@ -330,11 +330,11 @@ async def test_soft_stop_past_its_timeout_kills_children_and_hands_jobs_back(
 
 
 async def test_a_timeout_counts_from_when_a_child_takes_the_job(any_db: Db, tmp_path: Path) -> None:
-    # One child for two slots: the second job waits about 1 s for the child, then
-    # needs 1 s of its 1.8 s timeout.
+    # One child for two slots: the second job waits 2 s for the child, then needs 2 s
+    # of its 3 s timeout (counted from the claim, it would time out every attempt).
     async with _client(any_db, process_pool_size=1) as client:
-        client.runtime.config.workers.get("hang").timeout = 1.8  # type: ignore[union-attr]
-        args = {"dir": str(tmp_path), "seconds": 1, "always": True}
+        client.runtime.config.workers.get("hang").timeout = 3  # type: ignore[union-attr]
+        args = {"dir": str(tmp_path), "seconds": 2, "always": True}
         ids = [(await client.insert(args, kind="hang")).job.id for _ in range(2)]
         await client.start()
         try:
