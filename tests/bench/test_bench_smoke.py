@@ -188,6 +188,10 @@ def test_bench_process_part_reports_overhead_and_scaling() -> None:
     noop = process["noop"]
     assert noop["jobs"] == 100 and noop["target_ms_per_job"] == 1.0
     assert noop["thread_ms_per_job"] > 0 and noop["process_ms_per_job"] > 0
+    e2e = process["end_to_end"]
+    assert e2e["jobs"] == 100 and e2e["children"] == process["cores"]
+    for executor in ("thread", "process"):
+        assert e2e[executor]["jobs_per_sec"] > 0 and e2e[executor]["cpu_ms_per_job"] > 0
     cpu = process["cpu"]
     assert [row["children"] for row in cpu["processes"]] == list(range(1, process["cores"] + 1))
     assert all(row["jobs_per_sec"] > 0 for row in cpu["processes"])

@@ -7,6 +7,11 @@ job's row and function reference out as JSON, its outcome back, all through pipe
 - ``noop``: no-op jobs one at a time, through the thread executor then through a
   one-child process pool (warm): milliseconds per job each, and the difference (the
   process executor's overhead per job; the target is ≤ 1 ms).
+- ``end_to_end`` (when the bench has a database): the same no-op jobs through a real
+  client, claimed and completed in the database, with the thread executor and the process
+  executor (``max_workers`` twice the cores, one child per core, all started before the
+  clock): jobs/s, wall and CPU milliseconds per job (the worker's CPU plus its
+  children's; the outcomes still buffered when the last job ends are not counted).
 - ``cpu``: CPU-bound jobs (a pure-Python loop of about 100 ms), six per core, run with 1,
   2, ... children up to the core count, and with as many threads for contrast: jobs/s
   and speed-up over one child. Threads share the GIL and don't scale; children do, up to
@@ -26,7 +31,13 @@ from typing import Any
 from riverboat._job import JobRow, JobState
 from riverboat.runtime.process_pool import ProcessPool
 from riverboat.runtime.threads import DaemonThreadPool
-from riverboat.runtime.worker import Job, RegisteredWorker, Workers, _WorkContext
+from riverboat.runtime.worker import (
+    Job,
+    RegisteredWorker,
+    Workers,
+    _WorkContext,
+    prepare_for_process,
+)
 
 __all__ = ["noop", "run_process_bench", "spin"]
 
@@ -76,6 +87,7 @@ def _worker(fn: Callable[[Job[Any]], Any]) -> RegisteredWorker:
     workers.register(fn.__name__, executor="process")(fn)
     worker = workers.get(fn.__name__)
     assert worker is not None
+    prepare_for_process(worker)  # what a client does when it is made
     return worker
 
 
@@ -124,8 +136,97 @@ def _calibrate() -> int:
         n *= 4
 
 
+class _CountWork:
+    """Work middleware counting finished jobs in the worker (where the executors meet)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.all_done = asyncio.Event()
+
+    async def work(self, job: Job[Any], call_next: Callable[[], Any]) -> None:
+        try:
+            await call_next()
+        finally:
+            self.done += 1
+            if self.done >= self.total:
+                self.all_done.set()
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds of this process and of the live children ``pids`` so far (from
+    /proc: a child's start-up, before the clock, must not count)."""
+    total = time.process_time()
+    ticks = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return total
+
+
+async def _end_to_end(
+    make_client: Callable[..., Any],
+    reset: Callable[[], Any],
+    jobs: int,
+    cores: int,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    width = 2 * cores
+    from riverboat import InsertManyParams
+    from riverboat.runtime.producer import QueueConfig
+
+    out: dict[str, Any] = {"jobs": jobs, "max_workers": width, "children": cores}
+    for executor in ("thread", "process"):
+        progress(f"process executor: {jobs} no-op jobs end to end, {executor} executor")
+        await reset()
+        workers = Workers()
+        workers.register("bench_noop")(noop)
+        counter = _CountWork(jobs)
+        queue = QueueConfig(max_workers=width, executor=executor, process_pool_size=cores)
+        client = make_client(
+            queues={"default": queue},
+            workers=workers,
+            middleware=[counter],
+            fetch_cooldown=0.002,
+            fetch_poll_interval=0.02,
+        )
+        try:
+            await client.insert_many([InsertManyParams({}, kind="bench_noop") for _ in range(jobs)])
+            await client.start()
+            pool = client.runtime.producers["default"].process_pool
+            pids: list[int] = []
+            if pool is not None:  # the clock starts with the whole pool up
+                while len(pool.pids) < cores:
+                    await asyncio.sleep(0.01)
+                pids = pool.pids
+            cpu, wall = _cpu_seconds(pids), time.perf_counter()
+            await asyncio.wait_for(counter.all_done.wait(), 600)
+            wall, cpu = time.perf_counter() - wall, _cpu_seconds(pids) - cpu
+            await client.stop()
+        finally:
+            await client.close()
+        out[executor] = {
+            "jobs_per_sec": round(jobs / wall, 1),
+            "wall_ms_per_job": round(wall * 1000 / jobs, 4),
+            "cpu_ms_per_job": round(cpu * 1000 / jobs, 4),
+        }
+    out["overhead_cpu_ms_per_job"] = round(
+        out["process"]["cpu_ms_per_job"] - out["thread"]["cpu_ms_per_job"], 4
+    )
+    return out
+
+
 async def run_process_bench(
-    calls: int, progress: Callable[[str], None], cores: int | None = None
+    calls: int,
+    progress: Callable[[str], None],
+    cores: int | None = None,
+    *,
+    make_client: Callable[..., Any] | None = None,
+    reset: Callable[[], Any] | None = None,
 ) -> dict[str, Any]:
     cores = cores or os.cpu_count() or 1
     threads = DaemonThreadPool("riverboat-bench")
@@ -146,6 +247,8 @@ async def run_process_bench(
             "overhead_ms_per_job": round(process_ms - thread_ms, 4),
             "target_ms_per_job": NOOP_TARGET_MS,
         }
+        if make_client is not None and reset is not None:
+            report["end_to_end"] = await _end_to_end(make_client, reset, calls, cores, progress)
         n = _calibrate()
         spin_worker = _worker(spin)
         count = CPU_JOBS_PER_CORE * cores

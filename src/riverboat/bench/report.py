@@ -128,12 +128,26 @@ def render_table(report: dict[str, Any]) -> str:
         noop = process["noop"]
         lines += [
             "",
-            f"process executor ({process['cores']} cores; no database)",
+            f"process executor ({process['cores']} cores)",
             f"no-op job, one at a time: thread {_fmt(noop['thread_ms_per_job'])} ms, "
             f"process {_fmt(noop['process_ms_per_job'])} ms, overhead "
             f"{_fmt(noop['overhead_ms_per_job'])} ms/job (target ≤ "
             f"{_fmt(noop['target_ms_per_job'])})",
         ]
+        e2e = process.get("end_to_end")
+        if e2e:
+            for executor in ("thread", "process"):
+                row = e2e[executor]
+                lines.append(
+                    f"{e2e['jobs']} no-op jobs end to end, {executor} executor "
+                    f"(max_workers {e2e['max_workers']}): {_fmt(row['jobs_per_sec'])} jobs/s, "
+                    f"{_fmt(row['wall_ms_per_job'])} ms wall/job, "
+                    f"{_fmt(row['cpu_ms_per_job'])} ms CPU/job"
+                )
+            lines.append(
+                "process executor CPU overhead end to end: "
+                f"{_fmt(e2e['overhead_cpu_ms_per_job'])} ms/job"
+            )
         cpu = process["cpu"]
         for row in cpu["processes"]:
             lines.append(

@@ -228,7 +228,10 @@ async def _run(
     if config.include_process:
         from riverboat.bench.process import run_process_bench
 
-        report["process_executor"] = await run_process_bench(min(config.jobs, 2000), progress)
+        await reset()
+        report["process_executor"] = await run_process_bench(
+            min(config.jobs, 2000), progress, make_client=make_client, reset=reset
+        )
     if with_floor:
         if floor is None:
             floor = await _best_floor(None, config, target, server_cpu, progress)
