@@ -313,6 +313,10 @@ class Workers:
             raise InvalidInputError("timeout", "must be seconds (a number), -1 or None")
         if timeout is not None and timeout <= 0 and timeout != -1:
             raise InvalidInputError("timeout", "must be positive, -1 (no timeout) or None")
+        if executor == "process":
+            # What can be told now (a closure, a lambda, an async function...); that the
+            # name leads back to the function is checked when a client is made.
+            process_reference(fn, kind, resolve=False)
         registered = self._by_kind[kind] = RegisteredWorker(
             kind=kind,
             fn=fn,
@@ -325,14 +329,6 @@ class Workers:
             executor=executor,
             args_type=args_type,
         )
-        if executor == "process":
-            # What can be told now (a closure, a lambda, an async function...); that the
-            # name leads back to the function is checked when a client is made.
-            try:
-                process_reference(fn, kind, resolve=False)
-            except BaseException:
-                del self._by_kind[kind]
-                raise
         for alias in aliases:
             self._aliases[alias] = registered
 
