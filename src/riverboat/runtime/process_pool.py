@@ -27,6 +27,7 @@ import logging
 import os
 import signal
 import struct
+import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -250,6 +251,7 @@ class ProcessPool:
     async def _start_child(self) -> _Child:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
+            *_interpreter_flags(),
             "-m",
             CHILD_MODULE,
             str(os.getpid()),
@@ -436,6 +438,15 @@ class ProcessPool:
         await asyncio.gather(
             *(child.close(grace) for child in children), *(child.kill() for child in busy)
         )
+
+
+def _interpreter_flags() -> list[str]:
+    """This interpreter's -W, -X, -O... flags, for the children (as multiprocessing's
+    spawn passes them)."""
+    flags: Callable[[], list[str]] | None = getattr(
+        subprocess, "_args_from_interpreter_flags", None
+    )
+    return flags() if flags is not None else []
 
 
 def _mib(size: int) -> str:
