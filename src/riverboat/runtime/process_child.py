@@ -282,12 +282,16 @@ def main() -> None:
     # stderr and its stdin is empty.
     inbox = os.fdopen(os.dup(0), "rb", buffering=0)
     outbox = os.fdopen(os.dup(1), "wb")
-    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
     os.dup2(2, 1)
     hello = read_message(inbox)
     if hello is None:
         return
-    sys.path[:0] = [entry for entry in hello["sys_path"] if entry not in sys.path]
+    # The parent's import path, in its order (what shadows what must not change).
+    parent_path: list[str] = hello["sys_path"]
+    sys.path[:] = parent_path + [entry for entry in sys.path if entry not in parent_path]
     limit = hello.get("memory_limit")
     if limit is not None:
         import resource
