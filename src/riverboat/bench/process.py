@@ -29,7 +29,7 @@ from functools import partial
 from typing import Any
 
 from riverboat._job import JobRow, JobState
-from riverboat.runtime.process_pool import ProcessPool
+from riverboat.runtime.process_pool import ProcessPool, usable_cores
 from riverboat.runtime.threads import DaemonThreadPool
 from riverboat.runtime.worker import (
     Job,
@@ -228,7 +228,7 @@ async def run_process_bench(
     make_client: Callable[..., Any] | None = None,
     reset: Callable[[], Any] | None = None,
 ) -> dict[str, Any]:
-    cores = cores or os.cpu_count() or 1
+    cores = cores or usable_cores()
     threads = DaemonThreadPool("riverboat-bench")
     report: dict[str, Any] = {"cores": cores}
     try:

@@ -296,7 +296,10 @@ def main() -> None:
     if limit is not None:
         import resource
 
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        except (ValueError, OSError) as exc:  # a platform without it (macOS refuses)
+            print(f"riverboat: no memory limit in this child: {exc}", file=sys.stderr)
     lock = threading.Lock()
 
     def send(message: dict[str, Any]) -> None:

@@ -42,6 +42,7 @@ __all__ = [
     "ChildProcessDied",
     "MemoryLimitExceeded",
     "ProcessPool",
+    "usable_cores",
 ]
 
 log = logging.getLogger("riverboat.process_pool")
@@ -438,6 +439,15 @@ class ProcessPool:
         await asyncio.gather(
             *(child.close(grace) for child in children), *(child.kill() for child in busy)
         )
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which a container's cpuset
+    narrows; ``os.cpu_count()`` counts the host's)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    if affinity is not None:
+        return len(affinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 def _interpreter_flags() -> list[str]:

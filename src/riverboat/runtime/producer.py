@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import random
 import sys
 import time
@@ -44,7 +43,7 @@ from riverboat.runtime.executor import (
     timeout_for,
 )
 from riverboat.runtime.health import DEFAULT_CALL_TIMEOUT, PathHealth, bounded
-from riverboat.runtime.process_pool import ProcessPool
+from riverboat.runtime.process_pool import ProcessPool, usable_cores
 from riverboat.runtime.threads import DaemonThreadPool
 from riverboat.runtime.undecodable import undecodable_outcome
 
@@ -250,7 +249,7 @@ class Producer:
         if rows and rows[0][3] is not None:
             self._paused = True
         if self.process_pool is not None and self._exec_config.default_executor == "process":
-            self.process_pool.warm(os.cpu_count() or 1)
+            self.process_pool.warm(usable_cores())
         self._task = asyncio.create_task(self._run(), name=f"riverboat-producer-{self.queue}")
 
     async def _run(self) -> None:
