@@ -240,17 +240,24 @@ async def test_soft_stop_lets_children_finish(any_db: Db, tmp_path: Path) -> Non
 async def test_hard_stop_kills_children_and_hands_their_jobs_back(
     any_db: Db, tmp_path: Path
 ) -> None:
-    async with _client(any_db) as client:
+    # Three slots, two children: two jobs run, the third waits for a child.
+    async with _client(any_db, max_workers=3, process_pool_size=2) as client:
         ids = [
             (await client.insert({"dir": str(tmp_path), "always": True}, kind="hang")).job.id
-            for _ in range(2)
+            for _ in range(3)
         ]
         sub = client.subscribe(EventKind.JOB_INTERRUPTED)
         await client.start()
         try:
-            for job_id in ids:
-                started = tmp_path / f"started-{job_id}-1"
-                await wait_until_async(started.exists, what=f"job {job_id} started")
+            await wait_until_async(
+                lambda: len(list(tmp_path.glob("started-*"))) == 2, what="two jobs started"
+            )
+
+            async def all_claimed() -> bool:
+                rows = [await client.job_get(job_id) for job_id in ids]
+                return all(row.state is JobState.RUNNING for row in rows)
+
+            await wait_until_async(all_claimed, what="the third job claimed")
             pids = _pool(client).pids
         finally:
             await asyncio.wait_for(client.stop_and_cancel(), 20)
@@ -259,6 +266,7 @@ async def test_hard_stop_kills_children_and_hands_their_jobs_back(
             row = await client.job_get(job_id)
             assert row.state is JobState.AVAILABLE and row.attempt == 0 and not row.errors
         assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
+        assert len(list(tmp_path.glob("started-*"))) == 2  # the third never ran
         _no_overlap(tmp_path)
 
 
