@@ -194,7 +194,7 @@ async def test_cancelling_a_running_job_kills_its_child(any_db: Db, tmp_path: Pa
         await client.start()
         try:
             started = tmp_path / f"started-{job_id}-1"
-            await wait_until_async(started.exists, what="the job started")
+            await wait_until_async(started.exists, timeout=30, what="the job started")
             child = int(started.read_text())
             if any_db.dialect == "postgres":
                 # From another client, as `riverboat jobs cancel` or River's UI would: the
@@ -225,7 +225,7 @@ async def test_soft_stop_lets_children_finish(any_db: Db, tmp_path: Path) -> Non
         try:
             for job_id in ids:
                 started = tmp_path / f"started-{job_id}-1"
-                await wait_until_async(started.exists, what=f"job {job_id} started")
+                await wait_until_async(started.exists, timeout=30, what=f"job {job_id} started")
             pids = _pool(client).pids
         finally:
             await client.stop()
@@ -250,14 +250,16 @@ async def test_hard_stop_kills_children_and_hands_their_jobs_back(
         await client.start()
         try:
             await wait_until_async(
-                lambda: len(list(tmp_path.glob("started-*"))) == 2, what="two jobs started"
+                lambda: len(list(tmp_path.glob("started-*"))) == 2,
+                timeout=30,
+                what="two jobs started",
             )
 
             async def all_claimed() -> bool:
                 rows = [await client.job_get(job_id) for job_id in ids]
                 return all(row.state is JobState.RUNNING for row in rows)
 
-            await wait_until_async(all_claimed, what="the third job claimed")
+            await wait_until_async(all_claimed, timeout=30, what="the third job claimed")
             pids = _pool(client).pids
         finally:
             await asyncio.wait_for(client.stop_and_cancel(), 20)
@@ -334,7 +336,7 @@ async def test_soft_stop_past_its_timeout_kills_children_and_hands_jobs_back(
         await client.start()
         try:
             started = tmp_path / f"started-{job_id}-1"
-            await wait_until_async(started.exists, what="the job started")
+            await wait_until_async(started.exists, timeout=30, what="the job started")
             child = int(started.read_text())
         finally:
             await asyncio.wait_for(client.stop(), 20)

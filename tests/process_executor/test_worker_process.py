@@ -96,6 +96,7 @@ def test_children_die_with_a_sigkilled_worker(any_db: Db, tmp_path: Path) -> Non
         proc.wait(timeout=10)
     wait_until(
         lambda: not any(_alive(pid) for pid in children),
+        timeout=30,
         what="the children died with their parent",
     )
     states = any_db.execute("SELECT state FROM river_job ORDER BY id")
