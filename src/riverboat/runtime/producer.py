@@ -392,7 +392,7 @@ class Producer:
         if not task.done():
             self._active[row.id] = (task, state)
 
-    # -- timeouts of async jobs: one timer for the producer, at the nearest deadline -----
+    # -- timeouts of async and process jobs: one timer for the producer, at the nearest --
     def _arm_deadline(self, state: RunState) -> None:
         state.deadline = deadline = self._loop_time() + state.timeout
         if deadline < self._watch_at:
