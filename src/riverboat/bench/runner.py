@@ -64,8 +64,8 @@ class BenchConfig:
     # the flow-control part (riverboat.bench.flow, Postgres: worker processes).
     include_workflow: bool = False
     include_flow: bool = False
-    # Not in a default run: the process executor against the thread executor (no
-    # database), bench/process.py.
+    # Not in a default run: the process executor against the thread executor
+    # (riverboat.bench.process: starts child processes).
     include_process: bool = False
     scale_finalized_rows: int = 1_000_000
 
