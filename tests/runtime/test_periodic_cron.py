@@ -23,8 +23,10 @@ def _ticks(job: PeriodicJob, start: datetime, count: int) -> list[datetime]:
     return out
 
 
-def _utc(*parts: int) -> datetime:
-    return datetime(*parts, tzinfo=UTC)  # type: ignore[misc]
+def _utc(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
