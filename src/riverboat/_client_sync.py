@@ -352,3 +352,31 @@ class ClientBase(SyncAdmin):
         if info.finalized:
             return info
         raise WaitTimeoutError(f"workflow {info.id} is still running after {timeout:g}s", info)
+
+    def resumable_set_step_tx(self, conn: Any, job: Job[Any]) -> JobRow:
+        """Persist the running resumable step as finished now, inside the caller's
+        open transaction on ``conn`` (River's ``ResumableSetStepTx``): a later attempt
+        skips it even if this process dies before the attempt ends. Call it from inside
+        ``job.step`` and commit before the step returns; if the transaction rolls back,
+        so does the checkpoint. Returns the updated row."""
+        return self._resumable_checkpoint_tx(conn, job, None, with_cursor=False)
+
+    def resumable_set_step_cursor_tx(self, conn: Any, job: Job[Any], cursor: Any) -> JobRow:
+        """Persist the running cursor step and ``cursor`` now, inside the caller's open
+        transaction on ``conn`` (River's ``ResumableSetStepCursorTx``): a later attempt,
+        by riverboat or Go, runs that step again from ``cursor``. Call it from inside
+        ``job.step_cursor``; returns the updated row."""
+        return self._resumable_checkpoint_tx(conn, job, cursor, with_cursor=True)
+
+    def _resumable_checkpoint_tx(
+        self, conn: Any, job: Job[Any], cursor: Any, *, with_cursor: bool
+    ) -> JobRow:
+        if not isinstance(job, Job):
+            raise InvalidInputError("job", "must be the Job being worked")
+        if job.row.state is not JobState.RUNNING:
+            raise InvalidInputError("job", f"must be running, not {job.row.state}")
+        state = job._resumable()
+        update = state.checkpoint(cursor, with_cursor)
+        row = self.job_update_tx(conn, job.id, metadata=update)
+        state.checkpointed(update)
+        return row

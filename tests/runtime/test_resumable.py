@@ -175,3 +175,182 @@ async def test_a_hard_stop_keeps_the_finished_steps(any_db: Db) -> None:  # noqa
         await second.run_until_idle()
         assert (await second.job_get(job_id)).state is JobState.COMPLETED
     assert ran == ["one", "two", "two"]
+
+
+# What Go River 0.51 leaves in a job's metadata, written here byte for byte as Go writes
+# it, for riverboat to resume. ResumableSetStepCursorTx(ctx, tx, job, 2) inside
+# ResumableStepCursor "process" merges {"river:resumable_step":"process",
+# "river:resumable_cursor":{"process":2}}: the running step's name, with its cursor.
+GO_STEP_CURSOR_TX = {STEP_KEY: "process", CURSOR_KEY: {"process": 2}}
+# An attempt that set a cursor with ResumableSetCursor in the first step and failed
+# before finishing any step: a cursor-only checkpoint, no resume point.
+GO_CURSOR_ONLY = {CURSOR_KEY: {"process": 1}}
+
+
+def _pipeline(workers: Workers, kind: str, ran: list[str], *, with_process: bool = True) -> None:
+    @workers.register(kind)
+    def pipeline(job: Job[Any]) -> None:
+        def process(cursor: int | None) -> None:
+            for item in range(0 if cursor is None else cursor + 1, 5):
+                ran.append(f"{kind}:item{item}")
+                job.set_cursor(item)
+
+        job.step("fetch", lambda: ran.append(f"{kind}:fetch"))
+        if with_process:
+            job.step_cursor("process", process)
+        job.step("publish", lambda: ran.append(f"{kind}:publish"))
+
+
+def test_a_step_checkpointed_by_go_runs_again_from_its_cursor(any_db: Db) -> None:  # noqa: F811
+    db = any_db
+    ran: list[str] = []
+    workers = Workers()
+    _pipeline(workers, "go_tx", ran)
+    _pipeline(workers, "go_cursor", ran)
+    with _client(db, workers) as client:
+        tx = client.insert({}, riverboat.InsertOpts(metadata=GO_STEP_CURSOR_TX), kind="go_tx")
+        only = client.insert({}, riverboat.InsertOpts(metadata=GO_CURSOR_ONLY), kind="go_cursor")
+        client.run_until_idle()
+        rows = [client.job_get(tx.job.id), client.job_get(only.job.id)]
+
+    assert [row.state for row in rows] == [JobState.COMPLETED, JobState.COMPLETED]
+    # The resume step had a cursor: steps before it are skipped, it resumes after item 2.
+    assert [r for r in ran if r.startswith("go_tx:")] == [
+        "go_tx:item3",
+        "go_tx:item4",
+        "go_tx:publish",
+    ]
+    # No resume point: every step runs, the cursor step from its cursor.
+    assert [r for r in ran if r.startswith("go_cursor:")] == [
+        "go_cursor:fetch",
+        "go_cursor:item2",
+        "go_cursor:item3",
+        "go_cursor:item4",
+        "go_cursor:publish",
+    ]
+
+
+def test_a_cursor_checkpoint_the_worker_never_reaches_fails_and_is_kept(
+    any_db: Db,  # noqa: F811
+) -> None:
+    db = any_db
+    ran: list[str] = []
+    workers = Workers()
+    _pipeline(workers, "no_process", ran, with_process=False)
+
+    @workers.register("plain_process")
+    def plain_process(job: Job[Any]) -> None:
+        job.step("process", lambda: ran.append("plain"))
+
+    once = riverboat.InsertOpts(max_attempts=1, metadata=GO_CURSOR_ONLY)
+    with _client(db, workers) as client:
+        missing = client.insert({}, once, kind="no_process").job.id
+        plain = client.insert({}, once, kind="plain_process").job.id
+        client.run_until_idle()
+        rows = {job_id: client.job_get(job_id) for job_id in (missing, plain)}
+
+    assert rows[missing].state is JobState.DISCARDED
+    assert "resumable cursor step 'process' not found" in rows[missing].errors[-1].error
+    assert rows[plain].state is JobState.DISCARDED
+    assert "'process' requires a cursor step" in rows[plain].errors[-1].error
+    assert "plain" not in ran
+    # The checkpoint stays for a worker that has the step; no resume point was added
+    # past it, though "fetch" and "publish" finished.
+    for row in rows.values():
+        assert row.metadata[CURSOR_KEY] == {"process": 1}
+        assert STEP_KEY not in row.metadata
+
+
+def test_nested_steps_fail_the_attempt(any_db: Db) -> None:  # noqa: F811
+    db = any_db
+    workers = Workers()
+    ran: list[str] = []
+
+    @workers.register("nested")
+    def nested(job: Job[Any]) -> None:
+        def outer() -> None:
+            try:
+                job.step("inner", lambda: ran.append("inner"))
+            except Exception:
+                pass  # swallowed: River still fails the attempt
+
+        job.step("outer", outer)
+        job.step("after", lambda: ran.append("after"))
+
+    with _client(db, workers) as client:
+        job_id = client.insert({}, riverboat.InsertOpts(max_attempts=1), kind="nested").job.id
+        client.run_until_idle()
+        row = client.job_get(job_id)
+
+    assert ran == []
+    assert row.state is JobState.DISCARDED
+    assert "resumable steps cannot be nested" in row.errors[-1].error
+    assert STEP_KEY not in row.metadata  # the outer step did not finish
+
+
+def test_a_checkpoint_in_the_callers_transaction_is_what_go_writes(any_db: Db) -> None:  # noqa: F811
+    """resumable_set_step_cursor_tx writes Go's metadata at once; a crash afterwards
+    resumes the step from that cursor, and a rolled-back checkpoint is not saved."""
+    db = any_db
+    ran: list[str] = []
+    seen: list[dict[str, Any]] = []
+    client_box: list[riverboat.Client] = []
+    workers = Workers()
+
+    @workers.register("checkpointed")
+    def checkpointed(job: Job[Any]) -> None:
+        def process(cursor: int | None) -> None:
+            for item in range(0 if cursor is None else cursor + 1, 5):
+                ran.append(f"item{item}@{job.attempt}")
+                with db.connect() as conn:
+                    row = client_box[0].resumable_set_step_cursor_tx(conn, job, item)
+                    seen.append({k: v for k, v in row.metadata.items() if k.startswith("river:")})
+                    if item == 3:
+                        conn.rollback()  # this checkpoint never commits
+                    else:
+                        conn.commit()
+                if job.attempt == 1 and item == 3:
+                    raise RuntimeError("crashed after item 3")
+
+        job.step("fetch", lambda: ran.append(f"fetch@{job.attempt}"))
+        job.step_cursor("process", process)
+
+    with _client(db, workers) as client:
+        client_box.append(client)
+        job_id = client.insert({}, kind="checkpointed").job.id
+        client.run_until_idle()
+        row = client.job_get(job_id)
+
+    assert row.state is JobState.COMPLETED and row.attempt == 2
+    assert seen[0] == {STEP_KEY: "process", CURSOR_KEY: {"process": 0}}
+    assert seen[2] == {STEP_KEY: "process", CURSOR_KEY: {"process": 2}}
+    # Attempt 2 resumes after item 2, the last committed checkpoint: the rolled-back one
+    # for item 3 is not staged again with the failure.
+    assert ran == [
+        "fetch@1",
+        "item0@1",
+        "item1@1",
+        "item2@1",
+        "item3@1",
+        "item3@2",
+        "item4@2",
+    ]
+
+
+def test_checkpoints_outside_a_step_are_refused(any_db: Db) -> None:  # noqa: F811
+    db = any_db
+    client_box: list[riverboat.Client] = []
+    workers = Workers()
+
+    @workers.register("outside")
+    def outside(job: Job[Any]) -> None:
+        with db.connect() as conn:
+            client_box[0].resumable_set_step_tx(conn, job)
+
+    with _client(db, workers) as client:
+        client_box.append(client)
+        job_id = client.insert({}, riverboat.InsertOpts(max_attempts=1), kind="outside").job.id
+        client.run_until_idle()
+        row = client.job_get(job_id)
+    assert row.state is JobState.DISCARDED
+    assert "can only be written inside job.step" in row.errors[-1].error
