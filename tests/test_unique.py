@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from riverboat import InsertOpts, JobState, UniqueOpts
+from riverboat import InsertOpts, JobState, RawArgs, UniqueOpts
 from riverboat._insert import InsertDefaults, encode_args, resolve_insert
 from riverboat._unique import (
     DEFAULT_UNIQUE_STATES,
@@ -465,7 +465,7 @@ def test_empty_unique_fields_means_all_fields() -> None:
     assert key_for(args, UniqueOpts(by_args=True)) == sha('&kind=k1&args={"a":2,"b":1}')
 
 
-@pytest.mark.parametrize("bad", ["email", ["a..b"], [""], [3]])
+@pytest.mark.parametrize("bad", ["email", ["a..b"], [""], [3], [()], [("a", 1)], ["0"], ["a.12"]])
 def test_unique_fields_must_be_a_list_of_paths(bad: Any) -> None:
     args = _Fields("k1", {"email": "x"}, bad)
     with pytest.raises(InvalidInputError) as info:
@@ -534,10 +534,10 @@ def test_period_bound_is_printed_in_utc() -> None:
     )
 
 
-def test_period_uses_insert_time_not_scheduled_at() -> None:
-    # River's client computes the key before it assigns ScheduledAt, so the bound comes
-    # from the current time even for a job scheduled an hour ahead.
-    later = NOW + timedelta(hours=3)
+def test_period_is_the_one_the_job_is_scheduled_in() -> None:
+    # River 0.48: the bound comes from InsertOpts.ScheduledAt when set (in UTC), so a job
+    # scheduled three hours ahead is deduplicated against that hour, not this one.
+    later = (NOW + timedelta(hours=3)).astimezone(timezone(timedelta(hours=-7)))
     params = resolve_insert(
         {"a": 1},
         InsertOpts(scheduled_at=later, unique_opts=UniqueOpts(by_period=timedelta(hours=1))),
@@ -545,8 +545,16 @@ def test_period_uses_insert_time_not_scheduled_at() -> None:
         InsertDefaults(),
         now=NOW,
     )
-    assert params.unique_key == sha("&kind=k1&period=2026-08-07T14:00:00Z")
+    assert params.unique_key == sha("&kind=k1&period=2026-08-07T17:00:00Z")
     assert params.state == JobState.SCHEDULED
+    unscheduled = resolve_insert(
+        {"a": 1},
+        InsertOpts(unique_opts=UniqueOpts(by_period=timedelta(hours=1))),
+        "k1",
+        InsertDefaults(),
+        now=NOW,
+    )
+    assert unscheduled.unique_key == sha("&kind=k1&period=2026-08-07T14:00:00Z")
 
 
 # --- unique_states bitmask ---------------------------------------------------------------------
@@ -608,12 +616,25 @@ def test_resolved_insert_carries_key_and_bitmask() -> None:
     assert params.unique_states == 247
 
 
-def test_empty_and_exclude_kind_only_are_not_unique() -> None:
-    # River: ExcludeKind alone does not make a job unique.
-    for opts in (UniqueOpts(), UniqueOpts(exclude_kind=True), UniqueOpts(by_period=0)):
+def test_empty_opts_are_not_unique() -> None:
+    for opts in (UniqueOpts(), UniqueOpts(by_period=0)):
         params = resolve_insert({}, InsertOpts(unique_opts=opts), "k1", InsertDefaults(), NOW)
         assert params.unique_key is None
         assert params.unique_states is None
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        UniqueOpts(exclude_kind=True),
+        UniqueOpts(exclude_kind=True, by_state=["available", "pending", "running", "scheduled"]),
+    ],
+)
+def test_exclude_kind_without_args_queue_or_period_is_refused(opts: UniqueOpts) -> None:
+    # River 0.48 rejects it at insert time; earlier releases ignored it silently.
+    with pytest.raises(InvalidInputError) as info:
+        resolve_insert({}, InsertOpts(unique_opts=opts), "k1", InsertDefaults(), NOW)
+    assert info.value.field == "opts.unique_opts.exclude_kind"
 
 
 class ArgsWithOwnUnique:
@@ -701,3 +722,120 @@ def test_validation_through_resolve_insert_names_the_field() -> None:
     with pytest.raises(InvalidInputError) as info:
         resolve_insert({}, InsertOpts(unique_opts={"by_args": True}), "k1", InsertDefaults(), NOW)  # type: ignore[arg-type]
     assert info.value.field == "opts.unique_opts"
+
+
+# --- field names that are path syntax, and raw JSON args (River 0.48+, PR #1387) ----------
+# Expected strings printed by River 0.51.2's own code: rivershared/structtag's
+# SortedFieldsWithTag and ExtractValues, then sjson.SetRawBytesOptions, as
+# internal/dbunique does, for the Go struct in the comment.
+
+
+@dataclass
+class PathSyntaxArgs:
+    # Go: Star `json:"a*b" river:"unique"`, Q `json:"what?" ...`, Colon `json:":x" ...`,
+    # UserID `json:"user.id" ...`, Nested struct{Value `json:"inner@key" river:"unique"`;
+    # Other `json:"other"`} `json:"outer.key"`, Lit `json:"outer.key.inner@key" ...`,
+    # X int `json:"x" river:"unique"`, Note `json:"note"`.
+    kind: ClassVar[str] = "path_args"
+    unique_fields: ClassVar[tuple[Any, ...]] = (
+        "a*b",
+        "what?",
+        ":x",
+        ("user.id",),  # a name with a dot: a tuple of names...
+        ("outer.key", "inner@key"),
+        "outer\\.key\\.inner@key",  # ...or a backslash before the dot, as in River's path
+        "x",
+    )
+    star: str
+    q: str
+    colon: str
+    user_id: str
+    nested: dict[str, str]
+    lit: str
+    x: int
+    note: str
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "a*b": self.star,
+                "what?": self.q,
+                ":x": self.colon,
+                "user.id": self.user_id,
+                "outer.key": self.nested,
+                "outer.key.inner@key": self.lit,
+                "x": self.x,
+                "note": self.note,
+            }
+        )
+
+
+def test_unique_field_names_with_path_syntax_are_literal_names() -> None:
+    args = PathSyntaxArgs("s", "q", "c", "u1", {"inner@key": "n", "other": "o"}, "l", 1, "z")
+    expected = (
+        '&kind=path_args&args={":x":"c","a*b":"s","outer.key":{"inner@key":"n"},'
+        '"outer.key.inner@key":"l","user.id":"u1","what?":"q","x":1}'
+    )
+    assert key_for(args, UniqueOpts(by_args=True)) == sha(expected)
+
+
+def test_a_longer_path_replaces_a_value_taken_whole_as_sjson_does() -> None:
+    args = _Fields("k1", {"a": {"b": 1, "c": 2}}, ["a", "a.b"])
+    assert key_for(args, UniqueOpts(by_args=True)) == sha('&kind=k1&args={"a":{"b":1}}')
+
+
+RAW_TEXT = (
+    '{ "b" : 1e21, "a": 1.0, "c": {"z": 1, "y": [1.50, 2E3]}, "d": "<&>\\u00e9é", "e": -0.0 }'
+)
+
+
+def test_raw_args_are_stored_and_keyed_as_written() -> None:
+    # Go: args whose MarshalJSON returns RAW_TEXT (a json.RawMessage); json.Marshal
+    # compacts it, escaping <, > and & but keeping numbers and escapes as written.
+    kind, encoded = encode_args(RawArgs(RAW_TEXT, kind="raw_args"))
+    assert kind == "raw_args"
+    assert encoded == (
+        '{"b":1e21,"a":1.0,"c":{"z":1,"y":[1.50,2E3]},"d":"\\u003c\\u0026\\u003e\\u00e9é","e":-0.0}'
+    )
+    expected = (
+        '&kind=raw_args&args={"a":1.0,"b":1e21,"c":{"z":1,"y":[1.50,2E3]},'
+        '"d":"\\u003c\\u0026\\u003e\\u00e9é","e":-0.0}'
+    )
+    assert key_for(RawArgs(RAW_TEXT, kind="raw_args"), UniqueOpts(by_args=True)) == sha(expected)
+    # Narrowed to some fields, the values are still the raw bytes.
+    narrowed = RawArgs(RAW_TEXT, kind="raw_args", unique_fields=("b", "c.y", "missing"))
+    assert key_for(narrowed, UniqueOpts(by_args=True)) == sha(
+        '&kind=raw_args&args={"b":1e21,"c":{"y":[1.50,2E3]}}'
+    )
+
+
+def test_dict_args_are_keyed_as_a_go_map_encodes_them() -> None:
+    # Go: json.Marshal(map[string]any{"b": 1e21, "a": 1.0, "n": map[string]any{"z": 1,
+    # "y": 2.5e-7}, "h": "<é>"}) is {"a":1,"b":1e+21,"h":"\u003cé\u003e","n":{"y":2.5e-7,"z":1}}.
+    args = {"b": 1e21, "a": 1.0, "n": {"z": 1, "y": 2.5e-7}, "h": "<é>"}
+    expected = '&kind=k1&args={"a":1,"b":1e+21,"h":"\\u003cé\\u003e","n":{"y":2.5e-7,"z":1}}'
+    assert key_for(args, UniqueOpts(by_args=True), kind="k1") == sha(expected)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("[1, 2]", "must encode to a JSON object"),
+        ('{"a": NaN}', "is not valid JSON"),
+        ('{"a": 1, "a": 2}', "appears twice"),
+        ('{"a": 1', "is not valid JSON"),
+        ('{"a": "\\u0000"}', "NUL"),
+    ],
+)
+def test_raw_args_refuse_what_is_not_a_json_object(raw: str, message: str) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        encode_args(RawArgs(raw, kind="raw_args"))
+    assert message in str(info.value)
+
+
+def test_raw_args_need_one_kind() -> None:
+    assert encode_args(RawArgs("{}"), "raw_args") == ("raw_args", "{}")
+    with pytest.raises(InvalidInputError):
+        encode_args(RawArgs("{}"))
+    with pytest.raises(InvalidInputError):
+        encode_args(RawArgs("{}", kind="raw_args"), "other_kind")

@@ -19,6 +19,7 @@ from riverboat._job import (
     InsertResult,
     JobRow,
     JobState,
+    RawArgs,
     UniqueOpts,
 )
 from riverboat._queue import QueueRow
@@ -98,6 +99,7 @@ __all__ = [
     "QueueConfig",
     "QueueRow",
     "RateLimit",
+    "RawArgs",
     "RetryPolicy",
     "RiverboatError",
     "Subscription",

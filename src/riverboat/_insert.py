@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from riverboat._job import InsertManyParams, InsertOpts, JobState, UniqueOpts
-from riverboat._json import MAX_JSON_DEPTH, check_json_value, go_json_dumps, utc_now
+from riverboat._job import InsertManyParams, InsertOpts, JobState, RawArgs, UniqueOpts
+from riverboat._json import MAX_JSON_DEPTH, check_json_value, go_compact, go_json_dumps, utc_now
 from riverboat._unique import unique_key, unique_states_bitmask, validate_unique_opts
 from riverboat.errors import InvalidArgsError, InvalidInputError
 from riverboat.flow import SEQUENCE_METADATA_KEY, check_sequence_key
@@ -203,12 +203,37 @@ def _object_without_twins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _encode_raw_args(args: RawArgs, kind: str | None) -> tuple[str, str]:
+    """:class:`RawArgs`: checked like any args text, then kept as written (compacted as
+    Go compacts a ``json.RawMessage``), not re-encoded."""
+    if args.kind is not None and kind is not None and kind != args.kind:
+        raise InvalidArgsError("kind", f"{kind!r} contradicts the args' own kind {args.kind!r}")
+    own_kind = args.kind if args.kind is not None else kind
+    if own_kind is None:
+        raise InvalidArgsError("kind", "RawArgs need a kind (RawArgs(text, kind=...) or kind=)")
+    validate_kind(own_kind)
+    text = args.text
+    if isinstance(text, bytes):
+        try:
+            text = text.decode()
+        except UnicodeDecodeError as exc:
+            raise InvalidArgsError("args", f"is not UTF-8: {exc}") from None
+    if not isinstance(text, str):
+        raise InvalidArgsError(
+            "args", f"RawArgs text must be str or bytes, not {type(text).__name__}"
+        )
+    _check_object_text(text, "args")  # refuses what any args text may not hold
+    return own_kind, go_compact(text)
+
+
 def encode_args(args: object, kind: str | None = None) -> tuple[str, str]:
     """Return ``(kind, encoded JSON)`` for any supported args shape.
 
     Supported: a mapping with an explicit ``kind``; an object with ``kind`` and
     ``to_json()``; a pydantic model with ``kind``; a dataclass with ``kind``.
     """
+    if isinstance(args, RawArgs):
+        return _encode_raw_args(args, kind)
     if type(args) is dict or isinstance(args, Mapping):
         if kind is None:
             raise InvalidArgsError("kind", "dict args need an explicit kind=")
@@ -339,7 +364,8 @@ def resolve_insert(
             kind=job_kind,
             encoded_args=encoded_args,
             queue=queue,
-            now=now or utc_now(),
+            # River 0.48: the period the job is scheduled in, not the one it's inserted in.
+            now=scheduled_at or now or utc_now(),
             unique_fields=getattr(args, "unique_fields", None),
             args=args,
         )

@@ -233,8 +233,10 @@ class UniqueOpts:
     """River's unique-job options.
 
     A job is unique when any of ``by_args``, ``by_period``, ``by_queue`` or ``by_state``
-    is set; ``exclude_kind`` alone does not make a job unique (River's rule).
-    ``by_period`` accepts a :class:`datetime.timedelta` or seconds.
+    is set. ``exclude_kind`` needs one of ``by_args``, ``by_period`` or ``by_queue``
+    (River 0.48 refuses it otherwise, where earlier releases ignored it).
+    ``by_period`` accepts a :class:`datetime.timedelta` or seconds; the period is the
+    one the job is scheduled in (``scheduled_at``, else the insert time), in UTC.
     """
 
     by_args: bool = False
@@ -249,7 +251,26 @@ class UniqueOpts:
             and not self.by_period
             and not self.by_queue
             and (self.by_state is None)
+            and not self.exclude_kind
         )
+
+
+@dataclass(slots=True, frozen=True)
+class RawArgs:
+    """Job args given as JSON text, kept as written: Go's ``json.RawMessage``.
+
+    The text (a JSON object) is stored as Go's ``json.Marshal`` writes a raw message
+    (white space outside strings removed, ``<``, ``>``, ``&``, U+2028 and U+2029 escaped
+    inside them) and the unique key copies its values byte for byte, so ``1e21``,
+    ``1.0`` or ``"\u00e9"`` stay as they are, as in River, where re-encoding a dict
+    would write ``1e+21``, ``1`` and ``"é"``. ``kind`` may be given here or to
+    ``insert(..., kind=)``; ``unique_fields`` narrows ``UniqueOpts(by_args=True)`` as on
+    an args class.
+    """
+
+    text: str | bytes
+    kind: str | None = None
+    unique_fields: Sequence[str | Sequence[str]] | None = None
 
 
 @dataclass(slots=True, frozen=True)

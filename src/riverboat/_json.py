@@ -24,6 +24,7 @@ from riverboat.errors import RiverboatError
 __all__ = [
     "MAX_JSON_DEPTH",
     "check_json_value",
+    "go_compact",
     "go_float",
     "go_json_canonical",
     "go_json_dumps",
@@ -521,6 +522,21 @@ def split_object(text: str) -> list[tuple[str, str]]:
         if text[pos] == "}":
             return pairs
         pos = _skip_ws(text, pos + 1)  # past ','
+
+
+_COMPACT_RE = re.compile(r'"(?:[^"\\]|\\.)*"|[ \t\r\n]+')
+
+
+def go_compact(text: str) -> str:
+    """``text`` (valid JSON) as Go's ``json.Marshal`` writes a ``json.RawMessage``: white
+    space between tokens dropped, and inside strings ``<``, ``>``, ``&``, U+2028 and
+    U+2029 escaped; everything else, numbers and existing escapes included, as written."""
+
+    def token(match: re.Match[str]) -> str:
+        found = match.group()
+        return found.translate(_GO_ESCAPES) if found[0] == '"' else ""
+
+    return _COMPACT_RE.sub(token, text)
 
 
 def utc_now() -> datetime:

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from riverboat._job import STATE_BY_NAME, JobState, UniqueOpts
-from riverboat._json import go_json_canonical
+from riverboat._job import STATE_BY_NAME, JobState, RawArgs, UniqueOpts
+from riverboat._json import go_json_canonical, split_object
 from riverboat.errors import InvalidInputError
 
 __all__ = [
@@ -78,6 +78,10 @@ def validate_unique_opts(opts: UniqueOpts, field: str = "opts.unique_opts") -> N
             raise InvalidInputError(f"{field}.by_period", "is too large") from None
         if period < timedelta(seconds=1):
             raise InvalidInputError(f"{field}.by_period", "must not be less than 1 second")
+    if opts.exclude_kind and not (opts.by_args or opts.by_period or opts.by_queue):
+        raise InvalidInputError(
+            f"{field}.exclude_kind", "requires by_args, by_queue or by_period (River 0.48)"
+        )
     if isinstance(opts.by_state, str):
         raise InvalidInputError(f"{field}.by_state", "must be a list of job states, not a str")
     if opts.by_state:  # River treats an empty list like no list: the default states
@@ -206,19 +210,95 @@ def _lookup(value: object, path: list[str]) -> object:
     return value
 
 
-def _check_unique_fields(unique_fields: object) -> list[str]:
+def _lookup_raw(text: str, path: list[str]) -> str | None:
+    """The raw text of the member at ``path`` (gjson's ``Raw``), or None when absent."""
+    for part in path:
+        if not text.startswith("{"):
+            return None
+        for key, raw in split_object(text):
+            if key == part:
+                text = raw
+                break
+        else:
+            return None
+    return text
+
+
+def _gjson_escape(component: str) -> str:
+    # gjson.Escape: a backslash before every ASCII byte that is path syntax (all but
+    # letters, digits, "_", "-", ":" and bytes up to the space); River adds one before
+    # a leading ":" too.
+    escaped = "".join(
+        ch
+        if (ch.isascii() and (ch.isalnum() or ch <= " " or ch in "_-:")) or ch > "~"
+        else "\\" + ch
+        for ch in component
+    )
+    return "\\" + escaped if escaped.startswith(":") else escaped
+
+
+def _split_path(path: str) -> list[str]:
+    """A dotted path into its names; a backslash makes the next character literal, as
+    in River's gjson paths (``"user\\.id"`` is the one name ``user.id``)."""
+    parts: list[str] = []
+    current: list[str] = []
+    chars = iter(path)
+    for ch in chars:
+        if ch == "\\":
+            current.append(next(chars, "\\"))
+        elif ch == ".":
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    return parts
+
+
+def _check_unique_fields(unique_fields: object) -> list[list[str]]:
+    """The fields as lists of JSON names, in River's order: sorted by the names joined
+    with ".", then by River's escaped path (structtag.SortedFieldsWithTag)."""
     if isinstance(unique_fields, str) or not isinstance(unique_fields, Sequence):
-        raise InvalidInputError("args.unique_fields", "must be a list of dotted JSON paths")
-    for path in unique_fields:
-        if not isinstance(path, str) or not path or "" in path.split("."):
+        raise InvalidInputError(
+            "args.unique_fields", "must be a list of dotted JSON paths or tuples of names"
+        )
+    found: list[tuple[str, str, list[str]]] = []
+    for field in unique_fields:
+        if isinstance(field, str):
+            names = _split_path(field)
+        elif (
+            isinstance(field, (tuple, list))
+            and field
+            and all(isinstance(name, str) for name in field)
+        ):
+            names = list(field)
+        else:
             raise InvalidInputError(
-                "args.unique_fields", f"{path!r} is not a dotted JSON path such as 'a.b'"
+                "args.unique_fields",
+                f"{field!r} is not a dotted JSON path such as 'a.b' nor a tuple of names",
             )
-    return sorted(unique_fields)
+        for name in names:
+            if not name:
+                raise InvalidInputError(
+                    "args.unique_fields", f"{field!r} has an empty name (River's can't)"
+                )
+            if name.isascii() and name.isdigit():
+                # River's key builder (sjson) reads an all-digit name as an array index
+                # and writes an array, or fails the insert.
+                raise InvalidInputError(
+                    "args.unique_fields",
+                    f"{field!r}: an all-digit name can't be a unique field",
+                )
+        escaped = ".".join(_gjson_escape(name) for name in names)
+        found.append((".".join(names), escaped, names))
+    found.sort(key=lambda entry: (entry[0], entry[1]))
+    return [names for _, _, names in found]
 
 
 def _args_for_unique(
-    encoded_args: str, unique_fields: Sequence[str] | None, args: object = _OPAQUE
+    encoded_args: str,
+    unique_fields: Sequence[str | Sequence[str]] | None,
+    args: object = _OPAQUE,
 ) -> str:
     """The ``&args=`` part: River's sorted (or ``river:"unique"``-filtered) args object.
 
@@ -226,31 +306,45 @@ def _args_for_unique(
     encoded args may differ from those bytes (``to_json()`` output, floats such as
     ``1.0`` that Go writes as ``1``, dict keys in insertion order where Go sorts a map's),
     so values are re-encoded the way Go's encoder writes them, which is what Go's raw
-    bytes are. With ``unique_fields``, River starts from empty bytes, not ``{}``: when no
-    field is present (absent, or its path runs through null) the part is ``&args=``.
+    bytes are; :class:`RawArgs` are Go's raw bytes, copied as they are. With
+    ``unique_fields``, River starts from empty bytes, not ``{}``: when no field is
+    present (absent, or its path runs through null) the part is ``&args=``.
     """
-    decoded = json.loads(encoded_args)
-    if not isinstance(decoded, dict):
-        raise InvalidInputError("args", "must encode to a JSON object")
-    decoded = go_order(args, decoded)
+    raw = isinstance(args, RawArgs)
     paths = _check_unique_fields(unique_fields) if unique_fields is not None else []
+    decoded: Any = None
+    if not raw:
+        decoded = json.loads(encoded_args)
+        if not isinstance(decoded, dict):
+            raise InvalidInputError("args", "must encode to a JSON object")
+        decoded = go_order(args, decoded)
     if not paths:
+        if raw:
+            pairs = sorted(split_object(encoded_args), key=lambda pair: pair[0])
+            return _object(pairs)
         return _object((k, go_json_canonical(decoded[k])) for k in sorted(decoded))
     # Nested paths become nested objects, built in sorted-path order as sjson builds them.
     tree: dict[str, object] = {}
-    for path in paths:
-        parts = path.split(".")
-        found = _lookup(decoded, parts)
-        if found is _MISSING:
-            continue  # Go skips fields absent from the encoded args (omitempty)
+    for parts in paths:
+        value: str
+        if raw:
+            found_raw = _lookup_raw(encoded_args, parts)
+            if found_raw is None:
+                continue
+            value = found_raw
+        else:
+            found = _lookup(decoded, parts)
+            if found is _MISSING:
+                continue  # Go skips fields absent from the encoded args (omitempty)
+            value = go_json_canonical(found)
         node = tree
         for part in parts[:-1]:
-            child = node.setdefault(part, {})
+            child = node.get(part)
             if not isinstance(child, dict):
-                break  # a parent path was already taken as a whole value
+                # sjson replaces a value taken whole by the object the longer path needs.
+                child = node[part] = {}
             node = child
-        else:
-            node[parts[-1]] = go_json_canonical(found)
+        node[parts[-1]] = value
 
     def emit(node: dict[str, object]) -> str:
         return _object((k, emit(v) if isinstance(v, dict) else str(v)) for k, v in node.items())
@@ -265,13 +359,13 @@ def unique_key(
     encoded_args: str,
     queue: str,
     now: datetime,
-    unique_fields: Sequence[str] | None = None,
+    unique_fields: Sequence[str | Sequence[str]] | None = None,
     args: object = _OPAQUE,
 ) -> bytes:
     """The 32-byte ``unique_key`` River stores for a job with these options.
 
-    ``now`` is the insert time: River's Go client truncates the current time, not the
-    job's ``scheduled_at``, for ``by_period`` keys, and riverboat follows it so keys match.
+    ``now`` is the job's effective scheduled time (``scheduled_at``, else the insert
+    time), which River 0.48 truncates for ``by_period`` keys, in UTC.
     ``args`` is the args object ``encoded_args`` came from: it tells which JSON objects
     were dicts (whose keys Go would sort) and which dataclasses or models (kept in field
     order, like a Go struct). Without it every object keeps its encoded order below the
