@@ -3,8 +3,8 @@ JobRetry, JobDelete, JobList, JobUpdate, QueuePause...).
 
 What producers are told goes out as NOTIFY on Postgres and as rows of the
 river_notification outbox on SQLite (``h.notifications``); the statement counts differ
-by the outbox's follow-up statements. SQLite's documented differences (metadata merged
-with jsonb_patch, no metadata filter) are asserted where they apply.
+by the outbox's follow-up statements. SQLite's documented difference (no metadata
+filter) is asserted where it applies.
 """
 
 from __future__ import annotations
@@ -316,24 +316,18 @@ async def test_update_merges_metadata_and_sets_output(h: Harness) -> None:
             metadata={"nested": {"b": 2}, "gone": None},
         )
     assert seen == {"job_update": 1}
-    if h.dialect_name == "sqlite":
-        # Recursive merge, and null removes a key (RFC 7396), as River's SQLite driver does.
-        merged: dict[str, Any] = {"keep": 1, "nested": {"a": 1, "b": 2}}
-    else:
-        merged = {"keep": 1, "nested": {"b": 2}, "gone": None}  # Postgres's jsonb ||
+    # Top-level keys replaced whole, nulls kept: Postgres's jsonb ||, and River's SQLite
+    # merge since 0.50.
+    merged: dict[str, Any] = {"keep": 1, "nested": {"b": 2}, "gone": None}
     assert out.metadata == {**merged, "output": {"result": [1, 2]}}
     assert out.state is JobState.COMPLETED
     assert await h.call(client.job_get, job.id) == out
     with counting(h) as seen:
         assert await h.call(client.job_update, job.id) == out
     assert seen == {"job_get_by_id": 1}
-    # Output may be any JSON value, including null: Postgres stores the null; SQLite's
-    # jsonb_patch reads a null as "remove the key" (documented in dialect/sqlite_admin).
+    # Output may be any JSON value, including null, stored as null on both databases.
     cleared = await h.call(client.job_update, job.id, output=None)
-    if h.dialect_name == "sqlite":
-        assert "output" not in cleared.metadata
-    else:
-        assert cleared.metadata["output"] is None
+    assert cleared.metadata["output"] is None
     with pytest.raises(NotFoundError):
         await h.call(client.job_update, 424242, output=1)
 

@@ -137,8 +137,9 @@ def test_complete_sets_state_and_merges_metadata(driver: SqliteDriver) -> None:
     )[job.id]
     assert result.state is JobState.COMPLETED
     assert result.finalized_at is not None
-    # jsonb_patch merges recursively and null deletes a key (River's SQLite behaviour).
-    assert result.metadata == {"keep": 1, "nested": {"a": 1, "c": 3}, "output": {"v": 1}}
+    # Top-level keys are replaced whole and nulls kept (River 0.50's SQLite merge, as
+    # Postgres's ||), not merged recursively as jsonb_patch would.
+    assert result.metadata == {"keep": 1, "nested": {"b": None, "c": 3}, "output": {"v": 1}}
     assert result.attempt == 1 and result.errors == []
     assert client.job_get(job.id) == result
 

@@ -291,9 +291,8 @@ class AdminStatements(DialectPart, ABC):
         return self.decode_job(row), bool(row[-1])
 
     def job_update(self, job_id: int, metadata_merge: Mapping[str, Any]) -> Statement:
-        """Merge into metadata (how recorded output is written): Postgres's ``||``
-        replaces top-level keys, SQLite's ``jsonb_patch`` merges recursively and drops
-        keys set to null, each as River's driver for that database does."""
+        """Merge into metadata (how recorded output is written): top-level keys are
+        replaced whole and nulls kept, on Postgres (``||``) and SQLite alike (River 0.50)."""
         return self.stmt("job_update", id=job_id, metadata=compact_json(metadata_merge))
 
     def _filter_names(self, filters: Mapping[str, Any]) -> tuple[str, ...]:

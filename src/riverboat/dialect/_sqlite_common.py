@@ -43,6 +43,26 @@ def valid_json_or(column: str, default: str, json_type: str) -> str:
     )
 
 
+def metadata_merge(doc: str, updates: str) -> str:
+    """SQL: object ``doc`` with each top-level key of the JSON object ``updates`` set to
+    its value, as River 0.50's SQLite driver and Postgres's ``||`` merge metadata: a
+    nested object replaces the stored one whole, and a null is kept as null (where
+    ``jsonb_patch`` would merge objects recursively and delete keys set to null). The
+    keys are applied one ``jsonb_set`` at a time, in a recursive CTE over ``updates``."""
+    return f"""(WITH RECURSIVE
+        edit AS MATERIALIZED (
+            SELECT row_number() OVER () AS n, fullkey AS path, {updates} -> fullkey AS value
+            FROM json_each({updates})
+        ),
+        merged(n, doc) AS (
+            SELECT 0, {doc}
+            UNION ALL
+            SELECT edit.n, jsonb_set(merged.doc, edit.path, jsonb(edit.value))
+            FROM merged JOIN edit ON edit.n = merged.n + 1
+        )
+        SELECT doc FROM merged ORDER BY n DESC LIMIT 1)"""
+
+
 # The job columns SQLite reads through json(): JSON another client stored as JSONB or
 # as malformed text reads as NULL (see _JSON).
 _READ_AS = dict.fromkeys(("args", "attempted_by", "errors", "metadata", "tags"), _JSON)

@@ -30,6 +30,7 @@ from riverboat._sql import Statement
 from riverboat.dialect._sqlite_common import NOW as _NOW
 from riverboat.dialect._sqlite_common import (
     format_timestamp,
+    metadata_merge,
     parse_timestamp,
     seconds_modifier,
     ts_key,
@@ -162,8 +163,8 @@ RETURNING {_cols()}
 # expression sees the row as it was before the statement, so `river_job.state =
 # 'running'` is the guard throughout: a job that is no longer running (rescued, or
 # deleted and re-inserted) only gets its metadata patched. A retry or snooze of a job
-# carrying cancel_attempted_at becomes a cancellation. Metadata merges with jsonb_patch
-# (RFC 7396, recursive), as River's SQLite driver does. errors or metadata that are not
+# carrying cancel_attempted_at becomes a cancellation. Metadata merges top-level keys,
+# keeping nulls, as River's SQLite driver does since 0.50. errors or metadata that are not
 # JSON of the right shape (written by another client) start over empty, rather than
 # failing every outcome in the batch.
 _METADATA = valid_json_or("river_job.metadata", "jsonb('{}')", "object")
@@ -183,7 +184,7 @@ SET attempt = CASE WHEN river_job.state = 'running' AND NOT {_CANCEL}
     finalized_at = CASE WHEN river_job.state = 'running' AND ({_CANCEL} OR u.finalized)
                         THEN {_NOW} ELSE river_job.finalized_at END,
     metadata = CASE WHEN u.metadata_updates IS NOT NULL
-                    THEN jsonb_patch({_METADATA}, u.metadata_updates)
+                    THEN {metadata_merge(_METADATA, "u.metadata_updates")}
                     ELSE river_job.metadata END,
     scheduled_at = CASE WHEN river_job.state = 'running' AND NOT {_CANCEL}
                              AND u.scheduled_at IS NOT NULL

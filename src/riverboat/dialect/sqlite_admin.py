@@ -11,9 +11,6 @@ stand-in for Postgres's NOTIFY), or must report on a row it may not touch, is a
 
 Differences from Postgres, all as in River's SQLite driver:
 
-* metadata merges (``job_update``) use ``jsonb_patch`` (RFC 7396): nested objects merge
-  recursively, and a ``null`` value removes its key, where Postgres's ``||`` replaces
-  top-level keys and keeps nulls;
 * ``job_list`` and ``job_delete_many`` have no ``metadata`` containment filter
   (:class:`~riverboat.errors.NotSupportedError`);
 * timestamps have millisecond precision.
@@ -34,9 +31,11 @@ from riverboat.dialect._sqlite_common import (
     NOW,
     format_timestamp,
     job_columns,
+    metadata_merge,
     parse_timestamp,
     ts_exact,
     ts_key,
+    valid_json_or,
 )
 from riverboat.errors import NotSupportedError
 
@@ -111,10 +110,12 @@ QUERIES["job_delete_apply"] = """
 DELETE FROM <schema>river_job WHERE id = :id AND state <> 'running'
 """
 
-# River's JobUpdate on SQLite: metadata merged with jsonb_patch (recursive, RFC 7396).
+_METADATA_OBJECT = valid_json_or("river_job.metadata", "jsonb('{}')", "object")
+
+# River's JobUpdate on SQLite: top-level keys replaced, nulls kept (River 0.50).
 QUERIES["job_update"] = f"""
 UPDATE <schema>river_job
-SET metadata = jsonb_patch(river_job.metadata, :metadata)
+SET metadata = {metadata_merge(_METADATA_OBJECT, "json(:metadata)")}
 WHERE id = :id
 RETURNING {job_columns()}
 """
