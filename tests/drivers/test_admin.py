@@ -156,8 +156,12 @@ async def test_job_cancel_retry_delete(h: Harness) -> None:
     cancelled = await h.call(client.job_cancel, job.id)
     assert cancelled.id == job.id
     assert cancelled.state is JobState.CANCELLED and cancelled.finalized_at is not None
+    assert "cancel_attempted_at" in cancelled.metadata
     retried = await h.call(client.job_retry, job.id)
     assert retried.state is JobState.AVAILABLE and retried.finalized_at is None
+    # River 0.51: the earlier cancellation request is cleared, so it can't cancel the
+    # retried attempt; the job's other metadata stays.
+    assert "cancel_attempted_at" not in retried.metadata
     deleted = await h.call(client.job_delete, job.id)
     assert deleted.id == job.id
     with pytest.raises(NotFoundError):

@@ -81,6 +81,8 @@ updated AS (
                             THEN river_job.max_attempts + 1
                             ELSE river_job.max_attempts END,
         finalized_at = NULL,
+        -- River 0.51: a cancellation asked of an earlier attempt must not cancel the next.
+        metadata = river_job.metadata - 'cancel_attempted_at',
         scheduled_at = now()
     FROM locked
     WHERE river_job.id = :id::bigint

@@ -93,6 +93,10 @@ SET state = CASE WHEN {_RETRYABLE} THEN 'available' ELSE river_job.state END,
                         THEN river_job.max_attempts + 1
                         ELSE river_job.max_attempts END,
     finalized_at = CASE WHEN {_RETRYABLE} THEN NULL ELSE river_job.finalized_at END,
+    -- River 0.51: a cancellation asked of an earlier attempt must not cancel the next.
+    metadata = CASE WHEN {_RETRYABLE} AND json_valid(river_job.metadata, 10)
+                    THEN jsonb_remove(river_job.metadata, '$.cancel_attempted_at')
+                    ELSE river_job.metadata END,
     scheduled_at = CASE WHEN {_RETRYABLE} THEN {NOW} ELSE river_job.scheduled_at END
 WHERE id = :id
 RETURNING {job_columns()}
