@@ -1,14 +1,22 @@
 """Poll-only mode (PgBouncer in transaction pooling): no LISTEN, yet jobs are worked and
-other clients' pauses still take effect through the queue row."""
+other clients' pauses and cancellations still take effect through the database; and the
+same reads as a fallback for lost notifications when a client does LISTEN."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
+
+import pytest
 
 import riverboat
 from riverboat import EventKind, Job, Workers
+from riverboat.runtime import producer as producer_module
+from riverboat.runtime.producer import QueueConfig
+from tests.runtime.dbs import Db, any_db  # noqa: F401
 from tests.runtime.helpers import make_client, wait_for
+from tests.waiting import wait_until
 
 
 async def test_poll_only_works_jobs_and_sees_remote_pause(
@@ -41,3 +49,64 @@ async def test_poll_only_works_jobs_and_sees_remote_pause(
     finally:
         await client.stop()
         await other.close()
+
+
+async def test_poll_only_cancels_a_running_job_another_client_cancelled(
+    apg_driver: Any, pg_url: str, pg_schema: str
+) -> None:
+    """River 0.48: without notifications, running jobs' cancellation requests are read
+    from the database, every QUEUE_POLL_INTERVAL."""
+    started = asyncio.Event()
+    workers = Workers()
+
+    @workers.register("long")
+    async def long(job: Job[Any]) -> None:
+        started.set()
+        await asyncio.Event().wait()  # until cancelled
+
+    client = make_client(apg_driver, workers, poll_only=True)
+    sub = client.subscribe(EventKind.JOB_CANCELLED)
+    other = riverboat.AsyncClient(pg_url, schema=pg_schema)
+    await client.start()
+    try:
+        job = (await other.insert({}, kind="long")).job
+        await asyncio.wait_for(started.wait(), 10)
+        await other.job_cancel(job.id)  # its NOTIFY reaches nobody here
+        await wait_for([EventKind.JOB_CANCELLED], sub, job.id)
+        assert (await other.job_get(job.id)).state is riverboat.JobState.CANCELLED
+    finally:
+        await client.stop()
+        await other.close()
+
+
+def test_a_lost_cancel_notification_is_caught_by_the_fallback_poll(
+    any_db: Db,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """River 0.51: a client that LISTENs also reads cancellation requests now and then,
+    for a notification lost while its listener reconnected. The request is written here
+    without any notification, as such a lost one leaves it."""
+    monkeypatch.setattr(producer_module, "NOTIFICATION_POLL_INTERVAL", 0.2)
+    started = threading.Event()
+    workers = Workers()
+
+    @workers.register("long_sync")
+    def long_sync(job: Job[Any]) -> None:
+        started.set()
+        wait_until(lambda: job.cancel_requested, timeout=30, what="the cancel request")
+        raise RuntimeError("stopped on request")  # an error after a cancel cancels
+
+    with riverboat.Client(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": QueueConfig(max_workers=2)},
+        workers=workers,
+    ) as client:
+        sub = client.subscribe(EventKind.JOB_CANCELLED)
+        client.start()
+        job = client.insert({}, kind="long_sync").job
+        assert started.wait(10)
+        client.job_update(job.id, metadata={"cancel_attempted_at": "2026-12-04T07:30:00Z"})
+        event = sub.get(timeout=20)
+        assert event is not None and event.job is not None and event.job.id == job.id
+        assert client.job_get(job.id).state is riverboat.JobState.CANCELLED

@@ -175,6 +175,11 @@ class Dialect(AdminStatements, FlowStatements, WorkflowStatements, ABC):
     @abstractmethod
     def job_get_by_id_many(self, job_ids: Sequence[int]) -> Statement: ...
 
+    @abstractmethod
+    def job_get_cancel_requested(self, job_ids: Sequence[int]) -> Statement:
+        """River's JobGetCancelRequested: rows ``(id,)`` of the given jobs that are
+        running with a cancellation requested (``cancel_attempted_at`` in metadata)."""
+
     # -- the runtime: claim, run, complete -----------------------------------------------
     def job_get_available(
         self, *, queue: str, max_to_lock: int, client_id: str, now: datetime | None = None

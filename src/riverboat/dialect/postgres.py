@@ -246,6 +246,12 @@ QUERIES["job_get_by_id_many"] = (
     f"SELECT {job_columns()} FROM <schema>river_job WHERE id = ANY(:ids::bigint[]) ORDER BY id"
 )
 
+QUERIES["job_get_cancel_requested"] = """
+SELECT id FROM <schema>river_job
+WHERE id = ANY(:ids::bigint[]) AND state = 'running' AND metadata ? 'cancel_attempted_at'
+ORDER BY id
+"""
+
 # River's QueueCreateOrSetUpdatedAt: an existing queue keeps paused_at and metadata.
 QUERIES["queue_create_or_set_updated_at"] = """
 INSERT INTO <schema>river_queue (created_at, metadata, name, paused_at, updated_at)
@@ -475,6 +481,9 @@ class PostgresDialect(
 
     def job_get_by_id_many(self, job_ids: Sequence[int]) -> Statement:
         return self.stmt("job_get_by_id_many", ids=[int(i) for i in job_ids])
+
+    def job_get_cancel_requested(self, job_ids: Sequence[int]) -> Statement:
+        return self.stmt("job_get_cancel_requested", ids=[int(i) for i in job_ids])
 
     def job_count_upcoming(self, queues: Sequence[str], horizon: float) -> Statement:
         """Rows ``(state, due within horizon, total, first scheduled_at)``."""

@@ -210,6 +210,14 @@ QUERIES["job_set_state_if_running_many_no_return"] = _SET_STATE_BODY
 
 QUERIES["job_get_by_id"] = f"SELECT {_cols()} FROM <schema>river_job WHERE id = :id"
 
+# Metadata another client left malformed must not fail the lookup for the others.
+QUERIES["job_get_cancel_requested"] = """
+SELECT id FROM <schema>river_job
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
+  AND json_valid(metadata, 10) AND json_type(metadata, '$.cancel_attempted_at') IS NOT NULL
+ORDER BY id
+"""
+
 QUERIES["job_get_by_id_many"] = f"""
 SELECT {_cols()} FROM <schema>river_job
 WHERE id IN (SELECT value FROM json_each(:ids))
@@ -466,6 +474,9 @@ class SqliteDialect(
 
     def job_get_by_id_many(self, job_ids: Sequence[int]) -> Statement:
         return self.stmt("job_get_by_id_many", ids=json.dumps([int(i) for i in job_ids]))
+
+    def job_get_cancel_requested(self, job_ids: Sequence[int]) -> Statement:
+        return self.stmt("job_get_cancel_requested", ids=json.dumps([int(i) for i in job_ids]))
 
     def job_count_upcoming(self, queues: Sequence[str], horizon: float) -> Statement:
         """Rows ``(state, due within horizon, total, first scheduled_at)``."""

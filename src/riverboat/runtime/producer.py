@@ -66,9 +66,14 @@ else:
 log = logging.getLogger("riverboat.producer")
 
 QUEUE_REPORT_INTERVAL = 600.0  # River refreshes river_queue.updated_at every 10 minutes
-# Without notifications (poll-only), River reads the queue row this often so pauses and
-# resumes made by other clients still take effect.
+# Without notifications (poll-only), River reads the queue row and its running jobs'
+# cancellation requests this often so pauses, resumes and cancellations made by other
+# clients still take effect.
 QUEUE_POLL_INTERVAL = 2.0
+# With notifications, the same reads run this often (River 0.51): a notification sent
+# while the listener reconnects is lost, and this is the fallback.
+NOTIFICATION_POLL_INTERVAL = 60.0
+CANCEL_POLL_BATCH = 1000  # River's jobCancelPollBatchSize
 MAX_WORKERS_LIMIT = 10_000
 DEFAULT_FETCH_COOLDOWN = 0.1  # River's FetchCooldownDefault
 
@@ -172,7 +177,9 @@ class Producer:
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
-        self.poll_queue_state = False  # set by the runtime when nothing LISTENs
+        # Set by the runtime when nothing LISTENs: queue state and cancellations are then
+        # read every QUEUE_POLL_INTERVAL instead of every NOTIFICATION_POLL_INTERVAL.
+        self.poll_queue_state = False
         self.last_fetch_count = -1
         self.fetches = 0
         self.jobs_started = 0
@@ -255,7 +262,10 @@ class Producer:
     async def _run(self) -> None:
         last_fetch = 0.0
         next_report = time.monotonic() + QUEUE_REPORT_INTERVAL
-        next_state_poll = time.monotonic() + QUEUE_POLL_INTERVAL
+        state_poll_every = (
+            QUEUE_POLL_INTERVAL if self.poll_queue_state else NOTIFICATION_POLL_INTERVAL
+        )
+        next_state_poll = time.monotonic() + state_poll_every
         jitter_cap = max(self._poll / 10, 0.01)
         self._wake.set()  # fetch at start
         while not self._stopping:
@@ -275,9 +285,12 @@ class Producer:
             if time.monotonic() >= next_report:
                 next_report = time.monotonic() + QUEUE_REPORT_INTERVAL
                 await self._report_queue()
-            if self.poll_queue_state and time.monotonic() >= next_state_poll:
-                next_state_poll = time.monotonic() + QUEUE_POLL_INTERVAL
+            if time.monotonic() >= next_state_poll:
+                # Before the pause and capacity checks: a paused or saturated queue must
+                # still learn of cancellations.
+                next_state_poll = time.monotonic() + state_poll_every
                 await self._poll_queue_state()
+                await self._poll_cancellations()
             if self._paused:
                 continue
             free = self.max_workers - self._slots_held
@@ -370,6 +383,24 @@ class Producer:
             return
         if rows:
             self.set_paused(rows[0][3] is not None)
+
+    async def _poll_cancellations(self) -> None:
+        """Cancel running jobs whose cancellation was requested in the database (River's
+        pollForJobCancellations), for a cancel notification that never arrived."""
+        # Entries, not ids: by the time the read returns, a job may have finished and a
+        # new attempt of it started here, which must not be cancelled.
+        active = dict(self._active)
+        ids = list(active)
+        for start in range(0, len(ids), CANCEL_POLL_BATCH):
+            batch = ids[start : start + CANCEL_POLL_BATCH]
+            try:
+                rows = await self._driver.fetch(self._dialect.job_get_cancel_requested(batch))
+            except DriverError as exc:
+                log.warning("producer %s: reading cancel requests failed: %s", self.queue, exc)
+                return
+            for (job_id,) in rows:
+                if self._active.get(job_id) is active.get(job_id):
+                    self.cancel_job(job_id)
 
     def _start_job(self, row: JobRow) -> None:
         state = RunState()
