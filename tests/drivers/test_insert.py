@@ -91,6 +91,20 @@ async def test_unique_duplicate_flagged(h: Harness) -> None:
     assert await h.count_jobs("conf_unique") == 3
 
 
+async def test_a_duplicate_of_another_kind_leaves_the_existing_kind(h: Harness) -> None:
+    # River 0.49 (PR #1421): with exclude_kind a job of another kind can be the
+    # duplicate, and the existing row keeps its own kind.
+    client = h.client()
+    opts = InsertOpts(unique_opts=UniqueOpts(by_args=True, exclude_kind=True))
+    first = await h.call(client.insert, {"u": 1}, opts, kind="conf_kind_a")
+    again = await h.call(client.insert, {"u": 1}, opts, kind="conf_kind_b")
+    many = await h.call(client.insert_many, [InsertManyParams({"u": 1}, opts, kind="conf_kind_c")])
+    assert again.unique_skipped_as_duplicate and again.job.id == first.job.id
+    assert many[0].unique_skipped_as_duplicate and many[0].job.id == first.job.id
+    assert again.job.kind == many[0].job.kind == "conf_kind_a"
+    assert (await h.call(client.job_get, first.job.id)).kind == "conf_kind_a"
+
+
 async def test_unique_duplicates_within_one_batch(h: Harness) -> None:
     # Postgres's ON CONFLICT DO UPDATE cannot touch one row twice in a statement; the
     # client sends each unique key once per batch and flags the later twins.

@@ -48,7 +48,7 @@ _INSERT_INTO_JOBS = """INSERT INTO <schema>river_job (
         tags, unique_key, unique_states
     )"""
 _ON_CONFLICT_RETURNING = f"""{UNIQUE_CONFLICT}
-    DO UPDATE SET kind = EXCLUDED.kind
+    DO UPDATE SET kind = river_job.kind
     RETURNING {job_columns()}, (xmax != 0) AS unique_skipped_as_duplicate"""
 
 

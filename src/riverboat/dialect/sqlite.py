@@ -103,7 +103,7 @@ SELECT
 FROM json_each(:jobs) AS j
 WHERE true
 {_UNIQUE_CONFLICT}
-DO UPDATE SET kind = excluded.kind
+DO UPDATE SET kind = river_job.kind
 RETURNING {_cols()}, metadata ->> '$."{NONCE_KEY}"' AS unique_nonce, :nonce AS batch_nonce
 """
 
