@@ -61,6 +61,9 @@ class ClientOptions(TypedDict, total=False):
       docs/operations.md; the poll interval defaults to 1 s).
     - ``job_timeout``: seconds a job may run (60; ``None`` for no limit).
     - ``poll_only``: never LISTEN; poll instead (for poolers that drop LISTEN).
+    - ``leader_election``: ``False`` works jobs without running for leader, so this
+      client runs no maintenance (River's ``LeaderElectionDisabled``); other clients
+      on the database schedule, rescue, clean and enqueue periodic jobs.
     - ``retry_policy``: when a failed job runs again (default: River's backoff).
     - ``skip_unknown_job_check``: insert kinds no worker here handles.
     - ``maintenance``: a :class:`~riverboat.MaintenanceConfig` (default: River's
@@ -82,6 +85,7 @@ class ClientOptions(TypedDict, total=False):
     fetch_poll_interval: float
     job_timeout: float | None
     poll_only: bool
+    leader_election: bool
     retry_policy: RetryPolicy | None
     skip_unknown_job_check: bool
     maintenance: MaintenanceConfig | None
@@ -256,6 +260,7 @@ class AsyncClient(AsyncClientBase):
                     fetch_poll_interval=options.get("fetch_poll_interval", 1.0),
                     job_timeout=options.get("job_timeout", 60.0),
                     poll_only=options.get("poll_only", False),
+                    leader_election=options.get("leader_election", True),
                     retry_policy=options.get("retry_policy") or RetryPolicy(),
                     maintenance=options.get("maintenance"),
                     periodic_jobs=list(options.get("periodic_jobs", ())),

@@ -154,6 +154,9 @@ class _Sampler:
         )
 
     def _leading(self) -> bool:
+        config = getattr(self._runtime, "config", None)
+        if config is not None and not getattr(config, "leader_election", True):
+            return False  # never runs for leader
         elector = getattr(self._runtime, "elector", None)
         return True if elector is None else bool(elector.is_leader)
 

@@ -67,6 +67,9 @@ class RuntimeConfig:
     fetch_poll_interval: float = 1.0
     job_timeout: float | None = 60.0
     poll_only: bool = False
+    # River 0.48's LeaderElectionDisabled, inverted: False works jobs without running
+    # for leader, so this client runs no maintenance.
+    leader_election: bool = True
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
     completer_batch_threshold: int = 100
     completer_flush_delay: float = 0.05
@@ -280,7 +283,11 @@ class Runtime:
         for producer in self.producers.values():
             producer.poll_queue_state = self.notifier is None
             await producer.start()
-        self._start_leadership()
+        if cfg.leader_election:
+            self._start_leadership()
+        else:
+            self.elector: Any = None
+            self.maintainer: Any = None
         for hook in self.on_start:
             result = hook(self)
             if asyncio.iscoroutine(result):
@@ -347,8 +354,8 @@ class Runtime:
     # -- leader election and maintenance (riverboat.runtime.elector / .maintenance) -----
     def _start_leadership(self) -> None:
         """Run for leader, and run the maintenance services while leading."""
-        self.elector: Any = None
-        self.maintainer: Any = None
+        self.elector = None
+        self.maintainer = None
         from riverboat.runtime.elector import Elector
         from riverboat.runtime.maintenance import (
             Maintainer,

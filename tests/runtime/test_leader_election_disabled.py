@@ -1,0 +1,55 @@
+"""leader_election=False (River 0.48's LeaderElectionDisabled): a client that works jobs
+but never runs for leader, beside one that leads; on Postgres and SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import riverboat
+from riverboat import EventKind, Job, Workers
+from riverboat.runtime.producer import QueueConfig
+from tests.runtime.dbs import Db, any_db  # noqa: F401
+
+
+@pytest.mark.asyncio
+async def test_a_client_without_leader_election_works_jobs_and_never_leads(
+    any_db: Db,  # noqa: F811
+) -> None:
+    db = any_db
+    workers = Workers()
+
+    @workers.register("plain")
+    async def plain(job: Job[Any]) -> None:
+        return None
+
+    def client(id: str, **options: Any) -> riverboat.AsyncClient:
+        return riverboat.AsyncClient(
+            db.url,
+            schema=db.schema,
+            id=id,
+            queues={"default": QueueConfig(max_workers=2)},
+            workers=workers,
+            fetch_poll_interval=0.1,
+            **options,
+        )
+
+    follower = client("no_election", leader_election=False)
+    async with follower:
+        sub = follower.subscribe(EventKind.JOB_COMPLETED)
+        await follower.start()
+        assert follower.runtime.elector is None and follower.runtime.maintainer is None
+        job = (await follower.insert({}, kind="plain")).job
+        async with asyncio.timeout(10):
+            event = await sub.get()
+        assert event.job is not None and event.job.id == job.id
+        leader = client("elected")
+        async with leader:
+            await leader.start()
+            await asyncio.wait_for(leader.runtime.elector.leader.wait(), 10)
+            rows = db.execute("SELECT leader_id FROM river_leader")
+            assert [row[0] for row in rows] == ["elected"]
+            await leader.stop()
+        await follower.stop()
