@@ -61,6 +61,9 @@ class ClientOptions(TypedDict, total=False):
       docs/operations.md; the poll interval defaults to 1 s).
     - ``job_timeout``: seconds a job may run (60; ``None`` for no limit).
     - ``poll_only``: never LISTEN; poll instead (for poolers that drop LISTEN).
+    - ``fetch_only_known_kinds``: claim only jobs of the kinds ``workers`` take
+      (aliases included), so clients with different workers can share a queue; other
+      jobs stay available without using attempts (River's ``FetchOnlyKnownKinds``).
     - ``leader_election``: ``False`` works jobs without running for leader, so this
       client runs no maintenance (River's ``LeaderElectionDisabled``); other clients
       on the database schedule, rescue, clean and enqueue periodic jobs.
@@ -86,6 +89,7 @@ class ClientOptions(TypedDict, total=False):
     job_timeout: float | None
     poll_only: bool
     leader_election: bool
+    fetch_only_known_kinds: bool
     retry_policy: RetryPolicy | None
     skip_unknown_job_check: bool
     maintenance: MaintenanceConfig | None
@@ -261,6 +265,7 @@ class AsyncClient(AsyncClientBase):
                     job_timeout=options.get("job_timeout", 60.0),
                     poll_only=options.get("poll_only", False),
                     leader_election=options.get("leader_election", True),
+                    fetch_only_known_kinds=options.get("fetch_only_known_kinds", False),
                     retry_policy=options.get("retry_policy") or RetryPolicy(),
                     maintenance=options.get("maintenance"),
                     periodic_jobs=list(options.get("periodic_jobs", ())),

@@ -182,10 +182,28 @@ class Dialect(AdminStatements, FlowStatements, WorkflowStatements, ABC):
 
     # -- the runtime: claim, run, complete -----------------------------------------------
     def job_get_available(
-        self, *, queue: str, max_to_lock: int, client_id: str, now: datetime | None = None
+        self,
+        *,
+        queue: str,
+        max_to_lock: int,
+        client_id: str,
+        now: datetime | None = None,
+        kinds: Sequence[str] | None = None,
     ) -> Statement:
         """River's JobGetAvailable: claim up to ``max_to_lock`` jobs of ``queue``, due by
-        ``now`` (the database's clock when None), for ``client_id``; full rows back."""
+        ``now`` (the database's clock when None), for ``client_id``; full rows back.
+        With ``kinds``, only jobs of those kinds (River's FetchOnlyKnownKinds), through a
+        statement of its own so the usual claim keeps its plan."""
+        if kinds is not None:
+            return self.stmt(
+                "job_get_available_kinds",
+                queue=queue,
+                max_to_lock=max_to_lock,
+                max_attempted_by=MAX_ATTEMPTED_BY,
+                attempted_by=client_id,
+                now=self.time_param(now),
+                kinds=self.text_list_param(kinds),
+            )
         return self.stmt(
             "job_get_available",
             queue=queue,

@@ -157,6 +157,13 @@ WHERE river_job.id = ANY(ARRAY(SELECT id FROM locked_jobs))
 RETURNING {job_columns("river_job")}
 """
 
+# River 0.48's FetchOnlyKnownKinds: the same claim, of the client's kinds only.
+QUERIES["job_get_available_kinds"] = QUERIES["job_get_available"].replace(
+    "      AND queue = :queue::text\n",
+    "      AND queue = :queue::text\n      AND kind = ANY(:kinds::text[])\n",
+)
+assert QUERIES["job_get_available_kinds"] != QUERIES["job_get_available"]
+
 # River's JobSetStateIfRunningMany: only rows still running change (a rescued or deleted
 # job is not clobbered), metadata merges regardless, and a retry or snooze of a job with
 # cancel_attempted_at becomes a cancellation. The rows are locked first; for the completer

@@ -159,6 +159,13 @@ WHERE id IN (
 RETURNING {_cols()}
 """
 
+# River 0.48's FetchOnlyKnownKinds: the same claim, of the client's kinds only.
+QUERIES["job_get_available_kinds"] = QUERIES["job_get_available"].replace(
+    "      AND queue = :queue\n",
+    "      AND queue = :queue\n      AND kind IN (SELECT value FROM json_each(:kinds))\n",
+)
+assert QUERIES["job_get_available_kinds"] != QUERIES["job_get_available"]
+
 # River's JobSetStateIfRunning, for a whole batch in one UPDATE ... FROM. Every SET
 # expression sees the row as it was before the statement, so `river_job.state =
 # 'running'` is the guard throughout: a job that is no longer running (rescued, or

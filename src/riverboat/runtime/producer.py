@@ -180,6 +180,8 @@ class Producer:
         # Set by the runtime when nothing LISTENs: queue state and cancellations are then
         # read every QUEUE_POLL_INTERVAL instead of every NOTIFICATION_POLL_INTERVAL.
         self.poll_queue_state = False
+        # Set by the runtime for fetch_only_known_kinds: claim only these kinds.
+        self.fetch_kinds: list[str] | None = None
         self.last_fetch_count = -1
         self.fetches = 0
         self.jobs_started = 0
@@ -307,6 +309,7 @@ class Producer:
                                 max_to_lock=free,
                                 client_id=self._client_id,
                                 now=None if self.clock is None else self.clock(),
+                                kinds=self.fetch_kinds,
                             )
                         )
                     else:

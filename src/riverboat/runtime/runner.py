@@ -70,6 +70,9 @@ class RuntimeConfig:
     # River 0.48's LeaderElectionDisabled, inverted: False works jobs without running
     # for leader, so this client runs no maintenance.
     leader_election: bool = True
+    # River 0.48's FetchOnlyKnownKinds: claim only jobs of kinds the workers take
+    # (aliases included), leaving others available for clients that do.
+    fetch_only_known_kinds: bool = False
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
     completer_batch_threshold: int = 100
     completer_flush_delay: float = 0.05
@@ -314,6 +317,8 @@ class Runtime:
         if cfg.middleware is not None:  # metric_emit hooks (River's HookMetricEmit)
             producer.fetch_metrics = cfg.middleware.fetch_metrics()
         producer.clock = self.clock
+        if cfg.fetch_only_known_kinds:
+            producer.fetch_kinds = cfg.workers.known_kinds()
         return producer
 
     # -- queues at runtime (River's client.Queues().Add / Remove) ------------------------

@@ -395,6 +395,10 @@ class Workers:
     def kinds(self) -> list[str]:
         return sorted(self._by_kind)
 
+    def known_kinds(self) -> list[str]:
+        """Every kind a worker here takes, aliases included, sorted."""
+        return sorted({*self._by_kind, *self._aliases})
+
     def __contains__(self, kind: object) -> bool:
         return kind in self._by_kind or kind in self._aliases
 
