@@ -103,16 +103,20 @@ async def run_e2e(
         # Insert phase on its own: single inserts, then insert_many in 5,000-job batches.
         progress(f"e2e: {single_inserts} single inserts")
         with _Meter(server_cpu, driver) as meter:
-            for _ in range(single_inserts):
-                await client.insert({"num": 0}, kind="benchmark")
+            for num in range(single_inserts):
+                await client.insert({"num": num}, kind="benchmark")
         single = meter.phase(single_inserts)
         await reset()
         progress(f"e2e: inserting {jobs} jobs with insert_many")
         with _Meter(server_cpu, driver) as meter:
             for start in range(0, jobs, 5000):
                 count = min(5000, jobs - start)
+                # Numbered jobs, as River's bench numbers them since 0.48 (PR #1379).
                 await client.insert_many(
-                    [InsertManyParams({"num": 0}, kind="benchmark") for _ in range(count)]
+                    [
+                        InsertManyParams({"num": num}, kind="benchmark")
+                        for num in range(start, start + count)
+                    ]
                 )
         many = meter.phase(jobs)
 
