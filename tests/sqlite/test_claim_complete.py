@@ -263,3 +263,30 @@ def test_queue_upsert_keeps_paused_at(sqlite_url: str, driver: SqliteDriver) -> 
         conn.close()
     (row,) = driver.fetch(driver.dialect.queue_create_or_set_updated_at("q1"))
     assert row[3] == "2026-01-01 00:00:00.000"
+
+
+@pytest.mark.parametrize(
+    ("stored", "first"),
+    [
+        ('\'{"at":"x"}\'', {"at": "x"}),  # JSON, but not an array
+        ("'not json'", "not json"),  # not JSON at all: kept as a string
+        ("jsonb('7')", 7),
+    ],
+)
+def test_an_error_is_appended_after_errors_that_are_not_an_array(
+    driver: SqliteDriver, stored: str, first: object
+) -> None:
+    # River 0.48 (PRs #1380, #1386): what another client left in errors is kept as the
+    # first element of a new array, rather than dropped.
+    client = Client(driver)
+    client.insert({}, kind="fail")
+    (job,) = claim(driver)
+    query(driver.url, f"UPDATE river_job SET errors = {stored} WHERE id = ?", job.id)
+    at = datetime(2026, 5, 6, 7, 8, 9, tzinfo=UTC)
+    error = AttemptError(at=at, attempt=1, error="boom", trace="").to_json()
+    complete(
+        driver, JobStateUpdate(id=job.id, state=JobState.DISCARDED, error=error, finalized=True)
+    )
+    ((errors,),) = query(driver.url, "SELECT json(errors) FROM river_job WHERE id = ?", job.id)
+    kept, appended = json.loads(errors)
+    assert kept == first and appended["error"] == "boom"

@@ -43,6 +43,18 @@ def valid_json_or(column: str, default: str, json_type: str) -> str:
     )
 
 
+def errors_append(column: str, error: str) -> str:
+    """SQL: ``column`` (a job's errors) with the JSON ``error`` appended, as River 0.48
+    appends: a value another client left that is not an array is kept as the first
+    element of a new one (invalid JSON as a string), so nothing recorded is lost."""
+    return f"""(CASE
+        WHEN {column} IS NULL THEN jsonb_array(jsonb({error}))
+        WHEN NOT json_valid({column}, 10)
+        THEN jsonb_array(CAST({column} AS TEXT), jsonb({error}))
+        WHEN json_type({column}) <> 'array' THEN jsonb_array(json({column}), jsonb({error}))
+        ELSE jsonb_insert({column}, '$[#]', jsonb({error})) END)"""
+
+
 def metadata_merge(doc: str, updates: str) -> str:
     """SQL: object ``doc`` with each top-level key of the JSON object ``updates`` set to
     its value, as River 0.50's SQLite driver and Postgres's ``||`` merge metadata: a

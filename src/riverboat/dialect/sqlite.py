@@ -29,6 +29,7 @@ from riverboat._json import json_loads
 from riverboat._sql import Statement
 from riverboat.dialect._sqlite_common import NOW as _NOW
 from riverboat.dialect._sqlite_common import (
+    errors_append,
     format_timestamp,
     metadata_merge,
     parse_timestamp,
@@ -171,11 +172,10 @@ assert QUERIES["job_get_available_kinds"] != QUERIES["job_get_available"]
 # 'running'` is the guard throughout: a job that is no longer running (rescued, or
 # deleted and re-inserted) only gets its metadata patched. A retry or snooze of a job
 # carrying cancel_attempted_at becomes a cancellation. Metadata merges top-level keys,
-# keeping nulls, as River's SQLite driver does since 0.50. errors or metadata that are not
-# JSON of the right shape (written by another client) start over empty, rather than
-# failing every outcome in the batch.
+# keeping nulls, as River's SQLite driver does since 0.50. metadata that is not a JSON
+# object (written by another client) starts over empty and errors that are not an array
+# become the first element of one, rather than failing every outcome in the batch.
 _METADATA = valid_json_or("river_job.metadata", "jsonb('{}')", "object")
-_ERRORS = valid_json_or("river_job.errors", "jsonb('[]')", "array")
 _CANCEL = (
     "(u.state IN ('retryable', 'scheduled')"
     f" AND json_type({_METADATA}, '$.cancel_attempted_at') IS NOT NULL)"
@@ -186,7 +186,7 @@ SET attempt = CASE WHEN river_job.state = 'running' AND NOT {_CANCEL}
                         AND u.attempt IS NOT NULL
                    THEN u.attempt ELSE river_job.attempt END,
     errors = CASE WHEN river_job.state = 'running' AND u.error IS NOT NULL
-                  THEN jsonb_insert({_ERRORS}, '$[#]', jsonb(u.error))
+                  THEN {errors_append("river_job.errors", "u.error")}
                   ELSE river_job.errors END,
     finalized_at = CASE WHEN river_job.state = 'running' AND ({_CANCEL} OR u.finalized)
                         THEN {_NOW} ELSE river_job.finalized_at END,

@@ -22,6 +22,7 @@ from riverboat.dialect._common import UNIQUE_ROW_NUMBER
 from riverboat.dialect._part import DialectPart
 from riverboat.dialect._sqlite_common import (
     NOW,
+    errors_append,
     format_timestamp,
     job_columns,
     parse_timestamp,
@@ -95,10 +96,10 @@ VALUES (json_object('action', 'request_resign'), 'river_leadership')
 """
 
 # Timestamps are compared through ts_key (River compares text, right only for its own
-# spelling); errors/metadata that are not JSON of the right shape start over rather
-# than failing the whole rescue batch. A finalized_at SQLite can't read is never due for
+# spelling); metadata that is not a JSON object starts over, and errors that are not an
+# array become the first element of one (River 0.48), rather than failing the whole
+# rescue batch. A finalized_at SQLite can't read is never due for
 # deletion (NULL compares as neither).
-_ERRORS = valid_json_or("river_job.errors", "jsonb('[]')", "array")
 _METADATA = valid_json_or("river_job.metadata", "jsonb('{}')", "object")
 _FINALIZED_AT = ts_key("finalized_at", unreadable_first=False)
 
@@ -173,7 +174,7 @@ LIMIT :max
 # at. river:rescue_count counts on from a JSON number (rounded, as Postgres's ::int does).
 QUERIES["job_rescue_many"] = f"""
 UPDATE <schema>river_job
-SET errors = jsonb_insert({_ERRORS}, '$[#]', jsonb(r.error)),
+SET errors = {errors_append("river_job.errors", "r.error")},
     finalized_at = r.finalized_at,
     scheduled_at = r.scheduled_at,
     metadata = jsonb_set(
