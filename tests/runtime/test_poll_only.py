@@ -110,3 +110,59 @@ def test_a_lost_cancel_notification_is_caught_by_the_fallback_poll(
         event = sub.get(timeout=20)
         assert event is not None and event.job is not None and event.job.id == job.id
         assert client.job_get(job.id).state is riverboat.JobState.CANCELLED
+
+
+@pytest.mark.asyncio
+async def test_a_cancel_that_arrives_during_the_fetch_reaches_the_fetched_job(
+    any_db: Db,  # noqa: F811
+) -> None:
+    """River 0.48 (PR #1397): a cancellation received while the fetch that claims the job
+    is in flight is applied when the job starts, not lost. The notification is delivered
+    from inside the claim statement's round trip, as a slow claim would see it."""
+    ran: list[int] = []
+    workers = Workers()
+
+    @workers.register("fetched")
+    async def fetched(job: Job[Any]) -> None:
+        ran.append(job.id)
+
+    client = riverboat.AsyncClient(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": QueueConfig(max_workers=2)},
+        workers=workers,
+        fetch_poll_interval=0.1,
+    )
+    sub = client.subscribe(EventKind.JOB_CANCELLED, EventKind.JOB_COMPLETED)
+    await client.start()
+    try:
+        producer = client.runtime.producers["default"]
+        target: list[int] = []
+        fetch = producer._driver.fetch
+
+        async def fetch_then_cancel(stmt: Any) -> Any:
+            rows = await fetch(stmt)
+            if target and any(row[0] == target[0] for row in rows if row):
+                producer.handle_control(
+                    {"action": "cancel", "queue": "default", "job_id": target[0]}
+                )
+            return rows
+
+        producer._driver = _FetchWrapper(producer._driver, fetch_then_cancel)
+        job = (await client.insert({}, kind="fetched")).job
+        target.append(job.id)
+        event = await wait_for([EventKind.JOB_CANCELLED, EventKind.JOB_COMPLETED], sub, job.id)
+        assert event.kind == EventKind.JOB_CANCELLED
+        assert ran == []
+    finally:
+        await client.stop()
+        await client.close()
+
+
+class _FetchWrapper:
+    def __init__(self, inner: Any, fetch: Any) -> None:
+        self._inner = inner
+        self.fetch = fetch
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)

@@ -179,6 +179,8 @@ class Producer:
         self._idle.set()
         # Set by the runtime when nothing LISTENs: queue state and cancellations are then
         # read every QUEUE_POLL_INTERVAL instead of every NOTIFICATION_POLL_INTERVAL.
+        self._fetching = False
+        self._cancelled_while_fetching: set[int] = set()
         self.poll_queue_state = False
         # Set by the runtime for fetch_only_known_kinds: claim only these kinds.
         self.fetch_kinds: list[str] | None = None
@@ -209,8 +211,10 @@ class Producer:
         if action == "cancel":
             if queue == self.queue:
                 job_id = payload.get("job_id")
-                if isinstance(job_id, int):
-                    self.cancel_job(job_id)
+                if isinstance(job_id, int) and not self.cancel_job(job_id) and self._fetching:
+                    # Perhaps a job the fetch in flight is claiming (River 0.48, PR #1397):
+                    # cancelled as soon as it starts.
+                    self._cancelled_while_fetching.add(job_id)
             return
         if queue not in (self.queue, "*"):
             return
@@ -300,6 +304,7 @@ class Producer:
                 self._fetch_when_slots_free = True
                 continue
             last_fetch = time.monotonic()
+            self._fetching = True
             try:
                 async with bounded(self._call_timeout, "claim"):
                     if self._flow is None:
@@ -318,6 +323,8 @@ class Producer:
                 self.fetch_errors += 1
                 self.health.failed(exc, "fetching jobs")
                 continue
+            finally:
+                self._fetching = False
             self.health.ok()
             self.fetches += 1
             self.last_fetch_count = len(rows)
@@ -349,6 +356,10 @@ class Producer:
                         )
                         continue
                     self._start_job(row)
+            if self._cancelled_while_fetching:
+                for job_id in self._cancelled_while_fetching:
+                    self.cancel_job(job_id)
+                self._cancelled_while_fetching.clear()
 
     async def _claim_with_flow_control(self, flow: FlowControl, free: int) -> list[Any]:
         """The claim of a queue with limits or sequences (riverboat.flow): after the
