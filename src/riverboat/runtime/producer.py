@@ -408,9 +408,10 @@ class Producer:
         for start in range(0, len(ids), CANCEL_POLL_BATCH):
             batch = ids[start : start + CANCEL_POLL_BATCH]
             try:
-                rows = await self._driver.fetch(self._dialect.job_get_cancel_requested(batch))
+                async with bounded(self._call_timeout, "cancel requests"):
+                    rows = await self._driver.fetch(self._dialect.job_get_cancel_requested(batch))
             except DriverError as exc:
-                log.warning("producer %s: reading cancel requests failed: %s", self.queue, exc)
+                self.health.failed(exc, "reading cancel requests")
                 return
             for (job_id,) in rows:
                 if self._active.get(job_id) is active.get(job_id):
