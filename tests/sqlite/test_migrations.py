@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -323,7 +324,19 @@ def master_sql(url: str) -> dict[str, str]:
     return {name: _norm(sql) for name, sql in rows}
 
 
-RIVER_SQLITE = Path("/tmp/river/riverdriver/riversqlite/migration/main")
+def _river_sqlite_migrations() -> Path:
+    """River's SQLite migration files: a checkout in /tmp/river, else River 0.51.2's
+    riversqlite module in the Go module cache (`go mod download
+    github.com/riverqueue/river/riverdriver/riversqlite@v0.51.2`)."""
+    checkout = Path("/tmp/river/riverdriver/riversqlite/migration/main")
+    if checkout.is_dir():
+        return checkout
+    cache = os.environ.get("GOMODCACHE") or str(Path.home() / "go" / "pkg" / "mod")
+    module = "github.com/riverqueue/river/riverdriver/riversqlite@v0.51.2"
+    return Path(cache) / module / "migration" / "main"
+
+
+RIVER_SQLITE = _river_sqlite_migrations()
 
 
 @pytest.mark.skipif(not RIVER_SQLITE.is_dir(), reason="River's source is not checked out")
