@@ -11,6 +11,7 @@ import pytest
 
 import riverboat
 from riverboat import EventKind, Job, JobState, Workers
+from riverboat.flow import ConcurrencyLimit
 from riverboat.runtime.producer import QueueConfig
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
@@ -62,3 +63,17 @@ async def test_only_known_kinds_are_claimed_and_the_rest_wait(any_db: Db) -> Non
     async with client(theirs) as second:
         await second.run_until_idle()
         assert (await second.job_get(other.id)).state is JobState.COMPLETED
+
+
+def test_flow_controlled_queues_refuse_it(any_db: Db) -> None:  # noqa: F811
+    # The flow-controlled claim has no kind filter: refused when the client is built,
+    # rather than silently claiming every kind.
+    with pytest.raises(riverboat.InvalidInputError) as info:
+        riverboat.AsyncClient(
+            any_db.url,
+            schema=any_db.schema,
+            queues={"default": QueueConfig(concurrency=ConcurrencyLimit(global_limit=1))},
+            workers=Workers(),
+            fetch_only_known_kinds=True,
+        )
+    assert info.value.field == "fetch_only_known_kinds"

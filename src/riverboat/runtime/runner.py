@@ -19,6 +19,7 @@ from typing import Any
 from riverboat._insert import InsertDefaults, validate_queue
 from riverboat.drivers.base import call_deadline
 from riverboat.errors import InvalidInputError, NotFoundError
+from riverboat.flow import FlowControl
 from riverboat.runtime.completer import Completer
 from riverboat.runtime.events import Event, EventKind, Subscription
 from riverboat.runtime.executor import ExecutorConfig
@@ -100,6 +101,12 @@ class RuntimeConfig:
             validate_queue(name, f"queues[{name!r}]")
             if not isinstance(cfg, QueueConfig):
                 raise InvalidInputError(f"queues[{name!r}]", "must be a QueueConfig")
+            if self.fetch_only_known_kinds and FlowControl.of(cfg) is not None:
+                # The flow-controlled claim (riverboat.flow) has no kind filter yet.
+                raise InvalidInputError(
+                    "fetch_only_known_kinds",
+                    f"queue {name!r} has flow control, which can't be combined with it yet",
+                )
             if (
                 isinstance(cfg.max_workers, bool)
                 or not isinstance(cfg.max_workers, int)
