@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from riverboat import Job, Workers
 from tests.interop import helpers
 from tests.interop.river_go import RiverGo, Target
@@ -74,12 +72,6 @@ def test_river_resumable_set_cursor_resumed_by_riverboat(river: RiverGo, target:
     assert finished == [job_id] and done.attempt == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ResumableSetStepCursorTx records the running step as river:resumable_step "
-    "with its cursor; River re-runs that step from the cursor, riverboat skips it "
-    "(issue #26 item 3, river-compat)",
-)
 def test_river_set_step_cursor_tx_resumed_by_riverboat(river: RiverGo, target: Target) -> None:
     job_id = river_stops_at_item_2(river, target, use_tx=True)
     processed, finished, done = resume_in_riverboat(target, job_id)
@@ -119,12 +111,6 @@ def test_riverboat_cursor_after_a_finished_step_resumed_by_river(
     riverboat_stops_and_river_resumes(river, target, prepare=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a cursor set in the first step (no step finished yet) is not stored by riverboat; "
-    "River 0.51.2 stores dirty cursors on any failed attempt (riverplugin.ResumableMiddleware), "
-    "so River would resume from it (issue #26 item 3, river-compat)",
-)
 def test_riverboat_cursor_in_the_first_step_resumed_by_river(
     river: RiverGo, target: Target
 ) -> None:

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from riverboat import Client, InsertManyParams, InsertOpts, Job, UniqueOpts, Workers
+from riverboat import Client, InsertManyParams, InsertOpts, Job, RawArgs, UniqueOpts, Workers
 from riverboat._job import InsertResult
 from tests.interop import helpers
 from tests.interop.river_go import GoError, RiverGo, Target
@@ -258,9 +258,9 @@ RAW_TEXT = '{"n":1e21,"amount":1.0,"b":{"y":1,"x":2},"tiny":1E-7}'
 
 @pytest.mark.xfail(
     strict=True,
-    reason="riverboat re-encodes the numbers of to_json() args (1e21 -> 1e+21, 1E-7 -> "
-    "1e-07) where River hashes json.RawMessage text as written, so the unique keys differ "
-    "(issue #26 item 3, river-compat)",
+    reason="differs on purpose: riverboat re-encodes to_json() text as Go encodes a struct "
+    "(1e21 -> 1e+21, 1E-7 -> 1e-07); RawArgs keeps it as written, as River keeps a "
+    "json.RawMessage (test_raw_args_same_key_both_ways, docs/river-go.md)",
 )
 @pytest.mark.parametrize("go_first", [True, False], ids=["river_first", "riverboat_first"])
 def test_raw_json_args_same_key_both_ways(river: RiverGo, target: Target, go_first: bool) -> None:
@@ -295,11 +295,6 @@ class PathyFields:
         return json.dumps(self.values, separators=(",", ":"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="unique field names containing '.' or '*': River escapes them (gjson.Escape) into "
-    "top-level keys, riverboat reads them as paths (issue #26 item 3, river-compat)",
-)
 @pytest.mark.parametrize("go_first", [True, False], ids=["river_first", "riverboat_first"])
 def test_unique_field_names_with_dot_and_star(
     river: RiverGo, target: Target, go_first: bool
@@ -347,3 +342,25 @@ def test_insert_many_fast_dedups_against_the_other_side(
             else:
                 assert river.insert("insert_many_fast", specs)["count"] == 0
         assert len(client.job_list(kinds=["interop_map"]).jobs) == 5
+
+
+@pytest.mark.parametrize("go_first", [True, False], ids=["river_first", "riverboat_first"])
+def test_raw_args_same_key_both_ways(river: RiverGo, target: Target, go_first: bool) -> None:
+    """RawArgs is riverboat's json.RawMessage: stored and hashed as written, so River and
+    riverboat deduplicate the same raw args, spaced differently or not."""
+    opts = UniqueOpts(by_args=True)
+    spec = {"kind": "interop_raw", "args": "__RAW__", "opts": {"unique": unique_json(opts)}}
+    body = json.dumps({"mode": "insert", "jobs": [spec]}).replace('"__RAW__"', RAW_TEXT)
+    spaced = RAW_TEXT.replace(",", ", ").replace(":", ": ")
+    with helpers.client(target) as client:
+        if go_first:
+            go = river.insert_raw("insert", body)["results"][0]
+            rb = client.insert(RawArgs(spaced, kind="interop_raw"), InsertOpts(unique_opts=opts))
+            assert rb.unique_skipped_as_duplicate
+        else:
+            rb = client.insert(RawArgs(spaced, kind="interop_raw"), InsertOpts(unique_opts=opts))
+            go = river.insert_raw("insert", body)["results"][0]
+            assert go["unique_skipped_as_duplicate"]
+        assert rb.job.id == go["job"]["id"]
+        assert rb.job.unique_key is not None
+        assert rb.job.unique_key.hex() == go["job"]["unique_key"]
