@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -286,6 +286,46 @@ class Dialect(AdminStatements, FlowStatements, WorkflowStatements, ABC):
     def job_rescue_many(
         self, updates: Sequence[RescueUpdate], *, stuck_horizon: datetime
     ) -> Statement: ...
+
+    # -- riverboat's registry of live clients (dialect/postgres_fleet.py) ---------------
+    @abstractmethod
+    def client_register(
+        self,
+        *,
+        id: str,
+        host: str,
+        pid: int,
+        version: str,
+        queues: Mapping[str, Any],
+        slots: int,
+        dead_after: float,
+        rejoin: bool = False,
+    ) -> Statement: ...
+
+    @abstractmethod
+    def client_heartbeat(
+        self, *, id: str, queues: Mapping[str, Any], slots: int, dead_after: float
+    ) -> Statement: ...
+
+    @abstractmethod
+    def client_delete(self, client_id: str) -> Statement: ...
+
+    @abstractmethod
+    def client_list(self) -> Statement: ...
+
+    @abstractmethod
+    def client_liveness(self, *, max: int) -> Statement: ...
+
+    @abstractmethod
+    def client_delete_dead(self, client_ids: list[str]) -> Statement: ...
+
+    @abstractmethod
+    def client_set_queue_settings(
+        self, *, queue: str, patch: Mapping[str, Any], client_id: str | None
+    ) -> Statement: ...
+
+    @abstractmethod
+    def decode_json_value(self, value: Any) -> Any: ...
 
     def job_delete_before(
         self,

@@ -206,6 +206,10 @@ class Completer:
         self.flush_errors = 0
         self.poisoned = 0  # outcomes the database refused, written sanitized or failed by id
         self.lock_skips = 0  # times an outcome's row was found locked and skipped
+        # The registry's ClientRegistry.may_write (runtime/registry.py): False when this
+        # client lost its lease, so outcomes may belong to runs handed to others.
+        self.may_write: Callable[[], Awaitable[bool]] | None = None
+        self.dropped = 0
 
     @property
     def backlog(self) -> int:
@@ -307,6 +311,16 @@ class Completer:
         once written, so when this raises, ``parts`` holds exactly what is unwritten.
         Returns the outcomes skipped because their rows were locked."""
         skipped: list[PendingCompletion] = []
+        if self.may_write is not None and not await self.may_write():
+            dropped = sum(len(part) for part, _ in parts)
+            self.dropped += dropped
+            log.warning(
+                "completer: %d job outcomes not written (dropped): this client lost its "
+                "lease in the registry of live clients, so these jobs may run elsewhere "
+                "now; they stay running for the leader to rescue",
+                dropped,
+            )
+            parts.clear()
         while parts:
             part, plain = parts[0]
             try:

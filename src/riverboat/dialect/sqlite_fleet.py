@@ -1,0 +1,134 @@
+"""SQLite statements for riverboat's registry of live clients, the twins of
+:mod:`~riverboat.dialect.postgres_fleet` (same method names, arguments and rows). Times
+are River's SQLite text; jsonb columns are read back with ``json()``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from riverboat._sql import Statement
+from riverboat.dialect._part import DialectPart
+from riverboat.dialect._sqlite_common import NOW, seconds_modifier
+
+__all__ = ["SqliteFleet"]
+
+_EXPIRES = "datetime('now', 'subsec', :dead_after)"
+_LIST = f"""id, host, pid, riverboat_version, json(queues), json(queue_settings),
+    slots_in_use, started_at, heartbeat_at, expires_at, expires_at > {NOW}"""
+_VALUES = f"""(id, host, pid, riverboat_version, queues, slots_in_use, expires_at)
+VALUES (:id, :host, :pid, :version, jsonb(:queues), :slots, {_EXPIRES})"""
+
+QUERIES: dict[str, str] = {}
+
+QUERIES["client_register"] = f"""
+INSERT INTO <schema>riverboat_client {_VALUES}
+ON CONFLICT (id) DO UPDATE
+SET host = excluded.host, pid = excluded.pid, riverboat_version = excluded.riverboat_version,
+    queues = excluded.queues, queue_settings = jsonb('{{}}'), slots_in_use = excluded.slots_in_use,
+    started_at = {NOW}, heartbeat_at = {NOW}, expires_at = excluded.expires_at
+RETURNING json(queue_settings)
+"""
+
+QUERIES["client_rejoin"] = f"""
+INSERT INTO <schema>riverboat_client {_VALUES}
+ON CONFLICT (id) DO NOTHING
+RETURNING json(queue_settings)
+"""
+
+QUERIES["client_heartbeat"] = f"""
+UPDATE <schema>riverboat_client
+SET queues = jsonb(:queues), slots_in_use = :slots, heartbeat_at = {NOW},
+    expires_at = {_EXPIRES}
+WHERE id = :id AND expires_at > {NOW}
+RETURNING json(queue_settings)
+"""
+
+QUERIES["client_delete"] = "DELETE FROM <schema>riverboat_client WHERE id = :id"
+
+QUERIES["client_list"] = f"SELECT {_LIST} FROM <schema>riverboat_client ORDER BY host, pid, id"
+
+QUERIES["client_liveness"] = f"""
+SELECT * FROM (SELECT id, 1 FROM <schema>riverboat_client WHERE expires_at > {NOW} LIMIT :max)
+UNION ALL
+SELECT * FROM (SELECT id, 0 FROM <schema>riverboat_client WHERE expires_at <= {NOW}
+               ORDER BY expires_at LIMIT :max)
+"""
+
+QUERIES["client_delete_dead"] = f"""
+DELETE FROM <schema>riverboat_client
+WHERE id IN (SELECT value FROM json_each(:ids)) AND expires_at <= {NOW}
+RETURNING id
+"""
+
+QUERIES["client_set_queue_settings"] = f"""
+UPDATE <schema>riverboat_client
+SET queue_settings = jsonb_set(
+    queue_settings, '$.' || json_quote(:queue),
+    jsonb_patch(coalesce(queue_settings -> ('$.' || json_quote(:queue)), jsonb('{{}}')),
+                jsonb(:patch)))
+WHERE (:id IS NULL OR id = :id) AND expires_at > {NOW}
+  AND json_type(queues, '$.' || json_quote(:queue)) IS NOT NULL
+RETURNING id
+"""
+
+
+class SqliteFleet(DialectPart):
+    _queries: ClassVar[dict[str, str]] = QUERIES
+
+    def client_register(
+        self,
+        *,
+        id: str,
+        host: str,
+        pid: int,
+        version: str,
+        queues: Mapping[str, Any],
+        slots: int,
+        dead_after: float,
+        rejoin: bool = False,
+    ) -> Statement:
+        return self.stmt(
+            "client_rejoin" if rejoin else "client_register",
+            id=id,
+            host=host,
+            pid=pid,
+            version=version,
+            queues=json.dumps(queues),
+            slots=slots,
+            dead_after=seconds_modifier(dead_after),
+        )
+
+    def client_heartbeat(
+        self, *, id: str, queues: Mapping[str, Any], slots: int, dead_after: float
+    ) -> Statement:
+        return self.stmt(
+            "client_heartbeat",
+            id=id,
+            queues=json.dumps(queues),
+            slots=slots,
+            dead_after=seconds_modifier(dead_after),
+        )
+
+    def client_delete(self, client_id: str) -> Statement:
+        return self.stmt("client_delete", id=client_id)
+
+    def client_list(self) -> Statement:
+        return self.stmt("client_list")
+
+    def client_liveness(self, *, max: int) -> Statement:
+        return self.stmt("client_liveness", max=max)
+
+    def client_delete_dead(self, client_ids: list[str]) -> Statement:
+        return self.stmt("client_delete_dead", ids=json.dumps(list(client_ids)))
+
+    def client_set_queue_settings(
+        self, *, queue: str, patch: Mapping[str, Any], client_id: str | None
+    ) -> Statement:
+        return self.stmt(
+            "client_set_queue_settings", queue=queue, patch=json.dumps(patch), id=client_id
+        )
+
+    def decode_json_value(self, value: Any) -> Any:
+        return json.loads(value) if isinstance(value, (str, bytes)) else value
