@@ -17,6 +17,7 @@ from riverboat.dialect._workflow_common import WorkflowStatements
 from riverboat.errors import InvalidInputError
 
 if TYPE_CHECKING:
+    from riverboat._fleet import WorkerInfo
     from riverboat._insert import InsertParams
 
 __all__ = [
@@ -326,6 +327,9 @@ class Dialect(AdminStatements, FlowStatements, WorkflowStatements, ABC):
 
     @abstractmethod
     def decode_json_value(self, value: Any) -> Any: ...
+
+    @abstractmethod
+    def decode_client(self, row: Sequence[Any]) -> WorkerInfo: ...
 
     def job_delete_before(
         self,

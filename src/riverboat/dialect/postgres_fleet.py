@@ -7,9 +7,10 @@ the per-queue settings operators send to clients. A mixin of
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from riverboat._fleet import WorkerInfo, decode_queues
 from riverboat._sql import Statement
 from riverboat.dialect._part import DialectPart
 
@@ -150,3 +151,20 @@ class PostgresFleet(DialectPart):
 
     def decode_json_value(self, value: Any) -> Any:
         return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+    def decode_client(self, row: Sequence[Any]) -> WorkerInfo:
+        """A :meth:`client_list` row."""
+        settings = self.decode_json_value(row[5])
+        return WorkerInfo(
+            id=row[0],
+            host=row[1],
+            pid=int(row[2]),
+            riverboat_version=row[3],
+            queues=decode_queues(self.decode_json_value(row[4])),
+            slots_in_use=int(row[6]),
+            started_at=row[7],
+            heartbeat_at=row[8],
+            expires_at=row[9],
+            alive=bool(row[10]),
+            queue_settings=settings if isinstance(settings, dict) else {},
+        )

@@ -5,12 +5,14 @@ are River's SQLite text; jsonb columns are read back with ``json()``."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from riverboat._fleet import WorkerInfo, decode_queues
 from riverboat._sql import Statement
 from riverboat.dialect._part import DialectPart
-from riverboat.dialect._sqlite_common import NOW, seconds_modifier
+from riverboat.dialect._sqlite_common import NOW, parse_timestamp, seconds_modifier
 
 __all__ = ["SqliteFleet"]
 
@@ -19,6 +21,13 @@ _LIST = f"""id, host, pid, riverboat_version, json(queues), json(queue_settings)
     slots_in_use, started_at, heartbeat_at, expires_at, expires_at > {NOW}"""
 _VALUES = f"""(id, host, pid, riverboat_version, queues, slots_in_use, expires_at)
 VALUES (:id, :host, :pid, :version, jsonb(:queues), :slots, {_EXPIRES})"""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _time(value: Any) -> datetime:
+    return parse_timestamp(value) or _EPOCH  # our own rows always hold a time
+
 
 QUERIES: dict[str, str] = {}
 
@@ -132,3 +141,20 @@ class SqliteFleet(DialectPart):
 
     def decode_json_value(self, value: Any) -> Any:
         return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+    def decode_client(self, row: Sequence[Any]) -> WorkerInfo:
+        """A :meth:`client_list` row."""
+        settings = self.decode_json_value(row[5])
+        return WorkerInfo(
+            id=row[0],
+            host=row[1],
+            pid=int(row[2]),
+            riverboat_version=row[3],
+            queues=decode_queues(self.decode_json_value(row[4])),
+            slots_in_use=int(row[6]),
+            started_at=_time(row[7]),
+            heartbeat_at=_time(row[8]),
+            expires_at=_time(row[9]),
+            alive=bool(row[10]),
+            queue_settings=settings if isinstance(settings, dict) else {},
+        )
