@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -74,9 +75,8 @@ async def test_list_scale_stop_and_start_across_the_fleet(any_db: Db) -> None:  
 
         # scale on every worker of the queue, applied at their next heartbeat
         assert await admin.workers_scale("default", 5) == ["fleet_a", "fleet_b"]
-        for c in (a, b):
-            producer = c.runtime.producers["default"]
-            await wait_until_async(lambda p=producer: _true(p.max_workers == 5), timeout=10)
+        for producer in (a.runtime.producers["default"], b.runtime.producers["default"]):
+            await wait_until_async(_max_workers_is(producer, 5), timeout=10)
         assert a.runtime.producers["other"].max_workers == 1
         await wait_until_async(
             lambda: _reported(admin, "fleet_a", "default", 5), timeout=10, what="reported"
@@ -126,6 +126,13 @@ async def test_list_scale_stop_and_start_across_the_fleet(any_db: Db) -> None:  
     # A clean stop removes the client from the registry.
     async with riverboat.AsyncClient(any_db.url, schema=any_db.schema) as reader:
         assert [w for w in await reader.workers_list() if w.id.startswith("fleet_")] == []
+
+
+def _max_workers_is(producer: Any, n: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return bool(producer.max_workers == n)
+
+    return check
 
 
 async def _true(value: bool) -> bool:
