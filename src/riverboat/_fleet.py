@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["WorkerInfo", "WorkerQueue"]
+__all__ = ["WorkerInfo", "WorkerQueue", "decode_job_ids", "decode_queues"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,9 @@ class WorkerQueue:
 class WorkerInfo:
     """One client in ``riverboat_client``. ``alive`` is False for a client whose
     heartbeats stopped (its lease ran out) and whose jobs the leader has not made
-    available again yet. ``queue_settings`` is what operators asked of it."""
+    available again yet. ``queue_settings`` is what operators asked of it; ``job_ids``
+    the jobs it held at its last heartbeat (running, or finished with the outcome not yet
+    written)."""
 
     id: str
     host: str
@@ -39,6 +41,7 @@ class WorkerInfo:
     expires_at: datetime
     alive: bool
     queue_settings: dict[str, Any] = field(default_factory=dict)
+    job_ids: list[int] = field(default_factory=list)
 
 
 def decode_queues(value: Any) -> list[WorkerQueue]:
@@ -57,3 +60,9 @@ def decode_queues(value: Any) -> list[WorkerQueue]:
                 )
             )
     return out
+
+
+def decode_job_ids(value: Any) -> list[int]:
+    if not isinstance(value, list):
+        return []
+    return [int(v) for v in value if isinstance(v, int) and not isinstance(v, bool)]

@@ -103,7 +103,7 @@ def test_killed_worker_jobs_run_again_within_seconds(
     ids = insert_jobs(url, schema, "rel_span", [{"sleep": 1.0} for _ in range(12)])
     a = spawn_worker(tmp_path, url, schema, RB_CLIENT_ID="worker_a", **ENV)
     reader_a = OutputReader(a)
-    wait_until(lambda: len(starts_in(tmp_path, a.pid)) >= 4, timeout=30, what="a's runs")
+    wait_until(lambda: len(starts_in(tmp_path, a.pid)) >= 4, timeout=60, what="a's runs")
     assert "worker_a" in registry_ids(url, schema)
     a.send_signal(signal.SIGKILL)
     a.wait(10)
@@ -121,7 +121,7 @@ def test_killed_worker_jobs_run_again_within_seconds(
             what="every job completed",
         )
         # The leader removed the dead client's row after rescuing its jobs.
-        wait_until(lambda: registry_ids(url, schema) == {"worker_b"}, timeout=10)
+        wait_until(lambda: registry_ids(url, schema) == {"worker_b"}, timeout=30)
     finally:
         code = stop_process(b)
         reader_b.join()
@@ -158,7 +158,7 @@ def test_frozen_worker_wakes_without_a_second_concurrent_run(
     reader_a = OutputReader(a)
     b = None
     try:
-        wait_until(lambda: starts_in(tmp_path, a.pid) == set(ids), timeout=30, what="a's runs")
+        wait_until(lambda: starts_in(tmp_path, a.pid) == set(ids), timeout=60, what="a's runs")
         a.send_signal(signal.SIGSTOP)
         stopped_at = time.time()
         b = spawn_worker(tmp_path, url, schema, RB_CLIENT_ID="worker_b", **ENV)
@@ -168,14 +168,14 @@ def test_frozen_worker_wakes_without_a_second_concurrent_run(
         assert counts_by_state(url, schema) == {"running": 2}
         # ... and it wakes while b still runs them: the dangerous moment.
         a.send_signal(signal.SIGCONT)
-        reader_a.wait_for(lambda line: "counts as dead" in line, 30)
+        reader_a.wait_for(lambda line: "counts as dead" in line, 60)
         wait_until(
             lambda: counts_by_state(url, schema) == {"completed": 2},
-            timeout=30,
+            timeout=60,
             what="b completed both",
         )
         # Back in the registry once the leader removed its old row.
-        reader_a.wait_for(lambda line: "joined the registry again" in line, 30)
+        reader_a.wait_for(lambda line: "joined the registry again" in line, 60)
         assert registry_ids(url, schema) == {"worker_a", "worker_b"}
     finally:
         if a.poll() is None:

@@ -298,6 +298,7 @@ class Dialect(AdminStatements, FlowStatements, WorkflowStatements, ABC):
         pid: int,
         version: str,
         queues: Mapping[str, Any],
+        job_ids: Sequence[int],
         slots: int,
         dead_after: float,
         rejoin: bool = False,
@@ -305,7 +306,13 @@ class Dialect(AdminStatements, FlowStatements, WorkflowStatements, ABC):
 
     @abstractmethod
     def client_heartbeat(
-        self, *, id: str, queues: Mapping[str, Any], slots: int, dead_after: float
+        self,
+        *,
+        id: str,
+        queues: Mapping[str, Any],
+        job_ids: Sequence[int],
+        slots: int,
+        dead_after: float,
     ) -> Statement: ...
 
     @abstractmethod
@@ -313,9 +320,6 @@ class Dialect(AdminStatements, FlowStatements, WorkflowStatements, ABC):
 
     @abstractmethod
     def client_list(self) -> Statement: ...
-
-    @abstractmethod
-    def client_liveness(self, *, max: int) -> Statement: ...
 
     @abstractmethod
     def client_delete_dead(self, client_ids: list[str]) -> Statement: ...

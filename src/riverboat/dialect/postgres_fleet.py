@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from riverboat._fleet import WorkerInfo, decode_queues
+from riverboat._fleet import WorkerInfo, decode_job_ids, decode_queues
 from riverboat._sql import Statement
 from riverboat.dialect._part import DialectPart
 
@@ -19,11 +19,11 @@ __all__ = ["CLIENT_COLUMNS", "PostgresFleet"]
 # What client_list returns, in order; alive is computed by the database's clock.
 CLIENT_COLUMNS = (
     "id host pid riverboat_version queues queue_settings slots_in_use started_at "
-    "heartbeat_at expires_at alive"
+    "heartbeat_at expires_at alive job_ids"
 ).split()
 
 _LIST = """id, host, pid, riverboat_version, queues, queue_settings, slots_in_use,
-    started_at, heartbeat_at, expires_at, expires_at > now()"""
+    started_at, heartbeat_at, expires_at, expires_at > now(), job_ids"""
 
 QUERIES: dict[str, str] = {}
 
@@ -31,12 +31,14 @@ QUERIES: dict[str, str] = {}
 # leftover row under the same id (a process that reused an id) is taken over.
 QUERIES["client_register"] = """
 INSERT INTO <schema>riverboat_client
-    (id, host, pid, riverboat_version, queues, slots_in_use, expires_at)
+    (id, host, pid, riverboat_version, queues, job_ids, slots_in_use, expires_at)
 VALUES (:id::text, :host::text, :pid::bigint, :version::text, :queues::jsonb,
-        :slots::bigint, now() + make_interval(secs => :dead_after::double precision))
+        :job_ids::jsonb, :slots::bigint,
+        now() + make_interval(secs => :dead_after::double precision))
 ON CONFLICT (id) DO UPDATE
 SET host = excluded.host, pid = excluded.pid, riverboat_version = excluded.riverboat_version,
-    queues = excluded.queues, queue_settings = '{}', slots_in_use = excluded.slots_in_use,
+    queues = excluded.queues, job_ids = excluded.job_ids, queue_settings = '{}',
+    slots_in_use = excluded.slots_in_use,
     started_at = now(), heartbeat_at = now(), expires_at = excluded.expires_at
 RETURNING queue_settings
 """
@@ -45,9 +47,10 @@ RETURNING queue_settings
 # with it made the old run's jobs available again), never over it.
 QUERIES["client_rejoin"] = """
 INSERT INTO <schema>riverboat_client
-    (id, host, pid, riverboat_version, queues, slots_in_use, expires_at)
+    (id, host, pid, riverboat_version, queues, job_ids, slots_in_use, expires_at)
 VALUES (:id::text, :host::text, :pid::bigint, :version::text, :queues::jsonb,
-        :slots::bigint, now() + make_interval(secs => :dead_after::double precision))
+        :job_ids::jsonb, :slots::bigint,
+        now() + make_interval(secs => :dead_after::double precision))
 ON CONFLICT (id) DO NOTHING
 RETURNING queue_settings
 """
@@ -56,7 +59,8 @@ RETURNING queue_settings
 # ran out may already have had its jobs handed to others, and must learn so (no row).
 QUERIES["client_heartbeat"] = """
 UPDATE <schema>riverboat_client
-SET queues = :queues::jsonb, slots_in_use = :slots::bigint, heartbeat_at = now(),
+SET queues = :queues::jsonb, job_ids = :job_ids::jsonb, slots_in_use = :slots::bigint,
+    heartbeat_at = now(),
     expires_at = now() + make_interval(secs => :dead_after::double precision)
 WHERE id = :id::text AND expires_at > now()
 RETURNING queue_settings
@@ -66,14 +70,6 @@ QUERIES["client_delete"] = "DELETE FROM <schema>riverboat_client WHERE id = :id:
 
 QUERIES["client_list"] = f"SELECT {_LIST} FROM <schema>riverboat_client ORDER BY host, pid, id"
 
-# Live and dead ids for the rescuers, at most :max of each kind (dead ones are removed
-# as they are handled, so the next run sees the rest).
-QUERIES["client_liveness"] = """
-(SELECT id, true FROM <schema>riverboat_client WHERE expires_at > now() LIMIT :max::bigint)
-UNION ALL
-(SELECT id, false FROM <schema>riverboat_client WHERE expires_at <= now()
- ORDER BY expires_at LIMIT :max::bigint)
-"""
 
 QUERIES["client_delete_dead"] = """
 DELETE FROM <schema>riverboat_client
@@ -104,6 +100,7 @@ class PostgresFleet(DialectPart):
         pid: int,
         version: str,
         queues: Mapping[str, Any],
+        job_ids: Sequence[int],
         slots: int,
         dead_after: float,
         rejoin: bool = False,
@@ -115,17 +112,25 @@ class PostgresFleet(DialectPart):
             pid=pid,
             version=version,
             queues=json.dumps(queues),
+            job_ids=json.dumps(list(job_ids)),
             slots=slots,
             dead_after=float(dead_after),
         )
 
     def client_heartbeat(
-        self, *, id: str, queues: Mapping[str, Any], slots: int, dead_after: float
+        self,
+        *,
+        id: str,
+        queues: Mapping[str, Any],
+        job_ids: Sequence[int],
+        slots: int,
+        dead_after: float,
     ) -> Statement:
         return self.stmt(
             "client_heartbeat",
             id=id,
             queues=json.dumps(queues),
+            job_ids=json.dumps(list(job_ids)),
             slots=slots,
             dead_after=float(dead_after),
         )
@@ -135,9 +140,6 @@ class PostgresFleet(DialectPart):
 
     def client_list(self) -> Statement:
         return self.stmt("client_list")
-
-    def client_liveness(self, *, max: int) -> Statement:
-        return self.stmt("client_liveness", max=max)
 
     def client_delete_dead(self, client_ids: list[str]) -> Statement:
         return self.stmt("client_delete_dead", ids=list(client_ids))
@@ -167,4 +169,5 @@ class PostgresFleet(DialectPart):
             expires_at=row[9],
             alive=bool(row[10]),
             queue_settings=settings if isinstance(settings, dict) else {},
+            job_ids=decode_job_ids(self.decode_json_value(row[11])),
         )

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from riverboat._fleet import WorkerInfo, decode_queues
+from riverboat._fleet import WorkerInfo, decode_job_ids, decode_queues
 from riverboat._sql import Statement
 from riverboat.dialect._part import DialectPart
 from riverboat.dialect._sqlite_common import NOW, parse_timestamp, seconds_modifier
@@ -18,9 +18,9 @@ __all__ = ["SqliteFleet"]
 
 _EXPIRES = "datetime('now', 'subsec', :dead_after)"
 _LIST = f"""id, host, pid, riverboat_version, json(queues), json(queue_settings),
-    slots_in_use, started_at, heartbeat_at, expires_at, expires_at > {NOW}"""
-_VALUES = f"""(id, host, pid, riverboat_version, queues, slots_in_use, expires_at)
-VALUES (:id, :host, :pid, :version, jsonb(:queues), :slots, {_EXPIRES})"""
+    slots_in_use, started_at, heartbeat_at, expires_at, expires_at > {NOW}, json(job_ids)"""
+_VALUES = f"""(id, host, pid, riverboat_version, queues, job_ids, slots_in_use, expires_at)
+VALUES (:id, :host, :pid, :version, jsonb(:queues), jsonb(:job_ids), :slots, {_EXPIRES})"""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -35,7 +35,8 @@ QUERIES["client_register"] = f"""
 INSERT INTO <schema>riverboat_client {_VALUES}
 ON CONFLICT (id) DO UPDATE
 SET host = excluded.host, pid = excluded.pid, riverboat_version = excluded.riverboat_version,
-    queues = excluded.queues, queue_settings = jsonb('{{}}'), slots_in_use = excluded.slots_in_use,
+    queues = excluded.queues, job_ids = excluded.job_ids, queue_settings = jsonb('{{}}'),
+    slots_in_use = excluded.slots_in_use,
     started_at = {NOW}, heartbeat_at = {NOW}, expires_at = excluded.expires_at
 RETURNING json(queue_settings)
 """
@@ -48,7 +49,8 @@ RETURNING json(queue_settings)
 
 QUERIES["client_heartbeat"] = f"""
 UPDATE <schema>riverboat_client
-SET queues = jsonb(:queues), slots_in_use = :slots, heartbeat_at = {NOW},
+SET queues = jsonb(:queues), job_ids = jsonb(:job_ids), slots_in_use = :slots,
+    heartbeat_at = {NOW},
     expires_at = {_EXPIRES}
 WHERE id = :id AND expires_at > {NOW}
 RETURNING json(queue_settings)
@@ -58,12 +60,6 @@ QUERIES["client_delete"] = "DELETE FROM <schema>riverboat_client WHERE id = :id"
 
 QUERIES["client_list"] = f"SELECT {_LIST} FROM <schema>riverboat_client ORDER BY host, pid, id"
 
-QUERIES["client_liveness"] = f"""
-SELECT * FROM (SELECT id, 1 FROM <schema>riverboat_client WHERE expires_at > {NOW} LIMIT :max)
-UNION ALL
-SELECT * FROM (SELECT id, 0 FROM <schema>riverboat_client WHERE expires_at <= {NOW}
-               ORDER BY expires_at LIMIT :max)
-"""
 
 QUERIES["client_delete_dead"] = f"""
 DELETE FROM <schema>riverboat_client
@@ -94,6 +90,7 @@ class SqliteFleet(DialectPart):
         pid: int,
         version: str,
         queues: Mapping[str, Any],
+        job_ids: Sequence[int],
         slots: int,
         dead_after: float,
         rejoin: bool = False,
@@ -105,17 +102,25 @@ class SqliteFleet(DialectPart):
             pid=pid,
             version=version,
             queues=json.dumps(queues),
+            job_ids=json.dumps(list(job_ids)),
             slots=slots,
             dead_after=seconds_modifier(dead_after),
         )
 
     def client_heartbeat(
-        self, *, id: str, queues: Mapping[str, Any], slots: int, dead_after: float
+        self,
+        *,
+        id: str,
+        queues: Mapping[str, Any],
+        job_ids: Sequence[int],
+        slots: int,
+        dead_after: float,
     ) -> Statement:
         return self.stmt(
             "client_heartbeat",
             id=id,
             queues=json.dumps(queues),
+            job_ids=json.dumps(list(job_ids)),
             slots=slots,
             dead_after=seconds_modifier(dead_after),
         )
@@ -125,9 +130,6 @@ class SqliteFleet(DialectPart):
 
     def client_list(self) -> Statement:
         return self.stmt("client_list")
-
-    def client_liveness(self, *, max: int) -> Statement:
-        return self.stmt("client_liveness", max=max)
 
     def client_delete_dead(self, client_ids: list[str]) -> Statement:
         return self.stmt("client_delete_dead", ids=json.dumps(list(client_ids)))
@@ -157,4 +159,5 @@ class SqliteFleet(DialectPart):
             expires_at=_time(row[9]),
             alive=bool(row[10]),
             queue_settings=settings if isinstance(settings, dict) else {},
+            job_ids=decode_job_ids(self.decode_json_value(row[11])),
         )

@@ -215,6 +215,10 @@ class Completer:
     def backlog(self) -> int:
         return len(self._buffer) + len(self._locked)
 
+    def pending_ids(self) -> list[int]:
+        """Jobs whose outcome is buffered, not yet written (for the registry)."""
+        return list(self._buffer)
+
     @property
     def idle(self) -> bool:
         """Nothing buffered and no write under way (a batch being written has already

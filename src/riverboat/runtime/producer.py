@@ -231,6 +231,10 @@ class Producer:
     def paused(self) -> bool:
         return self._paused
 
+    def job_ids(self) -> list[int]:
+        """The jobs this producer is running (for the registry's heartbeat)."""
+        return list(self._active)
+
     def set_max_workers(self, max_workers: int) -> None:
         """Work up to ``max_workers`` jobs at once from now on (an operator's scale);
         running jobs above a lowered limit finish, no new ones start until below it."""

@@ -111,8 +111,13 @@ class ClientRegistry:
 
     def _row(self) -> dict[str, Any]:
         queues = self._queues()
+        held = {job_id for p in self._runtime.producers.values() for job_id in p.job_ids()}
+        completer = self._runtime.completer
+        if completer is not None:
+            held.update(completer.pending_ids())
         return {
             "queues": queues,
+            "job_ids": sorted(held),
             "slots": sum(q["running"] for q in queues.values()),
             "dead_after": self.dead_after,
         }

@@ -19,9 +19,11 @@ Every rescued job gets the error entry ``"Stuck job rescued by JobRescuer"`` and
 With riverboat's registry of live clients (runtime/registry.py) two rules come first,
 decided by the client that claimed the job (the last entry of ``attempted_by``):
 
-- a job whose client holds a live lease is never rescued, however long it runs: the
-  heartbeat proves the client still has it, and rescuing it would start a second run
-  while the first goes on (a sync job past its timeout whose thread can't be stopped);
+- a job whose client holds a live lease and listed it in a heartbeat (``job_ids``: its
+  running jobs and unwritten outcomes) is never rescued, however long it runs: rescuing
+  it would start a second run while the first goes on (a sync job past its timeout
+  whose thread can't be stopped). A job of a live client that a heartbeat written after
+  the claim did not list (the claim's reply was lost on the way) keeps River's rule;
 - a job whose client's lease ran out is rescued by :class:`DeadClientRescuer` within
   ``dead_client_check_interval``, whatever its age and timeout (rule 4 doesn't apply:
   nothing runs it any more), after which the dead client's row is removed.
@@ -36,6 +38,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from riverboat._fleet import WorkerInfo
 from riverboat._job import AttemptError, JobRow, JobState
 from riverboat.dialect.base import RescueUpdate
 from riverboat.runtime.maintenance._service import MaintenanceContext, Service
@@ -50,10 +53,6 @@ log = logging.getLogger("riverboat.maintenance")
 RESCUE_ERROR = "Stuck job rescued by JobRescuer"
 
 
-# Client ids read per liveness check (of each kind, live and dead).
-_MAX_CLIENTS = 10_000
-
-
 class JobRescuer(Service):
     name = "rescuer"
 
@@ -64,19 +63,21 @@ class JobRescuer(Service):
         self.skipped_live = 0  # stuck by River's rule, but their client is alive
         self._registry: bool | None = None  # riverboat's line applied? (asked once)
 
-    async def _liveness(self) -> tuple[set[str], set[str]]:
-        """Ids of clients with a live lease, and of those whose lease ran out; both empty
-        without the registry."""
+    async def _liveness(self) -> tuple[dict[str, WorkerInfo], set[str]]:
+        """Clients with a live lease by id, and ids of those whose lease ran out; both
+        empty without the registry."""
         ctx = self.ctx
         if self._registry is None:
             from riverboat.migrations import applied_version_async
 
             self._registry = await applied_version_async(ctx.driver, "riverboat") >= 1
         if not self._registry:
-            return set(), set()
-        rows = await ctx.driver.fetch(ctx.dialect.client_liveness(max=_MAX_CLIENTS))
-        live = {str(r[0]) for r in rows if r[1]}
-        dead = {str(r[0]) for r in rows if not r[1]}
+            return {}, set()
+        clients = [
+            ctx.dialect.decode_client(r) for r in await ctx.driver.fetch(ctx.dialect.client_list())
+        ]
+        live = {c.id: c for c in clients if c.alive}
+        dead = {c.id for c in clients if not c.alive}
         return live, dead
 
     async def run_once(self) -> None:
@@ -84,12 +85,13 @@ class JobRescuer(Service):
         now = datetime.now(UTC)
         await self.rescue(now - timedelta(seconds=self.rescue_after), live, set())
 
-    async def rescue(self, horizon: datetime, live: set[str], dead: set[str]) -> None:
+    async def rescue(self, horizon: datetime, live: dict[str, WorkerInfo], dead: set[str]) -> None:
         """Rescue running jobs attempted before ``horizon`` (River's rule), except those
         of ``live`` clients; with ``dead``, only those of ``dead`` clients."""
         ctx = self.ctx
         dialect = ctx.dialect
         after_id = 0
+        held = {client_id: set(info.job_ids) for client_id, info in live.items()}
 
         async def rescue_batch(max: int) -> int:
             nonlocal after_id
@@ -106,8 +108,12 @@ class JobRescuer(Service):
                 if dead:
                     if claimant in dead:
                         chosen.append(self.decide(job, now, claimant_dead=True))
-                elif claimant in live:
-                    self.skipped_live += 1
+                elif claimant in live and (
+                    job.id in held[claimant]
+                    or job.attempted_at is None
+                    or live[claimant].heartbeat_at <= job.attempted_at
+                ):
+                    self.skipped_live += 1  # its live client holds it (or may, so far)
                 else:
                     chosen.append(self.decide(job, now))
             updates = [u for u in chosen if u is not None]

@@ -7,6 +7,7 @@ CREATE TABLE <schema>riverboat_client (
     riverboat_version text NOT NULL,
     queues blob NOT NULL DEFAULT (jsonb('{}')),
     queue_settings blob NOT NULL DEFAULT (jsonb('{}')),
+    job_ids blob NOT NULL DEFAULT (jsonb('[]')),
     slots_in_use integer NOT NULL DEFAULT 0,
     started_at timestamp NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
     heartbeat_at timestamp NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
