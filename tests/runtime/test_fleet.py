@@ -151,3 +151,85 @@ async def _all_completed(admin: riverboat.AsyncClient, ids: list[int]) -> bool:
         if (await admin.job_get(job_id)).state.value != "completed":
             return False
     return True
+
+
+async def test_jobs_of_clients_outside_the_registry_keep_rivers_rescue_rule(
+    any_db: Db,  # noqa: F811
+) -> None:
+    """A Go River client writes no heartbeat: its stuck job is rescued by River's rule
+    (``rescue_stuck_jobs_after``) while riverboat clients are live in the registry."""
+    from riverboat import MaintenanceConfig
+
+    admin = riverboat.AsyncClient(any_db.url, schema=any_db.schema)
+    job = (await admin.insert({}, kind="fleet_noop")).job
+    if any_db.dialect == "postgres":
+        any_db.execute(
+            "UPDATE river_job SET state = 'running', attempt = 1, attempted_by = '{go-client}',"
+            " attempted_at = now() - interval '1 hour' WHERE id = %s",
+            job.id,
+        )
+    else:
+        any_db.execute(
+            "UPDATE river_job SET state = 'running', attempt = 1,"
+            " attempted_by = jsonb('[\"go-client\"]'),"
+            " attempted_at = strftime('%Y-%m-%d %H:%M:%f', 'now', '-3600 seconds') WHERE id = %s",
+            job.id,
+        )
+    worker = riverboat.AsyncClient(
+        any_db.url,
+        schema=any_db.schema,
+        id="fleet_leader",
+        queues={"default": QueueConfig(max_workers=2)},
+        workers=WORKERS,
+        fetch_cooldown=0.01,
+        fetch_poll_interval=0.05,
+        heartbeat_interval=0.1,
+        dead_after=2.0,
+        job_timeout=1.0,
+        maintenance=MaintenanceConfig(
+            start_jitter=0.0, rescuer_interval=0.1, rescue_stuck_jobs_after=60.0
+        ),
+    )
+    await worker.start()
+    try:
+        await wait_until_async(lambda: _all_completed(admin, [job.id]), timeout=30, what="done")
+        row = await admin.job_get(job.id)
+        assert row.attempted_by == ["go-client", "fleet_leader"]
+        assert [e.error for e in row.errors] == ["Stuck job rescued by JobRescuer"]
+    finally:
+        await worker.stop()
+        await worker.close()
+        await admin.close()
+
+
+async def test_without_riverboats_line_a_client_runs_as_rivers_do(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A database migrated by River alone (no ``riverboat`` line): one warning, no
+    registry, jobs are worked."""
+    import logging
+
+    from riverboat.drivers.sqlite import SqliteDriver
+    from riverboat.migrations import Migrator
+
+    url = f"sqlite:///{tmp_path / 'river-only.sqlite3'}"
+    with SqliteDriver(url) as driver:
+        Migrator(driver).up()  # River's main line only
+    caplog.set_level(logging.WARNING, "riverboat")
+    worker = riverboat.AsyncClient(
+        url,
+        queues={"default": QueueConfig(max_workers=1)},
+        workers=WORKERS,
+        fetch_cooldown=0.01,
+        fetch_poll_interval=0.05,
+    )
+    job = (await worker.insert({}, kind="fleet_noop")).job
+    await worker.start()
+    try:
+        await wait_until_async(lambda: _all_completed(worker, [job.id]), timeout=30)
+        assert worker.runtime.registry is not None and not worker.runtime.registry.enabled
+    finally:
+        await worker.stop()
+        await worker.close()
+    warned = [r for r in caplog.records if "migration line is not applied" in r.getMessage()]
+    assert len(warned) == 1
