@@ -206,9 +206,9 @@ class ClientRegistry:
     async def _beat(self) -> None:
         sent = time.monotonic()
         if not self.lost and sent - self._last_ok >= self.dead_after:
-            # Checked before anything awaits: a process woken from SIGSTOP runs this
-            # (its timer is older) before the job steps whose timers also expired, so
-            # its async jobs are cancelled before they run another line.
+            # Checked before anything awaits: asyncio runs the timers that expired
+            # during a freeze (SIGSTOP) oldest first, so every job waiting on a timer set
+            # after this one's is cancelled here before it runs another line.
             self._lose(f"no heartbeat written for {sent - self._last_ok:.1f}s")
         try:
             # Bounded like every call of the runtime (runtime/health.py): a silent
