@@ -152,7 +152,10 @@ class ClientRegistry:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
+            # Let a heartbeat in flight finish (it is bounded by db_call_timeout):
+            # cancelling a query midway leaves its connection for the garbage collector.
+            async with self._beating:
+                self._task.cancel()
             try:
                 await self._task
             except asyncio.CancelledError:
@@ -230,7 +233,7 @@ class ClientRegistry:
                 self._lose(f"no heartbeat written for {self.dead_after:g}s")
             return
         if self._failing:
-            log.warning("registry: heartbeat written again")
+            log.warning("registry: the database answers heartbeats again")
             self._failing = False
         if not rows:
             if not self.lost:
