@@ -5,8 +5,9 @@ earlier one). A flush starts when the backlog reaches ``batch_threshold`` or
 ``flush_delay`` after the first outcome arrived, so one lone job is written quickly and a
 busy queue writes hundreds per statement. The statement only changes rows that are still
 ``running`` and runs without a wrapping transaction. A failed flush puts its batch back and
-retries with backoff; nothing is dropped while the completer runs, and ``stop`` flushes
-everything left.
+retries with backoff; nothing is dropped while the completer runs (except by a client
+that lost its lease in the registry of live clients: runtime/registry.py), and ``stop``
+flushes everything left.
 
 Two things must not hold the other outcomes back (docs/reliability.md):
 
