@@ -76,7 +76,7 @@ def fresh_database(pg_url: str) -> Iterator[str]:
     import psycopg
 
     from riverboat.drivers.psycopg import PsycopgDriver
-    from riverboat.migrations import Migrator
+    from riverboat.migrations import up_all
 
     name = "docs_" + uuid.uuid4().hex[:12]
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -86,7 +86,7 @@ def fresh_database(pg_url: str) -> Iterator[str]:
     try:
         driver = PsycopgDriver(url, max_pool_size=1)
         try:
-            Migrator(driver).up()
+            up_all(driver)
         finally:
             driver.close()
         yield url

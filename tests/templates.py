@@ -55,11 +55,11 @@ class SchemaCloner:
             conn.execute(f'CREATE SCHEMA "{self.template}"')
         self._template_created = True
         from riverboat.drivers.psycopg import PsycopgDriver
-        from riverboat.migrations import Migrator
+        from riverboat.migrations import up_all
 
         driver = PsycopgDriver(pg_url, schema=self.template, max_pool_size=1)
         try:
-            Migrator(driver).up()
+            up_all(driver)
         finally:
             driver.close()
         dump = subprocess.run(
@@ -120,12 +120,12 @@ class SchemaCloner:
 def migrate_sqlite_file(path: Path) -> str:
     """Runs every migration on the SQLite file ``path``; returns its URL."""
     from riverboat.drivers.sqlite import SqliteDriver
-    from riverboat.migrations import Migrator
+    from riverboat.migrations import up_all
 
     url = f"sqlite:///{path}"
     driver = SqliteDriver(url)
     try:
-        Migrator(driver).up()
+        up_all(driver)
     finally:
         driver.close()
     return url

@@ -12,6 +12,7 @@ from riverboat._admin import (
     JobListOptions,
     JobListResult,
 )
+from riverboat._fleet import WorkerInfo, WorkerQueue
 from riverboat._job import (
     AttemptError,
     InsertManyParams,
@@ -107,6 +108,8 @@ __all__ = [
     "UnknownJobKindError",
     "WaitTimeoutError",
     "Worker",
+    "WorkerInfo",
+    "WorkerQueue",
     "Workers",
     "Workflow",
     "WorkflowInfo",

@@ -30,8 +30,11 @@ from riverboat._admin import (
     _ops,
     _Plan,
 )
+from riverboat._fleet import WorkerInfo
+from riverboat._insert import validate_queue
 from riverboat._job import JobRow, JobState
 from riverboat._queue import QueueRow
+from riverboat.errors import InvalidInputError, NotFoundError
 
 if TYPE_CHECKING:
     from riverboat._client_core import _ClientCore
@@ -239,6 +242,46 @@ class AsyncAdmin:
     ) -> QueueRow:
         return await self._run_tx(conn, _ops(self._core).queue_update(name, metadata))
 
+    # -- the fleet: riverboat's registry of live workers (docs/fleet.md) -------------------
+    async def workers_list(self) -> list[WorkerInfo]:
+        """Every client in riverboat's registry of live workers, by host and pid: the
+        live ones and the dead ones whose jobs the leader has not yet made available
+        again (``alive`` False). Needs riverboat's migration line."""
+        rows = await self.driver.fetch(self._core.dialect.client_list())
+        return [self._core.dialect.decode_client(row) for row in rows]
+
+    async def workers_scale(
+        self, queue: str, max_workers: int, *, worker_id: str | None = None
+    ) -> list[str]:
+        """Set ``queue``'s ``max_workers`` on every live worker that works it, or on
+        ``worker_id`` only. Each applies it at its next heartbeat. Returns the ids asked;
+        raises NotFoundError when no live worker works that queue."""
+        return await self._fleet_send(queue, _fleet_scale(max_workers), worker_id)
+
+    async def workers_stop(self, queue: str, *, worker_id: str | None = None) -> list[str]:
+        """Stop claiming from ``queue`` on every live worker, or on ``worker_id`` only
+        (running jobs finish), until :meth:`workers_start`. Unlike :meth:`queue_pause`
+        it can name one worker, and it ends with the worker process (a restarted worker
+        works its queues again)."""
+        return await self._fleet_send(queue, {"stopped": True}, worker_id)
+
+    async def workers_start(self, queue: str, *, worker_id: str | None = None) -> list[str]:
+        """Undo :meth:`workers_stop`."""
+        return await self._fleet_send(queue, {"stopped": False}, worker_id)
+
+    async def _fleet_send(
+        self, queue: str, patch: Mapping[str, Any], worker_id: str | None
+    ) -> list[str]:
+        queue = validate_queue(queue)
+        stmt = self._core.dialect.client_set_queue_settings(
+            queue=queue, patch=patch, client_id=worker_id
+        )
+        ids = sorted(str(row[0]) for row in await self.driver.fetch(stmt))
+        if not ids:
+            who = f"worker {worker_id!r}" if worker_id else "live worker"
+            raise NotFoundError(f"no {who} works queue {queue!r}")
+        return ids
+
     async def leader_request_resign(self) -> None:
         """Ask the current leader, whichever client it is, to resign and run for
         election again (River's ``request_resign`` leadership notification): to move
@@ -259,3 +302,15 @@ def _request_resign(_: None, runtime: Runtime) -> None:
     elector = getattr(runtime, "elector", None)
     if elector is not None:
         elector.request_resign()
+
+
+def _fleet_scale(max_workers: int) -> dict[str, Any]:
+    from riverboat.runtime.producer import MAX_WORKERS_LIMIT
+
+    if (
+        isinstance(max_workers, bool)
+        or not isinstance(max_workers, int)
+        or not 1 <= max_workers <= MAX_WORKERS_LIMIT
+    ):
+        raise InvalidInputError("max_workers", f"must be an int in 1..{MAX_WORKERS_LIMIT}")
+    return {"max_workers": max_workers}

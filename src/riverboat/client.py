@@ -29,6 +29,7 @@ from riverboat.runtime.events import EventKind, Subscription
 from riverboat.runtime.health import DEFAULT_CALL_TIMEOUT
 from riverboat.runtime.maintenance.periodic import PeriodicJob, PeriodicJobs
 from riverboat.runtime.producer import QueueConfig
+from riverboat.runtime.registry import DEAD_AFTER, HEARTBEAT_INTERVAL
 from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.runner import (
     DEFAULT_SOFT_STOP_TIMEOUT,
@@ -77,7 +78,11 @@ class ClientOptions(TypedDict, total=False):
       them back (25 s).
     - ``db_call_timeout``: seconds each database call of the worker runtime (claims,
       completions, LISTEN, leader election, maintenance) may take before its connection
-      is dropped and the call retried on a fresh one (10 s; ``None``: no deadline)."""
+      is dropped and the call retried on a fresh one (10 s; ``None``: no deadline).
+    - ``heartbeat_interval``: how often a working client records itself in riverboat's
+      registry of live clients (5 s; ``None`` turns the registry off), and
+      ``dead_after``: how long after its last heartbeat it counts as dead and its running
+      jobs run elsewhere (30 s). See docs/fleet.md."""
 
     id: str | None
     schema: str | None
@@ -97,6 +102,8 @@ class ClientOptions(TypedDict, total=False):
     middleware: Sequence[object] | None
     soft_stop_timeout: float | None
     db_call_timeout: float | None
+    heartbeat_interval: float | None
+    dead_after: float
 
 
 _CLIENT_OPTIONS = ClientOptions.__optional_keys__
@@ -273,6 +280,8 @@ class AsyncClient(AsyncClientBase):
                     middleware=self._core.middleware,
                     soft_stop_timeout=options.get("soft_stop_timeout", DEFAULT_SOFT_STOP_TIMEOUT),
                     db_call_timeout=options.get("db_call_timeout", DEFAULT_CALL_TIMEOUT),
+                    heartbeat_interval=options.get("heartbeat_interval", HEARTBEAT_INTERVAL),
+                    dead_after=options.get("dead_after", DEAD_AFTER),
                 ),
             )
             self._runtime.on_start.append(self._core.middleware.on_start)

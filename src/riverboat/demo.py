@@ -33,7 +33,7 @@ from riverboat._job import FINALIZED_STATES, InsertOpts, JobRow, UniqueOpts
 from riverboat._sql import Query, Statement
 from riverboat._url import driver_from_url, is_sqlite_url
 from riverboat.client import AsyncClient
-from riverboat.migrations import Migrator
+from riverboat.migrations import up_all
 from riverboat.runtime.events import Event, EventKind
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Job, JobCancel, JobSnooze, Workers, record_output
@@ -472,7 +472,7 @@ def prepare_database(url: str) -> tuple[list[int], int]:
     Returns (versions applied, jobs deleted)."""
     driver = driver_from_url(url)
     try:
-        applied = Migrator(driver).up()
+        applied = up_all(driver)["main"]
         deleted: int = driver.execute(Statement(_RESET_JOBS, {"queue": QUEUE}))
         driver.execute(Statement(_RESET_QUEUE, {"queue": QUEUE}))
     finally:

@@ -412,7 +412,7 @@ def create_migrated_postgres_schema(url: str, prefix: str = "riverboat_test_") -
     import psycopg
 
     from riverboat.drivers.psycopg import PsycopgDriver
-    from riverboat.migrations import Migrator
+    from riverboat.migrations import up_all
 
     schema = prefix + uuid.uuid4().hex[:12]
     with psycopg.connect(url, autocommit=True) as conn:
@@ -420,7 +420,7 @@ def create_migrated_postgres_schema(url: str, prefix: str = "riverboat_test_") -
     try:
         driver = PsycopgDriver(url, schema=schema, max_pool_size=1)
         try:
-            Migrator(driver).up()
+            up_all(driver)
         finally:
             driver.close()
     except BaseException:
@@ -467,11 +467,11 @@ if pytest is not None:
     def riverboat_sqlite(tmp_path: Path) -> str:
         """The URL of a SQLite file migrated to River's latest schema."""
         from riverboat.drivers.sqlite import SqliteDriver
-        from riverboat.migrations import Migrator
+        from riverboat.migrations import up_all
 
         url = f"sqlite:///{tmp_path / 'riverboat-test.sqlite3'}"
         with SqliteDriver(url) as driver:
-            Migrator(driver).up()
+            up_all(driver)
         return url
 
     @pytest.fixture

@@ -44,9 +44,12 @@ def test_migrate_list_up_down(empty_schema: str, pg_url: str) -> None:
     out = _run("migrate", "up", "--target-version", "3")
     assert "applied 001" in out and "applied 003" in out and "applied 004" not in out
     out = _run("migrate")  # up is the default action
-    assert "applied 008" in out and "current version: 8" in out
+    assert "applied 008" in out and "applied riverboat 001" in out
+    assert "current version: 8" in out
     assert "nothing to apply" in _run("migrate", "up")
     assert "* 008" in _run("migrate", "list")
+    out = _run("migrate", "down")  # riverboat's own line first: it sits on top
+    assert "reverted riverboat 001" in out and "current version: 8" in out
     out = _run("migrate", "down")
     assert "reverted 008" in out and "current version: 7" in out
     out = _run("migrate", "down", "--target-version", "0")

@@ -50,12 +50,20 @@ def test_river_migrates_and_riverboat_lists_validates_and_works(
     if empty_target.schema:
         flags += ["--schema", empty_target.schema]
     validate = subprocess.run(
-        [sys.executable, "-m", "riverboat.cli", "migrate", "validate", *flags],
+        [sys.executable, "-m", "riverboat.cli", "migrate", "validate", "--line", "main", *flags],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert validate.returncode == 0, validate.stdout + validate.stderr
+    # Without --line riverboat's own line is checked too: River didn't apply it.
+    both = subprocess.run(
+        [sys.executable, "-m", "riverboat.cli", "migrate", "validate", *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert both.returncode == 1 and "riverboat 001" in both.stdout, both.stdout + both.stderr
 
     workers = Workers()
     seen: list[int] = []
@@ -165,3 +173,28 @@ def test_a_gap_in_river_migration_is_reported_by_both(river: RiverGo, target: Ta
         driver.close()
     assert river.migrate("validate") == {"ok": False, "messages": ["Unapplied migrations: [6]"]}
     assert river.migrate("list")["existing"] == [1, 2, 3, 4, 5, 7, 8]
+
+
+def test_rivers_migrator_ignores_riverboats_own_line(
+    river_go_binary: Path, empty_target: Target
+) -> None:
+    """River keys river_migration by (line, version): the 'riverboat' line's rows don't
+    disturb River's list, validate, up or down of its 'main' line."""
+    from riverboat.migrations import up_all
+
+    driver = driver_from_url(empty_target.url, schema=empty_target.schema)
+    try:
+        assert up_all(driver) == {"main": ALL, "riverboat": [1]}
+    finally:
+        driver.close()
+    river = RiverGo(river_go_binary, empty_target)
+    assert river.migrate("list") == {"all": ALL, "existing": ALL}
+    assert river.migrate("validate") == {"ok": True, "messages": []}
+    assert river.migrate("up") == {"direction": "up", "versions": []}
+    assert river.migrate("down", max_steps=1) == {"direction": "down", "versions": [8]}
+    assert river.migrate("up") == {"direction": "up", "versions": [8]}
+    driver = driver_from_url(empty_target.url, schema=empty_target.schema)
+    try:
+        assert Migrator(driver, line="riverboat").current_version() == 1
+    finally:
+        driver.close()

@@ -119,6 +119,19 @@ def snapshot(conn: Any, schema: str) -> Snapshot:
 NOTIFY_BODY = "<sends pg_notify('river_insert', {\"queue\": NEW.queue}) for available rows>"
 
 
+def rivers_part(snap: Snapshot) -> tuple[Snapshot, list[str]]:
+    """``snap`` without riverboat's own line (tables named ``riverboat_*``), and the names
+    of the tables left out: River's ``main`` line must stay River's byte for byte."""
+    own = sorted(name for name in snap["tables"] if name.startswith("riverboat_"))
+    rest = {
+        key: {k: v for k, v in part.items() if not str(k).startswith("riverboat_")}
+        if isinstance(part, dict)
+        else part
+        for key, part in snap.items()
+    }
+    return rest, own
+
+
 def normalise_notify_body(snap: Snapshot) -> Snapshot:
     """Replace river_job_notify's body by :data:`NOTIFY_BODY` if it does River's job.
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from riverboat.migrations import LATEST_VERSION
-from tests.migrations.catalog import expected, normalise_notify_body, snapshot
+from tests.migrations.catalog import expected, normalise_notify_body, rivers_part, snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,20 +53,32 @@ def test_up_list_down(pg_url: str, empty_schema: str, conn: Any) -> None:
     listing = cli("migrate", "list", *common)
     assert listing.returncode == 0, listing.stderr
     marks = [line[:5] for line in listing.stdout.splitlines() if line[2:5].isdigit()]
-    assert marks == ["* 001", "* 002", "* 003", "  004", "  005", "  006", "  007", "  008"]
+    assert marks == [
+        "* 001",
+        "* 002",
+        "* 003",
+        "  004",
+        "  005",
+        "  006",
+        "  007",
+        "  008",
+        "  001",
+    ]
 
     # DATABASE_URL is the default.
     rest = cli("migrate", "up", "--schema", empty_schema, env={"DATABASE_URL": pg_url})
     assert rest.returncode == 0, rest.stderr
     assert "applied 007 notification outbox sqlite jsonb and sql cleanup" in rest.stdout
     assert "applied 008 job id autoincrement" in rest.stdout
-    snap = normalise_notify_body(snapshot(conn, empty_schema))
+    assert "applied riverboat 001 client registry" in rest.stdout
+    snap, own = rivers_part(normalise_notify_body(snapshot(conn, empty_schema)))
     assert snap["tables"] == expected(LATEST_VERSION)["tables"]
+    assert own == ["riverboat_client"]
 
     again = cli("migrate", "up", *common)
     assert again.returncode == 0 and "nothing to apply" in again.stdout
 
-    down = cli("migrate", "down", *common)
+    down = cli("migrate", "down", *common, "--line", "main")
     assert down.returncode == 0, down.stderr
     assert down.stdout.splitlines()[0] == "reverted 008 job id autoincrement"
     gone = cli("migrate", "down", *common, "--target-version", "0")
@@ -149,12 +161,12 @@ def test_concurrent_cli_processes(pg_url: str, empty_schema: str, conn: Any) -> 
         for line in out.splitlines()
         if line.startswith("applied")
     )
-    assert applied == [f"{v:03d}" for v in range(1, LATEST_VERSION + 1)]
+    assert applied == sorted([f"{v:03d}" for v in range(1, LATEST_VERSION + 1)] + ["riverboat"])
     got = conn.execute(
         f"""SELECT line, version, count(*) FROM "{empty_schema}".river_migration
-            GROUP BY 1, 2 ORDER BY 2"""
+            GROUP BY 1, 2 ORDER BY 1, 2"""
     ).fetchall()
-    assert got == [("main", v, 1) for v in range(1, LATEST_VERSION + 1)]
+    assert got == [("main", v, 1) for v in range(1, LATEST_VERSION + 1)] + [("riverboat", 1, 1)]
 
 
 @pytest.mark.parametrize("entry", [["-m", "riverboat.cli", "--help"]])

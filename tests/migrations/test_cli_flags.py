@@ -64,7 +64,9 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
 
 
 def _applied(lines: list[str], verb: str = "applied") -> list[int]:
-    return [int(line.split()[1]) for line in lines if line.startswith(f"{verb} ")]
+    # Only River's main line: other lines are named ("applied riverboat 001 ...").
+    words = [line.split() for line in lines if line.startswith(f"{verb} ")]
+    return [int(w[1]) for w in words if w[1].isdigit()]
 
 
 def _version(db: Db) -> int:
@@ -77,7 +79,8 @@ def test_validate_exit_codes(db: Db) -> None:
     code, lines = db.migrate("validate")
     assert code == 1
     assert lines == [
-        "unapplied migrations: 001, 002, 003, 004, 005, 006, 007, 008; run `riverboat migrate up`"
+        "unapplied migrations: 001, 002, 003, 004, 005, 006, 007, 008, riverboat 001; "
+        "run `riverboat migrate up`"
     ]
     assert db.migrate("up", "--target-version", "3")[0] == 0
     assert db.migrate("validate", "--target-version", "3") == (
@@ -87,7 +90,10 @@ def test_validate_exit_codes(db: Db) -> None:
     code, lines = db.migrate("validate")
     assert code == 1 and "004, 005, 006, 007, 008" in lines[0]
     assert db.migrate("up")[0] == 0
-    assert db.migrate("validate") == (0, [f"no unapplied migrations; at version {LATEST_VERSION}"])
+    assert db.migrate("validate") == (
+        0,
+        [f"no unapplied migrations; at version {LATEST_VERSION} (riverboat line: 1)"],
+    )
 
 
 def test_dry_run_with_show_sql_changes_nothing(db: Db) -> None:
@@ -95,7 +101,8 @@ def test_dry_run_with_show_sql_changes_nothing(db: Db) -> None:
     assert code == 0
     planned = [line for line in lines if line.startswith("would apply")]
     assert planned[0] == "would apply 001 create river migration [up] [dry run]"
-    assert len(planned) == LATEST_VERSION
+    assert len(planned) == LATEST_VERSION + 1
+    assert planned[-1] == "would apply riverboat 001 client registry [up] [dry run]"
     assert "-" * 80 in lines
     assert "-- River main migration 008 job id autoincrement [up]" in lines
     if db.dialect == "sqlite":
@@ -106,6 +113,12 @@ def test_dry_run_with_show_sql_changes_nothing(db: Db) -> None:
     code, lines = db.migrate("down", "--dry-run", "--max-steps", "2")
     assert code == 0
     assert lines[:2] == [
+        "would apply riverboat 001 client registry [down] [dry run]",
+        "would apply 008 job id autoincrement [down] [dry run]",
+    ]
+    code, lines = db.migrate("down", "--line", "main", "--dry-run", "--max-steps", "2")
+    assert code == 0
+    assert lines[:2] == [
         "would apply 008 job id autoincrement [down] [dry run]",
         "would apply 007 notification outbox sqlite jsonb and sql cleanup [down] [dry run]",
     ]
@@ -113,40 +126,95 @@ def test_dry_run_with_show_sql_changes_nothing(db: Db) -> None:
 
 
 def test_max_steps_and_target_version(db: Db) -> None:
-    code, lines = db.migrate("up", "--max-steps", "2")
+    # River's flags on River's line alone; the stack of lines is tested below.
+    code, lines = db.migrate("up", "--line", "main", "--max-steps", "2")
     assert code == 0 and _applied(lines) == [1, 2]
     # A target already reached is a no-op, not an error (River 0.39).
-    code, lines = db.migrate("up", "--target-version", "2")
+    code, lines = db.migrate("up", "--line", "main", "--target-version", "2")
     assert code == 0 and lines[0] == "nothing to apply; at version 2"
     # River cuts to --max-steps first: a target beyond the cut is refused, nothing applied.
-    result = cli("migrate", "up", *db.args, "--target-version", "5", "--max-steps", "1")
+    result = cli(
+        "migrate", "up", "--line", "main", *db.args, "--target-version", "5", "--max-steps", "1"
+    )
     assert "version 5 is not in the target list" in one_line_error(result)
     assert _version(db) == 2
-    code, lines = db.migrate("up", "--target-version", "4", "--max-steps", "5")
+    code, lines = db.migrate("up", "--line", "main", "--target-version", "4", "--max-steps", "5")
     assert code == 0 and _applied(lines) == [3, 4]
-    code, lines = db.migrate("up", "--max-steps", "10")
+    code, lines = db.migrate("up", "--line", "main", "--max-steps", "10")
     assert code == 0 and _applied(lines) == [5, 6, 7, 8]
     assert "no more migrations to apply" in lines
-    assert db.migrate("up", "--max-steps", "-1")[1][0] == "nothing to apply; at version 8"
+    assert (
+        db.migrate("up", "--line", "main", "--max-steps", "-1")[1][0]
+        == "nothing to apply; at version 8"
+    )
 
-    code, lines = db.migrate("down", "--max-steps", "2")
+    code, lines = db.migrate("down", "--line", "main", "--max-steps", "2")
     assert code == 0 and _applied(lines, "reverted") == [8, 7]
-    code, lines = db.migrate("down", "--target-version", "6")
+    code, lines = db.migrate("down", "--line", "main", "--target-version", "6")
     assert code == 0 and lines[0] == "nothing to revert"
-    not_applied = cli("migrate", "down", *db.args, "--target-version", "8")
+    not_applied = cli("migrate", "down", "--line", "main", *db.args, "--target-version", "8")
     assert "not applied" in one_line_error(not_applied)
-    code, lines = db.migrate("down", "--target-version", "4")
+    code, lines = db.migrate("down", "--line", "main", "--target-version", "4")
     assert code == 0 and _applied(lines, "reverted") == [6, 5]
-    code, lines = db.migrate("down", "--target-version", "-1")
+    code, lines = db.migrate("down", "--line", "main", "--target-version", "-1")
     assert code == 0 and _applied(lines, "reverted") == [4, 3, 2, 1]
     assert _version(db) == 0
+
+
+def test_lines_form_a_stack(db: Db) -> None:
+    # Without --line, up applies main then riverboat; down unwinds from the top.
+    code, lines = db.migrate("up", "--target-version", "7")
+    assert code == 0 and _applied(lines) == list(range(1, 8))
+    assert "riverboat line current version: 0 (latest 1)" in lines
+    code, lines = db.migrate("up", "--line", "main")
+    assert code == 0 and _applied(lines) == [8]
+    code, lines = db.migrate("up")
+    assert code == 0 and lines[0] == "applied riverboat 001 client registry"
+    assert lines[-2:] == [
+        "riverboat line current version: 1 (latest 1)",
+        f"current version: {LATEST_VERSION} (latest {LATEST_VERSION})",
+    ]
+    code, lines = db.migrate("list")
+    assert code == 0 and "line riverboat:" in lines
+    assert lines[lines.index("line riverboat:") + 1].startswith("* 001  client registry")
+    assert db.migrate("validate") == (
+        0,
+        [f"no unapplied migrations; at version {LATEST_VERSION} (riverboat line: 1)"],
+    )
+    # River's main can't go below 005 (river_migration.line) under another line.
+    refused = cli("migrate", "down", "--line", "main", *db.args, "--target-version", "4")
+    assert "while the riverboat line is applied" in one_line_error(refused)
+    assert _version(db) == LATEST_VERSION
+    code, lines = db.migrate("down")
+    assert code == 0 and lines[0] == "reverted riverboat 001 client registry"
+    code, lines = db.migrate("validate")
+    assert code == 1 and lines == [
+        "unapplied migrations: riverboat 001; run `riverboat migrate up`"
+    ]
+    code, lines = db.migrate("up", "--line", "riverboat")
+    assert code == 0 and lines[0] == "applied 001 client registry"
+    code, lines = db.migrate("down", "--max-steps", "2")
+    assert code == 0 and lines[:2] == [
+        "reverted riverboat 001 client registry",
+        "reverted 008 job id autoincrement",
+    ]
+    assert db.migrate("up")[0] == 0
+    code, lines = db.migrate("down", "--target-version", "0")
+    assert code == 0 and lines[0] == "reverted riverboat 001 client registry"
+    assert _version(db) == 0
+
+
+def test_riverboat_line_needs_rivers_line_column(db: Db) -> None:
+    assert db.migrate("up", "--line", "main", "--target-version", "4")[0] == 0
+    error = one_line_error(cli("migrate", "up", "--line", "riverboat", *db.args))
+    assert "needs River's main line at version 5" in error
 
 
 def test_line_flag(db: Db) -> None:
     assert db.migrate("up", "--line", "main")[0] == 0
     for action in ("up", "down", "validate"):
         error = one_line_error(cli("migrate", action, *db.args, "--line", "workflow"))
-        assert "'main' migration line, not 'workflow'" in error
+        assert "unknown migration line 'workflow'" in error
 
 
 def test_newer_schema_is_refused_by_every_command(db: Db) -> None:

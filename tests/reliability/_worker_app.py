@@ -68,6 +68,16 @@ async def rel_work(job: Job[Any]) -> None:
     _record(f"{job.id} {job.attempt}\n")
 
 
+@workers.register("rel_span")
+async def rel_span(job: Job[Any]) -> None:
+    """Records ``S <job id> <attempt> <pid> <time>`` when it starts and ``E ...`` when its
+    body ends (after ``args.sleep`` seconds): the test checks that no two runs of one
+    job overlap."""
+    _record(f"S {job.id} {job.attempt} {os.getpid()} {time.time():.6f}\n")
+    await asyncio.sleep(job.args.get("sleep", 0))
+    _record(f"E {job.id} {job.attempt} {os.getpid()} {time.time():.6f}\n")
+
+
 @workers.register("rel_sync")
 def rel_sync(job: Job[Any]) -> None:
     """The same in the thread pool (a sync job cannot be interrupted)."""
@@ -171,6 +181,7 @@ def client() -> riverboat.AsyncClient:
         rescuer_interval=0.3,
         rescue_stuck_jobs_after=rescue_after,
         scheduler_interval=0.3,
+        dead_client_check_interval=0.3,
     )
     client_id = ENV.get("RB_CLIENT_ID") or f"rel_{os.getpid()}_{time.time_ns()}"
     c = riverboat.AsyncClient(
@@ -181,10 +192,14 @@ def client() -> riverboat.AsyncClient:
         workers=workers,
         fetch_cooldown=0.01,
         fetch_poll_interval=0.1,
-        job_timeout=min(1.0, rescue_after),
+        job_timeout=float(ENV.get("RB_JOB_TIMEOUT", min(1.0, rescue_after))),
         retry_policy=QuickRetry(),
         maintenance=maintenance,
         middleware=[RiverLog(level=logging.INFO)] if ENV.get("RB_RIVERLOG") == "1" else None,
+        # The registry of live clients: a killed worker counts as dead after
+        # $RB_DEAD_AFTER seconds (2 by default here), its jobs then run elsewhere.
+        heartbeat_interval=float(ENV.get("RB_HEARTBEAT_INTERVAL", "0.3")),
+        dead_after=float(ENV.get("RB_DEAD_AFTER", "2")),
     )
     # The completer's timing is a RuntimeConfig knob, read when the runtime starts: a
     # long delay and a high threshold keep finished jobs' outcomes buffered (unflushed)

@@ -139,3 +139,49 @@ async def _job_after(db: tuple[str, str | None], job_id: int) -> Any:
     url, schema = db
     async with riverboat.AsyncClient(url, schema=schema) as reader:
         return await reader.job_get(job_id)
+
+
+async def test_overrunning_sync_job_is_never_rescued_while_its_client_lives(
+    db: tuple[str, str | None],
+) -> None:
+    """Issue #25.6: with ``rescue_stuck_jobs_after`` shorter than the body's real run time,
+    River's rule would hand the row to a second run while the thread still runs it. The
+    registry's heartbeat proves the claiming client alive, so the rescuer leaves it."""
+    from riverboat import MaintenanceConfig
+
+    body = Overrunner()
+    workers = Workers()
+    workers.register("overrun", timeout=0.2)(body)
+    maintenance = MaintenanceConfig(
+        start_jitter=0.0, rescuer_interval=0.1, rescue_stuck_jobs_after=0.3
+    )
+    client = _client(
+        db,
+        workers,
+        job_timeout=0.2,
+        maintenance=maintenance,
+        heartbeat_interval=0.1,
+        dead_after=1.0,
+    )
+    slow = (await client.insert({}, kind="overrun")).job
+    sub = client.subscribe(EventKind.JOB_COMPLETED, EventKind.JOB_FAILED)
+    await client.start()
+    try:
+        assert await asyncio.to_thread(body.past_timeout.wait, 10)
+        rescuer = client.runtime.maintainer.services["rescuer"]
+        # The leader's rescuer looked at the job, stuck by River's rule, and left it.
+        await asyncio.to_thread(
+            wait_until, lambda: rescuer.skipped_live >= 3, timeout=20, what="rescuer runs"
+        )
+        row = await client.job_get(slow.id)
+        assert (row.state, row.attempt, row.errors) == (JobState.RUNNING, 1, [])
+        body.release.set()
+        event = await wait_for([EventKind.JOB_COMPLETED, EventKind.JOB_FAILED], sub, slow.id)
+        assert event.kind is EventKind.JOB_COMPLETED
+    finally:
+        body.release.set()
+        await client.stop()
+        await client.close()
+    done = await _job_after(db, slow.id)
+    assert (done.state, done.attempt, done.errors) == (JobState.COMPLETED, 1, [])
+    assert (body.starts, body.most_at_once) == (1, 1)

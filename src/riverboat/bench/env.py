@@ -68,7 +68,7 @@ def make_sync_driver(target: BenchTarget) -> Any:
 @contextmanager
 def scratch_target(url: str | None, driver: str) -> Iterator[BenchTarget]:
     """A fresh, migrated schema (Postgres) or file (SQLite), removed afterwards."""
-    from riverboat.migrations import Migrator
+    from riverboat.migrations import up_all
 
     if driver not in DRIVERS:
         raise InvalidInputError("--driver", f"unknown driver {driver!r}; one of {sorted(DRIVERS)}")
@@ -81,7 +81,7 @@ def scratch_target(url: str | None, driver: str) -> Iterator[BenchTarget]:
         target = BenchTarget(f"sqlite:///{path}", None, driver, dialect, sqlite_path=path)
         sync = make_sync_driver(target)
         try:
-            Migrator(sync).up()
+            up_all(sync)
         finally:
             sync.close()
         try:

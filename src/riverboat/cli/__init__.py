@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "jobs": ("riverboat.cli.jobs", "list, show, count, tail, cancel, retry or delete jobs"),
     "queues": ("riverboat.cli.queues", "list, pause or resume queues"),
     "workflows": ("riverboat.cli.workflows", "show, wait for, retry or cancel a workflow"),
+    "workers": ("riverboat.cli.workers", "list live workers; scale, stop or start a queue on them"),
     "ui": ("riverboat.cli.ui", "serve the web dashboard (needs riverboat[ui])"),
 }
 

@@ -76,11 +76,11 @@ def run(args: argparse.Namespace) -> int:
 
 def prepare_schema(url: str) -> None:
     from riverboat._url import driver_from_url
-    from riverboat.migrations import Migrator
+    from riverboat.migrations import up_all
 
     driver = driver_from_url(url)
     try:
-        Migrator(driver).up()
+        up_all(driver)
     finally:
         driver.close()
 

@@ -7,6 +7,12 @@ uses psycopg, ``sqlite:///path`` the embedded SQLite driver.
 ``--max-steps``, ``--dry-run``, ``--show-sql``, ``--line``) and ``validate`` is River's
 ``river validate``: exit code 0 when nothing is missing, 1 when migrations are missing or
 anything fails. Reaching a target that is already reached is a no-op with exit code 0.
+
+Without ``--line`` the lines (River's ``main``, then ``riverboat``) form one stack: ``up``
+applies from the bottom, ``down`` unwinds from the top, so ``down`` reverts riverboat's
+newest version first and ``down --target-version 0`` removes everything. There
+``--target-version`` names a ``main`` version (River's meaning) and ``--max-steps`` counts
+steps over the whole stack. ``--line`` runs one line exactly as River's CLI runs ``main``.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from riverboat.cli._database import add_database_options, database_url, database
 from riverboat.dialect.base import validate_schema_name
 from riverboat.drivers.base import import_optional
 from riverboat.errors import DriverError, InvalidInputError
-from riverboat.migrations import Migrator, render_sql
+from riverboat.migrations import LINES, Migrator, render_sql
 from riverboat.migrations._queries import LINE
 
 __all__ = ["add_arguments", "run"]
@@ -37,9 +43,13 @@ def _target_version(parser: argparse.ArgumentParser, help_text: str) -> None:
     parser.add_argument("--target-version", type=int, metavar="N", help=help_text)
 
 
-def _line(parser: argparse.ArgumentParser) -> None:
+def _line(parser: argparse.ArgumentParser, default: str | None = None) -> None:
+    every = " and ".join(LINES)
     parser.add_argument(
-        "--line", default=LINE, metavar="NAME", help=f"migration line (default and only: {LINE})"
+        "--line",
+        default=default,
+        metavar="NAME",
+        help=f"only this migration line, one of {every} (default: {default or 'all'})",
     )
 
 
@@ -79,11 +89,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     listing = sub.add_parser("list", help="show known migrations and which are applied")
     _common(listing)
+    _line(listing)
 
     get_sql = sub.add_parser(
         "get-sql", help="print migration SQL without running it (no connection needed)"
     )
     _common(get_sql)
+    _line(get_sql, LINE)
     get_sql.add_argument("--direction", choices=("up", "down"), default="up", help="default: up")
     get_sql.add_argument(
         "--version",
@@ -133,7 +145,7 @@ def _get_sql(args: argparse.Namespace) -> int:
     elif args.target_version is not None:
         from riverboat.migrations._files import load_bundles
 
-        latest = max(load_bundles(dialect))
+        latest = max(load_bundles(dialect, args.line))
         target = args.target_version
         if not 0 <= target <= latest:
             raise InvalidInputError("target_version", f"must be in 0..{latest}, not {target}")
@@ -144,69 +156,148 @@ def _get_sql(args: argparse.Namespace) -> int:
         )
     else:
         versions = None
-    sys.stdout.write(render_sql(dialect, args.direction, versions, schema=args.schema))
+    line = args.line
+    sys.stdout.write(render_sql(dialect, args.direction, versions, schema=args.schema, line=line))
     return 0
 
 
-def _check_line(args: argparse.Namespace) -> None:
-    line = getattr(args, "line", LINE)
-    if line != LINE:
-        raise InvalidInputError(
-            "line", f"riverboat knows only River's {LINE!r} migration line, not {line!r}"
-        )
+def _label(migrator: Migrator, version: int, every_line: bool) -> str:
+    """``008 job id autoincrement``; other lines are named when several are shown."""
+    text = f"{version:03d} {migrator.names[version]}"
+    return f"{migrator.line} {text}" if every_line and migrator.line != LINE else text
 
 
-def _migrate(migrator: Migrator, args: argparse.Namespace) -> None:
+def _remaining(max_steps: int | None, done: int) -> int | None:
+    """The step budget left for the next line of the stack (River: 0 or None = no limit,
+    negative = none)."""
+    if not max_steps:
+        return None
+    return max(max_steps - done, 0) if max_steps > 0 else max_steps
+
+
+def _stack_plan(
+    migrators: list[Migrator], args: argparse.Namespace
+) -> list[tuple[Migrator, int | None, int | None]]:
+    """Each line's (migrator, target, max_steps) in the order they run: bottom up for
+    ``up``, top down for ``down``. The target names a version of ``main``."""
+    target, steps = args.target_version, args.max_steps
+    if len(migrators) == 1:
+        return [(migrators[0], target, steps)]
+    main, *others = migrators
+    if args.action == "up":
+        # A main target or a step budget may stop the stack before the upper lines.
+        if target is not None and target < main.latest_version:
+            return [(main, target, steps)]
+        return [(main, target, steps), *((m, None, steps) for m in others)]
+    if target is None and not steps:
+        # One step, River's default: the newest version of the topmost applied line.
+        for migrator in reversed(others):
+            if migrator.current_version():
+                return [(migrator, None, None)]
+        return [(main, None, None)]
+    return [*((m, 0, steps) for m in reversed(others)), (main, target, steps)]
+
+
+def _migrate(migrators: list[Migrator], args: argparse.Namespace) -> None:
     direction = args.action
-    names = migrator.names
-    if args.dry_run:
-        versions = migrator.plan(direction, args.target_version, max_steps=args.max_steps)
-    elif direction == "up":
-        versions = migrator.up(args.target_version, max_steps=args.max_steps)
-    else:
-        versions = migrator.down(args.target_version, max_steps=args.max_steps)
+    every_line = len(migrators) > 1
     verb = {"up": "applied", "down": "reverted"}[direction]
-    for version in versions:
+    done = 0
+    for migrator, target, steps in _stack_plan(migrators, args):
+        budget = _remaining(steps, done) if every_line else steps
+        if every_line and steps and steps > 0 and budget == 0:
+            break
         if args.dry_run:
-            print(f"would apply {version:03d} {names[version]} [{direction}] [dry run]")
+            versions = _dry_plan(migrator, direction, target, budget, done)
+        elif direction == "up":
+            versions = migrator.up(target, max_steps=budget)
+        elif target == 0 and migrator.line != LINE and not migrator.current_version():
+            versions = []
         else:
-            print(f"{verb} {version:03d} {names[version]}")
-        if args.show_sql:
-            print("-" * 80)
-            print(migrator.get_sql(direction, [version]).rstrip())
-            print()
-    if not versions and direction == "up":
-        print(f"nothing to apply; at version {migrator.current_version()}")
-    elif not versions:
+            versions = migrator.down(target, max_steps=budget)
+        done += len(versions)
+        for version in versions:
+            label = _label(migrator, version, every_line)
+            if args.dry_run:
+                print(f"would apply {label} [{direction}] [dry run]")
+            else:
+                print(f"{verb} {label}")
+            if args.show_sql:
+                print("-" * 80)
+                print(migrator.get_sql(direction, [version]).rstrip())
+                print()
+    if not done and direction == "up":
+        print(f"nothing to apply; at version {migrators[0].current_version()}")
+    elif not done:
         print("nothing to revert")
-    elif args.max_steps and args.max_steps > 0 and len(versions) < args.max_steps:
+    elif args.max_steps and args.max_steps > 0 and done < args.max_steps:
         print("no more migrations to apply")
+
+
+def _dry_plan(
+    migrator: Migrator, direction: str, target: int | None, steps: int | None, done: int
+) -> list[int]:
+    if migrator.line != LINE and done:
+        # What the lines below would change is not in the database yet: an upper line is
+        # planned from its own bookkeeping alone.
+        if direction == "up":
+            return [v for v in sorted(migrator.names) if v > migrator.current_version()][
+                : steps if steps and steps > 0 else None
+            ]
+    if direction == "down" and target == 0 and not migrator.current_version():
+        return []
+    return migrator.plan("up" if direction == "up" else "down", target, max_steps=steps)
+
+
+def _print_status(migrators: list[Migrator]) -> None:
+    # The first line's status is printed last: River's CLI ends with main's.
+    for migrator in [*migrators[1:], migrators[0]]:
+        status = f"current version: {migrator.current_version()} (latest {migrator.latest_version})"
+        print(status if migrator.line == LINE else f"{migrator.line} line {status}")
+
+
+def _validate(migrators: list[Migrator], target: int | None) -> int:
+    first = migrators[0]
+    if target is not None and target < first.latest_version:
+        migrators = [first]  # a main target stops the stack below the upper lines
+    missing = [
+        f"{v:03d}" if m is first else f"{m.line} {v:03d}"
+        for m in migrators
+        for v in m.validate(target if m is first else None)
+    ]
+    if missing:
+        print(f"unapplied migrations: {', '.join(missing)}; run `riverboat migrate up`")
+        return 1
+    upper = "".join(f" ({m.line} line: {m.current_version()})" for m in migrators[1:])
+    print(f"no unapplied migrations; at version {first.current_version()}{upper}")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
     """Run one ``migrate`` action; returns the exit code."""
     if args.action == "get-sql":
         return _get_sql(args)
-    _check_line(args)
     driver, conn = _open_driver(args)
     try:
-        migrator = Migrator(driver)
+        lines = [args.line] if args.line else list(LINES)
+        migrators = [Migrator(driver, line) for line in lines]
+        every_line = len(migrators) > 1
         if args.action == "validate":
-            missing = migrator.validate(args.target_version)
-            if missing:
-                listed = ", ".join(f"{v:03d}" for v in missing)
-                print(f"unapplied migrations: {listed}; run `riverboat migrate up`")
-                return 1
-            print(f"no unapplied migrations; at version {migrator.current_version()}")
-            return 0
+            return _validate(migrators, args.target_version)
         if args.action in ("up", "down"):
-            _migrate(migrator, args)
+            migrators[0].check_target(args.target_version, args.action)
+            for migrator in migrators:
+                migrator.validate()  # refuses a line newer than riverboat before any change
+            _migrate(migrators, args)
         else:
-            for info in migrator.list():
-                when = info.applied_at.isoformat(sep=" ") if info.applied_at else "-"
-                mark = "*" if info.applied else " "
-                print(f"{mark} {info.version:03d}  {info.name:<50} {when}")
-        print(f"current version: {migrator.current_version()} (latest {migrator.latest_version})")
+            for migrator in migrators:
+                if every_line:
+                    print(f"line {migrator.line}:")
+                for info in migrator.list():
+                    when = info.applied_at.isoformat(sep=" ") if info.applied_at else "-"
+                    mark = "*" if info.applied else " "
+                    print(f"{mark} {info.version:03d}  {info.name:<50} {when}")
+        _print_status(migrators)
         return 0
     finally:
         driver.close()

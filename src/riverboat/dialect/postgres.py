@@ -32,6 +32,7 @@ from riverboat.dialect._pg_common import (
 )
 from riverboat.dialect.base import BulkCopy, CopyBatch, Dialect, JobStateUpdate
 from riverboat.dialect.postgres_admin import PostgresAdmin
+from riverboat.dialect.postgres_fleet import PostgresFleet
 from riverboat.dialect.postgres_flow import PostgresFlow
 from riverboat.dialect.postgres_leadership import PostgresLeadership
 from riverboat.dialect.postgres_workflow import PostgresWorkflow
@@ -356,7 +357,13 @@ _update_values = attrgetter(
 
 
 class PostgresDialect(
-    PostgresAdmin, PostgresLeadership, PostgresFlow, PostgresWorkflow, Dialect, BulkCopy
+    PostgresAdmin,
+    PostgresLeadership,
+    PostgresFlow,
+    PostgresWorkflow,
+    PostgresFleet,
+    Dialect,
+    BulkCopy,
 ):
     """River's Postgres SQL (riverpgxv5) for riverboat."""
 

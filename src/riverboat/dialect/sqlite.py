@@ -41,6 +41,7 @@ from riverboat.dialect._sqlite_common import job_columns as _cols
 from riverboat.dialect._sqlite_common import ts_or_none as _ts_or_none
 from riverboat.dialect.base import Dialect, JobStateUpdate, NotificationOutbox
 from riverboat.dialect.sqlite_admin import SqliteAdmin
+from riverboat.dialect.sqlite_fleet import SqliteFleet
 from riverboat.dialect.sqlite_flow import SqliteFlow
 from riverboat.dialect.sqlite_leadership import SqliteLeadership
 from riverboat.dialect.sqlite_workflow import SqliteWorkflow
@@ -371,7 +372,13 @@ def _encode_update(update: JobStateUpdate) -> str:
 
 
 class SqliteDialect(
-    SqliteAdmin, SqliteLeadership, SqliteFlow, SqliteWorkflow, Dialect, NotificationOutbox
+    SqliteAdmin,
+    SqliteLeadership,
+    SqliteFlow,
+    SqliteWorkflow,
+    SqliteFleet,
+    Dialect,
+    NotificationOutbox,
 ):
     """River's SQLite SQL (riversqlite) for riverboat.
 

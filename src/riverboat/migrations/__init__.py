@@ -1,14 +1,21 @@
-"""River-compatible schema migrations: the migration line ``main``, versions 001..008.
+"""Schema migrations: River's line ``main`` (versions 001..008) and riverboat's own line
+``riverboat`` (its ``riverboat_*`` tables, versions from 001).
 
-The SQL produces exactly the schema River's own migrations produce, and applied
+The ``main`` SQL produces exactly the schema River's own migrations produce, and applied
 versions are recorded in ``river_migration`` the way River's migrator records them, so
-either project can migrate a database the other created::
+either project can migrate a database the other created. riverboat's line is recorded
+in the same table under ``line = 'riverboat'`` (River keys it by line and version since
+005 for this purpose), which River's migrator ignores::
 
     from riverboat.drivers.psycopg import PsycopgDriver
-    from riverboat.migrations import Migrator
+    from riverboat.migrations import Migrator, up_all
 
     driver = PsycopgDriver("postgresql://localhost/app", schema="jobs")
-    Migrator(driver).up()
+    up_all(driver)  # main, then riverboat
+    Migrator(driver, line="riverboat").current_version()
+
+A new riverboat version needs only its two SQL files per dialect, under
+``<dialect>/riverboat/NNN_name.{up,down}.sql``.
 
 Each version runs in a transaction of its own together with its ``river_migration``
 row. On Postgres every such transaction first takes the advisory lock
@@ -31,17 +38,21 @@ from riverboat.dialect.base import validate_schema_name
 from riverboat.drivers.base import AsyncDriver, Driver, Executor
 from riverboat.errors import DriverError, InvalidInputError, MigrationError
 from riverboat.migrations._files import Bundle, RawQuery, load_bundles, split_statements
-from riverboat.migrations._queries import LINE, QUERIES
+from riverboat.migrations._queries import LINE, LINES, QUERIES
 
 __all__ = [
     "LATEST_VERSION",
+    "LINES",
     "MIN_RUNTIME_VERSION",
     "Direction",
     "MigrationInfo",
     "Migrator",
+    "applied_version",
+    "applied_version_async",
     "render_sql",
     "require_current",
     "require_current_async",
+    "up_all",
 ]
 
 LATEST_VERSION = 8
@@ -125,11 +136,15 @@ class _Queries:
             return self.must("table_state", schema_name=self.schema or "main")
         return self.must("table_state")
 
-    def versions(self, has_line: bool) -> Statement:
-        return self.must("versions", line=LINE) if has_line else self.must("versions_legacy")
+    def versions(self, has_line: bool, line: str = LINE) -> Statement:
+        return self.must("versions", line=line) if has_line else self.must("versions_legacy")
 
-    def record(self, version: int, direction: Direction) -> Statement | None:
-        """The bookkeeping for one version, chosen by version exactly as River does."""
+    def record(self, version: int, direction: Direction, line: str = LINE) -> Statement | None:
+        """The bookkeeping for one version, chosen by version exactly as River does for
+        ``main``; riverboat's lines exist only with the ``line`` column."""
+        if line != LINE:
+            name = "insert" if direction == "up" else "delete"
+            return self.must(name, line=line, version=version)
         if direction == "up":
             if version < _LINE_COLUMN_ADDED:
                 return self.must("insert_legacy", version=version)
@@ -149,19 +164,33 @@ def _decode_versions(rows: Sequence[Sequence[Any]]) -> dict[int, datetime | None
     return {int(row[0]): _as_datetime(row[1]) for row in rows}
 
 
-def _read_state(queries: _Queries, executor: Executor) -> _State:
+def _read_state(queries: _Queries, executor: Executor, line: str = LINE) -> _State:
     exists, has_line = queries.decode(executor.fetch(queries.table_state()))
     if not exists:
         return _State(False, False, {})
-    rows = executor.fetch(queries.versions(has_line))
+    if line != LINE and not has_line:
+        # Before River's 005 no other line can have been recorded.
+        return _State(True, False, {})
+    rows = executor.fetch(queries.versions(has_line, line))
     return _State(True, has_line, _decode_versions(rows))
 
 
-def _newer_error(version: int, latest: int, where: str) -> MigrationError:
+def _line_title(line: str) -> str:
+    return "River" if line == LINE else f"riverboat {line!r} line"
+
+
+def _newer_error(version: int, latest: int, where: str, line: str = LINE) -> MigrationError:
     return MigrationError(
-        f"the {where} is at River migration version {version}, newer than the latest "
-        f"riverboat knows ({latest}); upgrade riverboat"
+        f"the {where} is at {_line_title(line)} migration version {version}, newer than the "
+        f"latest riverboat knows ({latest}); upgrade riverboat"
     )
+
+
+def _check_line(line: str) -> str:
+    if line not in LINES:
+        known = ", ".join(repr(name) for name in LINES)
+        raise InvalidInputError("line", f"unknown migration line {line!r}; known: {known}")
+    return line
 
 
 def render_sql(
@@ -170,8 +199,9 @@ def render_sql(
     versions: Iterable[int] | None = None,
     *,
     schema: str | None = None,
+    line: str = LINE,
 ) -> str:
-    """The SQL of the given migration versions (all by default) for ``dialect``.
+    """The SQL of the given migration versions (all by default) of ``line`` for ``dialect``.
 
     Up migrations come in ascending order, down migrations descending, each preceded
     by a comment naming it. This is only the schema change: running it by hand does
@@ -180,7 +210,7 @@ def render_sql(
     if direction not in ("up", "down"):
         raise InvalidInputError("direction", f"must be 'up' or 'down', not {direction!r}")
     schema = validate_schema_name(schema)
-    bundles = load_bundles(dialect)
+    bundles = load_bundles(dialect, _check_line(line))
     chosen = set(bundles) if versions is None else set(versions)
     unknown = sorted(v for v in chosen if v not in bundles)
     if unknown:
@@ -192,26 +222,35 @@ def render_sql(
     for version in sorted(chosen, reverse=direction == "down"):
         bundle = bundles[version]
         sql = bundle.up if direction == "up" else bundle.down
-        header = f"-- River main migration {version:03d} {bundle.name} [{direction}]"
+        title = "River main" if line == LINE else f"{line} line"
+        header = f"-- {title} migration {version:03d} {bundle.name} [{direction}]"
         parts.append(f"{header}\n{render_schema(sql, schema).strip()}\n")
     return "\n".join(parts)
 
 
 class Migrator:
-    """Runs River's ``main`` migration line against one sync riverboat driver.
+    """Runs one migration line (River's ``main`` by default, or ``"riverboat"``) against
+    one sync riverboat driver; :func:`up_all` applies every line.
 
     The driver's dialect decides which bundled files are used (``postgres`` or
     ``sqlite``) and its schema where the tables go. Migrating never creates the
-    schema itself.
+    schema itself. The ``riverboat`` line needs ``river_migration.line``, i.e. River's
+    ``main`` at version 005 or later.
     """
 
-    def __init__(self, driver: Driver) -> None:
+    def __init__(self, driver: Driver, line: str = LINE) -> None:
         self._driver = driver
+        self._line = _check_line(line)
         self._dialect = str(driver.dialect.name)
         self._schema: str | None = driver.dialect.schema
-        self._bundles: Mapping[int, Bundle] = load_bundles(self._dialect)
+        self._bundles: Mapping[int, Bundle] = load_bundles(self._dialect, line)
         self._queries = _Queries(self._dialect, self._schema)
         self._where = _where(self._dialect, self._schema)
+
+    @property
+    def line(self) -> str:
+        """The migration line this migrator runs."""
+        return self._line
 
     @property
     def latest_version(self) -> int:
@@ -228,7 +267,7 @@ class Migrator:
 
         A version newer than riverboat knows is returned as is, not refused.
         """
-        return _read_state(self._queries, self._driver).version
+        return _read_state(self._queries, self._driver, self._line).version
 
     def list(self) -> list[MigrationInfo]:
         """Every known version, in order, with whether and when it was applied."""
@@ -258,7 +297,10 @@ class Migrator:
             raise InvalidInputError("direction", f"must be 'up' or 'down', not {direction!r}")
         target = self._check_target(target_version, direction)
         self._check_max_steps(max_steps)
-        return self._select(self._known_state(self._driver), direction, target, max_steps)
+        planned = self._select(self._known_state(self._driver), direction, target, max_steps)
+        if direction == "down" and self._line == LINE and planned[-1:] <= [_LINE_COLUMN_ADDED]:
+            self._refuse_below_line_column()
+        return planned
 
     def up(
         self, target_version: int | None = None, *, max_steps: int | None = None
@@ -279,7 +321,8 @@ class Migrator:
         Without ``target_version`` only the newest applied version is reverted (or
         ``max_steps`` of them). With it, every applied version above it is, newest
         first, leaving the database at ``target_version``; ``0`` (or River's ``-1``)
-        removes River's schema entirely, ``river_migration`` included. A positive
+        removes the line entirely (for ``main``: River's schema, ``river_migration``
+        included, which River's 005 refuses while another line is applied). A positive
         target must be applied already. Returns the versions reverted, in the order
         they were.
         """
@@ -298,7 +341,14 @@ class Migrator:
     def get_sql(self, direction: Direction, version_range: Iterable[int] | None = None) -> str:
         """The SQL for ``version_range`` (all versions by default) in ``direction``,
         rendered for this driver's dialect and schema; see :func:`render_sql`."""
-        return render_sql(self._dialect, direction, version_range, schema=self._schema)
+        return render_sql(
+            self._dialect, direction, version_range, schema=self._schema, line=self._line
+        )
+
+    def check_target(self, target_version: int | None, direction: Direction) -> None:
+        """Refuse a ``target_version`` that is not a version of this line (raises
+        :class:`~riverboat.errors.InvalidInputError`), without touching the database."""
+        self._check_target(target_version, direction)
 
     # -- internals -------------------------------------------------------------------
 
@@ -356,6 +406,17 @@ class Migrator:
         chosen = candidates[: candidates.index(target) + 1]
         return chosen[:-1] if direction == "down" else chosen
 
+    def _refuse_below_line_column(self) -> None:
+        # River's 005 down can't keep other lines' rows; refuse before reverting anything
+        # rather than stop half way down.
+        others = [line for line in LINES if line != LINE and applied_version(self._driver, line)]
+        if others:
+            raise MigrationError(
+                f"cannot revert River's main line below version {_LINE_COLUMN_ADDED} in the "
+                f"{self._where} while the {', '.join(others)} line is applied: revert it first "
+                f"(`riverboat migrate down --line {others[0]} --target-version 0`)"
+            )
+
     def _run(
         self, direction: Direction, target_version: int | None, max_steps: int | None
     ) -> builtins.list[int]:
@@ -367,6 +428,12 @@ class Migrator:
                 # Another migrator may have got here first; its work is not repeated.
                 if (version in state.applied) == (direction == "up"):
                     continue
+                if not state.has_line and self._line != LINE:
+                    raise MigrationError(
+                        f"the {_line_title(self._line)} needs River's main line at version "
+                        f"{_LINE_COLUMN_ADDED} or later in the {self._where}: run "
+                        "`riverboat migrate up --line main` first"
+                    )
                 if direction == "down" and version != state.version:
                     raise MigrationError(
                         f"cannot revert migration {version:03d} from the {self._where}: "
@@ -378,9 +445,9 @@ class Migrator:
         return done
 
     def _known_state(self, executor: Executor) -> _State:
-        state = _read_state(self._queries, executor)
+        state = _read_state(self._queries, executor, self._line)
         if state.version > self.latest_version:
-            raise _newer_error(state.version, self.latest_version, self._where)
+            raise _newer_error(state.version, self.latest_version, self._where, self._line)
         return state
 
     def _locked_state(self, tx: Executor) -> _State:
@@ -394,16 +461,18 @@ class Migrator:
     def _apply(self, tx: Executor, version: int, direction: Direction) -> None:
         bundle = self._bundles[version]
         sql = render_schema(bundle.up if direction == "up" else bundle.down, self._schema)
-        name = f"migration_{version:03d}_{direction}"
+        prefix = "migration" if self._line == LINE else f"migration_{self._line}"
+        name = f"{prefix}_{version:03d}_{direction}"
         try:
             for text in split_statements(sql, dialect=self._dialect):
                 tx.execute(Statement(RawQuery(name, text), {}))
-            record = self._queries.record(version, direction)
+            record = self._queries.record(version, direction, self._line)
             if record is not None:
                 tx.execute(record)
         except DriverError as exc:
             raise MigrationError(
-                f"error applying migration {version:03d} ({bundle.name}) [{direction}] "
+                f"error applying {_line_title(self._line)} migration {version:03d} "
+                f"({bundle.name}) [{direction}] "
                 f"to the {self._where}: {exc}"
             ) from exc
 
@@ -447,3 +516,26 @@ async def require_current_async(driver: AsyncDriver) -> int:
         applied = _decode_versions(await driver.fetch(queries.versions(has_line)))
     state = _State(exists, has_line, applied)
     return _runtime_check(state, LATEST_VERSION, _where(dialect, driver.dialect.schema))
+
+
+def up_all(driver: Driver) -> dict[str, builtins.list[int]]:
+    """Apply every missing version of every line in :data:`LINES` order (River's ``main``
+    first, then riverboat's); returns the versions applied, by line."""
+    return {line: Migrator(driver, line).up() for line in LINES}
+
+
+def applied_version(driver: Driver, line: str) -> int:
+    """The highest applied version of ``line``, 0 when none is (or no
+    ``river_migration`` exists)."""
+    queries = _Queries(str(driver.dialect.name), driver.dialect.schema)
+    return _read_state(queries, driver, _check_line(line)).version
+
+
+async def applied_version_async(driver: AsyncDriver, line: str) -> int:
+    """:func:`applied_version` for an async driver."""
+    queries = _Queries(str(driver.dialect.name), driver.dialect.schema)
+    exists, has_line = queries.decode(await driver.fetch(queries.table_state()))
+    if not exists or (line != LINE and not has_line):
+        return 0
+    rows = await driver.fetch(queries.versions(has_line, _check_line(line)))
+    return max(_decode_versions(rows), default=0)

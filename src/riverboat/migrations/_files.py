@@ -1,7 +1,8 @@
 """Reading the bundled migration files and cutting them into statements.
 
 Files live in one directory per dialect, ``<dialect>/NNN_name.up.sql`` and
-``NNN_name.down.sql``, shipped as package data. SQL is written with a ``<schema>``
+``NNN_name.down.sql`` for River's ``main`` line, and ``<dialect>/<line>/...`` for each of
+riverboat's own lines (``riverboat``), shipped as package data. SQL is written with a ``<schema>``
 prefix before every object, rendered by :func:`riverboat._sql.render_schema`.
 """
 
@@ -31,11 +32,16 @@ class Bundle:
 
 
 @cache
-def load_bundles(dialect: str) -> dict[int, Bundle]:
-    """Every migration bundled for ``dialect``, keyed by version (1, 2, ... contiguous)."""
+def load_bundles(dialect: str, line: str = "main") -> dict[int, Bundle]:
+    """Every migration of ``line`` bundled for ``dialect``, keyed by version (1, 2, ...
+    contiguous)."""
     root = resources.files("riverboat.migrations").joinpath(dialect)
+    if line != "main":
+        root = root.joinpath(line)
     if not root.is_dir():
-        raise MigrationError(f"riverboat has no migrations for the {dialect!r} dialect")
+        raise MigrationError(
+            f"riverboat has no migrations of the {line!r} line for the {dialect!r} dialect"
+        )
     found: dict[int, dict[str, str]] = {}
     names: dict[int, str] = {}
     for entry in root.iterdir():
@@ -53,7 +59,8 @@ def load_bundles(dialect: str) -> dict[int, Bundle]:
         # migrate a database into a state no release ever had.
         if version != len(bundles) + 1 or set(sides) != {"up", "down"}:
             raise MigrationError(
-                f"bundled {dialect} migrations are incomplete at version {version:03d}"
+                f"bundled {dialect} migrations of the {line!r} line are incomplete at "
+                f"version {version:03d}"
             )
         bundles[version] = Bundle(version, names[version], sides["up"], sides["down"])
     if not bundles:

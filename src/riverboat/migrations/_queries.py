@@ -7,9 +7,15 @@ the ``*_legacy`` statements serve that shape. ``lock`` is ``None`` where the dri
 
 from __future__ import annotations
 
-__all__ = ["LINE", "PG_LOCK_KEY", "QUERIES"]
+__all__ = ["LINE", "LINES", "PG_LOCK_KEY", "QUERIES"]
 
 LINE = "main"
+"""River's own migration line."""
+
+LINES = (LINE, "riverboat")
+"""Every line riverboat migrates, in the order ``up`` applies them: River's ``main``, then
+riverboat's own (its tables, named ``riverboat_*``). River's migrator reads only ``main``
+rows, so it keeps working on a database that has both."""
 
 # Transaction-level advisory lock taken before each migration version on Postgres:
 # the bytes of "riverbmg" read as a big-endian signed 64-bit integer. One key for the

@@ -5,8 +5,9 @@ earlier one). A flush starts when the backlog reaches ``batch_threshold`` or
 ``flush_delay`` after the first outcome arrived, so one lone job is written quickly and a
 busy queue writes hundreds per statement. The statement only changes rows that are still
 ``running`` and runs without a wrapping transaction. A failed flush puts its batch back and
-retries with backoff; nothing is dropped while the completer runs, and ``stop`` flushes
-everything left.
+retries with backoff; nothing is dropped while the completer runs (except by a client
+that lost its lease in the registry of live clients: runtime/registry.py), and ``stop``
+flushes everything left.
 
 Two things must not hold the other outcomes back (docs/reliability.md):
 
@@ -206,10 +207,18 @@ class Completer:
         self.flush_errors = 0
         self.poisoned = 0  # outcomes the database refused, written sanitized or failed by id
         self.lock_skips = 0  # times an outcome's row was found locked and skipped
+        # The registry's ClientRegistry.may_write (runtime/registry.py): False when this
+        # client lost its lease, so outcomes may belong to runs handed to others.
+        self.may_write: Callable[[], Awaitable[bool]] | None = None
+        self.dropped = 0
 
     @property
     def backlog(self) -> int:
         return len(self._buffer) + len(self._locked)
+
+    def pending_ids(self) -> list[int]:
+        """Jobs whose outcome is buffered, not yet written (for the registry)."""
+        return list(self._buffer)
 
     @property
     def idle(self) -> bool:
@@ -307,6 +316,16 @@ class Completer:
         once written, so when this raises, ``parts`` holds exactly what is unwritten.
         Returns the outcomes skipped because their rows were locked."""
         skipped: list[PendingCompletion] = []
+        if self.may_write is not None and not await self.may_write():
+            dropped = sum(len(part) for part, _ in parts)
+            self.dropped += dropped
+            log.warning(
+                "completer: %d job outcomes not written (dropped): this client lost its "
+                "lease in the registry of live clients, so these jobs may run elsewhere "
+                "now; they stay running for the leader to rescue",
+                dropped,
+            )
+            parts.clear()
         while parts:
             part, plain = parts[0]
             try:

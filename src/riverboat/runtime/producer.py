@@ -196,6 +196,13 @@ class Producer:
         # riverboat.testing.use_test_config's clock: the claim's "now" (None: the
         # database's). Set by the runtime.
         self.clock: Callable[[], datetime] | None = None
+        # The registry of live clients (runtime/registry.py): no claims while this
+        # client may have been declared dead; jobs whose outcomes must be dropped.
+        self.may_claim: Callable[[], bool] | None = None
+        self._orphaned: set[int] = set()
+        # Stopped by an operator through the registry (`riverboat workers stop`): like a
+        # pause, but of this client only, and River's river_queue row is not touched.
+        self.operator_stopped = False
 
     # -- external signals ------------------------------------------------------------
     def wake(self) -> None:
@@ -236,6 +243,50 @@ class Producer:
     @property
     def paused(self) -> bool:
         return self._paused
+
+    def job_ids(self) -> list[int]:
+        """The jobs this producer is running (for the registry's heartbeat)."""
+        return list(self._active)
+
+    def set_max_workers(self, max_workers: int) -> None:
+        """Work up to ``max_workers`` jobs at once from now on (an operator's scale);
+        running jobs above a lowered limit finish, no new ones start until below it."""
+        max_workers = max(1, min(int(max_workers), MAX_WORKERS_LIMIT))
+        if max_workers == self.max_workers:
+            return
+        log.info("producer %s: max_workers %d -> %d", self.queue, self.max_workers, max_workers)
+        self.max_workers = max_workers
+        self._refill_at = max(1, -(-max_workers // 2))
+        self._wake.set()
+
+    def set_operator_stopped(self, stopped: bool) -> None:
+        if stopped == self.operator_stopped:
+            return
+        self.operator_stopped = stopped
+        log.info("producer %s: %s by an operator", self.queue, "stopped" if stopped else "started")
+        self._emit(
+            Event(EventKind.QUEUE_PAUSED if stopped else EventKind.QUEUE_RESUMED, queue=self.queue)
+        )
+        if not stopped:
+            self._wake.set()
+
+    def orphan_running(self) -> int:
+        """This client lost its lease (runtime/registry.py): its running jobs may be run
+        by others now. Their outcomes are dropped, async ones are cancelled, sync ones
+        asked to stop (``job.cancel_requested``); a thread that can't stop keeps its slot
+        until it returns. Returns how many jobs were orphaned."""
+        count = 0
+        for job_id, (task, state) in list(self._active.items()):
+            if job_id in self._orphaned:
+                continue
+            self._orphaned.add(job_id)
+            count += 1
+            state.interrupted = True
+            if state.job is not None:
+                state.job._cancel_requested = True
+            if state.cancellable and state.started:
+                task.cancel()
+        return count
 
     def cancel_job(self, job_id: int) -> bool:
         entry = self._active.get(job_id)
@@ -297,7 +348,9 @@ class Producer:
                 next_state_poll = time.monotonic() + state_poll_every
                 await self._poll_queue_state()
                 await self._poll_cancellations()
-            if self._paused:
+            if self._paused or self.operator_stopped:
+                continue
+            if self.may_claim is not None and not self.may_claim():
                 continue
             free = self.max_workers - self._slots_held
             if free <= 0:
@@ -522,11 +575,19 @@ class Producer:
                     row.kind,
                     self._loop_time() - (state.deadline - state.timeout),
                 )
-            if not self._completer.add_nowait(pending):
+            if row.id in self._orphaned:
+                log.warning(
+                    "job %d (%s): outcome dropped: this client lost its lease while the job "
+                    "ran, so the job may have run again elsewhere",
+                    row.id,
+                    row.kind,
+                )
+            elif not self._completer.add_nowait(pending):
                 await self._completer.add(pending)
         except Exception:  # pragma: no cover - execute_job turns user errors into outcomes
             log.exception("producer %s: job %d failed outside its worker", self.queue, row.id)
         finally:
+            self._orphaned.discard(row.id)
             self._active.pop(row.id, None)
             self._release_slot()
 

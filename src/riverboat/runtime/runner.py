@@ -31,6 +31,12 @@ from riverboat.runtime.producer import (
     Producer,
     QueueConfig,
 )
+from riverboat.runtime.registry import (
+    DEAD_AFTER,
+    HEARTBEAT_INTERVAL,
+    ClientRegistry,
+    check_heartbeat,
+)
 from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.sync_events import SyncSubscription
 from riverboat.runtime.worker import Workers, prepare_for_process
@@ -93,6 +99,10 @@ class RuntimeConfig:
     # LISTEN connection is checked after this long without traffic (runtime/health.py).
     # None: no deadline.
     db_call_timeout: float | None = DEFAULT_CALL_TIMEOUT
+    # riverboat's registry of live clients (runtime/registry.py): heartbeat period
+    # (None: no registry) and how long after the last heartbeat this client counts dead.
+    heartbeat_interval: float | None = HEARTBEAT_INTERVAL
+    dead_after: float = DEAD_AFTER
 
     def validate(self) -> None:
         if not isinstance(self.workers, Workers):
@@ -138,6 +148,7 @@ class RuntimeConfig:
             raise InvalidInputError(
                 "db_call_timeout", "must be a positive number of seconds or None"
             )
+        check_heartbeat(self.heartbeat_interval, self.dead_after)
 
 
 MIN_PROCESS_MEMORY_LIMIT = 64 * 1024 * 1024  # a child's interpreter needs about 30 MiB
@@ -216,6 +227,7 @@ class Runtime:
         # as now (None, the default: the database's own clock).
         self.clock: Callable[[], datetime] | None = None
         self._maintenance_ctx: Any = None
+        self.registry: ClientRegistry | None = None
 
     def set_clock(self, clock: Callable[[], datetime] | None) -> None:
         """Use ``clock`` for claims and the scheduler, from now on (on this loop)."""
@@ -281,6 +293,12 @@ class Runtime:
             stack if stack is not None and (stack.has_work or stack.error_handlers) else None,
         )
         self._executor_config = executor_config
+        if cfg.heartbeat_interval is not None:
+            # Recorded as alive before the first claim: a claimed job's client is known.
+            self.registry = ClientRegistry(self, cfg.heartbeat_interval, cfg.dead_after)
+            await self.registry.start()
+            if self.registry.enabled:
+                self.completer.may_write = self.registry.may_write
         for name, qcfg in cfg.queues.items():
             self.producers[name] = self._make_producer(name, qcfg)
         if not cfg.poll_only and self.driver.capabilities.listen:
@@ -326,6 +344,8 @@ class Runtime:
         producer.clock = self.clock
         if cfg.fetch_only_known_kinds:
             producer.fetch_kinds = cfg.workers.known_kinds()
+        if self.registry is not None:
+            producer.may_claim = self.registry.may_claim
         return producer
 
     # -- queues at runtime (River's client.Queues().Add / Remove) ------------------------
@@ -497,6 +517,14 @@ class Runtime:
                 services.cancel()
         if services.done() and not services.cancelled() and services.exception() is not None:
             log.warning("stop: stopping maintenance failed: %s", services.exception())
+        if self.registry is not None:
+            # A clean stop leaves no row (nothing for the leader to rescue), bounded like
+            # the rest of the stop: without a database the row simply expires.
+            wait = None if give_up_at is None else max(give_up_at - loop.time(), 0.5)
+            try:
+                await asyncio.wait_for(self.registry.stop(), wait)
+            except TimeoutError:
+                log.warning("stop: leaving the registry of live clients timed out")
         if self.notifier is not None:
             await self.notifier.stop()
         self._stopped.set()

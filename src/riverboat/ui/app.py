@@ -873,6 +873,12 @@ def create_app(
             status_code=303,
         )
 
+    async def workers(request: Request) -> Response:
+        from riverboat.ui.workers import workers_context
+
+        client = await holder.get()
+        return render(request, "workers.html", title="Workers", **await workers_context(client))
+
     def guarded(
         endpoint: Callable[[Request], Awaitable[Response]],
     ) -> Callable[[Request], Awaitable[Response]]:
@@ -894,6 +900,7 @@ def create_app(
     routes = [
         Route("/", guarded(overview)),
         Route("/jobs", guarded(jobs)),
+        Route("/workers", guarded(workers)),
         Route("/jobs/bulk", guarded(jobs_bulk), methods=["POST"]),
         Route("/jobs/confirm", guarded(jobs_confirm)),
         Route("/jobs/bulk-filter", guarded(jobs_bulk_filter), methods=["POST"]),

@@ -68,6 +68,7 @@ _DURATIONS = (
     "discarded_job_retention",
     "rescuer_interval",
     "rescue_stuck_jobs_after",
+    "dead_client_check_interval",
     "scheduler_interval",
     "queue_cleaner_interval",
     "queue_retention",
@@ -99,6 +100,9 @@ class MaintenanceConfig:
     cleaner_queues_excluded: Sequence[str] | None = None
     rescuer_interval: float = 30.0
     rescue_stuck_jobs_after: float | None = None
+    # How often the leader looks for clients whose registry lease ran out (runtime/
+    # registry.py) and makes their running jobs available again.
+    dead_client_check_interval: float = 2.0
     scheduler_interval: float = 5.0
     queue_cleaner_interval: float = HOUR
     queue_retention: float = DAY
@@ -199,12 +203,13 @@ def build_services(
     from riverboat.runtime.maintenance.cleaner import JobCleaner
     from riverboat.runtime.maintenance.periodic import PeriodicJobEnqueuer
     from riverboat.runtime.maintenance.queue_cleaner import QueueCleaner
-    from riverboat.runtime.maintenance.rescuer import JobRescuer
+    from riverboat.runtime.maintenance.rescuer import DeadClientRescuer, JobRescuer
     from riverboat.runtime.maintenance.scheduler import JobScheduler
 
     services: list[Service] = [
         JobScheduler(ctx),
         JobRescuer(ctx),
+        DeadClientRescuer(ctx),
         JobCleaner(ctx),
         QueueCleaner(ctx),
     ]

@@ -15,6 +15,21 @@ keyset-paginated batches. For each one, in River's order:
 
 Every rescued job gets the error entry ``"Stuck job rescued by JobRescuer"`` and its
 ``river:rescue_count`` metadata incremented; the attempt is unchanged.
+
+With riverboat's registry of live clients (runtime/registry.py) two rules come first,
+decided by the client that claimed the job (the last entry of ``attempted_by``):
+
+- a job whose client holds a live lease and listed it in a heartbeat (``job_ids``: its
+  running jobs and unwritten outcomes) is never rescued, however long it runs: rescuing
+  it would start a second run while the first goes on (a sync job past its timeout
+  whose thread can't be stopped). A job of a live client that a heartbeat written after
+  the claim did not list (the claim's reply was lost on the way) keeps River's rule;
+- a job whose client's lease ran out is rescued by :class:`DeadClientRescuer` within
+  ``dead_client_check_interval``, whatever its age and timeout (rule 4 doesn't apply:
+  nothing runs it any more), after which the dead client's row is removed.
+
+Jobs of clients that are not in the registry (Go River clients, riverboat clients
+without the ``riverboat`` migration line) keep River's rules above.
 """
 
 from __future__ import annotations
@@ -23,6 +38,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from riverboat._fleet import WorkerInfo
 from riverboat._job import AttemptError, JobRow, JobState
 from riverboat.dialect.base import RescueUpdate
 from riverboat.runtime.maintenance._service import MaintenanceContext, Service
@@ -30,7 +46,7 @@ from riverboat.runtime.retry import safe_next_retry
 from riverboat.runtime.undecodable import decode_error_message
 from riverboat.runtime.worker import Job, call_timeout_fn
 
-__all__ = ["RESCUE_ERROR", "JobRescuer"]
+__all__ = ["RESCUE_ERROR", "DeadClientRescuer", "JobRescuer"]
 
 log = logging.getLogger("riverboat.maintenance")
 
@@ -40,16 +56,42 @@ RESCUE_ERROR = "Stuck job rescued by JobRescuer"
 class JobRescuer(Service):
     name = "rescuer"
 
-    def __init__(self, ctx: MaintenanceContext) -> None:
-        super().__init__(ctx, ctx.config.rescuer_interval)
+    def __init__(self, ctx: MaintenanceContext, interval: float | None = None) -> None:
+        super().__init__(ctx, ctx.config.rescuer_interval if interval is None else interval)
         self.rescue_after = ctx.config.rescue_after(ctx.job_timeout)
         self.rescued: dict[str, int] = {"cancelled": 0, "discarded": 0, "retryable": 0}
+        self.skipped_live = 0  # stuck by River's rule, but their client is alive
+        self._registry: bool | None = None  # riverboat's line applied? (asked once)
+
+    async def _liveness(self) -> tuple[dict[str, WorkerInfo], set[str]]:
+        """Clients with a live lease by id, and ids of those whose lease ran out; both
+        empty without the registry."""
+        ctx = self.ctx
+        if self._registry is None:
+            from riverboat.migrations import applied_version_async
+
+            self._registry = await applied_version_async(ctx.driver, "riverboat") >= 1
+        if not self._registry:
+            return {}, set()
+        clients = [
+            ctx.dialect.decode_client(r) for r in await ctx.driver.fetch(ctx.dialect.client_list())
+        ]
+        live = {c.id: c for c in clients if c.alive}
+        dead = {c.id for c in clients if not c.alive}
+        return live, dead
 
     async def run_once(self) -> None:
+        live, _dead = await self._liveness()
+        now = datetime.now(UTC)
+        await self.rescue(now - timedelta(seconds=self.rescue_after), live, set())
+
+    async def rescue(self, horizon: datetime, live: dict[str, WorkerInfo], dead: set[str]) -> None:
+        """Rescue running jobs attempted before ``horizon`` (River's rule), except those
+        of ``live`` clients; with ``dead``, only those of ``dead`` clients."""
         ctx = self.ctx
         dialect = ctx.dialect
-        horizon = datetime.now(UTC) - timedelta(seconds=self.rescue_after)
         after_id = 0
+        held = {client_id: set(info.job_ids) for client_id, info in live.items()}
 
         async def rescue_batch(max: int) -> int:
             nonlocal after_id
@@ -60,7 +102,21 @@ class JobRescuer(Service):
             if jobs:
                 after_id = jobs[-1].id
             now = datetime.now(UTC)
-            updates = [u for u in (self.decide(job, now) for job in jobs) if u is not None]
+            chosen = []
+            for job in jobs:
+                claimant = job.attempted_by[-1] if job.attempted_by else None
+                if dead:
+                    if claimant in dead:
+                        chosen.append(self.decide(job, now, claimant_dead=True))
+                elif claimant in live and (
+                    job.id in held[claimant]
+                    or job.attempted_at is None
+                    or live[claimant].heartbeat_at <= job.attempted_at
+                ):
+                    self.skipped_live += 1  # its live client holds it (or may, so far)
+                else:
+                    chosen.append(self.decide(job, now))
+            updates = [u for u in chosen if u is not None]
             if updates:
                 result = await ctx.driver.fetch(
                     dialect.job_rescue_many(updates, stuck_horizon=horizon)
@@ -71,7 +127,9 @@ class JobRescuer(Service):
 
         await self.in_batches(rescue_batch)
 
-    def decide(self, job: JobRow, now: datetime) -> RescueUpdate | None:
+    def decide(
+        self, job: JobRow, now: datetime, *, claimant_dead: bool = False
+    ) -> RescueUpdate | None:
         error = AttemptError(now, max(job.attempt, 0), RESCUE_ERROR, "").to_json()
 
         def final(state: JobState) -> RescueUpdate:
@@ -103,9 +161,11 @@ class JobRescuer(Service):
         if worker.timeout_fn is not None:
             own = call_timeout_fn(worker, Job(job, args))
         timeout = own if own is not None else self.ctx.job_timeout
-        if timeout is None or timeout < 0:
+        if claimant_dead:
+            pass  # its client is gone: nothing will ever finish this run
+        elif timeout is None or timeout < 0:
             return None  # no timeout at all: River never rescues such a job
-        if timeout > 0 and job.attempted_at is not None:
+        elif timeout > 0 and job.attempted_at is not None:
             if (now - job.attempted_at).total_seconds() < timeout:
                 return None
         when: datetime | None = None
@@ -119,3 +179,38 @@ class JobRescuer(Service):
         if job.attempt < max(job.max_attempts, 0):
             return RescueUpdate(job.id, error, None, when, JobState.RETRYABLE.value)
         return final(JobState.DISCARDED)
+
+
+class DeadClientRescuer(JobRescuer):
+    """Every ``dead_client_check_interval``: the running jobs of clients whose registry
+    lease ran out are rescued as :class:`JobRescuer` rescues (retryable with backoff, or
+    discarded when attempts are exhausted; cancelled if a cancel was asked), whatever
+    their age, and the dead clients' rows are removed, which lets a client that was only
+    frozen join again. Idle (one small read) while every client is alive."""
+
+    name = "dead_client_rescuer"
+
+    def __init__(self, ctx: MaintenanceContext) -> None:
+        super().__init__(ctx, ctx.config.dead_client_check_interval)
+        self.dead_clients = 0
+
+    async def run_once(self) -> None:
+        live, dead = await self._liveness()
+        if not dead:
+            return
+        log.warning(
+            "maintenance: %d client(s) stopped sending heartbeats: %s; making their running "
+            "jobs available again",
+            len(dead),
+            ", ".join(sorted(dead)[:5]) + (" ..." if len(dead) > 5 else ""),
+        )
+        before = dict(self.rescued)
+        # Every running job is looked at, not only old ones: the horizon is now.
+        await self.rescue(datetime.now(UTC), live, dead)
+        rows = await self.ctx.driver.fetch(self.ctx.dialect.client_delete_dead(sorted(dead)))
+        self.dead_clients += len(rows)
+        rescued = {k: v - before.get(k, 0) for k, v in self.rescued.items()}
+        log.warning(
+            "maintenance: jobs of dead clients rescued: %s",
+            ", ".join(f"{n} {state}" for state, n in sorted(rescued.items()) if n) or "none",
+        )

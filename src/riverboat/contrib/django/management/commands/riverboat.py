@@ -56,7 +56,8 @@ class Command(BaseCommand):  # type: ignore[misc]
         from riverboat.contrib.django.settings import get_driver
         from riverboat.migrations import Migrator
 
-        migrator = Migrator(get_driver(options["database"], options["schema"]))
+        driver = get_driver(options["database"], options["schema"])
+        migrator = Migrator(driver)
         names = migrator.names
         action = options["action"]
         if action == "up":
@@ -65,11 +66,25 @@ class Command(BaseCommand):  # type: ignore[misc]
                 self.stdout.write(f"applied {version:03d} {names[version]}")
             if not done:
                 self.stdout.write(f"nothing to apply; at version {migrator.current_version()}")
+            if options["target_version"] is None:
+                # riverboat's own line (its riverboat_* tables) goes on top of River's.
+                own = Migrator(driver, "riverboat")
+                for version in own.up():
+                    self.stdout.write(f"applied riverboat {version:03d} {own.names[version]}")
         elif action == "down":
-            done = migrator.down(options["target_version"])
+            # As `riverboat migrate down`: riverboat's line sits on top of River's and is
+            # unwound first (all of it for a target; its newest version for one step).
+            target = options["target_version"]
+            own = Migrator(driver, "riverboat")
+            own_done: list[int] = []
+            if own.current_version():
+                own_done = own.down(0 if target is not None else None)
+                for version in own_done:
+                    self.stdout.write(f"reverted riverboat {version:03d} {own.names[version]}")
+            done = migrator.down(target) if target is not None or not own_done else []
             for version in done:
                 self.stdout.write(f"reverted {version:03d} {names[version]}")
-            if not done:
+            if not done and not own_done:
                 self.stdout.write("nothing to revert")
         else:
             for info in migrator.list():

@@ -1,0 +1,283 @@
+"""riverboat's registry of live clients: heartbeats in ``riverboat_client``.
+
+A client that works jobs records itself (id, host, pid, its queues with ``max_workers``
+and jobs running, slots in use, riverboat version) when it starts, and again every
+``heartbeat_interval``; each heartbeat extends its lease, ``expires_at``, to
+``dead_after`` from the database's now. A clean stop deletes the row. A row whose lease
+ran out belongs to a dead client: the leader's rescuer makes that client's running jobs
+available again (runtime/maintenance/rescuer.py), and leaves alone every job whose
+claiming client (the last entry of ``attempted_by``) holds a live lease.
+
+The heartbeat only extends a lease that is still valid. A client that was frozen
+(SIGSTOP, a VM pause) or cut off from the database longer than ``dead_after`` learns
+that it lost its place (no row updated, or no heartbeat written for ``dead_after`` by
+its own clock): it stops claiming, drops the outcomes of the jobs it was running (async
+ones are cancelled; a sync job's thread can't be stopped, so it keeps its slot until the
+body returns and what it returns is discarded), and joins again only once the leader
+has removed its old row, i.e. once those jobs were handed to others.
+
+Without riverboat's migration line (``riverboat migrate up``) there is no registry: the
+client logs one warning and runs as River's clients do.
+
+The rows also carry what operators ask of a client (``queue_settings``: a queue's
+``max_workers``, or ``stopped``), read back by every heartbeat: see docs/fleet.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from riverboat.errors import DriverError, InvalidInputError
+from riverboat.runtime.health import bounded
+
+if TYPE_CHECKING:
+    from riverboat.runtime.runner import Runtime
+
+__all__ = ["DEAD_AFTER", "HEARTBEAT_INTERVAL", "ClientRegistry", "check_heartbeat"]
+
+log = logging.getLogger("riverboat.client")
+
+HEARTBEAT_INTERVAL = 5.0
+"""Seconds between a client's heartbeats."""
+
+DEAD_AFTER = 30.0
+"""Seconds after its last heartbeat at which a client counts as dead."""
+
+
+def check_heartbeat(interval: object, dead_after: object) -> None:
+    """Refuse settings that could declare a healthy client dead."""
+    if interval is None:
+        return
+    for name, value in (("heartbeat_interval", interval), ("dead_after", dead_after)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise InvalidInputError(name, "must be a positive number of seconds")
+    assert isinstance(interval, (int, float)) and isinstance(dead_after, (int, float))
+    if dead_after < 2 * interval:
+        raise InvalidInputError(
+            "dead_after", f"must be at least twice heartbeat_interval ({interval}s)"
+        )
+
+
+def _version() -> str:
+    # From the installed distribution: importing the riverboat package from here would
+    # make an import circle (riverboat -> client -> runner -> registry).
+    from importlib import metadata
+
+    try:
+        return metadata.version("riverboat")
+    except metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree
+        return "unknown"
+
+
+class ClientRegistry:
+    """One client's row in ``riverboat_client``, kept fresh by a heartbeat task."""
+
+    def __init__(self, runtime: Runtime, interval: float, dead_after: float) -> None:
+        self._runtime = runtime
+        self._driver = runtime.driver
+        self._dialect = runtime.driver.dialect
+        self.interval = float(interval)
+        self.dead_after = float(dead_after)
+        self.enabled = False
+        self.lost = False  # the lease ran out: jobs may run elsewhere, don't claim
+        self._last_ok = 0.0  # monotonic time a heartbeat that was written was sent
+        self._task: asyncio.Task[None] | None = None
+        self._failing = False
+        self.heartbeats = 0
+        self._beating = asyncio.Lock()  # the heartbeat task and the completer share beat()
+
+    # -- what the row says -------------------------------------------------------------
+    def _queues(self) -> dict[str, dict[str, Any]]:
+        producers = self._runtime.producers
+        out: dict[str, dict[str, Any]] = {}
+        for name, cfg in self._runtime.config.queues.items():
+            producer = producers.get(name)
+            if producer is None:
+                out[name] = {"max_workers": cfg.max_workers, "running": 0, "stopped": False}
+                continue
+            out[name] = {
+                "max_workers": producer.max_workers,
+                "running": producer.active,
+                "stopped": producer.operator_stopped,
+                "paused": producer.paused,
+            }
+        return out
+
+    def _row(self) -> dict[str, Any]:
+        queues = self._queues()
+        held = {job_id for p in self._runtime.producers.values() for job_id in p.job_ids()}
+        completer = self._runtime.completer
+        if completer is not None:
+            held.update(completer.pending_ids())
+        return {
+            "queues": queues,
+            "job_ids": sorted(held),
+            "slots": sum(q["running"] for q in queues.values()),
+            "dead_after": self.dead_after,
+        }
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def start(self) -> None:
+        from riverboat.migrations import applied_version_async
+
+        if await applied_version_async(self._driver, "riverboat") < 1:
+            log.warning(
+                "riverboat's migration line is not applied (run `riverboat migrate up`): "
+                "this client is not in the registry of live clients, and its running jobs "
+                "are rescued by River's rule only (rescue_stuck_jobs_after) if it dies"
+            )
+            return
+        sent = time.monotonic()
+        rows = await self._driver.fetch(self._register(rejoin=False))
+        self.enabled = True
+        self._last_ok = sent
+        self._apply(rows)
+        self._task = asyncio.create_task(self._run(), name="riverboat-heartbeat")
+
+    def _register(self, *, rejoin: bool) -> Any:
+        return self._dialect.client_register(
+            id=self._runtime.client_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            version=_version(),
+            rejoin=rejoin,
+            **self._row(),
+        )
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            # Let a heartbeat in flight finish (it is bounded by db_call_timeout):
+            # cancelling a query midway leaves its connection for the garbage collector.
+            async with self._beating:
+                self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        if not self.enabled:
+            return
+        self.enabled = False
+        try:
+            await self._driver.execute(self._dialect.client_delete(self._runtime.client_id))
+        except DriverError as exc:
+            log.warning("registry: removing this client's row failed (it expires): %s", exc)
+
+    def may_claim(self) -> bool:
+        """False while this client may have been declared dead: its lease ran out (or
+        nothing confirmed it for ``dead_after``), so it must not take new jobs."""
+        if not self.enabled:
+            return True
+        return not self.lost and time.monotonic() - self._last_ok < self.dead_after
+
+    async def may_write(self) -> bool:
+        """For the completer, before each write: True while the lease is certainly
+        valid (re-confirmed by a heartbeat when less than one interval of it is left),
+        False once it is lost (the outcomes are then dropped: the leader makes those
+        jobs available again). Raises DriverError when it can't be confirmed either way,
+        so the completer keeps the outcomes and retries."""
+        if not self.enabled:
+            return True
+        if not self.lost and self._fresh():
+            return True
+        await self.beat()
+        if self.lost:
+            return False
+        if not self._fresh():
+            raise DriverError("the registry lease could not be confirmed")
+        return True
+
+    def _fresh(self) -> bool:
+        return time.monotonic() - self._last_ok < self.dead_after - self.interval
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            await self.beat()
+
+    async def beat(self) -> None:
+        """One heartbeat (or, after the lease was lost, one attempt to join again)."""
+        async with self._beating:
+            await self._beat()
+
+    async def _beat(self) -> None:
+        sent = time.monotonic()
+        if not self.lost and sent - self._last_ok >= self.dead_after:
+            # Checked before anything awaits: asyncio runs the timers that expired
+            # during a freeze (SIGSTOP) oldest first, so every job waiting on a timer set
+            # after this one's is cancelled here before it runs another line.
+            self._lose(f"no heartbeat written for {sent - self._last_ok:.1f}s")
+        try:
+            # Bounded like every call of the runtime (runtime/health.py): a silent
+            # connection is dropped, not waited on past dead_after.
+            async with bounded(self._runtime.config.db_call_timeout, "heartbeat"):
+                if self.lost:
+                    rows = await self._driver.fetch(self._register(rejoin=True))
+                else:
+                    rows = await self._driver.fetch(
+                        self._dialect.client_heartbeat(id=self._runtime.client_id, **self._row())
+                    )
+        except DriverError as exc:
+            if not self._failing:
+                log.warning(
+                    "registry: heartbeat failed (retrying every %gs): %s", self.interval, exc
+                )
+                self._failing = True
+            if time.monotonic() - self._last_ok >= self.dead_after:
+                self._lose(f"no heartbeat written for {self.dead_after:g}s")
+            return
+        if self._failing:
+            log.warning("registry: the database answers heartbeats again")
+            self._failing = False
+        if not rows:
+            if not self.lost:
+                self._lose("its lease ran out before this heartbeat")
+            return  # still waiting for the leader to remove the old row
+        if self.lost:
+            log.warning(
+                "registry: client %s joined the registry again; claiming jobs again",
+                self._runtime.client_id,
+            )
+            self.lost = False
+        self._last_ok = sent
+        self.heartbeats += 1
+        self._apply(rows)
+
+    def _lose(self, why: str) -> None:
+        if self.lost:
+            return
+        self.lost = True
+        orphaned = sum(p.orphan_running() for p in self._runtime.producers.values())
+        log.warning(
+            "registry: client %s counts as dead (%s): its %d running jobs may already run "
+            "elsewhere, so their outcomes here are dropped (async jobs cancelled; a sync "
+            "job's thread runs on with its slot held); no new claims until the leader has "
+            "made them available again",
+            self._runtime.client_id,
+            why,
+            orphaned,
+        )
+
+    def _apply(self, rows: Any) -> None:
+        """Apply what operators asked of this client's queues (docs/fleet.md)."""
+        if not rows:
+            return
+        settings = self._dialect.decode_json_value(rows[0][0])
+        if not isinstance(settings, Mapping):
+            return
+        for queue, wanted in settings.items():
+            producer = self._runtime.producers.get(queue)
+            if producer is None or not isinstance(wanted, Mapping):
+                continue
+            max_workers = wanted.get("max_workers")
+            if isinstance(max_workers, int) and not isinstance(max_workers, bool):
+                producer.set_max_workers(max_workers)
+            stopped = wanted.get("stopped")
+            if isinstance(stopped, bool):
+                producer.set_operator_stopped(stopped)
