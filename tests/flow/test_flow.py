@@ -20,7 +20,7 @@ import pytest
 
 import riverboat
 from riverboat import ConcurrencyLimit, InsertManyParams, InsertOpts, JobRow, JobState, RateLimit
-from riverboat.errors import InvalidInputError
+from riverboat.errors import InvalidInputError, MigrationError
 from riverboat.flow import FlowControl
 from riverboat.runtime.producer import QueueConfig
 from tests.runtime.dbs import Db, any_db  # noqa: F401
@@ -222,3 +222,14 @@ def test_bad_flow_control_is_refused_before_anything_runs() -> None:
         pytest.raises(InvalidInputError, match="sequence"),
     ):
         client.insert({}, InsertOpts(sequence=42), kind="flow_job")  # type: ignore[arg-type]
+
+
+def test_flow_control_on_postgres_needs_riverboats_line(pg_url: str, pg_schema: str) -> None:
+    from riverboat.migrations import Migrator
+
+    with riverboat.Client(pg_url, schema=pg_schema) as client:
+        Migrator(client.driver, line="riverboat").down(target_version=0)
+    limited = QueueConfig(concurrency=ConcurrencyLimit(global_limit=1))
+    client = riverboat.Client(pg_url, schema=pg_schema, queues={"default": limited})
+    with client, pytest.raises(MigrationError, match="run `riverboat migrate up`"):
+        client.start()

@@ -8,15 +8,16 @@ remaining candidate is taken only while its partition has room: ``rank in partit
 running (or started in the window) <= limit``. Sequence jobs are taken only at the head
 of their sequence.
 
-Counting and claiming must not interleave between processes, so the producer runs this
-statement in a transaction after :meth:`PostgresFlow.flow_lock` (a transaction-level
-advisory lock per schema and queue): every claim of a limited queue sees the claims
-committed before it. A queue without flow control never takes the lock nor runs this
-statement.
+Counting and claiming must not interleave between processes, so the claim runs inside
+``riverboat_flow_claim`` (a function of riverboat's migration line), which takes a
+transaction-level advisory lock per schema and queue first: every claim of a limited
+queue sees the claims committed before it. A queue without flow control never takes the
+lock nor runs this statement.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -27,18 +28,30 @@ from riverboat.flow import SEQUENCE_METADATA_KEY, FlowControl
 __all__ = ["PostgresFlow"]
 
 QUERIES: dict[str, str] = {}
-# The lock serializes the claims of one queue until each commits. Waiting for the
-# commit's WAL flush while holding it would serialize the queue's claims on fsync (no
-# group commit): 4 processes ran at 0.17x of the same work without the lock. So the claim
-# transaction commits asynchronously. What a server crash can then lose is a claim made in
-# the last moments before it: those jobs are available again after recovery and run
-# again, as any job running at a crash does (River's rescuer); the completion that would
-# follow is a synchronous commit, and flushing it flushes the claim before it.
-QUERIES["flow_lock"] = (
-    "SELECT set_config('synchronous_commit', 'off', true),"
-    " pg_advisory_xact_lock(hashtext(concat(coalesce(:schema::text, current_schema()),"
-    " '.riverboat_flow.', :queue::text)))"
-)
+# riverboat_flow_claim (the riverboat migration line, version 1) takes the queue's
+# advisory lock and then runs the claim as a statement of its own, which (being in a
+# volatile function) gets a snapshot taken after the lock: it sees every claim committed
+# before it. One round trip, so the lock is held only while the server works, never
+# while a busy client schedules its next statement (a transaction of BEGIN, lock, claim
+# and COMMIT from the client ran 4 worker processes at 0.17x of the same work without
+# a limit). The function also commits asynchronously, so the lock is not held over the
+# WAL flush either (that serialized the queue's claims on fsync, with no group commit):
+# what a server crash can then lose is a claim of its last moments, whose jobs are
+# available again after recovery and run again, as a job running at a crash does; the
+# completion that follows a claim is a synchronous commit and flushes the claim first.
+QUERIES["job_get_available_flow"] = """
+SELECT * FROM <schema>riverboat_flow_claim(
+    hashtext(concat(coalesce(:schema::text, current_schema()), '.riverboat_flow.',
+                    :queue::text))::bigint,
+    :claim::text,
+    :params::text[]
+) AS t(id bigint, args text, attempt smallint, attempted_at timestamptz,
+       attempted_by text[], created_at timestamptz, errors text[], finalized_at timestamptz,
+       kind text, max_attempts smallint, metadata text, priority smallint, queue text,
+       state text, scheduled_at timestamptz, tags text[], unique_key bytea,
+       unique_states integer)
+"""
+_PLACEHOLDER = re.compile(r"\$(\d+)")
 
 SCAN_MAX = 1000  # candidates looked at per claim, in River's order
 _NOW = "coalesce(:now::timestamptz, now())"
@@ -151,11 +164,11 @@ def flow_claim_text(flow: FlowControl, claim: str) -> str:
     LIMIT :max_to_lock::integer
 )""")
     update = claim[claim.index("UPDATE <schema>river_job") :]
-    # The claim runs after the lock, in a transaction begun before it: now() would be
-    # the time the transaction began, possibly before the claims and completions this
-    # one waited for, so attempted_at is the statement's own start instead.
+    # The claim runs inside riverboat_flow_claim after the lock: now() and even
+    # statement_timestamp() would be the time the caller's statement began, possibly
+    # before the claims and completions it waited for, so attempted_at is the clock.
     text = "WITH " + ",\n".join(ctes) + "\n" + update
-    return text.replace(_NOW, "coalesce(:now::timestamptz, statement_timestamp())")
+    return text.replace(_NOW, "coalesce(:now::timestamptz, clock_timestamp())")
 
 
 class PostgresFlow(DialectPart):
@@ -164,7 +177,7 @@ class PostgresFlow(DialectPart):
     _queries: ClassVar[dict[str, str]] = QUERIES
 
     def flow_lock(self, queue: str) -> Statement | None:
-        return self.stmt("flow_lock", queue=queue, schema=self.schema)
+        return None  # riverboat_flow_claim takes the lock itself
 
     def job_get_available_flow(
         self,
@@ -176,26 +189,46 @@ class PostgresFlow(DialectPart):
         max_attempted_by: int,
         now: datetime | None = None,
     ) -> Statement:
-        cache: dict[FlowControl, Query] = self.__dict__.setdefault("_flow_queries", {})
-        query = cache.get(flow)
-        if query is None:
+        cache: dict[FlowControl, tuple[str, tuple[str, ...]]] = self.__dict__.setdefault(
+            "_flow_claims", {}
+        )
+        compiled = cache.get(flow)
+        if compiled is None:
             text = flow_claim_text(flow, raw_query(self, "job_get_available"))
-            query = cache[flow] = Query("job_get_available_flow", render_schema(text, self.schema))
-        params: dict[str, Any] = {
+            sql, names = Query("flow_claim", render_schema(text, self.schema)).compile("dollar")
+            # Run by EXECUTE ... USING one text[]: $n becomes the array's nth element
+            # (every parameter is cast in the SQL, from text).
+            sql = _PLACEHOLDER.sub(lambda m: f"($1[{m.group(1)}])", sql)
+            compiled = cache[flow] = (sql, names)
+        sql, names = compiled
+        values: dict[str, Any] = {
             "queue": queue,
             "max_to_lock": max_to_lock,
             "max_attempted_by": max_attempted_by,
             "attempted_by": client_id,
-            "now": self.time_param(now),
+            "now": now,
         }
         con, rate = flow.concurrency, flow.rate
         if con is not None and con.global_limit is not None:
-            params["global_limit"] = con.global_limit
+            values["global_limit"] = con.global_limit
         if con is not None and con.local_limit is not None:
-            params["local_limit"] = con.local_limit
+            values["local_limit"] = con.local_limit
         if rate is not None:
-            params["rate_limit"] = rate.limit
-            params["rate_period"] = rate.seconds
+            values["rate_limit"] = rate.limit
+            values["rate_period"] = rate.seconds
         if flow.sequences:
-            params["sequence_continue"] = flow.sequence_continue
-        return Statement(query, params)
+            values["sequence_continue"] = flow.sequence_continue
+        params = [_as_text(values[name]) for name in names]
+        return self.stmt(
+            "job_get_available_flow", schema=self.schema, queue=queue, claim=sql, params=params
+        )
+
+
+def _as_text(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)

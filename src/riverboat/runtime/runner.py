@@ -18,7 +18,7 @@ from typing import Any
 
 from riverboat._insert import InsertDefaults, validate_queue
 from riverboat.drivers.base import call_deadline
-from riverboat.errors import InvalidInputError, NotFoundError
+from riverboat.errors import InvalidInputError, MigrationError, NotFoundError
 from riverboat.flow import FlowControl
 from riverboat.runtime.completer import Completer
 from riverboat.runtime.events import Event, EventKind, Subscription
@@ -255,6 +255,14 @@ class Runtime:
     def _want_events(self) -> bool:
         return bool(self._subscriptions)
 
+    async def _check_flow_control_schema(self) -> None:
+        queue = await _flow_claim_needs_riverboat_line(self.driver, self.config.queues)
+        if queue is not None:
+            raise MigrationError(
+                f"queue {queue!r} has flow control, whose claim needs riverboat's migration "
+                "line: run `riverboat migrate up`"
+            )
+
     # -- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
         dialect = self.driver.dialect
@@ -262,6 +270,7 @@ class Runtime:
         async with bounded(cfg.db_call_timeout, "ping"):
             await self.driver.fetch(dialect.stmt("ping"))
         await check_schema_version(self.driver)
+        await self._check_flow_control_schema()
         if dialect.schema:
             self.schema_name = dialect.schema
         elif dialect.name == "postgres":
@@ -569,6 +578,20 @@ class Runtime:
                 ", ".join(f"{total} {state} (next at {first})" for state, total, first in later),
             )
         return True
+
+
+async def _flow_claim_needs_riverboat_line(driver: Any, queues: dict[str, Any]) -> str | None:
+    """The first queue with flow control when its claim needs riverboat's migration line
+    (Postgres: the riverboat_flow_claim function) and the line is not applied."""
+    from riverboat.flow import FlowControl
+    from riverboat.migrations import applied_version_async
+
+    limited = [name for name, qcfg in queues.items() if FlowControl.of(qcfg) is not None]
+    if not limited or driver.dialect.name != "postgres":
+        return None
+    if await applied_version_async(driver, "riverboat") >= 1:
+        return None
+    return limited[0]
 
 
 async def check_schema_version(driver: Any) -> None:

@@ -22,3 +22,22 @@ CREATE TABLE <schema>riverboat_client (
 );
 
 CREATE INDEX riverboat_client_expires_at_idx ON <schema>riverboat_client USING btree (expires_at);
+
+-- Also in version 1 (the line is new in this release): the claim of a queue under flow control (riverboat.flow, dialect/postgres_flow.py):
+-- the queue's advisory lock first, then the claim statement it is given, which runs as a
+-- statement of its own and so, in this volatile function, with a snapshot taken after
+-- the lock: it counts every claim committed before it. One round trip from the client,
+-- so the lock is held only while the server works. The claim commits asynchronously so
+-- the lock is not held over the WAL flush either (docs/flow-control.md says what a server
+-- crash can then redo). params are the claim's parameters as text, $1[1], $1[2]...
+CREATE FUNCTION <schema>riverboat_flow_claim(lock_key bigint, claim text, params text[])
+RETURNS SETOF record
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    PERFORM pg_advisory_xact_lock(lock_key);
+    RETURN QUERY EXECUTE claim USING params;
+END;
+$$;
