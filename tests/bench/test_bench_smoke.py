@@ -73,6 +73,25 @@ def test_bench_json_shape_on_postgres(pg_url: str, driver: str) -> None:
     assert set(inserts) == {"insert_many", "insert_many_fast", "insert"}
     assert inserts["insert_many_fast"]["floor"] == "raw_copy"
     assert all(figure["jobs_per_sec"] > 0 for figure in inserts.values())
+    # Pick-up latency at defaults and with River's pacing, on Postgres and on SQLite.
+    latency = report["latency"]
+    assert isinstance(latency, dict) and set(latency) == {"postgres", "sqlite"}
+    pickups = [
+        (p["database"], p["pacing"], p["inserter"]) for d in latency.values() for p in d["pickup"]
+    ]
+    assert sorted(pickups) == sorted(
+        (db, pacing, inserter)
+        for db, inserters in (
+            ("postgres", ["other process"]),
+            ("sqlite", ["other process", "same process"]),
+        )
+        for pacing in ("defaults", "river")
+        for inserter in inserters
+    )
+    assert all(p["jobs"] == 10 for d in latency.values() for p in d["pickup"])
+    assert all(
+        b["jobs"] == 150 and b["claims_per_job"] > 0 for d in latency.values() for b in d["burst"]
+    )
     scenarios = report["scenarios"]
     assert isinstance(scenarios, dict)
     stale = scenarios["stale_statistics_completion"]

@@ -112,6 +112,9 @@ def render_table(report: dict[str, Any]) -> str:
                 f"{_fmt(row['statements_per_job_target']):>8}"
                 f"{_fmt(row['python_cpu_ms_per_job']):>11}"
             )
+    latency = report.get("latency")
+    if latency:
+        lines += _latency_lines(latency)
     scale = report.get("scale")
     if scale:
         lines += ["", "scale: " + json.dumps(scale)]
@@ -169,6 +172,43 @@ def render_table(report: dict[str, Any]) -> str:
     for name, scenario in report.get("scenarios", {}).items():
         lines += ["", f"scenario {name}: " + json.dumps(scenario)]
     return "\n".join(lines)
+
+
+def _latency_lines(latency: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "pick-up latency, one job at a time into an idle queue (insert to job body, ms);",
+        "'river' sets fetch_cooldown=0.1 on both clients (River's pacing)",
+        f"{'database':<10}{'pacing':<10}{'inserter':<15}{'p50':>8}{'p90':>8}{'p99':>8}"
+        f"{'max':>8}{'claims/job':>12}",
+    ]
+    bursts = []
+    for database, parts in latency.items():
+        if "skipped" in parts:
+            lines.append(f"{database:<10}skipped: {parts['skipped']}")
+            continue
+        for row in parts["pickup"]:
+            lines.append(
+                f"{database:<10}{row['pacing']:<10}{row['inserter']:<15}{_fmt(row['p50_ms']):>8}"
+                f"{_fmt(row['p90_ms']):>8}{_fmt(row['p99_ms']):>8}{_fmt(row['max_ms']):>8}"
+                f"{_fmt(row['claims_per_job']):>12}"
+            )
+        bursts += parts["burst"]
+    if bursts:
+        lines += [
+            "",
+            "burst of single inserts from another process into an idle worker",
+            f"{'database':<10}{'pacing':<10}{'jobs':>7}{'insert s':>10}{'stmts/job':>11}"
+            f"{'claims/job':>12}{'notes/job':>11}{'py ms/job':>11}",
+        ]
+        for row in bursts:
+            lines.append(
+                f"{row['database']:<10}{row['pacing']:<10}{row['jobs']:>7}"
+                f"{_fmt(row['insert_seconds']):>10}{_fmt(row['statements_per_job']):>11}"
+                f"{_fmt(row['claims_per_job']):>12}{_fmt(row['notifications_per_job']):>11}"
+                f"{_fmt(row['python_cpu_ms_per_job']):>11}"
+            )
+    return lines
 
 
 def _flatten(data: Any, prefix: str = "") -> dict[str, float]:

@@ -58,6 +58,10 @@ class BenchConfig:
     include_scenarios: bool = True
     include_defaults: bool = True
     include_inserts: bool = True
+    # Pick-up latency and a burst of single inserts (Postgres, and SQLite on a temp file).
+    include_latency: bool = True
+    latency_jobs: int = 200
+    burst_jobs: int = 10_000
     # Not in a default run: starts worker processes and writes 1,000,000 rows.
     include_scale: bool = False
     # Not in a default run either: the workflow part (riverboat.bench.workflow) and
@@ -207,6 +211,8 @@ async def _run(
 
         defaults = await run_defaults(pg, config.jobs)
         report["defaults"] = [result.to_dict() for result in defaults]
+    if config.include_latency:
+        report["latency"] = await _latency(config, target, make_client, progress)
     if config.include_scale and target.dialect == "postgres" and target.schema:
         from riverboat.bench import scale
 
@@ -258,6 +264,52 @@ async def _run(
                 scenarios.stale_statistics_completion, target.url, target.schema
             )
     return report
+
+
+async def _latency(
+    config: BenchConfig,
+    target: BenchTarget,
+    make_client: Callable[..., Any],
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    """Pick-up latency and the burst on the target, and on SQLite (a temp file) when
+    the target is Postgres and SQLite is available."""
+    import riverboat
+    from riverboat.bench import scenarios
+    from riverboat.bench.latency import run_latency
+
+    jobs, burst = config.latency_jobs, config.burst_jobs
+    out = {
+        target.dialect: await run_latency(
+            make_client,
+            target.url,
+            target.schema,
+            target.dialect,
+            progress,
+            jobs=jobs,
+            burst_jobs=burst,
+        )
+    }
+    if target.dialect == "postgres":
+        missing = scenarios.sqlite_missing()
+        if missing is not None:
+            out["sqlite"] = {"skipped": missing}
+            return out
+        with scratch_target(None, "sqlite") as sqlite:
+
+            def make_sqlite_client(**kwargs: Any) -> Any:
+                return riverboat.AsyncClient(make_async_driver(sqlite), **kwargs)
+
+            out["sqlite"] = await run_latency(
+                make_sqlite_client,
+                sqlite.url,
+                None,
+                "sqlite",
+                progress,
+                jobs=jobs,
+                burst_jobs=burst,
+            )
+    return out
 
 
 async def _best_floor(

@@ -43,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "e2e",
             "defaults",
             "inserts",
+            "latency",
             "floor",
             "scenarios",
             "scale",
@@ -62,6 +63,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1_000_000,
         help="finalized rows beside the backlog in the 'scale' part (1,000,000)",
     )
+    parser.add_argument(
+        "--latency-jobs",
+        type=int,
+        default=None,
+        help="jobs inserted one at a time for each pick-up latency figure (1%% of --jobs, "
+        "10 to 200)",
+    )
+    parser.add_argument(
+        "--burst-jobs",
+        type=int,
+        default=None,
+        help="single inserts in the latency part's burst (half of --jobs, at most 10,000)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument(
         "--compare",
@@ -78,6 +92,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs < 1 or args.calls < 1:
         raise InvalidInputError("--jobs/--calls", "must be positive")
+    for name in ("latency_jobs", "burst_jobs"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise InvalidInputError("--" + name.replace("_", "-"), "must be positive")
     only = set(args.only or [])
     url = args.database_url
     if args.driver == "sqlite":
@@ -95,6 +113,9 @@ def run(args: argparse.Namespace) -> int:
         include_scenarios=not only or "scenarios" in only,
         include_defaults=not only or "defaults" in only,
         include_inserts=not only or "inserts" in only,
+        include_latency=not only or "latency" in only,
+        latency_jobs=args.latency_jobs or min(200, max(10, args.jobs // 100)),
+        burst_jobs=args.burst_jobs or min(10_000, max(1, args.jobs // 2)),
         include_scale="scale" in only,
         include_workflow="workflow" in only,
         include_flow="flow" in only,
