@@ -91,9 +91,9 @@ async def test_jobs_one_at_a_time_start_without_waiting_out_the_default_cooldown
             await asyncio.wait_for(started.wait(), 20)
         claims = worker_driver.stats.by_query.get("job_get_available", 0)
     finally:
-        await client.stop()
         await client.close()
-        inserter.close()
+        await worker_driver.close()
+        inserter_driver.close()
     assert len(ran) == JOBS
     # The claim at start, then one per job, each woken by its own notification.
     assert claims == JOBS + 1
@@ -107,14 +107,15 @@ def test_every_insert_notifies_at_the_default_cooldown_and_a_set_one_limits(
             rows = driver.fetch(driver.dialect.notification_get_after(0))
         return len(rows)
 
-    with riverboat.Client(SqliteDriver(sqlite_url)) as client:
+    with SqliteDriver(sqlite_url) as driver:
+        client = riverboat.Client(driver)
         for _ in range(3):
             client.insert({}, kind="pickup")
-    assert outbox_rows() == 3
-    with riverboat.Client(SqliteDriver(sqlite_url), fetch_cooldown=60.0) as client:
+        assert outbox_rows() == 3
+        client = riverboat.Client(driver, fetch_cooldown=60.0)
         for _ in range(3):
             client.insert({}, kind="pickup")
-    assert outbox_rows() == 4  # River's notify limiter: one per queue per cooldown
+        assert outbox_rows() == 4  # River's notify limiter: one per queue per cooldown
 
 
 async def test_a_sqlite_insert_in_the_same_process_wakes_the_listener_at_commit(
@@ -131,6 +132,7 @@ async def test_a_sqlite_insert_in_the_same_process_wakes_the_listener_at_commit(
         workers=_counting_workers(ran, started),
         fetch_poll_interval=120.0,
     )
+    worker_driver = client.driver
     await client.start()
     inserter_driver = SqliteDriver(sqlite_url)
     inserter = riverboat.Client(inserter_driver)
@@ -157,7 +159,7 @@ async def test_a_sqlite_insert_in_the_same_process_wakes_the_listener_at_commit(
         assert listener.pokes == pokes + 2
         await asyncio.wait_for(started.wait(), 20)
     finally:
-        await client.stop()
         await client.close()
-        inserter.close()
+        await worker_driver.close()
+        inserter_driver.close()
     assert len(ran) == 2

@@ -172,7 +172,7 @@ async def run_pickup(
                 await _wait_for(done, None, 60 + jobs * spacing * 4)
             finally:
                 await asyncio.to_thread(thread.join)
-                inserter.close()
+                inserter.driver.close()
         else:
             process = subprocess.Popen(
                 _inserter_command(url, schema, jobs, spacing, cooldown), env=_child_env()
@@ -181,8 +181,8 @@ async def run_pickup(
             await asyncio.to_thread(process.wait)
         claims = producer.fetches - claims
     finally:
-        await client.stop()
         await client.close()
+        await client.driver.close()
     ms = [value * 1000 for value in seen]
     return LatencyFigure(
         database,
@@ -244,8 +244,8 @@ async def run_burst(
         statements = client.driver.stats.statements - statements
         claims = producer.fetches - claims
     finally:
-        await client.stop()
         await client.close()
+        await client.driver.close()
     return BurstFigure(
         database,
         pacing,
@@ -329,7 +329,7 @@ def _insert_main(argv: list[str] | None = None) -> int:
     try:
         insert_spaced(client, args.jobs, args.spacing)
     finally:
-        client.close()
+        client.driver.close()
     return 0
 
 
