@@ -73,6 +73,10 @@ def test_bench_json_shape_on_postgres(pg_url: str, driver: str) -> None:
     assert set(inserts) == {"insert_many", "insert_many_fast", "insert"}
     assert inserts["insert_many_fast"]["floor"] == "raw_copy"
     assert all(figure["jobs_per_sec"] > 0 for figure in inserts.values())
+    # Jobs/s of async and sync no-op jobs and of 10 ms I/O jobs, at max_workers=100.
+    kinds = {figure["name"]: figure for figure in report["job_kinds"]}  # type: ignore[attr-defined]
+    assert set(kinds) == {"async_noop", "sync_noop", "async_io_10ms"}
+    assert all(k["jobs"] == 300 and k["jobs_per_sec"] > 0 for k in kinds.values())
     # Pick-up latency at defaults and with River's pacing, on Postgres and on SQLite.
     latency = report["latency"]
     assert isinstance(latency, dict) and set(latency) == {"postgres", "sqlite"}

@@ -112,6 +112,20 @@ def render_table(report: dict[str, Any]) -> str:
                 f"{_fmt(row['statements_per_job_target']):>8}"
                 f"{_fmt(row['python_cpu_ms_per_job']):>11}"
             )
+    kinds = report.get("job_kinds")
+    if kinds:
+        lines += [
+            "",
+            "jobs/s by kind of work function, at defaults with max_workers=100",
+            f"{'kind':<16}{'jobs/s':>10}{'py ms/job':>11}{'stmts/job':>11}  "
+            f"{'compared to':<26}{'ratio':>7}",
+        ]
+        for row in kinds:
+            lines.append(
+                f"{row['name']:<16}{_fmt(row['jobs_per_sec']):>10}"
+                f"{_fmt(row['python_cpu_ms_per_job']):>11}{_fmt(row['statements_per_job']):>11}"
+                f"  {row['compared_to']:<26}{_fmt(row['ratio']):>7}"
+            )
     latency = report.get("latency")
     if latency:
         lines += _latency_lines(latency)

@@ -60,6 +60,8 @@ class BenchConfig:
     include_inserts: bool = True
     # Pick-up latency and a burst of single inserts (Postgres, and SQLite on a temp file).
     include_latency: bool = True
+    # Jobs/s of sync no-op, async no-op and 10 ms I/O jobs at max_workers=100 (Postgres).
+    include_job_kinds: bool = True
     latency_jobs: int = 200
     burst_jobs: int = 10_000
     # Not in a default run: starts worker processes and writes 1,000,000 rows.
@@ -211,6 +213,11 @@ async def _run(
 
         defaults = await run_defaults(pg, config.jobs)
         report["defaults"] = [result.to_dict() for result in defaults]
+    if config.include_job_kinds and target.dialect == "postgres" and target.schema:
+        from riverboat.bench.jobkinds import run_job_kinds
+
+        kinds = await run_job_kinds(pg, config.jobs)
+        report["job_kinds"] = [figure.to_dict() for figure in kinds]
     if config.include_latency:
         report["latency"] = await _latency(config, target, make_client, progress)
     if config.include_scale and target.dialect == "postgres" and target.schema:

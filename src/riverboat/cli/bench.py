@@ -114,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         include_defaults=not only or "defaults" in only,
         include_inserts=not only or "inserts" in only,
         include_latency=not only or "latency" in only,
+        include_job_kinds=not only or "job-kinds" in only,
         latency_jobs=args.latency_jobs or min(200, max(10, args.jobs // 100)),
         burst_jobs=args.burst_jobs or min(10_000, max(1, args.jobs // 2)),
         include_scale="scale" in only,
