@@ -96,6 +96,23 @@ def render_table(report: dict[str, Any]) -> str:
                 f"{_fmt(row['floor_jobs_per_sec']):>10}"
                 f"{_fmt(row['floor_python_cpu_ms_per_job']):>11}{_fmt(row['ratio_to_floor']):>7}"
             )
+    vs_pgqueuer = report.get("inserts_vs_pgqueuer")
+    if isinstance(vs_pgqueuer, dict):
+        lines += ["", f"inserts against pgqueuer: skipped ({vs_pgqueuer.get('skipped')})"]
+    elif vs_pgqueuer:
+        lines += [
+            "",
+            "inserts against pgqueuer's enqueue (same payloads, same run)",
+            f"{'insert':<18}{'jobs/s':>10}{'py ms/job':>11}  {'pgqueuer':<22}{'jobs/s':>10}"
+            f"{'py ms/job':>11}{'ratio':>7}",
+        ]
+        for row in vs_pgqueuer:
+            lines.append(
+                f"{row['name']:<18}{_fmt(row['jobs_per_sec']):>10}"
+                f"{_fmt(row['python_cpu_ms_per_job']):>11}  {row['floor']:<22}"
+                f"{_fmt(row['floor_jobs_per_sec']):>10}"
+                f"{_fmt(row['floor_python_cpu_ms_per_job']):>11}{_fmt(row['ratio_to_floor']):>7}"
+            )
     defaults = report.get("defaults")
     if defaults:
         lines += [

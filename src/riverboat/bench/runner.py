@@ -206,8 +206,17 @@ async def _run(
         from riverboat.bench.inserts import run_inserts
 
         await reset()
-        inserts = await run_inserts(pg, config.jobs, single_inserts=min(1000, config.jobs))
+        from riverboat.bench.inserts import pgqueuer_missing
+
+        inserts, vs_pgqueuer = await run_inserts(
+            pg, config.jobs, single_inserts=min(1000, config.jobs)
+        )
         report["inserts"] = [figure.to_dict() for figure in inserts]
+        report["inserts_vs_pgqueuer"] = (
+            {"skipped": pgqueuer_missing()}
+            if vs_pgqueuer is None
+            else [figure.to_dict() for figure in vs_pgqueuer]
+        )
     if config.include_defaults and target.dialect == "postgres" and target.schema:
         from riverboat.bench.defaults import run_defaults
 
