@@ -44,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "defaults",
             "inserts",
             "latency",
+            "job-kinds",
             "floor",
             "scenarios",
             "scale",
