@@ -48,6 +48,10 @@ class LatencyFigure(Figures):
     p90_ms: float
     p99_ms: float
     max_ms: float
+    # How long the insert call itself took (its commit included): the part of the
+    # latency that is the inserter's, not the wake-up's or the claim's.
+    insert_p50_ms: float
+    insert_p99_ms: float
     claims_per_job: float
 
 
@@ -115,9 +119,11 @@ def _pacing(cooldown: float | None) -> tuple[str, dict[str, Any]]:
     return "river", {"fetch_cooldown": cooldown}
 
 
-def insert_spaced(client: Any, jobs: int, spacing: float) -> None:
+def insert_spaced(client: Any, jobs: int, spacing: float) -> list[float]:
     """Insert ``jobs`` jobs one at a time, each stamped with the time just before its
-    insert, ``spacing`` seconds apart (0: as fast as possible)."""
+    insert, ``spacing`` seconds apart (0: as fast as possible); how long each insert
+    call took (seconds)."""
+    took = []
     next_at = time.perf_counter()
     for _ in range(jobs):
         if spacing:
@@ -125,7 +131,10 @@ def insert_spaced(client: Any, jobs: int, spacing: float) -> None:
             if delay > 0:
                 time.sleep(delay)
             next_at += spacing
+        started = time.perf_counter()
         client.insert({"t": time.time()}, kind=KIND)
+        took.append(time.perf_counter() - started)
+    return took
 
 
 async def _wait_for(done: asyncio.Event, process: Any, limit: float) -> None:
@@ -162,10 +171,11 @@ async def run_pickup(
         await client.start()
         producer = client._runtime.producers["default"]
         claims = producer.fetches
+        took: list[float] = []
         if same_process:
             inserter = _make_sync_client(url, schema, cooldown)
             thread = threading.Thread(
-                target=insert_spaced, args=(inserter, jobs, spacing), daemon=True
+                target=lambda: took.extend(insert_spaced(inserter, jobs, spacing)), daemon=True
             )
             thread.start()
             try:
@@ -175,10 +185,14 @@ async def run_pickup(
                 inserter.driver.close()
         else:
             process = subprocess.Popen(
-                _inserter_command(url, schema, jobs, spacing, cooldown), env=_child_env()
+                _inserter_command(url, schema, jobs, spacing, cooldown),
+                env=_child_env(),
+                stdout=subprocess.PIPE,
+                text=True,
             )
             await _wait_for(done, process, 60 + jobs * spacing * 4)
-            await asyncio.to_thread(process.wait)
+            out, _ = await asyncio.to_thread(process.communicate)
+            took = [float(line) for line in out.split()]
         claims = producer.fetches - claims
     finally:
         await client.close()
@@ -194,6 +208,8 @@ async def run_pickup(
         round(_percentile(ms, 0.9), 2),
         round(_percentile(ms, 0.99), 2),
         round(max(ms), 2),
+        round(statistics.median(took) * 1000, 2) if took else 0.0,
+        round(_percentile(took, 0.99) * 1000, 2) if took else 0.0,
         round(claims / len(ms), 3),
     )
 
@@ -234,7 +250,9 @@ async def run_burst(
         cpu = time.process_time()
         wall = time.perf_counter()
         process = subprocess.Popen(
-            _inserter_command(url, schema, jobs, 0.0, cooldown), env=_child_env()
+            _inserter_command(url, schema, jobs, 0.0, cooldown),
+            env=_child_env(),
+            stdout=subprocess.DEVNULL,
         )
         await _wait_for(done, process, 120 + jobs / 100)
         await asyncio.to_thread(process.wait)
@@ -327,9 +345,10 @@ def _insert_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     client = _make_sync_client(args.url, args.schema, args.fetch_cooldown)
     try:
-        insert_spaced(client, args.jobs, args.spacing)
+        took = insert_spaced(client, args.jobs, args.spacing)
     finally:
         client.driver.close()
+    sys.stdout.write("".join(f"{seconds:.6f}\n" for seconds in took))
     return 0
 
 

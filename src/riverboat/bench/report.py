@@ -211,7 +211,7 @@ def _latency_lines(latency: dict[str, Any]) -> list[str]:
         "pick-up latency, one job at a time into an idle queue (insert to job body, ms);",
         "'river' sets fetch_cooldown=0.1 on both clients (River's pacing)",
         f"{'database':<10}{'pacing':<10}{'inserter':<15}{'p50':>8}{'p90':>8}{'p99':>8}"
-        f"{'max':>8}{'claims/job':>12}",
+        f"{'max':>8}{'claims/job':>12}{'insert p50/p99':>16}",
     ]
     bursts = []
     for database, parts in latency.items():
@@ -223,6 +223,7 @@ def _latency_lines(latency: dict[str, Any]) -> list[str]:
                 f"{database:<10}{row['pacing']:<10}{row['inserter']:<15}{_fmt(row['p50_ms']):>8}"
                 f"{_fmt(row['p90_ms']):>8}{_fmt(row['p99_ms']):>8}{_fmt(row['max_ms']):>8}"
                 f"{_fmt(row['claims_per_job']):>12}"
+                f"{_fmt(row['insert_p50_ms']) + ' / ' + _fmt(row['insert_p99_ms']):>16}"
             )
         bursts += parts["burst"]
     if bursts:
