@@ -11,17 +11,18 @@ least one gap, at most the cooldown. One job at a time into an idle queue then s
 in milliseconds instead of after up to 100 ms, at one claim per job. A notification
 storm still collapses into one claim per cooldown: jobs arriving faster than one per
 gap make each fetch find several, each wait is longer, and the next fetch finds more,
-until the wait is the whole cooldown. Claims are at most 1/``QUICK_FETCH_GAP`` a
-second, and fall back to River's one per cooldown under a burst.
+until the wait is the whole cooldown. Wake-ups cause at most 1/``QUICK_FETCH_GAP``
+claims a second, and River's one per cooldown under a burst. (Every insert of available
+jobs notifies at the default cooldown, ``_client_core._NotifyLimiter``: this pacing is
+what keeps a storm of them from multiplying claims.)
 
 Refill (riverboat's policy, not River's): while the last fetch came back full there is
 a backlog, and waiting out the cooldown would cap the queue at ``max_workers`` jobs per
 cooldown (200 jobs/s for 20 workers at River's 100 ms). So when the cooldown is the
 default (neither the client nor the queue set one), a fetch that came back full is
 followed by the next one as soon as half the slots are free, cooldown or not: at most
-two claims per ``max_workers`` jobs. A fetch that came back short (no backlog), and
-every notification or poll wake-up, still waits out the cooldown. A cooldown the user
-set is kept for every fetch, as River does.
+two claims per ``max_workers`` jobs. After a fetch that came back short, a wake-up waits
+as above. A cooldown the user set is kept for every fetch, as River does.
 """
 
 from __future__ import annotations
@@ -88,8 +89,9 @@ QUICK_FETCH_GAP = 0.01
 class QueueConfig:
     """A queue this client works. ``None`` cooldown/poll take the client's defaults
     (River: 100 ms and 1 s). With the default cooldown a backlog is refilled without
-    waiting it out (see the module's docstring); setting ``fetch_cooldown`` here or on the
-    client keeps it between every two fetches, as River does."""
+    waiting it out, and an idle queue's wake-up waits 10 ms per job the last fetch found
+    (see the module's docstring); setting ``fetch_cooldown`` here or on the client keeps
+    it between every two fetches, as River does."""
 
     max_workers: int = 100
     fetch_cooldown: float | None = None
