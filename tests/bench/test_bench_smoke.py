@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -220,3 +221,24 @@ def test_bench_process_part_reports_overhead_and_scaling() -> None:
     assert all(row["jobs_per_sec"] > 0 for row in cpu["processes"])
     assert cpu["threads"]["threads"] == process["cores"]
     assert "end_to_end" not in report  # only what was named
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="needs the Go toolchain")
+def test_compare_river_works_the_backlog_with_river_too(pg_url: str) -> None:
+    report = _bench(
+        "--database-url",
+        pg_url,
+        "--only",
+        "ops",
+        "--calls",
+        "1",
+        "--jobs",
+        "200",
+        "--compare-river",
+    )
+    river = report["compare_river"]
+    assert isinstance(river, dict) and "skipped" not in river, river
+    runs = {run["name"]: run for run in river["runs"]}
+    assert set(runs) == {"riverboat_defaults", "river_defaults", "river_fetch_cooldown_1ms"}
+    # Every job of each backlog was worked, by riverboat and by River's process.
+    assert all(run["jobs"] == 200 and run["client_cpu_ms_per_job"] > 0 for run in runs.values())

@@ -129,6 +129,23 @@ def render_table(report: dict[str, Any]) -> str:
                 f"{_fmt(row['statements_per_job_target']):>8}"
                 f"{_fmt(row['python_cpu_ms_per_job']):>11}"
             )
+    river = report.get("compare_river")
+    if river:
+        lines += ["", "River 0.51.2 (interop/go) beside riverboat, same backlog, 20 slots"]
+        if "skipped" in river:
+            lines.append(f"skipped: {river['skipped']}")
+        else:
+            lines.append(
+                f"{'worker':<28}{'jobs/s':>10}{'client ms/job':>15}{'pg ms/job':>11}"
+                f"{'total ms/job':>14}"
+            )
+            for row in river["runs"]:
+                lines.append(
+                    f"{row['name']:<28}{_fmt(row['jobs_per_sec']):>10}"
+                    f"{_fmt(row['client_cpu_ms_per_job']):>15}"
+                    f"{_fmt(row['postgres_cpu_ms_per_job']):>11}"
+                    f"{_fmt(row['total_cpu_ms_per_job']):>14}"
+                )
     kinds = report.get("job_kinds")
     if kinds:
         lines += [

@@ -63,6 +63,8 @@ class BenchConfig:
     # Jobs/s of sync no-op, async no-op and 10 ms I/O jobs at max_workers=100 (Postgres).
     include_job_kinds: bool = True
     latency_jobs: int = 200
+    # River 0.51.2 itself (the Go interop program) beside riverboat: only when asked.
+    include_river: bool = False
     burst_jobs: int = 10_000
     # Not in a default run: starts worker processes and writes 1,000,000 rows.
     include_scale: bool = False
@@ -227,6 +229,12 @@ async def _run(
 
         kinds = await run_job_kinds(pg, config.jobs)
         report["job_kinds"] = [figure.to_dict() for figure in kinds]
+    if config.include_river and target.dialect == "postgres" and target.schema:
+        from riverboat.bench.river import run_compare_river
+
+        report["compare_river"] = await run_compare_river(
+            pg, config.jobs, server_cpu.seconds if server_cpu is not None else None
+        )
     if config.include_latency:
         report["latency"] = await _latency(config, target, make_client, progress)
     if config.include_scale and target.dialect == "postgres" and target.schema:
