@@ -712,8 +712,12 @@ class SqliteListener:
             for note in await self.poll():
                 yield note
             if not self._full_batch:
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
+                # cancellation that lands as the poke does, and the notifier's stop()
+                # would then wait for ever.
                 try:
-                    await asyncio.wait_for(self._poked.wait(), self.poll_interval)
+                    async with asyncio.timeout(self.poll_interval):
+                        await self._poked.wait()
                 except TimeoutError:
                     pass
 
