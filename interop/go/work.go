@@ -32,6 +32,9 @@ type workFlags struct {
 	periodicQueue     string
 	noLeaderElection  bool
 	softStopTimeoutMs int
+	fetchCooldownMs   float64
+	fetchPollMs       float64
+	quiet             bool
 }
 
 func workCommand(fs *flag.FlagSet) func(context.Context, *database) error {
@@ -48,6 +51,9 @@ func workCommand(fs *flag.FlagSet) func(context.Context, *database) error {
 	fs.StringVar(&f.periodicQueue, "periodic-queue", "", "the periodic job's queue (default: River's)")
 	fs.BoolVar(&f.noLeaderElection, "no-leader-election", false, "never become leader")
 	fs.IntVar(&f.softStopTimeoutMs, "soft-stop-timeout-ms", 10000, "how long Stop waits for running jobs")
+	fs.Float64Var(&f.fetchCooldownMs, "fetch-cooldown-ms", 20, "River's FetchCooldown in ms (0: River's default, 100 ms)")
+	fs.Float64Var(&f.fetchPollMs, "fetch-poll-interval-ms", 100, "River's FetchPollInterval in ms (0: River's default, 1 s)")
+	fs.BoolVar(&f.quiet, "quiet", false, "the -kinds are no-ops and print nothing per job (riverboat bench --compare-river)")
 	return func(ctx context.Context, db *database) error {
 		return withDriver(db,
 			func(e env[pgx.Tx]) error { return work(ctx, e, f) },
@@ -79,6 +85,9 @@ func work[TTx any](ctx context.Context, e env[TTx], f *workFlags) error {
 	for _, kind := range append(strings.Split(f.kinds, ","), mapKind) {
 		if kind = strings.TrimSpace(kind); kind != "" {
 			river.AddWorkerArgs(workers, RawArgs{kind: kind}, river.WorkFunc(func(ctx context.Context, job *river.Job[RawArgs]) error {
+				if f.quiet {
+					return nil // a no-op, as riverboat bench's jobs (no line per job to pay for)
+				}
 				return perform(ctx, job.JobRow, job.Args.raw)
 			}))
 		}
@@ -103,8 +112,8 @@ func work[TTx any](ctx context.Context, e env[TTx], f *workFlags) error {
 		Schema:                 e.db.schema,
 		Queues:                 queues,
 		Workers:                workers,
-		FetchPollInterval:      100 * time.Millisecond,
-		FetchCooldown:          20 * time.Millisecond,
+		FetchPollInterval:      time.Duration(f.fetchPollMs * float64(time.Millisecond)),
+		FetchCooldown:          time.Duration(f.fetchCooldownMs * float64(time.Millisecond)),
 		PollOnly:               f.pollOnly,
 		LeaderElectionDisabled: f.noLeaderElection,
 		Middleware:             []rivertype.Middleware{&insertReporter{}},

@@ -21,7 +21,6 @@ from riverboat.errors import (
     UnknownJobKindError,
 )
 from riverboat.middleware import MiddlewareStack
-from riverboat.runtime.producer import DEFAULT_FETCH_COOLDOWN
 from riverboat.runtime.worker import Workers
 
 __all__ = ["default_client_id"]
@@ -37,7 +36,8 @@ def default_client_id() -> str:
 
 
 class _NotifyLimiter:
-    """At most one insert notification per queue per cooldown, as River's notifylimiter."""
+    """At most one insert notification per queue per cooldown, as River's notifylimiter
+    (a cooldown of 0 notifies every insert)."""
 
     __slots__ = ("_cooldown", "_last")
 
@@ -127,9 +127,12 @@ class _ClientCore:
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise InvalidInputError("max_attempts", "must be an int of at least 1")
         self.defaults = InsertDefaults(max_attempts=max_attempts)
-        self._limiter = _NotifyLimiter(
-            fetch_cooldown if fetch_cooldown is not None else DEFAULT_FETCH_COOLDOWN
-        )
+        # River limits insert notifications to one per queue per fetch cooldown. A job
+        # inserted inside that window then waits for the next notification or poll
+        # (up to a second), so at the default cooldown every insert of available jobs
+        # notifies, and the producers' fetch pacing absorbs a storm of them
+        # (runtime/producer.py). A cooldown the client sets limits them as River does.
+        self._limiter = _NotifyLimiter(fetch_cooldown if fetch_cooldown is not None else 0.0)
         self.workers = workers
         self.skip_unknown_job_check = False
         self.middleware = MiddlewareStack(middleware)

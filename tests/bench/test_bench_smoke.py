@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -73,6 +74,29 @@ def test_bench_json_shape_on_postgres(pg_url: str, driver: str) -> None:
     assert set(inserts) == {"insert_many", "insert_many_fast", "insert"}
     assert inserts["insert_many_fast"]["floor"] == "raw_copy"
     assert all(figure["jobs_per_sec"] > 0 for figure in inserts.values())
+    # Jobs/s of async and sync no-op jobs and of 10 ms I/O jobs, at max_workers=100.
+    kinds = {figure["name"]: figure for figure in report["job_kinds"]}  # type: ignore[attr-defined]
+    assert set(kinds) == {"async_noop", "sync_noop", "async_io_10ms"}
+    assert all(k["jobs"] == 300 and k["jobs_per_sec"] > 0 for k in kinds.values())
+    # Pick-up latency at defaults and with River's pacing, on Postgres and on SQLite.
+    latency = report["latency"]
+    assert isinstance(latency, dict) and set(latency) == {"postgres", "sqlite"}
+    pickups = [
+        (p["database"], p["pacing"], p["inserter"]) for d in latency.values() for p in d["pickup"]
+    ]
+    assert sorted(pickups) == sorted(
+        (db, pacing, inserter)
+        for db, inserters in (
+            ("postgres", ["other process"]),
+            ("sqlite", ["other process", "same process"]),
+        )
+        for pacing in ("defaults", "river")
+        for inserter in inserters
+    )
+    assert all(p["jobs"] == 10 for d in latency.values() for p in d["pickup"])
+    assert all(
+        b["jobs"] == 150 and b["claims_per_job"] > 0 for d in latency.values() for b in d["burst"]
+    )
     scenarios = report["scenarios"]
     assert isinstance(scenarios, dict)
     stale = scenarios["stale_statistics_completion"]
@@ -197,3 +221,24 @@ def test_bench_process_part_reports_overhead_and_scaling() -> None:
     assert all(row["jobs_per_sec"] > 0 for row in cpu["processes"])
     assert cpu["threads"]["threads"] == process["cores"]
     assert "end_to_end" not in report  # only what was named
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="needs the Go toolchain")
+def test_compare_river_works_the_backlog_with_river_too(pg_url: str) -> None:
+    report = _bench(
+        "--database-url",
+        pg_url,
+        "--only",
+        "ops",
+        "--calls",
+        "1",
+        "--jobs",
+        "200",
+        "--compare-river",
+    )
+    river = report["compare_river"]
+    assert isinstance(river, dict) and "skipped" not in river, river
+    runs = {run["name"]: run for run in river["runs"]}
+    assert set(runs) == {"riverboat_defaults", "river_defaults", "river_fetch_cooldown_1ms"}
+    # Every job of each backlog was worked, by riverboat and by River's process.
+    assert all(run["jobs"] == 200 and run["client_cpu_ms_per_job"] > 0 for run in runs.values())

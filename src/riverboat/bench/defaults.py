@@ -65,15 +65,22 @@ def _any_left_sql(schema: str) -> str:
 
 
 async def _work_backlog(
-    pg: PostgresBench, jobs: int, max_workers: int, max_seconds: float
+    pg: PostgresBench,
+    jobs: int,
+    max_workers: int,
+    max_seconds: float,
+    workers: Workers | None = None,
 ) -> tuple[int, float, float, int]:
+    """Work the backlog at defaults (only ``max_workers`` set) with ``workers`` (an
+    async no-op ``benchmark`` worker by default): (jobs done, wall s, CPU s, statements)."""
     import psycopg
 
-    workers = Workers()
+    if workers is None:
+        workers = Workers()
 
-    @workers.register("benchmark")
-    async def benchmark(job: Job[Any]) -> None:
-        return None
+        @workers.register("benchmark")
+        async def benchmark(job: Job[Any]) -> None:
+            return None
 
     client = pg.make_client(
         queues={"default": QueueConfig(max_workers=max_workers)}, workers=workers

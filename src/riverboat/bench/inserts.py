@@ -7,7 +7,12 @@
 - ``insert`` one job at a time, against a raw prepared ``INSERT ... RETURNING *`` of the
   same row through psycopg.
 
-Each figure is the best of three interleaved rounds. The raw floors always use psycopg
+- When pgqueuer is installed (``pip install pgqueuer``; not a riverboat dependency),
+  ``insert_many`` against pgqueuer's bulk ``enqueue`` (lists of the same 1,000 payloads,
+  JSON-encoded) and ``insert`` against its single ``enqueue``, on pgqueuer's own tables
+  in a scratch schema of their own (``inserts_vs_pgqueuer`` in the report).
+
+Each figure is the best of four interleaved rounds. The raw floors always use psycopg
 (async, on its own autocommit connection); for the psycopg driver that is the same
 library the client uses.
 """
@@ -15,14 +20,17 @@ library the client uses.
 from __future__ import annotations
 
 import json
+import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from riverboat._job import InsertManyParams
 from riverboat.bench.measure import Figures, PostgresBench
 
-__all__ = ["InsertFigure", "run_inserts"]
+__all__ = ["InsertFigure", "pgqueuer_missing", "run_inserts"]
 
 CALL_SIZE = 1000
 ROUNDS = 4
@@ -47,9 +55,54 @@ async def _timed(jobs: int, body: Callable[[], Awaitable[None]]) -> tuple[float,
     return jobs / (time.perf_counter() - wall), (time.process_time() - cpu) / jobs * 1000
 
 
+def pgqueuer_missing() -> str | None:
+    """Why pgqueuer can't be compared (None: it can)."""
+    try:
+        import pgqueuer.queries  # noqa: F401
+    except ImportError:
+        return "pgqueuer is not installed (pip install pgqueuer)"
+    return None
+
+
+@asynccontextmanager
+async def _pgqueuer(url: str) -> AsyncIterator[Any]:
+    """pgqueuer's Queries over its own autocommit connection, its tables installed in a
+    scratch schema dropped afterwards."""
+    import psycopg
+    from pgqueuer.queries import Queries
+
+    schema = f"pgqueuer_bench_{secrets.token_hex(6)}"
+    admin = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    try:
+        await admin.execute(f'CREATE SCHEMA "{schema}"')
+        conn = await psycopg.AsyncConnection.connect(
+            url, autocommit=True, options=f"-c search_path={schema}"
+        )
+        try:
+            queries = Queries.from_psycopg_connection(conn)
+            await queries.install()
+            yield queries
+        finally:
+            await conn.close()
+    finally:
+        await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await admin.close()
+
+
 async def run_inserts(
     pg: PostgresBench, jobs: int, *, single_inserts: int = 1000
-) -> list[InsertFigure]:
+) -> tuple[list[InsertFigure], list[InsertFigure] | None]:
+    """Riverboat's inserts against raw psycopg, and against pgqueuer's (None when
+    pgqueuer is not installed)."""
+    if pgqueuer_missing() is None:
+        async with _pgqueuer(pg.url) as pgq:
+            return await _run_inserts(pg, jobs, single_inserts, pgq)
+    return await _run_inserts(pg, jobs, single_inserts, None)
+
+
+async def _run_inserts(
+    pg: PostgresBench, jobs: int, single_inserts: int, pgq: Any
+) -> tuple[list[InsertFigure], list[InsertFigure] | None]:
     url, schema, make_client, progress = pg.url, pg.schema, pg.make_client, pg.progress
     import psycopg
 
@@ -115,6 +168,28 @@ async def run_inserts(
             for i in range(single_inserts):
                 await client.insert({"num": i}, kind="benchmark")
 
+        async def pgq_bulk() -> None:
+            for call in calls:
+                await pgq.enqueue(
+                    ["benchmark"] * len(call),
+                    [json.dumps(args).encode() for args in call],
+                    [0] * len(call),
+                )
+
+        async def pgq_single() -> None:
+            for i in range(single_inserts):
+                await pgq.enqueue("benchmark", json.dumps({"num": i}).encode())
+
+        async def pgq_truncate() -> None:
+            await pgq.clear_queue()
+
+        async def measure_pgq(name: str, count: int, body: Callable[[], Awaitable[None]]) -> None:
+            await pgq_truncate()
+            rate, cpu = await _timed(count, body)
+            best = figures.get(name)
+            if best is None or rate > best[0]:
+                figures[name] = (rate, cpu)
+
         # Interleaved rounds, best of each: the floor and riverboat see the same machine
         # (a shared VM's load moves single runs by tens of percent). The order flips
         # every round, so warming up favours neither side.
@@ -126,12 +201,21 @@ async def run_inserts(
                 ("insert_many", by_client("insert_many")),
                 ("insert_many_fast", by_client("insert_many_fast")),
             ]
+            if pgq is not None:
+                bulk.append(("pgqueuer_enqueue_many", pgq_bulk))
             for name, body in bulk[::flip]:
-                await measure(name, jobs, body)
+                await (measure_pgq if name.startswith("pgqueuer") else measure)(name, jobs, body)
             progress(f"inserts: round {round_}/{ROUNDS}, {single_inserts} single inserts")
-            for name, body in [("raw_insert_returning", raw_single), ("insert", single)][::flip]:
-                await measure(name, single_inserts, body)
+            singles = [("raw_insert_returning", raw_single), ("insert", single)]
+            if pgq is not None:
+                singles.append(("pgqueuer_enqueue", pgq_single))
+            for name, body in singles[::flip]:
+                await (measure_pgq if name.startswith("pgqueuer") else measure)(
+                    name, single_inserts, body
+                )
         await truncate()
+        if pgq is not None:
+            await pgq_truncate()
     finally:
         await conn.close()
         await client.close()
@@ -150,8 +234,15 @@ async def run_inserts(
             round(rate / floor_rate, 2),
         )
 
-    return [
+    raw = [
         figure("insert_many", "raw_copy", jobs),
         figure("insert_many_fast", "raw_copy", jobs),
         figure("insert", "raw_insert_returning", single_inserts),
+    ]
+    if pgq is None:
+        return raw, None
+    return raw, [
+        figure("insert_many", "pgqueuer_enqueue_many", jobs),
+        figure("insert_many_fast", "pgqueuer_enqueue_many", jobs),
+        figure("insert", "pgqueuer_enqueue", single_inserts),
     ]

@@ -96,6 +96,23 @@ def render_table(report: dict[str, Any]) -> str:
                 f"{_fmt(row['floor_jobs_per_sec']):>10}"
                 f"{_fmt(row['floor_python_cpu_ms_per_job']):>11}{_fmt(row['ratio_to_floor']):>7}"
             )
+    vs_pgqueuer = report.get("inserts_vs_pgqueuer")
+    if isinstance(vs_pgqueuer, dict):
+        lines += ["", f"inserts against pgqueuer: skipped ({vs_pgqueuer.get('skipped')})"]
+    elif vs_pgqueuer:
+        lines += [
+            "",
+            "inserts against pgqueuer's enqueue (same payloads, same run)",
+            f"{'insert':<18}{'jobs/s':>10}{'py ms/job':>11}  {'pgqueuer':<22}{'jobs/s':>10}"
+            f"{'py ms/job':>11}{'ratio':>7}",
+        ]
+        for row in vs_pgqueuer:
+            lines.append(
+                f"{row['name']:<18}{_fmt(row['jobs_per_sec']):>10}"
+                f"{_fmt(row['python_cpu_ms_per_job']):>11}  {row['floor']:<22}"
+                f"{_fmt(row['floor_jobs_per_sec']):>10}"
+                f"{_fmt(row['floor_python_cpu_ms_per_job']):>11}{_fmt(row['ratio_to_floor']):>7}"
+            )
     defaults = report.get("defaults")
     if defaults:
         lines += [
@@ -112,6 +129,40 @@ def render_table(report: dict[str, Any]) -> str:
                 f"{_fmt(row['statements_per_job_target']):>8}"
                 f"{_fmt(row['python_cpu_ms_per_job']):>11}"
             )
+    river = report.get("compare_river")
+    if river:
+        lines += ["", "River 0.51.2 (interop/go) beside riverboat, same backlog, 20 slots"]
+        if "skipped" in river:
+            lines.append(f"skipped: {river['skipped']}")
+        else:
+            lines.append(
+                f"{'worker':<28}{'jobs/s':>10}{'client ms/job':>15}{'pg ms/job':>11}"
+                f"{'total ms/job':>14}"
+            )
+            for row in river["runs"]:
+                lines.append(
+                    f"{row['name']:<28}{_fmt(row['jobs_per_sec']):>10}"
+                    f"{_fmt(row['client_cpu_ms_per_job']):>15}"
+                    f"{_fmt(row['postgres_cpu_ms_per_job']):>11}"
+                    f"{_fmt(row['total_cpu_ms_per_job']):>14}"
+                )
+    kinds = report.get("job_kinds")
+    if kinds:
+        lines += [
+            "",
+            "jobs/s by kind of work function, at defaults with max_workers=100",
+            f"{'kind':<16}{'jobs/s':>10}{'py ms/job':>11}{'stmts/job':>11}  "
+            f"{'compared to':<26}{'ratio':>7}",
+        ]
+        for row in kinds:
+            lines.append(
+                f"{row['name']:<16}{_fmt(row['jobs_per_sec']):>10}"
+                f"{_fmt(row['python_cpu_ms_per_job']):>11}{_fmt(row['statements_per_job']):>11}"
+                f"  {row['compared_to']:<26}{_fmt(row['ratio']):>7}"
+            )
+    latency = report.get("latency")
+    if latency:
+        lines += _latency_lines(latency)
     scale = report.get("scale")
     if scale:
         lines += ["", "scale: " + json.dumps(scale)]
@@ -169,6 +220,44 @@ def render_table(report: dict[str, Any]) -> str:
     for name, scenario in report.get("scenarios", {}).items():
         lines += ["", f"scenario {name}: " + json.dumps(scenario)]
     return "\n".join(lines)
+
+
+def _latency_lines(latency: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "pick-up latency, one job at a time into an idle queue (insert to job body, ms);",
+        "'river' sets fetch_cooldown=0.1 on both clients (River's pacing)",
+        f"{'database':<10}{'pacing':<10}{'inserter':<15}{'p50':>8}{'p90':>8}{'p99':>8}"
+        f"{'max':>8}{'claims/job':>12}{'insert p50/p99':>16}",
+    ]
+    bursts = []
+    for database, parts in latency.items():
+        if "skipped" in parts:
+            lines.append(f"{database:<10}skipped: {parts['skipped']}")
+            continue
+        for row in parts["pickup"]:
+            lines.append(
+                f"{database:<10}{row['pacing']:<10}{row['inserter']:<15}{_fmt(row['p50_ms']):>8}"
+                f"{_fmt(row['p90_ms']):>8}{_fmt(row['p99_ms']):>8}{_fmt(row['max_ms']):>8}"
+                f"{_fmt(row['claims_per_job']):>12}"
+                f"{_fmt(row['insert_p50_ms']) + ' / ' + _fmt(row['insert_p99_ms']):>16}"
+            )
+        bursts += parts["burst"]
+    if bursts:
+        lines += [
+            "",
+            "burst of single inserts from another process into an idle worker",
+            f"{'database':<10}{'pacing':<10}{'jobs':>7}{'insert s':>10}{'stmts/job':>11}"
+            f"{'claims/job':>12}{'notes/job':>11}{'py ms/job':>11}",
+        ]
+        for row in bursts:
+            lines.append(
+                f"{row['database']:<10}{row['pacing']:<10}{row['jobs']:>7}"
+                f"{_fmt(row['insert_seconds']):>10}{_fmt(row['statements_per_job']):>11}"
+                f"{_fmt(row['claims_per_job']):>12}{_fmt(row['notifications_per_job']):>11}"
+                f"{_fmt(row['python_cpu_ms_per_job']):>11}"
+            )
+    return lines
 
 
 def _flatten(data: Any, prefix: str = "") -> dict[str, float]:

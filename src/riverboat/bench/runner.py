@@ -58,6 +58,14 @@ class BenchConfig:
     include_scenarios: bool = True
     include_defaults: bool = True
     include_inserts: bool = True
+    # Pick-up latency and a burst of single inserts (Postgres, and SQLite on a temp file).
+    include_latency: bool = True
+    # Jobs/s of sync no-op, async no-op and 10 ms I/O jobs at max_workers=100 (Postgres).
+    include_job_kinds: bool = True
+    latency_jobs: int = 200
+    # River 0.51.2 itself (the Go interop program) beside riverboat: only when asked.
+    include_river: bool = False
+    burst_jobs: int = 10_000
     # Not in a default run: starts worker processes and writes 1,000,000 rows.
     include_scale: bool = False
     # Not in a default run either: the workflow part (riverboat.bench.workflow) and
@@ -200,13 +208,35 @@ async def _run(
         from riverboat.bench.inserts import run_inserts
 
         await reset()
-        inserts = await run_inserts(pg, config.jobs, single_inserts=min(1000, config.jobs))
+        from riverboat.bench.inserts import pgqueuer_missing
+
+        inserts, vs_pgqueuer = await run_inserts(
+            pg, config.jobs, single_inserts=min(1000, config.jobs)
+        )
         report["inserts"] = [figure.to_dict() for figure in inserts]
+        report["inserts_vs_pgqueuer"] = (
+            {"skipped": pgqueuer_missing()}
+            if vs_pgqueuer is None
+            else [figure.to_dict() for figure in vs_pgqueuer]
+        )
     if config.include_defaults and target.dialect == "postgres" and target.schema:
         from riverboat.bench.defaults import run_defaults
 
         defaults = await run_defaults(pg, config.jobs)
         report["defaults"] = [result.to_dict() for result in defaults]
+    if config.include_job_kinds and target.dialect == "postgres" and target.schema:
+        from riverboat.bench.jobkinds import run_job_kinds
+
+        kinds = await run_job_kinds(pg, config.jobs)
+        report["job_kinds"] = [figure.to_dict() for figure in kinds]
+    if config.include_river and target.dialect == "postgres" and target.schema:
+        from riverboat.bench.river import run_compare_river
+
+        report["compare_river"] = await run_compare_river(
+            pg, config.jobs, server_cpu.seconds if server_cpu is not None else None
+        )
+    if config.include_latency:
+        report["latency"] = await _latency(config, target, make_client, progress)
     if config.include_scale and target.dialect == "postgres" and target.schema:
         from riverboat.bench import scale
 
@@ -258,6 +288,52 @@ async def _run(
                 scenarios.stale_statistics_completion, target.url, target.schema
             )
     return report
+
+
+async def _latency(
+    config: BenchConfig,
+    target: BenchTarget,
+    make_client: Callable[..., Any],
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    """Pick-up latency and the burst on the target, and on SQLite (a temp file) when
+    the target is Postgres and SQLite is available."""
+    import riverboat
+    from riverboat.bench import scenarios
+    from riverboat.bench.latency import run_latency
+
+    jobs, burst = config.latency_jobs, config.burst_jobs
+    out = {
+        target.dialect: await run_latency(
+            make_client,
+            target.url,
+            target.schema,
+            target.dialect,
+            progress,
+            jobs=jobs,
+            burst_jobs=burst,
+        )
+    }
+    if target.dialect == "postgres":
+        missing = scenarios.sqlite_missing()
+        if missing is not None:
+            out["sqlite"] = {"skipped": missing}
+            return out
+        with scratch_target(None, "sqlite") as sqlite:
+
+            def make_sqlite_client(**kwargs: Any) -> Any:
+                return riverboat.AsyncClient(make_async_driver(sqlite), **kwargs)
+
+            out["sqlite"] = await run_latency(
+                make_sqlite_client,
+                sqlite.url,
+                None,
+                "sqlite",
+                progress,
+                jobs=jobs,
+                burst_jobs=burst,
+            )
+    return out
 
 
 async def _best_floor(

@@ -43,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "e2e",
             "defaults",
             "inserts",
+            "latency",
+            "job-kinds",
             "floor",
             "scenarios",
             "scale",
@@ -62,6 +64,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1_000_000,
         help="finalized rows beside the backlog in the 'scale' part (1,000,000)",
     )
+    parser.add_argument(
+        "--latency-jobs",
+        type=int,
+        default=None,
+        help="jobs inserted one at a time for each pick-up latency figure (1%% of --jobs, "
+        "10 to 200)",
+    )
+    parser.add_argument(
+        "--burst-jobs",
+        type=int,
+        default=None,
+        help="single inserts in the latency part's burst (half of --jobs, at most 10,000)",
+    )
+    parser.add_argument(
+        "--compare-river",
+        action="store_true",
+        help="also build interop/go (River 0.51.2) and work the same backlog with River at "
+        "its defaults and with a 1 ms FetchCooldown, beside riverboat (Postgres; needs Go)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument(
         "--compare",
@@ -78,6 +99,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs < 1 or args.calls < 1:
         raise InvalidInputError("--jobs/--calls", "must be positive")
+    for name in ("latency_jobs", "burst_jobs"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise InvalidInputError("--" + name.replace("_", "-"), "must be positive")
     only = set(args.only or [])
     url = args.database_url
     if args.driver == "sqlite":
@@ -95,6 +120,11 @@ def run(args: argparse.Namespace) -> int:
         include_scenarios=not only or "scenarios" in only,
         include_defaults=not only or "defaults" in only,
         include_inserts=not only or "inserts" in only,
+        include_latency=not only or "latency" in only,
+        include_river=args.compare_river,
+        include_job_kinds=not only or "job-kinds" in only,
+        latency_jobs=args.latency_jobs or min(200, max(10, args.jobs // 100)),
+        burst_jobs=args.burst_jobs or min(10_000, max(1, args.jobs // 2)),
         include_scale="scale" in only,
         include_workflow="workflow" in only,
         include_flow="flow" in only,

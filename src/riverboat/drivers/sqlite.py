@@ -6,11 +6,18 @@ worker thread. Connections are in autocommit mode; ``transaction()`` opens with
 ``BEGIN IMMEDIATE`` so a transaction takes the write lock before it reads and can never
 deadlock upgrading a read lock. "database is locked" from other processes is waited out
 (``busy_timeout``) and then retried with backoff, so it does not reach callers.
+
+Notifications are rows of the ``river_notification`` outbox, polled by
+:class:`SqliteListener`. When a connection of this process commits an outbox row, the
+listeners of this process on the same file poll at once (``_LocalWakes``), so a job
+inserted by any client of the process wakes its producers in milliseconds, not at
+the next poll; other processes still see it at their next poll.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import threading
 import time
@@ -101,6 +108,55 @@ def _split_script(sql: str, complete: Callable[[str], bool]) -> list[str]:
     return statements
 
 
+def _writes_outbox(query: Any, cache: dict[str, bool] = {}) -> bool:  # noqa: B006
+    """Whether a statement inserts ``river_notification`` rows (cached per query name:
+    the dialect's queries never change)."""
+    known = cache.get(query.name)
+    if known is None:
+        text = " ".join(query.text.split())
+        known = cache[query.name] = "river_notification (payload, topic)" in text
+    return known
+
+
+class _LocalWakes:
+    """The process's SQLite listeners by the file their outbox is in. A connection that
+    commits outbox rows pokes them, from whatever thread it runs on."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_file: dict[str, set[SqliteListener]] = {}
+
+    def add(self, file: str, listener: SqliteListener) -> None:
+        with self._lock:
+            self._by_file.setdefault(file, set()).add(listener)
+
+    def discard(self, file: str, listener: SqliteListener) -> None:
+        with self._lock:
+            listeners = self._by_file.get(file)
+            if listeners is not None:
+                listeners.discard(listener)
+                if not listeners:
+                    del self._by_file[file]
+
+    def poke(self, file: str) -> None:
+        with self._lock:
+            listeners = list(self._by_file.get(file, ()))
+        for listener in listeners:
+            listener.poke()
+
+
+_local_wakes = _LocalWakes()
+
+
+def _outbox_file(path: str, schema: str | None, attach_path: str | None) -> str | None:
+    """The file holding the outbox a connection writes (None: a private in-memory
+    database, which no other connection sees)."""
+    file = attach_path if schema is not None and attach_path is not None else path
+    if file in (_MEMORY, "") or file.startswith("file:"):
+        return None
+    return os.path.realpath(file)
+
+
 class _Connection:
     """One SQLite connection with riverboat's pragmas; used from one thread at a time."""
 
@@ -114,6 +170,8 @@ class _Connection:
     ) -> None:
         self.module = sqlite_module()
         self.stats = stats
+        self.outbox_file = _outbox_file(path, schema, attach_path)
+        self._outbox_written = False  # outbox rows in the open transaction
         try:
             self.conn = self.module.connect(
                 path,
@@ -177,11 +235,18 @@ class _Connection:
             return cur.rowcount
 
         if retry:
-            return self.retrying(once)
-        try:
-            return once()
-        except self.module.Error as exc:
-            raise _translate(exc) from exc
+            result = self.retrying(once)
+        else:
+            try:
+                result = once()
+            except self.module.Error as exc:
+                raise _translate(exc) from exc
+        if self.outbox_file is not None and _writes_outbox(stmt.query):
+            if self.conn.in_transaction:
+                self._outbox_written = True
+            else:
+                _local_wakes.poke(self.outbox_file)
+        return result
 
     def run_statement(self, stmt: Statement, want_rows: bool) -> Any:
         """A statement (or a chain) on this connection, atomically.
@@ -219,9 +284,11 @@ class _Connection:
             self.conn.execute(f'RELEASE "{name}"')
             return
         self.retrying(lambda: self.conn.execute("BEGIN IMMEDIATE"))
+        self._outbox_written = False
         try:
             yield
         except BaseException:
+            self._outbox_written = False
             if self.conn.in_transaction:
                 try:
                     self.conn.execute("ROLLBACK")
@@ -231,9 +298,14 @@ class _Connection:
         try:
             self.retrying(lambda: self.conn.execute("COMMIT"))
         except BaseException:
+            self._outbox_written = False
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
             raise
+        if self._outbox_written:
+            self._outbox_written = False
+            if self.outbox_file is not None:
+                _local_wakes.poke(self.outbox_file)
 
     def execute_script(self, sql: str) -> None:
         statements = _split_script(sql, self.module.complete_statement)
@@ -553,6 +625,9 @@ class SqliteListener:
     part may be empty); outbox topics carry no schema, since the table itself lives in
     the schema's attached database, so a row's topic is matched against each channel's
     last dotted part and delivered under the channel it was listened on.
+
+    A connection of this process that commits outbox rows to the same file pokes the
+    listener (``_LocalWakes``): it polls at once instead of at the end of the interval.
     """
 
     poll_interval = 0.05
@@ -573,6 +648,21 @@ class SqliteListener:
         self._last_id = 0
         self._full_batch = False
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._poked = asyncio.Event()
+        self._registered: str | None = None
+        self.pokes = 0  # commits of outbox rows by this process that woke this listener
+
+    def poke(self) -> None:
+        """Poll now (called from any thread, by a connection that committed outbox rows)."""
+        loop = self._loop
+        if loop is None or self._closed:
+            return
+        self.pokes += 1
+        try:
+            loop.call_soon_threadsafe(self._poked.set)
+        except RuntimeError:  # the loop is closed: nothing is listening any more
+            pass
 
     async def _on_thread(self, fn: Callable[[], T]) -> T:
         if self._closed:
@@ -586,8 +676,13 @@ class SqliteListener:
         return rows
 
     async def connect(self) -> None:
+        self._loop = asyncio.get_running_loop()
         rows = await self._on_thread(lambda: self._fetch(self._dialect.notification_get_last_id()))
         self._last_id = int(rows[0][0]) if rows else 0
+        file = self._conn.outbox_file if self._conn is not None else None
+        if file is not None:
+            self._registered = file
+            _local_wakes.add(file, self)
 
     async def listen(self, channel: str) -> None:
         self._channels[channel.rpartition(".")[2]] = channel
@@ -600,6 +695,7 @@ class SqliteListener:
     async def poll(self) -> list[Notification]:
         """One read of the outbox: the notifications for listened channels among the
         next batch of rows (the cursor moves past all of them)."""
+        self._poked.clear()  # a commit after this point is seen by the read, or pokes again
         stmt = self._dialect.notification_get_after(self._last_id)
         rows: Sequence[Any] = await self._on_thread(lambda: self._fetch(stmt))
         out: list[Notification] = []
@@ -616,11 +712,21 @@ class SqliteListener:
             for note in await self.poll():
                 yield note
             if not self._full_batch:
-                await asyncio.sleep(self.poll_interval)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
+                # cancellation that lands as the poke does, and the notifier's stop()
+                # would then wait for ever.
+                try:
+                    async with asyncio.timeout(self.poll_interval):
+                        await self._poked.wait()
+                except TimeoutError:
+                    pass
 
     async def close(self) -> None:
         if self._closed:
             return
+        if self._registered is not None:
+            _local_wakes.discard(self._registered, self)
+            self._registered = None
         conn, self._conn = self._conn, None
         try:
             if conn is not None:

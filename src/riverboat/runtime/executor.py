@@ -34,6 +34,7 @@ from riverboat.middleware import call_with_middleware
 from riverboat.runtime.completer import PendingCompletion
 from riverboat.runtime.events import EventKind
 from riverboat.runtime.retry import RetryPolicy, default_next_retry, safe_next_retry
+from riverboat.runtime.threads import DaemonThreadPool
 from riverboat.runtime.worker import (
     Job,
     JobCancel,
@@ -217,6 +218,9 @@ async def _call(
     # logs it as stuck and sets job.cancel_requested for bodies that check it.
     context = contextvars.copy_context()
     context.run(_work_context.set, ctx)
+    if isinstance(pool, DaemonThreadPool):  # the producer's: outcomes batched per wake-up
+        await pool.run(context.run, _run_sync, worker.fn, job)
+        return
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(pool, context.run, _run_sync, worker.fn, job)
 

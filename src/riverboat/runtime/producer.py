@@ -5,14 +5,24 @@ freed slot after a full batch, resume, and local inserts. Fetches are debounced:
 first wake-up fetches at once, more within ``fetch_cooldown`` collapse into one fetch at
 the end of the cooldown (River's leading-edge debounce).
 
+Idle queues (riverboat's policy, not River's): with the default cooldown, the wait
+after a fetch grows with what it found: ``QUICK_FETCH_GAP`` (10 ms) per job claimed, at
+least one gap, at most the cooldown. One job at a time into an idle queue then starts
+in milliseconds instead of after up to 100 ms, at one claim per job. A notification
+storm still collapses into one claim per cooldown: jobs arriving faster than one per
+gap make each fetch find several, each wait is longer, and the next fetch finds more,
+until the wait is the whole cooldown. Wake-ups cause at most 1/``QUICK_FETCH_GAP``
+claims a second, and River's one per cooldown under a burst. (Every insert of available
+jobs notifies at the default cooldown, ``_client_core._NotifyLimiter``: this pacing is
+what keeps a storm of them from multiplying claims.)
+
 Refill (riverboat's policy, not River's): while the last fetch came back full there is
 a backlog, and waiting out the cooldown would cap the queue at ``max_workers`` jobs per
 cooldown (200 jobs/s for 20 workers at River's 100 ms). So when the cooldown is the
 default (neither the client nor the queue set one), a fetch that came back full is
 followed by the next one as soon as half the slots are free, cooldown or not: at most
-two claims per ``max_workers`` jobs. A fetch that came back short (no backlog), and
-every notification or poll wake-up, still waits out the cooldown. A cooldown the user
-set is kept for every fetch, as River does.
+two claims per ``max_workers`` jobs. After a fetch that came back short, a wake-up waits
+as above. A cooldown the user set is kept for every fetch, as River does.
 """
 
 from __future__ import annotations
@@ -47,7 +57,7 @@ from riverboat.runtime.process_pool import ProcessPool, usable_cores
 from riverboat.runtime.threads import DaemonThreadPool
 from riverboat.runtime.undecodable import undecodable_outcome
 
-__all__ = ["DEFAULT_FETCH_COOLDOWN", "Producer", "QueueConfig"]
+__all__ = ["DEFAULT_FETCH_COOLDOWN", "QUICK_FETCH_GAP", "Producer", "QueueConfig", "fetch_delay"]
 
 if sys.version_info >= (3, 12):
 
@@ -76,14 +86,17 @@ NOTIFICATION_POLL_INTERVAL = 60.0
 CANCEL_POLL_BATCH = 1000  # River's jobCancelPollBatchSize
 MAX_WORKERS_LIMIT = 10_000
 DEFAULT_FETCH_COOLDOWN = 0.1  # River's FetchCooldownDefault
+# With the default cooldown, the wait after a fetch per job it claimed (see fetch_delay).
+QUICK_FETCH_GAP = 0.01
 
 
 @dataclass(slots=True, frozen=True)
 class QueueConfig:
     """A queue this client works. ``None`` cooldown/poll take the client's defaults
     (River: 100 ms and 1 s). With the default cooldown a backlog is refilled without
-    waiting it out (see the module's docstring); setting ``fetch_cooldown`` here or on the
-    client keeps it between every two fetches, as River does."""
+    waiting it out, and an idle queue's wake-up waits 10 ms per job the last fetch found
+    (see the module's docstring); setting ``fetch_cooldown`` here or on the client keeps
+    it between every two fetches, as River does."""
 
     max_workers: int = 100
     fetch_cooldown: float | None = None
@@ -100,6 +113,22 @@ class QueueConfig:
     executor: str = "thread"
     process_pool_size: int | None = None
     process_memory_limit: int | None = None
+
+
+def fetch_delay(
+    since_last_fetch: float, last_claimed: int, cooldown: float, *, adaptive: bool
+) -> float:
+    """Seconds a wake-up waits before fetching, ``since_last_fetch`` seconds after the
+    previous fetch began, which claimed ``last_claimed`` jobs (-1: none yet).
+
+    River's leading-edge debounce waits out ``cooldown`` from the previous fetch. With
+    ``adaptive`` (the default cooldown) the wait grows with what the previous fetch
+    found: ``QUICK_FETCH_GAP`` per job claimed (at least one), at most the cooldown.
+    Jobs arriving one at a time are fetched one at a time; jobs arriving faster than
+    one per gap make every fetch find more, and the wait grows to the cooldown."""
+    if adaptive:
+        return min(cooldown, max(last_claimed, 1) * QUICK_FETCH_GAP) - since_last_fetch
+    return cooldown - since_last_fetch
 
 
 class Producer:
@@ -330,7 +359,12 @@ class Producer:
             await wait_event(self._wake, timeout)
             if self._stopping:
                 break
-            wait = self._cooldown - (time.monotonic() - last_fetch)
+            wait = fetch_delay(
+                time.monotonic() - last_fetch,
+                self.last_fetch_count,
+                self._cooldown,
+                adaptive=self._refill_without_cooldown,
+            )
             if wait > 0 and not self._refill.is_set():
                 # A backlog refill (enough slots freed after a full fetch, with the default
                 # cooldown) or a stop cuts the cooldown short; anything else waits it out.

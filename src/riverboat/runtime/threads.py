@@ -9,6 +9,7 @@ runs and end with the process.
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 from collections.abc import Callable
@@ -18,6 +19,8 @@ from typing import Any
 __all__ = ["DaemonThreadPool"]
 
 _Item = tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+# A job for run(): the asyncio future its outcome goes to, and the call.
+_LoopItem = tuple["asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...]]
 
 
 class DaemonThreadPool(Executor):
@@ -33,25 +36,86 @@ class DaemonThreadPool(Executor):
         self._lock = threading.Lock()
         self._threads = 0
         self._closed = False
+        # run()'s outcomes waiting for the event loop, handed over in one wake-up per
+        # batch: (future, raised, value).
+        self._done: list[tuple[asyncio.Future[Any], bool, Any]] = []
+        self._done_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         future: Future[Any] = Future()
+        self._put((future, fn, args, kwargs))
+        return future
+
+    def run(self, fn: Callable[..., Any], /, *args: Any) -> asyncio.Future[Any]:
+        """``fn(*args)`` on a pool thread, its outcome in an asyncio future of the running
+        loop (one pool serves one loop). Unlike ``loop.run_in_executor``, outcomes that
+        land while the loop is busy reach it in one wake-up, not one each, and no
+        ``concurrent.futures.Future`` is made per call. A call whose future was
+        cancelled before a thread took it up does not run."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._put((future, fn, args))
+        return future
+
+    def _put(self, item: Any) -> None:
         with self._lock:
             if self._closed:
                 raise RuntimeError("cannot submit to a pool that was shut down")
-            self._work.put((future, fn, args, kwargs))
+            self._work.put(item)
             if not self._idle.acquire(blocking=False):
                 self._threads += 1
                 threading.Thread(
                     target=self._serve, name=f"{self._prefix}-{self._threads}", daemon=True
                 ).start()
-        return future
+
+    def _finish(self, future: asyncio.Future[Any], raised: bool, value: Any) -> None:
+        """From a pool thread: queue an outcome, waking the loop if none was queued."""
+        with self._done_lock:
+            first = not self._done
+            self._done.append((future, raised, value))
+        if first:
+            assert self._loop is not None
+            try:
+                self._loop.call_soon_threadsafe(self._deliver)
+            except RuntimeError:  # the loop is closed: nobody awaits the outcome
+                pass
+
+    def _deliver(self) -> None:
+        with self._done_lock:
+            done, self._done = self._done, []
+        for future, raised, value in done:
+            if future.done():  # cancelled while the call ran
+                continue
+            if raised:
+                if isinstance(value, StopIteration):  # a future refuses it as such
+                    error = RuntimeError(f"the job raised {value!r}")
+                    error.__cause__ = value
+                    value = error
+                future.set_exception(value)
+            else:
+                future.set_result(value)
 
     def _serve(self) -> None:
         while True:
             item = self._work.get()
             if item is None:
                 return
+            if len(item) == 3:  # run(): an asyncio future's call
+                loop_future, call, call_args = item
+                del item
+                if not loop_future.cancelled():
+                    try:
+                        result = call(*call_args)
+                    except BaseException as exc:
+                        self._finish(loop_future, True, exc)
+                    else:
+                        self._finish(loop_future, False, result)
+                del loop_future, call, call_args
+                self._idle.release()
+                continue
             future, fn, args, kwargs = item
             del item
             if future.set_running_or_notify_cancel():
