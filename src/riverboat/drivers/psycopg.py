@@ -514,6 +514,10 @@ class _AsyncPool:
         self._stats = stats
         self._closed = False
         self._closing: set[asyncio.Task[None]] = set()
+        # Connections handed out and not yet back: close() closes them too, so none is
+        # left to the garbage collector still open when the driver is closed mid-call
+        # (a stop that abandoned a call on a silent connection).
+        self._leased: set[_Pooled] = set()
 
     async def get(self, deadline: float | None = None) -> _Pooled:
         """A connection: an idle one or a new one. ``deadline`` (``time.monotonic()``)
@@ -548,8 +552,11 @@ class _AsyncPool:
                     pooled, deadline
                 ):
                     continue
+                self._leased.add(pooled)
                 return pooled
-            return await self._connect(deadline)
+            pooled = await self._connect(deadline)
+            self._leased.add(pooled)
+            return pooled
         except BaseException:
             self._slots.release()
             raise
@@ -592,6 +599,9 @@ class _AsyncPool:
                 if watchdog is not None and watchdog.missed:
                     raise watchdog.error() from exc
                 raise _translate(exc) from exc
+            except BaseException:  # cancelled (a stop) before the pool owned it
+                self._close_later(conn)
+                raise
             finally:
                 if watchdog is not None:
                     watchdog.cancel()
@@ -602,6 +612,7 @@ class _AsyncPool:
     def put(self, pooled: _Pooled) -> None:
         """Hand a connection back (no await: closing one runs in the background)."""
         conn = pooled.conn
+        self._leased.discard(pooled)
         try:
             if conn.closed:
                 return
@@ -636,6 +647,9 @@ class _AsyncPool:
         self._closed = True
         idle, self._idle = self._idle, []
         for pooled in idle:
+            await pooled.conn.close()
+        leased, self._leased = list(self._leased), set()
+        for pooled in leased:  # a call still under way fails: the driver is closing
             await pooled.conn.close()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)

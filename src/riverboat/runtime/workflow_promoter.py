@@ -35,6 +35,7 @@ log = logging.getLogger("riverboat.workflow")
 SWEEP_INTERVAL = 2.0  # seconds between sweeps of pending workflow tasks
 SWEEP_BATCH = 1000  # pending tasks looked at per statement
 CASCADE_MAX = 10_000  # steps of a cancellation cascade (a workflow's tasks at most)
+STOP_WAIT = 2.0  # seconds a stop lets a sweep under way finish
 
 
 class WorkflowPromoter:
@@ -118,9 +119,16 @@ class WorkflowPromoter:
                 await asyncio.wait_for(self._stop.wait(), interval)
 
     async def stop(self) -> None:
+        """End the sweep loop: a sweep under way finishes (its statements are short and
+        under the call deadline), then the loop sees the stop; cancelled only if it
+        has not ended within STOP_WAIT seconds."""
         self._stop.set()
         task, self._task = self._task, None
-        if task is not None:
+        if task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), STOP_WAIT)
+        except TimeoutError:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
