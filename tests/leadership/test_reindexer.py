@@ -184,6 +184,7 @@ async def test_only_the_leader_reindexes_at_the_scheduled_time(pg_url: str, pg_s
     ]
     for client in clients:
         await client.start()
+    leader = None
     try:
         leader = await wait_any_leader(clients, 10)
         services = {
@@ -193,7 +194,9 @@ async def test_only_the_leader_reindexes_at_the_scheduled_time(pg_url: str, pg_s
         }
         await wait_until_async(lambda: services[leader].completed_runs >= 1, timeout=30)
     finally:
-        for client in clients:
+        # The follower stops first: a leader that stops first resigns, and the follower
+        # would win the next election during its own stop and run the (due) schedule.
+        for client in sorted(clients, key=lambda c: c is leader):
             await client.stop()
             await client.close()
     follower = next(c for c in clients if c is not leader)
