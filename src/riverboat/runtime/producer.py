@@ -507,6 +507,12 @@ class Producer:
     def _start_job(self, row: JobRow) -> None:
         state = RunState()
         state.interrupted = self._interrupting
+        if self._cancelled_while_fetching and row.id in self._cancelled_while_fetching:
+            # Cancelled while the fetch that claimed it was in flight: flagged before it
+            # starts, since with eager task start (3.12+) a short job would otherwise run
+            # to completion inside this call, before the fetch loop applies the cancel.
+            self._cancelled_while_fetching.discard(row.id)
+            state.cancelled_remotely = True
         worker = self._exec_config.workers.get(row.kind)
         if worker is not None:
             in_process = runs_in_process(worker, self._exec_config)
