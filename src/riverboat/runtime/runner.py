@@ -10,6 +10,7 @@ completer flushes, then the notifier closes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ from riverboat.runtime.workflow_promoter import WorkflowPromoter
 __all__ = ["DEFAULT_SOFT_STOP_TIMEOUT", "IDLE_HORIZON", "STOP_GRACE", "Runtime", "RuntimeConfig"]
 
 log = logging.getLogger("riverboat.client")
+
+LISTEN_WAIT = 5.0  # seconds start() waits for the notifier's LISTEN before producers start
 
 # Kubernetes sends SIGTERM and SIGKILLs 30 s later (its default grace period; ECS and
 # Cloud Run use 30 s too, Heroku 30 s). Handing jobs back after 25 s leaves about 5 s to
@@ -317,6 +320,11 @@ class Runtime:
                 self.notifier.subscribe("river_control", producer.handle_control)
                 self.notifier.on_reconnect(producer.wake)
             self.notifier.start()
+            # Producers start once LISTEN is in place (bounded: they poll meanwhile), so
+            # a cancel or pause sent for a job this client claims first is heard, not
+            # left to the once-a-minute re-read of cancel requests.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.notifier.connected.wait(), LISTEN_WAIT)
         for producer in self.producers.values():
             producer.poll_queue_state = self.notifier is None
             await producer.start()
