@@ -120,6 +120,22 @@ class FlowControl:
     # cancelled (False, the default).
     sequence_continue: bool = False
 
+    def params(self) -> dict[str, Any]:
+        """The limit parameters the flow-controlled claim statement binds (both
+        dialects name them alike)."""
+        out: dict[str, Any] = {}
+        con, rate = self.concurrency, self.rate
+        if con is not None and con.global_limit is not None:
+            out["global_limit"] = con.global_limit
+        if con is not None and con.local_limit is not None:
+            out["local_limit"] = con.local_limit
+        if rate is not None:
+            out["rate_limit"] = rate.limit
+            out["rate_period"] = rate.seconds
+        if self.sequences:
+            out["sequence_continue"] = self.sequence_continue
+        return out
+
     @classmethod
     def of(cls, config: Any) -> FlowControl | None:
         """The flow control a QueueConfig asks for, or None (the plain claim)."""

@@ -208,16 +208,7 @@ class PostgresFlow(DialectPart):
             "attempted_by": client_id,
             "now": now,
         }
-        con, rate = flow.concurrency, flow.rate
-        if con is not None and con.global_limit is not None:
-            values["global_limit"] = con.global_limit
-        if con is not None and con.local_limit is not None:
-            values["local_limit"] = con.local_limit
-        if rate is not None:
-            values["rate_limit"] = rate.limit
-            values["rate_period"] = rate.seconds
-        if flow.sequences:
-            values["sequence_continue"] = flow.sequence_continue
+        values.update(flow.params())
         params = [_as_text(values[name]) for name in names]
         return self.stmt(
             "job_get_available_flow", schema=self.schema, queue=queue, claim=sql, params=params

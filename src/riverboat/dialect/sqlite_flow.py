@@ -159,14 +159,5 @@ class SqliteFlow(DialectPart):
             "attempted_by": client_id,
             "now": self.time_param(now),
         }
-        con, rate = flow.concurrency, flow.rate
-        if con is not None and con.global_limit is not None:
-            params["global_limit"] = con.global_limit
-        if con is not None and con.local_limit is not None:
-            params["local_limit"] = con.local_limit
-        if rate is not None:
-            params["rate_limit"] = rate.limit
-            params["rate_period"] = rate.seconds
-        if flow.sequences:
-            params["sequence_continue"] = flow.sequence_continue
+        params.update(flow.params())
         return Statement(query, params)
