@@ -16,11 +16,6 @@ class FlowStatements(ABC):
     them."""
 
     @abstractmethod
-    def flow_lock(self, queue: str) -> Statement | None:
-        """What serializes the claims of a flow-controlled queue, run first in the
-        claim's transaction; None when the claim statement alone is enough."""
-
-    @abstractmethod
     def job_get_available_flow(
         self,
         *,

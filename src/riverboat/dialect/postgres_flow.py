@@ -176,9 +176,6 @@ class PostgresFlow(DialectPart):
 
     _queries: ClassVar[dict[str, str]] = QUERIES
 
-    def flow_lock(self, queue: str) -> Statement | None:
-        return None  # riverboat_flow_claim takes the lock itself
-
     def job_get_available_flow(
         self,
         *,

@@ -134,9 +134,6 @@ class SqliteFlow(DialectPart):
 
     _queries: ClassVar[dict[str, str]] = {}
 
-    def flow_lock(self, queue: str) -> Statement | None:
-        return None  # one writer at a time: the claim statement is enough
-
     def job_get_available_flow(
         self,
         *,

@@ -449,11 +449,10 @@ class Producer:
                 self._cancelled_while_fetching.clear()
 
     async def _claim_with_flow_control(self, flow: FlowControl, free: int) -> list[Any]:
-        """The claim of a queue with limits or sequences (riverboat.flow): after the
-        dialect's lock when it has one, in one transaction, so no other process counts
-        running jobs between this claim's count and its update."""
-        dialect = self._dialect
-        stmt = dialect.job_get_available_flow(
+        """The claim of a queue with limits or sequences (riverboat.flow): one statement
+        that counts and claims (on Postgres inside riverboat_flow_claim, which takes
+        the queue's lock first), so no other process counts between the two."""
+        stmt = self._dialect.job_get_available_flow(
             queue=self.queue,
             max_to_lock=free,
             client_id=self._client_id,
@@ -461,12 +460,7 @@ class Producer:
             max_attempted_by=MAX_ATTEMPTED_BY,
             now=None if self.clock is None else self.clock(),
         )
-        lock = dialect.flow_lock(self.queue)
-        if lock is None:
-            return list(await self._driver.fetch(stmt))
-        async with self._driver.transaction() as tx:
-            await tx.execute(lock)
-            return list(await tx.fetch(stmt))
+        return list(await self._driver.fetch(stmt))
 
     async def _report_queue(self) -> None:
         try:
