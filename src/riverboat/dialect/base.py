@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from riverboat._job import InsertResult, JobRow, JobState, decode_metadata
 from riverboat._sql import Query, Statement, render_schema
 from riverboat.dialect._admin_common import AdminStatements
+from riverboat.dialect._fleet_common import FleetStatements
 from riverboat.dialect._flow_common import FlowStatements
 from riverboat.dialect._workflow_common import WorkflowStatements
 from riverboat.errors import InvalidInputError
 
 if TYPE_CHECKING:
-    from riverboat._fleet import WorkerInfo
     from riverboat._insert import InsertParams
 
 __all__ = [
@@ -117,7 +117,7 @@ class CopyBatch:
 MAX_ATTEMPTED_BY = 100
 
 
-class Dialect(AdminStatements, FlowStatements, WorkflowStatements, ABC):
+class Dialect(AdminStatements, FleetStatements, FlowStatements, WorkflowStatements, ABC):
     """The contract every dialect fulfils: each operation the client, the runtime, the
     maintenance services and the admin API ask of a database, with its signature.
 
@@ -310,53 +310,6 @@ class Dialect(AdminStatements, FlowStatements, WorkflowStatements, ABC):
     def job_rescue_many(
         self, updates: Sequence[RescueUpdate], *, stuck_horizon: datetime
     ) -> Statement: ...
-
-    # -- riverboat's registry of live clients (dialect/postgres_fleet.py) ---------------
-    @abstractmethod
-    def client_register(
-        self,
-        *,
-        id: str,
-        host: str,
-        pid: int,
-        version: str,
-        queues: Mapping[str, Any],
-        job_ids: Sequence[int],
-        slots: int,
-        dead_after: float,
-        rejoin: bool = False,
-    ) -> Statement: ...
-
-    @abstractmethod
-    def client_heartbeat(
-        self,
-        *,
-        id: str,
-        queues: Mapping[str, Any],
-        job_ids: Sequence[int],
-        slots: int,
-        dead_after: float,
-    ) -> Statement: ...
-
-    @abstractmethod
-    def client_delete(self, client_id: str) -> Statement: ...
-
-    @abstractmethod
-    def client_list(self) -> Statement: ...
-
-    @abstractmethod
-    def client_delete_dead(self, client_ids: list[str]) -> Statement: ...
-
-    @abstractmethod
-    def client_set_queue_settings(
-        self, *, queue: str, patch: Mapping[str, Any], client_id: str | None
-    ) -> Statement: ...
-
-    @abstractmethod
-    def decode_json_value(self, value: Any) -> Any: ...
-
-    @abstractmethod
-    def decode_client(self, row: Sequence[Any]) -> WorkerInfo: ...
 
     def job_delete_before(
         self,

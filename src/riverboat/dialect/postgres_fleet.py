@@ -6,21 +6,13 @@ the per-queue settings operators send to clients. A mixin of
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, ClassVar
 
-from riverboat._fleet import WorkerInfo, decode_job_ids, decode_queues
-from riverboat._sql import Statement
-from riverboat.dialect._part import DialectPart
+from riverboat.dialect._fleet_common import FleetStatements
 
-__all__ = ["CLIENT_COLUMNS", "PostgresFleet"]
-
-# What client_list returns, in order; alive is computed by the database's clock.
-CLIENT_COLUMNS = (
-    "id host pid riverboat_version queues queue_settings slots_in_use started_at "
-    "heartbeat_at expires_at alive job_ids"
-).split()
+__all__ = ["PostgresFleet"]
 
 _LIST = """id, host, pid, riverboat_version, queues, queue_settings, slots_in_use,
     started_at, heartbeat_at, expires_at, expires_at > now(), job_ids"""
@@ -89,85 +81,14 @@ RETURNING id
 """
 
 
-class PostgresFleet(DialectPart):
+class PostgresFleet(FleetStatements):
     _queries: ClassVar[dict[str, str]] = QUERIES
 
-    def client_register(
-        self,
-        *,
-        id: str,
-        host: str,
-        pid: int,
-        version: str,
-        queues: Mapping[str, Any],
-        job_ids: Sequence[int],
-        slots: int,
-        dead_after: float,
-        rejoin: bool = False,
-    ) -> Statement:
-        return self.stmt(
-            "client_rejoin" if rejoin else "client_register",
-            id=id,
-            host=host,
-            pid=pid,
-            version=version,
-            queues=json.dumps(queues),
-            job_ids=json.dumps(list(job_ids)),
-            slots=slots,
-            dead_after=float(dead_after),
-        )
+    def fleet_interval_param(self, seconds: float) -> Any:
+        return seconds
 
-    def client_heartbeat(
-        self,
-        *,
-        id: str,
-        queues: Mapping[str, Any],
-        job_ids: Sequence[int],
-        slots: int,
-        dead_after: float,
-    ) -> Statement:
-        return self.stmt(
-            "client_heartbeat",
-            id=id,
-            queues=json.dumps(queues),
-            job_ids=json.dumps(list(job_ids)),
-            slots=slots,
-            dead_after=float(dead_after),
-        )
+    def fleet_ids_param(self, ids: Sequence[str]) -> Any:
+        return list(ids)
 
-    def client_delete(self, client_id: str) -> Statement:
-        return self.stmt("client_delete", id=client_id)
-
-    def client_list(self) -> Statement:
-        return self.stmt("client_list")
-
-    def client_delete_dead(self, client_ids: list[str]) -> Statement:
-        return self.stmt("client_delete_dead", ids=list(client_ids))
-
-    def client_set_queue_settings(
-        self, *, queue: str, patch: Mapping[str, Any], client_id: str | None
-    ) -> Statement:
-        return self.stmt(
-            "client_set_queue_settings", queue=queue, patch=json.dumps(patch), id=client_id
-        )
-
-    def decode_json_value(self, value: Any) -> Any:
-        return json.loads(value) if isinstance(value, (str, bytes)) else value
-
-    def decode_client(self, row: Sequence[Any]) -> WorkerInfo:
-        """A :meth:`client_list` row."""
-        settings = self.decode_json_value(row[5])
-        return WorkerInfo(
-            id=row[0],
-            host=row[1],
-            pid=int(row[2]),
-            riverboat_version=row[3],
-            queues=decode_queues(self.decode_json_value(row[4])),
-            slots_in_use=int(row[6]),
-            started_at=row[7],
-            heartbeat_at=row[8],
-            expires_at=row[9],
-            alive=bool(row[10]),
-            queue_settings=settings if isinstance(settings, dict) else {},
-            job_ids=decode_job_ids(self.decode_json_value(row[11])),
-        )
+    def fleet_time(self, value: Any) -> datetime:
+        return value  # type: ignore[no-any-return]  # psycopg/asyncpg decode timestamptz
