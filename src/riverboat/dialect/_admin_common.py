@@ -24,7 +24,14 @@ from riverboat._queue import QueueRow
 from riverboat._sql import Query, Statement, render_schema
 from riverboat.dialect._part import DialectPart
 
-__all__ = ["ORDER_COLUMNS", "AdminSql", "AdminStatements", "compact_json", "control_payload"]
+__all__ = [
+    "ORDER_COLUMNS",
+    "QUEUE_ACTIVITY_JOIN",
+    "AdminSql",
+    "AdminStatements",
+    "compact_json",
+    "control_payload",
+]
 
 # Columns a list can be ordered by (besides id, always the tiebreak). scheduled_at is NOT
 # NULL; attempted_at and finalized_at may be NULL and sort last ascending, first
@@ -32,6 +39,14 @@ __all__ = ["ORDER_COLUMNS", "AdminSql", "AdminStatements", "compact_json", "cont
 ORDER_COLUMNS = ("id", "scheduled_at", "attempted_at", "finalized_at", "created_at")
 NOT_NULL_COLUMNS = frozenset({"id", "scheduled_at", "created_at"})
 ALL_STATES = tuple(state.value for state in JobState)
+
+# The end of both dialects. queue_activity: the ``waiting`` and ``done`` CTEs (each dialect
+# spells its own time arithmetic) joined into one row per queue.
+QUEUE_ACTIVITY_JOIN = """SELECT coalesce(waiting.queue, done.queue), waiting.oldest,
+       coalesce(completed_1h, 0), coalesce(completed_24h, 0), coalesce(completed_7d, 0),
+       coalesce(discarded_1h, 0), coalesce(discarded_24h, 0), coalesce(discarded_7d, 0)
+FROM waiting FULL JOIN done ON waiting.queue = done.queue
+ORDER BY 1"""
 
 
 def compact_json(value: Any) -> str:

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from riverboat._queue import QueueRow
 from riverboat._sql import Query, Statement
-from riverboat.dialect._admin_common import ALL_STATES, AdminSql, compact_json
+from riverboat.dialect._admin_common import ALL_STATES, QUEUE_ACTIVITY_JOIN, AdminSql, compact_json
 from riverboat.dialect._part import DialectPart
 from riverboat.dialect._pg_common import CHANNEL, job_columns
 
@@ -41,6 +41,15 @@ _UPDATED_ELSE_LOCKED = """SELECT * FROM updated
 UNION ALL
 SELECT * FROM locked WHERE NOT EXISTS (SELECT 1 FROM updated)"""
 
+# How a cancel changes a job: a running job keeps its state (its producer reports the
+# outcome), any other is cancelled now; cancel_attempted_at is recorded either way.
+_CANCEL_SET = """SET state = CASE WHEN river_job.state = 'running' THEN river_job.state
+                     ELSE 'cancelled'::<schema>river_job_state END,
+        finalized_at = CASE WHEN river_job.state = 'running' THEN river_job.finalized_at
+                            ELSE now() END,
+        metadata = jsonb_set(river_job.metadata, ARRAY['cancel_attempted_at'],
+                             to_jsonb(:cancel_attempted_at::text), true)"""
+
 # River's JobCancel. A finalized job is returned untouched and nothing is sent. Otherwise
 # the owning producer is told over river_control, cancel_attempted_at is recorded (the
 # completer and rescuer honour it), and a job that is not running is cancelled at once; a
@@ -57,12 +66,7 @@ notified AS (
 ),
 updated AS (
     UPDATE <schema>river_job
-    SET state = CASE WHEN river_job.state = 'running' THEN river_job.state
-                     ELSE 'cancelled'::<schema>river_job_state END,
-        finalized_at = CASE WHEN river_job.state = 'running' THEN river_job.finalized_at
-                            ELSE now() END,
-        metadata = jsonb_set(river_job.metadata, '{{cancel_attempted_at}}'::text[],
-                             to_jsonb(:cancel_attempted_at::text), true)
+    {_CANCEL_SET}
     FROM notified
     WHERE river_job.id = :id::bigint AND river_job.id = notified.id
     RETURNING {job_columns("river_job")}
@@ -160,7 +164,7 @@ ORDER BY 1
 # Per queue: the oldest available job's scheduled_at (the queue's latency) and jobs
 # completed and discarded over the last hour, day and week, for the dashboard (which
 # caches it: the week reads every job finalized in it, by the finalized_at index).
-QUERIES["queue_activity"] = """
+QUERIES["queue_activity"] = f"""
 WITH waiting AS (
     SELECT queue, min(scheduled_at) AS oldest
     FROM <schema>river_job
@@ -185,11 +189,7 @@ done AS (
       AND finalized_at >= now() - interval '7 days'
     GROUP BY queue
 )
-SELECT coalesce(waiting.queue, done.queue), waiting.oldest,
-       coalesce(completed_1h, 0), coalesce(completed_24h, 0), coalesce(completed_7d, 0),
-       coalesce(discarded_1h, 0), coalesce(discarded_24h, 0), coalesce(discarded_7d, 0)
-FROM waiting FULL JOIN done ON waiting.queue = done.queue
-ORDER BY 1
+{QUEUE_ACTIVITY_JOIN}
 """
 
 QUERIES["queue_list"] = (
@@ -340,12 +340,7 @@ SELECT * FROM updated ORDER BY id
 _CANCEL_MANY = f"""{_PICKED}
 updated AS (
     UPDATE <schema>river_job
-    SET state = CASE WHEN river_job.state = 'running' THEN river_job.state
-                     ELSE 'cancelled'::<schema>river_job_state END,
-        finalized_at = CASE WHEN river_job.state = 'running' THEN river_job.finalized_at
-                            ELSE now() END,
-        metadata = jsonb_set(river_job.metadata, '{{{{cancel_attempted_at}}}}'::text[],
-                             to_jsonb(:cancel_attempted_at::text), true)
+    {_CANCEL_SET}
     WHERE river_job.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING {job_columns("river_job")}
 ),

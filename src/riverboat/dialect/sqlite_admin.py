@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from riverboat._queue import QueueRow
 from riverboat._sql import Query, Statement
-from riverboat.dialect._admin_common import ALL_STATES, AdminSql
+from riverboat.dialect._admin_common import ALL_STATES, QUEUE_ACTIVITY_JOIN, AdminSql
 from riverboat.dialect._part import DialectPart
 from riverboat.dialect._sqlite_common import (
     NOW,
@@ -189,11 +189,7 @@ done AS (
       AND finalized_at >= datetime('now', '-7 days')
     GROUP BY queue
 )
-SELECT coalesce(waiting.queue, done.queue), waiting.oldest,
-       coalesce(completed_1h, 0), coalesce(completed_24h, 0), coalesce(completed_7d, 0),
-       coalesce(discarded_1h, 0), coalesce(discarded_24h, 0), coalesce(discarded_7d, 0)
-FROM waiting FULL JOIN done ON waiting.queue = done.queue
-ORDER BY 1
+{QUEUE_ACTIVITY_JOIN}
 """
 
 QUERIES["queue_list"] = (
