@@ -37,6 +37,18 @@ class JobState(StrEnum):
 
 
 FINALIZED_STATES = frozenset({JobState.CANCELLED, JobState.COMPLETED, JobState.DISCARDED})
+# A job's life in the order River UI's state tabs show it (the dashboard's tabs, the CLI's
+# counts): waiting, working, then the three ends.
+LIFECYCLE_ORDER = (
+    JobState.PENDING,
+    JobState.SCHEDULED,
+    JobState.AVAILABLE,
+    JobState.RUNNING,
+    JobState.RETRYABLE,
+    JobState.CANCELLED,
+    JobState.DISCARDED,
+    JobState.COMPLETED,
+)
 # A plain dict lookup is several times cheaper than JobState(value) on the hot path.
 STATE_BY_NAME: dict[str, JobState] = {s.value: s for s in JobState}
 

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from riverboat._admin import JobListCursor
-from riverboat._job import JobRow, JobState
+from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, JobRow, JobState
 from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.client import Client
 from riverboat.errors import InvalidInputError
@@ -34,18 +34,6 @@ from riverboat.errors import InvalidInputError
 __all__ = ["add_arguments", "run"]
 
 _LIST_FILTERS = ("ids", "kinds", "queues", "states", "priorities", "tags_all", "tags_any")
-_FINALIZED = (JobState.COMPLETED, JobState.DISCARDED, JobState.CANCELLED)
-# A job's life, in the order the dashboard's tabs show it (River UI's).
-_LIFECYCLE = (
-    JobState.PENDING,
-    JobState.SCHEDULED,
-    JobState.AVAILABLE,
-    JobState.RUNNING,
-    JobState.RETRYABLE,
-    JobState.CANCELLED,
-    JobState.DISCARDED,
-    JobState.COMPLETED,
-)
 _PAST = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}
 _DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
 _DURATION_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -408,7 +396,7 @@ def _count(client: Client, args: argparse.Namespace) -> int:
         totals[tuple(values[name] for name in by)] += row.count
     ordered: list[tuple[tuple[str, ...], int]]
     if by == ["state"]:  # every state, in lifecycle order, zeros included
-        ordered = [((s.value,), totals.get((s.value,), 0)) for s in _LIFECYCLE]
+        ordered = [((s.value,), totals.get((s.value,), 0)) for s in LIFECYCLE_ORDER]
     else:
         ordered = sorted(totals.items())
     if args.json:
@@ -457,7 +445,7 @@ def _tail(client: Client, args: argparse.Namespace) -> int:
         events: list[JobRow] = []
         while True:  # every finalized page since the cursor
             page = client.job_list(
-                states=list(_FINALIZED),
+                states=sorted(FINALIZED_STATES),
                 order_by="finalized_at",
                 limit=500,
                 cursor=cursor,

@@ -32,7 +32,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from riverboat._admin import JOB_COUNT_CAP_DEFAULT, QueueActivity, ThroughputMinute
-from riverboat._job import STATE_BY_NAME, JobRow, JobState
+from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, STATE_BY_NAME, JobRow, JobState
 from riverboat.client import AsyncClient
 from riverboat.errors import InvalidInputError, JobRunningError, NotFoundError, RiverboatError
 from riverboat.ui.graph import layout
@@ -48,18 +48,8 @@ REFRESH_SECONDS = 2
 # often, whatever the refresh rate and the number of open pages.
 ACTIVITY_CACHE_SECONDS = 30.0
 ALL_STATES = "all"
-FINALIZED = (JobState.CANCELLED, JobState.COMPLETED, JobState.DISCARDED)
-# The order of the state tabs, as River UI's.
-STATE_TABS = (
-    JobState.PENDING,
-    JobState.SCHEDULED,
-    JobState.AVAILABLE,
-    JobState.RUNNING,
-    JobState.RETRYABLE,
-    JobState.CANCELLED,
-    JobState.DISCARDED,
-    JobState.COMPLETED,
-)
+FINALIZED = FINALIZED_STATES
+STATE_TABS = LIFECYCLE_ORDER
 ACTIVE_STATES = tuple(s for s in STATE_TABS if s not in FINALIZED)
 JOB_ACTIONS = ("retry", "cancel", "delete")
 BULK_BATCH = 500  # rows per statement of an action on everything a filter matches
