@@ -54,6 +54,22 @@ def test_retry_many_by_kind_in_batches(any_db: Db) -> None:  # noqa: F811
         assert [states[i] for i in ids["email"]] == [JobState.CANCELLED] * 2
 
 
+def test_retry_many_forgets_an_earlier_cancel_as_job_retry_does(any_db: Db) -> None:  # noqa: F811
+    # A cancel records cancel_attempted_at; a retried job keeping it would be cancelled
+    # again by its next run's completer (River 0.51 clears it on JobRetry).
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        ids = _seed(client)
+        for job_id in ids["charge"]:
+            client.job_cancel(job_id)
+        assert all("cancel_attempted_at" in client.job_get(i).metadata for i in ids["charge"])
+        client.job_retry(ids["charge"][0])
+        client.job_retry_many(kinds=["charge_card"], limit=10)
+        for job_id in ids["charge"]:
+            job = client.job_get(job_id)
+            assert job.state is JobState.AVAILABLE
+            assert "cancel_attempted_at" not in job.metadata
+
+
 def test_cancel_many_leaves_finalized_jobs_and_signals_running(any_db: Db) -> None:  # noqa: F811
     with riverboat.Client(any_db.url, schema=any_db.schema) as client:
         ids = _seed(client)

@@ -107,18 +107,22 @@ class AdminSql(ABC):
     )
     delete_eligible: ClassVar[str] = "state <> 'running'"
 
-    @staticmethod
-    @abstractmethod
-    def retry_many(where: str) -> str:
+    # The bulk actions' statements, each with a ``{where}`` slot (see the methods below).
+    retry_many_sql: ClassVar[str]
+    cancel_many_sql: ClassVar[str]
+
+    @classmethod
+    def retry_many(cls, where: str) -> str:
         """Make at most ``:max`` jobs matching ``where`` (which holds the eligibility and
         the ``id > :after_id`` keyset) available now, lowest ids first; returns them."""
+        return cls.retry_many_sql.format(where=where)
 
-    @staticmethod
-    @abstractmethod
-    def cancel_many(where: str) -> str:
+    @classmethod
+    def cancel_many(cls, where: str) -> str:
         """Cancel at most ``:max`` jobs matching ``where`` (as :meth:`retry_many`):
         cancelled now, or for a running one ``cancel_attempted_at`` set and its producer
         told; returns them."""
+        return cls.cancel_many_sql.format(where=where)
 
     @classmethod
     def keyset(cls, column: str, descending: bool, cursor_time_null: bool) -> str:

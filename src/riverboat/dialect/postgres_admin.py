@@ -41,6 +41,17 @@ _UPDATED_ELSE_LOCKED = """SELECT * FROM updated
 UNION ALL
 SELECT * FROM locked WHERE NOT EXISTS (SELECT 1 FROM updated)"""
 
+# How a retry changes a job (one or a batch): available now, one more attempt for a job
+# that used its last.
+_RETRY_SET = """SET state = 'available',
+        max_attempts = CASE WHEN river_job.attempt = river_job.max_attempts
+                            THEN river_job.max_attempts + 1
+                            ELSE river_job.max_attempts END,
+        finalized_at = NULL,
+        -- River 0.51: a cancellation asked of an earlier attempt must not cancel the next.
+        metadata = river_job.metadata - 'cancel_attempted_at',
+        scheduled_at = now()"""
+
 # How a cancel changes a job: a running job keeps its state (its producer reports the
 # outcome), any other is cancelled now; cancel_attempted_at is recorded either way.
 _CANCEL_SET = """SET state = CASE WHEN river_job.state = 'running' THEN river_job.state
@@ -80,14 +91,7 @@ QUERIES["job_retry"] = f"""
 {_LOCKED_JOB}
 updated AS (
     UPDATE <schema>river_job
-    SET state = 'available',
-        max_attempts = CASE WHEN river_job.attempt = river_job.max_attempts
-                            THEN river_job.max_attempts + 1
-                            ELSE river_job.max_attempts END,
-        finalized_at = NULL,
-        -- River 0.51: a cancellation asked of an earlier attempt must not cancel the next.
-        metadata = river_job.metadata - 'cancel_attempted_at',
-        scheduled_at = now()
+    {_RETRY_SET}
     FROM locked
     WHERE river_job.id = :id::bigint
       AND river_job.id = locked.id
@@ -260,57 +264,6 @@ _FILTER_SQL: dict[str, str] = {
 JOB_LIST_FILTERS = tuple(_FILTER_SQL)
 
 
-class PostgresAdminSql(AdminSql):
-    """Postgres's spelling of the admin statements built per call."""
-
-    limit = ":max::integer"
-    state_text = "state::text"
-
-    @staticmethod
-    def where(filters: Sequence[str]) -> list[str]:
-        return [_FILTER_SQL[name] for name in filters]
-
-    cursor_id = ":cursor_id::bigint"
-    cursor_time = ":cursor_time::timestamptz"
-
-    @staticmethod
-    def time_key(expression: str) -> str:
-        return expression
-
-    retry_eligible = "state <> 'running' AND NOT (state = 'available' AND scheduled_at < now())"
-
-    @staticmethod
-    def retry_many(where: str) -> str:
-        return _RETRY_MANY.format(where=where)
-
-    @staticmethod
-    def cancel_many(where: str) -> str:
-        return _CANCEL_MANY.format(where=where)
-
-    @staticmethod
-    def delete_many(where: str) -> str:
-        # Running jobs are skipped, and so are rows another transaction holds (SKIP
-        # LOCKED): a job being retried or fetched right now is left alone, and the lock
-        # re-checks the filters against the row's latest version.
-        return f"""
-WITH doomed AS (
-    SELECT id FROM <schema>river_job
-    WHERE {where}
-    ORDER BY id
-    LIMIT :max::integer
-    FOR UPDATE SKIP LOCKED
-),
-deleted AS (
-    -- By an array of ids: a generic plan guesses the LIMIT as a tenth of the table, and
-    -- a join would then scan all of river_job.
-    DELETE FROM <schema>river_job
-    WHERE river_job.id = ANY(ARRAY(SELECT id FROM doomed))
-    RETURNING {job_columns("river_job")}
-)
-SELECT * FROM deleted ORDER BY id
-"""
-
-
 _PICKED = """WITH picked AS (
     SELECT id FROM <schema>river_job
     WHERE {where}
@@ -324,12 +277,7 @@ _PICKED = """WITH picked AS (
 _RETRY_MANY = f"""{_PICKED}
 updated AS (
     UPDATE <schema>river_job
-    SET state = 'available',
-        max_attempts = CASE WHEN river_job.attempt = river_job.max_attempts
-                            THEN river_job.max_attempts + 1
-                            ELSE river_job.max_attempts END,
-        finalized_at = NULL,
-        scheduled_at = now()
+    {_RETRY_SET}
     WHERE river_job.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING {job_columns("river_job")}
 )
@@ -352,6 +300,52 @@ notified AS (
     WHERE state = 'running'
 )
 SELECT updated.* FROM updated CROSS JOIN notified ORDER BY id
+"""
+
+
+class PostgresAdminSql(AdminSql):
+    """Postgres's spelling of the admin statements built per call."""
+
+    limit = ":max::integer"
+    state_text = "state::text"
+
+    @staticmethod
+    def where(filters: Sequence[str]) -> list[str]:
+        return [_FILTER_SQL[name] for name in filters]
+
+    cursor_id = ":cursor_id::bigint"
+    cursor_time = ":cursor_time::timestamptz"
+
+    @staticmethod
+    def time_key(expression: str) -> str:
+        return expression
+
+    retry_eligible = "state <> 'running' AND NOT (state = 'available' AND scheduled_at < now())"
+
+    retry_many_sql = _RETRY_MANY
+    cancel_many_sql = _CANCEL_MANY
+
+    @staticmethod
+    def delete_many(where: str) -> str:
+        # Running jobs are skipped, and so are rows another transaction holds (SKIP
+        # LOCKED): a job being retried or fetched right now is left alone, and the lock
+        # re-checks the filters against the row's latest version.
+        return f"""
+WITH doomed AS (
+    SELECT id FROM <schema>river_job
+    WHERE {where}
+    ORDER BY id
+    LIMIT :max::integer
+    FOR UPDATE SKIP LOCKED
+),
+deleted AS (
+    -- By an array of ids: a generic plan guesses the LIMIT as a tenth of the table, and
+    -- a join would then scan all of river_job.
+    DELETE FROM <schema>river_job
+    WHERE river_job.id = ANY(ARRAY(SELECT id FROM doomed))
+    RETURNING {job_columns("river_job")}
+)
+SELECT * FROM deleted ORDER BY id
 """
 
 

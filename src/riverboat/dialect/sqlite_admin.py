@@ -267,6 +267,9 @@ SET state = 'available',
     max_attempts = CASE WHEN attempt = max_attempts THEN max_attempts + 1
                         ELSE max_attempts END,
     finalized_at = NULL,
+    -- As job_retry: a cancellation asked of an earlier attempt must not cancel the next.
+    metadata = CASE WHEN json_valid(metadata, 10)
+                    THEN jsonb_remove(metadata, '$.cancel_attempted_at') ELSE metadata END,
     scheduled_at = {NOW}
 WHERE id IN (SELECT id FROM <schema>river_job WHERE {{where}} ORDER BY id LIMIT :max)
 RETURNING {job_columns()}
@@ -320,13 +323,8 @@ class SqliteAdminSql(AdminSql):
         f" AND {ts_key('scheduled_at', unreadable_first=False)} < {NOW})"
     )
 
-    @staticmethod
-    def retry_many(where: str) -> str:
-        return _RETRY_MANY.format(where=where)
-
-    @staticmethod
-    def cancel_many(where: str) -> str:
-        return _CANCEL_MANY.format(where=where)
+    retry_many_sql = _RETRY_MANY
+    cancel_many_sql = _CANCEL_MANY
 
     @staticmethod
     def delete_many(where: str) -> str:
