@@ -366,11 +366,16 @@ def storable_json(text: str) -> str:
     refused instead (:func:`check_json_value`): there the caller can still fix them."""
     if "\\u0000" in text:
         text = _NUL_ESCAPE.sub(lambda m: m.group(1) + REPLACEMENT, text)
+    return _without_lone_surrogates(text)
+
+
+def _without_lone_surrogates(text: str) -> str:
+    # Only non-ASCII text can hold one, and encoding is the cheap test (done in C).
     if not text.isascii():
         try:
             text.encode()
         except UnicodeEncodeError:
-            text = _SURROGATE.sub(REPLACEMENT, text)
+            return _SURROGATE.sub(REPLACEMENT, text)
     return text
 
 
@@ -379,12 +384,7 @@ def storable_text(text: str) -> str:
     become U+FFFD."""
     if "\x00" in text:
         text = text.replace("\x00", REPLACEMENT)
-    if not text.isascii():
-        try:
-            text.encode()
-        except UnicodeEncodeError:
-            text = _SURROGATE.sub(REPLACEMENT, text)
-    return text
+    return _without_lone_surrogates(text)
 
 
 def go_json_storable(value: Any, *, check_depth: bool = False) -> str:

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from riverboat._json import go_json_dumps
@@ -121,15 +122,8 @@ class ResumableState:
             self.pending.remove(name)
         if is_async:
             return self._run_async(name, fn, args, with_cursor)
-        self.active = name
-        try:
+        with self._running(name, with_cursor):
             result = fn(*args)
-        except BaseException as exc:
-            self._fail(exc)
-            raise
-        finally:
-            self.active = ""
-        self._finished(name, with_cursor)
         return result
 
     async def _run_async(
@@ -139,16 +133,22 @@ class ResumableState:
         args: tuple[Any, ...],
         with_cursor: bool,
     ) -> Any:
+        with self._running(name, with_cursor):
+            result = await fn(*args)
+        return result
+
+    @contextmanager
+    def _running(self, name: str, with_cursor: bool) -> Iterator[None]:
+        """Around one step's call: a failure is recorded, a success marks it finished."""
         self.active = name
         try:
-            result = await fn(*args)
+            yield
         except BaseException as exc:
             self._fail(exc)
             raise
         finally:
             self.active = ""
         self._finished(name, with_cursor)
-        return result
 
     def _finished(self, name: str, with_cursor: bool) -> None:
         if self.error is not None:
