@@ -17,19 +17,20 @@ __all__ = ["PostgresFleet"]
 _LIST = """id, host, pid, riverboat_version, queues, queue_settings, slots_in_use,
     started_at, heartbeat_at, expires_at, expires_at > now(), job_ids"""
 
+_VALUES = """(id, host, pid, riverboat_version, queues, job_ids, slots_in_use, expires_at)
+VALUES (:id::text, :host::text, :pid::bigint, :version::text, :queues::jsonb,
+        :job_ids::jsonb, :slots::bigint,
+        now() + make_interval(secs => :dead_after::double precision))"""
+
 QUERIES: dict[str, str] = {}
 
 # A client's first row (or its row again after it was declared dead and removed). A
 # leftover row under the same id (a process that reused an id) is taken over.
-QUERIES["client_register"] = """
-INSERT INTO <schema>riverboat_client
-    (id, host, pid, riverboat_version, queues, job_ids, slots_in_use, expires_at)
-VALUES (:id::text, :host::text, :pid::bigint, :version::text, :queues::jsonb,
-        :job_ids::jsonb, :slots::bigint,
-        now() + make_interval(secs => :dead_after::double precision))
+QUERIES["client_register"] = f"""
+INSERT INTO <schema>riverboat_client {_VALUES}
 ON CONFLICT (id) DO UPDATE
 SET host = excluded.host, pid = excluded.pid, riverboat_version = excluded.riverboat_version,
-    queues = excluded.queues, job_ids = excluded.job_ids, queue_settings = '{}',
+    queues = excluded.queues, job_ids = excluded.job_ids, queue_settings = '{{}}',
     slots_in_use = excluded.slots_in_use,
     started_at = now(), heartbeat_at = now(), expires_at = excluded.expires_at
 RETURNING queue_settings
@@ -37,12 +38,8 @@ RETURNING queue_settings
 
 # Back after being declared dead: only once the leader has removed the old row (and
 # with it made the old run's jobs available again), never over it.
-QUERIES["client_rejoin"] = """
-INSERT INTO <schema>riverboat_client
-    (id, host, pid, riverboat_version, queues, job_ids, slots_in_use, expires_at)
-VALUES (:id::text, :host::text, :pid::bigint, :version::text, :queues::jsonb,
-        :job_ids::jsonb, :slots::bigint,
-        now() + make_interval(secs => :dead_after::double precision))
+QUERIES["client_rejoin"] = f"""
+INSERT INTO <schema>riverboat_client {_VALUES}
 ON CONFLICT (id) DO NOTHING
 RETURNING queue_settings
 """
