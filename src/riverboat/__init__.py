@@ -42,8 +42,8 @@ from riverboat.errors import (
 from riverboat.flow import ConcurrencyLimit, RateLimit
 from riverboat.runtime.events import Event, EventKind, JobStatistics, Subscription
 from riverboat.runtime.maintenance import MaintenanceConfig, PeriodicJob
+from riverboat.runtime.outcomes import RetryPolicy
 from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.worker import (
     Job,
     JobCancel,

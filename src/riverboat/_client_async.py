@@ -22,9 +22,8 @@ from riverboat._job import (
     JobState,
     format_rfc3339_nano,
 )
-from riverboat._json import go_json_storable
-from riverboat.dialect.base import JobStateUpdate
 from riverboat.errors import InvalidInputError, NotFoundError, WaitTimeoutError
+from riverboat.runtime import outcomes
 from riverboat.runtime.worker import Job
 from riverboat.workflow import (
     WORKFLOW_TASKS_MAX,
@@ -230,12 +229,7 @@ class AsyncClientBase(AsyncAdmin):
         if row.state is not JobState.RUNNING:
             raise InvalidInputError("job", f"must be running, not {row.state}")
         staged = job.staged_metadata if isinstance(job, Job) else {}
-        update = JobStateUpdate(
-            row.id,
-            JobState.COMPLETED,
-            finalized=True,
-            metadata_updates=go_json_storable(staged) if staged else None,
-        )
+        update = outcomes.completed(row.id, staged)
         dialect = self._core.dialect
         rows = await self.driver.wrap(conn).fetch(
             dialect.job_set_state_if_running_many([update], returning=True)

@@ -28,9 +28,9 @@ from riverboat.errors import InvalidInputError, NotFoundError
 from riverboat.runtime.events import EventKind, Subscription
 from riverboat.runtime.health import DEFAULT_CALL_TIMEOUT
 from riverboat.runtime.maintenance.periodic import PeriodicJob, PeriodicJobs
+from riverboat.runtime.outcomes import RetryPolicy
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.registry import DEAD_AFTER, HEARTBEAT_INTERVAL
-from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.runner import (
     DEFAULT_SOFT_STOP_TIMEOUT,
     IDLE_HORIZON,

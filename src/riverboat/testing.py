@@ -46,7 +46,7 @@ from riverboat.drivers.base import DriverStats
 from riverboat.middleware import MiddlewareStack
 from riverboat.runtime.events import EventKind
 from riverboat.runtime.executor import ExecutorConfig, RunState, execute_job
-from riverboat.runtime.retry import RetryPolicy
+from riverboat.runtime.outcomes import RetryPolicy
 from riverboat.runtime.worker import Workers
 
 __all__ = [

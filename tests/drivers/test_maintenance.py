@@ -14,7 +14,7 @@ from typing import Any
 
 from riverboat import AsyncClient, InsertOpts, JobState, PeriodicJob
 from riverboat.runtime.maintenance import Service
-from riverboat.runtime.maintenance.rescuer import RESCUE_ERROR
+from riverboat.runtime.outcomes import RESCUE_ERROR
 from riverboat.runtime.producer import QueueConfig
 from tests.drivers.harness import Harness
 from tests.leadership._helpers import TickArgs, default_workers, fast_maintenance

@@ -10,7 +10,7 @@ from typing import Any
 from riverboat import AsyncClient, InsertOpts, RetryPolicy
 from riverboat._job import JobRow
 from riverboat.runtime.maintenance import Service, backoff_delay
-from riverboat.runtime.maintenance.rescuer import RESCUE_ERROR
+from riverboat.runtime.outcomes import RESCUE_ERROR
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Job, Workers
 from tests.leadership._helpers import (

@@ -10,12 +10,11 @@ from typing import Any
 
 import pytest
 
-from riverboat import InsertOpts, MissingDependencyError, PeriodicJob
+from riverboat import InsertOpts, MissingDependencyError, PeriodicJob, RetryPolicy
 from riverboat.drivers.psycopg import AsyncPsycopgDriver
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.maintenance import MaintenanceContext
 from riverboat.runtime.maintenance.periodic import PeriodicJobEnqueuer
-from riverboat.runtime.retry import RetryPolicy
 from tests.leadership._helpers import (
     LeaderWatch,
     TickArgs,

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import riverboat
-from riverboat import InsertOpts
+from riverboat import InsertOpts, RetryPolicy
 from riverboat._sql import Query, Statement
 from riverboat.cli import main as cli_main
 from riverboat.dialect._sqlite_common import format_timestamp, parse_timestamp, ts_exact, ts_key
@@ -34,7 +34,6 @@ from riverboat.runtime.maintenance._service import MaintenanceContext
 from riverboat.runtime.maintenance.rescuer import JobRescuer
 from riverboat.runtime.maintenance.scheduler import JobScheduler
 from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.worker import Job, Workers
 from tests.reliability._support import sql
 from tests.sqlite.helpers import query

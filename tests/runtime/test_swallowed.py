@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import JobState
+from riverboat import JobState, RetryPolicy
 from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.worker import Job, Workers
 from tests.waiting import wait_until_async
 

@@ -11,13 +11,12 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from riverboat import AsyncClient
+from riverboat import AsyncClient, RetryPolicy
 from riverboat.dialect.postgres import PostgresDialect
 from riverboat.drivers.sqlite import AsyncSqliteDriver
 from riverboat.runtime.elector import ElectorConfig
 from riverboat.runtime.maintenance import MaintenanceConfig, MaintenanceContext
 from riverboat.runtime.maintenance.notification_cleaner import NotificationCleaner
-from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.worker import Workers
 from tests.leadership._helpers import (
     LeaderWatch,

@@ -1,12 +1,12 @@
-"""Running one job and turning what happened into a completer update.
+"""Running one job and finding out what happened, for the completer.
 
-The outcome rules are River's (its executor's completion rules): success completes; an error retries
-with backoff (straight to ``available`` when the retry is ≤ 5s away) or discards once
-attempts are used up; ``JobCancel`` cancels; ``JobSnooze`` reschedules without counting
-the attempt; a hard stop interrupts (attempt rolled back, available now, errors unchanged:
-River 0.44). A sync job is awaited until its thread returns, whatever its timeout: River
-keeps a job ``running`` until ``Work`` returns, and a row made available while its thread
-still ran would be run twice at once.
+What each outcome writes is decided in runtime/outcomes.py (River's executor rules):
+success completes; an error retries with backoff or discards once attempts are used up;
+``JobCancel`` cancels; ``JobSnooze`` reschedules without counting the attempt; a hard
+stop interrupts (River 0.44). This module tells which of those happened. A sync job is
+awaited until its thread returns, whatever its timeout: River keeps a job ``running``
+until ``Work`` returns, and a row made available while its thread still ran would be run
+twice at once.
 """
 
 from __future__ import annotations
@@ -22,18 +22,19 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from riverboat._job import AttemptError, JobRow, JobState
-from riverboat._json import go_json_storable, storable_text
+from riverboat._json import storable_text
 from riverboat.dialect.base import JobStateUpdate
 from riverboat.error_handler import run_error_handlers
 from riverboat.errors import UnknownJobKindError
 from riverboat.middleware import call_with_middleware
+from riverboat.runtime import outcomes
 from riverboat.runtime.completer import PendingCompletion
 from riverboat.runtime.events import EventKind
-from riverboat.runtime.retry import RetryPolicy, default_next_retry, safe_next_retry
+from riverboat.runtime.outcomes import RetryPolicy
 from riverboat.runtime.threads import DaemonThreadPool
 from riverboat.runtime.worker import (
     Job,
@@ -47,13 +48,17 @@ from riverboat.runtime.worker import (
     prepare_for_process,
 )
 
-__all__ = ["ExecutorConfig", "JobTimeoutError", "execute_job", "timeout_for"]
-
-# River's SchedulerInterval: a retry or snooze this close is made available directly
-# instead of waiting for the scheduler to promote it.
-SCHEDULER_INTERVAL = timedelta(seconds=5)
+__all__ = [
+    "ExecutorConfig",
+    "JobTimeoutError",
+    "execute_job",
+    "timeout_for",
+    "undecodable_completion",
+]
 
 log = logging.getLogger("riverboat.executor")
+# A claimed row that can't be decoded is never run: its line is the producer's.
+producer_log = logging.getLogger("riverboat.producer")
 
 
 # Called in the worker thread after every sync job, whatever its outcome: the place to
@@ -164,8 +169,9 @@ def _error_entry(row: JobRow, started: datetime, exc: BaseException) -> str:
 def timeout_for(
     worker: RegisteredWorker | None, default: float | None, job: Job[Any] | JobRow | None = None
 ) -> float | None:
-    """The seconds a job of this worker may run, or None for no limit. A worker with a
-    per-job timeout function is asked with ``job`` (a row is decoded for it)."""
+    """The seconds a job of this worker may run, or None for no limit
+    (:func:`~riverboat.runtime.outcomes.effective_timeout`). A worker with a per-job
+    timeout function is asked with ``job`` (a row is decoded for it)."""
     own = worker.timeout if worker is not None else None
     if worker is not None and worker.timeout_fn is not None and job is not None:
         if isinstance(job, JobRow):
@@ -174,10 +180,7 @@ def timeout_for(
             except Exception:
                 job = None  # the executor reports the decode error; use the default
         own = call_timeout_fn(worker, job) if job is not None else None
-    value = own if own is not None else default
-    if value is None or value == -1 or value <= 0:
-        return None
-    return value
+    return outcomes.effective_timeout(own, default)
 
 
 async def _call(
@@ -312,7 +315,7 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
                 finished - started_mono,
             )
         return PendingCompletion(
-            JobStateUpdate(row.id, JobState.COMPLETED, finalized=True),
+            outcomes.completed(row.id),
             row,
             EventKind.JOB_COMPLETED,
             started_at,
@@ -365,13 +368,6 @@ def _log_failure(row: JobRow, error: BaseException, update: JobStateUpdate) -> N
         log.debug("job %d (%s) attempt %d traceback", row.id, row.kind, row.attempt, exc_info=error)
 
 
-def _merge(ctx: _WorkContext, extra: dict[str, Any] | None = None) -> str | None:
-    updates = dict(ctx.metadata_updates)
-    if extra:
-        updates.update(extra)
-    return go_json_storable(updates) if updates else None
-
-
 def _outcome(
     row: JobRow,
     error: BaseException | None,
@@ -381,99 +377,41 @@ def _outcome(
     config: ExecutorConfig,
     started: datetime,
 ) -> tuple[JobStateUpdate, EventKind]:
+    """Which outcome the attempt had, and its update (runtime/outcomes.py)."""
     now = datetime.now(UTC)
+    staged = ctx.metadata_updates
     if error is None and state.interrupted and not state.cancelled_remotely:
-        return (
-            JobStateUpdate(
-                row.id,
-                JobState.AVAILABLE,
-                attempt=max(row.attempt - 1, 0),
-                scheduled_at=now,
-                metadata_updates=_merge(ctx),
-            ),
-            EventKind.JOB_INTERRUPTED,
-        )
+        return outcomes.interrupted(row, now, staged), EventKind.JOB_INTERRUPTED
     if error is None:
-        return (
-            JobStateUpdate(
-                row.id, JobState.COMPLETED, finalized=True, metadata_updates=_merge(ctx)
-            ),
-            EventKind.JOB_COMPLETED,
-        )
+        return outcomes.completed(row.id, staged), EventKind.JOB_COMPLETED
     if isinstance(error, JobSnooze):
-        snoozes = row.metadata.get("snoozes")
-        count = snoozes if isinstance(snoozes, int) and not isinstance(snoozes, bool) else 0
-        when = now + timedelta(seconds=error.seconds)
-        return (
-            JobStateUpdate(
-                row.id,
-                JobState.SCHEDULED
-                if timedelta(seconds=error.seconds) > SCHEDULER_INTERVAL
-                else JobState.AVAILABLE,
-                attempt=max(row.attempt - 1, 0),
-                scheduled_at=when,
-                metadata_updates=_merge(ctx, {"snoozes": count + 1}),
-            ),
-            EventKind.JOB_SNOOZED,
-        )
+        return outcomes.snoozed(row, error.seconds, now, staged), EventKind.JOB_SNOOZED
     if isinstance(error, JobCancel):
         reason = error.reason
         cause = reason if isinstance(reason, BaseException) else error
-        return (
-            JobStateUpdate(
-                row.id,
-                JobState.CANCELLED,
-                error=_error_entry(row, started, cause),
-                finalized=True,
-                metadata_updates=_merge(ctx),
-            ),
-            EventKind.JOB_CANCELLED,
-        )
-    entry = _error_entry(row, started, error)
-    if row.attempt >= row.max_attempts:
-        return (
-            JobStateUpdate(
-                row.id,
-                JobState.DISCARDED,
-                error=entry,
-                finalized=True,
-                metadata_updates=_merge(ctx),
-            ),
-            EventKind.JOB_FAILED,
-        )
-    next_at = _next_retry(row, worker, config, now, state)
-    return (
-        JobStateUpdate(
-            row.id,
-            JobState.AVAILABLE if next_at - now <= SCHEDULER_INTERVAL else JobState.RETRYABLE,
-            error=entry,
-            scheduled_at=next_at,
-            metadata_updates=_merge(ctx),
-        ),
-        EventKind.JOB_FAILED,
-    )
-
-
-def _next_retry(
-    row: JobRow,
-    worker: RegisteredWorker | None,
-    config: ExecutorConfig,
-    now: datetime,
-    state: RunState,
-) -> datetime:
+        entry = _error_entry(row, started, cause)
+        return outcomes.cancelled(row, entry, staged), EventKind.JOB_CANCELLED
+    # The worker's next_retry is asked only about a job whose args decoded (River's rule).
+    worker_time = None
     if worker is not None and worker.next_retry is not None and state.job is not None:
-        try:
-            candidate = worker.next_retry(state.job)
-        except Exception:
-            log.exception(
-                "job %d (%s): the worker's next_retry failed; using the retry policy",
-                row.id,
-                row.kind,
-            )
-        else:
-            if isinstance(candidate, datetime) and candidate.tzinfo is not None:
-                if candidate >= now:
-                    return candidate
-                # River falls back to the default policy for a time in the past.
-                return default_next_retry(row, now)
-    return safe_next_retry(row, config.retry_policy, now)
+        worker_time = functools.partial(worker.next_retry, state.job)
+    entry = _error_entry(row, started, error)
+    update = outcomes.failed(row, entry, now, config.retry_policy, worker_time, staged)
+    return update, EventKind.JOB_FAILED
+
+
+def undecodable_completion(row: JobRow, policy: RetryPolicy, queue: str) -> PendingCompletion:
+    """The completer update for a claimed row that can't be decoded (not run: its
+    attempt fails, :func:`~riverboat.runtime.outcomes.undecodable`); logs it once."""
+    update = outcomes.undecodable(row, datetime.now(UTC), policy)
+    producer_log.error(
+        "producer %s: job %d (%s) attempt %d/%d not run, %s: %s",
+        queue,
+        row.id,
+        row.kind or "?",
+        row.attempt,
+        row.max_attempts,
+        "discarded" if update.state is JobState.DISCARDED else "will retry",
+        outcomes.decode_error_message(row),
+    )
+    return PendingCompletion(update, row, EventKind.JOB_FAILED, 0.0, 0.0, time.monotonic())

@@ -51,11 +51,11 @@ from riverboat.runtime.executor import (
     execute_job,
     runs_in_process,
     timeout_for,
+    undecodable_completion,
 )
 from riverboat.runtime.health import DEFAULT_CALL_TIMEOUT, PathHealth, bounded
 from riverboat.runtime.process_pool import ProcessPool, usable_cores
 from riverboat.runtime.threads import DaemonThreadPool
-from riverboat.runtime.undecodable import undecodable_outcome
 
 __all__ = ["DEFAULT_FETCH_COOLDOWN", "QUICK_FETCH_GAP", "Producer", "QueueConfig", "fetch_delay"]
 
@@ -437,9 +437,9 @@ class Producer:
                             raw[0] if raw else None,
                         )
                         continue
-                    if row.decode_errors:  # failed by id, not run (runtime/undecodable.py)
+                    if row.decode_errors:  # failed by id, not run (runtime/outcomes.py)
                         await self._completer.add(
-                            undecodable_outcome(row, self._exec_config.retry_policy, self.queue)
+                            undecodable_completion(row, self._exec_config.retry_policy, self.queue)
                         )
                         continue
                     self._start_job(row)

@@ -26,6 +26,7 @@ from riverboat.runtime.events import Event, EventKind, Subscription
 from riverboat.runtime.executor import ExecutorConfig
 from riverboat.runtime.health import DEFAULT_CALL_TIMEOUT, bounded
 from riverboat.runtime.notifier import Notifier
+from riverboat.runtime.outcomes import RetryPolicy
 from riverboat.runtime.producer import (
     DEFAULT_FETCH_COOLDOWN,
     MAX_WORKERS_LIMIT,
@@ -38,7 +39,6 @@ from riverboat.runtime.registry import (
     ClientRegistry,
     check_heartbeat,
 )
-from riverboat.runtime.retry import RetryPolicy
 from riverboat.runtime.sync_events import SyncSubscription
 from riverboat.runtime.worker import Workers, prepare_for_process
 from riverboat.runtime.workflow_promoter import WorkflowPromoter

@@ -24,7 +24,7 @@ from riverboat.runtime._waiting import backoff_delay, wait_any
 
 if TYPE_CHECKING:
     from riverboat.runtime.maintenance import MaintenanceConfig
-    from riverboat.runtime.retry import RetryPolicy
+    from riverboat.runtime.outcomes import RetryPolicy
     from riverboat.runtime.worker import Workers
 
 __all__ = ["MaintenanceContext", "Service", "ServiceStats", "backoff_delay"]

@@ -14,7 +14,9 @@ keyset-paginated batches. For each one, in River's order:
    remain, else **discarded**.
 
 Every rescued job gets the error entry ``"Stuck job rescued by JobRescuer"`` and its
-``river:rescue_count`` metadata incremented; the attempt is unchanged.
+``river:rescue_count`` metadata incremented; the attempt is unchanged. The rules are
+:func:`riverboat.runtime.outcomes.rescued`'s; this service finds the stuck jobs, asks
+each one's worker (args, timeout, ``next_retry``) and writes the outcomes.
 
 With riverboat's registry of live clients (runtime/registry.py) two rules come first,
 decided by the client that claimed the job (the last entry of ``attempted_by``):
@@ -34,23 +36,21 @@ without the ``riverboat`` migration line) keep River's rules above.
 
 from __future__ import annotations
 
+import functools
 import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from riverboat._fleet import WorkerInfo
-from riverboat._job import AttemptError, JobRow, JobState
+from riverboat._job import JobRow
 from riverboat.dialect.base import RescueUpdate
+from riverboat.runtime import outcomes
 from riverboat.runtime.maintenance._service import MaintenanceContext, Service
-from riverboat.runtime.retry import safe_next_retry
-from riverboat.runtime.undecodable import decode_error_message
 from riverboat.runtime.worker import Job, call_timeout_fn
 
-__all__ = ["RESCUE_ERROR", "DeadClientRescuer", "JobRescuer"]
+__all__ = ["DeadClientRescuer", "JobRescuer"]
 
 log = logging.getLogger("riverboat.maintenance")
-
-RESCUE_ERROR = "Stuck job rescued by JobRescuer"
 
 
 class JobRescuer(Service):
@@ -130,55 +130,43 @@ class JobRescuer(Service):
     def decide(
         self, job: JobRow, now: datetime, *, claimant_dead: bool = False
     ) -> RescueUpdate | None:
-        error = AttemptError(now, max(job.attempt, 0), RESCUE_ERROR, "").to_json()
-
-        def final(state: JobState) -> RescueUpdate:
-            # Finalized now; scheduled_at kept as it was.
-            return RescueUpdate(job.id, error, now, job.scheduled_at, state.value)
-
-        if job.metadata.get("cancel_attempted_at") not in (None, ""):
-            return final(JobState.CANCELLED)
+        """What to write for the stuck ``job`` (None: leave it running)."""
         worker = self.ctx.workers.get(job.kind)
-        if worker is None:
-            return final(JobState.DISCARDED)
-        try:
+        decoded = False
+        timeout: float | None = None
+        worker_time = None
+        if worker is not None and job.metadata.get("cancel_attempted_at") in (None, ""):
             if job.decode_errors:
-                # A value in the row itself can't be read: fail it like bad args.
+                # A value in the row itself can't be read: failed like bad args.
                 log.error(
                     "maintenance rescuer: job %d (%s) %s",
                     job.id,
                     job.kind or "?",
-                    decode_error_message(job),
+                    outcomes.decode_error_message(job),
                 )
-                raise ValueError(decode_error_message(job))
-            args: Any = worker.decode(job)
-        except Exception:
-            if job.attempt < max(job.max_attempts, 0):
-                retry_at = safe_next_retry(job, self.ctx.retry_policy, now)
-                return RescueUpdate(job.id, error, None, retry_at, JobState.RETRYABLE.value)
-            return final(JobState.DISCARDED)
-        own = worker.timeout
-        if worker.timeout_fn is not None:
-            own = call_timeout_fn(worker, Job(job, args))
-        timeout = own if own is not None else self.ctx.job_timeout
-        if claimant_dead:
-            pass  # its client is gone: nothing will ever finish this run
-        elif timeout is None or timeout < 0:
-            return None  # no timeout at all: River never rescues such a job
-        elif timeout > 0 and job.attempted_at is not None:
-            if (now - job.attempted_at).total_seconds() < timeout:
-                return None
-        when: datetime | None = None
-        if worker.next_retry is not None:
-            try:
-                when = worker.next_retry(Job(job, args))
-            except Exception:
-                when = None
-        if when is None or when.tzinfo is None:
-            when = safe_next_retry(job, self.ctx.retry_policy, now)
-        if job.attempt < max(job.max_attempts, 0):
-            return RescueUpdate(job.id, error, None, when, JobState.RETRYABLE.value)
-        return final(JobState.DISCARDED)
+            else:
+                try:
+                    args: Any = worker.decode(job)
+                except Exception:
+                    pass  # args that don't decode: retried by the policy, or discarded
+                else:
+                    decoded = True
+                    own = worker.timeout
+                    if worker.timeout_fn is not None:
+                        own = call_timeout_fn(worker, Job(job, args))
+                    timeout = outcomes.effective_timeout(own, self.ctx.job_timeout)
+                    if worker.next_retry is not None:
+                        worker_time = functools.partial(worker.next_retry, Job(job, args))
+        return outcomes.rescued(
+            job,
+            now,
+            self.ctx.retry_policy,
+            worker_known=worker is not None,
+            decoded=decoded,
+            timeout=timeout,
+            claimant_dead=claimant_dead,
+            worker_time=worker_time,
+        )
 
 
 class DeadClientRescuer(JobRescuer):
