@@ -225,6 +225,8 @@ def _encoded(staged: Mapping[str, Any] | None) -> str | None:
 
 def completed(job_id: int, staged: Mapping[str, Any] | None = None) -> JobStateUpdate:
     """The work function returned: completed, with what it staged in metadata."""
+    if not staged:  # most outcomes: built as cheaply as the executor's hot path needs
+        return JobStateUpdate(job_id, JobState.COMPLETED, finalized=True)
     return JobStateUpdate(
         job_id, JobState.COMPLETED, finalized=True, metadata_updates=_encoded(staged)
     )
