@@ -20,8 +20,9 @@ The executor (runtime/executor.py), the undecodable-row path and the rescuer
 River's executor and rescuer decide differently on purpose, the difference is a
 :class:`RetryRules` field, :data:`EXECUTOR_RETRY` or :data:`RESCUER_RETRY`.
 
-Pure functions of their arguments (``now`` is passed in), and below both the worker
-registry and the middleware: this module imports neither.
+No I/O and no clock: ``now`` is passed in (the backoff's jitter and the user's own
+policy and ``next_retry`` functions aside, the answers follow from the arguments). Below
+both the worker registry and the middleware: this module imports neither.
 """
 
 from __future__ import annotations
@@ -152,11 +153,12 @@ class RetryRules:
 EXECUTOR_RETRY = RetryRules(soon_is_available=True, keep_past_worker_time=False)
 # River's rescuer (makeRetryDecision in internal/maintenance/job_rescuer.go) writes every
 # retried job ``retryable`` at the worker's time as given: no SchedulerInterval shortcut
-# (a job that already waited out the rescue horizon gains nothing from five seconds; the
-# scheduler promotes it) and no past-time check (a past time is simply due at the
-# scheduler's next run). Kept so a rescue writes the row River writes. (riverboat's one
-# addition on both paths: a retry *policy* that fails or answers a naive or past time
-# falls back to the default, see policy_retry_time.)
+# and no past-time check. River says nothing on why (neither the code nor the changelog);
+# both are harmless there: a rescued job has already waited out the rescue horizon (an
+# hour by default), and the scheduler makes a retryable job that is due (past time
+# included) available at its next run. Kept so a rescue writes the row River writes.
+# riverboat's one addition on both paths: a retry *policy* that fails or answers a
+# naive or past time falls back to the default backoff (policy_retry_time).
 RESCUER_RETRY = RetryRules(soon_is_available=False, keep_past_worker_time=True)
 
 
