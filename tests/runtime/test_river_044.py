@@ -21,8 +21,8 @@ import pytest
 
 import riverboat
 from riverboat import InsertOpts, JobState
-from riverboat.runtime.completer import persisted_event_kind
 from riverboat.runtime.events import EventKind
+from riverboat.runtime.outcomes import persisted_event_kind
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Job, JobSnooze, Workers
 from tests.runtime.helpers import next_events, wait_for

@@ -41,9 +41,10 @@ from riverboat._job import AttemptError, JobRow, JobState
 from riverboat.dialect.base import JobStateUpdate, is_plain_completion
 from riverboat.errors import DriverError
 from riverboat.runtime.events import Event, EventKind, JobStatistics
+from riverboat.runtime.outcomes import persisted_event_kind
 from riverboat.workflow import WORKFLOW_METADATA_KEY
 
-__all__ = ["Completer", "PendingCompletion", "persisted_event_kind"]
+__all__ = ["Completer", "PendingCompletion"]
 
 log = logging.getLogger("riverboat.completer")
 
@@ -103,28 +104,6 @@ class _Unstorable(Exception):
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def persisted_event_kind(state: JobState, requested: EventKind) -> EventKind | None:
-    """The event for a job's stored outcome, not the one its worker asked for (River
-    0.44.0, internal/jobcompleter): ``available`` is ambiguous (a retry due soon, a short
-    snooze, an interruption) so it keeps the requested kind unless that was a completion
-    or cancellation; every other finished state names its own event. A row that is
-    running again or pending was not finished by this attempt: no event (River panics)."""
-    if state is JobState.AVAILABLE:
-        if requested in (EventKind.JOB_COMPLETED, EventKind.JOB_CANCELLED):
-            return EventKind.JOB_FAILED
-        return requested
-    return _EVENT_BY_STATE.get(state)
-
-
-_EVENT_BY_STATE = {
-    JobState.CANCELLED: EventKind.JOB_CANCELLED,
-    JobState.COMPLETED: EventKind.JOB_COMPLETED,
-    JobState.DISCARDED: EventKind.JOB_FAILED,
-    JobState.RETRYABLE: EventKind.JOB_FAILED,
-    JobState.SCHEDULED: EventKind.JOB_SNOOZED,
-}
 
 
 @dataclass(slots=True)

@@ -13,7 +13,8 @@
   River's ``-1`` for none (:func:`effective_timeout`);
 - the state update each outcome hands to the completer (:func:`completed`,
   :func:`interrupted`, :func:`snoozed`, :func:`cancelled`, :func:`failed`,
-  :func:`undecodable`) and the one the rescuer writes for a stuck job (:func:`rescued`).
+  :func:`undecodable`) and the one the rescuer writes for a stuck job (:func:`rescued`);
+- which event a stored outcome reports (:func:`persisted_event_kind`).
 
 The executor (runtime/executor.py), the undecodable-row path and the rescuer
 (runtime/maintenance/rescuer.py) only find out what happened and call these. Where
@@ -38,6 +39,7 @@ from riverboat._job import AttemptError, JobRow, JobState
 from riverboat._json import go_json_storable
 from riverboat.dialect.base import JobStateUpdate, RescueUpdate
 from riverboat.errors import InvalidInputError
+from riverboat.runtime.events import EventKind
 
 __all__ = [
     "EXECUTOR_RETRY",
@@ -56,6 +58,7 @@ __all__ = [
     "effective_timeout",
     "failed",
     "interrupted",
+    "persisted_event_kind",
     "policy_retry_time",
     "rescued",
     "retry_state",
@@ -352,3 +355,28 @@ def rescued(
         return final(JobState.DISCARDED)
     when = retry_time(job, now, policy, worker_time if decoded else None, RESCUER_RETRY)
     return RescueUpdate(job.id, error, None, when, retry_state(when, now, RESCUER_RETRY).value)
+
+
+# -- the event a stored outcome reports -----------------------------------------------
+
+
+def persisted_event_kind(state: JobState, requested: EventKind) -> EventKind | None:
+    """The event for a job's stored outcome, not the one its worker asked for (River
+    0.44.0, internal/jobcompleter): ``available`` is ambiguous (a retry due soon, a short
+    snooze, an interruption) so it keeps the requested kind unless that was a completion
+    or cancellation; every other finished state names its own event. A row that is
+    running again or pending was not finished by this attempt: no event (River panics)."""
+    if state is JobState.AVAILABLE:
+        if requested in (EventKind.JOB_COMPLETED, EventKind.JOB_CANCELLED):
+            return EventKind.JOB_FAILED
+        return requested
+    return _EVENT_BY_STATE.get(state)
+
+
+_EVENT_BY_STATE = {
+    JobState.CANCELLED: EventKind.JOB_CANCELLED,
+    JobState.COMPLETED: EventKind.JOB_COMPLETED,
+    JobState.DISCARDED: EventKind.JOB_FAILED,
+    JobState.RETRYABLE: EventKind.JOB_FAILED,
+    JobState.SCHEDULED: EventKind.JOB_SNOOZED,
+}
