@@ -143,7 +143,9 @@ _UNDECODED: Any = object()
 
 @dataclass(slots=True, eq=False)
 class JobRow:
-    """A ``river_job`` row, decoded positionally from a statement's RETURNING list.
+    """A ``river_job`` row, decoded positionally from a statement's RETURNING list: the
+    fields up to ``unique_states`` are the columns of
+    :data:`riverboat.dialect._rows.JOB_COLUMNS`, in its order.
 
     ``encoded_args`` stays the raw JSON text from the database; :attr:`args` decodes it
     on first use and keeps the result, so a job's args are parsed at most once.
@@ -192,52 +194,6 @@ class JobRow:
 _COMPARED_FIELDS = tuple(
     n for n in JobRow.__dataclass_fields__ if n not in ("_args", "decode_errors")
 )
-
-# The river_job columns in JobRow order (the order every job-returning statement uses).
-JOB_FIELDS = tuple("args" if n == "encoded_args" else n for n in _COMPARED_FIELDS)
-
-# Placeholders for values that could not be decoded: the earliest time (a NOT NULL
-# timestamp reads as "long past", so the job is due and gets failed by id), empty JSON.
-MIN_TIME = datetime.min.replace(tzinfo=UTC)
-_PLACEHOLDERS: tuple[Any, ...] = (
-    0,  # id
-    "null",  # args
-    0,  # attempt
-    None,  # attempted_at
-    [],  # attempted_by
-    MIN_TIME,  # created_at
-    [],  # errors
-    None,  # finalized_at
-    "",  # kind
-    1,  # max_attempts
-    {},  # metadata
-    1,  # priority
-    "",  # queue
-    JobState.RUNNING,  # state
-    MIN_TIME,  # scheduled_at
-    [],  # tags
-    None,  # unique_key
-    None,  # unique_states
-)
-
-
-def salvage_job(row: Sequence[Any], decoders: Sequence[Any]) -> JobRow:
-    """Decode ``row`` column by column (``decoders[i](row[i])``), putting a placeholder
-    where a value fails and naming it in :attr:`JobRow.decode_errors`. The slow path of
-    a dialect's ``decode_job``, taken only when its fast path raised: one bad value
-    never makes a whole row (or the batch it came in) unreadable."""
-    values: list[Any] = []
-    problems: list[str] = []
-    for index, decode in enumerate(decoders):
-        try:
-            value = decode(row[index])
-        except Exception as exc:  # any value another client wrote
-            value = _PLACEHOLDERS[index]
-            problems.append(f"{JOB_FIELDS[index]}: {type(exc).__name__}: {exc}")
-        values.append(value)
-    job = JobRow(*values)
-    job.decode_errors = tuple(problems)
-    return job
 
 
 @dataclass(slots=True, frozen=True)

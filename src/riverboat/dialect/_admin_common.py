@@ -266,7 +266,7 @@ class AdminStatements(DialectPart, ABC):
 
     if TYPE_CHECKING:  # provided by Dialect; declared for mypy only
 
-        def decode_job(self, row: Sequence[Any]) -> JobRow: ...
+        def decode_job(self, row: Sequence[Any], /) -> JobRow: ...
 
     # -- what each dialect spells its own way --------------------------------------------
     @abstractmethod

@@ -1,13 +1,22 @@
-"""Pieces every Postgres statement module shares: the job column list and the channel."""
+"""Pieces every Postgres statement module shares: how Postgres reads the job and queue
+rows (their column lists and decoder), and the channel."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from riverboat.dialect._common import JOB_COLUMNS, select_job_columns
+from riverboat._job import STATE_BY_NAME, AttemptError, decode_metadata
+from riverboat.dialect._rows import QUEUE_COLUMNS, JobReader, Read, select_list
 
-__all__ = ["CHANNEL", "JOB_COLUMNS", "UNIQUE_CONFLICT", "job_columns", "unnest_arrays"]
+__all__ = [
+    "CHANNEL",
+    "JOB_READER",
+    "QUEUE_SELECT",
+    "UNIQUE_CONFLICT",
+    "job_columns",
+    "unnest_arrays",
+]
 
 # Python's datetime holds years 1 to 9999 only, and every Postgres driver fails the whole
 # fetch on a timestamptz outside them ('infinity', '-infinity', a year BC, or year 1
@@ -29,25 +38,52 @@ _CLAMPED = (
     + " ELSE {c} END"
 )
 
-# How Postgres reads the job columns that need more than the stored value.
-_READ_AS = {
-    "args": "{c}::text",
-    "attempted_at": _CLAMPED,
-    "created_at": _CLAMPED,
-    "errors": "{c}::text[]",
-    "finalized_at": _CLAMPED,
-    "metadata": "{c}::text",
-    "state": "{c}::text",
-    "scheduled_at": _CLAMPED,
-    "tags": "{c}::text[]",
-    "unique_states": "{c}::integer",
-}
+
+def _cast(sql_type: str, **read: Any) -> Read:
+    """A column read cast to ``sql_type``, so every driver hands back the same type."""
+    return Read(sql="{c}::" + sql_type, returns=sql_type, **read)
 
 
-def job_columns(table: str = "") -> str:
-    """The RETURNING/SELECT list every job-returning statement uses, in JobRow order."""
-    return select_job_columns(_READ_AS, table)
+def _errors(value: Any) -> list[AttemptError]:
+    return [AttemptError.from_json(e) for e in value] if value else []
 
+
+# How Postgres reads the job columns that need more than the stored value: JSON and the
+# enum as text, bit(8) as integer, timestamps clamped. Postgres's types guarantee almost
+# everything; the strict decoders are for what they don't (a driver's odd value).
+_CLAMPED_TIME = Read(sql=_CLAMPED)
+JOB_READER = JobReader(
+    {
+        "args": _cast("text"),
+        "attempted_at": _CLAMPED_TIME,
+        "attempted_by": Read(fast="{v} or []", strict=lambda v: v or []),
+        "created_at": _CLAMPED_TIME,
+        "errors": _cast(
+            "text[]",
+            fast="[AttemptError.from_json(e) for e in {v}] if {v} else []",
+            strict=_errors,
+        ),
+        "finalized_at": _CLAMPED_TIME,
+        "metadata": _cast("text", fast="decode_metadata({v})", strict=decode_metadata),
+        "state": _cast("text", fast="STATE_BY_NAME[{v}]", strict=lambda v: STATE_BY_NAME[v]),
+        "scheduled_at": _CLAMPED_TIME,
+        "tags": _cast("text[]"),
+        "unique_key": Read(
+            fast="bytes({v}) if {v} is not None else None",
+            strict=lambda v: None if v is None else bytes(v),
+        ),
+        "unique_states": _cast("integer"),
+    },
+    {
+        "AttemptError": AttemptError,
+        "STATE_BY_NAME": STATE_BY_NAME,
+        "decode_metadata": decode_metadata,
+    },
+)
+job_columns = JOB_READER.columns
+
+#: The river_queue columns every queue-returning statement lists, in QueueRow order.
+QUEUE_SELECT = select_list(QUEUE_COLUMNS, {"metadata": _cast("text")})
 
 # The NOTIFY channel for a topic: River's "<schema>.<topic>", with current_schema() when
 # no schema is configured.

@@ -12,10 +12,14 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
-from riverboat.dialect._common import select_job_columns
+from riverboat._job import STATE_BY_NAME, AttemptError, JobState, decode_metadata
+from riverboat._json import json_loads
+from riverboat.dialect._rows import QUEUE_COLUMNS, JobReader, Read, select_list
 
 __all__ = [
+    "JOB_READER",
     "NOW",
+    "QUEUE_SELECT",
     "format_timestamp",
     "job_columns",
     "parse_timestamp",
@@ -73,16 +77,6 @@ def metadata_merge(doc: str, updates: str) -> str:
             FROM merged JOIN edit ON edit.n = merged.n + 1
         )
         SELECT doc FROM merged ORDER BY n DESC LIMIT 1)"""
-
-
-# The job columns SQLite reads through json(): JSON another client stored as JSONB or
-# as malformed text reads as NULL (see _JSON).
-_READ_AS = dict.fromkeys(("args", "attempted_by", "errors", "metadata", "tags"), _JSON)
-
-
-def job_columns(table: str = "") -> str:
-    """The SELECT/RETURNING list of every job-returning statement, in JobRow order."""
-    return select_job_columns(_READ_AS, table)
 
 
 # SQLite's clock as River's timestamp text; constant within one statement.
@@ -251,3 +245,105 @@ def seconds_modifier(seconds: float | None) -> str | None:
     if seconds is None:
         return None
     return f"{float(seconds):+.3f} seconds"
+
+
+# -- reading the job row ----------------------------------------------------------------
+def _required(value: Any) -> Any:
+    if value is None:
+        raise ValueError("NULL in a NOT NULL column")
+    return value
+
+
+def _json_text(value: Any) -> Any:
+    # The column list reads JSON SQLite can't parse as NULL (see job_columns).
+    if value is None:
+        raise ValueError("not valid JSON (or NULL)")
+    return value
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"not an integer: {value!r}")
+    return value
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"not text: {value!r}")
+    return value
+
+
+def _json_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    decoded = json_loads(value)
+    if not isinstance(decoded, list):
+        raise TypeError(f"not a JSON array: {value!r}")
+    return decoded
+
+
+def _errors(value: Any) -> list[AttemptError]:
+    return [AttemptError.from_json(e) for e in _json_list(value)]
+
+
+def _time(value: Any) -> datetime:
+    return _required(parse_timestamp(_required(value)))  # type: ignore[no-any-return]
+
+
+def _state(value: Any) -> JobState:
+    try:
+        return STATE_BY_NAME[value]
+    except (KeyError, TypeError):
+        raise ValueError(f"not a job state: {value!r}") from None
+
+
+def _unique_key(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)
+
+
+def _unique_states(value: Any) -> int | None:
+    return None if value is None else _int(value)
+
+
+# How SQLite reads the job row: JSON through json() (JSON another client stored as JSONB
+# or as malformed text reads as NULL, see _JSON), timestamps parsed from text. The
+# strict decoders also check each value's type: SQLite stores anything anywhere.
+JOB_READER = JobReader(
+    {
+        "id": Read(strict=_int),
+        "args": Read(sql=_JSON, check_null=True, strict=lambda v: _text(_json_text(v))),
+        "attempt": Read(strict=_int),
+        "attempted_at": Read(fast="parse_timestamp({v})", strict=parse_timestamp),
+        "attempted_by": Read(sql=_JSON, fast="json_loads({v}) if {v} else []", strict=_json_list),
+        "created_at": Read(fast="parse_timestamp({v})", check_null=True, strict=_time),
+        "errors": Read(
+            sql=_JSON,
+            fast="[AttemptError.from_json(e) for e in json_loads({v})] if {v} else []",
+            strict=_errors,
+        ),
+        "finalized_at": Read(fast="parse_timestamp({v})", strict=parse_timestamp),
+        "kind": Read(strict=_text),
+        "max_attempts": Read(strict=_int),
+        "metadata": Read(
+            sql=_JSON, fast="decode_metadata({v})", strict=lambda v: decode_metadata(_json_text(v))
+        ),
+        "priority": Read(strict=_int),
+        "queue": Read(strict=_text),
+        "state": Read(fast="STATE_BY_NAME[{v}]", strict=_state),
+        "scheduled_at": Read(fast="parse_timestamp({v})", check_null=True, strict=_time),
+        "tags": Read(sql=_JSON, fast="json_loads({v})", strict=lambda v: _json_list(_json_text(v))),
+        "unique_key": Read(fast="bytes({v}) if {v} is not None else None", strict=_unique_key),
+        "unique_states": Read(strict=_unique_states),
+    },
+    {
+        "AttemptError": AttemptError,
+        "STATE_BY_NAME": STATE_BY_NAME,
+        "decode_metadata": decode_metadata,
+        "json_loads": json_loads,
+        "parse_timestamp": parse_timestamp,
+    },
+)
+job_columns = JOB_READER.columns
+
+#: The river_queue columns every queue-returning statement lists, in QueueRow order.
+QUEUE_SELECT = select_list(QUEUE_COLUMNS, {"metadata": Read(sql="json({c})")})

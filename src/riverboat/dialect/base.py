@@ -14,6 +14,7 @@ from riverboat._sql import Query, Statement, render_schema
 from riverboat.dialect._admin_common import AdminStatements
 from riverboat.dialect._fleet_common import FleetStatements
 from riverboat.dialect._flow_common import FlowStatements
+from riverboat.dialect._rows import job_patcher
 from riverboat.dialect._workflow_common import WorkflowStatements
 from riverboat.errors import InvalidInputError
 
@@ -116,6 +117,9 @@ class CopyBatch:
 # How many client ids a job's attempted_by keeps (River's JobGetAvailable trims it).
 MAX_ATTEMPTED_BY = 100
 
+# The row a plain completion leaves: the claimed one with what job_complete_many changed.
+_completed = job_patcher("finalized_at", "metadata", "state")
+
 
 class Dialect(AdminStatements, FleetStatements, FlowStatements, WorkflowStatements, ABC):
     """The contract every dialect fulfils: each operation the client, the runtime, the
@@ -164,7 +168,7 @@ class Dialect(AdminStatements, FleetStatements, FlowStatements, WorkflowStatemen
     def decode_insert(self, rows: Sequence[Sequence[Any]]) -> list[InsertResult]: ...
 
     @abstractmethod
-    def decode_job(self, row: Sequence[Any]) -> JobRow: ...
+    def decode_job(self, row: Sequence[Any], /) -> JobRow: ...
 
     def decode_jobs(self, rows: Sequence[Sequence[Any]]) -> list[JobRow]:
         decode = self.decode_job
@@ -243,26 +247,7 @@ class Dialect(AdminStatements, FleetStatements, FlowStatements, WorkflowStatemen
         the job again after a rescue): the caller then reads the whole row."""
         if row[1] != claimed.attempt:
             return None
-        return JobRow(
-            claimed.id,
-            claimed.encoded_args,
-            claimed.attempt,
-            claimed.attempted_at,
-            claimed.attempted_by,
-            claimed.created_at,
-            claimed.errors,
-            row[2],
-            claimed.kind,
-            claimed.max_attempts,
-            decode_metadata(row[3]),
-            claimed.priority,
-            claimed.queue,
-            JobState.COMPLETED,
-            claimed.scheduled_at,
-            claimed.tags,
-            claimed.unique_key,
-            claimed.unique_states,
-        )
+        return _completed(claimed, row[2], decode_metadata(row[3]), JobState.COMPLETED)
 
     @abstractmethod
     def job_count_upcoming(self, queues: Sequence[str], horizon: float) -> Statement: ...

@@ -1,9 +1,9 @@
 """Postgres: River's statements, rewritten for riverboat, with array-typed arguments.
 
-Every statement returning jobs lists the columns explicitly in :data:`JOB_COLUMNS` order
-and casts JSON to text, ``bit(8)`` to integer and the enum to text, so every Postgres
-driver (psycopg, asyncpg, SQLAlchemy, Django) hands back the same Python types and one
-decoder serves them all.
+Every statement returning jobs lists the columns explicitly
+(:func:`~riverboat.dialect._pg_common.job_columns`) and casts JSON to text, ``bit(8)`` to
+integer and the enum to text, so every Postgres driver (psycopg, asyncpg, SQLAlchemy,
+Django) hands back the same Python types and one decoder serves them all.
 """
 
 from __future__ import annotations
@@ -14,22 +14,17 @@ from operator import attrgetter
 from typing import Any
 
 from riverboat._insert import InsertParams
-from riverboat._job import (
-    STATE_BY_NAME,
-    AttemptError,
-    InsertResult,
-    JobRow,
-    decode_metadata,
-    salvage_job,
-)
+from riverboat._job import InsertResult
 from riverboat._sql import Statement
 from riverboat.dialect._pg_common import (
     CHANNEL,
-    JOB_COLUMNS,
+    JOB_READER,
+    QUEUE_SELECT,
     UNIQUE_CONFLICT,
     job_columns,
     unnest_arrays,
 )
+from riverboat.dialect._rows import JOB_COLUMNS
 from riverboat.dialect.base import BulkCopy, CopyBatch, Dialect, JobStateUpdate
 from riverboat.dialect.postgres_admin import PostgresAdmin
 from riverboat.dialect.postgres_fleet import PostgresFleet
@@ -37,7 +32,7 @@ from riverboat.dialect.postgres_flow import PostgresFlow
 from riverboat.dialect.postgres_leadership import PostgresLeadership
 from riverboat.dialect.postgres_workflow import PostgresWorkflow
 
-__all__ = ["COPY_COLUMNS", "JOB_COLUMNS", "CopyBatch", "PostgresDialect"]
+__all__ = ["COPY_COLUMNS", "CopyBatch", "PostgresDialect"]
 
 QUERIES: dict[str, str] = {}
 
@@ -261,11 +256,11 @@ ORDER BY id
 """
 
 # River's QueueCreateOrSetUpdatedAt: an existing queue keeps paused_at and metadata.
-QUERIES["queue_create_or_set_updated_at"] = """
+QUERIES["queue_create_or_set_updated_at"] = f"""
 INSERT INTO <schema>river_queue (created_at, metadata, name, paused_at, updated_at)
-VALUES (now(), coalesce(:metadata::jsonb, '{}'::jsonb), :name::text, NULL, now())
+VALUES (now(), coalesce(:metadata::jsonb, '{{}}'::jsonb), :name::text, NULL, now())
 ON CONFLICT (name) DO UPDATE SET updated_at = EXCLUDED.updated_at
-RETURNING name, created_at, metadata::text, paused_at, updated_at
+RETURNING {QUEUE_SELECT}
 """
 
 QUERIES["ping"] = "SELECT 1"
@@ -292,36 +287,9 @@ ORDER BY state
 """
 
 
-def _same(value: Any) -> Any:
-    return value
-
-
-def _errors(value: Any) -> list[AttemptError]:
-    return [AttemptError.from_json(e) for e in value] if value else []
-
-
-# decode_job's slow path, one decoder per column in JobRow order. Postgres's types
-# guarantee almost everything; this is for what they don't (a driver's odd value).
-_FIELD_DECODERS = (
-    _same,
-    _same,
-    _same,
-    _same,
-    lambda v: v or [],
-    _same,
-    _errors,
-    _same,
-    _same,
-    _same,
-    decode_metadata,
-    _same,
-    _same,
-    lambda v: STATE_BY_NAME[v],
-    _same,
-    _same,
-    lambda v: None if v is None else bytes(v),
-    _same,
-)
+# Where the insert statements' rows say whether a unique job was already there: after the
+# job's columns.
+_DUPLICATE = len(JOB_COLUMNS)
 
 
 def _tags_packed(tags: list[str]) -> str:
@@ -427,36 +395,9 @@ class PostgresDialect(
 
     def decode_insert(self, rows: Sequence[Sequence[Any]]) -> list[InsertResult]:
         decode = self.decode_job
-        return [InsertResult(decode(row), bool(row[18])) for row in rows]
+        return [InsertResult(decode(row), bool(row[_DUPLICATE])) for row in rows]
 
-    def decode_job(self, row: Sequence[Any]) -> JobRow:
-        """A job row; a value that can't be read is named in
-        :attr:`JobRow.decode_errors` (with a placeholder) instead of raising."""
-        try:
-            errors = row[6]
-            unique_key = row[16]
-            return JobRow(
-                row[0],
-                row[1],
-                row[2],
-                row[3],
-                row[4] or [],
-                row[5],
-                [AttemptError.from_json(e) for e in errors] if errors else [],
-                row[7],
-                row[8],
-                row[9],
-                decode_metadata(row[10]),
-                row[11],
-                row[12],
-                STATE_BY_NAME[row[13]],
-                row[14],
-                row[15],
-                bytes(unique_key) if unique_key is not None else None,
-                row[17],
-            )
-        except Exception:
-            return salvage_job(row, _FIELD_DECODERS)
+    decode_job = JOB_READER.decode_job
 
     def time_param(self, value: datetime | None) -> Any:
         return value

@@ -19,11 +19,10 @@ from riverboat._queue import QueueRow
 from riverboat._sql import Query, Statement
 from riverboat.dialect._admin_common import ALL_STATES, QUEUE_ACTIVITY_JOIN, AdminSql, compact_json
 from riverboat.dialect._part import DialectPart
-from riverboat.dialect._pg_common import CHANNEL, job_columns
+from riverboat.dialect._pg_common import CHANNEL, QUEUE_SELECT, job_columns
 
-__all__ = ["JOB_LIST_FILTERS", "QUEUE_COLUMNS", "PostgresAdmin", "PostgresAdminSql"]
+__all__ = ["JOB_LIST_FILTERS", "PostgresAdmin", "PostgresAdminSql"]
 
-QUEUE_COLUMNS = "name, created_at, metadata::text AS metadata, paused_at, updated_at"
 _CONTROL = CHANNEL.format(topic="river_control")
 _FINALIZED = "('cancelled', 'completed', 'discarded')"
 
@@ -127,7 +126,7 @@ WHERE id = :id::bigint
 RETURNING {job_columns()}
 """
 
-QUERIES["queue_get"] = f"SELECT {QUEUE_COLUMNS} FROM <schema>river_queue WHERE name = :name::text"
+QUERIES["queue_get"] = f"SELECT {QUEUE_SELECT} FROM <schema>river_queue WHERE name = :name::text"
 
 # One job by id set running, as JobGetAvailable would (riverboat.testing.work_job runs a
 # test's job inline); a job that is running or finalized is left alone and not returned.
@@ -197,7 +196,7 @@ done AS (
 """
 
 QUERIES["queue_list"] = (
-    f"SELECT {QUEUE_COLUMNS} FROM <schema>river_queue ORDER BY name ASC LIMIT :max::integer"
+    f"SELECT {QUEUE_SELECT} FROM <schema>river_queue ORDER BY name ASC LIMIT :max::integer"
 )
 
 # River's QueuePause / QueueResume plus their river_control notification, in one
@@ -211,7 +210,7 @@ WITH updated AS (
     SET paused_at = {{paused_at}},
         updated_at = CASE WHEN {{flips}} THEN now() ELSE updated_at END
     WHERE :name::text = '*' OR name = :name::text
-    RETURNING {QUEUE_COLUMNS}
+    RETURNING {QUEUE_SELECT}
 ),
 notified AS (
     SELECT count(pg_notify({_CONTROL}, :payload::text)) AS sent
@@ -232,7 +231,7 @@ WITH updated AS (
                         ELSE metadata END,
         updated_at = now()
     WHERE name = :name::text
-    RETURNING {QUEUE_COLUMNS}
+    RETURNING {QUEUE_SELECT}
 ),
 notified AS (
     SELECT count(pg_notify({_CONTROL}, :payload::text)) AS sent

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 from riverboat._sql import Query, Statement, render_schema
 from riverboat.dialect._part import DialectPart, raw_query
+from riverboat.dialect._pg_common import JOB_READER
 from riverboat.flow import SEQUENCE_METADATA_KEY, FlowControl
 
 __all__ = ["PostgresFlow"]
@@ -39,17 +40,13 @@ QUERIES: dict[str, str] = {}
 # what a server crash can then lose is a claim of its last moments, whose jobs are
 # available again after recovery and run again, as a job running at a crash does; the
 # completion that follows a claim is a synchronous commit and flushes the claim first.
-QUERIES["job_get_available_flow"] = """
+QUERIES["job_get_available_flow"] = f"""
 SELECT * FROM <schema>riverboat_flow_claim(
     hashtext(concat(coalesce(:schema::text, current_schema()), '.riverboat_flow.',
                     :queue::text))::bigint,
     :claim::text,
     :params::text[]
-) AS t(id bigint, args text, attempt smallint, attempted_at timestamptz,
-       attempted_by text[], created_at timestamptz, errors text[], finalized_at timestamptz,
-       kind text, max_attempts smallint, metadata text, priority smallint, queue text,
-       state text, scheduled_at timestamptz, tags text[], unique_key bytea,
-       unique_states integer)
+) AS t({JOB_READER.row_type()})
 """
 _PLACEHOLDER = re.compile(r"\$(\d+)")
 

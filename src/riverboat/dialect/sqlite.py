@@ -4,7 +4,7 @@ Values follow River's SQLite encodings: JSON columns are JSONB blobs (written wi
 ``jsonb()``, read back as text with ``json()``), timestamps are UTC text
 ``YYYY-MM-DD HH:MM:SS.sss``, ``unique_key`` a raw blob and ``unique_states`` an integer.
 SQLite binds no arrays, so a batch travels as one JSON array parameter expanded with
-``json_each``. Rows come back in :data:`~riverboat.dialect.postgres.JOB_COLUMNS` order.
+``json_each``. Rows come back in :data:`~riverboat.dialect._rows.JOB_COLUMNS` order.
 """
 
 from __future__ import annotations
@@ -16,19 +16,12 @@ from datetime import datetime
 from typing import Any
 
 from riverboat._insert import InsertParams
-from riverboat._job import (
-    STATE_BY_NAME,
-    AttemptError,
-    InsertResult,
-    JobRow,
-    JobState,
-    decode_metadata,
-    salvage_job,
-)
-from riverboat._json import json_loads
+from riverboat._job import InsertResult
 from riverboat._sql import Statement
-from riverboat.dialect._sqlite_common import NOW as _NOW
+from riverboat.dialect._rows import JOB_COLUMNS, JOB_INDEX
 from riverboat.dialect._sqlite_common import (
+    JOB_READER,
+    QUEUE_SELECT,
     errors_append,
     format_timestamp,
     metadata_merge,
@@ -37,6 +30,7 @@ from riverboat.dialect._sqlite_common import (
     ts_key,
     valid_json_or,
 )
+from riverboat.dialect._sqlite_common import NOW as _NOW
 from riverboat.dialect._sqlite_common import job_columns as _cols
 from riverboat.dialect._sqlite_common import ts_or_none as _ts_or_none
 from riverboat.dialect.base import Dialect, JobStateUpdate, NotificationOutbox
@@ -237,7 +231,7 @@ QUERIES["queue_create_or_set_updated_at"] = f"""
 INSERT INTO <schema>river_queue (created_at, metadata, name, paused_at, updated_at)
 VALUES ({_NOW}, jsonb(coalesce(:metadata, '{{}}')), :name, NULL, {_NOW})
 ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at
-RETURNING name, created_at, json(metadata), paused_at, updated_at
+RETURNING {QUEUE_SELECT}
 """
 
 QUERIES["ping"] = "SELECT 1"
@@ -261,84 +255,11 @@ ORDER BY state
 """
 
 
-def _required(value: Any) -> Any:
-    if value is None:
-        raise ValueError("NULL in a NOT NULL column")
-    return value
-
-
-def _json_text(value: Any) -> Any:
-    # The column list reads JSON SQLite can't parse as NULL (see job_columns).
-    if value is None:
-        raise ValueError("not valid JSON (or NULL)")
-    return value
-
-
-def _int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"not an integer: {value!r}")
-    return value
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"not text: {value!r}")
-    return value
-
-
-def _json_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    decoded = json_loads(value)
-    if not isinstance(decoded, list):
-        raise TypeError(f"not a JSON array: {value!r}")
-    return decoded
-
-
-def _errors(value: Any) -> list[AttemptError]:
-    return [AttemptError.from_json(e) for e in _json_list(value)]
-
-
-def _time(value: Any) -> datetime:
-    return _required(parse_timestamp(_required(value)))  # type: ignore[no-any-return]
-
-
-def _state(value: Any) -> JobState:
-    try:
-        return STATE_BY_NAME[value]
-    except (KeyError, TypeError):
-        raise ValueError(f"not a job state: {value!r}") from None
-
-
-def _unique_key(value: Any) -> bytes | None:
-    return None if value is None else bytes(value)
-
-
-def _unique_states(value: Any) -> int | None:
-    return None if value is None else _int(value)
-
-
-# decode_job's slow path: one decoder per column, in JobRow order.
-_FIELD_DECODERS = (
-    _int,
-    lambda v: _text(_json_text(v)),
-    _int,
-    parse_timestamp,
-    _json_list,
-    _time,
-    _errors,
-    parse_timestamp,
-    _text,
-    _int,
-    lambda v: decode_metadata(_json_text(v)),
-    _int,
-    _text,
-    _state,
-    _time,
-    lambda v: _json_list(_json_text(v)),
-    _unique_key,
-    _unique_states,
-)
+# Where job_insert_many's rows tell a duplicate: the unique key, then after the job's
+# columns the nonce the returned row carries and the one the batch was sent with.
+_UNIQUE_KEY = JOB_INDEX["unique_key"]
+_UNIQUE_NONCE = len(JOB_COLUMNS)
+_BATCH_NONCE = _UNIQUE_NONCE + 1
 
 
 def _encode_insert_job(job: InsertParams) -> str:
@@ -408,45 +329,12 @@ class SqliteDialect(
         decode = self.decode_job
         out = []
         for position, row in enumerate(rows):
-            nonce = row[18]
-            duplicate = row[16] is not None and nonce != f"{row[19]}-{position}"
+            nonce = row[_UNIQUE_NONCE]
+            duplicate = row[_UNIQUE_KEY] is not None and nonce != f"{row[_BATCH_NONCE]}-{position}"
             out.append(InsertResult(decode(row), duplicate))
         return out
 
-    def decode_job(self, row: Sequence[Any]) -> JobRow:
-        """A job row; never raises for a value in it: what can't be read (a timestamp
-        form nobody knows, JSON SQLite can't parse, an unknown state) is named in
-        :attr:`JobRow.decode_errors`, with a placeholder in its field."""
-        try:
-            attempted_by = row[4]
-            errors = row[6]
-            unique_key = row[16]
-            created_at = parse_timestamp(row[5])
-            scheduled_at = parse_timestamp(row[14])
-            if None in (created_at, scheduled_at, row[1], row[10], row[15]):
-                raise ValueError("a NOT NULL column is NULL")
-            return JobRow(
-                row[0],
-                row[1],
-                row[2],
-                parse_timestamp(row[3]),
-                json_loads(attempted_by) if attempted_by else [],
-                created_at,  # type: ignore[arg-type]
-                [AttemptError.from_json(e) for e in json_loads(errors)] if errors else [],
-                parse_timestamp(row[7]),
-                row[8],
-                row[9],
-                decode_metadata(row[10]),
-                row[11],
-                row[12],
-                STATE_BY_NAME[row[13]],
-                scheduled_at,  # type: ignore[arg-type]
-                json_loads(row[15]),
-                bytes(unique_key) if unique_key is not None else None,
-                row[17],
-            )
-        except Exception:
-            return salvage_job(row, _FIELD_DECODERS)
+    decode_job = JOB_READER.decode_job
 
     def time_param(self, value: datetime | None) -> Any:
         return _ts_or_none(value)

@@ -29,6 +29,7 @@ from riverboat.dialect._admin_common import ALL_STATES, QUEUE_ACTIVITY_JOIN, Adm
 from riverboat.dialect._part import DialectPart
 from riverboat.dialect._sqlite_common import (
     NOW,
+    QUEUE_SELECT,
     format_timestamp,
     job_columns,
     metadata_merge,
@@ -39,9 +40,8 @@ from riverboat.dialect._sqlite_common import (
 )
 from riverboat.errors import NotSupportedError
 
-__all__ = ["JOB_LIST_FILTERS", "QUEUE_COLUMNS", "SqliteAdmin", "SqliteAdminSql"]
+__all__ = ["JOB_LIST_FILTERS", "SqliteAdmin", "SqliteAdminSql"]
 
-QUEUE_COLUMNS = "name, created_at, json(metadata) AS metadata, paused_at, updated_at"
 _FINALIZED = "('cancelled', 'completed', 'discarded')"
 
 QUERIES: dict[str, str] = {}
@@ -124,7 +124,7 @@ WHERE id = :id
 RETURNING {job_columns()}
 """
 
-QUERIES["queue_get"] = f"SELECT {QUEUE_COLUMNS} FROM <schema>river_queue WHERE name = :name"
+QUERIES["queue_get"] = f"SELECT {QUEUE_SELECT} FROM <schema>river_queue WHERE name = :name"
 
 # One job by id set running, as JobGetAvailable would (riverboat.testing.work_job runs a
 # test's job inline); a job that is running or finalized is left alone and not returned.
@@ -193,7 +193,7 @@ done AS (
 """
 
 QUERIES["queue_list"] = (
-    f"SELECT {QUEUE_COLUMNS} FROM <schema>river_queue ORDER BY name ASC LIMIT :max"
+    f"SELECT {QUEUE_SELECT} FROM <schema>river_queue ORDER BY name ASC LIMIT :max"
 )
 
 # River's QueuePause / QueueResume. paused_at and updated_at change only for a queue whose
@@ -203,7 +203,7 @@ UPDATE <schema>river_queue
 SET paused_at = {{paused_at}},
     updated_at = CASE WHEN {{flips}} THEN {NOW} ELSE updated_at END
 WHERE name = :name OR :name = '*'
-RETURNING {QUEUE_COLUMNS}
+RETURNING {QUEUE_SELECT}
 """
 QUERIES["queue_pause"] = _QUEUE_TOGGLE.format(
     paused_at=f"coalesce(paused_at, {NOW})", flips="paused_at IS NULL"
@@ -224,7 +224,7 @@ UPDATE <schema>river_queue
 SET metadata = CASE WHEN :metadata_do_update THEN jsonb(:metadata) ELSE metadata END,
     updated_at = {NOW}
 WHERE name = :name
-RETURNING {QUEUE_COLUMNS}
+RETURNING {QUEUE_SELECT}
 """
 
 # -- job list / delete many: composed from the filters actually given -----------------

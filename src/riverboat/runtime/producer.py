@@ -39,6 +39,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from riverboat._job import JobRow
+from riverboat.dialect._rows import QUEUE_INDEX
 from riverboat.dialect.base import MAX_ATTEMPTED_BY
 from riverboat.errors import DriverError
 from riverboat.flow import ConcurrencyLimit, FlowControl, RateLimit
@@ -83,6 +84,8 @@ QUEUE_POLL_INTERVAL = 2.0
 # With notifications, the same reads run this often (River 0.51): a notification sent
 # while the listener reconnects is lost, and this is the fallback.
 NOTIFICATION_POLL_INTERVAL = 60.0
+# Where a river_queue row (queue_get, queue_create_or_set_updated_at) says it is paused.
+_PAUSED_AT = QUEUE_INDEX["paused_at"]
 CANCEL_POLL_BATCH = 1000  # River's jobCancelPollBatchSize
 MAX_WORKERS_LIMIT = 10_000
 DEFAULT_FETCH_COOLDOWN = 0.1  # River's FetchCooldownDefault
@@ -339,7 +342,7 @@ class Producer:
             rows = await self._driver.fetch(
                 self._dialect.queue_create_or_set_updated_at(self.queue)
             )
-        if rows and rows[0][3] is not None:
+        if rows and rows[0][_PAUSED_AT] is not None:
             self._paused = True
         if self.process_pool is not None and self._exec_config.default_executor == "process":
             self.process_pool.warm(usable_cores())
@@ -477,7 +480,7 @@ class Producer:
             self.health.failed(exc, "reading the queue's state")
             return
         if rows:
-            self.set_paused(rows[0][3] is not None)
+            self.set_paused(rows[0][_PAUSED_AT] is not None)
 
     async def _poll_cancellations(self) -> None:
         """Cancel running jobs whose cancellation was requested in the database (River's
