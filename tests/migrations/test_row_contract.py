@@ -87,3 +87,50 @@ def test_sqlite_lists_read_in_spec_order(sqlite_url: str) -> None:
             assert [d[0] for d in cursor.description] == _names(TABLES[table])
     finally:
         conn.close()
+
+
+_PG_JOB = """INSERT INTO "{schema}".river_job
+    (args, attempt, attempted_at, attempted_by, errors, kind, max_attempts, metadata,
+     queue, state, tags, unique_key, unique_states)
+VALUES ('{{"n": 1}}', 1, now(), '{{c1}}', ARRAY['{{"attempt": 1, "error": "boom"}}'::jsonb],
+        'k', 3, '{{"m": true}}', 'q', 'running', '{{t}}', '\\x0102', B'11110101')"""
+
+
+def test_postgres_decode_job_fast_path_is_the_strict_one(conn: Any, pg_schema: str) -> None:
+    conn.execute(_PG_JOB.format(schema=pg_schema))
+    row = conn.execute(f'SELECT {PG_JOB_READER.columns()} FROM "{pg_schema}".river_job').fetchone()
+    job = PG_JOB_READER.decode_job(None, row)
+    assert (job.args, job.attempted_by, job.tags, job.unique_key) == (
+        {"n": 1},
+        ["c1"],
+        ["t"],
+        b"\x01\x02",
+    )
+    assert job.errors[0].error == "boom"
+    assert job.decode_errors == ()
+    assert PG_JOB_READER.salvage(row) == job
+
+
+def test_sqlite_decode_job_fast_path_is_the_strict_one(sqlite_url: str) -> None:
+    conn = raw(sqlite_url)
+    try:
+        conn.execute(
+            "INSERT INTO river_job (args, attempt, attempted_at, attempted_by, errors, kind, "
+            "max_attempts, metadata, queue, state, tags, unique_key, unique_states) "
+            "VALUES (jsonb('{\"n\":1}'), 1, '2026-01-01 00:00:01.000', jsonb('[\"c1\"]'), "
+            'jsonb(\'[{"attempt":1,"error":"boom"}]\'), \'k\', 3, jsonb(\'{"m":true}\'), '
+            "'q', 'running', jsonb('[\"t\"]'), x'0102', 245)"
+        )
+        row = conn.execute(f"SELECT {SQLITE_JOB_READER.columns()} FROM river_job").fetchone()
+    finally:
+        conn.close()
+    job = SQLITE_JOB_READER.decode_job(None, row)
+    assert (job.args, job.attempted_by, job.tags, job.unique_key) == (
+        {"n": 1},
+        ["c1"],
+        ["t"],
+        b"\x01\x02",
+    )
+    assert job.errors[0].error == "boom"
+    assert job.decode_errors == ()
+    assert SQLITE_JOB_READER.salvage(row) == job

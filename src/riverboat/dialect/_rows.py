@@ -28,6 +28,7 @@ from riverboat._job import JobRow, JobState
 from riverboat._queue import QueueRow
 
 __all__ = [
+    "COMPLETION_COLUMNS",
     "JOB_COLUMNS",
     "JOB_INDEX",
     "QUEUE_COLUMNS",
@@ -82,6 +83,10 @@ JOB_COLUMNS: tuple[Column, ...] = (
 )
 #: A job column's position in every job row.
 JOB_INDEX: dict[str, int] = {c.name: i for i, c in enumerate(JOB_COLUMNS)}
+
+# What a plain completion's statement returns (job_complete_many): enough to patch the
+# claimed row (dialect.base.Dialect.completed_job).
+COMPLETION_COLUMNS = ("id", "attempt", "finalized_at", "metadata")
 
 QUEUE_COLUMNS: tuple[Column, ...] = (
     Column("name", "text", "text", False),
@@ -148,9 +153,11 @@ class JobReader:
         self.strict = tuple(r.strict for r in self.reads.values())
         self.decode_job = self._generate_decoder(namespace)
 
-    def columns(self, table: str = "") -> str:
-        """The SELECT/RETURNING list of every job-returning statement."""
-        return select_list(JOB_COLUMNS, self.reads, table)
+    def columns(self, table: str = "", only: Sequence[str] = ()) -> str:
+        """The SELECT/RETURNING list of every job-returning statement; with ``only``,
+        of just those columns (in that order)."""
+        columns = [JOB_COLUMNS[JOB_INDEX[name]] for name in only] if only else JOB_COLUMNS
+        return select_list(columns, self.reads, table)
 
     def row_type(self) -> str:
         """The columns with the types read (``id bigint, args text, ...``): the column

@@ -14,7 +14,7 @@ from riverboat._sql import Query, Statement, render_schema
 from riverboat.dialect._admin_common import AdminStatements
 from riverboat.dialect._fleet_common import FleetStatements
 from riverboat.dialect._flow_common import FlowStatements
-from riverboat.dialect._rows import job_patcher
+from riverboat.dialect._rows import COMPLETION_COLUMNS, job_patcher
 from riverboat.dialect._workflow_common import WorkflowStatements
 from riverboat.errors import InvalidInputError
 
@@ -119,6 +119,9 @@ MAX_ATTEMPTED_BY = 100
 
 # The row a plain completion leaves: the claimed one with what job_complete_many changed.
 _completed = job_patcher("finalized_at", "metadata", "state")
+_COMPLETED_ATTEMPT, _COMPLETED_AT, _COMPLETED_METADATA = (
+    COMPLETION_COLUMNS.index(name) for name in ("attempt", "finalized_at", "metadata")
+)
 
 
 class Dialect(AdminStatements, FleetStatements, FlowStatements, WorkflowStatements, ABC):
@@ -235,8 +238,8 @@ class Dialect(AdminStatements, FleetStatements, FlowStatements, WorkflowStatemen
         (``completed``, finalized, no error, metadata, attempt or time; see
         :func:`is_plain_completion`), or ``None`` when this dialect has none and the
         general statement serves. It skips rows another session holds locked (it is the
-        completer's alone). With ``returning``, its rows are ``(id, attempt,
-        finalized_at, metadata as JSON text)`` of the jobs it completed, for
+        completer's alone). With ``returning``, its rows are the jobs' columns in
+        :data:`~riverboat.dialect._rows.COMPLETION_COLUMNS` (the id first), for
         :meth:`completed_job` to patch onto the claimed rows."""
         return None
 
@@ -245,9 +248,14 @@ class Dialect(AdminStatements, FleetStatements, FlowStatements, WorkflowStatemen
         finalized time and the metadata from ``row`` (a :meth:`job_complete_many` row).
         ``None`` when the row's attempt isn't the claimed one (another client claimed
         the job again after a rescue): the caller then reads the whole row."""
-        if row[1] != claimed.attempt:
+        if row[_COMPLETED_ATTEMPT] != claimed.attempt:
             return None
-        return _completed(claimed, row[2], decode_metadata(row[3]), JobState.COMPLETED)
+        return _completed(
+            claimed,
+            row[_COMPLETED_AT],
+            decode_metadata(row[_COMPLETED_METADATA]),
+            JobState.COMPLETED,
+        )
 
     @abstractmethod
     def job_count_upcoming(self, queues: Sequence[str], horizon: float) -> Statement: ...

@@ -24,7 +24,7 @@ from riverboat.dialect._pg_common import (
     job_columns,
     unnest_arrays,
 )
-from riverboat.dialect._rows import JOB_COLUMNS
+from riverboat.dialect._rows import COMPLETION_COLUMNS, JOB_COLUMNS
 from riverboat.dialect.base import BulkCopy, CopyBatch, Dialect, JobStateUpdate
 from riverboat.dialect.postgres_admin import PostgresAdmin
 from riverboat.dialect.postgres_fleet import PostgresFleet
@@ -238,8 +238,7 @@ FROM i
 WHERE river_job.id = i.id AND river_job.state::text = 'running'
 """
 QUERIES["job_complete_many"] = (
-    _COMPLETE_BODY
-    + "RETURNING river_job.id, river_job.attempt, river_job.finalized_at, river_job.metadata::text"
+    _COMPLETE_BODY + f"RETURNING {job_columns('river_job', only=COMPLETION_COLUMNS)}"
 )
 QUERIES["job_complete_many_no_return"] = _COMPLETE_BODY
 
