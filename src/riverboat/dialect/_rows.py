@@ -210,6 +210,7 @@ class JobReader:
         lines.append("    except Exception:")
         lines.append("        return salvage(row)")
         scope = {**namespace, "JobRow": JobRow, "salvage": self.salvage}
+        # Only names from the spec and the dialect's Read table go into this source.
         exec("\n".join(lines), scope)
         decode: Callable[[Any, Sequence[Any]], JobRow] = scope["decode_job"]
         decode.__doc__ = (
@@ -223,13 +224,12 @@ def job_patcher(*fields: str) -> Callable[..., JobRow]:
     """A function ``(job, *values)`` returning a copy of ``job`` with ``fields`` set to
     ``values`` (the others shared), built as one ``JobRow(...)`` call; e.g. the row a
     plain completion leaves, from the claimed one."""
-    names = {c.field for c in JOB_COLUMNS}
-    unknown = set(fields) - names
+    unknown = set(fields) - {c.field for c in JOB_COLUMNS}
     if unknown:
         raise ValueError(f"not JobRow fields: {sorted(unknown)}")
-    values = [f if c.field in fields else f"job.{c.field}" for c in JOB_COLUMNS for f in [c.field]]
+    values = [c.field if c.field in fields else f"job.{c.field}" for c in JOB_COLUMNS]
     source = f"def patch(job, {', '.join(fields)}):\n    return JobRow({', '.join(values)})"
     scope: dict[str, Any] = {"JobRow": JobRow}
-    exec(source, scope)
+    exec(source, scope)  # source built from the spec, as _generate_decoder's
     patch: Callable[..., JobRow] = scope["patch"]
     return patch
