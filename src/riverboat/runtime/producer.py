@@ -23,6 +23,17 @@ default (neither the client nor the queue set one), a fetch that came back full 
 followed by the next one as soon as half the slots are free, cooldown or not: at most
 two claims per ``max_workers`` jobs. After a fetch that came back short, a wake-up waits
 as above. A cooldown the user set is kept for every fetch, as River does.
+
+Claiming ahead (riverboat's policy, not River's): under a backlog every freed slot
+otherwise waits for the next claim, whose commit (an fsync at stock durability) takes a
+few ms; jobs of 10 ms then keep their slots busy only 10 ms out of every 10 + claim.
+So with the default cooldown and no flow control, a refill that follows a full fetch
+within ``AHEAD_WINDOW`` (short jobs) claims up to ``max_workers`` more jobs than there
+are free slots. They wait in the producer, claimed (``running`` in the table) but not
+started, and start as slots free, at most ``max_workers`` at once as always. None waits
+longer than ``AHEAD_MAX_WAIT``: older ones are handed back (available again, attempt
+rolled back, like a hard stop's), and claiming ahead pauses for ``AHEAD_BACKOFF``. A stop
+hands back every waiting job; a cancel of one finishes it cancelled without running it.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ import math
 import random
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
@@ -91,6 +103,14 @@ MAX_WORKERS_LIMIT = 10_000
 DEFAULT_FETCH_COOLDOWN = 0.1  # River's FetchCooldownDefault
 # With the default cooldown, the wait after a fetch per job it claimed (see fetch_delay).
 QUICK_FETCH_GAP = 0.01
+# Claiming ahead (see the module's docstring): only when a refill follows a full fetch
+# within this many seconds (the jobs are short); a job claimed ahead starts or is handed
+# back within AHEAD_MAX_WAIT; after a hand-back, no claiming ahead for AHEAD_BACKOFF. At
+# most AHEAD_FACTOR jobs per slot wait claimed ahead.
+AHEAD_WINDOW = 0.25
+AHEAD_MAX_WAIT = 2.0
+AHEAD_BACKOFF = 60.0
+AHEAD_FACTOR = 1.0
 
 
 @dataclass(slots=True, frozen=True)
@@ -201,6 +221,17 @@ class Producer:
         # costs at most two claims per max_workers jobs.
         self._refill_at = max(1, -(-config.max_workers // 2))
         self._refill = asyncio.Event()
+        # Claiming ahead: jobs claimed but not started yet (monotonic claim time, row),
+        # oldest first; slots plus jobs claimed ahead the last fetch aimed for.
+        self._claim_ahead = refill_without_cooldown and self._flow is None
+        self._ahead: deque[tuple[float, JobRow]] = deque()
+        self._ahead_timer: asyncio.TimerHandle | None = None
+        self._ahead_off_until = 0.0
+        self._starting_ahead = False
+        self._ahead_scheduled = False
+        self._capacity = config.max_workers
+        self._last_fetch_full = False
+        self.handed_back = 0  # jobs claimed ahead and handed back unstarted
         self._stopping = False
         self._interrupting = False  # a hard stop began: jobs still starting are handed back
         # Sync jobs whose threads were still running when a hard stop handed them back.
@@ -277,8 +308,9 @@ class Producer:
         return self._paused
 
     def job_ids(self) -> list[int]:
-        """The jobs this producer is running (for the registry's heartbeat)."""
-        return list(self._active)
+        """The jobs this producer is running, or claimed ahead (for the registry's
+        heartbeat)."""
+        return [*self._active, *(row.id for _, row in self._ahead)]
 
     def set_max_workers(self, max_workers: int) -> None:
         """Work up to ``max_workers`` jobs at once from now on (an operator's scale);
@@ -307,7 +339,9 @@ class Producer:
         by others now. Their outcomes are dropped, async ones are cancelled, sync ones
         asked to stop (``job.cancel_requested``); a thread that can't stop keeps its slot
         until it returns. Returns how many jobs were orphaned."""
-        count = 0
+        # Claimed ahead, never started: dropped (others may claim them once rescued).
+        count = len(self._ahead)
+        self._ahead.clear()
         for job_id, (task, state) in list(self._active.items()):
             if job_id in self._orphaned:
                 continue
@@ -323,7 +357,7 @@ class Producer:
     def cancel_job(self, job_id: int) -> bool:
         entry = self._active.get(job_id)
         if entry is None:
-            return False
+            return self._cancel_ahead(job_id)
         task, state = entry
         state.cancelled_remotely = True
         if state.job is not None:
@@ -389,11 +423,20 @@ class Producer:
                 continue
             if self.may_claim is not None and not self.may_claim():
                 continue
-            free = self.max_workers - self._slots_held
+            now = time.monotonic()
+            self._capacity = self.max_workers
+            if (
+                self._claim_ahead
+                and self._last_fetch_full
+                and now - last_fetch < AHEAD_WINDOW
+                and now >= self._ahead_off_until
+            ):
+                self._capacity += int(self.max_workers * AHEAD_FACTOR)
+            free = self._capacity - self._slots_held - len(self._ahead)
             if free <= 0:
                 self._fetch_when_slots_free = True
                 continue
-            last_fetch = time.monotonic()
+            last_fetch = now
             self._fetching = True
             try:
                 async with bounded(self._call_timeout, "claim"):
@@ -424,7 +467,7 @@ class Producer:
                 listener(self.queue, len(rows))
             # Set before the jobs start: with eager task start (Python 3.12+) a short job
             # finishes inside _start_job, and its slot must already count toward a refill.
-            self._fetch_when_slots_free = len(rows) == free
+            self._fetch_when_slots_free = self._last_fetch_full = len(rows) == free
             if rows:
                 decode = self._dialect.decode_job
                 for raw in rows:
@@ -445,7 +488,12 @@ class Producer:
                             undecodable_completion(row, self._exec_config.retry_policy, self.queue)
                         )
                         continue
-                    self._start_job(row)
+                    if self._ahead or self._slots_held >= self.max_workers:
+                        self._hold(row)
+                    else:
+                        self._start_job(row)
+                if self._ahead and self._slots_held < self.max_workers:
+                    self._start_ahead()
             if self._cancelled_while_fetching:
                 for job_id in self._cancelled_while_fetching:
                     self.cancel_job(job_id)
@@ -501,9 +549,83 @@ class Producer:
                 if self._active.get(job_id) is active.get(job_id):
                     self.cancel_job(job_id)
 
-    def _start_job(self, row: JobRow) -> None:
+    # -- jobs claimed ahead -------------------------------------------------------------
+    def _hold(self, row: JobRow) -> None:
+        """Keep a claimed job until a slot frees (claiming ahead)."""
+        now = time.monotonic()
+        self._ahead.append((now, row))
+        self._idle.clear()
+        if self._ahead_timer is None:
+            self._ahead_timer = asyncio.get_running_loop().call_later(
+                AHEAD_MAX_WAIT, self._expire_ahead
+            )
+
+    def _start_ahead(self) -> None:
+        """Start jobs claimed ahead while slots are free, oldest first. Runs from the
+        loop, not from a finishing job: with eager task start a no-op job finishes
+        inside _start_job, and starting the next from its slot release would nest."""
+        self._ahead_scheduled = False
+        if self._starting_ahead:
+            return
+        self._starting_ahead = True
+        try:
+            ahead = self._ahead
+            while ahead and self._slots_held < self.max_workers and not self._stopping:
+                self._start_job(ahead.popleft()[1])
+        finally:
+            self._starting_ahead = False
+        if not ahead and self._slots_held == 0 and not self._active:
+            self._idle.set()
+
+    def _expire_ahead(self) -> None:
+        """Hand back jobs claimed ahead that waited AHEAD_MAX_WAIT (jobs got slow), and
+        claim no more ahead for AHEAD_BACKOFF."""
+        self._ahead_timer = None
+        ahead = self._ahead
+        now = time.monotonic()
+        expired = 0
+        while ahead and ahead[0][0] <= now - AHEAD_MAX_WAIT:
+            self._hand_back(ahead.popleft()[1])
+            expired += 1
+        if expired:
+            self._ahead_off_until = now + AHEAD_BACKOFF
+            log.info(
+                "producer %s: %d jobs claimed ahead waited %gs for a slot and were handed "
+                "back; no claiming ahead for %gs",
+                self.queue,
+                expired,
+                AHEAD_MAX_WAIT,
+                AHEAD_BACKOFF,
+            )
+        if ahead:
+            self._ahead_timer = asyncio.get_running_loop().call_later(
+                max(ahead[0][0] + AHEAD_MAX_WAIT - now, 0.0), self._expire_ahead
+            )
+
+    def _hand_back_ahead(self) -> None:
+        while self._ahead:
+            self._hand_back(self._ahead.popleft()[1])
+
+    def _hand_back(self, row: JobRow) -> None:
+        """A job claimed ahead goes back unrun: the interrupted outcome (available
+        again, attempt rolled back), through the same path as a hard stop's."""
+        self.handed_back += 1
+        self._start_job(row, interrupted=True)
+
+    def _cancel_ahead(self, job_id: int) -> bool:
+        for index, (_, row) in enumerate(self._ahead):
+            if row.id == job_id:
+                del self._ahead[index]
+                self._start_job(row, cancelled=True)  # finishes cancelled, body not run
+                return True
+        return False
+
+    def _start_job(
+        self, row: JobRow, *, interrupted: bool = False, cancelled: bool = False
+    ) -> None:
         state = RunState()
-        state.interrupted = self._interrupting
+        state.interrupted = self._interrupting or interrupted
+        state.cancelled_remotely = cancelled
         if self._cancelled_while_fetching and row.id in self._cancelled_while_fetching:
             # Cancelled while the fetch that claimed it was in flight: flagged before it
             # starts, since with eager task start (3.12+) a short job would otherwise run
@@ -587,13 +709,17 @@ class Producer:
 
     def _release_slot(self) -> None:
         self._slots_held -= 1
-        if self._slots_held == 0 and not self._active:
+        if self._ahead:
+            if not self._ahead_scheduled:
+                self._ahead_scheduled = True
+                asyncio.get_running_loop().call_soon(self._start_ahead)
+        elif self._slots_held == 0 and not self._active:
             self._idle.set()
         if self._fetch_when_slots_free:
             self._wake.set()
             if not self._refill_without_cooldown:
                 self._fetch_when_slots_free = False  # River: one wake-up, after the cooldown
-            elif self.max_workers - self._slots_held >= self._refill_at:
+            elif self._capacity - self._slots_held - len(self._ahead) >= self._refill_at:
                 self._fetch_when_slots_free = False
                 self._refill.set()
         elif self._flow is not None:
@@ -637,7 +763,8 @@ class Producer:
         because the client is going away; the thread is a daemon and won't hold the
         process. Returns how many jobs were handed back."""
         self._interrupting = True
-        count = 0
+        count = len(self._ahead)
+        self._hand_back_ahead()
         for task, state in list(self._active.values()):
             if state.interrupted:
                 continue
@@ -667,6 +794,11 @@ class Producer:
         if self._task is not None:
             await self._task
             self._task = None
+        # Claimed ahead, not started: handed back, not run (a stop starts nothing new).
+        self._hand_back_ahead()
+        if self._ahead_timer is not None:
+            self._ahead_timer.cancel()
+            self._ahead_timer = None
         if cancel_running:
             self.interrupt_running()
         tasks = [task for task, _ in self._active.values()]
