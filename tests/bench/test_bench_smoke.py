@@ -242,3 +242,19 @@ def test_compare_river_works_the_backlog_with_river_too(pg_url: str) -> None:
     assert set(runs) == {"riverboat_defaults", "river_defaults", "river_fetch_cooldown_1ms"}
     # Every job of each backlog was worked, by riverboat and by River's process.
     assert all(run["jobs"] == 200 and run["client_cpu_ms_per_job"] > 0 for run in runs.values())
+    # The same on a SQLite file, River through riversqlite.
+    on_sqlite = report["compare_river_sqlite"]
+    assert isinstance(on_sqlite, dict) and "skipped" not in on_sqlite, on_sqlite
+    runs = {run["name"]: run for run in on_sqlite["runs"]}
+    assert set(runs) == {"riverboat_defaults", "river_defaults", "river_fetch_cooldown_1ms"}
+    assert all(run["jobs"] == 200 for run in runs.values())
+    # River's own bench needs its CLI (go install from the module proxy, or
+    # RIVERBOAT_RIVER_CLI): run beside riverboat, or skipped with the reason.
+    river_bench = report["river_bench"]
+    assert isinstance(river_bench, dict)
+    if "skipped" in river_bench:
+        assert "RIVERBOAT_RIVER_CLI" in river_bench["skipped"] or "Go" in river_bench["skipped"]
+    else:
+        names = {run["name"]: run for run in river_bench["runs"]}
+        assert set(names) == {"river_bench", "riverboat_river_bench_settings"}
+        assert all(run["jobs"] == 200 for run in names.values())

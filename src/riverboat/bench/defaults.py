@@ -70,9 +70,11 @@ async def _work_backlog(
     max_workers: int,
     max_seconds: float,
     workers: Workers | None = None,
+    **client_options: Any,
 ) -> tuple[int, float, float, int]:
-    """Work the backlog at defaults (only ``max_workers`` set) with ``workers`` (an
-    async no-op ``benchmark`` worker by default): (jobs done, wall s, CPU s, statements)."""
+    """Work the backlog at defaults (only ``max_workers`` set, unless ``client_options``
+    name more) with ``workers`` (an async no-op ``benchmark`` worker by default):
+    (jobs done, wall s, CPU s, statements)."""
     import psycopg
 
     if workers is None:
@@ -83,7 +85,7 @@ async def _work_backlog(
             return None
 
     client = pg.make_client(
-        queues={"default": QueueConfig(max_workers=max_workers)}, workers=workers
+        queues={"default": QueueConfig(max_workers=max_workers)}, workers=workers, **client_options
     )
     driver = client.driver
     left_sql = _any_left_sql(pg.schema)

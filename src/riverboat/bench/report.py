@@ -146,6 +146,38 @@ def render_table(report: dict[str, Any]) -> str:
                     f"{_fmt(row['postgres_cpu_ms_per_job']):>11}"
                     f"{_fmt(row['total_cpu_ms_per_job']):>14}"
                 )
+    river_sqlite = report.get("compare_river_sqlite")
+    if river_sqlite:
+        lines += [
+            "",
+            "River 0.51.2 (riversqlite) beside riverboat, same SQLite file (WAL), 20 slots",
+        ]
+        if "skipped" in river_sqlite:
+            lines.append(f"skipped: {river_sqlite['skipped']}")
+        else:
+            lines.append(f"{'worker':<28}{'jobs/s':>10}{'client ms/job':>15}")
+            for row in river_sqlite["runs"]:
+                lines.append(
+                    f"{row['name']:<28}{_fmt(row['jobs_per_sec']):>10}"
+                    f"{_fmt(row['client_cpu_ms_per_job']):>15}"
+                )
+            ratio = river_sqlite.get("riverboat_over_best_river")
+            lines.append(f"riverboat / best River: {_fmt(ratio)}")
+    river_bench = report.get("river_bench")
+    if river_bench:
+        lines += [
+            "",
+            "River's own benchmark (river bench -n JOBS) beside riverboat at its settings",
+        ]
+        if "skipped" in river_bench:
+            lines.append(f"skipped: {river_bench['skipped']}")
+        else:
+            lines.append(f"{'run':<34}{'jobs/s':>10}{'client ms/job':>15}  client CPU counts")
+            for row in river_bench["runs"]:
+                lines.append(
+                    f"{row['name']:<34}{_fmt(row['jobs_per_sec']):>10}"
+                    f"{_fmt(row['client_cpu_ms_per_job']):>15}  {row['client_cpu_counts']}"
+                )
     kinds = report.get("job_kinds")
     if kinds:
         lines += [

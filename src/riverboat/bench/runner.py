@@ -229,12 +229,19 @@ async def _run(
 
         kinds = await run_job_kinds(pg, config.jobs)
         report["job_kinds"] = [figure.to_dict() for figure in kinds]
-    if config.include_river and target.dialect == "postgres" and target.schema:
-        from riverboat.bench.river import run_compare_river
-
-        report["compare_river"] = await run_compare_river(
-            pg, config.jobs, server_cpu.seconds if server_cpu is not None else None
+    if config.include_river:
+        from riverboat.bench.river import (
+            run_compare_river,
+            run_compare_river_sqlite,
+            run_river_bench,
         )
+
+        if target.dialect == "postgres" and target.schema:
+            report["compare_river"] = await run_compare_river(
+                pg, config.jobs, server_cpu.seconds if server_cpu is not None else None
+            )
+            report["river_bench"] = await run_river_bench(pg, config.jobs)
+        report["compare_river_sqlite"] = await run_compare_river_sqlite(config.jobs, progress)
     if config.include_latency:
         report["latency"] = await _latency(config, target, make_client, progress)
     if config.include_scale and target.dialect == "postgres" and target.schema:

@@ -45,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "inserts",
             "latency",
             "job-kinds",
+            "river",
             "floor",
             "scenarios",
             "scale",
@@ -81,7 +82,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--compare-river",
         action="store_true",
         help="also build interop/go (River 0.51.2) and work the same backlog with River at "
-        "its defaults and with a 1 ms FetchCooldown, beside riverboat (Postgres; needs Go)",
+        "its defaults and with a 1 ms FetchCooldown, beside riverboat (Postgres and a SQLite "
+        "file), and run River's own `river bench` (cmd/river, go install or "
+        "$RIVERBOAT_RIVER_CLI) beside riverboat at its settings; needs Go ('--only river': "
+        "only these)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument(
@@ -121,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         include_defaults=not only or "defaults" in only,
         include_inserts=not only or "inserts" in only,
         include_latency=not only or "latency" in only,
-        include_river=args.compare_river,
+        include_river=args.compare_river or "river" in only,
         include_job_kinds=not only or "job-kinds" in only,
         latency_jobs=args.latency_jobs or min(200, max(10, args.jobs // 100)),
         burst_jobs=args.burst_jobs or min(10_000, max(1, args.jobs // 2)),
