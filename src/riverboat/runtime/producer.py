@@ -105,12 +105,10 @@ DEFAULT_FETCH_COOLDOWN = 0.1  # River's FetchCooldownDefault
 QUICK_FETCH_GAP = 0.01
 # Claiming ahead (see the module's docstring): only when a refill follows a full fetch
 # within this many seconds (the jobs are short); a job claimed ahead starts or is handed
-# back within AHEAD_MAX_WAIT; after a hand-back, no claiming ahead for AHEAD_BACKOFF. At
-# most AHEAD_FACTOR jobs per slot wait claimed ahead.
+# back within AHEAD_MAX_WAIT; after a hand-back, no claiming ahead for AHEAD_BACKOFF.
 AHEAD_WINDOW = 0.25
 AHEAD_MAX_WAIT = 2.0
 AHEAD_BACKOFF = 60.0
-AHEAD_FACTOR = 1.0
 
 
 @dataclass(slots=True, frozen=True)
@@ -431,7 +429,7 @@ class Producer:
                 and now - last_fetch < AHEAD_WINDOW
                 and now >= self._ahead_off_until
             ):
-                self._capacity += int(self.max_workers * AHEAD_FACTOR)
+                self._capacity += self.max_workers
             free = self._capacity - self._slots_held - len(self._ahead)
             if free <= 0:
                 self._fetch_when_slots_free = True
