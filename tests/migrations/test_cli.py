@@ -63,6 +63,7 @@ def test_up_list_down(pg_url: str, empty_schema: str, conn: Any) -> None:
         "  007",
         "  008",
         "  001",
+        "  002",
     ]
 
     # DATABASE_URL is the default.
@@ -73,7 +74,7 @@ def test_up_list_down(pg_url: str, empty_schema: str, conn: Any) -> None:
     assert "applied riverboat 001 client registry" in rest.stdout
     snap, own = rivers_part(normalise_notify_body(snapshot(conn, empty_schema)))
     assert snap["tables"] == expected(LATEST_VERSION)["tables"]
-    assert own == ["riverboat_client"]
+    assert own == ["riverboat_client", "riverboat_periodic_job"]
 
     again = cli("migrate", "up", *common)
     assert again.returncode == 0 and "nothing to apply" in again.stdout
@@ -161,12 +162,15 @@ def test_concurrent_cli_processes(pg_url: str, empty_schema: str, conn: Any) -> 
         for line in out.splitlines()
         if line.startswith("applied")
     )
-    assert applied == sorted([f"{v:03d}" for v in range(1, LATEST_VERSION + 1)] + ["riverboat"])
+    assert applied == sorted([f"{v:03d}" for v in range(1, LATEST_VERSION + 1)] + ["riverboat"] * 2)
     got = conn.execute(
         f"""SELECT line, version, count(*) FROM "{empty_schema}".river_migration
             GROUP BY 1, 2 ORDER BY 1, 2"""
     ).fetchall()
-    assert got == [("main", v, 1) for v in range(1, LATEST_VERSION + 1)] + [("riverboat", 1, 1)]
+    assert got == [("main", v, 1) for v in range(1, LATEST_VERSION + 1)] + [
+        ("riverboat", 1, 1),
+        ("riverboat", 2, 1),
+    ]
 
 
 @pytest.mark.parametrize("entry", [["-m", "riverboat.cli", "--help"]])

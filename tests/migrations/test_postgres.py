@@ -64,8 +64,11 @@ def test_latest_is_rivers_schema(pg_schema: str, conn: Any) -> None:
     # The fixture applied both lines: River's part is River's, riverboat's is apart.
     rivers, own = rivers_part(catalog(conn, pg_schema))
     assert rivers == want(LATEST_VERSION)
-    assert own == ["riverboat_client"]
-    assert rows(conn, pg_schema) == [("main", v) for v in ALL] + [("riverboat", 1)]
+    assert own == ["riverboat_client", "riverboat_periodic_job"]
+    assert rows(conn, pg_schema) == [("main", v) for v in ALL] + [
+        ("riverboat", 1),
+        ("riverboat", 2),
+    ]
 
 
 def test_latest_details_that_matter_to_the_runtime(pg_schema: str, conn: Any) -> None:

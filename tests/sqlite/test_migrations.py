@@ -142,7 +142,7 @@ def test_latest_schema_is_rivers(sqlite_url: str) -> None:
     # The fixture applied both lines: River's part is River's, riverboat's is apart.
     shape = schema_shape(sqlite_url)
     own = sorted(name for name in shape["tables"] if name.startswith("riverboat_"))
-    assert own == ["riverboat_client"]
+    assert own == ["riverboat_client", "riverboat_periodic_job"]
     shape = {
         key: part
         if isinstance(part, list)
@@ -154,7 +154,7 @@ def test_latest_schema_is_rivers(sqlite_url: str) -> None:
     assert shape["checks"] == EXPECTED_CHECKS
     assert shape["autoincrement"] == EXPECTED_AUTOINCREMENT
     versions = query(sqlite_url, "SELECT line, version FROM river_migration ORDER BY line, version")
-    assert versions == [("main", v) for v in range(1, 9)] + [("riverboat", 1)]
+    assert versions == [("main", v) for v in range(1, 9)] + [("riverboat", 1), ("riverboat", 2)]
 
 
 def test_unique_index_predicate_follows_unique_states(sqlite_url: str) -> None:

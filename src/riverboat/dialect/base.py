@@ -14,6 +14,7 @@ from riverboat._sql import Query, Statement, render_schema
 from riverboat.dialect._admin_common import AdminStatements
 from riverboat.dialect._fleet_common import FleetStatements
 from riverboat.dialect._flow_common import FlowStatements
+from riverboat.dialect._periodic_common import PeriodicStatements
 from riverboat.dialect._rows import COMPLETION_COLUMNS, job_patcher
 from riverboat.dialect._workflow_common import WorkflowStatements
 from riverboat.errors import InvalidInputError
@@ -124,7 +125,14 @@ _COMPLETED_ATTEMPT, _COMPLETED_AT, _COMPLETED_METADATA = (
 )
 
 
-class Dialect(AdminStatements, FleetStatements, FlowStatements, WorkflowStatements, ABC):
+class Dialect(
+    AdminStatements,
+    FleetStatements,
+    FlowStatements,
+    PeriodicStatements,
+    WorkflowStatements,
+    ABC,
+):
     """The contract every dialect fulfils: each operation the client, the runtime, the
     maintenance services and the admin API ask of a database, with its signature.
 

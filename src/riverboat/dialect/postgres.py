@@ -30,6 +30,7 @@ from riverboat.dialect.postgres_admin import PostgresAdmin
 from riverboat.dialect.postgres_fleet import PostgresFleet
 from riverboat.dialect.postgres_flow import PostgresFlow
 from riverboat.dialect.postgres_leadership import PostgresLeadership
+from riverboat.dialect.postgres_periodic import PostgresPeriodic
 from riverboat.dialect.postgres_workflow import PostgresWorkflow
 
 __all__ = ["COPY_COLUMNS", "CopyBatch", "PostgresDialect"]
@@ -329,6 +330,7 @@ class PostgresDialect(
     PostgresFlow,
     PostgresWorkflow,
     PostgresFleet,
+    PostgresPeriodic,
     Dialect,
     BulkCopy,
 ):

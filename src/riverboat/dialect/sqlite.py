@@ -38,6 +38,7 @@ from riverboat.dialect.sqlite_admin import SqliteAdmin
 from riverboat.dialect.sqlite_fleet import SqliteFleet
 from riverboat.dialect.sqlite_flow import SqliteFlow
 from riverboat.dialect.sqlite_leadership import SqliteLeadership
+from riverboat.dialect.sqlite_periodic import SqlitePeriodic
 from riverboat.dialect.sqlite_workflow import SqliteWorkflow
 
 __all__ = [
@@ -298,6 +299,7 @@ class SqliteDialect(
     SqliteFlow,
     SqliteWorkflow,
     SqliteFleet,
+    SqlitePeriodic,
     Dialect,
     NotificationOutbox,
 ):

@@ -17,6 +17,17 @@ Unless the constructor brings its own unique options, the job is unique over the
 job (its id, else its kind and args) and the tick, so a run is inserted at most once
 however many clients there are and even when leadership changes mid-tick. Interval
 ticks are aligned to the Unix epoch so every client computes the same ticks.
+
+A periodic job with an ``id`` is durable (with riverboat's migration line at version 2):
+after inserting its runs the leader stores the last tick inserted and the next one in
+``riverboat_periodic_job``, and a new leader (after a restart, a crash or a deploy)
+carries on from the stored next tick instead of from its own clock. The ticks that passed
+while no leader ran it are handled by the job's ``catch_up`` policy: ``"all"`` (the
+default; at most :data:`~riverboat._periodic.CATCH_UP_LIMIT`, the latest), ``"one"`` (one
+run, for the latest) or ``"none"``. The stored times are written after the runs are
+inserted, so a leader that dies in between leaves the tick to its successor, whose insert
+of it is skipped as a duplicate (the unique key above). Jobs without an id keep their
+schedule in memory only, as River's do.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ import inspect
 import logging
 import re
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
@@ -35,7 +47,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, validate_kind
 from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobState, format_rfc3339_nano
+from riverboat._periodic import CATCH_UP_LIMIT, CATCH_UP_POLICIES, PeriodicJobRecord
 from riverboat._unique import unique_states_bitmask
+from riverboat.dialect._periodic_common import PeriodicJobWrite
 from riverboat.drivers.base import import_optional
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.maintenance._service import MaintenanceContext, Service
@@ -47,6 +61,10 @@ log = logging.getLogger("riverboat.maintenance")
 # A run is due when its tick is less than this far away (River's margin).
 DUE_MARGIN = timedelta(milliseconds=100)
 ID_MAX = 127
+# The riverboat migration line version that has riverboat_periodic_job.
+DURABLE_LINE_VERSION = 2
+# How many ticks of a custom schedule are walked, at most, to find the missed ones.
+_CUSTOM_WALK_MAX = 100_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -119,6 +137,7 @@ class PeriodicJob:
         "_cron",
         "_interval",
         "_seconds_first",
+        "catch_up",
         "constructor",
         "id",
         "run_on_start",
@@ -134,9 +153,15 @@ class PeriodicJob:
         id: str | None = None,
         *,
         tz: str | tzinfo | None = None,
+        catch_up: str = "all",
     ) -> None:
         if not callable(constructor):
             raise InvalidInputError("constructor", "must be callable")
+        if catch_up not in CATCH_UP_POLICIES:
+            raise InvalidInputError(
+                "catch_up", f"{catch_up!r} is not a catch-up policy; known: none, one, all"
+            )
+        self.catch_up = catch_up
         if id is not None:
             validate_kind(id, "id")
             if len(id) > ID_MAX:
@@ -192,6 +217,74 @@ class PeriodicJob:
             since = (moment - _EPOCH) // timedelta(microseconds=1)
             return _EPOCH + timedelta(microseconds=(since // step + 1) * step)
         return self._cron_next(moment)
+
+    @property
+    def schedule_text(self) -> str:
+        """The schedule as stored with the job's times: a changed schedule makes them
+        stale. Cron as written (with its time zone), ``@every <seconds>s`` for an
+        interval, ``@never``, or a custom schedule's class name."""
+        if self._cron is not None:
+            zone = self.tz
+            if zone is None:
+                return self._cron  # type: ignore[no-any-return]
+            return f"CRON_TZ={getattr(zone, 'key', None) or zone} {self._cron}"
+        if self._interval is not None:
+            return f"@every {self._interval.total_seconds():g}s"
+        if isinstance(self.schedule, _Never):
+            return "@never"
+        kind = type(self.schedule)
+        return f"custom {kind.__module__}.{kind.__qualname__}"
+
+    def last_ticks(self, start: datetime, end: datetime, limit: int) -> tuple[list[datetime], bool]:
+        """Up to ``limit`` ticks from ``start`` (included, itself a tick) to ``end``
+        (excluded), the latest ones, in order; and whether older ones were left out."""
+        if self._interval is not None:
+            step = self._interval
+            last = self.next_after(end - step - timedelta(microseconds=1))
+            assert last is not None
+            if last >= end:
+                last -= step
+            ticks: list[datetime] = []
+            tick = last
+            while tick >= start and len(ticks) <= limit:
+                ticks.append(tick)
+                tick -= step
+            return self._cut(ticks[::-1], limit)
+        if self._cron is not None:
+            ticks = self._cron_prev(start, end, limit + 1)
+            return self._cut(ticks, limit)
+        kept: deque[datetime] = deque(maxlen=limit + 1)
+        tick_or_none: datetime | None = start
+        for _ in range(_CUSTOM_WALK_MAX):
+            if tick_or_none is None or tick_or_none >= end:
+                break
+            kept.append(tick_or_none)
+            tick_or_none = self.next_after(tick_or_none)
+        else:
+            # Too many to walk: the latest found stands for the rest.
+            return list(kept)[-limit:], True
+        return self._cut(list(kept), limit)
+
+    @staticmethod
+    def _cut(ticks: list[datetime], limit: int) -> tuple[list[datetime], bool]:
+        return ticks[-limit:], len(ticks) > limit
+
+    def _cron_prev(self, start: datetime, end: datetime, count: int) -> list[datetime]:
+        """At most ``count`` cron ticks in ``[start, end)``, the latest, in order."""
+        zone = self.tz or UTC
+        croniter = _import_croniter()
+        schedule = croniter(
+            self._cron, end.astimezone(zone), second_at_beginning=self._seconds_first
+        )
+        found: list[datetime] = []
+        while len(found) < count:
+            tick: datetime = schedule.get_prev(datetime)
+            tick_utc = tick.astimezone(UTC)
+            if tick_utc < start:
+                break
+            if tick_utc < end and not _repeated_wall_time(tick, zone):
+                found.append(tick_utc)
+        return found[::-1]
 
     def _cron_next(self, moment: datetime) -> datetime:
         """The cron expression's next tick, read in the job's time zone (UTC by default).
@@ -325,13 +418,16 @@ def periodic_unique_key(ident: str, tick: datetime) -> bytes:
 
 
 class _Entry:
-    __slots__ = ("handle", "job", "next_run_at", "run_on_start_pending")
+    __slots__ = ("dirty", "handle", "job", "last_run_at", "next_run_at", "run_on_start_pending")
 
     def __init__(self, job: PeriodicJob, handle: int = 0) -> None:
         self.handle = handle
         self.job = job
         self.next_run_at: datetime | None = None
+        self.last_run_at: datetime | None = None
         self.run_on_start_pending = False
+        # Its times changed since they were last stored (durable jobs only).
+        self.dirty = False
 
 
 class PeriodicJobEnqueuer(Service):
@@ -351,6 +447,10 @@ class PeriodicJobEnqueuer(Service):
         self._defaults = defaults or InsertDefaults()
         self.inserted = 0
         self.skipped_duplicates = 0
+        # None until this term's first run has read the stored times; then whether
+        # riverboat_periodic_job exists, and its rows by id as last read or written.
+        self.durable: bool | None = None
+        self._stored: dict[str, PeriodicJobRecord] = {}
 
     def _sync(self, now: datetime) -> None:
         """Pick up jobs added or removed since the last look (the bundle's version)."""
@@ -364,13 +464,15 @@ class PeriodicJobEnqueuer(Service):
             if entry is None:
                 entry = _Entry(job, handle)
                 entry.next_run_at = job.next_after(now)
+                if self.durable:
+                    self._resume(entry, now)
                 # Added to a running leader: run_on_start means now.
                 entry.run_on_start_pending = job.run_on_start and self._started
             entries.append(entry)
         self._entries = entries
 
     async def on_start(self) -> None:
-        # A new leader computes the schedule afresh (schedules live only in memory).
+        # Until the stored times are read (the first run), the schedule starts from now.
         now = datetime.now(UTC)
         loop = asyncio.get_running_loop()
 
@@ -383,27 +485,99 @@ class PeriodicJobEnqueuer(Service):
         for entry in self._entries:
             entry.next_run_at = entry.job.next_after(now)
             entry.run_on_start_pending = entry.job.run_on_start
+        self.durable = None
+        self._stored = {}
         self._started = True
+
+    async def _load(self, now: datetime) -> None:
+        """Read the stored times once per term and carry on from them."""
+        from riverboat.migrations import applied_version_async
+
+        version = await applied_version_async(self.ctx.driver, "riverboat")
+        self.durable = version >= DURABLE_LINE_VERSION
+        if not self.durable:
+            if any(entry.job.id is not None for entry in self._entries):
+                log.warning(
+                    "periodic jobs: riverboat's migration line is not at version %d (run "
+                    "`riverboat migrate up`): their next runs are kept in memory only, so a "
+                    "restart or a leader change may skip ticks",
+                    DURABLE_LINE_VERSION,
+                )
+            return
+        dialect = self.ctx.dialect
+        rows = await self.ctx.driver.fetch(dialect.periodic_job_list())
+        self._stored = {r.id: r for r in map(dialect.decode_periodic_job, rows)}
+        for entry in self._entries:
+            self._resume(entry, now)
+
+    def _resume(self, entry: _Entry, now: datetime) -> None:
+        """Take a durable job's stored times, with its catch-up policy applied to the
+        ticks that passed while no leader ran it; a new job's row is written at once."""
+        job = entry.job
+        if job.id is None:
+            return
+        entry.dirty = True
+        stored = self._stored.get(job.id)
+        if stored is None or stored.schedule != job.schedule_text or stored.next_run_at is None:
+            # New, or its schedule changed (a deploy): its ticks start from now.
+            entry.last_run_at = stored.last_run_at if stored is not None else None
+            return
+        entry.last_run_at = stored.last_run_at
+        entry.next_run_at = stored.next_run_at
+        horizon = now + DUE_MARGIN
+        if stored.next_run_at >= horizon:
+            return
+        if job.catch_up == "none":
+            entry.next_run_at = job.next_after(now)
+            log.info(
+                "periodic job %s: missed runs since %s skipped (catch_up none)",
+                _name(job),
+                format_rfc3339_nano(stored.next_run_at),
+            )
+            return
+        limit = 1 if job.catch_up == "one" else CATCH_UP_LIMIT
+        ticks, left_out = job.last_ticks(stored.next_run_at, horizon, limit)
+        if ticks:
+            entry.next_run_at = ticks[0]
+        if left_out and job.catch_up == "all":
+            log.warning(
+                "periodic job %s: more than %d runs were missed since %s; only the latest "
+                "%d are inserted",
+                _name(job),
+                CATCH_UP_LIMIT,
+                format_rfc3339_nano(stored.next_run_at),
+                CATCH_UP_LIMIT,
+            )
 
     def next_delay(self) -> float:
         self._sync(datetime.now(UTC))
-        if any(e.run_on_start_pending for e in self._entries):
+        if any(e.run_on_start_pending or e.dirty for e in self._entries):
             return 0.0
         upcoming = [e.next_run_at for e in self._entries if e.next_run_at is not None]
         if not upcoming:
             return 3600.0
         return max((min(upcoming) - datetime.now(UTC)).total_seconds(), 0.0)
 
+    def _due(self, entry: _Entry, horizon: datetime) -> list[datetime]:
+        """The entry's ticks before ``horizon``: one as a rule, several when catching up
+        (at most CATCH_UP_LIMIT per run)."""
+        ticks: list[datetime] = []
+        tick = entry.next_run_at
+        while tick is not None and tick < horizon and len(ticks) < CATCH_UP_LIMIT:
+            ticks.append(tick)
+            tick = entry.job.next_after(tick)
+        return ticks
+
     async def run_once(self) -> None:
         now = datetime.now(UTC)
+        if self.durable is None:
+            await self._load(now)
         self._sync(now)
         due: list[tuple[_Entry, datetime, bool]] = []
         due.extend((e, now, True) for e in self._entries if e.run_on_start_pending)
+        horizon = now + DUE_MARGIN
         for entry in self._entries:
-            if entry.next_run_at is not None and entry.next_run_at < now + DUE_MARGIN:
-                due.append((entry, entry.next_run_at, False))
-        if not due:
-            return
+            due.extend((entry, tick, False) for tick in self._due(entry, horizon))
         params: list[InsertParams] = []
         made_args: list[object] = []
         for entry, tick, on_start in due:
@@ -411,6 +585,8 @@ class PeriodicJobEnqueuer(Service):
             if built is not None:
                 params.append(built[0])
                 made_args.append(built[1])
+                if not on_start and (entry.last_run_at is None or tick > entry.last_run_at):
+                    entry.last_run_at = tick
         stack = self.ctx.middleware
         if params:
             dialect = self.ctx.dialect
@@ -441,6 +617,30 @@ class PeriodicJobEnqueuer(Service):
                 entry.run_on_start_pending = False
             else:
                 entry.next_run_at = entry.job.next_after(tick)
+                entry.dirty = entry.job.id is not None
+        await self._store()
+
+    async def _store(self) -> None:
+        """Write the durable jobs' new times (one statement). A leader that dies before
+        this leaves the ticks to the next, whose inserts of them are duplicates."""
+        if not self.durable:
+            return
+        changed = [e for e in self._entries if e.dirty and e.job.id is not None]
+        if not changed:
+            return
+        writes = [
+            PeriodicJobWrite(
+                id=e.job.id,  # type: ignore[arg-type]  # filtered above
+                schedule=e.job.schedule_text,
+                catch_up=e.job.catch_up,
+                next_run_at=e.next_run_at,
+                last_run_at=e.last_run_at,
+            )
+            for e in changed
+        ]
+        await self.ctx.driver.execute(self.ctx.dialect.periodic_job_save(writes))
+        for entry in changed:
+            entry.dirty = False
 
     async def _build(
         self, job: PeriodicJob, tick: datetime, *, unique: bool

@@ -1,0 +1,75 @@
+"""The Python half of riverboat's durable periodic jobs (``riverboat_periodic_job``),
+shared by both dialects: rows encoded and decoded once. A dialect's SQL lives in
+``dialect/<name>_periodic.py``, with the two hooks below saying how it passes a batch of
+rows and reads a stored time."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from riverboat._periodic import PeriodicJobRecord
+from riverboat._sql import Statement
+from riverboat.dialect._part import DialectPart
+
+__all__ = ["PeriodicJobWrite", "PeriodicStatements"]
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodicJobWrite:
+    """What the leader writes of one periodic job after inserting its runs."""
+
+    id: str
+    schedule: str
+    catch_up: str
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+
+
+class PeriodicStatements(DialectPart, ABC):
+    """Durable periodic job statements; :class:`~riverboat.dialect.base.Dialect`
+    inherits them."""
+
+    @abstractmethod
+    def periodic_rows_param(self, rows: Sequence[PeriodicJobWrite]) -> dict[str, Any]:
+        """The parameters of :meth:`periodic_job_save` for a batch of rows."""
+
+    @abstractmethod
+    def periodic_time(self, value: Any) -> datetime | None:
+        """A time column of ``riverboat_periodic_job`` as the driver returns it."""
+
+    def periodic_job_list(self) -> Statement:
+        """Every stored periodic job, by id."""
+        return self.stmt("periodic_job_list")
+
+    def periodic_job_save(self, rows: Sequence[PeriodicJobWrite]) -> Statement:
+        """Write the times of several periodic jobs in one statement (an upsert). A
+        stored ``next_run_at`` never moves back under the same schedule, so a stale
+        leader that writes late cannot make the next one insert a tick again."""
+        return self.stmt("periodic_job_save", **self.periodic_rows_param(rows))
+
+    def periodic_job_delete(self, ids: Sequence[str]) -> Statement:
+        """Forget stored periodic jobs (``riverboat periodic forget``); returns their ids."""
+        return self.stmt("periodic_job_delete", **self.periodic_ids_param(ids))
+
+    @abstractmethod
+    def periodic_ids_param(self, ids: Sequence[str]) -> dict[str, Any]:
+        """The parameters of :meth:`periodic_job_delete`."""
+
+    def decode_periodic_job(self, row: Sequence[Any]) -> PeriodicJobRecord:
+        """A :meth:`periodic_job_list` row."""
+        created = self.periodic_time(row[5])
+        updated = self.periodic_time(row[6])
+        assert created is not None and updated is not None  # NOT NULL columns
+        return PeriodicJobRecord(
+            id=str(row[0]),
+            schedule=str(row[1]),
+            catch_up=str(row[2]),
+            next_run_at=self.periodic_time(row[3]),
+            last_run_at=self.periodic_time(row[4]),
+            created_at=created,
+            updated_at=updated,
+        )

@@ -1,0 +1,80 @@
+"""SQLite statements for riverboat's durable periodic jobs, the twins of
+:mod:`~riverboat.dialect.postgres_periodic` (same method names, arguments and rows).
+Times are UTC text with microseconds, so that a tick read back is the tick written."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from riverboat.dialect._periodic_common import PeriodicJobWrite, PeriodicStatements
+from riverboat.dialect._sqlite_common import NOW, parse_timestamp
+
+__all__ = ["SqlitePeriodic"]
+
+QUERIES: dict[str, str] = {}
+
+QUERIES["periodic_job_list"] = """
+SELECT id, schedule, catch_up, next_run_at, last_run_at, created_at, updated_at
+FROM <schema>riverboat_periodic_job
+ORDER BY id
+"""
+
+# See the Postgres twin. Stored times are fixed-width text, so they compare as times.
+QUERIES["periodic_job_save"] = f"""
+INSERT INTO <schema>riverboat_periodic_job AS stored
+    (id, schedule, catch_up, next_run_at, last_run_at)
+SELECT value ->> '$.id', value ->> '$.schedule', value ->> '$.catch_up',
+       value ->> '$.next_run_at', value ->> '$.last_run_at'
+FROM json_each(:rows)
+WHERE true
+ON CONFLICT (id) DO UPDATE
+SET schedule = excluded.schedule, catch_up = excluded.catch_up,
+    next_run_at = excluded.next_run_at,
+    last_run_at = coalesce(excluded.last_run_at, stored.last_run_at),
+    updated_at = {NOW}
+WHERE stored.schedule <> excluded.schedule
+   OR stored.next_run_at IS NULL
+   OR excluded.next_run_at IS NULL
+   OR stored.next_run_at <= excluded.next_run_at
+"""
+
+QUERIES["periodic_job_delete"] = """
+DELETE FROM <schema>riverboat_periodic_job
+WHERE id IN (SELECT value FROM json_each(:ids))
+RETURNING id
+"""
+
+
+def _text(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+class SqlitePeriodic(PeriodicStatements):
+    _queries: ClassVar[dict[str, str]] = QUERIES
+
+    def periodic_rows_param(self, rows: Sequence[PeriodicJobWrite]) -> dict[str, Any]:
+        return {
+            "rows": json.dumps(
+                [
+                    {
+                        "id": r.id,
+                        "schedule": r.schedule,
+                        "catch_up": r.catch_up,
+                        "next_run_at": _text(r.next_run_at),
+                        "last_run_at": _text(r.last_run_at),
+                    }
+                    for r in rows
+                ]
+            )
+        }
+
+    def periodic_ids_param(self, ids: Sequence[str]) -> dict[str, Any]:
+        return {"ids": json.dumps(list(ids))}
+
+    def periodic_time(self, value: Any) -> datetime | None:
+        return parse_timestamp(value)
