@@ -1,0 +1,44 @@
+"""The durable periodic job statements through every driver (arrays of times with
+nulls on Postgres, one JSON parameter on SQLite): saved, listed, kept from moving back,
+forgotten."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from riverboat.dialect._periodic_common import PeriodicJobWrite
+from tests.drivers.harness import Harness
+
+
+async def test_periodic_rows_round_trip(h: Harness) -> None:
+    dialect = h.driver.dialect
+    tick = datetime(2030, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
+    rows = [
+        PeriodicJobWrite("nightly", "0 3 * * *", "one", tick, None),
+        PeriodicJobWrite("every_5s", "@every 5s", "all", tick, tick - timedelta(seconds=5)),
+        PeriodicJobWrite("never", "@never", "none", None, None),
+    ]
+    await h.execute(h.driver, dialect.periodic_job_save(rows))
+    # Under the same schedule the next run never moves back; a new schedule resets it.
+    await h.execute(
+        h.driver,
+        dialect.periodic_job_save(
+            [
+                PeriodicJobWrite("nightly", "0 3 * * *", "one", tick - timedelta(days=1), None),
+                PeriodicJobWrite("every_5s", "@every 1s", "all", tick - timedelta(hours=1), None),
+            ]
+        ),
+    )
+    listed = [
+        dialect.decode_periodic_job(r) for r in await h.fetch(h.driver, dialect.periodic_job_list())
+    ]
+    by_id = {r.id: r for r in listed}
+    assert [r.id for r in listed] == ["every_5s", "never", "nightly"]
+    assert by_id["nightly"].next_run_at == tick and by_id["nightly"].catch_up == "one"
+    assert by_id["every_5s"].schedule == "@every 1s"
+    assert by_id["every_5s"].next_run_at == tick - timedelta(hours=1)
+    assert by_id["every_5s"].last_run_at == tick - timedelta(seconds=5)  # kept
+    assert by_id["never"].next_run_at is None and by_id["never"].last_run_at is None
+    assert all(r.created_at.tzinfo is not None and r.updated_at >= r.created_at for r in listed)
+    gone = await h.fetch(h.driver, dialect.periodic_job_delete(["never", "nightly"]))
+    assert sorted(r[0] for r in gone) == ["never", "nightly"]
