@@ -33,6 +33,7 @@ from riverboat._admin import (
 from riverboat._fleet import WorkerInfo
 from riverboat._insert import validate_queue
 from riverboat._job import JobRow, JobState
+from riverboat._periodic import PeriodicJobRecord
 from riverboat._queue import QueueRow
 from riverboat.errors import InvalidInputError, NotFoundError
 
@@ -281,6 +282,25 @@ class AsyncAdmin:
             who = f"worker {worker_id!r}" if worker_id else "live worker"
             raise NotFoundError(f"no {who} works queue {queue!r}")
         return ids
+
+    # -- durable periodic jobs (docs/periodic-jobs.md) --------------------------------------
+    async def periodic_job_list(self) -> list[PeriodicJobRecord]:
+        """Every durable periodic job the leaders stored (those with an id), by id: its
+        schedule, catch-up policy, last run and next run. Needs riverboat's migration
+        line at version 2."""
+        dialect = self._core.dialect
+        rows = await self.driver.fetch(dialect.periodic_job_list())
+        return [dialect.decode_periodic_job(row) for row in rows]
+
+    async def periodic_job_forget(self, ids: Iterable[str]) -> list[str]:
+        """Delete the stored times of these periodic jobs (a job no client defines any
+        more, say); returns the ids that were stored. A job still defined starts again
+        from the leader's clock, without catching up."""
+        wanted = list(ids)
+        if isinstance(ids, str) or not all(isinstance(i, str) for i in wanted):
+            raise InvalidInputError("ids", "must be a list of periodic job ids")
+        rows = await self.driver.fetch(self._core.dialect.periodic_job_delete(wanted))
+        return sorted(str(row[0]) for row in rows)
 
     async def leader_request_resign(self) -> None:
         """Ask the current leader, whichever client it is, to resign and run for

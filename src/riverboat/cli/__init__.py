@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "queues": ("riverboat.cli.queues", "list, pause or resume queues"),
     "workflows": ("riverboat.cli.workflows", "show, wait for, retry or cancel a workflow"),
     "workers": ("riverboat.cli.workers", "list live workers; scale, stop or start a queue on them"),
+    "periodic": ("riverboat.cli.periodic", "list durable periodic jobs: last and next run"),
     "ui": ("riverboat.cli.ui", "serve the web dashboard (needs riverboat[ui])"),
 }
 

@@ -1,0 +1,76 @@
+"""``riverboat periodic [list|forget]``: durable periodic jobs from the shell.
+
+``list`` (the default) prints each periodic job the leaders stored (those with an id) in
+riverboat's table ``riverboat_periodic_job``: its schedule, catch-up policy, last run and
+next run. ``forget ID...`` deletes stored rows (of a job no client defines any more).
+See docs/periodic-jobs.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+
+from riverboat._periodic import PeriodicJobRecord
+from riverboat.cli.jobs import add_common, open_client, print_table
+
+__all__ = ["add_arguments", "run"]
+
+
+def _when(moment: datetime | None, now: datetime) -> str:
+    if moment is None:
+        return "-"
+    seconds = (moment - now).total_seconds()
+    relative = f"in {seconds:.0f}s" if seconds >= 0 else f"{-seconds:.0f}s ago"
+    return f"{moment.astimezone(UTC).isoformat(timespec='seconds')} ({relative})"
+
+
+def _print(records: Sequence[PeriodicJobRecord], as_json: bool) -> None:
+    if as_json:
+        out = [
+            {k: v.isoformat() if isinstance(v, datetime) else v for k, v in asdict(r).items()}
+            for r in records
+        ]
+        print(json.dumps(out, indent=2))
+        return
+    now = datetime.now(UTC)
+    print_table(
+        ("ID", "SCHEDULE", "CATCH UP", "LAST RUN", "NEXT RUN"),
+        [
+            (r.id, r.schedule, r.catch_up, _when(r.last_run_at, now), _when(r.next_run_at, now))
+            for r in records
+        ],
+    )
+    if not records:
+        print("(no durable periodic job stored: give a periodic job an id to make it durable)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``periodic``'s subcommands on its parser (``list`` by default)."""
+    add_common(parser)
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    listing = sub.add_parser("list", help="list the stored periodic jobs (the default)")
+    add_common(listing)
+    forget = sub.add_parser(
+        "forget", help="delete the stored times of periodic jobs no client defines any more"
+    )
+    add_common(forget)
+    forget.add_argument("ids", nargs="+", metavar="ID")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one ``periodic`` action; returns the exit code."""
+    with open_client(args) as client:
+        if args.action == "forget":
+            gone = client.periodic_job_forget(args.ids)
+            unknown = sorted(set(args.ids) - set(gone))
+            print(f"forgot {len(gone)} periodic job(s): {', '.join(gone) or '-'}")
+            if unknown:
+                print(f"not stored: {', '.join(unknown)}")
+                return 1
+            return 0
+        _print(client.periodic_job_list(), args.json)
+    return 0

@@ -1,0 +1,88 @@
+"""``riverboat periodic``: the stored last and next run of each durable periodic job, as
+a table and as JSON, and ``forget``; a real leader wrote them. Postgres and SQLite."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+import riverboat
+from riverboat import MaintenanceConfig, PeriodicJob, QueueConfig, Workers
+from tests.runtime.dbs import Db, any_db  # noqa: F401  (the fixture)
+from tests.waiting import wait_until_async
+
+WORKERS = Workers()
+
+
+@WORKERS.register("report")
+async def report(job: Any) -> None:
+    return None
+
+
+def _cli(db: Db, *args: str) -> subprocess.CompletedProcess[str]:
+    schema = ["--schema", db.schema] if db.schema else []
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "riverboat.cli",
+            "periodic",
+            *args,
+            "--database-url",
+            db.url,
+            *schema,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.asyncio
+async def test_list_and_forget(any_db: Db) -> None:  # noqa: F811
+    empty = _cli(any_db)
+    assert empty.returncode == 0, empty.stderr
+    assert "no durable periodic job stored" in empty.stdout
+    client = riverboat.AsyncClient(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": QueueConfig(max_workers=1)},
+        workers=WORKERS,
+        maintenance=MaintenanceConfig(start_jitter=0.0),
+        periodic_jobs=[
+            PeriodicJob(
+                "CRON_TZ=Europe/Paris 0 9 * * *",
+                lambda: riverboat.InsertManyParams({}, kind="report"),
+                id="morning_report",
+                catch_up="one",
+            )
+        ],
+    )
+    async with client:
+        await client.start()
+        stored = await wait_until_async(client.periodic_job_list, timeout=10)
+        await client.stop()
+    assert [r.id for r in stored] == ["morning_report"]
+
+    table = _cli(any_db, "list")
+    assert table.returncode == 0, table.stderr
+    header, row = table.stdout.splitlines()
+    assert header.split()[:4] == ["ID", "SCHEDULE", "CATCH", "UP"]
+    assert row.startswith("morning_report  CRON_TZ=Europe/Paris 0 9 * * *  one ")
+    assert "(in " in row  # the next run, relative to now
+
+    listed = json.loads(_cli(any_db, "--json").stdout)
+    assert listed[0]["id"] == "morning_report" and listed[0]["last_run_at"] is None
+    assert listed[0]["next_run_at"] == stored[0].next_run_at.isoformat()  # type: ignore[union-attr]
+
+    forgot = _cli(any_db, "forget", "morning_report", "nothing_here")
+    assert forgot.returncode == 1
+    assert forgot.stdout.splitlines() == [
+        "forgot 1 periodic job(s): morning_report",
+        "not stored: nothing_here",
+    ]
+    assert "no durable periodic job stored" in _cli(any_db).stdout
