@@ -869,6 +869,12 @@ def create_app(
         client = await holder.get()
         return render(request, "workers.html", title="Workers", **await workers_context(client))
 
+    async def periodic(request: Request) -> Response:
+        from riverboat.ui.periodic import periodic_context
+
+        client = await holder.get()
+        return render(request, "periodic.html", title="Periodic", **await periodic_context(client))
+
     def guarded(
         endpoint: Callable[[Request], Awaitable[Response]],
     ) -> Callable[[Request], Awaitable[Response]]:
@@ -891,6 +897,7 @@ def create_app(
         Route("/", guarded(overview)),
         Route("/jobs", guarded(jobs)),
         Route("/workers", guarded(workers)),
+        Route("/periodic", guarded(periodic)),
         Route("/jobs/bulk", guarded(jobs_bulk), methods=["POST"]),
         Route("/jobs/confirm", guarded(jobs_confirm)),
         Route("/jobs/bulk-filter", guarded(jobs_bulk_filter), methods=["POST"]),
