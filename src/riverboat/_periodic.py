@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = ["CATCH_UP_LIMIT", "CATCH_UP_POLICIES", "CatchUp", "PeriodicJobRecord"]
 
@@ -35,3 +35,8 @@ class PeriodicJobRecord:
     last_run_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    # The insert of a job added at runtime on some client (kind, args, queue, priority,
+    # max_attempts, tags, metadata): what a leader without the job's code inserts.
+    template: dict[str, Any] | None = None
+    # When a client removed it at runtime (None: it is defined).
+    removed_at: datetime | None = None

@@ -95,6 +95,7 @@ async def test_two_leaders_on_the_same_tick_insert_it_once(
     tick = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
     for enqueuer in (first, second):
         await enqueuer.on_start()
+        await enqueuer.run_once()  # the stored times read: nothing due yet
         for entry in enqueuer._entries:
             entry.next_run_at = tick
     await asyncio.gather(first.run_once(), second.run_once())

@@ -5,6 +5,7 @@ rows and reads a stored time."""
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from riverboat._periodic import PeriodicJobRecord
 from riverboat._sql import Statement
 from riverboat.dialect._part import DialectPart
 
-__all__ = ["PeriodicJobWrite", "PeriodicStatements"]
+__all__ = ["PeriodicJobDeclaration", "PeriodicJobWrite", "PeriodicStatements"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,17 @@ class PeriodicJobWrite:
     catch_up: str
     next_run_at: datetime | None
     last_run_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodicJobDeclaration:
+    """What a client declares of one of its periodic jobs: at its start, and when the job
+    is added at runtime (then with the ``template`` of its runs)."""
+
+    id: str
+    schedule: str
+    catch_up: str
+    template: dict[str, Any] | None
 
 
 class PeriodicStatements(DialectPart, ABC):
@@ -57,7 +69,26 @@ class PeriodicStatements(DialectPart, ABC):
 
     @abstractmethod
     def periodic_ids_param(self, ids: Sequence[str]) -> dict[str, Any]:
-        """The parameters of :meth:`periodic_job_delete`."""
+        """The parameters of :meth:`periodic_job_delete` and :meth:`periodic_job_remove`."""
+
+    @abstractmethod
+    def periodic_declarations_param(self, rows: Sequence[PeriodicJobDeclaration]) -> dict[str, Any]:
+        """The parameters of :meth:`periodic_job_declare`."""
+
+    def periodic_job_declare(self, rows: Sequence[PeriodicJobDeclaration]) -> Statement:
+        """Declare periodic jobs (an upsert): the latest declaration of an id defines it,
+        a removed one is defined again, and a changed schedule drops the stored next run."""
+        return self.stmt("periodic_job_declare", **self.periodic_declarations_param(rows))
+
+    def periodic_job_remove(self, ids: Sequence[str]) -> Statement:
+        """Mark periodic jobs removed at runtime; the leader stops inserting them."""
+        return self.stmt("periodic_job_remove", **self.periodic_ids_param(ids))
+
+    def decode_json_object(self, value: Any) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        decoded = json.loads(value) if isinstance(value, (str, bytes)) else value
+        return decoded if isinstance(decoded, dict) else None
 
     def decode_periodic_job(self, row: Sequence[Any]) -> PeriodicJobRecord:
         """A :meth:`periodic_job_list` row."""
@@ -72,4 +103,6 @@ class PeriodicStatements(DialectPart, ABC):
             last_run_at=self.periodic_time(row[4]),
             created_at=created,
             updated_at=updated,
+            template=self.decode_json_object(row[7]),
+            removed_at=self.periodic_time(row[8]),
         )

@@ -5,18 +5,24 @@ from riverboat's own migration line). A mixin of
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
-from riverboat.dialect._periodic_common import PeriodicJobWrite, PeriodicStatements
+from riverboat.dialect._periodic_common import (
+    PeriodicJobDeclaration,
+    PeriodicJobWrite,
+    PeriodicStatements,
+)
 
 __all__ = ["PostgresPeriodic"]
 
 QUERIES: dict[str, str] = {}
 
 QUERIES["periodic_job_list"] = """
-SELECT id, schedule, catch_up, next_run_at, last_run_at, created_at, updated_at
+SELECT id, schedule, catch_up, next_run_at, last_run_at, created_at, updated_at,
+    template, removed_at
 FROM <schema>riverboat_periodic_job
 ORDER BY id
 """
@@ -39,6 +45,24 @@ WHERE stored.schedule <> excluded.schedule
    OR stored.next_run_at <= excluded.next_run_at
 """
 
+# A client's periodic jobs, at its start or added at runtime: the latest declaration of
+# an id defines it (schedule, catch-up, template), and clears a removal.
+QUERIES["periodic_job_declare"] = """
+INSERT INTO <schema>riverboat_periodic_job AS stored (id, schedule, catch_up, template)
+SELECT id, schedule, catch_up, template::jsonb
+FROM unnest(:ids::text[], :schedules::text[], :catch_ups::text[], :templates::text[])
+    AS t (id, schedule, catch_up, template)
+ON CONFLICT (id) DO UPDATE
+SET schedule = excluded.schedule, catch_up = excluded.catch_up, template = excluded.template,
+    removed_at = NULL, updated_at = now(),
+    next_run_at = CASE WHEN stored.schedule = excluded.schedule THEN stored.next_run_at END
+"""
+
+QUERIES["periodic_job_remove"] = """
+UPDATE <schema>riverboat_periodic_job SET removed_at = now(), updated_at = now()
+WHERE id = any(:ids::text[]) AND removed_at IS NULL
+"""
+
 QUERIES["periodic_job_delete"] = """
 DELETE FROM <schema>riverboat_periodic_job WHERE id = any(:ids::text[]) RETURNING id
 """
@@ -54,6 +78,14 @@ class PostgresPeriodic(PeriodicStatements):
             "catch_ups": [r.catch_up for r in rows],
             "next_run_ats": [r.next_run_at for r in rows],
             "last_run_ats": [r.last_run_at for r in rows],
+        }
+
+    def periodic_declarations_param(self, rows: Sequence[PeriodicJobDeclaration]) -> dict[str, Any]:
+        return {
+            "ids": [r.id for r in rows],
+            "schedules": [r.schedule for r in rows],
+            "catch_ups": [r.catch_up for r in rows],
+            "templates": [None if r.template is None else json.dumps(r.template) for r in rows],
         }
 
     def periodic_ids_param(self, ids: Sequence[str]) -> dict[str, Any]:

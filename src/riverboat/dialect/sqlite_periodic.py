@@ -9,7 +9,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from riverboat.dialect._periodic_common import PeriodicJobWrite, PeriodicStatements
+from riverboat.dialect._periodic_common import (
+    PeriodicJobDeclaration,
+    PeriodicJobWrite,
+    PeriodicStatements,
+)
 from riverboat.dialect._sqlite_common import NOW, parse_timestamp
 
 __all__ = ["SqlitePeriodic"]
@@ -17,7 +21,8 @@ __all__ = ["SqlitePeriodic"]
 QUERIES: dict[str, str] = {}
 
 QUERIES["periodic_job_list"] = """
-SELECT id, schedule, catch_up, next_run_at, last_run_at, created_at, updated_at
+SELECT id, schedule, catch_up, next_run_at, last_run_at, created_at, updated_at,
+    json(template), removed_at
 FROM <schema>riverboat_periodic_job
 ORDER BY id
 """
@@ -39,6 +44,24 @@ WHERE stored.schedule <> excluded.schedule
    OR stored.next_run_at IS NULL
    OR excluded.next_run_at IS NULL
    OR stored.next_run_at <= excluded.next_run_at
+"""
+
+# See the Postgres twin.
+QUERIES["periodic_job_declare"] = f"""
+INSERT INTO <schema>riverboat_periodic_job AS stored (id, schedule, catch_up, template)
+SELECT value ->> '$.id', value ->> '$.schedule', value ->> '$.catch_up',
+       CASE WHEN value ->> '$.template' IS NOT NULL THEN jsonb(value -> '$.template') END
+FROM json_each(:rows)
+WHERE true
+ON CONFLICT (id) DO UPDATE
+SET schedule = excluded.schedule, catch_up = excluded.catch_up, template = excluded.template,
+    removed_at = NULL, updated_at = {NOW},
+    next_run_at = CASE WHEN stored.schedule = excluded.schedule THEN stored.next_run_at END
+"""
+
+QUERIES["periodic_job_remove"] = f"""
+UPDATE <schema>riverboat_periodic_job SET removed_at = {NOW}, updated_at = {NOW}
+WHERE id IN (SELECT value FROM json_each(:ids)) AND removed_at IS NULL
 """
 
 QUERIES["periodic_job_delete"] = """
@@ -67,6 +90,21 @@ class SqlitePeriodic(PeriodicStatements):
                         "catch_up": r.catch_up,
                         "next_run_at": _text(r.next_run_at),
                         "last_run_at": _text(r.last_run_at),
+                    }
+                    for r in rows
+                ]
+            )
+        }
+
+    def periodic_declarations_param(self, rows: Sequence[PeriodicJobDeclaration]) -> dict[str, Any]:
+        return {
+            "rows": json.dumps(
+                [
+                    {
+                        "id": r.id,
+                        "schedule": r.schedule,
+                        "catch_up": r.catch_up,
+                        "template": r.template,
                     }
                     for r in rows
                 ]

@@ -437,6 +437,12 @@ class Runtime:
         )
         self.maintainer.start()
         self.elector.start()
+        # Every client declares its periodic jobs (and runtime changes) to the leader.
+        from riverboat.runtime.maintenance.periodic import PeriodicPublisher
+
+        publisher = PeriodicPublisher(self.driver, self.periodic_jobs, cfg.insert_defaults)
+        publisher.start()
+        self.add_service(publisher)
 
     async def _stop_leadership(self) -> None:
         maintainer = getattr(self, "maintainer", None)

@@ -36,6 +36,7 @@ import asyncio
 import dataclasses
 import hashlib
 import inspect
+import json
 import logging
 import re
 import threading
@@ -49,12 +50,12 @@ from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, vali
 from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobState, format_rfc3339_nano
 from riverboat._periodic import CATCH_UP_LIMIT, CATCH_UP_POLICIES, PeriodicJobRecord
 from riverboat._unique import unique_states_bitmask
-from riverboat.dialect._periodic_common import PeriodicJobWrite
+from riverboat.dialect._periodic_common import PeriodicJobDeclaration, PeriodicJobWrite
 from riverboat.drivers.base import import_optional
-from riverboat.errors import InvalidInputError
+from riverboat.errors import DriverError, InvalidInputError, MissingDependencyError
 from riverboat.runtime.maintenance._service import MaintenanceContext, Service
 
-__all__ = ["NEVER", "PeriodicJob", "PeriodicJobEnqueuer", "PeriodicJobs"]
+__all__ = ["NEVER", "PeriodicJob", "PeriodicJobEnqueuer", "PeriodicJobs", "PeriodicPublisher"]
 
 log = logging.getLogger("riverboat.maintenance")
 
@@ -63,6 +64,9 @@ DUE_MARGIN = timedelta(milliseconds=100)
 ID_MAX = 127
 # The riverboat migration line version that has riverboat_periodic_job.
 DURABLE_LINE_VERSION = 2
+# How often a durable leader reads the declarations again (seconds): the longest a
+# periodic job added or removed at runtime on another client waits to be seen.
+REFRESH_INTERVAL = 1.0
 # How many ticks of a custom schedule are walked, at most, to find the missed ones.
 _CUSTOM_WALK_MAX = 100_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -328,7 +332,11 @@ class PeriodicJobs:
         self._jobs: dict[int, PeriodicJob] = {}
         self._next_handle = 1
         self.version = 0
-        self._listener: Callable[[], None] | None = None
+        # Who hears of changes: the leader's enqueuer, the client's publisher.
+        self._listeners: dict[str, Callable[[], None]] = {}
+        # Runtime changes of jobs with an id, for the publisher to declare to the fleet:
+        # the job as added, or None once removed (the last change of an id wins).
+        self._pending: dict[str, PeriodicJob | None] = {}
         self.add_many(jobs)
 
     def add(self, job: PeriodicJob) -> int:
@@ -352,6 +360,8 @@ class PeriodicJobs:
                     seen.add(job.id)
             handles = []
             for job in jobs:
+                if job.id is not None:
+                    self._pending[job.id] = job
                 self._jobs[self._next_handle] = job
                 handles.append(self._next_handle)
                 self._next_handle += 1
@@ -361,15 +371,14 @@ class PeriodicJobs:
     def remove(self, handle: int) -> None:
         """Remove the job ``add`` returned ``handle`` for; unknown handles are ignored."""
         with self._lock:
-            self._jobs.pop(handle, None)
+            self._forget([handle])
         self._changed()
 
     def remove_by_id(self, id: str) -> bool:
         """Remove the job with this ``id``; False when there was none."""
         with self._lock:
             found = [h for h, job in self._jobs.items() if job.id == id]
-            for handle in found:
-                del self._jobs[handle]
+            self._forget(found)
         self._changed()
         return bool(found)
 
@@ -377,8 +386,7 @@ class PeriodicJobs:
         """Remove the jobs of several handles at once (River's ``RemoveMany``)."""
         _check_many(handles, "handles")
         with self._lock:
-            for handle in handles:
-                self._jobs.pop(handle, None)
+            self._forget(handles)
         self._changed()
 
     def remove_many_by_id(self, ids: Sequence[str]) -> None:
@@ -386,15 +394,32 @@ class PeriodicJobs:
         _check_many(ids, "ids")
         wanted = set(ids)
         with self._lock:
-            for handle in [h for h, job in self._jobs.items() if job.id in wanted]:
-                del self._jobs[handle]
+            self._forget([h for h, job in self._jobs.items() if job.id in wanted])
         self._changed()
 
     def clear(self) -> None:
         """Remove every periodic job."""
         with self._lock:
-            self._jobs.clear()
+            self._forget(list(self._jobs))
         self._changed()
+
+    def _forget(self, handles: Sequence[int]) -> None:
+        # Under the lock.
+        for handle in handles:
+            job = self._jobs.pop(handle, None)
+            if job is not None and job.id is not None:
+                self._pending[job.id] = None
+
+    def listen(self, role: str, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (from any thread) after every change; one per role."""
+        with self._lock:
+            self._listeners[role] = callback
+
+    def take_pending(self) -> dict[str, PeriodicJob | None]:
+        """The runtime changes of jobs with an id since the last call, by id."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        return pending
 
     def snapshot(self) -> dict[int, PeriodicJob]:
         with self._lock:
@@ -406,8 +431,8 @@ class PeriodicJobs:
     def _changed(self) -> None:
         with self._lock:
             self.version += 1
-            listener = self._listener
-        if listener is not None:
+            listeners = list(self._listeners.values())
+        for listener in listeners:
             listener()
 
 
@@ -417,8 +442,90 @@ def periodic_unique_key(ident: str, tick: datetime) -> bytes:
     return hashlib.sha256(text.encode()).digest()
 
 
+def parse_schedule(text: str) -> Any:
+    """A stored schedule (:attr:`PeriodicJob.schedule_text`) as a schedule again; None for a
+    custom schedule object, which only its own code can rebuild."""
+    if text == "@never":
+        return NEVER
+    if text.startswith("@every ") and text.endswith("s"):
+        return timedelta(seconds=float(text[len("@every ") : -1]))
+    if text.startswith("custom "):
+        return None
+    return text
+
+
+def _unpack(made: Any) -> tuple[Any, InsertOpts | None, str | None]:
+    """A constructor's result as ``(args, opts, kind)``."""
+    if isinstance(made, InsertManyParams):
+        return made.args, made.opts, made.kind
+    if (
+        isinstance(made, tuple)
+        and len(made) == 2
+        and (made[1] is None or isinstance(made[1], InsertOpts))
+    ):
+        return made[0], made[1], None
+    return made, None, None
+
+
+async def _template_of(job: PeriodicJob, defaults: InsertDefaults) -> dict[str, Any] | None:
+    """The insert a leader without ``job``'s code makes for it: its constructor's result
+    now, resolved (kind, args, queue, priority, max_attempts, tags, metadata). None when
+    it can't be rebuilt elsewhere (a custom schedule) or the constructor gives nothing."""
+    if parse_schedule(job.schedule_text) is None:
+        return None
+    made = job.constructor()
+    if inspect.isawaitable(made):
+        made = await made
+    args, opts, kind = _unpack(made)
+    if args is None:
+        return None
+    params = resolve_insert(args, opts or InsertOpts(), kind, defaults)
+    return {
+        "kind": params.kind,
+        "args": json.loads(params.encoded_args),
+        "queue": params.queue,
+        "priority": params.priority,
+        "max_attempts": params.max_attempts,
+        "tags": list(params.tags),
+        "metadata": json.loads(params.encoded_metadata),
+    }
+
+
+def _job_of(record: PeriodicJobRecord) -> PeriodicJob | None:
+    """A periodic job another client added at runtime, rebuilt from its stored row."""
+    template = record.template
+    schedule = parse_schedule(record.schedule)
+    if template is None or schedule is None:
+        return None
+    insert = InsertManyParams(
+        template.get("args") or {},
+        InsertOpts(
+            queue=template.get("queue"),
+            priority=template.get("priority"),
+            max_attempts=template.get("max_attempts"),
+            tags=template.get("tags"),
+            metadata=template.get("metadata"),
+        ),
+        kind=template.get("kind"),
+    )
+    catch_up = record.catch_up if record.catch_up in CATCH_UP_POLICIES else "all"
+    try:
+        return PeriodicJob(schedule, lambda: insert, id=record.id, catch_up=catch_up)
+    except (InvalidInputError, MissingDependencyError) as exc:
+        log.warning("periodic job %r: its stored schedule can't be run here: %s", record.id, exc)
+        return None
+
+
 class _Entry:
-    __slots__ = ("dirty", "handle", "job", "last_run_at", "next_run_at", "run_on_start_pending")
+    __slots__ = (
+        "dirty",
+        "handle",
+        "job",
+        "last_run_at",
+        "next_run_at",
+        "run_on_start_pending",
+        "source",
+    )
 
     def __init__(self, job: PeriodicJob, handle: int = 0) -> None:
         self.handle = handle
@@ -428,6 +535,8 @@ class _Entry:
         self.run_on_start_pending = False
         # Its times changed since they were last stored (durable jobs only).
         self.dirty = False
+        # For a job rebuilt from another client's declaration: what it was built from.
+        self.source: tuple[str, str, str] | None = None
 
 
 class PeriodicJobEnqueuer(Service):
@@ -451,6 +560,9 @@ class PeriodicJobEnqueuer(Service):
         # riverboat_periodic_job exists, and its rows by id as last read or written.
         self.durable: bool | None = None
         self._stored: dict[str, PeriodicJobRecord] = {}
+        # Jobs other clients added at runtime (by id), and ids removed at runtime.
+        self._remote: dict[str, _Entry] = {}
+        self._removed: set[str] = set()
 
     def _sync(self, now: datetime) -> None:
         """Pick up jobs added or removed since the last look (the bundle's version)."""
@@ -479,7 +591,7 @@ class PeriodicJobEnqueuer(Service):
         def changed() -> None:
             loop.call_soon_threadsafe(self.wake)
 
-        self.jobs._listener = changed
+        self.jobs.listen("enqueuer", changed)
         self._version = self.jobs.version
         self._entries = [_Entry(job, handle) for handle, job in self.jobs.snapshot().items()]
         for entry in self._entries:
@@ -487,6 +599,8 @@ class PeriodicJobEnqueuer(Service):
             entry.run_on_start_pending = entry.job.run_on_start
         self.durable = None
         self._stored = {}
+        self._remote = {}
+        self._removed = set()
         self._started = True
 
     async def _load(self, now: datetime) -> None:
@@ -504,11 +618,50 @@ class PeriodicJobEnqueuer(Service):
                     DURABLE_LINE_VERSION,
                 )
             return
+        await self._read()
+        for entry in self._entries:
+            self._resume(entry, now)
+
+    async def _read(self) -> None:
         dialect = self.ctx.dialect
         rows = await self.ctx.driver.fetch(dialect.periodic_job_list())
         self._stored = {r.id: r for r in map(dialect.decode_periodic_job, rows)}
-        for entry in self._entries:
-            self._resume(entry, now)
+        self._removed = {r.id for r in self._stored.values() if r.removed_at is not None}
+
+    def _follow_declarations(self, now: datetime) -> None:
+        """Run what other clients declared at runtime: a job one of them added (from its
+        template) unless this client's own job of that id has the same schedule, and
+        none that one of them removed."""
+        local = {e.job.id: e for e in self._entries if e.job.id is not None}
+        remote: dict[str, _Entry] = {}
+        for record in self._stored.values():
+            if record.removed_at is not None or record.template is None:
+                continue
+            mine = local.get(record.id)
+            if mine is not None and mine.job.schedule_text == record.schedule:
+                continue  # this client's own code runs it
+            source = (record.schedule, record.catch_up, json.dumps(record.template, sort_keys=True))
+            entry = self._remote.get(record.id)
+            if entry is None or entry.source != source:
+                job = _job_of(record)
+                if job is None:
+                    continue
+                entry = _Entry(job)
+                entry.source = source
+                entry.next_run_at = job.next_after(now)
+                self._resume(entry, now)
+            remote[record.id] = entry
+        self._remote = remote
+
+    def _active(self) -> list[_Entry]:
+        """The entries this leader runs: its own, less those removed or redefined at
+        runtime elsewhere, and those other clients added at runtime."""
+        own = [
+            e
+            for e in self._entries
+            if e.job.id is None or (e.job.id not in self._removed and e.job.id not in self._remote)
+        ]
+        return own + list(self._remote.values())
 
     def _resume(self, entry: _Entry, now: datetime) -> None:
         """Take a durable job's stored times, with its catch-up policy applied to the
@@ -551,12 +704,16 @@ class PeriodicJobEnqueuer(Service):
 
     def next_delay(self) -> float:
         self._sync(datetime.now(UTC))
-        if any(e.run_on_start_pending or e.dirty for e in self._entries):
+        active = self._active()
+        if any(e.run_on_start_pending or e.dirty for e in active):
             return 0.0
-        upcoming = [e.next_run_at for e in self._entries if e.next_run_at is not None]
+        # Durable: read the declarations again soon, so that what other clients add or
+        # remove at runtime is seen within REFRESH_INTERVAL.
+        longest = REFRESH_INTERVAL if self.durable else 3600.0
+        upcoming = [e.next_run_at for e in active if e.next_run_at is not None]
         if not upcoming:
-            return 3600.0
-        return max((min(upcoming) - datetime.now(UTC)).total_seconds(), 0.0)
+            return longest
+        return min(max((min(upcoming) - datetime.now(UTC)).total_seconds(), 0.0), longest)
 
     def _due(self, entry: _Entry, horizon: datetime) -> list[datetime]:
         """The entry's ticks before ``horizon``: one as a rule, several when catching up
@@ -572,11 +729,16 @@ class PeriodicJobEnqueuer(Service):
         now = datetime.now(UTC)
         if self.durable is None:
             await self._load(now)
+        elif self.durable:
+            await self._read()
         self._sync(now)
+        if self.durable:
+            self._follow_declarations(now)
+        active = self._active()
         due: list[tuple[_Entry, datetime, bool]] = []
-        due.extend((e, now, True) for e in self._entries if e.run_on_start_pending)
+        due.extend((e, now, True) for e in active if e.run_on_start_pending)
         horizon = now + DUE_MARGIN
-        for entry in self._entries:
+        for entry in active:
             due.extend((entry, tick, False) for tick in self._due(entry, horizon))
         params: list[InsertParams] = []
         made_args: list[object] = []
@@ -625,7 +787,7 @@ class PeriodicJobEnqueuer(Service):
         this leaves the ticks to the next, whose inserts of them are duplicates."""
         if not self.durable:
             return
-        changed = [e for e in self._entries if e.dirty and e.job.id is not None]
+        changed = [e for e in self._active() if e.dirty and e.job.id is not None]
         if not changed:
             return
         writes = [
@@ -672,18 +834,7 @@ class PeriodicJobEnqueuer(Service):
     def _params(
         self, job: PeriodicJob, made: Any, tick: datetime, *, unique: bool
     ) -> tuple[InsertParams, object] | None:
-        kind: str | None = None
-        opts: InsertOpts | None = None
-        if isinstance(made, InsertManyParams):
-            args, opts, kind = made.args, made.opts, made.kind
-        elif (
-            isinstance(made, tuple)
-            and len(made) == 2
-            and (made[1] is None or isinstance(made[1], InsertOpts))
-        ):
-            args, opts = made
-        else:
-            args = made
+        args, opts, kind = _unpack(made)
         if args is None:
             return None
         base = opts or InsertOpts()
@@ -701,3 +852,99 @@ class PeriodicJobEnqueuer(Service):
             params.unique_key = periodic_unique_key(ident, tick)
             params.unique_states = unique_states_bitmask(None)
         return params, args
+
+
+class PeriodicPublisher:
+    """Declares a client's periodic jobs that have an id to the whole fleet, in
+    ``riverboat_periodic_job``: its own set when it starts, then each one added or removed
+    at runtime (``client.periodic_jobs``), so that the leader, whichever client it is, runs
+    what was added and stops what was removed. A job added at runtime is declared with its
+    template: its constructor's result at that moment, which a leader without the job's
+    code inserts at each tick. Runs on every client, leader or not."""
+
+    def __init__(self, driver: Any, jobs: PeriodicJobs, defaults: InsertDefaults) -> None:
+        self.driver = driver
+        self.jobs = jobs
+        self.defaults = defaults
+        self.published = 0
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def changed() -> None:
+            loop.call_soon_threadsafe(self._wake.set)
+
+        self.jobs.listen("publisher", changed)
+        # The set at start is the client's own (from its code, or changed before start);
+        # what changes from now on is a runtime change, declared with its template.
+        self.jobs.take_pending()
+        initial: dict[str, tuple[PeriodicJob, bool] | None] = {
+            job.id: (job, False) for job in self.jobs.snapshot().values() if job.id is not None
+        }
+        self._task = asyncio.create_task(self._run(initial), name="riverboat-periodic-publisher")
+
+    async def stop(self) -> None:
+        self.jobs.listen("publisher", lambda: None)
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def _run(self, pending: dict[str, tuple[PeriodicJob, bool] | None]) -> None:
+        from riverboat.migrations import applied_version_async
+
+        try:
+            version = await applied_version_async(self.driver, "riverboat")
+        except DriverError as exc:
+            log.warning("periodic jobs: not declared to the fleet (%s)", exc)
+            return
+        if version < DURABLE_LINE_VERSION:
+            return
+        # pending: (job, added at runtime) by id; None: removed at runtime.
+        while True:
+            for ident, change in self.jobs.take_pending().items():
+                pending[ident] = None if change is None else (change, True)
+            if pending:
+                try:
+                    await self._publish(pending)
+                    pending = {}
+                except (DriverError, TimeoutError) as exc:
+                    log.warning("periodic jobs: declaring to the fleet failed (%s); retrying", exc)
+                    await asyncio.sleep(1.0)
+                    continue
+            await self._wake.wait()
+            self._wake.clear()
+
+    async def _publish(self, pending: dict[str, tuple[PeriodicJob, bool] | None]) -> None:
+        declarations = []
+        for ident, change in pending.items():
+            if change is None:
+                continue
+            job, at_runtime = change
+            template = None
+            if at_runtime:
+                try:
+                    template = await _template_of(job, self.defaults)
+                except Exception as exc:
+                    log.warning(
+                        "periodic job %r: its constructor failed (%s: %s); declared without "
+                        "a template, so only clients with its code run it",
+                        ident,
+                        type(exc).__name__,
+                        exc,
+                    )
+            declarations.append(
+                PeriodicJobDeclaration(ident, job.schedule_text, job.catch_up, template)
+            )
+        removed = [ident for ident, change in pending.items() if change is None]
+        dialect = self.driver.dialect
+        if declarations:
+            await self.driver.execute(dialect.periodic_job_declare(declarations))
+        if removed:
+            await self.driver.execute(dialect.periodic_job_remove(removed))
+        self.published += len(pending)

@@ -7,6 +7,8 @@ CREATE TABLE <schema>riverboat_periodic_job (
     catch_up text NOT NULL,
     next_run_at timestamp,
     last_run_at timestamp,
+    template blob,
+    removed_at timestamp,
     created_at timestamp NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
     updated_at timestamp NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
     CONSTRAINT id_length CHECK (length(id) > 0 AND length(id) < 128),

@@ -1,0 +1,95 @@
+"""Periodic jobs added, changed and removed at runtime on a client that is not the
+leader are run, rescheduled and stopped by the leader, from riverboat_periodic_job;
+two clients in this process, on Postgres and SQLite."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+import riverboat
+from riverboat import AsyncClient, InsertManyParams, PeriodicJob, QueueConfig
+from riverboat.dialect._sqlite_common import parse_timestamp
+from tests.leadership._helpers import default_workers, elector_of, fast_maintenance, wait_any_leader
+from tests.runtime.dbs import Db, any_db  # noqa: F401
+from tests.waiting import wait_until_async
+
+
+def _client(db: Db, client_id: str) -> AsyncClient:
+    return riverboat.AsyncClient(
+        db.url,
+        schema=db.schema,
+        id=client_id,
+        queues={"default": QueueConfig(max_workers=2)},
+        workers=default_workers(),
+        maintenance=fast_maintenance(),
+    )
+
+
+def _runs(db: Db) -> list[tuple[datetime, dict[str, Any]]]:
+    args = "args" if db.dialect == "postgres" else "json(args)"
+    rows = db.execute(f"SELECT scheduled_at, {args} FROM river_job WHERE kind = 'noop' ORDER BY id")
+    out = []
+    for at, args in rows:
+        when = at if isinstance(at, datetime) else parse_timestamp(at)
+        assert when is not None
+        out.append((when, args if isinstance(args, dict) else json.loads(args)))
+    return out
+
+
+def _make(version: int) -> Any:
+    return lambda: InsertManyParams({"version": version}, kind="noop")
+
+
+@pytest.mark.asyncio
+async def test_runtime_changes_on_a_follower_reach_the_leader(any_db: Db) -> None:  # noqa: F811
+    clients = [_client(any_db, "fleet_one"), _client(any_db, "fleet_two")]
+    for client in clients:
+        await client.start()
+    try:
+        leader = await wait_any_leader(clients, 10)
+        follower = next(c for c in clients if c is not leader)
+        assert not elector_of(follower).is_leader
+        service = leader.runtime.maintainer.services["periodic"]
+
+        # Added on the follower: the leader inserts it every second from its template.
+        follower.periodic_jobs.add(PeriodicJob("* * * * * *", _make(1), id="from_follower"))
+        await wait_until_async(lambda: len(_runs(any_db)) >= 2, timeout=10, what="two runs")
+
+        # Changed on the follower (removed, added again): every other second, new args.
+        follower.periodic_jobs.remove_by_id("from_follower")
+        follower.periodic_jobs.add(PeriodicJob("*/2 * * * * *", _make(2), id="from_follower"))
+        await wait_until_async(
+            lambda: [a for _, a in _runs(any_db)].count({"version": 2}) >= 2,
+            timeout=10,
+            what="two runs of the new schedule",
+        )
+
+        # Removed on the follower: once the leader has read that, it inserts no more.
+        follower.periodic_jobs.remove_by_id("from_follower")
+
+        async def removal_stored() -> bool:
+            records = await follower.periodic_job_list()
+            return bool(records) and records[0].removed_at is not None
+
+        await wait_until_async(removal_stored, timeout=10, what="the removal stored")
+        runs_seen = service.stats.successes
+        await service.wait_for(lambda stats: stats.successes >= runs_seen + 2)
+        settled = len(_runs(any_db))
+        runs_seen = service.stats.successes
+        await service.wait_for(lambda stats: stats.successes >= runs_seen + 2)
+        assert len(_runs(any_db)) == settled
+    finally:
+        for client in clients:
+            await client.stop()
+            await client.close()
+
+    runs = _runs(any_db)
+    new = [at for at, args in runs if args == {"version": 2}]
+    assert new and all(at.second % 2 == 0 for at in new)
+    assert all(at.tzinfo is not None and at <= datetime.now(UTC) for at, _ in runs)
+    ticks = [at for at, _ in runs]
+    assert len(ticks) == len(set(ticks))  # no tick twice
