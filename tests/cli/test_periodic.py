@@ -79,6 +79,7 @@ async def test_list_and_forget(any_db: Db) -> None:  # noqa: F811
     assert header.split()[:4] == ["ID", "SCHEDULE", "CATCH", "UP"]
     assert row.startswith("morning_report  CRON_TZ=Europe/Paris 0 9 * * *  one ")
     assert "(in " in row  # the next run, relative to now
+    assert row.endswith("defined")  # by a client's own code, not added at runtime
 
     listed = json.loads(_cli(any_db, "--json").stdout)
     assert listed[0]["id"] == "morning_report" and listed[0]["last_run_at"] is None

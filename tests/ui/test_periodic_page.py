@@ -63,6 +63,7 @@ def test_periodic_page_shows_stored_runs(seeded: SeededDb, serve: Any, page: Any
         expect(row.locator(".catch-up")).to_have_text("one")
         expect(row.locator(".last-run")).to_contain_text("ago")
         expect(row.locator(".next-run")).not_to_contain_text("overdue")
+        expect(row.locator(".status")).to_have_text("defined")
         retired = page.locator('tr[data-periodic="retired_job"]')
         expect(retired.locator(".next-run")).to_contain_text("overdue: no leader runs it")
         expect(retired.locator(".last-run")).to_have_text("-")

@@ -24,8 +24,21 @@ def _when(moment: datetime | None, now: datetime) -> str:
     if moment is None:
         return "-"
     seconds = (moment - now).total_seconds()
-    relative = f"in {seconds:.0f}s" if seconds >= 0 else f"{-seconds:.0f}s ago"
+    size = abs(seconds)
+    for unit, length in (("d", 86400), ("h", 3600), ("m", 60)):
+        if size >= length:
+            span = f"{size / length:.0f}{unit}"
+            break
+    else:
+        span = f"{size:.0f}s"
+    relative = f"in {span}" if seconds >= 0 else f"{span} ago"
     return f"{moment.astimezone(UTC).isoformat(timespec='seconds')} ({relative})"
+
+
+def _status(record: PeriodicJobRecord) -> str:
+    if record.removed_at is not None:
+        return "removed"
+    return "added at runtime" if record.template is not None else "defined"
 
 
 def _print(records: Sequence[PeriodicJobRecord], as_json: bool) -> None:
@@ -38,9 +51,16 @@ def _print(records: Sequence[PeriodicJobRecord], as_json: bool) -> None:
         return
     now = datetime.now(UTC)
     print_table(
-        ("ID", "SCHEDULE", "CATCH UP", "LAST RUN", "NEXT RUN"),
+        ("ID", "SCHEDULE", "CATCH UP", "LAST RUN", "NEXT RUN", "STATUS"),
         [
-            (r.id, r.schedule, r.catch_up, _when(r.last_run_at, now), _when(r.next_run_at, now))
+            (
+                r.id,
+                r.schedule,
+                r.catch_up,
+                _when(r.last_run_at, now),
+                _when(r.next_run_at, now),
+                _status(r),
+            )
             for r in records
         ],
     )

@@ -67,6 +67,8 @@ DURABLE_LINE_VERSION = 2
 # How often a durable leader reads the declarations again (seconds): the longest a
 # periodic job added or removed at runtime on another client waits to be seen.
 REFRESH_INTERVAL = 1.0
+# How long a stopping client may take to declare its last runtime changes (seconds).
+STOP_PUBLISH_TIMEOUT = 5.0
 # How many ticks of a custom schedule are walked, at most, to find the missed ones.
 _CUSTOM_WALK_MAX = 100_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -867,6 +869,7 @@ class PeriodicPublisher:
         self.jobs = jobs
         self.defaults = defaults
         self.published = 0
+        self.enabled = False  # riverboat_periodic_job exists
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
 
@@ -894,6 +897,16 @@ class PeriodicPublisher:
             except asyncio.CancelledError:
                 pass
             self._task = None
+        # A change made just before the stop is declared still (bounded).
+        last = {
+            ident: None if change is None else (change, True)
+            for ident, change in self.jobs.take_pending().items()
+        }
+        if last and self.enabled:
+            try:
+                await asyncio.wait_for(self._publish(last), STOP_PUBLISH_TIMEOUT)
+            except (DriverError, TimeoutError) as exc:
+                log.warning("periodic jobs: the last runtime changes were not declared (%s)", exc)
 
     async def _run(self, pending: dict[str, tuple[PeriodicJob, bool] | None]) -> None:
         from riverboat.migrations import applied_version_async
@@ -905,6 +918,7 @@ class PeriodicPublisher:
             return
         if version < DURABLE_LINE_VERSION:
             return
+        self.enabled = True
         # pending: (job, added at runtime) by id; None: removed at runtime.
         while True:
             for ident, change in self.jobs.take_pending().items():
