@@ -4,8 +4,9 @@ two clients in this process, on Postgres and SQLite."""
 
 from __future__ import annotations
 
+import itertools
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -93,3 +94,35 @@ async def test_runtime_changes_on_a_follower_reach_the_leader(any_db: Db) -> Non
     assert all(at.tzinfo is not None and at <= datetime.now(UTC) for at, _ in runs)
     ticks = [at for at, _ in runs]
     assert len(ticks) == len(set(ticks))  # no tick twice
+
+
+@pytest.mark.asyncio
+async def test_a_job_added_on_the_leader_outlives_it(any_db: Db) -> None:  # noqa: F811
+    # Added at runtime on the leader, which then stops: the other client, whose code
+    # lacks the job, takes over and runs it from its template, every tick once.
+    clients = [_client(any_db, "outlive_one"), _client(any_db, "outlive_two")]
+    for client in clients:
+        await client.start()
+    try:
+        leader = await wait_any_leader(clients, 10)
+        leader.periodic_jobs.add(PeriodicJob("* * * * * *", _make(7), id="from_leader"))
+        await wait_until_async(lambda: len(_runs(any_db)) >= 2, timeout=10, what="two runs")
+        await leader.stop()
+        await leader.close()
+        clients.remove(leader)
+        successor = await wait_any_leader(clients, 10)
+        assert not any(
+            job.id == "from_leader" for job in successor.periodic_jobs.snapshot().values()
+        )
+        before = len(_runs(any_db))
+        await wait_until_async(
+            lambda: len(_runs(any_db)) >= before + 3, timeout=10, what="runs by the successor"
+        )
+    finally:
+        for client in clients:
+            await client.stop()
+            await client.close()
+    ticks = sorted(at for at, _ in _runs(any_db))
+    assert all(args == {"version": 7} for _, args in _runs(any_db))
+    assert len(ticks) == len(set(ticks)), "a tick was inserted twice"
+    assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(ticks)), ticks
