@@ -112,8 +112,7 @@ async def test_ticks_survive_kill_leader_change_and_restart(any_db: Db) -> None:
     db = any_db
     fleet = Fleet(db)
     try:
-        await fleet.start("w1")
-        await fleet.start("w2")
+        await asyncio.gather(fleet.start("w1"), fleet.start("w2"))
         first = await _new_leader(db, None)
         await _more_ticks(db, 2)
 

@@ -1,6 +1,7 @@
 """Periodic jobs, enqueued by the leader (River §7.4).
 
-``PeriodicJob(schedule, constructor, run_on_start=False, id=None, *, tz=None)``:
+``PeriodicJob(schedule, constructor, run_on_start=False, id=None, *, tz=None,
+catch_up="all")``:
 ``schedule`` is a cron expression as River's robfig parser reads it (five fields, or six
 with the seconds first, descriptors such as ``@daily``, an optional ``CRON_TZ=Zone``
 prefix; evaluated in ``tz`` or the prefix's zone, else UTC; needs ``riverboat[cron]``), a
@@ -28,6 +29,13 @@ run, for the latest) or ``"none"``. The stored times are written after the runs 
 inserted, so a leader that dies in between leaves the tick to its successor, whose insert
 of it is skipped as a duplicate (the unique key above). Jobs without an id keep their
 schedule in memory only, as River's do.
+
+Every client declares its periodic jobs with an id in the same table
+(:class:`PeriodicPublisher`): its own set when it starts, and each one added or removed
+at runtime, an added one with the template of its runs. The leader reads the
+declarations every ``REFRESH_INTERVAL``: it runs what another client added (from the
+template, unless its own job of that id has the same schedule) and stops what another
+client removed. See docs/periodic-jobs.md.
 """
 
 from __future__ import annotations
@@ -327,7 +335,9 @@ class PeriodicJobs:
     """A client's periodic jobs, changeable while it runs (River's
     ``client.PeriodicJobs()``): each added job gets a handle for :meth:`remove`. Changes
     take effect on the leader at once, without a restart; an added job with
-    ``run_on_start`` is inserted as soon as the leader sees it. Safe from any thread."""
+    ``run_on_start`` is inserted as soon as the leader sees it. Changes of jobs with an id
+    are also declared to the leader of the fleet by the client's
+    :class:`PeriodicPublisher`. Safe from any thread."""
 
     def __init__(self, jobs: Sequence[PeriodicJob] = ()) -> None:
         self._lock = threading.Lock()
