@@ -179,6 +179,8 @@ def test_bad_input_is_refused_before_anything_is_written(any_db: Db) -> None:  #
     make = lambda: None  # noqa: E731
     with pytest.raises(InvalidInputError, match="catch-up policy"):
         PeriodicJob(60, make, id="job_a", catch_up="sometimes")
+    with pytest.raises(InvalidInputError, match="needs an id"):
+        PeriodicJob(60, make, catch_up="none")
     with pytest.raises(InvalidInputError, match="not a known time zone"):
         PeriodicJob("0 9 * * *", make, id="job_a", tz="Mars/Olympus_Mons")
     with pytest.raises(InvalidInputError, match="not a known time zone"):

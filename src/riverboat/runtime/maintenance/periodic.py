@@ -175,6 +175,10 @@ class PeriodicJob:
             raise InvalidInputError(
                 "catch_up", f"{catch_up!r} is not a catch-up policy; known: none, one, all"
             )
+        if catch_up != "all" and id is None:
+            raise InvalidInputError(
+                "catch_up", "needs an id: only a periodic job with an id is stored and catches up"
+            )
         self.catch_up = catch_up
         if id is not None:
             validate_kind(id, "id")
