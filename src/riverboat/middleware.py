@@ -77,7 +77,6 @@ middleware configured, none of this costs anything: the executor takes its plain
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -89,11 +88,17 @@ from riverboat._insert import encode_metadata
 from riverboat.errors import InvalidInputError
 from riverboat.metrics import JobGetAvailableCountMetric, JobGetAvailableDurationMetric, Metric
 from riverboat.runtime.outcomes import JobCancel, JobSnooze
+from riverboat.runtime.worker import (
+    CallNext,
+    Job,
+    RegisteredWorker,
+    normalize_many,
+    normalize_one,
+)
 
 if TYPE_CHECKING:
     from riverboat._insert import InsertParams
     from riverboat._job import InsertResult
-    from riverboat.runtime.worker import Job, RegisteredWorker
 
 __all__ = [
     "InsertManyMiddleware",
@@ -109,7 +114,6 @@ __all__ = [
     "sync_work_middleware",
 ]
 
-CallNext = Callable[[], Awaitable[None]]
 SyncCallNext = Callable[[], Any]
 InsertCallNext = Callable[[], Awaitable["list[InsertResult]"]]
 SyncInsertCallNext = Callable[[], "list[InsertResult]"]
@@ -216,69 +220,6 @@ def sync_work_middleware(fn: Callable[[Job[Any], SyncCallNext], Any]) -> SyncWor
     return _SyncWork(fn)
 
 
-class _AsyncFn:
-    __slots__ = ("_fn",)
-
-    def __init__(self, fn: Callable[[Job[Any], CallNext], Awaitable[None]]) -> None:
-        self._fn = fn
-
-    async def work(self, job: Job[Any], call_next: CallNext) -> None:
-        await self._fn(job, call_next)
-
-    def __repr__(self) -> str:
-        return repr(self._fn)
-
-
-_METHODS = (
-    "insert_begin",
-    "insert_many",
-    "insert_many_sync",
-    "work",
-    "work_sync",
-    "handle_error",
-    "metric_emit",
-    "attach",
-)
-
-
-def _normalize(item: object, field: str) -> object:
-    if inspect.iscoroutinefunction(item):
-        return _AsyncFn(item)
-    found = False
-    for name in _METHODS:
-        method = getattr(item, name, None)
-        if method is None:
-            continue
-        if not callable(method):
-            raise InvalidInputError(field, f"{item!r}.{name} is not callable")
-        is_async = inspect.iscoroutinefunction(method)
-        if name in ("work", "insert_many") and not is_async:
-            raise InvalidInputError(
-                field,
-                f"{item!r}.{name} must be async def; a sync one is spelt {name}_sync",
-            )
-        if name not in ("work", "insert_many", "handle_error") and is_async:
-            raise InvalidInputError(field, f"{item!r}.{name} must be a plain def")
-        found = True
-    if not found:
-        raise InvalidInputError(
-            field,
-            f"{item!r} is not a middleware: give it insert_begin, insert_many, "
-            "insert_many_sync, work, work_sync, handle_error, metric_emit or attach, "
-            "or pass an async def (job, call_next)",
-        )
-    return item
-
-
-def normalize_many(items: Sequence[object] | None, field: str) -> tuple[object, ...]:
-    """Check every middleware of a list; plain async functions are wrapped."""
-    if items is None:
-        return ()
-    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
-        raise InvalidInputError(field, "must be a list of middleware")
-    return tuple(_normalize(item, f"{field}[{i}]") for i, item in enumerate(items))
-
-
 @dataclass(slots=True, frozen=True)
 class _Chain:
     """One worker's middleware with a client's, worked out once per kind."""
@@ -360,7 +301,7 @@ class MiddlewareStack:
 
     def add(self, middleware: object) -> None:
         """Append one middleware (before the client starts)."""
-        self.items = (*self.items, _normalize(middleware, "middleware"))
+        self.items = (*self.items, normalize_one(middleware, "middleware"))
         self._split()
 
     # -- inserts -----------------------------------------------------------------------

@@ -24,7 +24,6 @@ from riverboat._insert import validate_kind
 from riverboat._job import AttemptError, JobRow
 from riverboat._json import go_json_storable
 from riverboat.errors import InvalidInputError
-from riverboat.middleware import normalize_many
 from riverboat.runtime.outcomes import JobCancel, JobSnooze
 from riverboat.runtime.process_reference import args_type_reference, process_reference
 
@@ -172,6 +171,8 @@ class Job(Generic[T]):
 
 
 WorkFn = Callable[[Job[Any]], Any]
+# What a work middleware calls to run the rest of the chain (riverboat.middleware).
+CallNext = Callable[[], Awaitable[None]]
 
 
 def _float_fields(args_type: type, names: set[str]) -> frozenset[str]:
@@ -462,3 +463,71 @@ def _middleware(items: Sequence[Any] | None, kind: str) -> tuple[Any, ...]:
     if not items:
         return ()
     return normalize_many(items, f"workers[{kind!r}].middleware")
+
+
+# -- middleware lists, checked when they are given ---------------------------------------
+# Here rather than in riverboat.middleware (which imports this module for Job and
+# RegisteredWorker), so a worker's list is checked at registration without a circle.
+
+
+class _AsyncFn:
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable[[Job[Any], CallNext], Awaitable[None]]) -> None:
+        self._fn = fn
+
+    async def work(self, job: Job[Any], call_next: CallNext) -> None:
+        await self._fn(job, call_next)
+
+    def __repr__(self) -> str:
+        return repr(self._fn)
+
+
+_METHODS = (
+    "insert_begin",
+    "insert_many",
+    "insert_many_sync",
+    "work",
+    "work_sync",
+    "handle_error",
+    "metric_emit",
+    "attach",
+)
+
+
+def normalize_one(item: object, field: str) -> object:
+    if inspect.iscoroutinefunction(item):
+        return _AsyncFn(item)
+    found = False
+    for name in _METHODS:
+        method = getattr(item, name, None)
+        if method is None:
+            continue
+        if not callable(method):
+            raise InvalidInputError(field, f"{item!r}.{name} is not callable")
+        is_async = inspect.iscoroutinefunction(method)
+        if name in ("work", "insert_many") and not is_async:
+            raise InvalidInputError(
+                field,
+                f"{item!r}.{name} must be async def; a sync one is spelt {name}_sync",
+            )
+        if name not in ("work", "insert_many", "handle_error") and is_async:
+            raise InvalidInputError(field, f"{item!r}.{name} must be a plain def")
+        found = True
+    if not found:
+        raise InvalidInputError(
+            field,
+            f"{item!r} is not a middleware: give it insert_begin, insert_many, "
+            "insert_many_sync, work, work_sync, handle_error, metric_emit or attach, "
+            "or pass an async def (job, call_next)",
+        )
+    return item
+
+
+def normalize_many(items: Sequence[object] | None, field: str) -> tuple[object, ...]:
+    """Check every middleware of a list; plain async functions are wrapped."""
+    if items is None:
+        return ()
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise InvalidInputError(field, "must be a list of middleware")
+    return tuple(normalize_one(item, f"{field}[{i}]") for i, item in enumerate(items))
