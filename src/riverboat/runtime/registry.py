@@ -31,13 +31,15 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from riverboat.errors import DriverError, InvalidInputError
 from riverboat.runtime.health import bounded
 
 if TYPE_CHECKING:
-    from riverboat.runtime.runner import Runtime
+    from riverboat.drivers.base import AsyncDriver
+    from riverboat.runtime.completer import Completer
+    from riverboat.runtime.producer import Producer, QueueConfig
 
 __all__ = ["DEAD_AFTER", "HEARTBEAT_INTERVAL", "ClientRegistry", "check_heartbeat"]
 
@@ -75,10 +77,38 @@ def _version() -> str:
         return "unknown"
 
 
+class _RuntimeSettings(Protocol):
+    @property
+    def queues(self) -> dict[str, QueueConfig]: ...
+
+    @property
+    def db_call_timeout(self) -> float | None: ...
+
+
+class RegisteredRuntime(Protocol):
+    """What the registry reads from the runtime it reports on (``runtime.runner.Runtime``,
+    which imports this module)."""
+
+    @property
+    def driver(self) -> AsyncDriver: ...
+
+    @property
+    def client_id(self) -> str: ...
+
+    @property
+    def config(self) -> _RuntimeSettings: ...
+
+    @property
+    def producers(self) -> dict[str, Producer]: ...
+
+    @property
+    def completer(self) -> Completer | None: ...
+
+
 class ClientRegistry:
     """One client's row in ``riverboat_client``, kept fresh by a heartbeat task."""
 
-    def __init__(self, runtime: Runtime, interval: float, dead_after: float) -> None:
+    def __init__(self, runtime: RegisteredRuntime, interval: float, dead_after: float) -> None:
         self._runtime = runtime
         self._driver = runtime.driver
         self._dialect = runtime.driver.dialect
