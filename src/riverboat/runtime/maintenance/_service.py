@@ -23,7 +23,7 @@ from riverboat.errors import DriverError
 from riverboat.runtime._waiting import backoff_delay, wait_any
 
 if TYPE_CHECKING:
-    from riverboat.runtime.maintenance import MaintenanceConfig
+    from riverboat.runtime.maintenance.config import MaintenanceConfig
     from riverboat.runtime.outcomes import RetryPolicy
     from riverboat.runtime.worker import Workers
 

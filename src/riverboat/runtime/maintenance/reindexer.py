@@ -35,14 +35,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from datetime import UTC, datetime
+from typing import Any
 
 from riverboat._sql import Query, Statement
 from riverboat.drivers.base import call_deadline
-from riverboat.errors import DriverError, InvalidInputError
+from riverboat.errors import DriverError
 from riverboat.migrations._files import RawQuery
 from riverboat.runtime.maintenance._service import MaintenanceContext, Service
+from riverboat.runtime.maintenance.config import (
+    next_midnight_utc,
+    reindexer_schedule,
+    validate_index_names,
+)
 
 __all__ = [
     "ARTIFACT_CLEANUP_TIMEOUT",
@@ -69,7 +74,6 @@ REINDEXER_INDEX_NAMES_DEFAULT: tuple[str, ...] = (
 REINDEXER_TIMEOUT_DEFAULT = 60.0
 # How long a stopping leader spends dropping the artifacts of the rebuild it cancelled.
 ARTIFACT_CLEANUP_TIMEOUT = 15.0
-_NAME_MAX = 63  # Postgres identifiers (NAMEDATALEN - 1)
 
 # The names of the indexes in River's schema; each query below narrows them.
 _SCHEMA_INDEXES = """SELECT c.relname::text
@@ -91,43 +95,6 @@ _ARTIFACTS = Query(
              ~ '^_cc(new|old)[0-9]*$'
        ORDER BY 1""",
 )
-
-
-def next_midnight_utc(moment: datetime) -> datetime:
-    """River's default reindexer schedule: the first midnight UTC after ``moment``."""
-    day = (moment.astimezone(UTC) + timedelta(days=1)).date()
-    return datetime(day.year, day.month, day.day, tzinfo=UTC)
-
-
-def reindexer_schedule(
-    schedule: str | timedelta | float | Callable[[datetime], datetime] | None,
-) -> Callable[[datetime], datetime]:
-    """``schedule`` as a function from a time to the next run after it.
-
-    ``None`` is River's default (midnight UTC daily); a cron expression or an interval
-    is read as :class:`~riverboat.PeriodicJob` reads it; a callable is used as it is
-    (River's ``PeriodicSchedule.Next``).
-    """
-    if schedule is None:
-        return next_midnight_utc
-    if callable(schedule):
-        return schedule
-    from riverboat.runtime.maintenance.periodic import PeriodicJob
-
-    # Cron and intervals always have a next tick (only NEVER or custom ones return None).
-    return cast("Callable[[datetime], datetime]", PeriodicJob(schedule, lambda: None).next_after)
-
-
-def validate_index_names(names: object) -> tuple[str, ...]:
-    if isinstance(names, str) or not isinstance(names, Sequence):
-        raise InvalidInputError("maintenance.reindexer_index_names", "must be a list of names")
-    for name in names:
-        if not isinstance(name, str) or not name or len(name) > _NAME_MAX or "\0" in name:
-            raise InvalidInputError(
-                "maintenance.reindexer_index_names",
-                f"{name!r} is not an index name (1 to {_NAME_MAX} characters)",
-            )
-    return tuple(names)
 
 
 def _quote(identifier: str) -> str:

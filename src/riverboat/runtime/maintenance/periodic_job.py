@@ -1,0 +1,267 @@
+"""A periodic job's definition: its schedule (a cron expression as River's robfig parser
+reads it, a fixed interval, a custom ``next(after)`` or :data:`NEVER`) and its
+constructor. No I/O: the leader's enqueuer (``maintenance.periodic``) runs these, and
+``MaintenanceConfig`` reads a reindexer schedule the same way without importing the
+service.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from riverboat._insert import validate_kind
+from riverboat._periodic import CATCH_UP_POLICIES
+from riverboat.drivers.base import import_optional
+from riverboat.errors import InvalidInputError
+
+__all__ = ["ID_MAX", "NEVER", "PeriodicJob"]
+
+ID_MAX = 127
+# How many ticks of a custom schedule are walked, at most, to find the missed ones.
+_CUSTOM_WALK_MAX = 100_000
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _import_croniter() -> Any:
+    return import_optional("croniter", "cron").croniter
+
+
+_TZ_PREFIX = re.compile(r"\A(?:CRON_TZ|TZ)=(\S+)\s+(.*)\Z", re.S)
+
+
+def _zone(value: object, field: str) -> tzinfo:
+    if isinstance(value, tzinfo):
+        return value
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(field, "must be a time zone name (IANA, e.g. Europe/Paris)")
+    try:
+        return ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidInputError(field, f"{value!r} is not a known time zone") from None
+
+
+def _parse_cron(text: str) -> tuple[str, bool, tzinfo | None]:
+    """``(expression, seconds first, time zone)`` of a cron schedule as River's robfig
+    parser reads it: an optional ``CRON_TZ=Zone`` (or ``TZ=Zone``) prefix, five fields, or
+    six with the seconds first; descriptors such as ``@daily``."""
+    zone = None
+    prefix = _TZ_PREFIX.match(text.strip())
+    if prefix is not None:
+        zone = _zone(prefix.group(1), "schedule")
+        text = prefix.group(2)
+    expression = " ".join(text.split())
+    seconds_first = not expression.startswith("@") and len(expression.split(" ")) == 6
+    croniter = _import_croniter()
+    try:
+        valid = croniter.is_valid(expression, second_at_beginning=seconds_first)
+    except TypeError:  # croniter without second_at_beginning
+        valid = False
+    if not valid or len(expression.split(" ")) not in (1, 5, 6):
+        raise InvalidInputError("schedule", f"{text!r} is not a cron expression")
+    return expression, seconds_first, zone
+
+
+def _repeated_wall_time(tick: datetime, zone: tzinfo) -> bool:
+    """True for the second occurrence of a wall-clock time that a DST change repeats."""
+    naive = tick.astimezone(zone).replace(tzinfo=None)
+    first = naive.replace(tzinfo=zone, fold=0)
+    second = naive.replace(tzinfo=zone, fold=1)
+    return first.utcoffset() != second.utcoffset() and tick.astimezone(zone).utcoffset() == (
+        second.utcoffset()
+    )
+
+
+class _Never:
+    """The schedule that never comes (River's ``NeverSchedule``)."""
+
+    def next(self, after: datetime) -> datetime | None:
+        return None
+
+    def __repr__(self) -> str:
+        return "NEVER"
+
+
+NEVER: Any = _Never()
+
+
+class PeriodicJob:
+    """A job the leader inserts on a schedule."""
+
+    __slots__ = (
+        "_cron",
+        "_interval",
+        "_seconds_first",
+        "catch_up",
+        "constructor",
+        "id",
+        "run_on_start",
+        "schedule",
+        "tz",
+    )
+
+    def __init__(
+        self,
+        schedule: Any,  # cron str, timedelta/seconds, NEVER, or an object with next()
+        constructor: Callable[[], Any],
+        run_on_start: bool = False,
+        id: str | None = None,
+        *,
+        tz: str | tzinfo | None = None,
+        catch_up: str = "all",
+    ) -> None:
+        if not callable(constructor):
+            raise InvalidInputError("constructor", "must be callable")
+        if catch_up not in CATCH_UP_POLICIES:
+            raise InvalidInputError(
+                "catch_up", f"{catch_up!r} is not a catch-up policy; known: none, one, all"
+            )
+        if catch_up != "all" and id is None:
+            raise InvalidInputError(
+                "catch_up", "needs an id: only a periodic job with an id is stored and catches up"
+            )
+        self.catch_up = catch_up
+        if id is not None:
+            validate_kind(id, "id")
+            if len(id) > ID_MAX:
+                raise InvalidInputError("id", f"must be at most {ID_MAX} characters")
+        self.schedule = schedule
+        self.constructor = constructor
+        self.run_on_start = bool(run_on_start)
+        self.id = id
+        self._cron: Any = None
+        self._interval: timedelta | None = None
+        self._seconds_first = False
+        self.tz: tzinfo | None = _zone(tz, "tz") if tz is not None else None
+        if not isinstance(schedule, (str, int, float, timedelta)) and callable(
+            getattr(schedule, "next", None)
+        ):
+            return  # a custom schedule: asked for each tick
+        if isinstance(schedule, str):
+            self._cron, self._seconds_first, zone = _parse_cron(schedule)
+            if zone is not None:
+                if self.tz is not None and self.tz != zone:
+                    raise InvalidInputError(
+                        "tz", f"{tz!r} differs from the schedule's own CRON_TZ/TZ prefix"
+                    )
+                self.tz = zone
+        elif isinstance(schedule, timedelta) or (
+            isinstance(schedule, (int, float)) and not isinstance(schedule, bool)
+        ):
+            interval = schedule if isinstance(schedule, timedelta) else timedelta(seconds=schedule)
+            if interval < timedelta(milliseconds=1):
+                raise InvalidInputError("schedule", "an interval must be at least 1 ms")
+            self._interval = interval
+        else:
+            raise InvalidInputError(
+                "schedule",
+                "must be a cron expression (str), an interval (timedelta/seconds), NEVER, "
+                "or an object with next(after) -> datetime",
+            )
+
+    def next_after(self, moment: datetime) -> datetime | None:
+        """The first tick strictly after ``moment``; None: never again."""
+        moment = moment.astimezone(UTC)
+        if self._interval is None and self._cron is None:
+            tick = self.schedule.next(moment)
+            if tick is None:
+                return None
+            if not isinstance(tick, datetime) or tick.tzinfo is None:
+                raise InvalidInputError(
+                    "schedule", f"{self.schedule!r}.next() must return an aware datetime"
+                )
+            return tick.astimezone(UTC)
+        if self._interval is not None:
+            step = self._interval // timedelta(microseconds=1)
+            since = (moment - _EPOCH) // timedelta(microseconds=1)
+            return _EPOCH + timedelta(microseconds=(since // step + 1) * step)
+        return self._cron_next(moment)
+
+    @property
+    def schedule_text(self) -> str:
+        """The schedule as stored with the job's times: a changed schedule makes them
+        stale. Cron as written (with its time zone), ``@every <seconds>s`` for an
+        interval, ``@never``, or a custom schedule's class name."""
+        if self._cron is not None:
+            zone = self.tz
+            if zone is None:
+                return self._cron  # type: ignore[no-any-return]
+            return f"CRON_TZ={getattr(zone, 'key', None) or zone} {self._cron}"
+        if self._interval is not None:
+            return f"@every {self._interval.total_seconds():g}s"
+        if isinstance(self.schedule, _Never):
+            return "@never"
+        kind = type(self.schedule)
+        return f"custom {kind.__module__}.{kind.__qualname__}"
+
+    def last_ticks(self, start: datetime, end: datetime, limit: int) -> tuple[list[datetime], bool]:
+        """Up to ``limit`` ticks from ``start`` (included, itself a tick) to ``end``
+        (excluded), the latest ones, in order; and whether older ones were left out."""
+        if self._interval is not None:
+            step = self._interval
+            last = self.next_after(end - step - timedelta(microseconds=1))
+            assert last is not None
+            if last >= end:
+                last -= step
+            ticks: list[datetime] = []
+            tick = last
+            while tick >= start and len(ticks) <= limit:
+                ticks.append(tick)
+                tick -= step
+            return self._cut(ticks[::-1], limit)
+        if self._cron is not None:
+            ticks = self._cron_prev(start, end, limit + 1)
+            return self._cut(ticks, limit)
+        kept: deque[datetime] = deque(maxlen=limit + 1)
+        tick_or_none: datetime | None = start
+        for _ in range(_CUSTOM_WALK_MAX):
+            if tick_or_none is None or tick_or_none >= end:
+                break
+            kept.append(tick_or_none)
+            tick_or_none = self.next_after(tick_or_none)
+        else:
+            # Too many to walk: the latest found stands for the rest.
+            return list(kept)[-limit:], True
+        return self._cut(list(kept), limit)
+
+    @staticmethod
+    def _cut(ticks: list[datetime], limit: int) -> tuple[list[datetime], bool]:
+        return ticks[-limit:], len(ticks) > limit
+
+    def _cron_prev(self, start: datetime, end: datetime, count: int) -> list[datetime]:
+        """At most ``count`` cron ticks in ``[start, end)``, the latest, in order."""
+        zone = self.tz or UTC
+        croniter = _import_croniter()
+        schedule = croniter(
+            self._cron, end.astimezone(zone), second_at_beginning=self._seconds_first
+        )
+        found: list[datetime] = []
+        while len(found) < count:
+            tick: datetime = schedule.get_prev(datetime)
+            tick_utc = tick.astimezone(UTC)
+            if tick_utc < start:
+                break
+            if tick_utc < end and not _repeated_wall_time(tick, zone):
+                found.append(tick_utc)
+        return found[::-1]
+
+    def _cron_next(self, moment: datetime) -> datetime:
+        """The cron expression's next tick, read in the job's time zone (UTC by default).
+        A wall-clock time that a DST change skips runs once at the next valid time; one
+        it repeats (autumn) runs once, at its first occurrence, as Vixie cron does."""
+        zone = self.tz or UTC
+        croniter = _import_croniter()
+        schedule = croniter(
+            self._cron, moment.astimezone(zone), second_at_beginning=self._seconds_first
+        )
+        while True:
+            tick: datetime = schedule.get_next(datetime)
+            if not _repeated_wall_time(tick, zone):
+                return tick.astimezone(UTC)
+
+    def __repr__(self) -> str:
+        return f"PeriodicJob({self.schedule!r}, id={self.id!r})"
