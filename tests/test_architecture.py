@@ -1,6 +1,6 @@
 """The layering docs/architecture.md describes, checked: no import circles between
-riverboat's modules (function-level imports included, so none is dodged), the public
-names are exactly ``riverboat.__all__`` and report the package as their module."""
+riverboat's modules (function-level and ``TYPE_CHECKING`` imports included, so none is
+dodged), the public names are exactly ``riverboat.__all__`` and report the package as their module."""
 
 from __future__ import annotations
 
@@ -19,19 +19,12 @@ def _module_name(path: Path) -> str:
 
 
 def _imports(path: Path, modules: set[str]) -> set[str]:
-    """riverboat modules ``path`` imports at run time: at module level or inside
-    functions, but not under ``if TYPE_CHECKING`` (annotations only)."""
-    tree = ast.parse(path.read_text())
-    type_only = {
-        id(child)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-        for child in ast.walk(node)
-    }
+    """riverboat modules ``path`` imports: at module level, inside functions and under
+    ``if TYPE_CHECKING`` alike. An import made for annotations only is still a
+    dependency (the module can't be understood, or type-checked, without the other), so
+    a circle through one is a circle."""
     found: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in type_only:
-            continue
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -93,3 +86,11 @@ def test_the_public_names_are_all_and_live_in_riverboat() -> None:
 
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_a_type_checking_import_is_an_edge(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from riverboat import errors\n"
+    )
+    assert _imports(module, {"riverboat.errors"}) == {"riverboat.errors"}
