@@ -1,6 +1,7 @@
 """The layering docs/architecture.md describes, checked: no import circles between
 riverboat's modules (function-level and ``TYPE_CHECKING`` imports included, so none is
-dodged), the public names are exactly ``riverboat.__all__`` and report the package as their module."""
+dodged), the public names are exactly ``riverboat.__all__`` and report the package as
+their module."""
 
 from __future__ import annotations
 
