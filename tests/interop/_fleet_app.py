@@ -40,6 +40,7 @@ def _announce_leadership(runtime: Runtime) -> None:
     def changed(leading: bool) -> None:
         print("LEADER" if leading else "FOLLOWER", runtime.client_id, flush=True)
 
+    assert runtime.elector is not None
     runtime.elector.on_change(changed)
 
 

@@ -278,6 +278,7 @@ async def test_a_failing_service_backs_off_and_wake_ups_cannot_bypass_it(
         )
         for _ in range(10):
             await client.insert({}, kind="noop")
+        assert client.runtime.maintainer is not None
         for _ in range(20):
             for svc in client.runtime.maintainer.services.values():
                 svc.wake()

@@ -122,6 +122,7 @@ async def test_run_on_start_and_skipping_constructor(pg_url: str, pg_schema: str
     await client.start()
     try:
         await asyncio.wait_for(elector_of(client).leader.wait(), 5)
+        assert client.runtime.maintainer is not None
         svc = client.runtime.maintainer.services["periodic"]
         await svc.wait_for(lambda s: s.successes >= 1)
     finally:

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -188,7 +188,7 @@ async def test_only_the_leader_reindexes_at_the_scheduled_time(pg_url: str, pg_s
     try:
         leader = await wait_any_leader(clients, 10)
         services = {
-            c: c.runtime.maintainer.services["reindexer"]
+            c: cast(Reindexer, c.runtime.maintainer.services["reindexer"])
             for c in clients
             if c.runtime.maintainer is not None
         }

@@ -139,6 +139,7 @@ class MaintenanceRecorder(Service):
     name = "recorder"
 
     def __init__(self, runtime: Runtime) -> None:
+        assert runtime.maintainer is not None
         super().__init__(runtime.maintainer.services["scheduler"].ctx, 0.05)
         self.client_id = runtime.client_id
         self._driver = runtime.driver
@@ -158,6 +159,7 @@ def _add_recorder(runtime: Runtime) -> None:
     # Runs right after the elector started and before anything awaits, so the service is
     # in place before the first election can be won.
     recorder = MaintenanceRecorder(runtime)
+    assert runtime.maintainer is not None
     runtime.maintainer.services[recorder.name] = recorder
 
 
@@ -165,6 +167,7 @@ def _announce_leadership(runtime: Runtime) -> None:
     def changed(leading: bool) -> None:
         print("LEADER" if leading else "FOLLOWER", runtime.client_id, flush=True)
 
+    assert runtime.elector is not None
     runtime.elector.on_change(changed)
 
 

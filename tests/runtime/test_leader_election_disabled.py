@@ -48,7 +48,9 @@ async def test_a_client_without_leader_election_works_jobs_and_never_leads(
         leader = client("elected")
         async with leader:
             await leader.start()
-            await asyncio.wait_for(leader.runtime.elector.leader.wait(), 10)
+            elector = leader.runtime.elector
+            assert elector is not None
+            await asyncio.wait_for(elector.leader.wait(), 10)
             rows = db.execute("SELECT leader_id FROM river_leader")
             assert [row[0] for row in rows] == ["elected"]
             await leader.stop()

@@ -14,6 +14,7 @@ import pytest
 import riverboat
 from riverboat import JobState
 from riverboat.runtime.events import EventKind
+from riverboat.runtime.maintenance.rescuer import JobRescuer
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Job, Workers
 from tests.runtime.helpers import wait_for
@@ -168,7 +169,9 @@ async def test_overrunning_sync_job_is_never_rescued_while_its_client_lives(
     await client.start()
     try:
         assert await asyncio.to_thread(body.past_timeout.wait, 10)
+        assert client.runtime.maintainer is not None
         rescuer = client.runtime.maintainer.services["rescuer"]
+        assert isinstance(rescuer, JobRescuer)
         # The leader's rescuer looked at the job, stuck by River's rule, and left it.
         await asyncio.to_thread(
             wait_until, lambda: rescuer.skipped_live >= 3, timeout=20, what="rescuer runs"

@@ -87,6 +87,7 @@ async def test_three_clients_one_leader_and_handover_through_the_outbox(sqlite_u
         assert elector.stats.resignations == 1
         assert query(sqlite_url, "SELECT leader_id FROM river_leader") == [(successor.id,)]
         assert watch.max_concurrent == 1
+        assert successor.runtime.maintainer is not None
         services = successor.runtime.maintainer.services
         assert set(services) >= {
             "scheduler",

@@ -35,10 +35,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from riverboat._job import AttemptError, JobRow, JobState
 from riverboat.dialect.base import JobStateUpdate, is_plain_completion
+from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
 from riverboat.runtime.events import Event, EventKind, JobStatistics
 from riverboat.runtime.outcomes import persisted_event_kind
@@ -153,7 +153,7 @@ def _still_claimed(
 class Completer:
     def __init__(
         self,
-        driver: Any,
+        driver: AsyncDriver,
         *,
         emit: Callable[[Event], None] | None = None,
         want_events: Callable[[], bool] = lambda: False,

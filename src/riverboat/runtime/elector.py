@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError, InvalidInputError
 from riverboat.runtime._waiting import backoff_delay, wait_any
 from riverboat.runtime.health import PathHealth, bounded
@@ -103,7 +104,7 @@ class Elector:
 
     def __init__(
         self,
-        driver: Any,
+        driver: AsyncDriver,
         client_id: str,
         config: ElectorConfig | None = None,
         *,

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from riverboat.drivers.base import call_deadline
+from riverboat.drivers.base import AsyncDriver, call_deadline
 from riverboat.errors import DriverError
 from riverboat.runtime._waiting import backoff_delay
 from riverboat.runtime.health import DEFAULT_CALL_TIMEOUT, PathHealth, bounded
@@ -34,7 +34,10 @@ Handler = Callable[[dict[str, Any]], None]
 
 class Notifier:
     def __init__(
-        self, driver: Any, schema_name: str, call_timeout: float | None = DEFAULT_CALL_TIMEOUT
+        self,
+        driver: AsyncDriver,
+        schema_name: str,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
     ) -> None:
         self._driver = driver
         self._call_timeout = call_timeout

@@ -53,6 +53,7 @@ from typing import Any, Literal
 from riverboat._job import JobRow
 from riverboat.dialect._rows import QUEUE_INDEX
 from riverboat.dialect.base import MAX_ATTEMPTED_BY
+from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
 from riverboat.flow import ConcurrencyLimit, FlowControl, RateLimit
 from riverboat.runtime._waiting import wait_event
@@ -158,7 +159,7 @@ class Producer:
         *,
         queue: str,
         config: QueueConfig,
-        driver: Any,
+        driver: AsyncDriver,
         client_id: str,
         completer: Completer,
         executor_config: ExecutorConfig,

@@ -15,10 +15,10 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from riverboat._insert import InsertDefaults, validate_queue
-from riverboat.drivers.base import call_deadline
+from riverboat.drivers.base import AsyncDriver, call_deadline
 from riverboat.errors import InvalidInputError, MigrationError, NotFoundError
 from riverboat.flow import FlowControl
 from riverboat.runtime.completer import Completer
@@ -42,6 +42,13 @@ from riverboat.runtime.registry import (
 from riverboat.runtime.sync_events import SyncSubscription
 from riverboat.runtime.worker import Workers, prepare_for_process
 from riverboat.runtime.workflow_promoter import WorkflowPromoter
+
+if TYPE_CHECKING:
+    from riverboat.middleware import MiddlewareStack
+    from riverboat.runtime.elector import Elector
+    from riverboat.runtime.maintenance import Maintainer, MaintenanceContext
+    from riverboat.runtime.maintenance.config import MaintenanceConfig
+    from riverboat.runtime.maintenance.periodic_job import PeriodicJob
 
 __all__ = ["DEFAULT_SOFT_STOP_TIMEOUT", "IDLE_HORIZON", "STOP_GRACE", "Runtime", "RuntimeConfig"]
 
@@ -89,10 +96,10 @@ class RuntimeConfig:
     # How long a stop keeps trying to write buffered outcomes (River: 1 minute).
     completer_drain_timeout: float | None = 60.0
     # Leader election and maintenance (riverboat.runtime.elector / .maintenance).
-    maintenance: Any = None
-    periodic_jobs: list[Any] = field(default_factory=list)
+    maintenance: MaintenanceConfig | None = None
+    periodic_jobs: list[PeriodicJob] = field(default_factory=list)
     # The client's riverboat.middleware.MiddlewareStack (work middleware, start hooks).
-    middleware: Any = None
+    middleware: MiddlewareStack | None = None
     insert_defaults: InsertDefaults = field(default_factory=InsertDefaults)
     # River's SoftStopTimeout: how long a soft stop waits for running jobs before it
     # hands them back as a hard stop does. None (or -1) waits for ever, River's default.
@@ -205,8 +212,14 @@ def check_soft_stop_timeout(value: object) -> float | None:
     return float(value)
 
 
+class Service(Protocol):
+    """Something the runtime stops after its producers (:meth:`Runtime.add_service`)."""
+
+    async def stop(self) -> None: ...
+
+
 class Runtime:
-    def __init__(self, driver: Any, client_id: str, config: RuntimeConfig) -> None:
+    def __init__(self, driver: AsyncDriver, client_id: str, config: RuntimeConfig) -> None:
         config.validate()
         self.driver = driver
         self.client_id = client_id
@@ -220,7 +233,7 @@ class Runtime:
         self.started = False
         self._stopped = asyncio.Event()
         self.schema_name = ""
-        self._extra_services: list[Any] = []
+        self._extra_services: list[Service] = []
         self.on_start: list[Callable[[Runtime], Any]] = []
         # The live periodic job set (client.periodic_jobs): checked here, before start.
         from riverboat.runtime.maintenance.periodic import PeriodicJobs
@@ -229,8 +242,11 @@ class Runtime:
         # riverboat.testing.use_test_config's clock: what claims and the scheduler take
         # as now (None, the default: the database's own clock).
         self.clock: Callable[[], datetime] | None = None
-        self._maintenance_ctx: Any = None
+        self._maintenance_ctx: MaintenanceContext | None = None
         self.registry: ClientRegistry | None = None
+        # Leader election and maintenance: made by start() unless leader_election is off.
+        self.elector: Elector | None = None
+        self.maintainer: Maintainer | None = None
 
     def set_clock(self, clock: Callable[[], datetime] | None) -> None:
         """Use ``clock`` for claims and the scheduler, from now on (on this loop)."""
@@ -328,11 +344,9 @@ class Runtime:
         for producer in self.producers.values():
             producer.poll_queue_state = self.notifier is None
             await producer.start()
+        self.elector = self.maintainer = None
         if cfg.leader_election:
             self._start_leadership()
-        else:
-            self.elector: Any = None
-            self.maintainer: Any = None
         for hook in self.on_start:
             result = hook(self)
             if asyncio.iscoroutine(result):
@@ -403,8 +417,6 @@ class Runtime:
     # -- leader election and maintenance (riverboat.runtime.elector / .maintenance) -----
     def _start_leadership(self) -> None:
         """Run for leader, and run the maintenance services while leading."""
-        self.elector = None
-        self.maintainer = None
         from riverboat.runtime.elector import Elector
         from riverboat.runtime.maintenance import (
             Maintainer,
@@ -429,14 +441,15 @@ class Runtime:
             clock=self.clock,
         )
         self._maintenance_ctx = ctx
-        self.elector = Elector(self.driver, self.client_id, mcfg.elector, notifier=self.notifier)
-        self.maintainer = Maintainer(
-            self.elector,
+        elector = Elector(self.driver, self.client_id, mcfg.elector, notifier=self.notifier)
+        maintainer = Maintainer(
+            elector,
             build_services(ctx, self.periodic_jobs, cfg.insert_defaults),
             call_timeout=cfg.db_call_timeout,
         )
-        self.maintainer.start()
-        self.elector.start()
+        self.elector, self.maintainer = elector, maintainer
+        maintainer.start()
+        elector.start()
         # Every client declares its periodic jobs (and runtime changes) to the leader.
         from riverboat.runtime.maintenance.periodic import PeriodicPublisher
 
@@ -445,12 +458,10 @@ class Runtime:
         self.add_service(publisher)
 
     async def _stop_leadership(self) -> None:
-        maintainer = getattr(self, "maintainer", None)
-        if maintainer is not None:
-            await maintainer.stop()
-        elector = getattr(self, "elector", None)
-        if elector is not None:
-            await elector.stop()  # resigns, notifying the others
+        if self.maintainer is not None:
+            await self.maintainer.stop()
+        if self.elector is not None:
+            await self.elector.stop()  # resigns, notifying the others
 
     def wake_queues(self, queues: Iterable[str]) -> None:
         """Local wake-up after this client inserted jobs (poll-only mode and SQLite)."""
@@ -459,7 +470,7 @@ class Runtime:
             if producer is not None:
                 producer.wake()
 
-    def add_service(self, service: Any) -> None:
+    def add_service(self, service: Service) -> None:
         """Register something with async ``stop()`` to stop after the producers."""
         self._extra_services.append(service)
 
@@ -594,7 +605,9 @@ class Runtime:
         return True
 
 
-async def _flow_claim_needs_riverboat_line(driver: Any, queues: dict[str, Any]) -> str | None:
+async def _flow_claim_needs_riverboat_line(
+    driver: AsyncDriver, queues: dict[str, Any]
+) -> str | None:
     """The first queue with flow control when its claim needs riverboat's migration line
     (Postgres: the riverboat_flow_claim function) and the line is not applied."""
     from riverboat.flow import FlowControl
@@ -608,7 +621,7 @@ async def _flow_claim_needs_riverboat_line(driver: Any, queues: dict[str, Any]) 
     return limited[0]
 
 
-async def check_schema_version(driver: Any) -> None:
+async def check_schema_version(driver: AsyncDriver) -> None:
     """Refuse to run on a schema older than River's bulk-unique migration (006)."""
     try:
         from riverboat.migrations import require_current_async

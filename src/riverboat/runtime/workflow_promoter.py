@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from riverboat.dialect.base import NotificationOutbox
+from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
 
 __all__ = ["SWEEP_BATCH", "SWEEP_INTERVAL", "WorkflowPromoter"]
@@ -39,11 +40,12 @@ STOP_WAIT = 2.0  # seconds a stop lets a sweep under way finish
 
 
 class WorkflowPromoter:
-    def __init__(self, driver: Any, wake_queues: Callable[[Iterable[str]], None]) -> None:
+    def __init__(self, driver: AsyncDriver, wake_queues: Callable[[Iterable[str]], None]) -> None:
         self._driver = driver
         self._dialect = driver.dialect
         self._wake_queues = wake_queues
-        self._outbox = isinstance(self._dialect, NotificationOutbox)
+        dialect = self._dialect
+        self._outbox = dialect if isinstance(dialect, NotificationOutbox) else None
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self.statements = 0  # promotion statements run (tests count them)
@@ -89,9 +91,9 @@ class WorkflowPromoter:
         self.promoted += len(promoted)
         queues = sorted({queue for _, state, queue in promoted if state == "available"})
         if queues:
-            if self._outbox:  # SQLite: other processes hear of it through the outbox
+            if self._outbox is not None:  # SQLite: other processes hear of it through the outbox
                 payloads = [(json.dumps({"queue": q}), "river_insert") for q in queues]
-                await self._driver.execute(self._dialect.notification_insert_many(payloads))
+                await self._driver.execute(self._outbox.notification_insert_many(payloads))
             self._wake_queues(queues)
         cancelled = [job_id for job_id, state, _ in promoted if state == "cancelled"]
         if cancelled:

@@ -25,11 +25,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from riverboat._insert import InsertDefaults
 from riverboat.dialect.base import NotificationOutbox
 from riverboat.drivers.base import call_deadline
+from riverboat.runtime.elector import Elector
 from riverboat.runtime.maintenance._service import (
     MaintenanceContext,
     Service,
@@ -95,7 +95,7 @@ class Maintainer:
 
     def __init__(
         self,
-        elector: Any,
+        elector: Elector,
         services: Sequence[Service],
         *,
         stop_timeout: float = 5.0,
@@ -128,11 +128,10 @@ class Maintainer:
 
     def _start_services(self) -> None:
         self._stop_services = asyncio.Event()
-        trusts = getattr(self.elector, "trusts_leadership", None)
         self.starts += 1
         for service in self.services.values():
-            if trusts is not None:
-                service.still_leading = trusts  # services added after construction too
+            # Set at each start: services added after construction get it too.
+            service.still_leading = self.elector.trusts_leadership
             with call_deadline(self._call_timeout):
                 self._running.append(
                     asyncio.create_task(

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from riverboat.dialect.base import Dialect
+from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
 from riverboat.runtime._waiting import backoff_delay, wait_any
 
@@ -38,7 +39,7 @@ RUN_STARTS_KEPT = 100
 class MaintenanceContext:
     """What the services need from the runtime."""
 
-    driver: Any
+    driver: AsyncDriver
     client_id: str
     config: MaintenanceConfig
     workers: Workers
