@@ -42,6 +42,7 @@ RENAMES: dict[str, str] = {
     "AsyncClientBase": "ClientBase",
     "_client_async": "_client_sync",
     "AsyncClient": "Client",
+    "AsyncDriver": "Driver",
     "AsyncIterator": "Iterator",
     "AsyncIterable": "Iterable",
     "AsyncGenerator": "Generator",

@@ -47,7 +47,7 @@ async def test_a_client_refuses_the_other_kind_of_driver(db: tuple[str, str | No
         with pytest.raises(InvalidInputError, match="is a sync driver; AsyncClient needs"):
             riverboat.AsyncClient(sync_driver)
         with pytest.raises(InvalidInputError, match="must be a database URL or a riverboat driver"):
-            riverboat.Client(object())
+            riverboat.Client(object())  # type: ignore[arg-type]
         # The right pairs work.
         assert riverboat.Client(sync_driver).insert({"n": 1}, kind="guard").job.id > 0
         assert (await riverboat.AsyncClient(async_driver).insert({"n": 2}, kind="guard")).job.id

@@ -39,6 +39,7 @@ from riverboat.errors import InvalidInputError, NotFoundError
 
 if TYPE_CHECKING:
     from riverboat._client_core import _ClientCore
+    from riverboat.drivers.base import AsyncDriver
     from riverboat.runtime.runner import Runtime
 
 __all__ = ["AsyncAdmin"]
@@ -52,7 +53,7 @@ class AsyncAdmin:
     producers directly: the NOTIFY is delivered only if that transaction commits).
     """
 
-    driver: Any
+    driver: AsyncDriver
     _core: _ClientCore
 
     async def _run(self, plan: _Plan[T]) -> T:

@@ -37,6 +37,7 @@ from riverboat.errors import InvalidInputError, NotFoundError
 
 if TYPE_CHECKING:
     from riverboat._client_core import _ClientCore
+    from riverboat.drivers.base import Driver
     from riverboat.runtime.runner import Runtime
 
 __all__ = ["SyncAdmin"]
@@ -50,7 +51,7 @@ class SyncAdmin:
     producers directly: the NOTIFY is delivered only if that transaction commits).
     """
 
-    driver: Any
+    driver: Driver
     _core: _ClientCore
 
     def _run(self, plan: _Plan[T]) -> T:

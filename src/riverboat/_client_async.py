@@ -22,6 +22,7 @@ from riverboat._job import (
     JobState,
     format_rfc3339_nano,
 )
+from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import InvalidInputError, NotFoundError, WaitTimeoutError
 from riverboat.runtime import outcomes
 from riverboat.runtime.worker import Job
@@ -41,7 +42,7 @@ __all__ = ["AsyncClientBase"]
 class AsyncClientBase(AsyncAdmin):
     """Inserts and reads over ``driver`` and ``_core``; the client adds the runtime."""
 
-    driver: Any
+    driver: AsyncDriver
     _core: _ClientCore
 
     def _after_insert(self, jobs: Sequence[InsertParams]) -> None:
@@ -65,7 +66,7 @@ class AsyncClientBase(AsyncAdmin):
         stmt, jobs = self._core.insert_statement(args, opts, kind)
         rows = await self.driver.fetch(stmt)
         self._after_insert(jobs)
-        return self._core.dialect.decode_insert(rows)[0]  # type: ignore[no-any-return]
+        return self._core.dialect.decode_insert(rows)[0]
 
     async def insert_tx(
         self, conn: Any, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
@@ -76,7 +77,7 @@ class AsyncClientBase(AsyncAdmin):
             return (await self._insert_wrapped(self.driver.wrap(conn), jobs, [args]))[0]
         stmt, _ = self._core.insert_statement(args, opts, kind)
         rows = await self.driver.wrap(conn).fetch(stmt)
-        return self._core.dialect.decode_insert(rows)[0]  # type: ignore[no-any-return]
+        return self._core.dialect.decode_insert(rows)[0]
 
     async def insert_many(self, params: Sequence[InsertManyParams | object]) -> list[InsertResult]:
         """Insert many jobs: one statement per 5,000, in one transaction when there are
@@ -236,7 +237,7 @@ class AsyncClientBase(AsyncAdmin):
         )
         if not rows:
             raise NotFoundError(f"job {row.id} not found, or no longer running")
-        return dialect.decode_job(rows[0])  # type: ignore[no-any-return]
+        return dialect.decode_job(rows[0])
 
     # -- workflows and waiting ---------------------------------------------------------
     async def workflow_insert(self, workflow: Workflow) -> WorkflowInfo:

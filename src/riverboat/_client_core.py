@@ -7,13 +7,14 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, resolve_many
 from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow
 from riverboat._sql import Statement
 from riverboat._url import async_driver_from_url, driver_from_url
 from riverboat.dialect.base import BulkCopy
+from riverboat.drivers.base import AsyncDriver, Driver
 from riverboat.errors import (
     InvalidInputError,
     NotFoundError,
@@ -101,7 +102,7 @@ class _ClientCore:
 
     def __init__(
         self,
-        driver: Any,
+        driver: Driver | AsyncDriver | str,
         schema: str | None,
         id: str | None,
         max_attempts: int,
@@ -114,13 +115,13 @@ class _ClientCore:
         """``driver`` is a driver or a URL (the client then owns the driver it builds);
         ``want_async`` says which kind of client is being built."""
         self.owns_driver = isinstance(driver, str)
+        self.driver: Driver | AsyncDriver
         if isinstance(driver, str):
             from_url = async_driver_from_url if want_async else driver_from_url
-            driver = from_url(driver, schema=schema)
+            self.driver = from_url(driver, schema=schema)
         else:
-            driver = _checked_driver(driver, schema, want_async=want_async)
-        self.driver = driver
-        self.dialect = driver.dialect
+            self.driver = _checked_driver(driver, schema, want_async=want_async)
+        self.dialect = self.driver.dialect
         self.id = id or default_client_id()
         if not isinstance(self.id, str) or not 0 < len(self.id) <= 100:
             raise InvalidInputError("id", "must be a str of 1 to 100 characters")
@@ -257,7 +258,9 @@ class _ClientCore:
         return job
 
 
-def _checked_driver(driver: Any, schema: str | None, *, want_async: bool) -> Any:
+def _checked_driver(
+    driver: object, schema: str | None, *, want_async: bool
+) -> Driver | AsyncDriver:
     """``driver`` when it is a riverboat driver of the kind the client needs (the
     capabilities it declares are read here, when the client is built), else a clear
     error: a sync Client over an async driver used to fail at its first insert with
@@ -285,4 +288,5 @@ def _checked_driver(driver: Any, schema: str | None, *, want_async: bool) -> Any
             f"{schema!r} differs from the driver's schema {driver.dialect.schema!r}: pass "
             f"schema= to {name}(...) instead",
         )
-    return driver
+    # It has a driver's attributes, and the capabilities of the kind asked for.
+    return cast("Driver | AsyncDriver", driver)

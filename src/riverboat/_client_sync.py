@@ -26,6 +26,7 @@ from riverboat._job import (
     JobState,
     format_rfc3339_nano,
 )
+from riverboat.drivers.base import Driver
 from riverboat.errors import InvalidInputError, NotFoundError, WaitTimeoutError
 from riverboat.runtime import outcomes
 from riverboat.runtime.worker import Job
@@ -45,7 +46,7 @@ __all__ = ["ClientBase"]
 class ClientBase(SyncAdmin):
     """Inserts and reads over ``driver`` and ``_core``; the client adds the runtime."""
 
-    driver: Any
+    driver: Driver
     _core: _ClientCore
 
     def _after_insert(self, jobs: Sequence[InsertParams]) -> None:
@@ -69,7 +70,7 @@ class ClientBase(SyncAdmin):
         stmt, jobs = self._core.insert_statement(args, opts, kind)
         rows = self.driver.fetch(stmt)
         self._after_insert(jobs)
-        return self._core.dialect.decode_insert(rows)[0]  # type: ignore[no-any-return]
+        return self._core.dialect.decode_insert(rows)[0]
 
     def insert_tx(
         self, conn: Any, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
@@ -80,7 +81,7 @@ class ClientBase(SyncAdmin):
             return (self._insert_wrapped(self.driver.wrap(conn), jobs, [args]))[0]
         stmt, _ = self._core.insert_statement(args, opts, kind)
         rows = self.driver.wrap(conn).fetch(stmt)
-        return self._core.dialect.decode_insert(rows)[0]  # type: ignore[no-any-return]
+        return self._core.dialect.decode_insert(rows)[0]
 
     def insert_many(self, params: Sequence[InsertManyParams | object]) -> list[InsertResult]:
         """Insert many jobs: one statement per 5,000, in one transaction when there are
@@ -238,7 +239,7 @@ class ClientBase(SyncAdmin):
         )
         if not rows:
             raise NotFoundError(f"job {row.id} not found, or no longer running")
-        return dialect.decode_job(rows[0])  # type: ignore[no-any-return]
+        return dialect.decode_job(rows[0])
 
     # -- workflows and waiting ---------------------------------------------------------
     def workflow_insert(self, workflow: Workflow) -> WorkflowInfo:

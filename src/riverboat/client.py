@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
 from riverboat._admin import T, _hears_notifications
 from riverboat._client_async import AsyncClientBase
@@ -41,6 +41,7 @@ from riverboat.runtime.sync_events import SyncSubscription
 from riverboat.runtime.worker import Workers
 
 if TYPE_CHECKING:
+    from riverboat.drivers.base import AsyncDriver, Driver
     from riverboat.runtime.maintenance import MaintenanceConfig
 
 __all__ = ["AsyncClient", "Client", "ClientOptions", "default_client_id"]
@@ -109,7 +110,9 @@ class ClientOptions(TypedDict, total=False):
 _CLIENT_OPTIONS = ClientOptions.__optional_keys__
 
 
-def _core_for(driver: Any, options: ClientOptions, *, want_async: bool) -> _ClientCore:
+def _core_for(
+    driver: Driver | AsyncDriver | str, options: ClientOptions, *, want_async: bool
+) -> _ClientCore:
     core = _ClientCore(
         driver,
         options.get("schema"),
@@ -133,10 +136,11 @@ class Client(ClientBase):
     stops it, so a sync program never has to touch an event loop.
     """
 
-    def __init__(self, driver: Any, **options: Unpack[ClientOptions]) -> None:
+    def __init__(self, driver: Driver | str, **options: Unpack[ClientOptions]) -> None:
         check_option_names(options, _CLIENT_OPTIONS, "a Client option")
         self._core = _core_for(driver, options, want_async=False)
-        self.driver = driver = self._core.driver
+        # The core checked the driver's capabilities: sync here.
+        self.driver = cast("Driver", self._core.driver)
         self._embedded: _Embedded | None = None
         if queues := options.get("queues"):
             # The embedded runtime's own AsyncClient, on the driver's async twin; it
@@ -147,7 +151,7 @@ class Client(ClientBase):
                 "middleware": self._core.middleware.items,
             }
             self._embedded = _Embedded(
-                lambda: AsyncClient(driver.async_driver(), **embedded_options)
+                lambda: AsyncClient(self.driver.async_driver(), **embedded_options)
             )
             self._embedded.base_queues = set(queues)
             self._embedded.periodic = PeriodicJobs(options.get("periodic_jobs", ()))
@@ -254,15 +258,16 @@ class AsyncClient(AsyncClientBase):
     runs a producer per queue, the batch completer and the notifier until ``stop()``.
     """
 
-    def __init__(self, driver: Any, **options: Unpack[ClientOptions]) -> None:
+    def __init__(self, driver: AsyncDriver | str, **options: Unpack[ClientOptions]) -> None:
         check_option_names(options, _CLIENT_OPTIONS, "a Client option")
         self._core = _core_for(driver, options, want_async=True)
-        self.driver = driver = self._core.driver
+        # The core checked the driver's capabilities: async here.
+        self.driver = cast("AsyncDriver", self._core.driver)
         self._runtime: Runtime | None = None
         workers = options.get("workers")
         if queues := options.get("queues"):
             self._runtime = Runtime(
-                driver,
+                self.driver,
                 self._core.id,
                 RuntimeConfig(
                     queues=dict(queues),

@@ -193,7 +193,7 @@ async def test_unreachable_leader_steps_down_before_its_term_expires(
                 await cut.wait()
             return await real_fetch(stmt)
 
-        leader.driver.fetch = partitioned
+        leader.driver.fetch = partitioned  # type: ignore[method-assign]
         cut_at = time.monotonic()
         await wait_until_async(lambda: not elector_of(leader).is_leader, timeout=FAST_ELECTOR.ttl)
         stepped_down = time.monotonic()
@@ -204,6 +204,6 @@ async def test_unreachable_leader_steps_down_before_its_term_expires(
         assert elector_of(leader).stats.step_downs == 1
         assert watch.max_concurrent == 1
         cut.set()
-        leader.driver.fetch = real_fetch
+        leader.driver.fetch = real_fetch  # type: ignore[method-assign]
     finally:
         await _stop_all(clients)

@@ -258,6 +258,10 @@ class Driver(Executor, _DriverAttributes, Protocol):
 
     def execute_script(self, sql: str) -> None: ...
 
+    def async_driver(self) -> AsyncDriver:
+        """The async twin on the same database, for the runtime a sync client embeds."""
+        ...
+
     def close(self) -> None: ...
 
 
