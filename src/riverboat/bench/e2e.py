@@ -23,6 +23,7 @@ from typing import Any
 
 from riverboat._job import InsertManyParams
 from riverboat.bench.measure import CpuFigures
+from riverboat.drivers.base import AsyncDriver, Driver
 from riverboat.runtime.events import EventKind
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Job, Workers
@@ -47,7 +48,9 @@ class E2EResult(CpuFigures):
 
 
 class _Meter:
-    def __init__(self, server_cpu: Callable[[], float] | None, driver: Any) -> None:
+    def __init__(
+        self, server_cpu: Callable[[], float] | None, driver: Driver | AsyncDriver
+    ) -> None:
         self._server_cpu = server_cpu
         self._driver = driver
 

@@ -17,6 +17,7 @@ from typing import Any
 from riverboat._insert import InsertDefaults, resolve_insert
 from riverboat._job import InsertOpts, JobState
 from riverboat.dialect.base import JobStateUpdate
+from riverboat.drivers.base import AsyncDriver
 
 __all__ = ["OpResult", "run_ops"]
 
@@ -31,7 +32,9 @@ class OpResult:
     server_statements_per_call: float | None = None
 
 
-async def _insert_jobs(driver: Any, count: int, state: JobState = JobState.AVAILABLE) -> list[int]:
+async def _insert_jobs(
+    driver: AsyncDriver, count: int, state: JobState = JobState.AVAILABLE
+) -> list[int]:
     dialect = driver.dialect
     defaults = InsertDefaults()
     ids: list[int] = []
@@ -55,7 +58,7 @@ async def _insert_jobs(driver: Any, count: int, state: JobState = JobState.AVAIL
 async def _time(
     name: str,
     calls: int,
-    driver: Any,
+    driver: AsyncDriver,
     op: Callable[[int], Awaitable[object]],
 ) -> OpResult:
     before = driver.stats.statements

@@ -13,11 +13,12 @@ from typing import Any
 from riverboat._insert import InsertDefaults, resolve_insert
 from riverboat._job import JobState
 from riverboat.dialect.base import JobStateUpdate
+from riverboat.drivers.base import Driver
 
 __all__ = ["sqlite_batch_claim", "stale_statistics_completion"]
 
 
-def _insert(driver: Any, count: int) -> None:
+def _insert(driver: Driver, count: int) -> None:
     defaults = InsertDefaults()
     dialect = driver.dialect
     for start in range(0, count, 5000):
@@ -58,7 +59,7 @@ def sqlite_batch_claim(jobs: int = 5000) -> dict[str, Any]:
     return out
 
 
-def _claim_in_batches(driver: Any, jobs: int, batch: int) -> dict[str, float]:
+def _claim_in_batches(driver: Driver, jobs: int, batch: int) -> dict[str, float]:
     from riverboat.migrations import Migrator
 
     Migrator(driver).up()
