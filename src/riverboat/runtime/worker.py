@@ -102,17 +102,50 @@ class Job(Generic[T]):
         self._cancel_requested = False
         self._ctx = _ctx
 
-    id = property(lambda self: self.row.id)
-    kind = property(lambda self: self.row.kind)
-    queue = property(lambda self: self.row.queue)
-    attempt = property(lambda self: self.row.attempt)
-    max_attempts = property(lambda self: self.row.max_attempts)
-    priority = property(lambda self: self.row.priority)
-    tags = property(lambda self: self.row.tags)
-    metadata = property(lambda self: self.row.metadata)
-    created_at = property(lambda self: self.row.created_at)
-    scheduled_at = property(lambda self: self.row.scheduled_at)
-    attempted_at = property(lambda self: self.row.attempted_at)
+    # The row's fields a work function reads most, typed as the row types them.
+    @property
+    def id(self) -> int:
+        return self.row.id
+
+    @property
+    def kind(self) -> str:
+        return self.row.kind
+
+    @property
+    def queue(self) -> str:
+        return self.row.queue
+
+    @property
+    def attempt(self) -> int:
+        return self.row.attempt
+
+    @property
+    def max_attempts(self) -> int:
+        return self.row.max_attempts
+
+    @property
+    def priority(self) -> int:
+        return self.row.priority
+
+    @property
+    def tags(self) -> list[str]:
+        return self.row.tags
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.row.metadata
+
+    @property
+    def created_at(self) -> datetime:
+        return self.row.created_at
+
+    @property
+    def scheduled_at(self) -> datetime:
+        return self.row.scheduled_at
+
+    @property
+    def attempted_at(self) -> datetime | None:
+        return self.row.attempted_at
 
     @property
     def errors(self) -> list[AttemptError]:
