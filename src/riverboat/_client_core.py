@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
+from riverboat._clock import Clock
 from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, resolve_many
 from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobRow
 from riverboat._sql import Statement
@@ -139,12 +140,12 @@ class _ClientCore:
         self.middleware = MiddlewareStack(middleware)
         # riverboat.testing.use_test_config (River's TestConfig): a stubbed clock for
         # inserts (created_at, scheduled_at) and unique periods, and unique enforcement
-        # that can be switched off. The runtime gets the clock through Runtime.set_clock.
-        self.clock: Callable[[], datetime] | None = None
+        # that can be switched off. The runtime shares this clock object.
+        self.clock = Clock()
         self.unique_enforcement = True
 
     def _now(self) -> datetime | None:
-        return self.clock() if self.clock is not None else None
+        return self.clock.now()
 
     def _apply_test_config(self, jobs: Sequence[InsertParams], now: datetime | None) -> None:
         for job in jobs:

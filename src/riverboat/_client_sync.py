@@ -193,7 +193,7 @@ class ClientBase(SyncAdmin):
     def _insert_fast(self, executor: Any, plain: Any, unique_batches: Any) -> int:
         count = 0
         # COPY leaves created_at to the server's clock; a test clock needs the statement.
-        if plain and self.driver.capabilities.copy and self._core.clock is None:
+        if plain and self.driver.capabilities.copy and not self._core.clock.stubbed:
             copy_batches, notify = self._core.copy_batches(plain)
             for copy_batch in copy_batches:
                 count += executor.copy(copy_batch)

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
 from riverboat._admin import T, _hears_notifications
@@ -22,6 +21,7 @@ from riverboat._client_core import (
     default_client_id,
 )
 from riverboat._client_sync import ClientBase
+from riverboat._clock import Clock
 from riverboat._insert import InsertParams, validate_queue
 from riverboat._options import check_option_names
 from riverboat.errors import InvalidInputError, NotFoundError
@@ -151,7 +151,8 @@ class Client(ClientBase):
                 "middleware": self._core.middleware.items,
             }
             self._embedded = _Embedded(
-                lambda: AsyncClient(self.driver.async_driver(), **embedded_options)
+                lambda: AsyncClient(self.driver.async_driver(), **embedded_options),
+                self._core.clock,
             )
             self._embedded.base_queues = set(queues)
             self._embedded.periodic = PeriodicJobs(options.get("periodic_jobs", ()))
@@ -288,6 +289,7 @@ class AsyncClient(AsyncClientBase):
                     heartbeat_interval=options.get("heartbeat_interval", HEARTBEAT_INTERVAL),
                     dead_after=options.get("dead_after", DEAD_AFTER),
                 ),
+                self._core.clock,
             )
             self._runtime.on_start.append(self._core.middleware.on_start)
         elif workers is not None and not isinstance(workers, Workers):
@@ -392,7 +394,7 @@ class AsyncClient(AsyncClientBase):
 class _Embedded:
     """An AsyncClient running on its own event loop in a background thread."""
 
-    def __init__(self, factory: Any) -> None:
+    def __init__(self, factory: Any, clock: Clock) -> None:
         self._factory = factory
         self.client: AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -405,13 +407,7 @@ class _Embedded:
         self.periodic = PeriodicJobs()  # shared with each runtime it starts
         # Queues added (a config) or removed (None) since construction.
         self.queue_changes: dict[str, QueueConfig | None] = {}
-        self.clock: Callable[[], datetime] | None = None  # riverboat.testing's clock
-
-    def set_clock(self, clock: Callable[[], datetime] | None) -> None:
-        self.clock = clock
-        client, loop = self.client, self._loop
-        if client is not None and loop is not None and client._runtime is not None:
-            loop.call_soon_threadsafe(client._runtime.set_clock, clock)
+        self.clock = clock  # the sync client's: each runtime it starts shares it
 
     def queue_change(self, name: str, config: QueueConfig | None) -> None:
         client = self.client
@@ -480,7 +476,8 @@ class _Embedded:
         if client._runtime is not None:
             client._runtime._subscriptions.extend(self.subscribers)
             client._runtime.periodic_jobs = self.periodic
-            client._runtime.set_clock(self.clock)
+            # Before start() hands the runtime's clock to its producers and services.
+            client._core.clock = client._runtime.clock = self.clock
             queues = client._runtime.config.queues
             for name, config in self.queue_changes.items():
                 if config is None:

@@ -305,7 +305,7 @@ async def _work(
     else:
         defaults = core.defaults if core is not None else InsertDefaults()
         # The client's test config (use_test_config) applies as to its own inserts.
-        now = core.clock() if core is not None and core.clock is not None else None
+        now = core.clock.now() if core is not None else None
         params = resolve_insert(job, options.get("opts"), options.get("kind"), defaults, now)
         if core is not None and (now is not None or not core.unique_enforcement):
             core._apply_test_config([params], now)
@@ -391,15 +391,9 @@ def use_test_config(
     core = getattr(client, "_core", None)
     if core is None:
         raise TypeError(f"expected a riverboat Client or AsyncClient, got {type(client).__name__}")
-    fn = clock.now if isinstance(clock, TestClock) else clock
-    core.clock = fn
+    # The client's runtime (and a sync Client's embedded one) share this clock object.
+    core.clock.set(clock.now if isinstance(clock, TestClock) else clock)
     core.unique_enforcement = not disable_unique_enforcement
-    runtime = getattr(client, "_runtime", None)  # an AsyncClient with queues
-    if runtime is not None:
-        runtime.set_clock(fn)
-    embedded = getattr(client, "_embedded", None)  # a Client with queues
-    if embedded is not None:
-        embedded.set_clock(fn)
 
 
 # -- the pytest plugin -------------------------------------------------------------------

@@ -47,9 +47,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal
 
+from riverboat._clock import Clock
 from riverboat._job import JobRow
 from riverboat.dialect._rows import QUEUE_INDEX
 from riverboat.dialect.base import MAX_ATTEMPTED_BY
@@ -255,9 +255,9 @@ class Producer:
         # River's HookMetricEmit: (queue, fetch seconds, jobs claimed) after every fetch;
         # None (the default) costs one check per fetch. Set by the runtime.
         self.fetch_metrics: Callable[[str, float, int], None] | None = None
-        # riverboat.testing.use_test_config's clock: the claim's "now" (None: the
-        # database's). Set by the runtime.
-        self.clock: Callable[[], datetime] | None = None
+        # The client's clock (riverboat/_clock.py): the claim's "now". The runtime sets
+        # its own, shared with the rest of the client.
+        self.clock = Clock()
         # The registry of live clients (runtime/registry.py): no claims while this
         # client may have been declared dead; jobs whose outcomes must be dropped.
         self.may_claim: Callable[[], bool] | None = None
@@ -445,7 +445,7 @@ class Producer:
                                 queue=self.queue,
                                 max_to_lock=free,
                                 client_id=self._client_id,
-                                now=None if self.clock is None else self.clock(),
+                                now=self.clock.now(),
                                 kinds=self.fetch_kinds,
                             )
                         )
@@ -508,7 +508,7 @@ class Producer:
             client_id=self._client_id,
             flow=flow,
             max_attempted_by=MAX_ATTEMPTED_BY,
-            now=None if self.clock is None else self.clock(),
+            now=self.clock.now(),
         )
         return list(await self._driver.fetch(stmt))
 

@@ -14,9 +14,9 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from riverboat._clock import Clock
 from riverboat._insert import InsertDefaults, validate_queue
 from riverboat.drivers.base import AsyncDriver, call_deadline
 from riverboat.errors import InvalidInputError, MigrationError, NotFoundError
@@ -219,7 +219,9 @@ class Service(Protocol):
 
 
 class Runtime:
-    def __init__(self, driver: AsyncDriver, client_id: str, config: RuntimeConfig) -> None:
+    def __init__(
+        self, driver: AsyncDriver, client_id: str, config: RuntimeConfig, clock: Clock | None = None
+    ) -> None:
         config.validate()
         self.driver = driver
         self.client_id = client_id
@@ -239,22 +241,14 @@ class Runtime:
         from riverboat.runtime.maintenance.periodic import PeriodicJobs
 
         self.periodic_jobs = PeriodicJobs(config.periodic_jobs)
-        # riverboat.testing.use_test_config's clock: what claims and the scheduler take
-        # as now (None, the default: the database's own clock).
-        self.clock: Callable[[], datetime] | None = None
+        # The client's clock (riverboat/_clock.py): what claims and the scheduler take as
+        # now. start() hands this one object to the producers and the maintenance.
+        self.clock = clock if clock is not None else Clock()
         self._maintenance_ctx: MaintenanceContext | None = None
         self.registry: ClientRegistry | None = None
         # Leader election and maintenance: made by start() unless leader_election is off.
         self.elector: Elector | None = None
         self.maintainer: Maintainer | None = None
-
-    def set_clock(self, clock: Callable[[], datetime] | None) -> None:
-        """Use ``clock`` for claims and the scheduler, from now on (on this loop)."""
-        self.clock = clock
-        for producer in self.producers.values():
-            producer.clock = clock
-        if self._maintenance_ctx is not None:
-            self._maintenance_ctx.clock = clock
 
     # -- events ----------------------------------------------------------------------
     def subscribe(self, kinds: Iterable[EventKind | str], maxsize: int = 1000) -> Subscription:

@@ -15,9 +15,9 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from riverboat._clock import Clock
 from riverboat.dialect.base import Dialect
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
@@ -49,8 +49,8 @@ class MaintenanceContext:
     # The client's riverboat.middleware.MiddlewareStack: periodic runs go through its
     # insert hooks like any insert (OpenTelemetry trace propagation, say).
     middleware: Any = None
-    # riverboat.testing.use_test_config's clock (None: the database's): the scheduler's now.
-    clock: Callable[[], datetime] | None = None
+    # The client's clock (riverboat/_clock.py): the scheduler's now.
+    clock: Clock = field(default_factory=Clock)
 
     @property
     def dialect(self) -> Dialect:

@@ -29,7 +29,7 @@ class JobScheduler(Service):
                 ctx.dialect.job_schedule(
                     max=max,
                     lookahead=self.interval,
-                    now=None if ctx.clock is None else ctx.clock(),
+                    now=ctx.clock.now(),
                 )
             )
             queues = {row[1] for row in rows if not row[2]}
