@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 
 import riverboat
@@ -95,3 +96,49 @@ def test_a_type_checking_import_is_an_edge(tmp_path: Path) -> None:
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from riverboat import errors\n"
     )
     assert _imports(module, {"riverboat.errors"}) == {"riverboat.errors"}
+
+
+# Types public signatures name that are deliberately not in riverboat.__all__: the
+# driver protocols live with the drivers (riverboat.drivers), and the runtime and a
+# registered worker are internals a client exposes for tests and contrib only.
+NOT_EXPORTED = {"AsyncDriver", "Driver", "RegisteredWorker", "Runtime"}
+
+
+def test_types_in_public_signatures_are_exported() -> None:
+    """Every riverboat class a public class's or function's annotations name (argument,
+    return and field types, through base classes) is importable from ``riverboat``."""
+    defined = {
+        name
+        for path in SRC.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and not (name := node.name).startswith("_")
+    }
+    missing: dict[str, set[str]] = {}
+    for public in riverboat.__all__:
+        obj = getattr(riverboat, public)
+        owners = (
+            [
+                c
+                for c in obj.__mro__
+                if c.__module__ == "riverboat" or c.__module__.startswith("riverboat.")
+            ]
+            if inspect.isclass(obj)
+            else [obj]
+        )
+        members = [obj] + [
+            member
+            for c in owners
+            if inspect.isclass(c)
+            for name, member in vars(c).items()
+            if not name.startswith("_") or name == "__init__"
+        ]
+        for member in members:
+            function = member.fget if isinstance(member, property) else member
+            annotations = getattr(function, "__annotations__", None)
+            if not isinstance(annotations, dict):
+                continue
+            for text in map(str, annotations.values()):
+                for name in set(re.findall(r"[A-Za-z_]\w*", text)) & defined:
+                    if name not in riverboat.__all__ and name not in NOT_EXPORTED:
+                        missing.setdefault(name, set()).add(public)
+    assert missing == {}

@@ -11,6 +11,8 @@ from riverboat._admin import (
     JobListCursor,
     JobListOptions,
     JobListResult,
+    QueueActivity,
+    ThroughputMinute,
 )
 from riverboat._fleet import WorkerInfo, WorkerQueue
 from riverboat._job import (
@@ -25,6 +27,8 @@ from riverboat._job import (
 )
 from riverboat._queue import QueueRow
 from riverboat.client import AsyncClient, Client, ClientOptions
+from riverboat.dialect.base import Leader
+from riverboat.error_handler import ErrorHandlerResult
 from riverboat.errors import (
     DriverError,
     InvalidArgsError,
@@ -40,10 +44,13 @@ from riverboat.errors import (
     WaitTimeoutError,
 )
 from riverboat.flow import ConcurrencyLimit, RateLimit
+from riverboat.runtime.elector import ElectorConfig
 from riverboat.runtime.events import Event, EventKind, JobStatistics, Subscription
 from riverboat.runtime.maintenance import MaintenanceConfig, PeriodicJob
+from riverboat.runtime.maintenance.periodic import NEVER, PeriodicJobs
 from riverboat.runtime.outcomes import RetryPolicy
 from riverboat.runtime.producer import QueueConfig
+from riverboat.runtime.sync_events import SyncSubscription
 from riverboat.runtime.worker import (
     Job,
     JobCancel,
@@ -62,12 +69,15 @@ from riverboat.workflow import (
 )
 
 __all__ = [
+    "NEVER",
     "AsyncClient",
     "AttemptError",
     "Client",
     "ClientOptions",
     "ConcurrencyLimit",
     "DriverError",
+    "ElectorConfig",
+    "ErrorHandlerResult",
     "Event",
     "EventKind",
     "InsertManyParams",
@@ -90,6 +100,7 @@ __all__ = [
     "JobSnooze",
     "JobState",
     "JobStatistics",
+    "Leader",
     "MaintenanceConfig",
     "MigrationError",
     "MissingDependencyError",
@@ -97,6 +108,8 @@ __all__ = [
     "NotMigratedError",
     "NotSupportedError",
     "PeriodicJob",
+    "PeriodicJobs",
+    "QueueActivity",
     "QueueConfig",
     "QueueRow",
     "RateLimit",
@@ -104,6 +117,8 @@ __all__ = [
     "RetryPolicy",
     "RiverboatError",
     "Subscription",
+    "SyncSubscription",
+    "ThroughputMinute",
     "UniqueOpts",
     "UnknownJobKindError",
     "WaitTimeoutError",
