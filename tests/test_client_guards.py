@@ -13,10 +13,7 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import InvalidInputError
-from riverboat.errors import MigrationError
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, Workers
+from riverboat import InvalidInputError, Job, MigrationError, QueueConfig, Workers
 
 
 @pytest.fixture(params=["postgres", "sqlite"])

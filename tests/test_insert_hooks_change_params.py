@@ -9,8 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import riverboat
-from riverboat import InsertManyParams, InsertOpts, JobState, UniqueOpts
-from riverboat.errors import InvalidInputError
+from riverboat import InsertManyParams, InsertOpts, InvalidInputError, JobState, UniqueOpts
 from riverboat.middleware import InsertingJob, insert_hook
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 

@@ -22,13 +22,13 @@ from riverboat import (
     InsertManyParams,
     InsertOpts,
     InsertResult,
+    InvalidInputError,
     Job,
     PeriodicJob,
     QueueConfig,
     UniqueOpts,
     Workers,
 )
-from riverboat.errors import InvalidInputError
 from riverboat.middleware import InsertingJob, insert_hook
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 

@@ -32,14 +32,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.rows import dict_row
 
-from riverboat import AsyncClient, Client, InsertManyParams, InsertOpts, UniqueOpts
-from riverboat._insert import InsertDefaults, resolve_insert, resolve_many
-from riverboat.errors import (
+from riverboat import (
+    AsyncClient,
+    Client,
     DriverError,
+    InsertManyParams,
+    InsertOpts,
     InvalidArgsError,
     InvalidInputError,
     RiverboatError,
+    UniqueOpts,
 )
+from riverboat._insert import InsertDefaults, resolve_insert, resolve_many
 
 
 @dataclass

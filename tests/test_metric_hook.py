@@ -9,8 +9,16 @@ from typing import Any, ClassVar
 
 import pytest
 
-from riverboat import AsyncClient, Client, InsertManyParams, InsertOpts, Job, QueueConfig, Workers
-from riverboat.errors import InvalidInputError
+from riverboat import (
+    AsyncClient,
+    Client,
+    InsertManyParams,
+    InsertOpts,
+    InvalidInputError,
+    Job,
+    QueueConfig,
+    Workers,
+)
 from riverboat.metrics import (
     JobGetAvailableCountMetric,
     JobGetAvailableDurationMetric,

@@ -10,10 +10,18 @@ from typing import Any, ClassVar
 
 import pytest
 
-from riverboat import AsyncClient, Client, InsertManyParams, InsertOpts, Job, JobCancel, Workers
-from riverboat.errors import InvalidInputError
+from riverboat import (
+    AsyncClient,
+    Client,
+    InsertManyParams,
+    InsertOpts,
+    InvalidInputError,
+    Job,
+    JobCancel,
+    QueueConfig,
+    Workers,
+)
 from riverboat.middleware import InsertingJob, insert_hook, sync_work_middleware
-from riverboat.runtime.producer import QueueConfig
 
 pytestmark = pytest.mark.asyncio
 

@@ -13,9 +13,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from riverboat import AsyncClient, Client, InsertOpts, Job, Workers
+from riverboat import AsyncClient, Client, InsertOpts, Job, QueueConfig, Workers
 from riverboat.contrib.otel import METADATA_KEY, OtelMiddleware
-from riverboat.runtime.producer import QueueConfig
 
 pytestmark = pytest.mark.asyncio
 

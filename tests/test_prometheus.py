@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from riverboat import AsyncClient, Client, Job, Workers
+from riverboat import AsyncClient, Client, Job, QueueConfig, Workers
 from riverboat.contrib.prometheus import PrometheusMiddleware, start_metrics_server
 from riverboat.drivers.sqlite import SqliteDriver
-from riverboat.runtime.producer import QueueConfig
 from tests.waiting import wait_until, wait_until_async
 
 
@@ -97,7 +96,7 @@ async def test_counters_and_sampled_queue_gauges(sqlite_url: str) -> None:
 WORKER_MODULE = """
 import time
 from riverboat import AsyncClient, Workers
-from riverboat.runtime.producer import QueueConfig
+from riverboat import QueueConfig
 
 workers = Workers()
 

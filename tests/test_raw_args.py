@@ -7,8 +7,16 @@ import hashlib
 from typing import Any
 
 import riverboat
-from riverboat import InsertManyParams, InsertOpts, Job, JobState, RawArgs, UniqueOpts, Workers
-from riverboat.runtime.producer import QueueConfig
+from riverboat import (
+    InsertManyParams,
+    InsertOpts,
+    Job,
+    JobState,
+    QueueConfig,
+    RawArgs,
+    UniqueOpts,
+    Workers,
+)
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 ONCE = InsertOpts(unique_opts=UniqueOpts(by_args=True))

@@ -9,9 +9,8 @@ from typing import Any, ClassVar
 import psycopg
 import pytest
 
-from riverboat import Client, InsertOpts, Job, JobCancel, Workers
+from riverboat import Client, EventKind, InsertOpts, Job, JobCancel, Workers
 from riverboat.drivers.sqlite import SqliteDriver
-from riverboat.runtime.events import EventKind
 from riverboat.testing import (
     ExpectedJob,
     create_migrated_postgres_schema,

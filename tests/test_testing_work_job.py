@@ -10,9 +10,8 @@ from typing import Any, ClassVar
 import pytest
 
 import riverboat
-from riverboat import InsertOpts, Job, JobCancel, Workers
+from riverboat import EventKind, InsertOpts, Job, JobCancel, Workers
 from riverboat.middleware import InsertingJob
-from riverboat.runtime.events import EventKind
 from riverboat.testing import work_job, work_job_async
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 

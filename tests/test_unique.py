@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from riverboat import InsertOpts, JobState, RawArgs, UniqueOpts
+from riverboat import InsertOpts, InvalidInputError, JobState, RawArgs, UniqueOpts
 from riverboat._insert import InsertDefaults, encode_args, resolve_insert
 from riverboat._unique import (
     DEFAULT_UNIQUE_STATES,
@@ -26,7 +26,6 @@ from riverboat._unique import (
     unique_states_bitmask,
     validate_unique_opts,
 )
-from riverboat.errors import InvalidInputError
 
 # A Friday afternoon, with a fraction, so every truncation has work to do.
 NOW = datetime(2026, 8, 7, 14, 37, 12, 345678, tzinfo=UTC)

@@ -18,17 +18,17 @@ import pytest
 import riverboat
 from riverboat import (
     InsertOpts,
+    InvalidInputError,
     Job,
     JobState,
     NotFoundError,
+    QueueConfig,
     WaitTimeoutError,
     Workers,
     Workflow,
     dep_outputs,
     record_output,
 )
-from riverboat.errors import InvalidInputError
-from riverboat.runtime.producer import QueueConfig
 from tests.reliability._support import OutputReader, spawn_worker
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 from tests.waiting import wait_until

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 import riverboat
-from riverboat import InsertManyParams, InsertOpts
-from riverboat.errors import InvalidInputError
+from riverboat import InsertManyParams, InsertOpts, InvalidInputError
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 

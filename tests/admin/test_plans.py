@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from riverboat._job import JobState
+from riverboat import JobState
 from riverboat._sql import Statement
 from riverboat.dialect.base import JobStateUpdate
 from riverboat.dialect.postgres import PostgresDialect

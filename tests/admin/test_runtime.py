@@ -11,10 +11,7 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import JobState
-from riverboat.runtime.events import Event, EventKind, Subscription
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, Workers
+from riverboat import Event, EventKind, Job, JobState, QueueConfig, Subscription, Workers
 
 pytestmark = pytest.mark.asyncio
 

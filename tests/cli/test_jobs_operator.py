@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import InsertManyParams, InsertOpts, JobState, QueueConfig, Workers
-from riverboat.runtime.worker import Job
+from riverboat import InsertManyParams, InsertOpts, Job, JobState, QueueConfig, Workers
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 

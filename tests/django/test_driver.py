@@ -9,12 +9,10 @@ import pytest
 from django.db import connection, transaction
 
 import riverboat
-from riverboat import InsertOpts
-from riverboat._job import JobState, UniqueOpts
+from riverboat import DriverError, InsertOpts, JobState, UniqueOpts
 from riverboat.dialect.base import JobStateUpdate
 from riverboat.dialect.postgres import PostgresDialect
 from riverboat.drivers.django import DjangoDriver, libpq_params
-from riverboat.errors import DriverError
 from riverboat.migrations import LATEST_VERSION, Migrator
 from tests.django.helpers import job_count, rows
 

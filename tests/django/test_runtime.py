@@ -9,11 +9,10 @@ from collections.abc import Iterator
 import pytest
 
 import riverboat
+from riverboat import EventKind, QueueConfig
 from riverboat.contrib.django.apps import install_connection_hook, uninstall_connection_hook
 from riverboat.drivers.psycopg import AsyncPsycopgDriver
-from riverboat.runtime.events import EventKind
 from riverboat.runtime.executor import AFTER_SYNC_JOB
-from riverboat.runtime.producer import QueueConfig
 from tests.django.helpers import backends, rows
 from tests.waiting import wait_until_async
 

@@ -25,9 +25,9 @@ from django.test import Client as DjangoTestClient
 from django.test import override_settings
 
 import riverboat
+from riverboat import InvalidInputError
 from riverboat.contrib.django.ui import close_dashboards, dashboard_settings
 from riverboat.drivers.django import DjangoDriver
-from riverboat.errors import InvalidInputError
 
 PREFIX = "/ops/riverboat"
 REPO = Path(__file__).resolve().parents[2]

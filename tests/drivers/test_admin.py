@@ -24,9 +24,9 @@ from riverboat import (
     JobRunningError,
     JobState,
     NotFoundError,
+    NotSupportedError,
 )
 from riverboat._job import parse_rfc3339
-from riverboat.errors import NotSupportedError
 from tests.drivers.harness import Harness
 from tests.waiting import wait_until
 

@@ -18,10 +18,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from riverboat import DriverError
 from riverboat.drivers.asyncpg import AsyncpgDriver
 from riverboat.drivers.base import TcpSettings, call_deadline
 from riverboat.drivers.psycopg import AsyncPsycopgDriver, PsycopgDriver
-from riverboat.errors import DeadlineExceededError, DriverError
+from riverboat.errors import DeadlineExceededError
 from tests.reliability._support import FreezingProxy
 
 pytestmark = pytest.mark.asyncio

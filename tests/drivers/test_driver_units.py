@@ -8,8 +8,8 @@ import sys
 import pytest
 
 import riverboat
+from riverboat import MissingDependencyError
 from riverboat.dialect.postgres import PostgresDialect
-from riverboat.errors import MissingDependencyError
 
 
 async def test_asyncpg_url_picks_asyncpg(pg_url: str, pg_schema: str) -> None:

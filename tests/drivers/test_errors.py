@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from riverboat.errors import DriverError, MigrationError, NotMigratedError
+from riverboat import DriverError, MigrationError, NotMigratedError
 from tests.drivers.conftest import DriverCase
 from tests.drivers.harness import Env
 

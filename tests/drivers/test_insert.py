@@ -7,8 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from riverboat import InsertManyParams, InsertOpts, JobState, UniqueOpts
-from riverboat.errors import InvalidInputError
+from riverboat import InsertManyParams, InsertOpts, InvalidInputError, JobState, UniqueOpts
 from tests.drivers.harness import Harness
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from riverboat import DriverError
 from riverboat._sql import Query, Statement
 from riverboat.drivers.base import Notification
-from riverboat.errors import DriverError
 from tests.drivers.harness import Harness, needs
 
 

@@ -12,10 +12,9 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from riverboat import AsyncClient, InsertOpts, JobState, PeriodicJob
+from riverboat import AsyncClient, InsertOpts, JobState, PeriodicJob, QueueConfig
 from riverboat.runtime.maintenance import Service
 from riverboat.runtime.outcomes import RESCUE_ERROR
-from riverboat.runtime.producer import QueueConfig
 from tests.drivers.harness import Harness
 from tests.leadership._helpers import TickArgs, default_workers, fast_maintenance
 from tests.waiting import wait_until_async

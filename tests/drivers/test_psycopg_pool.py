@@ -12,10 +12,10 @@ import psycopg
 import pytest
 
 import riverboat
+from riverboat import DriverError
 from riverboat._sql import Query, Statement
 from riverboat.drivers import psycopg as psycopg_driver
 from riverboat.drivers.psycopg import AsyncPsycopgDriver, PsycopgDriver
-from riverboat.errors import DriverError
 
 BACKEND_PID = Statement(Query("backend_pid", "SELECT pg_backend_pid()"), {})
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from riverboat import InsertManyParams, JobState
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, Workers
+from riverboat import InsertManyParams, Job, JobState, QueueConfig, Workers
 from tests.drivers.harness import Harness
 
 

@@ -8,11 +8,10 @@ from typing import Any
 
 import pytest
 
-from riverboat import AttemptError, InsertOpts, JobState, NotFoundError
+from riverboat import AttemptError, DriverError, InsertOpts, JobState, NotFoundError
 from riverboat._insert import InsertDefaults, resolve_insert
 from riverboat._sql import Query, Statement
 from riverboat.dialect.base import JobStateUpdate
-from riverboat.errors import DriverError
 from tests.drivers.harness import Harness
 
 

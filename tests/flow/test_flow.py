@@ -19,10 +19,18 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import ConcurrencyLimit, InsertManyParams, InsertOpts, JobRow, JobState, RateLimit
-from riverboat.errors import InvalidInputError, MigrationError
+from riverboat import (
+    ConcurrencyLimit,
+    InsertManyParams,
+    InsertOpts,
+    InvalidInputError,
+    JobRow,
+    JobState,
+    MigrationError,
+    QueueConfig,
+    RateLimit,
+)
 from riverboat.flow import FlowControl
-from riverboat.runtime.producer import QueueConfig
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 from tests.waiting import wait_until
 

@@ -7,9 +7,15 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from riverboat import Client, MaintenanceConfig, QueueConfig, RetryPolicy, Workers
-from riverboat._job import JobRow
-from riverboat.runtime.elector import ElectorConfig
+from riverboat import (
+    Client,
+    ElectorConfig,
+    JobRow,
+    MaintenanceConfig,
+    QueueConfig,
+    RetryPolicy,
+    Workers,
+)
 from tests.interop.river_go import Target
 from tests.waiting import wait_until
 

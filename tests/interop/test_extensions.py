@@ -14,10 +14,10 @@ from riverboat import (
     InsertOpts,
     Job,
     JobState,
+    QueueConfig,
     Workers,
     Workflow,
 )
-from riverboat.runtime.producer import QueueConfig
 from tests.interop import helpers
 from tests.interop.river_go import RiverGo, Target
 from tests.waiting import wait_until

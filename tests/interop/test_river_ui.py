@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from riverboat import Client, InsertOpts, Job, QueueConfig, Workers
-from riverboat.errors import NotFoundError
+from riverboat import Client, InsertOpts, Job, NotFoundError, QueueConfig, Workers
 from tests.interop import helpers
 from tests.interop.river_go import GoProcess, RiverGo, Target
 

@@ -11,8 +11,16 @@ from typing import Any, ClassVar
 
 import pytest
 
-from riverboat import Client, InsertManyParams, InsertOpts, Job, RawArgs, UniqueOpts, Workers
-from riverboat._job import InsertResult
+from riverboat import (
+    Client,
+    InsertManyParams,
+    InsertOpts,
+    InsertResult,
+    Job,
+    RawArgs,
+    UniqueOpts,
+    Workers,
+)
 from tests.interop import helpers
 from tests.interop.river_go import GoError, RiverGo, Target
 

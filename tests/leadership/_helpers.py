@@ -10,10 +10,8 @@ from typing import Any
 
 import psycopg
 
-from riverboat import AsyncClient, MaintenanceConfig
-from riverboat.runtime.elector import Elector, ElectorConfig
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, Workers
+from riverboat import AsyncClient, ElectorConfig, Job, MaintenanceConfig, QueueConfig, Workers
+from riverboat.runtime.elector import Elector
 
 # Seconds instead of River's 5 s / 15 s, so handovers happen within a test.
 FAST_ELECTOR = ElectorConfig(

@@ -7,12 +7,9 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from riverboat import AsyncClient, InsertOpts, RetryPolicy
-from riverboat._job import JobRow
+from riverboat import AsyncClient, InsertOpts, Job, JobRow, QueueConfig, RetryPolicy, Workers
 from riverboat.runtime.maintenance import Service, backoff_delay
 from riverboat.runtime.outcomes import RESCUE_ERROR
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, Workers
 from tests.leadership._helpers import (
     elector_of,
     fast_maintenance,

@@ -10,9 +10,14 @@ from typing import Any
 
 import pytest
 
-from riverboat import InsertOpts, MissingDependencyError, PeriodicJob, RetryPolicy
+from riverboat import (
+    InsertOpts,
+    InvalidInputError,
+    MissingDependencyError,
+    PeriodicJob,
+    RetryPolicy,
+)
 from riverboat.drivers.psycopg import AsyncPsycopgDriver
-from riverboat.errors import InvalidInputError
 from riverboat.runtime.maintenance import MaintenanceContext
 from riverboat.runtime.maintenance.periodic import PeriodicJobEnqueuer
 from tests.leadership._helpers import (

@@ -18,10 +18,9 @@ from typing import Any, cast
 import psycopg
 import pytest
 
-from riverboat import MaintenanceConfig
+from riverboat import InvalidInputError, MaintenanceConfig, Workers
 from riverboat.drivers.psycopg import AsyncPsycopgDriver
 from riverboat.drivers.sqlite import AsyncSqliteDriver
-from riverboat.errors import InvalidInputError
 from riverboat.runtime.maintenance import MaintenanceContext, build_services
 from riverboat.runtime.maintenance.reindexer import (
     REINDEXER_INDEX_NAMES_DEFAULT,
@@ -29,7 +28,6 @@ from riverboat.runtime.maintenance.reindexer import (
     Reindexer,
     next_midnight_utc,
 )
-from riverboat.runtime.worker import Workers
 from tests.leadership._helpers import (
     fast_maintenance,
     make_client,

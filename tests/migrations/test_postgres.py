@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from riverboat import InvalidInputError, MigrationError
 from riverboat.drivers.psycopg import AsyncPsycopgDriver, PsycopgDriver
-from riverboat.errors import InvalidInputError, MigrationError
 from riverboat.migrations import (
     LATEST_VERSION,
     MigrationInfo,

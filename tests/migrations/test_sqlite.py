@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from riverboat import MigrationError
 from riverboat.drivers._sqlite_module import sqlite_module
 from riverboat.drivers.sqlite import SqliteDriver
-from riverboat.errors import MigrationError
 from riverboat.migrations import LATEST_VERSION, Migrator, require_current
 
 ALL = list(range(1, LATEST_VERSION + 1))

@@ -18,9 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from riverboat import record_output
-from riverboat.runtime.outcomes import JobCancel, JobSnooze
-from riverboat.runtime.worker import Job, Worker
+from riverboat import Job, JobCancel, JobSnooze, Worker, record_output
 
 log = logging.getLogger("tests.process_executor.jobs")
 

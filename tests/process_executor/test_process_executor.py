@@ -14,12 +14,9 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import InvalidInputError, JobState
+from riverboat import EventKind, InvalidInputError, Job, JobState, QueueConfig, Workers
 from riverboat.riverlog import METADATA_KEY, RiverLog
-from riverboat.runtime.events import EventKind
 from riverboat.runtime.process_pool import ChildJobError
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, Workers
 from tests.process_executor import jobs
 from tests.runtime.dbs import Db
 from tests.runtime.helpers import next_events, wait_for

@@ -23,8 +23,8 @@ from tests.waiting import wait_until
 WORKER_MODULE = """
 import os, time
 import riverboat
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Workers
+from riverboat import QueueConfig
+from riverboat import Workers
 
 def hang(job):
     with open(os.path.join(os.environ["RB_TEST_DIR"], f"child-{job.id}"), "w") as f:

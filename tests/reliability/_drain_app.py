@@ -10,10 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import riverboat
-from riverboat import RetryPolicy
-from riverboat._job import JobRow
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, Workers
+from riverboat import Job, JobRow, QueueConfig, RetryPolicy, Workers
 from tests.reliability._worker_app import _record
 
 ENV = os.environ

@@ -17,14 +17,18 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import riverboat
-from riverboat import MaintenanceConfig, RetryPolicy
-from riverboat._job import JobRow
+from riverboat import (
+    ElectorConfig,
+    Job,
+    JobRow,
+    MaintenanceConfig,
+    QueueConfig,
+    RetryPolicy,
+    Workers,
+)
 from riverboat.riverlog import RiverLog
-from riverboat.runtime.elector import ElectorConfig
 from riverboat.runtime.maintenance import Service
-from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.runner import Runtime
-from riverboat.runtime.worker import Job, Workers
 
 ENV = os.environ
 OUT = ENV.get("RB_OUT", ".")

@@ -21,13 +21,11 @@ import psycopg
 import pytest
 
 import riverboat
-from riverboat import RetryPolicy
+from riverboat import Job, MaintenanceConfig, QueueConfig, RetryPolicy, Workers
 from riverboat.dialect.base import JobStateUpdate
 from riverboat.drivers.psycopg import AsyncPsycopgDriver
-from riverboat.runtime.maintenance import MaintenanceConfig, MaintenanceContext
+from riverboat.runtime.maintenance import MaintenanceContext
 from riverboat.runtime.maintenance.cleaner import JobCleaner
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, Workers
 from tests.reliability._support import sql
 from tests.templates import create_migrated_schema, drop_schema
 

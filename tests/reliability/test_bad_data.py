@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import riverboat
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, Workers
+from riverboat import Job, QueueConfig, Workers
 from tests.reliability._support import sql
 from tests.waiting import wait_until_async
 

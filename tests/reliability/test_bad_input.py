@@ -18,10 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import riverboat
+from riverboat import InvalidInputError, QueueConfig, RiverboatError, Workers
 from riverboat.cli import main as cli_main
-from riverboat.errors import InvalidInputError, RiverboatError
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Workers
 from tests.reliability._support import sql
 
 INJECTIONS = [

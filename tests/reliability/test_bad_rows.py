@@ -23,18 +23,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import riverboat
-from riverboat import InsertOpts, RetryPolicy
+from riverboat import (
+    InsertOpts,
+    InvalidInputError,
+    Job,
+    MaintenanceConfig,
+    QueueConfig,
+    RetryPolicy,
+    Workers,
+)
 from riverboat._sql import Query, Statement
 from riverboat.cli import main as cli_main
 from riverboat.dialect._sqlite_common import format_timestamp, parse_timestamp, ts_exact, ts_key
 from riverboat.drivers.sqlite import AsyncSqliteDriver, SqliteDriver
-from riverboat.errors import InvalidInputError
-from riverboat.runtime.maintenance import MaintenanceConfig
 from riverboat.runtime.maintenance._service import MaintenanceContext
 from riverboat.runtime.maintenance.rescuer import JobRescuer
 from riverboat.runtime.maintenance.scheduler import JobScheduler
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, Workers
 from tests.reliability._support import sql
 from tests.sqlite.helpers import query
 from tests.waiting import wait_until_async

@@ -29,10 +29,7 @@ import psycopg
 import pytest
 
 import riverboat
-from riverboat import MaintenanceConfig, RetryPolicy
-from riverboat._job import JobRow
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, Workers
+from riverboat import Job, JobRow, MaintenanceConfig, QueueConfig, RetryPolicy, Workers
 from tests.pgserver import PgServer
 from tests.reliability._support import CuttingProxy, counts_by_state, insert_jobs, sql
 from tests.reliability._worker_app import FAST_ELECTOR

@@ -24,11 +24,9 @@ from typing import Any
 import pytest
 
 import riverboat
+from riverboat import InvalidInputError, Job, QueueConfig, Workers
 from riverboat._json import MAX_JSON_DEPTH
 from riverboat.cli import main as cli_main
-from riverboat.errors import InvalidInputError
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, Workers
 from riverboat.ui import create_app
 from tests.reliability._support import counts_by_state, is_sqlite, job_table, query
 from tests.ui.conftest import Served

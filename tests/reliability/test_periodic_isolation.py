@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import Job, PeriodicJob, Workers
-from riverboat.runtime.producer import QueueConfig
+from riverboat import Job, PeriodicJob, QueueConfig, Workers
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 

@@ -18,9 +18,8 @@ import psycopg
 import pytest
 
 import riverboat
-from riverboat.runtime.producer import QueueConfig
+from riverboat import Job, QueueConfig, Workers
 from riverboat.runtime.runner import STOP_GRACE
-from riverboat.runtime.worker import Job, Workers
 from tests.reliability._support import (
     CuttingProxy,
     OutputReader,

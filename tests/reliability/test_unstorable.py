@@ -26,12 +26,9 @@ import psycopg
 import pytest
 
 import riverboat
-from riverboat._job import AttemptError, JobRow, JobState
+from riverboat import AttemptError, EventKind, Job, JobRow, JobState, QueueConfig, Workers
 from riverboat.dialect.base import JobStateUpdate
 from riverboat.runtime.completer import Completer, PendingCompletion
-from riverboat.runtime.events import EventKind
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, Workers
 from tests.reliability._support import (
     OutputReader,
     counts_by_state,

@@ -9,9 +9,7 @@ from typing import Any
 import psycopg
 
 import riverboat
-from riverboat.runtime.events import Event, EventKind, Subscription
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Workers
+from riverboat import Event, EventKind, QueueConfig, Subscription, Workers
 
 
 def make_client(driver: Any, workers: Workers, **kwargs: Any) -> riverboat.AsyncClient:

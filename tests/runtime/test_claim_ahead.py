@@ -11,11 +11,10 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import InsertManyParams
+from riverboat import InsertManyParams, Job, QueueConfig, Workers
 from riverboat.drivers.psycopg import AsyncPsycopgDriver
 from riverboat.drivers.sqlite import AsyncSqliteDriver
-from riverboat.runtime.producer import Producer, QueueConfig
-from riverboat.runtime.worker import Job, Workers
+from riverboat.runtime.producer import Producer
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 from tests.waiting import wait_until_async
 

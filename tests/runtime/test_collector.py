@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from riverboat import Client, InsertManyParams
+from riverboat import Client, InsertManyParams, InvalidInputError
 from riverboat.drivers.sqlite import SqliteDriver
-from riverboat.errors import InvalidInputError
 from riverboat.migrations import Migrator
 from riverboat.runtime.collector import GC_THRESHOLD_DEFAULT, GC_THRESHOLD_ENV, tune_collector
 

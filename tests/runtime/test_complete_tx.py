@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import Job, JobState, Workers
-from riverboat.errors import InvalidInputError, NotFoundError
-from riverboat.runtime.producer import QueueConfig
+from riverboat import InvalidInputError, Job, JobState, NotFoundError, QueueConfig, Workers
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 

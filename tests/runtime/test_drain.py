@@ -11,11 +11,8 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import JobState, RetryPolicy
-from riverboat._job import JobRow
-from riverboat.runtime.producer import QueueConfig
+from riverboat import Job, JobRow, JobState, QueueConfig, RetryPolicy, Workers
 from riverboat.runtime.runner import IDLE_HORIZON
-from riverboat.runtime.worker import Job, Workers
 
 
 class RetryInOneSecond(RetryPolicy):

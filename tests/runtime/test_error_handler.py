@@ -12,10 +12,16 @@ from typing import Any, ClassVar
 import pytest
 
 import riverboat
-from riverboat import Job, JobCancel, JobSnooze, JobState, Workers
-from riverboat._job import JobRow
-from riverboat.error_handler import ErrorHandlerResult
-from riverboat.runtime.producer import QueueConfig
+from riverboat import (
+    ErrorHandlerResult,
+    Job,
+    JobCancel,
+    JobRow,
+    JobSnooze,
+    JobState,
+    QueueConfig,
+    Workers,
+)
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 

@@ -10,9 +10,7 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import EventKind, Job, JobState, Workers
-from riverboat.flow import ConcurrencyLimit
-from riverboat.runtime.producer import QueueConfig
+from riverboat import ConcurrencyLimit, EventKind, Job, JobState, QueueConfig, Workers
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 

@@ -8,10 +8,7 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import InsertManyParams
-from riverboat.runtime.events import EventKind
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, Workers
+from riverboat import EventKind, InsertManyParams, Job, QueueConfig, Workers
 from tests.runtime.helpers import fetch_row, next_events
 
 JOBS = 200

@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import NotFoundError, QueueConfig, Workers
-from riverboat.errors import InvalidInputError
+from riverboat import InvalidInputError, NotFoundError, QueueConfig, Workers
 from tests.runtime.dbs import Db, any_db  # noqa: F401  (the fixture)
 from tests.waiting import wait_until_async
 

@@ -16,8 +16,7 @@ import psycopg
 import pytest
 
 import riverboat
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Workers
+from riverboat import QueueConfig, Workers
 from tests.reliability._support import FreezingProxy
 from tests.waiting import wait_until_async
 

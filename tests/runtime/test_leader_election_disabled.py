@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import EventKind, Job, Workers
-from riverboat.runtime.producer import QueueConfig
+from riverboat import EventKind, Job, QueueConfig, Workers
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 

@@ -9,10 +9,7 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import JobState
-from riverboat.runtime.events import EventKind
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, Workers
+from riverboat import EventKind, Job, JobState, QueueConfig, Workers
 from tests.runtime.helpers import fetch_row, make_client, next_events
 
 

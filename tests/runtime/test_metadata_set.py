@@ -11,9 +11,15 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import Job, JobState, Workers, record_output, set_metadata
-from riverboat.errors import InvalidInputError
-from riverboat.runtime.producer import QueueConfig
+from riverboat import (
+    InvalidInputError,
+    Job,
+    JobState,
+    QueueConfig,
+    Workers,
+    record_output,
+    set_metadata,
+)
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 

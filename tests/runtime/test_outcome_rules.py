@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from riverboat import JobState, RetryPolicy
-from riverboat._job import AttemptError, JobRow
+from riverboat import AttemptError, JobRow, JobState, RetryPolicy
 from riverboat.runtime import outcomes
 from riverboat.runtime.outcomes import EXECUTOR_RETRY, RESCUE_ERROR, RESCUER_RETRY
 

@@ -13,9 +13,17 @@ from typing import Any, ClassVar
 
 import pytest
 
-from riverboat import InsertOpts, JobState
-from riverboat.runtime.events import EventKind
-from riverboat.runtime.worker import Job, JobCancel, JobSnooze, Worker, Workers, record_output
+from riverboat import (
+    EventKind,
+    InsertOpts,
+    Job,
+    JobCancel,
+    JobSnooze,
+    JobState,
+    Worker,
+    Workers,
+    record_output,
+)
 from tests.runtime.helpers import make_client, next_events, wait_for
 
 pytestmark = pytest.mark.asyncio

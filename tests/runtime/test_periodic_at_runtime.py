@@ -10,10 +10,16 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import EventKind, Job, PeriodicJob, Workers
-from riverboat.errors import InvalidInputError
-from riverboat.runtime.maintenance.periodic import NEVER, PeriodicJobs
-from riverboat.runtime.producer import QueueConfig
+from riverboat import (
+    NEVER,
+    EventKind,
+    InvalidInputError,
+    Job,
+    PeriodicJob,
+    PeriodicJobs,
+    QueueConfig,
+    Workers,
+)
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 

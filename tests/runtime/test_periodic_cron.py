@@ -8,8 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from riverboat import PeriodicJob
-from riverboat.errors import InvalidInputError
+from riverboat import InvalidInputError, PeriodicJob
 
 
 def _ticks(job: PeriodicJob, start: datetime, count: int) -> list[datetime]:

@@ -11,9 +11,8 @@ from typing import Any, ClassVar
 import pytest
 
 import riverboat
-from riverboat import Job, PeriodicJob, Workers
+from riverboat import Job, PeriodicJob, QueueConfig, Workers
 from riverboat.middleware import InsertingJob, insert_hook
-from riverboat.runtime.producer import QueueConfig
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import PeriodicJob
-from riverboat.errors import InvalidInputError
+from riverboat import InvalidInputError, PeriodicJob
 from tests.leadership._helpers import elector_of, fast_maintenance, wait_any_leader
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 from tests.waiting import wait_until_async

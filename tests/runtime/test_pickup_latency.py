@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import InsertManyParams
+from riverboat import InsertManyParams, Job, QueueConfig, Workers
 from riverboat.drivers.psycopg import AsyncPsycopgDriver, PsycopgDriver
 from riverboat.drivers.sqlite import AsyncSqliteDriver, SqliteDriver, SqliteListener
-from riverboat.runtime.producer import QUICK_FETCH_GAP, QueueConfig, fetch_delay
-from riverboat.runtime.worker import Job, Workers
+from riverboat.runtime.producer import QUICK_FETCH_GAP, fetch_delay
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 from tests.waiting import wait_until_async
 

@@ -9,11 +9,9 @@ from typing import Any
 
 import pytest
 
-from riverboat import InsertManyParams, InsertOpts, JobState
+from riverboat import EventKind, InsertManyParams, InsertOpts, Job, JobState, Workers
 from riverboat.drivers.asyncpg import AsyncpgDriver
 from riverboat.drivers.psycopg import AsyncPsycopgDriver
-from riverboat.runtime.events import EventKind
-from riverboat.runtime.worker import Job, Workers
 from tests.runtime.helpers import make_client, next_events, work_outcomes
 
 pytestmark = pytest.mark.asyncio

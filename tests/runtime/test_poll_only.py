@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import EventKind, Job, Workers
+from riverboat import EventKind, Job, QueueConfig, Workers
 from riverboat.runtime import producer as producer_module
-from riverboat.runtime.producer import QueueConfig
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 from tests.runtime.helpers import make_client, wait_for
 from tests.waiting import wait_until

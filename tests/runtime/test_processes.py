@@ -20,8 +20,8 @@ from tests.waiting import wait_until
 WORKER_MODULE = """
 import os, time
 import riverboat
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Workers
+from riverboat import QueueConfig
+from riverboat import Workers
 
 workers = Workers()
 OUT = os.environ["RB_TEST_OUT"]

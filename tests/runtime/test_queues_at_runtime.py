@@ -9,9 +9,16 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import EventKind, InsertOpts, Job, JobState, Workers
-from riverboat.errors import InvalidInputError, NotFoundError
-from riverboat.runtime.producer import QueueConfig
+from riverboat import (
+    EventKind,
+    InsertOpts,
+    InvalidInputError,
+    Job,
+    JobState,
+    NotFoundError,
+    QueueConfig,
+    Workers,
+)
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 from tests.runtime.helpers import wait_for
 

@@ -10,10 +10,8 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import Job, JobState, Workers
-from riverboat._job import JobRow
+from riverboat import Job, JobRow, JobState, QueueConfig, Workers
 from riverboat.resumable import CURSOR_KEY, STEP_KEY
-from riverboat.runtime.producer import QueueConfig
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 

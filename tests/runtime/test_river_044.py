@@ -20,11 +20,8 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import InsertOpts, JobState
-from riverboat.runtime.events import EventKind
+from riverboat import EventKind, InsertOpts, Job, JobSnooze, JobState, QueueConfig, Workers
 from riverboat.runtime.outcomes import persisted_event_kind
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, JobSnooze, Workers
 from tests.runtime.helpers import next_events, wait_for
 
 EARLIER_ERROR = {"at": "2026-01-02T03:04:05.678Z", "attempt": 1, "error": "earlier", "trace": ""}

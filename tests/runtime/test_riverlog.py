@@ -12,11 +12,8 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import Job, JobState, Workers
-from riverboat._job import JobRow
-from riverboat.errors import InvalidInputError
+from riverboat import InvalidInputError, Job, JobRow, JobState, QueueConfig, Workers
 from riverboat.riverlog import METADATA_KEY, RiverLog, append_with_cap
-from riverboat.runtime.producer import QueueConfig
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 app_log = logging.getLogger("tests.riverlog.app")

@@ -11,11 +11,8 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import InvalidInputError, JobState
-from riverboat.runtime.events import EventKind
-from riverboat.runtime.producer import QueueConfig
+from riverboat import EventKind, InvalidInputError, Job, JobState, QueueConfig, Workers
 from riverboat.runtime.runner import DEFAULT_SOFT_STOP_TIMEOUT
-from riverboat.runtime.worker import Job, Workers
 from tests.runtime.helpers import next_events
 
 

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from riverboat.runtime.events import Event, EventKind, Subscription
+from riverboat import Event, EventKind, Subscription
 
 
 def _event(n: int, kind: EventKind = EventKind.JOB_COMPLETED) -> Event:

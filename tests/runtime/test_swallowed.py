@@ -11,9 +11,7 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import JobState, RetryPolicy
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, Workers
+from riverboat import Job, JobState, QueueConfig, RetryPolicy, Workers
 from tests.waiting import wait_until_async
 
 

@@ -10,9 +10,7 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import Event, EventKind, Job, JobCancel, Workers
-from riverboat.errors import InvalidInputError
-from riverboat.runtime.producer import QueueConfig
+from riverboat import Event, EventKind, InvalidInputError, Job, JobCancel, QueueConfig, Workers
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 

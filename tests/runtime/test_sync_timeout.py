@@ -12,11 +12,8 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import JobState
-from riverboat.runtime.events import EventKind
+from riverboat import EventKind, Job, JobState, QueueConfig, Workers
 from riverboat.runtime.maintenance.rescuer import JobRescuer
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, Workers
 from tests.runtime.helpers import wait_for
 from tests.waiting import wait_until
 

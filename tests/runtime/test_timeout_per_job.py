@@ -8,8 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import riverboat
-from riverboat import Job, JobState, Worker, Workers
-from riverboat.runtime.producer import QueueConfig
+from riverboat import Job, JobState, QueueConfig, Worker, Workers
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 

@@ -8,8 +8,7 @@ import random
 import time
 from typing import Any
 
-from riverboat import Client, InsertManyParams
-from riverboat._job import JobState
+from riverboat import Client, InsertManyParams, JobState
 from riverboat.dialect.base import JobStateUpdate
 from riverboat.drivers.sqlite import SqliteDriver
 

@@ -11,13 +11,11 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from riverboat import AsyncClient, RetryPolicy
+from riverboat import AsyncClient, ElectorConfig, MaintenanceConfig, RetryPolicy, Workers
 from riverboat.dialect.postgres import PostgresDialect
 from riverboat.drivers.sqlite import AsyncSqliteDriver
-from riverboat.runtime.elector import ElectorConfig
-from riverboat.runtime.maintenance import MaintenanceConfig, MaintenanceContext
+from riverboat.runtime.maintenance import MaintenanceContext
 from riverboat.runtime.maintenance.notification_cleaner import NotificationCleaner
-from riverboat.runtime.worker import Workers
 from tests.leadership._helpers import (
     LeaderWatch,
     elector_of,

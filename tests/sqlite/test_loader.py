@@ -7,6 +7,7 @@ from types import ModuleType
 
 import pytest
 
+from riverboat import MissingDependencyError
 from riverboat.drivers import _sqlite_module
 from riverboat.drivers._sqlite_module import (
     MIN_SQLITE_VERSION,
@@ -14,7 +15,6 @@ from riverboat.drivers._sqlite_module import (
     choose_sqlite_module,
     sqlite_module,
 )
-from riverboat.errors import MissingDependencyError
 
 
 def _fake(name: str, version: tuple[int, int, int]) -> ModuleType:

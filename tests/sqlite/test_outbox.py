@@ -85,8 +85,8 @@ async def test_attached_schema_channels(tmp_path: Path) -> None:
 WORKER_MODULE = """
 import asyncio, os
 import riverboat
-from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Workers
+from riverboat import QueueConfig
+from riverboat import Workers
 
 workers = Workers()
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import riverboat
-from riverboat.runtime.worker import Job, Workers, record_output
+from riverboat import Job, Workers, record_output
 from riverboat.testing import work_job
 
 XSS_ARGS = {

@@ -12,7 +12,7 @@ from urllib.parse import urlencode, urlsplit
 
 import pytest
 
-from riverboat.errors import InvalidInputError
+from riverboat import InvalidInputError
 from riverboat.ui import create_app
 from tests.ui.conftest import SeededDb
 

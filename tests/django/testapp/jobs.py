@@ -8,7 +8,7 @@ from typing import Any
 from django.db import connections
 from django.db.models import F
 
-from riverboat.runtime.worker import Job, Workers
+from riverboat import Job, Workers
 
 workers = Workers()
 # (thread ident, that thread's Django connection wrapper) for every bump job run.
