@@ -11,7 +11,13 @@ from django.db import transaction
 from django.test import override_settings
 from django_tasks import TaskResultStatus, task_backends
 
-from riverboat.contrib.django.tasks import RiverboatBackend, django_priority_to_river
+import riverboat
+from riverboat.contrib.django.tasks import (
+    RiverboatBackend,
+    TaskWorkers,
+    django_priority_to_river,
+)
+from riverboat.drivers.django import DjangoDriver
 
 # The exceptions the backend raises, found as it finds them: Django 6's django.tasks when
 # present, else the django-tasks backport's (both can be installed side by side).
@@ -127,6 +133,36 @@ def test_unknown_ids_and_bad_queues(dj: str) -> None:
         backend.get_result("not-an-id")
     with pytest.raises(InvalidTaskError):
         tasks.add.using(queue_name="Not A Queue")
+
+
+def test_task_workers_keep_the_workers_kind_aliases() -> None:
+    base = riverboat.Workers()
+
+    @base.register("renamed", kind_aliases=["old_name"])
+    def work(job: riverboat.Job[dict[str, object]]) -> None: ...
+
+    workers = TaskWorkers(base)
+    renamed = base.get("renamed")
+    assert renamed is not None
+    assert workers.get("old_name") is renamed and "old_name" in workers
+    assert workers.known_kinds() == ["old_name", "renamed"]
+    with pytest.raises(riverboat.InvalidInputError, match="already registered"):
+        TaskWorkers(base).update(base)
+
+
+def test_the_worker_works_a_renamed_workers_old_kind(dj: str, pg_url: str, pg_schema: str) -> None:
+    """RIVERBOAT['WORKERS'] goes through the tasks backend's registry (TaskWorkers); jobs
+    inserted under a worker's former kind (its kind_aliases) are still worked."""
+    from tests.django.testapp.models import Counter
+
+    Counter.objects.create(name="aliased")
+    client = riverboat.Client(DjangoDriver(schema=pg_schema))
+    for kind in ("bump", "bump_before_rename"):
+        client.insert({"name": "aliased"}, kind=kind)
+    _work(pg_schema, WORKERS="tests.django.testapp.jobs:workers")
+    assert Counter.objects.get(name="aliased").n == 2
+    states = rows(pg_url, pg_schema, "SELECT state::text, count(*) FROM river_job GROUP BY 1")
+    assert states == [("completed", 2)]
 
 
 def test_priority_mapping() -> None:

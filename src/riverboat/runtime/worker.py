@@ -152,6 +152,12 @@ class Job(Generic[T]):
         return self.row.errors
 
     @property
+    def is_being_worked(self) -> bool:
+        """True while a client (or ``riverboat.testing.work_job``) works this job, so
+        :meth:`set_metadata` and the resumable steps can stage what they write."""
+        return self._ctx is not None
+
+    @property
     def cancel_requested(self) -> bool:
         """True once someone cancelled this running job remotely. Sync work functions
         cannot be interrupted, so long-running ones should check this and stop."""
@@ -419,6 +425,19 @@ class Workers:
             or getattr(worker.args_type, "kind_aliases", None),
             worker.executor,
         )
+
+    def update(self, other: Workers) -> None:
+        """Register every worker of ``other`` here too, kind aliases included."""
+        for kind in other:
+            if kind in self:
+                raise InvalidInputError("kind", f"a worker for {kind!r} is already registered")
+        for alias in other._aliases:
+            if alias in self:
+                raise InvalidInputError(
+                    "kind_aliases", f"a worker for {alias!r} is already registered"
+                )
+        self._by_kind.update(other._by_kind)
+        self._aliases.update(other._aliases)
 
     def get(self, kind: str) -> RegisteredWorker | None:
         worker = self._by_kind.get(kind)

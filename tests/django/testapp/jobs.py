@@ -15,7 +15,7 @@ workers = Workers()
 seen: list[tuple[int, Any]] = []
 
 
-@workers.register("bump")
+@workers.register("bump", kind_aliases=["bump_before_rename"])
 def bump(job: Job[dict[str, Any]]) -> None:
     from tests.django.testapp.models import Counter
 

@@ -44,7 +44,6 @@ from riverboat.runtime.worker import (
     Job,
     RegisteredWorker,
     Workers,
-    _work_context,
     record_output,
 )
 
@@ -235,10 +234,9 @@ def run_task(job: Job[Any]) -> Any:
             value = task.call(*call_args, **call_kwargs)
         record_output(_normalize_json(value))
     except BaseException as exc:
-        ctx = _work_context.get()
-        if ctx is not None:
+        if job.is_being_worked:
             previous = job.row.metadata.get(ERROR_CLASSES_KEY) or []
-            ctx.metadata_updates[ERROR_CLASSES_KEY] = [*previous, _module_path(type(exc))]
+            job.set_metadata(ERROR_CLASSES_KEY, [*previous, _module_path(type(exc))])
         object.__setattr__(result, "status", TaskResultStatus.FAILED)
         task_finished.send(type(backend), task_result=result)
         raise
@@ -255,11 +253,12 @@ class TaskWorkers(Workers):
 
     def __init__(self, base: Workers | None = None) -> None:
         super().__init__()
+        self._tasks: dict[str, RegisteredWorker] = {}  # kinds resolved as tasks so far
         if base is not None:
-            self._by_kind.update(base._by_kind)
+            self.update(base)  # its workers and their kind aliases
 
     def get(self, kind: str) -> RegisteredWorker | None:
-        found = self._by_kind.get(kind)
+        found = super().get(kind) or self._tasks.get(kind)
         if found is not None:
             return found
         task = _resolve_task(kind)
@@ -273,7 +272,7 @@ class TaskWorkers(Workers):
             timeout=None,
             next_retry=None,
         )
-        self._by_kind[kind] = worker
+        self._tasks[kind] = worker
         return worker
 
     def __contains__(self, kind: object) -> bool:
@@ -281,7 +280,8 @@ class TaskWorkers(Workers):
 
     def __len__(self) -> int:
         # Never "empty": tasks are resolved on demand.
-        return max(1, len(self._by_kind))
+        return max(1, super().__len__() + len(self._tasks))
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._by_kind)
+        yield from super().__iter__()
+        yield from self._tasks
