@@ -150,3 +150,29 @@ async def test_async_close_stops_a_running_runtime(db: tuple[str, str | None]) -
     # The soft stop handed the still-running job back before the driver closed.
     with riverboat.Client(url, schema=schema) as reader:
         assert reader.job_get(job_id).state == "available"
+
+
+async def test_owns_driver_closes_the_driver_with_the_client(
+    db: tuple[str, str | None],
+) -> None:
+    closed: list[str] = []
+    sync_driver, async_driver = _drivers(*db)
+    sync_close, async_close = sync_driver.close, async_driver.close
+
+    def close_sync() -> None:
+        closed.append("sync")
+        sync_close()
+
+    async def close_async() -> None:
+        closed.append("async")
+        await async_close()
+
+    sync_driver.close, async_driver.close = close_sync, close_async
+    riverboat.Client(sync_driver).close()
+    async with riverboat.AsyncClient(async_driver):
+        pass
+    assert closed == []  # a driver passed in is the caller's to close ...
+    riverboat.Client(sync_driver, owns_driver=True).close()
+    async with riverboat.AsyncClient(async_driver, owns_driver=True):
+        pass
+    assert closed == ["sync", "async"]  # ... unless the client is told it owns it

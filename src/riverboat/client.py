@@ -83,7 +83,9 @@ class ClientOptions(TypedDict, total=False):
     - ``heartbeat_interval``: how often a working client records itself in riverboat's
       registry of live clients (5 s; ``None`` turns the registry off), and
       ``dead_after``: how long after its last heartbeat it counts as dead and its running
-      jobs run elsewhere (30 s). See docs/fleet.md."""
+      jobs run elsewhere (30 s). See docs/fleet.md.
+    - ``owns_driver``: ``close()`` closes the driver too (always so for a driver the
+      client built from a URL); for code that makes a driver only for this client."""
 
     id: str | None
     schema: str | None
@@ -103,6 +105,7 @@ class ClientOptions(TypedDict, total=False):
     middleware: Sequence[object] | None
     soft_stop_timeout: float | None
     db_call_timeout: float | None
+    owns_driver: bool
     heartbeat_interval: float | None
     dead_after: float
 
@@ -124,6 +127,7 @@ def _core_for(
         want_async=want_async,
     )
     core.skip_unknown_job_check = bool(options.get("skip_unknown_job_check", False))
+    core.owns_driver = core.owns_driver or bool(options.get("owns_driver", False))
     return core
 
 
@@ -149,6 +153,7 @@ class Client(ClientBase):
                 **options,
                 "id": self._core.id,
                 "middleware": self._core.middleware.items,
+                "owns_driver": False,  # _Embedded closes the async twin itself
             }
             self._embedded = _Embedded(
                 lambda: AsyncClient(self.driver.async_driver(), **embedded_options),
@@ -375,6 +380,14 @@ class AsyncClient(AsyncClientBase):
         runtime = self._runtime
         if runtime is not None and runtime.started and not _hears_notifications(runtime):
             effect(result, runtime)
+
+    def add_middleware(self, middleware: object) -> None:
+        """Add ``middleware`` inside the ones this client was made with, before
+        ``start()`` (what ``riverboat worker --metrics-port`` does to instrument the
+        client it loads)."""
+        if self._runtime is not None and self._runtime.started:
+            raise RuntimeError("add middleware before the client starts")
+        self._core.middleware.add(middleware)
 
     async def close(self) -> None:
         """Stop the runtime if it runs (a soft stop, as ``Client.close()`` does), then

@@ -291,7 +291,7 @@ class MiddlewareStack:
 
         return emit
 
-    def on_start(self, runtime: Any) -> None:
+    def on_start(self, runtime: object) -> None:
         """Runtime start hook: middleware with ``attach(runtime)`` (metrics exporters)
         get the running runtime, its producers and its elector."""
         for m in self.items:

@@ -33,7 +33,7 @@ def _project(tmp_path: Path, pg_url: str, schema: str, tasks_block: str) -> Path
     (root / "myapp").mkdir(parents=True)
     (root / "myapp" / "__init__.py").write_text("")
     (root / "myapp" / "jobs.py").write_text(
-        "from riverboat.runtime.worker import Workers\n\nworkers = Workers()\n"
+        "from riverboat import Workers\n\nworkers = Workers()\n"
     )
     (root / "myapp" / "tasks.py").write_text(
         textwrap.dedent(

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     from opentelemetry import metrics, propagate, trace
@@ -40,6 +40,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from riverboat.middleware import InsertingJob, outcome_of
 from riverboat.runtime.worker import Job
+
+if TYPE_CHECKING:
+    from riverboat.runtime.runner import Runtime
 
 __all__ = ["METADATA_KEY", "OtelMiddleware"]
 
@@ -140,7 +143,7 @@ class OtelMiddleware:
             self._worked.add(1, {**labels, "riverboat.job.outcome": outcome})
 
     # -- the producer's claims ---------------------------------------------------------
-    def attach(self, runtime: Any) -> None:
+    def attach(self, runtime: Runtime) -> None:
         """Called when the client's runtime starts: count each producer's claims."""
         for producer in runtime.producers.values():
             if id(producer) not in self._attached:

@@ -33,7 +33,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     import prometheus_client
@@ -47,6 +47,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from riverboat.errors import DriverError
 from riverboat.middleware import InsertingJob, outcome_of
 from riverboat.runtime.worker import Job
+
+if TYPE_CHECKING:
+    from riverboat.client import AsyncClient
+    from riverboat.runtime.runner import Runtime
 
 __all__ = ["PrometheusMiddleware", "instrument", "start_metrics_server"]
 
@@ -130,7 +134,7 @@ class PrometheusMiddleware:
             self.duration.labels(job.kind, queue).observe(time.perf_counter() - begun)
             self.worked.labels(job.kind, queue, outcome_of(error)).inc()
 
-    def attach(self, runtime: Any) -> None:
+    def attach(self, runtime: Runtime) -> None:
         """Called when the client's runtime starts: claim sizes, and the leader's sampler."""
         if id(runtime) in self._attached:
             return
@@ -146,7 +150,7 @@ class PrometheusMiddleware:
 class _Sampler:
     """Counts jobs by queue and state every ``sample_interval`` seconds while leading."""
 
-    def __init__(self, metrics: PrometheusMiddleware, runtime: Any) -> None:
+    def __init__(self, metrics: PrometheusMiddleware, runtime: Runtime) -> None:
         self._metrics = metrics
         self._runtime = runtime
         self._task = asyncio.get_running_loop().create_task(
@@ -205,9 +209,11 @@ def start_metrics_server(
     return server
 
 
-def instrument(client: Any, metrics: PrometheusMiddleware | None = None) -> PrometheusMiddleware:
+def instrument(
+    client: AsyncClient, metrics: PrometheusMiddleware | None = None
+) -> PrometheusMiddleware:
     """Add a :class:`PrometheusMiddleware` to an AsyncClient that has not started yet
     (what ``riverboat worker --metrics-port`` does with the client it loads)."""
     mw = metrics if metrics is not None else PrometheusMiddleware()
-    client._core.middleware.add(mw)
+    client.add_middleware(mw)
     return mw

@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from riverboat.client import AsyncClient
-from riverboat.contrib.django.settings import _load, get_driver, get_settings
+from riverboat.contrib.django.settings import get_driver, get_settings, load_object
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.worker import Workers
 
@@ -28,7 +28,7 @@ def get_workers() -> Workers:
     conf = get_settings()
     base: Workers | None = None
     if conf.workers:
-        obj = _load(conf.workers)
+        obj = load_object(conf.workers)
         if callable(obj) and not isinstance(obj, Workers):
             obj = obj()
         if not isinstance(obj, Workers):
@@ -57,8 +57,8 @@ def make_async_client(**overrides: Any) -> AsyncClient:
     options: dict[str, Any] = {"queues": conf.queues, "workers": get_workers()}
     options.update(conf.client_options)
     options.update(overrides)
-    client = AsyncClient(driver, **options)
-    client._core.owns_driver = True  # the driver was made here: client.close() closes it
+    # The driver was made here: client.close() closes it.
+    client = AsyncClient(driver, **options, owns_driver=True)
     for backend, django_queue, river_queue in unserved_task_queues(set(options["queues"])):
         log.warning(
             "TASKS[%r] sends Django queue %r to River queue %r, which this worker does not "

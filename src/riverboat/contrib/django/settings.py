@@ -18,6 +18,7 @@ __all__ = [
     "get_client",
     "get_driver",
     "get_settings",
+    "load_object",
 ]
 
 _KEYS = frozenset(
@@ -108,7 +109,8 @@ def _insert_options(options: Mapping[str, Any]) -> dict[str, Any]:
     return {k: options[k] for k in ("max_attempts", "id") if k in options}
 
 
-def _load(spec: str, setting: str = "RIVERBOAT['WORKERS']") -> Any:
+def load_object(spec: str, setting: str = "RIVERBOAT['WORKERS']") -> Any:
+    """The object a ``package.module:attr`` (or ``package.module.attr``) setting names."""
     module_name, sep, attr = spec.partition(":")
     if not sep:
         module_name, _, attr = spec.rpartition(".")

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from riverboat.client import AsyncClient
-from riverboat.contrib.django.settings import _load, get_driver, get_settings
+from riverboat.contrib.django.settings import get_driver, get_settings, load_object
 from riverboat.errors import InvalidInputError, MissingDependencyError
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def dashboard_settings() -> DashboardSettings:
         raise InvalidInputError("RIVERBOAT['UI']", f"unknown keys {sorted(unknown)}")
     permission = raw.get("PERMISSION")
     if isinstance(permission, str):
-        permission = _load(permission, setting="RIVERBOAT['UI']['PERMISSION']")
+        permission = load_object(permission, setting="RIVERBOAT['UI']['PERMISSION']")
     if permission is not None and not callable(permission):
         raise InvalidInputError(
             "RIVERBOAT['UI']['PERMISSION']", "must be a callable(request) -> bool or its path"
@@ -171,11 +171,9 @@ def _dashboard_client() -> AsyncClient:
         from riverboat.drivers.sqlite import AsyncSqliteDriver
 
         name = str(connections[driver.alias].settings_dict["NAME"])
-        client = AsyncClient(AsyncSqliteDriver(name, schema=driver.dialect.schema))
-    else:
-        client = AsyncClient(driver.async_driver(max_pool_size=4))
-    client._core.owns_driver = True  # made here: client.close() closes the driver too
-    return client
+        sqlite = AsyncSqliteDriver(name, schema=driver.dialect.schema)
+        return AsyncClient(sqlite, owns_driver=True)  # made here: close() closes it too
+    return AsyncClient(driver.async_driver(max_pool_size=4), owns_driver=True)
 
 
 _dashboards = _DashboardLoop()
