@@ -77,6 +77,70 @@ def test_no_import_circles() -> None:
     assert _cycles(graph) == []
 
 
+# The layers of docs/architecture.md, lowest first: a module imports only from its own
+# layer and the ones below. A new module must be placed here (the test says so).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "core",
+        (
+            "_clock",
+            "_fleet",
+            "_insert",
+            "_job",
+            "_json",
+            "_options",
+            "_queue",
+            "_sql",
+            "_unique",
+            "error_handler",
+            "errors",
+            "flow",
+            "metrics",
+            "resumable",
+            "workflow",
+        ),
+    ),
+    ("dialect", ("dialect",)),
+    ("drivers", ("drivers", "_url", "migrations")),
+    ("runtime", ("runtime", "middleware", "riverlog")),
+    (
+        "client",
+        (
+            "__init__",
+            "client",
+            "_client_core",
+            "_client_async",
+            "_client_sync",
+            "_admin",
+            "_admin_async",
+            "_admin_sync",
+            "testing",
+        ),
+    ),
+    ("surfaces", ("contrib", "cli", "ui", "bench", "demo")),
+)
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")[1:] or ["__init__"]
+    for level, (_, prefixes) in enumerate(LAYERS):
+        if parts[0] in prefixes:
+            return level
+    raise AssertionError(f"{module} is in no layer: place it in LAYERS (and the docs' drawing)")
+
+
+def test_each_layer_imports_only_its_own_and_lower_ones() -> None:
+    paths = {_module_name(p): p for p in SRC.rglob("*.py")}
+    modules = set(paths)
+    upward = sorted(
+        f"{name} ({LAYERS[_layer(name)][0]}) imports {target} ({LAYERS[_layer(target)][0]})"
+        for name, path in paths.items()
+        for target in _imports(path, modules)
+        if _layer(target) > _layer(name)
+    )
+    assert upward == []
+
+
 def test_the_public_names_are_all_and_live_in_riverboat() -> None:
     public = {n for n in dir(riverboat) if not n.startswith("_") and n[0].isupper()}
     assert public == {n for n in riverboat.__all__ if n[0].isupper()}
