@@ -50,6 +50,6 @@ def test_unique_enforcement_off(any_db: Db) -> None:  # noqa: F811
 
 def test_bad_config() -> None:
     with pytest.raises(TypeError, match="Client"):
-        use_test_config(object())
+        use_test_config(object())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="aware"):
         TestClock(datetime(2030, 1, 1))

@@ -407,7 +407,7 @@ class AsyncClient(AsyncClientBase):
 class _Embedded:
     """An AsyncClient running on its own event loop in a background thread."""
 
-    def __init__(self, factory: Any, clock: Clock) -> None:
+    def __init__(self, factory: Callable[[], AsyncClient], clock: Clock) -> None:
         self._factory = factory
         self.client: AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

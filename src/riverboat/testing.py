@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from riverboat._insert import InsertDefaults, encode_args, resolve_insert
 from riverboat._job import InsertOpts, InsertResult, JobRow
@@ -48,6 +48,9 @@ from riverboat.runtime.events import EventKind
 from riverboat.runtime.executor import ExecutorConfig, RunState, execute_job
 from riverboat.runtime.outcomes import RetryPolicy
 from riverboat.runtime.worker import Workers
+
+if TYPE_CHECKING:
+    from riverboat.client import AsyncClient, Client
 
 __all__ = [
     "ExpectedJob",
@@ -288,7 +291,7 @@ def _check_work_options(options: WorkOptions) -> None:
 
 async def _work(
     fetch: Callable[[Any], Awaitable[Any]],
-    dialect: Any,  # the target's dialect
+    dialect: Dialect,  # the target's dialect
     target: Any,
     workers: Workers,
     job: JobRow | int | object,
@@ -367,7 +370,7 @@ class TestClock:
 
 
 def use_test_config(
-    client: Any,
+    client: Client | AsyncClient,
     *,
     clock: TestClock | Callable[[], datetime] | None = None,
     disable_unique_enforcement: bool = False,

@@ -23,13 +23,17 @@ import signal
 import sys
 import time
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from riverboat.client import AsyncClient, Client
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.collector import tune_collector
 from riverboat.runtime.events import EventKind
 from riverboat.runtime.runner import check_soft_stop_timeout
+
+if TYPE_CHECKING:
+    from riverboat.runtime.events import Subscription
+    from riverboat.runtime.producer import Producer
 
 __all__ = ["add_arguments", "load_client", "run"]
 
@@ -77,7 +81,7 @@ def _log_level(text: str) -> str:
     )
 
 
-def _queue_label(name: str, producer: Any) -> str:
+def _queue_label(name: str, producer: Producer) -> str:
     """A queue's name and slots, with its process pool when it has one
     (docs/process-executor.md)."""
     pool = producer.process_pool
@@ -122,7 +126,7 @@ def load_client(target: str) -> AsyncClient:
         embedded = obj._embedded
         if embedded is None:
             raise InvalidInputError("target", f"{target} is a Client without queues")
-        return embedded._factory()  # type: ignore[no-any-return]
+        return embedded._factory()
     if not isinstance(obj, AsyncClient):
         raise InvalidInputError(
             "target", f"{target} is a {type(obj).__name__}, not a riverboat AsyncClient or Client"
@@ -212,7 +216,7 @@ async def _serve(client: AsyncClient, exit_when_idle: bool) -> int:
     return 0
 
 
-async def _count_outcomes(subscription: Any, outcomes: Counter[str]) -> None:
+async def _count_outcomes(subscription: Subscription, outcomes: Counter[str]) -> None:
     while True:
         event = await subscription.get()
         if event.kind is EventKind.JOB_FAILED:

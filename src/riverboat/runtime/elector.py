@@ -20,12 +20,15 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError, InvalidInputError
 from riverboat.runtime._waiting import backoff_delay, wait_any
 from riverboat.runtime.health import PathHealth, bounded
+
+if TYPE_CHECKING:
+    from riverboat.runtime.notifier import Notifier
 
 __all__ = ["Elector", "ElectorConfig", "ElectorStats"]
 
@@ -108,7 +111,7 @@ class Elector:
         client_id: str,
         config: ElectorConfig | None = None,
         *,
-        notifier: Any = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self._driver = driver
         self._dialect = driver.dialect

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from riverboat._job import AttemptError, JobRow, JobState
 from riverboat._json import storable_text
@@ -47,6 +47,9 @@ from riverboat.runtime.worker import (
     call_timeout_fn,
     prepare_for_process,
 )
+
+if TYPE_CHECKING:
+    from riverboat.runtime.process_pool import ProcessPool
 
 __all__ = [
     "ExecutorConfig",
@@ -99,7 +102,7 @@ class ExecutorConfig:
     middleware: Any = None
     # riverboat.runtime.process_pool.ProcessPool for the queue's process jobs, and the
     # queue's executor ("thread" or "process") for workers that don't name their own.
-    process_pool: Any = None
+    process_pool: ProcessPool | None = None
     default_executor: str = "thread"
 
 
@@ -190,7 +193,7 @@ async def _call(
     timeout: float | None,
     pool: Executor | None,
     watched: bool = False,
-    process_pool: Any = None,
+    process_pool: ProcessPool | None = None,
     state: RunState | None = None,
 ) -> None:
     if process_pool is not None:
@@ -199,10 +202,12 @@ async def _call(
         # from when a child takes the job, not from a wait for a free or new child.
         if worker.process_reference is None:  # registered after the client was made
             prepare_for_process(worker)
+        reference = worker.process_reference
+        assert reference is not None  # prepare_for_process set it, or raised
         arm = None
         if state is not None and state.arm_deadline is not None:
             arm = functools.partial(state.arm_deadline, state)
-        await process_pool.run(worker, job, ctx, worker.process_reference, arm)
+        await process_pool.run(worker, job, ctx, reference, arm)
         return
     if worker.is_async:
         _work_context.set(ctx)

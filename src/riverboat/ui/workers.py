@@ -7,11 +7,14 @@ riverboat's migration line)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from riverboat._fleet import WorkerInfo
 from riverboat._job import JobRow, JobState
 from riverboat.errors import RiverboatError
+
+if TYPE_CHECKING:
+    from riverboat.client import AsyncClient
 
 __all__ = ["RUNNING_SHOWN", "workers_context"]
 
@@ -25,7 +28,7 @@ class WorkerView:
     jobs: list[JobRow] = field(default_factory=list)
 
 
-async def workers_context(client: Any) -> dict[str, Any]:
+async def workers_context(client: AsyncClient) -> dict[str, Any]:
     """What workers.html shows."""
     registry_error = None
     workers: list[WorkerInfo] = []
