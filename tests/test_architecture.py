@@ -89,6 +89,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "_job",
             "_json",
             "_options",
+            "_periodic",
             "_queue",
             "_sql",
             "_unique",

@@ -25,6 +25,7 @@ from riverboat._job import (
     RawArgs,
     UniqueOpts,
 )
+from riverboat._periodic import PeriodicJobRecord
 from riverboat._queue import QueueRow
 from riverboat.client import AsyncClient, Client, ClientOptions
 from riverboat.dialect.base import Leader
@@ -108,6 +109,7 @@ __all__ = [
     "NotMigratedError",
     "NotSupportedError",
     "PeriodicJob",
+    "PeriodicJobRecord",
     "PeriodicJobs",
     "QueueActivity",
     "QueueConfig",

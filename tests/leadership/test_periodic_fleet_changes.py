@@ -54,6 +54,7 @@ async def test_runtime_changes_on_a_follower_reach_the_leader(any_db: Db) -> Non
         leader = await wait_any_leader(clients, 10)
         follower = next(c for c in clients if c is not leader)
         assert not elector_of(follower).is_leader
+        assert leader.runtime.maintainer is not None
         service = leader.runtime.maintainer.services["periodic"]
 
         # Added on the follower: the leader inserts it every second from its template.
