@@ -5,6 +5,7 @@ added to a running workflow, promotion by the sweep when no completer did it, an
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -224,6 +225,71 @@ def test_the_sweep_promotes_tasks_finished_outside_riverboat(any_db: Db) -> None
         done = client.workflow_wait(wf.id, timeout=30)
         client.stop()
     assert done.state == "completed" and rec.ran == ["b"]
+
+
+def _finish(db: Db, job_ids: list[int], state: str = "completed") -> None:
+    """Finalize tasks the way a completer does, behind the promoter's back."""
+    now = "now()" if db.dialect == "postgres" else "datetime('now', 'subsec')"
+    for job_id in job_ids:
+        db.execute(
+            f"UPDATE river_job SET state = '{state}', finalized_at = {now} WHERE id = %s", job_id
+        )
+
+
+def test_promotion_costs_one_statement_per_completer_batch(any_db: Db) -> None:  # noqa: F811
+    """Counting, not timing: the dependents of a batch of finalized tasks are decided in
+    one statement, however wide the fan-in that waits on them; a join is neither
+    promoted nor cancelled before it may be, and a failed dependency cancels it at once
+    (a second statement: the cascade looking for the cancelled join's dependents), so
+    promotion costs at most one statement per completed task, and far less in batches."""
+    from riverboat.runtime.workflow_promoter import WorkflowPromoter
+
+    leaves = [f"leaf{i}" for i in range(60)]
+    wf = Workflow("count")
+    _step(wf, "root")
+    for leaf in leaves:
+        _step(wf, leaf, ["root"])
+    _step(wf, "join", leaves)
+    _step(wf, "lenient", leaves, on_dep_failure="run")
+
+    async def scenario() -> None:
+        client = riverboat.AsyncClient(any_db.url, schema=any_db.schema)
+        try:
+            info = await client.workflow_insert(wf)
+            ids = {task.name: task.job.id for task in info.tasks}
+            promoter = WorkflowPromoter(client.driver, lambda queues: None)
+            stats = client.driver.stats
+
+            async def finalized(names: list[str], state: str = "completed") -> int:
+                _finish(any_db, [ids[n] for n in names], state)
+                before = stats.statements
+                await promoter.after_finalized([ids[n] for n in names])
+                return int(stats.statements - before)
+
+            async def state_of(name: str) -> JobState:
+                return (await client.job_get(ids[name])).state
+
+            # SQLite also writes the notification of the tasks made available (its outbox).
+            wakes = 2 if any_db.dialect == "sqlite" else 1
+            assert await finalized(["root"]) == wakes
+            assert {await state_of(leaf) for leaf in leaves} == {JobState.AVAILABLE}
+            for start in range(0, 40, 10):  # batches of 10, the joins still blocked
+                assert await finalized(leaves[start : start + 10]) == 1
+                assert await state_of("join") is JobState.PENDING
+            # A failed dependency: the join is cancelled now, the lenient one waits.
+            assert await finalized(["leaf40"], "discarded") == 2
+            assert await state_of("join") is JobState.CANCELLED
+            assert await state_of("lenient") is JobState.PENDING
+            assert await finalized(leaves[41:59]) == 1
+            assert await state_of("lenient") is JobState.PENDING
+            assert await finalized(leaves[59:]) == wakes
+            assert await state_of("lenient") is JobState.AVAILABLE
+            # 63 tasks finalized (62 by "workers", the join by the cascade): 9 statements.
+            assert promoter.statements == 9
+        finally:
+            await client.close()
+
+    asyncio.run(scenario())
 
 
 def test_workflow_insert_tx_rolls_back_with_the_callers_transaction(any_db: Db) -> None:  # noqa: F811

@@ -43,16 +43,39 @@ def _promote(candidates: str) -> str:
     (scheduled if its scheduled_at is still ahead) with their outputs copied in; one with
     a discarded or cancelled dependency is cancelled when its policy says so, or runs
     once all are finalized when it says ``run``. A dependency row that no longer exists
-    was finalized and then removed by the cleaner: it counts as completed."""
+    was finalized and then removed by the cleaner: it counts as completed.
+
+    A dependent of a just-finalized task is only decided when it can be: no dependency
+    still unfinished (looked for from the last one declared, the likeliest to be still
+    running, so a fan-in's join is found blocked after a probe or two instead of
+    re-reading all its dependencies after every batch), or, under the ``cancel`` policy,
+    one of the tasks just finalized failed. Candidates named directly (the sweep, a
+    retry) are always looked at in full."""
     return f"""
 WITH candidate_ids AS ({candidates}),
 candidates AS (
     SELECT j.id, j.metadata->'{_KEY}' AS wf
     FROM <schema>river_job j
     WHERE j.id = ANY(ARRAY(SELECT id FROM candidate_ids))
-      AND j.state = 'pending'
+      -- Compared as text so that rows are found by primary key, never through the
+      -- index of every pending job (which stale statistics can make look cheaper).
+      AND j.state::text = 'pending'
       AND j.metadata ? '{_KEY}'
-    FOR UPDATE SKIP LOCKED
+      AND (j.id = ANY(:candidate_ids::bigint[])
+           OR NOT EXISTS (
+               SELECT 1
+               FROM (SELECT e.dep_id
+                     FROM jsonb_array_elements_text(j.metadata->'{_KEY}'->'dep_ids')
+                          WITH ORDINALITY AS e(dep_id, n)
+                     ORDER BY e.n DESC) AS e
+               JOIN <schema>river_job d ON d.id = e.dep_id::bigint
+               WHERE d.state NOT IN ('completed', 'cancelled', 'discarded'))
+           OR (j.metadata->'{_KEY}'->>'on_dep_failure' <> 'run' AND EXISTS (
+               SELECT 1 FROM <schema>river_job f
+               WHERE f.id = ANY(:finalized_ids::bigint[])
+                 AND f.state IN ('cancelled', 'discarded')
+                 AND j.metadata->'{_KEY}'->'dep_ids' @> to_jsonb(f.id))))
+    FOR UPDATE OF j SKIP LOCKED
 ),
 deps AS (
     SELECT c.id AS cid, c.wf->>'on_dep_failure' AS policy,
@@ -91,7 +114,9 @@ updated AS (
             THEN jsonb_set(river_job.metadata, '{{{_KEY},cancelled_by}}', to_jsonb(v.failed_task))
             ELSE jsonb_set(river_job.metadata, '{{{_KEY},dep_outputs}}', v.outputs) END
     FROM verdict v
-    WHERE river_job.id = v.cid AND river_job.state = 'pending' AND (v.run OR v.cancel)
+    -- Still pending: its row is locked since the candidates were chosen. (No state
+    -- test here, which could lead the planner to scan every pending row per verdict.)
+    WHERE river_job.id = v.cid AND (v.run OR v.cancel)
     RETURNING river_job.id, river_job.state::text AS state, river_job.queue
 ),
 notified AS (

@@ -43,7 +43,8 @@ WHERE river_job.id = p.value ->> '$.id'
 
 
 def _promote(candidates: str) -> str:
-    """See postgres_workflow._promote: the same decision, written for SQLite."""
+    """See postgres_workflow._promote: the same decision (and the same test of whether a
+    just-finalized task's dependent can be decided yet), written for SQLite."""
     return f"""
 UPDATE <schema>river_job
 SET state = CASE WHEN v.cancel THEN 'cancelled'
@@ -75,6 +76,22 @@ FROM (
             WHERE j.id IN ({candidates})
               AND j.state = 'pending'
               AND j.metadata ->> {_WF}.id' IS NOT NULL
+              AND (j.id IN (SELECT value FROM json_each(:candidate_ids))
+                   OR NOT EXISTS (
+                       SELECT 1
+                       FROM (SELECT e.value AS dep_id
+                             FROM json_each(j.metadata, {_WF}.dep_ids') AS e
+                             ORDER BY e.key DESC) AS e
+                       JOIN <schema>river_job d ON d.id = e.dep_id
+                       WHERE d.state NOT IN ('completed', 'cancelled', 'discarded'))
+                   OR (coalesce(j.metadata ->> {_WF}.on_dep_failure', '') <> 'run'
+                       AND EXISTS (
+                           SELECT 1 FROM <schema>river_job f
+                           WHERE f.id IN (SELECT value FROM json_each(:finalized_ids))
+                             AND f.state IN ('cancelled', 'discarded')
+                             AND EXISTS (SELECT 1
+                                         FROM json_each(j.metadata, {_WF}.dep_ids') AS x
+                                         WHERE x.value = f.id))))
         ) AS c
         JOIN json_each(c.metadata, {_WF}.dep_ids') AS e
         LEFT JOIN <schema>river_job d ON d.id = e.value
