@@ -276,17 +276,22 @@ class ClientBase(SyncAdmin):
             if clash:
                 raise InvalidInputError("name", f"tasks already in the workflow: {clash}")
         batches, jobs = self._core.insert_many_statements(params)
-        ids: list[int] = []
+        inserted: list[JobRow] = []
         for batch in batches:
-            ids.extend(r.job.id for r in self._core.decode_batch(batch, executor.fetch(batch.stmt)))
+            inserted.extend(
+                r.job for r in self._core.decode_batch(batch, executor.fetch(batch.stmt))
+            )
+        ids = [job.id for job in inserted]
         targets, dep_ids, dependents = workflow.links(ids, existing)
         if targets:
             executor.execute(dialect.workflow_link(targets, dep_ids, dependents))
-        if workflow.adding:
-            # A new task whose dependencies already finished has nothing left to wake it.
-            waiting = [i for i, p in zip(ids, params, strict=True) if p.opts and p.opts.pending]
-            if waiting:
-                executor.fetch(dialect.workflow_promote([], waiting))
+        if not workflow.adding:
+            # The rows as inserted, with the links just written: no read-back.
+            return WorkflowInfo.linked(workflow.id, inserted, targets, dep_ids, dependents), jobs
+        # A new task whose dependencies already finished has nothing left to wake it.
+        waiting = [i for i, p in zip(ids, params, strict=True) if p.opts and p.opts.pending]
+        if waiting:
+            executor.fetch(dialect.workflow_promote([], waiting))
         rows = executor.fetch(dialect.workflow_get(workflow.id, WORKFLOW_TASKS_MAX))
         return WorkflowInfo.from_jobs(workflow.id, dialect.decode_jobs(rows)), jobs
 

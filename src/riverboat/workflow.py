@@ -285,6 +285,29 @@ class WorkflowInfo:
         raise KeyError(name)
 
     @classmethod
+    def linked(
+        cls,
+        workflow_id: str,
+        jobs: Sequence[JobRow],
+        ids: Sequence[int],
+        dep_ids: Sequence[Sequence[int] | None],
+        dependents: Sequence[Sequence[int]],
+    ) -> WorkflowInfo:
+        """The workflow of freshly inserted ``jobs`` once ``workflow_link(ids, dep_ids,
+        dependents)`` ran: the links written into their metadata here as the statement
+        wrote them in the table, so the insert needs no read-back."""
+        by_id = {job.id: job for job in jobs}
+        for job_id, deps, more in zip(ids, dep_ids, dependents, strict=True):
+            job = by_id.get(job_id)
+            meta = workflow_meta(job) if job is not None else None
+            if meta is None:
+                continue
+            if deps is not None:
+                meta["dep_ids"] = list(deps)
+            meta["dependent_ids"] = [*meta.get("dependent_ids", []), *more]
+        return cls.from_jobs(workflow_id, jobs)
+
+    @classmethod
     def from_jobs(cls, workflow_id: str, jobs: Sequence[JobRow]) -> WorkflowInfo:
         tasks = []
         name = ""
