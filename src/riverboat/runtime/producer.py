@@ -270,6 +270,13 @@ class Producer:
     def wake(self) -> None:
         self._wake.set()
 
+    def wake_now(self) -> None:
+        """Fetch without waiting out the cooldown: for workflow tasks just promoted (at
+        most one wake-up per completer flush, so no storm to collapse), which are the
+        next step of work already under way."""
+        self._wake.set()
+        self._refill.set()
+
     def handle_insert(self, payload: dict[str, Any]) -> None:
         if payload.get("queue") == self.queue:
             self._wake.set()

@@ -290,7 +290,7 @@ class Runtime:
             async with bounded(cfg.db_call_timeout, "current_schema"):
                 rows = await self.driver.fetch(dialect.stmt("current_schema"))
             self.schema_name = rows[0][0] if rows else "public"
-        self.workflow_promoter = WorkflowPromoter(self.driver, self.wake_queues)
+        self.workflow_promoter = WorkflowPromoter(self.driver, self.wake_queues_now)
         self.completer = Completer(
             self.driver,
             emit=self._emit,
@@ -463,6 +463,13 @@ class Runtime:
             producer = self.producers.get(queue)
             if producer is not None:
                 producer.wake()
+
+    def wake_queues_now(self, queues: Iterable[str]) -> None:
+        """Local wake-up, cooldown cut short, for workflow tasks just promoted."""
+        for queue in queues:
+            producer = self.producers.get(queue)
+            if producer is not None:
+                producer.wake_now()
 
     def add_service(self, service: Service) -> None:
         """Register something with async ``stop()`` to stop after the producers."""
