@@ -54,7 +54,10 @@ def _promote(candidates: str) -> str:
     return f"""
 WITH candidate_ids AS ({candidates}),
 candidates AS (
-    SELECT j.id, j.metadata->'{_KEY}' AS wf
+    -- Only what the decision needs: a fan-in's whole metadata (its dependency names and
+    -- ids) carried on each of its dependencies' rows made a sort spill to disk.
+    SELECT j.id, j.metadata->'{_KEY}'->'dep_ids' AS dep_ids,
+           j.metadata->'{_KEY}'->>'on_dep_failure' AS policy
     FROM <schema>river_job j
     WHERE j.id = ANY(ARRAY(SELECT id FROM candidate_ids))
       -- Compared as text so that rows are found by primary key, never through the
@@ -78,12 +81,12 @@ candidates AS (
     FOR UPDATE OF j SKIP LOCKED
 ),
 deps AS (
-    SELECT c.id AS cid, c.wf->>'on_dep_failure' AS policy,
+    SELECT c.id AS cid, c.policy,
            coalesce(d.state::text, 'completed') AS state,
            d.metadata->'{_KEY}'->>'task' AS task,
            d.metadata->'output' AS output
     FROM candidates c
-    CROSS JOIN LATERAL jsonb_array_elements_text(c.wf->'dep_ids') AS e(dep_id)
+    CROSS JOIN LATERAL jsonb_array_elements_text(c.dep_ids) AS e(dep_id)
     LEFT JOIN <schema>river_job d ON d.id = e.dep_id::bigint
 ),
 decided AS (
