@@ -52,7 +52,7 @@ RENAMES: dict[str, str] = {
     "__aexit__": "__exit__",
     "_admin_async": "_admin_sync",
     "wrap_insert_async": "wrap_insert",
-    "poll_pause_async": "poll_pause",
+    "AsyncFinalizedWaiter": "FinalizedWaiter",
 }
 
 _WORDS = re.compile(r"\b(" + "|".join(map(re.escape, RENAMES)) + r")\b")

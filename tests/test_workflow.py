@@ -360,6 +360,111 @@ def test_job_wait_from_another_process(any_db: Db) -> None:  # noqa: F811
     assert json.loads(out) == ["completed", {"name": "solo", "saw": []}]
 
 
+_ASYNC_WAITER = """
+import asyncio, json, sys, riverboat
+
+async def main():
+    client = riverboat.AsyncClient(sys.argv[1], schema=sys.argv[2] or None)
+    try:
+        job, workflow = await asyncio.gather(
+            client.job_wait(int(sys.argv[3]), timeout=60),
+            client.workflow_wait(sys.argv[4], timeout=60),
+        )
+        print(json.dumps([job.state, job.metadata.get("output"), workflow.state]))
+    finally:
+        await client.close()
+
+asyncio.run(main())
+"""
+
+
+def test_waiters_in_another_process_are_woken_as_the_job_finalizes(any_db: Db) -> None:  # noqa: F811
+    """An async client in another process waits for a job and for a workflow. On
+    Postgres it LISTENs and announces both: the runtime that finishes them hears the
+    announcements and sends the notification (counted); on SQLite it polls."""
+    gate = threading.Event()
+    workers = Workers()
+
+    @workers.register("gate")
+    def gated(job: Job[Any]) -> None:
+        assert gate.wait(60)
+        record_output({"gate": "open"})
+
+    wf = Workflow("gated")
+    wf.add("only", {}, kind="gate")
+    with riverboat.Client(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": QueueConfig(max_workers=4)},
+        workers=workers,
+        fetch_poll_interval=0.1,
+    ) as client:
+        client.start()
+        job = client.insert({}, kind="gate").job
+        client.workflow_insert(wf)
+        args = [any_db.url, any_db.schema or "", str(job.id), wf.id]
+        waiter = subprocess.Popen(
+            [sys.executable, "-c", _ASYNC_WAITER, *args],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert client.async_client is not None
+            runtime = client.async_client.runtime
+            assert runtime is not None and runtime.finalized_signals is not None
+            signals = runtime.finalized_signals
+            if any_db.dialect == "postgres":
+                wait_until(
+                    lambda: signals.awaits(job_id=job.id) and signals.awaits(workflow_id=wf.id),
+                    timeout=60,
+                    what="the waiter's announcements heard by the runtime",
+                )
+            gate.set()
+            out, _ = waiter.communicate(timeout=90)
+        finally:
+            gate.set()
+            if waiter.poll() is None:
+                waiter.kill()
+        client.stop()
+    assert waiter.returncode == 0
+    assert json.loads(out) == ["completed", {"gate": "open"}, "completed"]
+    if any_db.dialect == "postgres":
+        assert signals.notified >= 1
+
+
+def test_job_wait_in_the_workers_process_is_woken_by_its_completer(any_db: Db) -> None:  # noqa: F811
+    """A waiter in the process whose runtime finishes the job is woken by the completer
+    right after the write, whatever the poll's pause (no statement sent for it)."""
+    from riverboat import wait
+
+    rec = Recorder()
+    with _client(any_db, rec) as client:
+        job = client.insert({"name": "local"}, kind="step").job
+        woken = threading.Event()
+        wait.LOCAL.add(job.id, None, woken.set)
+        try:
+            client.start()
+            done = client.job_wait(job.id, timeout=30)
+            wait_until(woken.is_set, timeout=30, what="the completer's in-process wake-up")
+        finally:
+            wait.LOCAL.remove(job.id, None, woken.set)
+        client.stop()
+    assert done.state is JobState.COMPLETED
+    assert not wait.LOCAL  # every waiter unregistered
+
+
+def test_job_wait_refuses_bad_input_before_waiting(any_db: Db) -> None:  # noqa: F811
+    with _client(any_db, Recorder()) as client:
+        with pytest.raises(InvalidInputError, match="timeout"):
+            client.job_wait(1, timeout=-1)
+        with pytest.raises(InvalidInputError, match="job_id"):
+            client.job_wait("1", timeout=1)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="workflow_id"):
+            client.workflow_wait("", timeout=1)
+        with pytest.raises(NotFoundError):
+            client.workflow_wait("wf_unknown", timeout=1)
+
+
 def test_a_workflow_survives_its_leader_worker_killed_mid_task(
     any_db: Db,  # noqa: F811
     tmp_path: Path,

@@ -30,14 +30,13 @@ from riverboat.drivers.base import Driver
 from riverboat.errors import InvalidInputError, NotFoundError, WaitTimeoutError
 from riverboat.runtime import outcomes
 from riverboat.runtime.worker import Job
+from riverboat.wait import FinalizedWaiter, check_timeout
 from riverboat.workflow import (
     WORKFLOW_TASKS_MAX,
     Workflow,
     WorkflowInfo,
     check_workflow_id,
     is_finalized,
-    poll_pause,
-    wait_pauses,
 )
 
 __all__ = ["ClientBase"]
@@ -328,27 +327,36 @@ class ClientBase(SyncAdmin):
 
     def job_wait(self, job_id: int, timeout: float = 30.0) -> JobRow:
         """Wait until the job is finalized (completed, discarded or cancelled) and
-        return it, from any process. Raises NotFoundError for an unknown id and
+        return it, from any process: woken as its outcome is written (in this process,
+        or through LISTEN/NOTIFY on Postgres), polling meanwhile (see riverboat.wait).
+        Raises NotFoundError for an unknown id and
         :class:`~riverboat.errors.WaitTimeoutError` after ``timeout`` seconds."""
-        job = self.job_get(job_id)
-        for delay in wait_pauses(timeout):
-            if is_finalized(job):
-                return job
-            poll_pause(delay)
+        job_id = _job_id(job_id)
+        timeout = check_timeout(timeout)
+        with FinalizedWaiter(self.driver, timeout, job_id=job_id) as waiter:
             job = self.job_get(job_id)
+            for delay in waiter.pauses(timeout):
+                if is_finalized(job):
+                    return job
+                waiter.pause(delay)
+                job = self.job_get(job_id)
         if is_finalized(job):
             return job
         raise WaitTimeoutError(f"job {job.id} is still {job.state} after {timeout:g}s", job)
 
     def workflow_wait(self, workflow_id: str, timeout: float = 60.0) -> WorkflowInfo:
-        """Wait until every task of the workflow is finalized and return the workflow.
-        Raises NotFoundError and :class:`~riverboat.errors.WaitTimeoutError`."""
-        info = self.workflow_get(workflow_id)
-        for delay in wait_pauses(timeout):
-            if info.finalized:
-                return info
-            poll_pause(delay)
-            info = self.workflow_get(workflow_id)
+        """Wait until every task of the workflow is finalized and return the workflow,
+        woken as :meth:`job_wait` is. Raises NotFoundError and
+        :class:`~riverboat.errors.WaitTimeoutError`."""
+        wid = check_workflow_id(workflow_id)
+        timeout = check_timeout(timeout)
+        with FinalizedWaiter(self.driver, timeout, workflow_id=wid) as waiter:
+            info = self.workflow_get(wid)
+            for delay in waiter.pauses(timeout):
+                if info.finalized:
+                    return info
+                waiter.pause(delay)
+                info = self.workflow_get(wid)
         if info.finalized:
             return info
         raise WaitTimeoutError(f"workflow {info.id} is still running after {timeout:g}s", info)

@@ -26,11 +26,9 @@ River workers, and tasks added to a running workflow.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import secrets
-import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -328,28 +326,6 @@ class WorkflowInfo:
         return cls(workflow_id, name, tasks)
 
 
-# job_wait / workflow_wait poll with a pause that doubles from WAIT_PAUSE_FIRST to
-# WAIT_PAUSE_MAX: a job that ends quickly is seen within milliseconds, and a long wait
-# costs a primary-key lookup every tenth of a second.
-WAIT_PAUSE_FIRST = 0.002
-WAIT_PAUSE_MAX = 0.1
-
-
-def wait_pauses(timeout: float) -> Iterator[float]:
-    """The pauses between polls until ``timeout`` seconds have passed (the last one is
-    cut to end at the deadline); the caller polls once before the first pause."""
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-        raise InvalidInputError("timeout", "must be a number of seconds, at least 0")
-    deadline = time.monotonic() + timeout
-    pause = WAIT_PAUSE_FIRST
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        yield min(pause, left)
-        pause = min(pause * 2, WAIT_PAUSE_MAX)
-
-
 def check_workflow_id(workflow_id: object) -> str:
     if not isinstance(workflow_id, str) or not 0 < len(workflow_id) <= 100:
         raise InvalidInputError("workflow_id", "must be a str of 1 to 100 characters")
@@ -358,15 +334,6 @@ def check_workflow_id(workflow_id: object) -> str:
 
 def is_finalized(job: JobRow) -> bool:
     return job.state in _FINALIZED or job.finalized_at is not None
-
-
-async def poll_pause_async(seconds: float) -> None:
-    """The async client's pause between polls (the sync client's is :func:`pause`)."""
-    await asyncio.sleep(seconds)
-
-
-def poll_pause(seconds: float) -> None:
-    time.sleep(seconds)
 
 
 def dep_outputs(job: Any) -> dict[str, Any]:

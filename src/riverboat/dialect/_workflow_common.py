@@ -14,6 +14,10 @@ __all__ = ["WorkflowStatements"]
 class WorkflowStatements(ABC):
     """Statements for workflows; :class:`~riverboat.dialect.base.Dialect` inherits them."""
 
+    #: Whether waiters in other processes hear of finalized jobs by notification
+    #: (:mod:`riverboat.wait`); without it they poll.
+    waits_notified: bool = False
+
     @abstractmethod
     def workflow_link(
         self,
@@ -50,3 +54,12 @@ class WorkflowStatements(ABC):
     @abstractmethod
     def decode_promoted(self, rows: Sequence[Sequence[Any]]) -> list[tuple[int, str, str]]:
         """Rows of the promote statements as ``(id, state, queue)``."""
+
+    def job_wait_announce(self, payload: str) -> Statement:
+        """Tell every runtime what a waiter waits for (``riverboat_wait``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not notify waiters")
+
+    def job_finalized_notify(self, payload: str) -> Statement | None:
+        """Tell waiters which announced jobs and workflows were just finalized
+        (``riverboat_finalized``); None where waiters poll instead."""
+        return None

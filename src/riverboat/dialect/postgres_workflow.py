@@ -202,10 +202,27 @@ SELECT * FROM updated ORDER BY id
 """
 
 
+# job_wait / workflow_wait (riverboat.wait): a waiter's announcement, and a runtime's
+# word that announced jobs or workflows were finalized.
+QUERIES["job_wait_announce"] = (
+    f"SELECT pg_notify({CHANNEL.format(topic='riverboat_wait')}, :payload::text)"
+)
+QUERIES["job_finalized_notify"] = (
+    f"SELECT pg_notify({CHANNEL.format(topic='riverboat_finalized')}, :payload::text)"
+)
+
+
 class PostgresWorkflow(DialectPart):
     """Postgres's half of :class:`~riverboat.dialect.base.WorkflowStatements`."""
 
     _queries: ClassVar[dict[str, str]] = QUERIES
+    waits_notified = True
+
+    def job_wait_announce(self, payload: str) -> Statement:
+        return self.stmt("job_wait_announce", payload=payload, schema=self.schema)
+
+    def job_finalized_notify(self, payload: str) -> Statement | None:
+        return self.stmt("job_finalized_notify", payload=payload, schema=self.schema)
 
     def workflow_link(
         self,

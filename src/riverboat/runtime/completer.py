@@ -42,6 +42,7 @@ from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
 from riverboat.runtime.events import Event, EventKind, JobStatistics
 from riverboat.runtime.outcomes import persisted_event_kind
+from riverboat.wait import FinalizedSignals
 from riverboat.workflow import WORKFLOW_METADATA_KEY
 
 __all__ = ["Completer", "PendingCompletion"]
@@ -161,6 +162,7 @@ class Completer:
         flush_delay: float = 0.05,
         retry_backoff: tuple[float, ...] = (0.1, 0.5, 1.0, 2.0, 4.0),
         on_workflow_finalized: Callable[[Sequence[int]], Awaitable[None]] | None = None,
+        finalized_signals: FinalizedSignals | None = None,
     ) -> None:
         self._driver = driver
         self._dialect = driver.dialect
@@ -171,6 +173,7 @@ class Completer:
         self._flush_delay = flush_delay
         self._retry_backoff = retry_backoff
         self._on_workflow_finalized = on_workflow_finalized
+        self._finalized_signals = finalized_signals
         self._buffer: dict[int, PendingCompletion] = {}
         # Outcomes skipped because another session held their row locked, retried alone.
         self._locked: dict[int, _Locked] = {}
@@ -482,12 +485,35 @@ class Completer:
         """:meth:`_write_outcomes`, then the dependents of the workflow tasks it
         finalized; returns the outcomes skipped because their rows were locked."""
         skipped = await self._write_outcomes(batch, plain)
-        if self._on_workflow_finalized is not None:
+        signals = self._finalized_signals
+        watched = signals is not None and signals.watching()
+        if self._on_workflow_finalized is not None or watched:
             waiting = {p.update.id for p in skipped}
-            await self._promote_workflow_tasks(
-                [p for p in batch if p.update.id not in waiting] if waiting else batch
-            )
+            written = [p for p in batch if p.update.id not in waiting] if waiting else batch
+            if self._on_workflow_finalized is not None:
+                await self._promote_workflow_tasks(written)
+            if watched:
+                await self._signal_finalized(written)
         return skipped
+
+    async def _signal_finalized(self, batch: list[PendingCompletion]) -> None:
+        """Wake whoever waits for the jobs this batch finalized (riverboat.wait); only
+        called while someone waits. A failure costs the waiter a poll, nothing more."""
+        assert self._finalized_signals is not None
+        done = []
+        for pending in batch:
+            if pending.update.finalized:
+                meta = pending.job.metadata.get(WORKFLOW_METADATA_KEY)
+                workflow_id = meta.get("id") if isinstance(meta, dict) else None
+                done.append((pending.update.id, workflow_id))
+        if not done:
+            return
+        try:
+            await self._finalized_signals.after_finalized(done)
+        except DriverError as exc:
+            log.warning(
+                "completer: notifying waiters of %d finalized jobs failed: %s", len(done), exc
+            )
 
     async def _promote_workflow_tasks(self, batch: list[PendingCompletion]) -> None:
         """Decide the dependents of the workflow tasks this batch finalized (see

@@ -28,7 +28,8 @@ __all__ = ["TOPICS", "Notifier"]
 
 log = logging.getLogger("riverboat.notifier")
 
-TOPICS = ("river_insert", "river_control", "river_leadership")
+# River's three, and riverboat_wait: job_wait announcements (riverboat.wait).
+TOPICS = ("river_insert", "river_control", "river_leadership", "riverboat_wait")
 Handler = Callable[[dict[str, Any]], None]
 
 

@@ -42,6 +42,7 @@ from riverboat.runtime.registry import (
 from riverboat.runtime.sync_events import SyncSubscription
 from riverboat.runtime.worker import Workers, prepare_for_process
 from riverboat.runtime.workflow_promoter import WorkflowPromoter
+from riverboat.wait import WAIT_TOPIC, FinalizedSignals
 
 if TYPE_CHECKING:
     from riverboat.middleware import MiddlewareStack
@@ -230,6 +231,7 @@ class Runtime:
         self._subscriptions: list[Subscription | SyncSubscription] = []
         self.completer: Completer | None = None
         self.workflow_promoter: WorkflowPromoter | None = None
+        self.finalized_signals: FinalizedSignals | None = None
         self.notifier: Notifier | None = None
         self.producers: dict[str, Producer] = {}
         self.started = False
@@ -291,6 +293,7 @@ class Runtime:
                 rows = await self.driver.fetch(dialect.stmt("current_schema"))
             self.schema_name = rows[0][0] if rows else "public"
         self.workflow_promoter = WorkflowPromoter(self.driver, self.wake_queues_now)
+        self.finalized_signals = FinalizedSignals(self.driver)
         self.completer = Completer(
             self.driver,
             emit=self._emit,
@@ -298,6 +301,7 @@ class Runtime:
             batch_threshold=cfg.completer_batch_threshold,
             flush_delay=cfg.completer_flush_delay,
             on_workflow_finalized=self.workflow_promoter.after_finalized,
+            finalized_signals=self.finalized_signals,
         )
         # The completer's task inherits the call deadline: each of its writes answers
         # within db_call_timeout or its connection is dropped and the batch retried.
@@ -325,6 +329,7 @@ class Runtime:
             self.producers[name] = self._make_producer(name, qcfg)
         if not cfg.poll_only and self.driver.capabilities.listen:
             self.notifier = Notifier(self.driver, self.schema_name, cfg.db_call_timeout)
+            self.notifier.subscribe(WAIT_TOPIC, self.finalized_signals.heard)
             for producer in self.producers.values():
                 self.notifier.subscribe("river_insert", producer.handle_insert)
                 self.notifier.subscribe("river_control", producer.handle_control)
