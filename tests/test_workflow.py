@@ -147,8 +147,9 @@ def test_failed_dependency_cancels_dependents_then_retry_continues(any_db: Db) -
         assert first.task("e").state is JobState.COMPLETED  # not downstream of b
         rec.fail.clear()
         retried = client.workflow_retry(wf.id)
-        assert retried.task("b").state in (JobState.AVAILABLE, JobState.RUNNING)
-        assert retried.task("c").state is JobState.PENDING
+        # The running client may have picked b up (and promoted c) already.
+        assert retried.task("b").state is not JobState.DISCARDED
+        assert retried.task("c").state is not JobState.CANCELLED
         assert retried.task("c").cancelled_by is None
         second = client.workflow_wait(wf.id, timeout=30)
         client.stop()

@@ -46,11 +46,16 @@ def _promote(candidates: str) -> str:
     was finalized and then removed by the cleaner: it counts as completed.
 
     A dependent of a just-finalized task is only decided when it can be: no dependency
-    still unfinished (looked for from the last one declared, the likeliest to be still
-    running, so a fan-in's join is found blocked after a probe or two instead of
-    re-reading all its dependencies after every batch), or, under the ``cancel`` policy,
-    one of the tasks just finalized failed. Candidates named directly (the sweep, a
-    retry) are always looked at in full."""
+    still unfinished, or, under the ``cancel`` policy, one of the tasks just finalized
+    failed; so a fan-in's join costs an index probe per dependency (stopping at the
+    first unfinished one), not its whole decision, after every batch. Candidates named
+    directly (the sweep, a retry) are always looked at in full.
+
+    Every row is found by primary key through ``id = ANY(ARRAY(...))``, which the planner
+    serves from the index whatever the table's statistics say; joins on ``river_job``
+    were planned as a sequential scan per candidate on a table not analyzed yet (a
+    fresh or truncated one), 1.4 s for a 1,000-task fan-out. The dependencies' states,
+    names and outputs are read once, into one object keyed by id."""
     return f"""
 WITH candidate_ids AS ({candidates}),
 candidates AS (
@@ -66,13 +71,12 @@ candidates AS (
       AND j.metadata ? '{_KEY}'
       AND (j.id = ANY(:candidate_ids::bigint[])
            OR NOT EXISTS (
-               SELECT 1
-               FROM (SELECT e.dep_id
-                     FROM jsonb_array_elements_text(j.metadata->'{_KEY}'->'dep_ids')
-                          WITH ORDINALITY AS e(dep_id, n)
-                     ORDER BY e.n DESC) AS e
-               JOIN <schema>river_job d ON d.id = e.dep_id::bigint
-               WHERE d.state NOT IN ('completed', 'cancelled', 'discarded'))
+               SELECT 1 FROM <schema>river_job d
+               WHERE d.id = ANY(ARRAY(
+                         SELECT e.dep_id::bigint
+                         FROM jsonb_array_elements_text(j.metadata->'{_KEY}'->'dep_ids')
+                              AS e(dep_id)))
+                 AND d.state NOT IN ('completed', 'cancelled', 'discarded'))
            OR (j.metadata->'{_KEY}'->>'on_dep_failure' <> 'run' AND EXISTS (
                SELECT 1 FROM <schema>river_job f
                WHERE f.id = ANY(:finalized_ids::bigint[])
@@ -80,14 +84,27 @@ candidates AS (
                  AND j.metadata->'{_KEY}'->'dep_ids' @> to_jsonb(f.id))))
     FOR UPDATE OF j SKIP LOCKED
 ),
+dep_rows AS (
+    SELECT jsonb_object_agg(
+               d.id::text,
+               CASE WHEN d.metadata ? 'output'
+                    THEN jsonb_build_array(d.state::text, d.metadata->'{_KEY}'->'task',
+                                           d.metadata->'output')
+                    ELSE jsonb_build_array(d.state::text, d.metadata->'{_KEY}'->'task')
+               END) AS by_id
+    FROM <schema>river_job d
+    WHERE d.id = ANY(ARRAY(
+        SELECT DISTINCT e.dep_id::bigint
+        FROM candidates c CROSS JOIN LATERAL jsonb_array_elements_text(c.dep_ids) AS e(dep_id)))
+),
 deps AS (
     SELECT c.id AS cid, c.policy,
-           coalesce(d.state::text, 'completed') AS state,
-           d.metadata->'{_KEY}'->>'task' AS task,
-           d.metadata->'output' AS output
+           coalesce(r.by_id->e.dep_id->>0, 'completed') AS state,
+           r.by_id->e.dep_id->>1 AS task,
+           r.by_id->e.dep_id->2 AS output
     FROM candidates c
+    CROSS JOIN dep_rows r
     CROSS JOIN LATERAL jsonb_array_elements_text(c.dep_ids) AS e(dep_id)
-    LEFT JOIN <schema>river_job d ON d.id = e.dep_id::bigint
 ),
 decided AS (
     SELECT cid,
