@@ -331,6 +331,9 @@ class AsyncClientBase(AsyncAdmin):
         :class:`~riverboat.errors.WaitTimeoutError` after ``timeout`` seconds."""
         job_id = _job_id(job_id)
         timeout = check_timeout(timeout)
+        job = await self.job_get(job_id)
+        if is_finalized(job):
+            return job  # no waiter to set up (on Postgres, a LISTEN connection)
         async with AsyncFinalizedWaiter(self.driver, timeout, job_id=job_id) as waiter:
             job = await self.job_get(job_id)
             for delay in waiter.pauses(timeout):
@@ -348,6 +351,9 @@ class AsyncClientBase(AsyncAdmin):
         :class:`~riverboat.errors.WaitTimeoutError`."""
         wid = check_workflow_id(workflow_id)
         timeout = check_timeout(timeout)
+        info = await self.workflow_get(wid)
+        if info.finalized:
+            return info
         async with AsyncFinalizedWaiter(self.driver, timeout, workflow_id=wid) as waiter:
             info = await self.workflow_get(wid)
             for delay in waiter.pauses(timeout):

@@ -333,6 +333,9 @@ class ClientBase(SyncAdmin):
         :class:`~riverboat.errors.WaitTimeoutError` after ``timeout`` seconds."""
         job_id = _job_id(job_id)
         timeout = check_timeout(timeout)
+        job = self.job_get(job_id)
+        if is_finalized(job):
+            return job  # no waiter to set up (on Postgres, a LISTEN connection)
         with FinalizedWaiter(self.driver, timeout, job_id=job_id) as waiter:
             job = self.job_get(job_id)
             for delay in waiter.pauses(timeout):
@@ -350,6 +353,9 @@ class ClientBase(SyncAdmin):
         :class:`~riverboat.errors.WaitTimeoutError`."""
         wid = check_workflow_id(workflow_id)
         timeout = check_timeout(timeout)
+        info = self.workflow_get(wid)
+        if info.finalized:
+            return info
         with FinalizedWaiter(self.driver, timeout, workflow_id=wid) as waiter:
             info = self.workflow_get(wid)
             for delay in waiter.pauses(timeout):
