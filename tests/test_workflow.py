@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 import riverboat
@@ -32,7 +33,7 @@ from riverboat import (
 )
 from tests.reliability._support import OutputReader, spawn_worker
 from tests.runtime.dbs import Db, any_db  # noqa: F401
-from tests.waiting import wait_until
+from tests.waiting import wait_until, wait_until_async
 
 
 class Recorder:
@@ -452,6 +453,44 @@ def test_job_wait_in_the_workers_process_is_woken_by_its_completer(any_db: Db) -
         client.stop()
     assert done.state is JobState.COMPLETED
     assert not wait.LOCAL  # every waiter unregistered
+
+
+def test_concurrent_waiters_share_one_listen_connection(pg_url: str, pg_schema: str) -> None:
+    """Five requests waiting at once in one client hold one LISTEN connection between
+    them (not five), and it is handed back once they are done."""
+    from riverboat import wait
+
+    async def scenario() -> None:
+        client = riverboat.AsyncClient(pg_url, schema=pg_schema)
+        opened: list[int] = []
+        listener = client.driver.listener
+
+        async def counted_listener() -> Any:
+            opened.append(1)
+            return await listener()
+
+        client.driver.listener = counted_listener
+        try:
+            jobs = [(await client.insert({"name": f"w{i}"}, kind="step")).job for i in range(5)]
+            waits = [asyncio.create_task(client.job_wait(j.id, timeout=60)) for j in jobs]
+            await wait_until_async(
+                lambda: len(getattr(wait._LISTENERS.get(client.driver), "_waiters", ())) == 5,
+                what="five waiters on the shared listener",
+            )
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                conn.execute(
+                    f"UPDATE \"{pg_schema}\".river_job SET state = 'completed', "
+                    "finalized_at = now() WHERE id = ANY(%s)",
+                    ([j.id for j in jobs],),
+                )
+            done = await asyncio.gather(*waits)
+            assert {job.state for job in done} == {JobState.COMPLETED}
+            assert opened == [1]
+            assert not wait._LISTENERS[client.driver]._waiters
+        finally:
+            await client.close()
+
+    asyncio.run(scenario())
 
 
 def test_job_wait_refuses_bad_input_before_waiting(any_db: Db) -> None:  # noqa: F811

@@ -5,8 +5,9 @@ pause short, so a wait ends within milliseconds of the outcome being written:
 
 * **in the same process**: a waiter registers in :data:`LOCAL`; the completer of any
   runtime in the process wakes it after writing the outcome (no statement at all);
-* **from another process, on Postgres**: the waiter LISTENs on the
-  ``<schema>.riverboat_finalized`` channel and announces what it waits for on
+* **from another process, on Postgres**: the waiter listens on the
+  ``<schema>.riverboat_finalized`` channel (through one LISTEN connection per client,
+  shared by all its waiters) and announces what it waits for on
   ``<schema>.riverboat_wait``. Every runtime hears the announcements (its notifier
   listens) and keeps them until the waiter's timeout; a completer that finalized an
   announced job (or a task of an announced workflow) sends one ``pg_notify`` with the
@@ -205,27 +206,115 @@ def _expire(table: dict[Any, float], now: float) -> None:
             del table[key]
 
 
-# The schema name a waiter's channel is in, once per driver (current_schema() when the
-# client was given none).
-_SCHEMAS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-
-
-def _matches(note: Any, job_id: int | None, workflow_id: str | None) -> bool:
-    try:
-        payload = json.loads(note.payload)
-    except ValueError:
-        return False
-    if not isinstance(payload, dict):
-        return False
+def _matches(payload: dict[str, Any], job_id: int | None, workflow_id: str | None) -> bool:
     if job_id is not None and job_id in (payload.get("job_ids") or ()):
         return True
     return workflow_id is not None and workflow_id in (payload.get("workflow_ids") or ())
 
 
+class _SharedListener:
+    """One LISTEN connection per driver (and event loop) for all of its waiters, so a
+    web process with a hundred requests waiting holds one connection, not a hundred. It
+    opens with the first waiter and closes once none has used it for ``IDLE_CLOSE``
+    seconds (so waits one after another don't reconnect each time)."""
+
+    IDLE_CLOSE = 10.0
+
+    def __init__(self, driver: Any) -> None:
+        self._driver = driver
+        self.loop = asyncio.get_running_loop()
+        self._waiters: set[AsyncFinalizedWaiter] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[None] | None = None
+        self._idle: asyncio.TimerHandle | None = None
+
+    async def join(self, waiter: AsyncFinalizedWaiter) -> None:
+        """Add ``waiter``; returns once the channel is listened to (raises DriverError
+        or OSError if it can't be)."""
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+        self._waiters.add(waiter)
+        if self._task is None or self._task.done():
+            self._ready = self.loop.create_future()
+            self._task = asyncio.create_task(self._run(self._ready), name="riverboat-job-wait")
+        assert self._ready is not None
+        try:
+            await asyncio.shield(self._ready)
+        except BaseException:
+            self.leave(waiter)
+            raise
+
+    def leave(self, waiter: AsyncFinalizedWaiter) -> None:
+        self._waiters.discard(waiter)
+        if not self._waiters and self._task is not None and self._idle is None:
+            self._idle = self.loop.call_later(self.IDLE_CLOSE, self._close_if_idle)
+
+    def _close_if_idle(self) -> None:
+        self._idle = None
+        if not self._waiters and self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _run(self, ready: asyncio.Future[None]) -> None:
+        dialect = self._driver.dialect
+        listener: Any = None
+        try:
+            schema = dialect.schema
+            if not schema:
+                rows = await self._driver.fetch(dialect.stmt("current_schema"))
+                schema = str(rows[0][0]) if rows else "public"
+            listener = await self._driver.listener()
+            await listener.listen(f"{schema}.{FINALIZED_TOPIC}")
+        except (DriverError, OSError) as exc:
+            ready.set_exception(exc)
+            ready.exception()  # retrieved: a waiter may have left already
+            if listener is not None:
+                with contextlib.suppress(DriverError, OSError):
+                    await listener.close()
+            return
+        ready.set_result(None)
+        try:
+            async for note in listener.notifications():
+                self._dispatch(note.payload)
+        except (DriverError, OSError) as exc:
+            log.debug("job_wait: LISTEN connection lost, waiters poll: %s", exc)
+        finally:
+            # The waiters left poll on; the next one to come reconnects.
+            for waiter in list(self._waiters):
+                waiter.listening = False
+            with contextlib.suppress(DriverError, OSError):
+                await listener.close()
+
+    def _dispatch(self, raw: str) -> None:
+        try:
+            payload = json.loads(raw)
+        except ValueError:
+            return
+        if not isinstance(payload, dict):
+            return
+        for waiter in list(self._waiters):
+            if _matches(payload, waiter.job_id, waiter.workflow_id):
+                waiter.wake_now()
+
+
+# The shared listener of each driver (a driver lives in one event loop; another loop
+# gets its own).
+_LISTENERS: weakref.WeakKeyDictionary[Any, _SharedListener] = weakref.WeakKeyDictionary()
+
+
+def _shared_listener(driver: Any) -> _SharedListener:
+    shared = _LISTENERS.get(driver)
+    if shared is None or shared.loop is not asyncio.get_running_loop():
+        shared = _LISTENERS[driver] = _SharedListener(driver)
+    return shared
+
+
 class AsyncFinalizedWaiter:
     """A waiter's side, for the async client: ``async with`` it before the first read,
-    then alternate reads with :meth:`pause`. On Postgres it LISTENs (when the driver
-    can) and announces itself; anywhere it is registered in :data:`LOCAL`."""
+    then alternate reads with :meth:`pause`. On Postgres it listens (through the
+    driver's shared LISTEN connection, when the driver can) and announces itself;
+    anywhere it is registered in :data:`LOCAL`."""
 
     def __init__(
         self,
@@ -237,12 +326,14 @@ class AsyncFinalizedWaiter:
     ) -> None:
         self._driver = driver
         self._timeout = timeout
-        self._job_id = job_id
-        self._workflow_id = workflow_id
+        self.job_id = job_id
+        self.workflow_id = workflow_id
         self._event = asyncio.Event()
-        self._listener: Any = None
-        self._reader: asyncio.Task[None] | None = None
+        self._shared: _SharedListener | None = None
         self.listening = False
+
+    def wake_now(self) -> None:
+        self._event.set()
 
     async def __aenter__(self) -> AsyncFinalizedWaiter:
         loop = asyncio.get_running_loop()
@@ -252,12 +343,12 @@ class AsyncFinalizedWaiter:
             loop.call_soon_threadsafe(event.set)
 
         self._wake = wake
-        LOCAL.add(self._job_id, self._workflow_id, wake)
+        LOCAL.add(self.job_id, self.workflow_id, wake)
         try:
             await self._listen()
         except (DriverError, OSError) as exc:
             log.debug("job_wait: no LISTEN connection, polling only: %s", exc)
-            await self._close_listener()
+            self._leave()
         return self
 
     async def _listen(self) -> None:
@@ -265,30 +356,17 @@ class AsyncFinalizedWaiter:
         capabilities = getattr(self._driver, "capabilities", None)
         if not getattr(capabilities, "listen", False) or not dialect.waits_notified:
             return
-        schema = dialect.schema or _SCHEMAS.get(self._driver)
-        if schema is None:
-            rows = await self._driver.fetch(dialect.stmt("current_schema"))
-            schema = str(rows[0][0]) if rows else "public"
-            _SCHEMAS[self._driver] = schema
-        self._listener = await self._driver.listener()
-        await self._listener.listen(f"{schema}.{FINALIZED_TOPIC}")
-        announcement: dict[str, Any] = {"timeout": self._timeout}
-        if self._job_id is not None:
-            announcement["job_id"] = self._job_id
-        else:
-            announcement["workflow_id"] = self._workflow_id
-        await self._driver.fetch(dialect.job_wait_announce(json.dumps(announcement)))
-        self._reader = asyncio.create_task(self._read(), name="riverboat-job-wait")
+        shared = _shared_listener(self._driver)
+        await shared.join(self)
+        self._shared = shared
         self.listening = True
-
-    async def _read(self) -> None:
-        try:
-            async for note in self._listener.notifications():
-                if _matches(note, self._job_id, self._workflow_id):
-                    self._event.set()
-        except (DriverError, OSError) as exc:
-            log.debug("job_wait: LISTEN connection lost, polling only: %s", exc)
-            self.listening = False
+        # Announced once listening: a notification sent for it can't be missed.
+        announcement: dict[str, Any] = {"timeout": self._timeout}
+        if self.job_id is not None:
+            announcement["job_id"] = self.job_id
+        else:
+            announcement["workflow_id"] = self.workflow_id
+        await self._driver.fetch(dialect.job_wait_announce(json.dumps(announcement)))
 
     def pauses(self, timeout: float) -> Iterator[float]:
         if self.listening:
@@ -302,20 +380,14 @@ class AsyncFinalizedWaiter:
         self._event.clear()
 
     async def __aexit__(self, *exc: object) -> None:
-        LOCAL.remove(self._job_id, self._workflow_id, self._wake)
-        await self._close_listener()
+        LOCAL.remove(self.job_id, self.workflow_id, self._wake)
+        self._leave()
 
-    async def _close_listener(self) -> None:
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, DriverError, OSError):
-                await reader
-        listener, self._listener = self._listener, None
+    def _leave(self) -> None:
+        shared, self._shared = self._shared, None
         self.listening = False
-        if listener is not None:
-            with contextlib.suppress(DriverError, OSError):
-                await listener.close()
+        if shared is not None:
+            shared.leave(self)
 
 
 class FinalizedWaiter:
