@@ -450,9 +450,16 @@ def test_job_wait_in_the_workers_process_is_woken_by_its_completer(any_db: Db) -
             wait_until(woken.is_set, timeout=30, what="the completer's in-process wake-up")
         finally:
             wait.LOCAL.remove(job.id, None, woken.set)
-        client.stop()
+        for i in range(20):  # nobody waits for these: no notification at all
+            client.insert({"name": f"unwatched{i}"}, kind="step")
+        wait_until(lambda: len(rec.ran) == 21, timeout=30, what="the unwatched jobs run")
+        assert client.async_client is not None
+        stats = client.async_client.driver.stats
+        client.stop()  # writes every outcome
+        sent = stats.by_query.get("job_finalized_notify", 0)
     assert done.state is JobState.COMPLETED
     assert not wait.LOCAL  # every waiter unregistered
+    assert sent == 0  # waking a waiter in the process takes no statement either
 
 
 def test_concurrent_waiters_share_one_listen_connection(pg_url: str, pg_schema: str) -> None:

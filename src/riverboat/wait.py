@@ -181,6 +181,8 @@ class FinalizedSignals:
         now = time.monotonic()
         jobs = [i for i in job_ids if self._jobs.get(i, 0.0) >= now]
         workflows = sorted(w for w in workflow_ids if self._workflows.get(w, 0.0) >= now)
+        for job_id in jobs:  # answered: every waiter of it hears this one notification
+            del self._jobs[job_id]
         self._expire(now)
         for start in range(0, max(len(jobs), len(workflows)), NOTIFY_IDS_MAX):
             stmt = self._dialect.job_finalized_notify(
