@@ -29,10 +29,16 @@ class WorkflowStatements(ABC):
 
     @abstractmethod
     def workflow_promote(
-        self, finalized_ids: Sequence[int], candidate_ids: Sequence[int] = ()
+        self,
+        finalized_ids: Sequence[int],
+        candidate_ids: Sequence[int] = (),
+        *,
+        lazy_commit: bool = False,
     ) -> Statement:
         """Promote (or cancel, by policy) the pending dependents of ``finalized_ids``
-        and the pending ``candidate_ids``; rows are ``(id, state, queue)``."""
+        and the pending ``candidate_ids``; rows are ``(id, state, queue)``.
+        ``lazy_commit``: the statement is its own transaction and may commit without
+        waiting for the disk (it can be recomputed: the runtime's promotions)."""
 
     @abstractmethod
     def workflow_pending_ids(self, after_id: int, max: int) -> Statement:

@@ -178,8 +178,13 @@ class SqliteWorkflow(DialectPart):
         return self.stmt("workflow_link", patches=json.dumps(patches))
 
     def workflow_promote(
-        self, finalized_ids: Sequence[int], candidate_ids: Sequence[int] = ()
+        self,
+        finalized_ids: Sequence[int],
+        candidate_ids: Sequence[int] = (),
+        *,
+        lazy_commit: bool = False,
     ) -> Statement:
+        # SQLite's durability is its connection's synchronous pragma: nothing to relax.
         return self.stmt(
             "workflow_promote",
             finalized_ids=json.dumps(list(finalized_ids)),

@@ -53,12 +53,12 @@ class WorkflowPromoter:
 
     async def after_finalized(self, job_ids: Sequence[int]) -> None:
         """Decide the dependents of the workflow tasks ``job_ids`` just finalized."""
-        stmt = self._dialect.workflow_promote(job_ids)
+        stmt = self._dialect.workflow_promote(job_ids, lazy_commit=True)
         for _ in range(CASCADE_MAX):
             cancelled, _ = await self._run(stmt)
             if not cancelled:
                 return
-            stmt = self._dialect.workflow_promote(cancelled)
+            stmt = self._dialect.workflow_promote(cancelled, lazy_commit=True)
 
     async def sweep(self) -> int:
         """One pass over every pending workflow task; returns how many changed."""
@@ -69,7 +69,9 @@ class WorkflowPromoter:
             ids = [int(row[0]) for row in rows]
             if ids:
                 # Cancellations found here cascade like a completer's.
-                promoted = await self._run(self._dialect.workflow_promote((), ids))
+                promoted = await self._run(
+                    self._dialect.workflow_promote((), ids, lazy_commit=True)
+                )
                 changed += len(promoted[1])
                 if promoted[0]:
                     await self.after_finalized(promoted[0])
