@@ -379,11 +379,31 @@ async def main():
 asyncio.run(main())
 """
 
+_SYNC_WAITER = """
+import json, sys, threading, riverboat
 
-def test_waiters_in_another_process_are_woken_as_the_job_finalizes(any_db: Db) -> None:  # noqa: F811
-    """An async client in another process waits for a job and for a workflow. On
-    Postgres it LISTENs and announces both: the runtime that finishes them hears the
-    announcements and sends the notification (counted); on SQLite it polls."""
+client = riverboat.Client(sys.argv[1], schema=sys.argv[2] or None)
+found = {}
+wf_waiter = threading.Thread(
+    target=lambda: found.update(wf=client.workflow_wait(sys.argv[4], timeout=60))
+)
+wf_waiter.start()
+job = client.job_wait(int(sys.argv[3]), timeout=60)
+wf_waiter.join()
+print(json.dumps([job.state, job.metadata.get("output"), found["wf"].state]))
+client.close()
+"""
+
+
+@pytest.mark.parametrize("waiter_code", [_ASYNC_WAITER, _SYNC_WAITER], ids=["async", "sync"])
+def test_waiters_in_another_process_are_woken_as_the_job_finalizes(
+    any_db: Db,  # noqa: F811
+    waiter_code: str,
+) -> None:
+    """A client (async, or sync with a thread per wait) in another process waits for a
+    job and for a workflow. On Postgres it listens and announces both: the runtime that
+    finishes them hears the announcements and sends the notification (counted); on
+    SQLite it polls."""
     gate = threading.Event()
     workers = Workers()
 
@@ -406,7 +426,7 @@ def test_waiters_in_another_process_are_woken_as_the_job_finalizes(any_db: Db) -
         client.workflow_insert(wf)
         args = [any_db.url, any_db.schema or "", str(job.id), wf.id]
         waiter = subprocess.Popen(
-            [sys.executable, "-c", _ASYNC_WAITER, *args],
+            [sys.executable, "-c", waiter_code, *args],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -436,7 +456,8 @@ def test_waiters_in_another_process_are_woken_as_the_job_finalizes(any_db: Db) -
 
 def test_job_wait_in_the_workers_process_is_woken_by_its_completer(any_db: Db) -> None:  # noqa: F811
     """A waiter in the process whose runtime finishes the job is woken by the completer
-    right after the write, whatever the poll's pause (no statement sent for it)."""
+    right after the write, whatever the poll's pause; jobs nobody waits for cost no
+    notification."""
     from riverboat import wait
 
     rec = Recorder()
@@ -450,16 +471,17 @@ def test_job_wait_in_the_workers_process_is_woken_by_its_completer(any_db: Db) -
             wait_until(woken.is_set, timeout=30, what="the completer's in-process wake-up")
         finally:
             wait.LOCAL.remove(job.id, None, woken.set)
+        assert client.async_client is not None
+        stats = client.async_client.driver.stats
+        before = stats.by_query.get("job_finalized_notify", 0)
         for i in range(20):  # nobody waits for these: no notification at all
             client.insert({"name": f"unwatched{i}"}, kind="step")
         wait_until(lambda: len(rec.ran) == 21, timeout=30, what="the unwatched jobs run")
-        assert client.async_client is not None
-        stats = client.async_client.driver.stats
         client.stop()  # writes every outcome
-        sent = stats.by_query.get("job_finalized_notify", 0)
+        sent = stats.by_query.get("job_finalized_notify", 0) - before
     assert done.state is JobState.COMPLETED
     assert not wait.LOCAL  # every waiter unregistered
-    assert sent == 0  # waking a waiter in the process takes no statement either
+    assert sent == 0
 
 
 def test_concurrent_waiters_share_one_listen_connection(pg_url: str, pg_schema: str) -> None:

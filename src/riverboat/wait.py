@@ -17,7 +17,9 @@ pause short, so a wait ends within milliseconds of the outcome being written:
 What the signals can miss is caught by the poll: an announcement a runtime heard only
 after it wrote the outcome, a job finished by a Go River worker or by the rescuer, tasks
 cancelled by the sweep. With a LISTEN connection the poll backs off to once a second;
-without one (SQLite, the sync client, a driver that can't LISTEN) to ten times a second.
+without one (SQLite, a driver that can't LISTEN) to ten times a second. The sync client
+listens too: its drivers have no LISTEN of their own, so an async twin of the driver
+does it on a background event loop (one daemon thread per process).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from riverboat.errors import DriverError, InvalidInputError
 
@@ -214,6 +216,14 @@ def _matches(payload: dict[str, Any], job_id: int | None, workflow_id: str | Non
     return workflow_id is not None and workflow_id in (payload.get("workflow_ids") or ())
 
 
+class _Waiter(Protocol):
+    job_id: int | None
+    workflow_id: str | None
+    listening: bool
+
+    def wake_now(self) -> None: ...
+
+
 class _SharedListener:
     """One LISTEN connection per driver (and event loop) for all of its waiters, so a
     web process with a hundred requests waiting holds one connection, not a hundred. It
@@ -222,15 +232,16 @@ class _SharedListener:
 
     IDLE_CLOSE = 10.0
 
-    def __init__(self, driver: Any) -> None:
+    def __init__(self, driver: Any, schema: str | None = None) -> None:
         self._driver = driver
+        self._schema = schema
         self.loop = asyncio.get_running_loop()
-        self._waiters: set[AsyncFinalizedWaiter] = set()
+        self._waiters: set[_Waiter] = set()
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
         self._idle: asyncio.TimerHandle | None = None
 
-    async def join(self, waiter: AsyncFinalizedWaiter) -> None:
+    async def join(self, waiter: _Waiter) -> None:
         """Add ``waiter``; returns once the channel is listened to (raises DriverError
         or OSError if it can't be)."""
         if self._idle is not None:
@@ -247,7 +258,7 @@ class _SharedListener:
             self.leave(waiter)
             raise
 
-    def leave(self, waiter: AsyncFinalizedWaiter) -> None:
+    def leave(self, waiter: _Waiter) -> None:
         self._waiters.discard(waiter)
         if not self._waiters and self._task is not None and self._idle is None:
             self._idle = self.loop.call_later(self.IDLE_CLOSE, self._close_if_idle)
@@ -262,7 +273,7 @@ class _SharedListener:
         dialect = self._driver.dialect
         listener: Any = None
         try:
-            schema = dialect.schema
+            schema = dialect.schema or self._schema
             if not schema:
                 rows = await self._driver.fetch(dialect.stmt("current_schema"))
                 schema = str(rows[0][0]) if rows else "public"
@@ -305,10 +316,10 @@ class _SharedListener:
 _LISTENERS: weakref.WeakKeyDictionary[Any, _SharedListener] = weakref.WeakKeyDictionary()
 
 
-def _shared_listener(driver: Any) -> _SharedListener:
+def _shared_listener(driver: Any, schema: str | None = None) -> _SharedListener:
     shared = _LISTENERS.get(driver)
     if shared is None or shared.loop is not asyncio.get_running_loop():
-        shared = _LISTENERS[driver] = _SharedListener(driver)
+        shared = _LISTENERS[driver] = _SharedListener(driver, schema)
     return shared
 
 
@@ -392,9 +403,35 @@ class AsyncFinalizedWaiter:
             shared.leave(self)
 
 
+class _ListenThread:
+    """The event loop, on a daemon thread of its own, that hosts the shared LISTEN
+    connections of sync clients (whose drivers have none): started by the first sync
+    waiter on Postgres, idle (no connection) once every listener closed."""
+
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def loop(cls) -> asyncio.AbstractEventLoop:
+        with cls._lock:
+            if cls._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=loop.run_forever, name="riverboat-job-wait", daemon=True
+                ).start()
+                cls._loop = loop
+            return cls._loop
+
+
+# A sync driver's async twin (it LISTENs for the sync waiters) and its schema name.
+_TWINS: weakref.WeakKeyDictionary[Any, tuple[Any, str]] = weakref.WeakKeyDictionary()
+JOIN_TIMEOUT = 10.0  # seconds a sync waiter waits for the LISTEN connection, then polls
+
+
 class FinalizedWaiter:
-    """The sync client's waiter: woken in-process (:data:`LOCAL`), else a bounded poll
-    (sync drivers have no LISTEN connection)."""
+    """The sync client's waiter: registered in :data:`LOCAL`, and on Postgres (a driver
+    that can make an async twin: psycopg, SQLAlchemy) listening through a shared LISTEN
+    connection hosted on a background event loop, announced as the async one is."""
 
     def __init__(
         self,
@@ -404,16 +441,63 @@ class FinalizedWaiter:
         job_id: int | None = None,
         workflow_id: str | None = None,
     ) -> None:
-        self._job_id = job_id
-        self._workflow_id = workflow_id
+        self._driver = driver
+        self._timeout = timeout
+        self.job_id = job_id
+        self.workflow_id = workflow_id
         self._event = threading.Event()
+        self._shared: _SharedListener | None = None
         self.listening = False
 
+    def wake_now(self) -> None:
+        self._event.set()
+
     def __enter__(self) -> FinalizedWaiter:
-        LOCAL.add(self._job_id, self._workflow_id, self._event.set)
+        LOCAL.add(self.job_id, self.workflow_id, self._event.set)
+        try:
+            self._listen()
+        except (DriverError, OSError, TypeError, TimeoutError) as exc:
+            log.debug("job_wait: no LISTEN connection, polling only: %s", exc)
+            self._leave()
         return self
 
+    def _listen(self) -> None:
+        dialect = self._driver.dialect
+        if not dialect.waits_notified or not hasattr(self._driver, "async_driver"):
+            return
+        twin = _TWINS.get(self._driver)
+        if twin is None:
+            schema = dialect.schema
+            if not schema:
+                rows = self._driver.fetch(dialect.stmt("current_schema"))
+                schema = str(rows[0][0]) if rows else "public"
+            twin = _TWINS[self._driver] = (self._driver.async_driver(), schema)
+        async_driver, schema = twin
+        if not getattr(getattr(async_driver, "capabilities", None), "listen", False):
+            return
+
+        async def join() -> _SharedListener:
+            shared = _shared_listener(async_driver, schema)
+            await shared.join(self)
+            return shared
+
+        future = asyncio.run_coroutine_threadsafe(join(), _ListenThread.loop())
+        try:
+            self._shared = future.result(JOIN_TIMEOUT)
+        except BaseException:
+            future.cancel()
+            raise
+        self.listening = True
+        announcement: dict[str, Any] = {"timeout": self._timeout}
+        if self.job_id is not None:
+            announcement["job_id"] = self.job_id
+        else:
+            announcement["workflow_id"] = self.workflow_id
+        self._driver.fetch(dialect.job_wait_announce(json.dumps(announcement)))
+
     def pauses(self, timeout: float) -> Iterator[float]:
+        if self.listening:
+            return _pauses(timeout, LISTENING_PAUSE_FIRST, LISTENING_PAUSE_MAX)
         return _pauses(timeout, PAUSE_FIRST, PAUSE_MAX)
 
     def pause(self, seconds: float) -> None:
@@ -421,4 +505,11 @@ class FinalizedWaiter:
         self._event.clear()
 
     def __exit__(self, *exc: object) -> None:
-        LOCAL.remove(self._job_id, self._workflow_id, self._event.set)
+        LOCAL.remove(self.job_id, self.workflow_id, self._event.set)
+        self._leave()
+
+    def _leave(self) -> None:
+        shared, self._shared = self._shared, None
+        self.listening = False
+        if shared is not None:
+            shared.loop.call_soon_threadsafe(shared.leave, self)
