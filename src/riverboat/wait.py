@@ -323,6 +323,13 @@ def _shared_listener(driver: Any, schema: str | None = None) -> _SharedListener:
     return shared
 
 
+def _no_listen(exc: Exception) -> None:
+    if isinstance(exc, (DriverError, OSError, TimeoutError)):
+        log.debug("job_wait: no LISTEN connection, polling only: %s", exc)
+    else:  # a driver that can't make its async twin, or a bug: say so, and poll
+        log.warning("job_wait: listening failed, polling only", exc_info=exc)
+
+
 class AsyncFinalizedWaiter:
     """A waiter's side, for the async client: ``async with`` it before the first read,
     then alternate reads with :meth:`pause`. On Postgres it listens (through the
@@ -359,8 +366,8 @@ class AsyncFinalizedWaiter:
         LOCAL.add(self.job_id, self.workflow_id, wake)
         try:
             await self._listen()
-        except (DriverError, OSError) as exc:
-            log.debug("job_wait: no LISTEN connection, polling only: %s", exc)
+        except Exception as exc:  # listening only shortens the wait: poll instead
+            _no_listen(exc)
             self._leave()
         return self
 
@@ -456,8 +463,8 @@ class FinalizedWaiter:
         LOCAL.add(self.job_id, self.workflow_id, self._event.set)
         try:
             self._listen()
-        except (DriverError, OSError, TypeError, TimeoutError) as exc:
-            log.debug("job_wait: no LISTEN connection, polling only: %s", exc)
+        except Exception as exc:  # listening only shortens the wait: poll instead
+            _no_listen(exc)
             self._leave()
         return self
 
