@@ -3,8 +3,8 @@
 :class:`~riverboat.dialect.sqlite.SqliteDialect`.
 
 SQLite has no data-modifying CTEs, so promotion is one ``UPDATE ... FROM`` whose
-decision is a subquery; the insert notification for promoted tasks is written by the
-runtime afterwards (the outbox row would need the statement's own result). Listing a
+decision is a subquery, followed in its transaction by the outbox rows of River's insert
+notification for the queues of the tasks it made available. Listing a
 workflow reads ``metadata`` of every row (SQLite has no index on it in River's schema);
 promotion itself only looks rows up by primary key.
 """
@@ -103,13 +103,23 @@ RETURNING river_job.id, river_job.state, river_job.queue
 """
 
 
-QUERIES["workflow_promote"] = _promote(
-    f"""SELECT e.value FROM <schema>river_job f,
+_DEPENDENTS_AND_CANDIDATES = f"""SELECT e.value FROM <schema>river_job f,
                 json_each(f.metadata, {_WF}.dependent_ids') AS e
             WHERE f.id IN (SELECT value FROM json_each(:finalized_ids))
             UNION
             SELECT value FROM json_each(:candidate_ids)"""
-)
+QUERIES["workflow_promote"] = _promote(_DEPENDENTS_AND_CANDIDATES)
+
+# Run after the promotion, in its transaction: River's insert notification (an outbox
+# row) for each queue where a candidate is now available, so workers in other processes
+# claim promoted tasks at once. (A candidate available before, not promoted now, only
+# costs a spare notification.)
+QUERIES["workflow_promote_notify"] = f"""
+INSERT INTO <schema>river_notification (payload, topic)
+SELECT DISTINCT json_object('queue', j.queue), 'river_insert'
+FROM <schema>river_job j
+WHERE j.id IN ({_DEPENDENTS_AND_CANDIDATES}) AND j.state = 'available'
+"""
 
 QUERIES["workflow_pending_ids"] = f"""
 SELECT id FROM <schema>river_job
@@ -185,11 +195,12 @@ class SqliteWorkflow(DialectPart):
         lazy_commit: bool = False,
     ) -> Statement:
         # SQLite's durability is its connection's synchronous pragma: nothing to relax.
-        return self.stmt(
-            "workflow_promote",
-            finalized_ids=json.dumps(list(finalized_ids)),
-            candidate_ids=json.dumps(list(candidate_ids)),
-        )
+        params = {
+            "finalized_ids": json.dumps(list(finalized_ids)),
+            "candidate_ids": json.dumps(list(candidate_ids)),
+        }
+        notify = self.stmt("workflow_promote_notify", **params)
+        return Statement(self.q["workflow_promote"], params, (notify,))
 
     def workflow_pending_ids(self, after_id: int, max: int) -> Statement:
         return self.stmt("workflow_pending_ids", after_id=after_id, max=max)

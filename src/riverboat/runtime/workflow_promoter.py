@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from riverboat.dialect.base import NotificationOutbox
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
 
@@ -44,8 +42,6 @@ class WorkflowPromoter:
         self._driver = driver
         self._dialect = driver.dialect
         self._wake_queues = wake_queues
-        dialect = self._dialect
-        self._outbox = dialect if isinstance(dialect, NotificationOutbox) else None
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self.statements = 0  # promotion statements run (tests count them)
@@ -93,9 +89,8 @@ class WorkflowPromoter:
         self.promoted += len(promoted)
         queues = sorted({queue for _, state, queue in promoted if state == "available"})
         if queues:
-            if self._outbox is not None:  # SQLite: other processes hear of it through the outbox
-                payloads = [(json.dumps({"queue": q}), "river_insert") for q in queues]
-                await self._driver.execute(self._outbox.notification_insert_many(payloads))
+            # Other processes heard of them from the statement (NOTIFY, or SQLite's
+            # outbox row written in its transaction); this one's producers now.
             self._wake_queues(queues)
         cancelled = [job_id for job_id, state, _ in promoted if state == "cancelled"]
         if cancelled:
