@@ -1,5 +1,5 @@
-"""``riverboat jobs list|get|count|tail|cancel|retry|delete``: job administration from
-the shell.
+"""``riverboat jobs list|get|wait|count|tail|cancel|retry|delete``: job administration
+from the shell.
 
 The database comes from ``--database-url`` or ``DATABASE_URL``. Output is a table, or
 one JSON document with ``--json``. ``list`` prints the cursor of the next page (if any)
@@ -9,7 +9,8 @@ worked in bounded batches, with ``--dry-run`` to count them first.
 
 Exit codes: 0 done (a bulk action that matched nothing says so and exits 0), 1 an error
 (a job id that does not exist, a database that cannot be read; one ``riverboat: error:``
-line), 2 a usage error.
+line), 2 a usage error. ``wait`` also exits 1 for a job that ended discarded or
+cancelled, and 3 when ``--timeout`` passed first.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from riverboat._admin import JobListCursor
 from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, JobRow, JobState
 from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.client import Client
-from riverboat.errors import InvalidInputError
+from riverboat.errors import InvalidInputError, WaitTimeoutError
 
 __all__ = ["add_arguments", "run"]
 
@@ -288,6 +289,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(get)
     get.add_argument("job_ids", type=int, nargs="+", metavar="ID")
 
+    wait = sub.add_parser(
+        "wait",
+        help="wait until a job is finalized and show it (exit 0 completed, 1 discarded or "
+        "cancelled, 3 timeout)",
+    )
+    add_common(wait)
+    wait.add_argument("job_id", type=int, metavar="ID")
+    wait.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
+
     count = sub.add_parser("count", help="count jobs by state (and queue, kind)")
     add_common(count)
     _add_filters(count, bulk=True)
@@ -342,6 +352,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
 
 
+def _show_waited(job: JobRow, as_json: bool) -> None:
+    if as_json:
+        print_jobs([job], True)
+    else:
+        print_job_detail(job)
+
+
+def _wait(client: Any, args: argparse.Namespace) -> int:
+    """``jobs wait``: the job once finalized (``job_wait``: woken by LISTEN/NOTIFY on
+    Postgres, see docs/workflows.md); exit 0 completed, 1 discarded or cancelled, 3
+    still unfinished after ``--timeout``."""
+    try:
+        job = client.job_wait(args.job_id, timeout=args.timeout)
+    except WaitTimeoutError as exc:
+        assert isinstance(exc.last, JobRow)
+        _show_waited(exc.last, args.json)
+        print(f"riverboat: {exc}", file=sys.stderr)
+        return 3
+    _show_waited(job, args.json)
+    return 0 if job.state is JobState.COMPLETED else 1
+
+
 def run(args: argparse.Namespace) -> int:
     """Run one ``jobs`` action; returns the exit code."""
     with open_client(args) as client:
@@ -357,6 +389,8 @@ def run(args: argparse.Namespace) -> int:
                         print()
                     print_job_detail(job)
             return 0
+        if args.action == "wait":
+            return _wait(client, args)
         if args.action == "count":
             return _count(client, args)
         if args.action in ("tail", "watch"):
