@@ -229,12 +229,15 @@ SELECT * FROM updated ORDER BY id
 
 
 # job_wait / workflow_wait (riverboat.wait): a waiter's announcement, and a runtime's
-# word that announced jobs or workflows were finalized.
+# word that announced jobs or workflows were finalized. A NOTIFY makes its transaction
+# write a commit record; nothing here needs it on disk (the listeners' sessions would not
+# survive a crash either), so the commit doesn't wait for the flush.
+_NO_FLUSH = "set_config('synchronous_commit', 'off', true)"
 QUERIES["job_wait_announce"] = (
-    f"SELECT pg_notify({CHANNEL.format(topic='riverboat_wait')}, :payload::text)"
+    f"SELECT {_NO_FLUSH}, pg_notify({CHANNEL.format(topic='riverboat_wait')}, :payload::text)"
 )
 QUERIES["job_finalized_notify"] = (
-    f"SELECT pg_notify({CHANNEL.format(topic='riverboat_finalized')}, :payload::text)"
+    f"SELECT {_NO_FLUSH}, pg_notify({CHANNEL.format(topic='riverboat_finalized')}, :payload::text)"
 )
 
 
