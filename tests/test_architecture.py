@@ -103,7 +103,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("dialect", ("dialect",)),
     ("drivers", ("drivers", "_url", "migrations")),
-    ("runtime", ("runtime", "middleware", "riverlog")),
+    ("runtime", ("runtime", "middleware", "riverlog", "wait")),
     (
         "client",
         (

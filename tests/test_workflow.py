@@ -564,7 +564,7 @@ def test_concurrent_waiters_share_one_listen_connection(pg_url: str, pg_schema: 
             opened.append(1)
             return await listener()
 
-        client.driver.listener = counted_listener
+        client.driver.listener = counted_listener  # type: ignore[method-assign]
         try:
             jobs = [(await client.insert({"name": f"w{i}"}, kind="step")).job for i in range(5)]
             waits = [asyncio.create_task(client.job_wait(j.id, timeout=60)) for j in jobs]
