@@ -34,6 +34,7 @@ SRC = ROOT / "src" / "riverboat"
 PAIRS: dict[str, str] = {
     "_admin_async.py": "_admin_sync.py",
     "_client_async.py": "_client_sync.py",
+    "_insert_async.py": "_insert_sync.py",
 }
 
 #: Names that differ between the two sides.
@@ -51,6 +52,7 @@ RENAMES: dict[str, str] = {
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
     "_admin_async": "_admin_sync",
+    "_insert_async": "_insert_sync",
     "wrap_insert_async": "wrap_insert",
     "AsyncFinalizedWaiter": "FinalizedWaiter",
 }

@@ -103,7 +103,18 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("dialect", ("dialect",)),
     ("drivers", ("drivers", "_url", "migrations")),
-    ("runtime", ("runtime", "middleware", "riverlog", "wait")),
+    (
+        "runtime",
+        (
+            "runtime",
+            "middleware",
+            "riverlog",
+            "wait",
+            "_insert_plan",
+            "_insert_async",
+            "_insert_sync",
+        ),
+    ),
     (
         "client",
         (

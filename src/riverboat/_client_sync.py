@@ -18,6 +18,7 @@ from riverboat._admin import _job_id
 from riverboat._admin_sync import SyncAdmin
 from riverboat._client_core import _ClientCore
 from riverboat._insert import InsertParams
+from riverboat._insert_sync import run_insert, run_insert_count
 from riverboat._job import (
     InsertManyParams,
     InsertOpts,
@@ -61,60 +62,31 @@ class ClientBase(SyncAdmin):
         self, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
     ) -> InsertResult:
         """Insert one job in one statement (no transaction is opened)."""
-        if self._core.middleware.insert_layers:
-            jobs = self._core.resolve_one(args, opts, kind)
-            wrapped = self._insert_wrapped(None, jobs, [args])
-            self._after_insert(jobs)
-            return wrapped[0]
-        stmt, jobs = self._core.insert_statement(args, opts, kind)
-        rows = self.driver.fetch(stmt)
-        self._after_insert(jobs)
-        return self._core.dialect.decode_insert(rows)[0]
+        plan = self._core.plan_one(args, opts, kind)
+        results = run_insert(plan, self.driver)
+        self._after_insert(plan.jobs)
+        return results[0]
 
     def insert_tx(
         self, conn: Any, args: object, opts: InsertOpts | None = None, *, kind: str | None = None
     ) -> InsertResult:
         """Insert one job inside the caller's open transaction on ``conn``."""
-        if self._core.middleware.insert_layers:
-            jobs = self._core.resolve_one(args, opts, kind)
-            return (self._insert_wrapped(self.driver.wrap(conn), jobs, [args]))[0]
-        stmt, _ = self._core.insert_statement(args, opts, kind)
-        rows = self.driver.wrap(conn).fetch(stmt)
-        return self._core.dialect.decode_insert(rows)[0]
+        plan = self._core.plan_one(args, opts, kind)
+        return (run_insert(plan, self.driver.wrap(conn)))[0]
 
     def insert_many(self, params: Sequence[InsertManyParams | object]) -> list[InsertResult]:
         """Insert many jobs: one statement per 5,000, in one transaction when there are
         several batches so the call is all-or-nothing."""
-        if self._core.middleware.insert_layers:
-            jobs, job_args = self._core.resolve_params(params)
-            wrapped = self._insert_wrapped(None, jobs, job_args)
-            self._after_insert(jobs)
-            return wrapped
-        batches, jobs = self._core.insert_many_statements(params)
-        decode = self._core.decode_batch
-        if len(batches) == 1:
-            results = decode(batches[0], self.driver.fetch(batches[0].stmt))
-        else:
-            results = []
-            with self.driver.transaction() as tx:
-                for batch in batches:
-                    results.extend(decode(batch, tx.fetch(batch.stmt)))
-        self._after_insert(jobs)
+        plan = self._core.plan_many(params)
+        results = run_insert(plan, self.driver, self.driver.transaction)
+        self._after_insert(plan.jobs)
         return results
 
     def insert_many_tx(
         self, conn: Any, params: Sequence[InsertManyParams | object]
     ) -> list[InsertResult]:
         """Insert many jobs inside the caller's open transaction on ``conn``."""
-        if self._core.middleware.insert_layers:
-            jobs, job_args = self._core.resolve_params(params)
-            return self._insert_wrapped(self.driver.wrap(conn), jobs, job_args)
-        batches, _ = self._core.insert_many_statements(params)
-        executor = self.driver.wrap(conn)
-        results: list[InsertResult] = []
-        for batch in batches:
-            results.extend(self._core.decode_batch(batch, executor.fetch(batch.stmt)))
-        return results
+        return run_insert(self._core.plan_many(params), self.driver.wrap(conn))
 
     def insert_many_fast(self, params: Sequence[InsertManyParams | object]) -> int:
         """Insert many jobs without returning them (River's ``InsertManyFast``), in one
@@ -124,86 +96,15 @@ class ClientBase(SyncAdmin):
         jobs always go through the insert statement, whose ``ON CONFLICT`` skips a
         duplicate (not counted), as :meth:`insert_many` does. Other drivers use the
         insert statement for every job."""
-        if self._core.middleware.insert_layers:
-            jobs, job_args = self._core.resolve_params(params)
-            count = self._insert_fast_wrapped(None, jobs, job_args)
-            self._after_insert(jobs)
-            return count
-        plain, unique_batches, jobs = self._core.insert_many_fast_jobs(params)
-        with self.driver.transaction() as tx:
-            count = self._insert_fast(tx, plain, unique_batches)
-        self._after_insert(jobs)
+        plan = self._core.plan_many(params, fast=True)
+        count = run_insert_count(plan, self.driver, self.driver.transaction)
+        self._after_insert(plan.jobs)
         return count
 
     def insert_many_fast_tx(self, conn: Any, params: Sequence[InsertManyParams | object]) -> int:
         """:meth:`insert_many_fast` inside the caller's open transaction on ``conn``."""
-        if self._core.middleware.insert_layers:
-            jobs, job_args = self._core.resolve_params(params)
-            return self._insert_fast_wrapped(self.driver.wrap(conn), jobs, job_args)
-        plain, unique_batches, _ = self._core.insert_many_fast_jobs(params)
-        return self._insert_fast(self.driver.wrap(conn), plain, unique_batches)
-
-    def _insert_wrapped(
-        self, executor: Any, jobs: list[InsertParams], job_args: Sequence[object]
-    ) -> list[InsertResult]:
-        """Insert ``jobs`` inside the ``insert_many`` middleware (River's
-        ``JobInsertMiddleware``): on ``executor`` (the caller's transaction), or on the
-        driver, in one transaction when there are several batches."""
-        core = self._core
-
-        def inner() -> list[InsertResult]:
-            core.middleware.apply_insert(jobs, job_args)
-            batches = core.statement_batches(jobs)
-            results: list[InsertResult] = []
-            if executor is not None:
-                for batch in batches:
-                    results.extend(core.decode_batch(batch, executor.fetch(batch.stmt)))
-            elif len(batches) == 1:
-                results = core.decode_batch(batches[0], self.driver.fetch(batches[0].stmt))
-            else:
-                with self.driver.transaction() as tx:
-                    for batch in batches:
-                        results.extend(core.decode_batch(batch, tx.fetch(batch.stmt)))
-            return results
-
-        return core.middleware.wrap_insert(jobs, job_args, inner)
-
-    def _insert_fast_wrapped(
-        self, executor: Any, jobs: list[InsertParams], job_args: Sequence[object]
-    ) -> int:
-        """``insert_many_fast`` inside the ``insert_many`` middleware, whose
-        ``call_next()`` returns no rows (the fast path reads none back)."""
-        core = self._core
-        counted: list[int] = []
-
-        def inner() -> list[InsertResult]:
-            core.middleware.apply_insert(jobs, job_args)
-            plain, unique_batches = core.split_fast(jobs)
-            if executor is not None:
-                counted.append(self._insert_fast(executor, plain, unique_batches))
-            else:
-                with self.driver.transaction() as tx:
-                    counted.append(self._insert_fast(tx, plain, unique_batches))
-            return []
-
-        core.middleware.wrap_insert(jobs, job_args, inner, rows=False)
-        return sum(counted)
-
-    def _insert_fast(self, executor: Any, plain: Any, unique_batches: Any) -> int:
-        count = 0
-        # COPY leaves created_at to the server's clock; a test clock needs the statement.
-        if plain and self.driver.capabilities.copy and not self._core.clock.stubbed:
-            copy_batches, notify = self._core.copy_batches(plain)
-            for copy_batch in copy_batches:
-                count += executor.copy(copy_batch)
-            if notify is not None:
-                executor.fetch(notify)
-        elif plain:
-            for batch in self._core.statement_batches(plain):
-                count += len(executor.fetch(batch.stmt))
-        for batch in unique_batches:
-            count += self._core.count_inserted(batch, executor.fetch(batch.stmt))
-        return count
+        plan = self._core.plan_many(params, fast=True)
+        return run_insert_count(plan, self.driver.wrap(conn))
 
     def job_get(self, job_id: int) -> JobRow:
         """Fetch one job by ID; raises NotFoundError."""
@@ -274,25 +175,23 @@ class ClientBase(SyncAdmin):
             clash = sorted(existing.keys() & {task.name for task in workflow.tasks})
             if clash:
                 raise InvalidInputError("name", f"tasks already in the workflow: {clash}")
-        batches, jobs = self._core.insert_many_statements(params)
-        inserted: list[JobRow] = []
-        for batch in batches:
-            inserted.extend(
-                r.job for r in self._core.decode_batch(batch, executor.fetch(batch.stmt))
-            )
+        plan = self._core.plan_many(params)
+        inserted = [r.job for r in run_insert(plan, executor)]
         ids = [job.id for job in inserted]
         targets, dep_ids, dependents = workflow.links(ids, existing)
         if targets:
             executor.execute(dialect.workflow_link(targets, dep_ids, dependents))
         if not workflow.adding:
             # The rows as inserted, with the links just written: no read-back.
-            return WorkflowInfo.linked(workflow.id, inserted, targets, dep_ids, dependents), jobs
+            return WorkflowInfo.linked(
+                workflow.id, inserted, targets, dep_ids, dependents
+            ), plan.jobs
         # A new task whose dependencies already finished has nothing left to wake it.
         waiting = [i for i, p in zip(ids, params, strict=True) if p.opts and p.opts.pending]
         if waiting:
             executor.fetch(dialect.workflow_promote([], waiting))
         rows = executor.fetch(dialect.workflow_get(workflow.id, WORKFLOW_TASKS_MAX))
-        return WorkflowInfo.from_jobs(workflow.id, dialect.decode_jobs(rows)), jobs
+        return WorkflowInfo.from_jobs(workflow.id, dialect.decode_jobs(rows)), plan.jobs
 
     def workflow_get(self, workflow_id: str) -> WorkflowInfo:
         """A stored workflow's tasks and their jobs; raises NotFoundError."""

@@ -13,7 +13,7 @@ storm still collapses into one claim per cooldown: jobs arriving faster than one
 gap make each fetch find several, each wait is longer, and the next fetch finds more,
 until the wait is the whole cooldown. Wake-ups cause at most 1/``QUICK_FETCH_GAP``
 claims a second, and River's one per cooldown under a burst. (Every insert of available
-jobs notifies at the default cooldown, ``_client_core._NotifyLimiter``: this pacing is
+jobs notifies at the default cooldown, ``_insert_plan.NotifyLimiter``: this pacing is
 what keeps a storm of them from multiplying claims.)
 
 Refill (riverboat's policy, not River's): while the last fetch came back full there is
