@@ -288,6 +288,7 @@ class AsyncClient(AsyncClientBase):
                     maintenance=options.get("maintenance"),
                     periodic_jobs=list(options.get("periodic_jobs", ())),
                     insert_defaults=self._core.defaults,
+                    notify_limiter=self._core.limiter,
                     middleware=self._core.middleware,
                     soft_stop_timeout=options.get("soft_stop_timeout", DEFAULT_SOFT_STOP_TIMEOUT),
                     db_call_timeout=options.get("db_call_timeout", DEFAULT_CALL_TIMEOUT),

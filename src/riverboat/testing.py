@@ -38,8 +38,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
+from riverboat import _insert_async, _insert_sync
 from riverboat._insert import InsertDefaults, encode_args, resolve_insert
-from riverboat._job import InsertOpts, InsertResult, JobRow
+from riverboat._insert_plan import InsertPlan
+from riverboat._job import InsertOpts, JobRow
 from riverboat._options import unknown_option
 from riverboat.dialect.base import Dialect
 from riverboat.drivers.base import DriverStats
@@ -257,11 +259,15 @@ def work_job(
     the inserted row's times."""
     _check_work_options(options)
     executor, dialect = _executor(target, options.get("tx"))
+    stack = _work_middleware(target, options)
+    if _is_args(job):
+        plan = _plan_to_work(target, dialect, stack, job, options)
+        job = _insert_sync.run_insert(plan, executor)[0].job
 
     async def fetch(stmt: Any) -> Any:
         return executor.fetch(stmt)
 
-    return asyncio.run(_work(fetch, dialect, target, workers, job, options))
+    return asyncio.run(_work(fetch, dialect, stack, workers, _job_id(job), options))
 
 
 async def work_job_async(
@@ -279,7 +285,11 @@ async def work_job_async(
         raise TypeError(f"expected an AsyncClient or an async driver, got {type(target).__name__}")
     tx = options.get("tx")
     executor = driver.wrap(tx) if tx is not None else driver
-    return await _work(executor.fetch, dialect, target, workers, job, options)
+    stack = _work_middleware(target, options)
+    if _is_args(job):
+        plan = _plan_to_work(target, dialect, stack, job, options)
+        job = (await _insert_async.run_insert(plan, executor))[0].job
+    return await _work(executor.fetch, dialect, stack, workers, _job_id(job), options)
 
 
 def _check_work_options(options: WorkOptions) -> None:
@@ -289,42 +299,56 @@ def _check_work_options(options: WorkOptions) -> None:
         raise TypeError(f"work_job got an unexpected keyword argument {name!r}")
 
 
+def _work_middleware(target: Any, options: WorkOptions) -> MiddlewareStack | None:
+    """The middleware a work_job runs in: the one given, else the client's."""
+    middleware = options.get("middleware")
+    if middleware is not None:
+        return MiddlewareStack(middleware)
+    core = getattr(target, "_core", None)
+    return core.middleware if core is not None else None
+
+
+def _is_args(job: object) -> bool:
+    """Whether work_job's ``job`` is job args to insert (not a row or its id)."""
+    return not isinstance(job, (JobRow, int)) or isinstance(job, bool)
+
+
+def _job_id(job: Any) -> int:
+    return job if isinstance(job, int) else int(job.id)
+
+
+def _plan_to_work(
+    target: Any,
+    dialect: Dialect,
+    stack: MiddlewareStack | None,
+    args: object,
+    options: WorkOptions,
+) -> InsertPlan:
+    """The insert of work_job's args: a client's as its own inserts (defaults, test
+    config, insert hooks and middleware), but for two named differences: no check that
+    the client has a worker for the kind (``workers`` says what is worked), and no
+    notification (the helper claims the job itself at once; a notification would only
+    invite a running client's producer to claim it first)."""
+    opts, kind = options.get("opts"), options.get("kind")
+    core = getattr(target, "_core", None)
+    if core is not None:
+        plan: InsertPlan = core.plan_one(args, opts, kind, check_kinds=False)
+    else:
+        job = resolve_insert(args, opts, kind, InsertDefaults())
+        plan = InsertPlan(dialect, [job], (args,), None)
+    plan.notify = None
+    plan.middleware = stack
+    return plan
+
+
 async def _work(
     fetch: Callable[[Any], Awaitable[Any]],
     dialect: Dialect,  # the target's dialect
-    target: Any,
+    stack: MiddlewareStack | None,
     workers: Workers,
-    job: JobRow | int | object,
+    job_id: int,
     options: WorkOptions,
 ) -> WorkResult:
-    core = getattr(target, "_core", None)
-    middleware = options.get("middleware")
-    if middleware is not None:
-        stack: MiddlewareStack | None = MiddlewareStack(middleware)
-    else:
-        stack = core.middleware if core is not None else None
-    if isinstance(job, (JobRow, int)) and not isinstance(job, bool):
-        job_id = job if isinstance(job, int) else job.id
-    else:
-        defaults = core.defaults if core is not None else InsertDefaults()
-        # The client's test config (use_test_config) applies as to its own inserts.
-        now = core.clock.now() if core is not None else None
-        params = resolve_insert(job, options.get("opts"), options.get("kind"), defaults, now)
-        if core is not None and (now is not None or not core.unique_enforcement):
-            core._apply_test_config([params], now)
-
-        async def insert() -> list[InsertResult]:
-            if stack is not None:
-                stack.apply_insert([params], [job])
-            rows = await fetch(dialect.job_insert_many([params], [], now))
-            results: list[InsertResult] = dialect.decode_insert(rows)
-            return results
-
-        if stack is not None and stack.insert_layers:  # insert_many middleware wraps it
-            inserted = await stack.wrap_insert_async([params], [job], insert)
-        else:
-            inserted = await insert()
-        job_id = inserted[0].job.id
     rows = await fetch(dialect.job_set_running(job_id, options.get("client_id", "riverboat-test")))
     if not rows:
         current = await fetch(dialect.job_get_by_id(job_id))

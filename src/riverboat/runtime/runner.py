@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from riverboat._clock import Clock
 from riverboat._insert import InsertDefaults, validate_queue
+from riverboat._insert_plan import NotifyLimiter
 from riverboat.drivers.base import AsyncDriver, call_deadline
 from riverboat.errors import InvalidInputError, MigrationError, NotFoundError
 from riverboat.flow import FlowControl
@@ -102,6 +103,8 @@ class RuntimeConfig:
     # The client's riverboat.middleware.MiddlewareStack (work middleware, start hooks).
     middleware: MiddlewareStack | None = None
     insert_defaults: InsertDefaults = field(default_factory=InsertDefaults)
+    # The client's insert notify limiter, shared with the periodic enqueuer.
+    notify_limiter: NotifyLimiter = field(default_factory=NotifyLimiter)
     # River's SoftStopTimeout: how long a soft stop waits for running jobs before it
     # hands them back as a hard stop does. None (or -1) waits for ever, River's default.
     soft_stop_timeout: float | None = DEFAULT_SOFT_STOP_TIMEOUT
@@ -438,6 +441,7 @@ class Runtime:
             wake_queues=self.wake_queues,
             middleware=cfg.middleware,
             clock=self.clock,
+            notify_limiter=cfg.notify_limiter,
         )
         self._maintenance_ctx = ctx
         elector = Elector(self.driver, self.client_id, mcfg.elector, notifier=self.notifier)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from riverboat._clock import Clock
+from riverboat._insert_plan import NotifyLimiter
 from riverboat.dialect.base import Dialect
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
@@ -51,6 +52,8 @@ class MaintenanceContext:
     middleware: Any = None
     # The client's clock (riverboat/_clock.py): the scheduler's now.
     clock: Clock = field(default_factory=Clock)
+    # The client's: periodic runs notify their queues as the client's own inserts do.
+    notify_limiter: NotifyLimiter = field(default_factory=NotifyLimiter)
 
     @property
     def dialect(self) -> Dialect:

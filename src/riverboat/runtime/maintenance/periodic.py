@@ -52,7 +52,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from riverboat._insert import InsertDefaults, InsertParams, resolve_insert
-from riverboat._job import InsertManyParams, InsertOpts, InsertResult, JobState, format_rfc3339_nano
+from riverboat._insert_async import run_insert
+from riverboat._insert_plan import InsertPlan
+from riverboat._job import InsertManyParams, InsertOpts, JobState, format_rfc3339_nano
 from riverboat._periodic import CATCH_UP_LIMIT, CATCH_UP_POLICIES, PeriodicJobRecord
 from riverboat._unique import unique_states_bitmask
 from riverboat.dialect._periodic_common import PeriodicJobDeclaration, PeriodicJobWrite
@@ -518,29 +520,21 @@ class PeriodicJobEnqueuer(Service):
                 made_args.append(built[1])
                 if not on_start and (entry.last_run_at is None or tick > entry.last_run_at):
                     entry.last_run_at = tick
-        stack = self.ctx.middleware
         if params:
-            dialect = self.ctx.dialect
-
-            async def insert() -> list[InsertResult]:
-                if stack is not None:
-                    # The client's insert hooks and the args types' own, as for any insert.
-                    stack.apply_insert(params, made_args)
-                queues = sorted({p.queue for p in params if p.state == JobState.AVAILABLE})
-                rows = await self.ctx.driver.fetch(dialect.job_insert_many(params, queues))
-                return dialect.decode_insert(rows)
-
-            if stack is not None and stack.insert_layers:
-                # River's periodic inserts pass through its JobInsertMiddleware too.
-                results = await stack.wrap_insert_async(params, made_args, insert)
-            else:
-                results = await insert()
-            queues = sorted({p.queue for p in params if p.state == JobState.AVAILABLE})
+            # The client's one insert path: its insert hooks and insert_many middleware
+            # (River's periodic inserts pass through its JobInsertMiddleware too), its
+            # notify limiter, batches of 5,000, unique twins collapsed.
+            ctx = self.ctx
+            plan = InsertPlan(
+                ctx.dialect, params, made_args, ctx.notify_limiter, middleware=ctx.middleware
+            )
+            results = await run_insert(plan, ctx.driver, ctx.driver.transaction)
             skipped = sum(1 for r in results if r.unique_skipped_as_duplicate)
             self.skipped_duplicates += skipped
             self.inserted += len(results) - skipped
+            queues = plan.available_queues()
             if queues:
-                self.ctx.wake_queues(queues)
+                ctx.wake_queues(queues)
         # Advance only once the runs are written, so a failed insert is retried (after
         # the error backoff) for the same ticks; the unique key keeps that idempotent.
         for entry, tick, on_start in due:
