@@ -29,6 +29,7 @@ from riverboat import (
     Workers,
     Workflow,
 )
+from riverboat._client_async import AsyncClientBase
 from riverboat._insert import InsertDefaults, InsertParams, resolve_insert
 from riverboat._insert_plan import INSERT_BATCH_MAX, InsertPlan, NotifyLimiter
 from riverboat.dialect.postgres import PostgresDialect
@@ -47,16 +48,9 @@ SRC = Path(riverboat.__file__).parent
 # --- every path runs a plan -----------------------------------------------------------
 
 # Where each insert path lives, and the functions that must run a plan.
+CLIENT_INSERTS = sorted(n for n in vars(AsyncClientBase) if n.startswith("insert"))
 INSERT_PATHS = {
-    "_client_async.py": [
-        "insert",
-        "insert_tx",
-        "insert_many",
-        "insert_many_tx",
-        "insert_many_fast",
-        "insert_many_fast_tx",
-        "_workflow_insert",
-    ],
+    "_client_async.py": [*CLIENT_INSERTS, "_workflow_insert"],
     "runtime/maintenance/periodic.py": ["run_once"],
     "testing.py": ["work_job", "work_job_async"],
 }
@@ -75,6 +69,7 @@ def _calls(node: ast.AST) -> set[str]:
 
 
 def test_every_insert_path_runs_a_plan() -> None:
+    assert len(CLIENT_INSERTS) == 6  # insert, insert_many, insert_many_fast, each _tx too
     for path, functions in INSERT_PATHS.items():
         tree = ast.parse((SRC / path).read_text())
         defined = {
