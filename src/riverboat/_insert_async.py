@@ -29,13 +29,13 @@ async def run_insert(
 ) -> list[InsertResult]:
     """Insert ``plan`` and return one result per job, in order (a unique duplicate: the
     existing row, flagged)."""
+    middleware = plan.middleware
+    if middleware is None or not middleware.insert_layers:
+        return (await _write(plan, executor, transaction, rows=True))[0]
 
     async def inner() -> list[InsertResult]:
         return (await _write(plan, executor, transaction, rows=True))[0]
 
-    middleware = plan.middleware
-    if middleware is None or not middleware.insert_layers:
-        return await inner()
     return await middleware.wrap_insert_async(plan.jobs, plan.args, inner)
 
 

@@ -171,7 +171,9 @@ class InsertPlan:
     def _batches(self, jobs: list[InsertParams], *, count: bool = False) -> list[InsertBatch]:
         out = []
         for start in range(0, len(jobs), INSERT_BATCH_MAX):
-            batch, origin = collapse_unique_twins(jobs[start : start + INSERT_BATCH_MAX])
+            part = jobs if len(jobs) <= INSERT_BATCH_MAX else jobs[start : start + INSERT_BATCH_MAX]
+            # One job has no twin: the usual single insert skips the search.
+            batch, origin = collapse_unique_twins(part) if len(part) > 1 else (part, None)
             stmt = self.dialect.job_insert_many(batch, self._queues(batch), self.now)
             # Counting (rows=False) reads a batch's rows only when a job may be a duplicate.
             unique = count and any(j.unique_key is not None for j in batch)

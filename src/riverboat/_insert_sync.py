@@ -26,13 +26,13 @@ def run_insert(
 ) -> list[InsertResult]:
     """Insert ``plan`` and return one result per job, in order (a unique duplicate: the
     existing row, flagged)."""
+    middleware = plan.middleware
+    if middleware is None or not middleware.insert_layers:
+        return (_write(plan, executor, transaction, rows=True))[0]
 
     def inner() -> list[InsertResult]:
         return (_write(plan, executor, transaction, rows=True))[0]
 
-    middleware = plan.middleware
-    if middleware is None or not middleware.insert_layers:
-        return inner()
     return middleware.wrap_insert(plan.jobs, plan.args, inner)
 
 
