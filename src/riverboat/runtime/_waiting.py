@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Iterable
+from typing import Any
 
-__all__ = ["backoff_delay", "wait_any", "wait_event"]
+__all__ = ["backoff_delay", "cancel_and_wait", "wait_any", "wait_event"]
 
 
 def backoff_delay(errors: int, base: float, cap: float, *, jitter: bool = True) -> float:
@@ -32,3 +34,11 @@ async def wait_event(event: asyncio.Event, timeout: float) -> None:
         await asyncio.wait_for(event.wait(), timeout)
     except TimeoutError:
         pass
+
+
+async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    """Cancel a service's loop and wait until it has unwound (its ``finally`` blocks
+    ran), so that a stop returns only once nothing of the loop is left running."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -21,7 +21,7 @@ from typing import Any
 
 from riverboat.drivers.base import AsyncDriver, call_deadline
 from riverboat.errors import DriverError
-from riverboat.runtime._waiting import backoff_delay
+from riverboat.runtime._waiting import backoff_delay, cancel_and_wait
 from riverboat.runtime.health import DEFAULT_CALL_TIMEOUT, PathHealth, bounded
 
 __all__ = ["TOPICS", "Notifier"]
@@ -147,10 +147,6 @@ class Notifier:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(self._task)
             self._task = None
         await self._close_listener()

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from riverboat.errors import DriverError, InvalidInputError
+from riverboat.runtime._waiting import cancel_and_wait
 from riverboat.runtime.health import bounded
 
 if TYPE_CHECKING:
@@ -186,10 +187,7 @@ class ClientRegistry:
             # cancelling a query midway leaves its connection for the garbage collector.
             async with self._beating:
                 self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(self._task)
             self._task = None
         if not self.enabled:
             return

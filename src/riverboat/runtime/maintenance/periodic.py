@@ -59,6 +59,7 @@ from riverboat._periodic import CATCH_UP_LIMIT, CATCH_UP_POLICIES, PeriodicJobRe
 from riverboat._unique import unique_states_bitmask
 from riverboat.dialect._periodic_common import PeriodicJobDeclaration, PeriodicJobWrite
 from riverboat.errors import DriverError, InvalidInputError, MissingDependencyError
+from riverboat.runtime._waiting import cancel_and_wait
 from riverboat.runtime.maintenance._service import MaintenanceContext, Service
 from riverboat.runtime.maintenance.periodic_job import NEVER, PeriodicJob
 
@@ -652,11 +653,7 @@ class PeriodicPublisher:
     async def stop(self) -> None:
         self.jobs.listen("publisher", lambda: None)
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(self._task)
             self._task = None
         # A change made just before the stop is declared still (bounded).
         last = {
