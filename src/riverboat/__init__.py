@@ -44,7 +44,7 @@ from riverboat.errors import (
     UnknownJobKindError,
     WaitTimeoutError,
 )
-from riverboat.flow import ConcurrencyLimit, RateLimit
+from riverboat.flow import ConcurrencyLimit, LimitUse, RateLimit
 from riverboat.runtime.elector import ElectorConfig
 from riverboat.runtime.events import Event, EventKind, JobStatistics, Subscription
 from riverboat.runtime.maintenance import MaintenanceConfig, PeriodicJob
@@ -102,6 +102,7 @@ __all__ = [
     "JobState",
     "JobStatistics",
     "Leader",
+    "LimitUse",
     "MaintenanceConfig",
     "MigrationError",
     "MissingDependencyError",

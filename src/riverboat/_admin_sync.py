@@ -8,6 +8,7 @@ Generated from ``_admin_async.py`` by ``scripts/async_to_sync.py``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -34,6 +35,7 @@ from riverboat._job import JobRow, JobState
 from riverboat._periodic import PeriodicJobRecord
 from riverboat._queue import QueueRow
 from riverboat.errors import InvalidInputError, NotFoundError
+from riverboat.flow import LimitUse, limit_uses
 
 if TYPE_CHECKING:
     from riverboat._client_core import _ClientCore
@@ -247,6 +249,33 @@ class SyncAdmin:
         again (``alive`` False). Needs riverboat's migration line."""
         rows = self.driver.fetch(self._core.dialect.client_list())
         return [self._core.dialect.decode_client(row) for row in rows]
+
+    def queue_limits(self, queue: str | None = None) -> list[LimitUse]:
+        """Each flow-control limit of the queues live workers work (of ``queue`` only
+        when given), as they report it, per partition: its use and the due jobs it
+        holds back now (riverboat.flow.LimitUse; docs/flow-control.md). Needs
+        riverboat's migration line."""
+        limits: dict[tuple[str, str], dict[str, Any]] = {}
+        for worker in self.workers_list():
+            for q in worker.queues:
+                if worker.alive and q.flow and (queue is None or q.name == queue):
+                    limits.setdefault((q.name, json.dumps(q.flow, sort_keys=True)), q.flow)
+        dialect = self._core.dialect
+        out: list[LimitUse] = []
+        for (name, _), described in sorted(limits.items()):
+            for rate in (False, True):
+                spec = described.get("rate" if rate else "concurrency") or {}
+                if not spec.get("limit" if rate else "global_limit"):
+                    continue
+                stmt = dialect.flow_use(
+                    queue=name,
+                    by_kind=bool(spec.get("by_kind")),
+                    by_args=[str(k) for k in spec.get("by_args") or ()],
+                    rate_period=spec.get("period") if rate else None,
+                )
+                rows = self.driver.fetch(stmt)
+                out += limit_uses(name, described, rows, rate=rate)
+        return out
 
     def workers_scale(
         self, queue: str, max_workers: int, *, worker_id: str | None = None

@@ -16,6 +16,7 @@ from riverboat._job import InsertManyParams, InsertOpts, JobRow
 from riverboat._url import async_driver_from_url, driver_from_url
 from riverboat.drivers.base import AsyncDriver, Driver
 from riverboat.errors import InvalidInputError, NotFoundError, UnknownJobKindError
+from riverboat.flow import check_args_keys, partition_args_keys
 from riverboat.middleware import MiddlewareStack
 from riverboat.runtime.worker import Workers
 
@@ -69,12 +70,21 @@ class _ClientCore:
         self.limiter = NotifyLimiter(fetch_cooldown if fetch_cooldown is not None else 0.0)
         self.workers = workers
         self.skip_unknown_job_check = False
+        # Per queue this client was configured with, the args keys its flow-control
+        # limits are partitioned by: every job inserted into it must have them.
+        self.flow_args_keys: dict[str, tuple[str, ...]] = {}
         self.middleware = MiddlewareStack(middleware)
         # riverboat.testing.use_test_config (River's TestConfig): a stubbed clock for
         # inserts (created_at, scheduled_at) and unique periods, and unique enforcement
         # that can be switched off. The runtime shares this clock object.
         self.clock = Clock()
         self.unique_enforcement = True
+
+    def set_flow_args_keys(self, queue: str, config: object | None) -> None:
+        """Follow a queue added (``config``) or removed (None) at run time."""
+        self.flow_args_keys.pop(queue, None)
+        if config is not None:
+            self.flow_args_keys.update(partition_args_keys({queue: config}))
 
     def _now(self) -> datetime | None:
         return self.clock.now()
@@ -107,6 +117,8 @@ class _ClientCore:
             self._apply_test_config(jobs, now)
         if check_kinds:
             self._check_kinds(jobs)
+        if self.flow_args_keys:
+            check_args_keys(self.flow_args_keys, jobs, many=False)
         return InsertPlan(self.dialect, jobs, (args,), self.limiter, now, self.middleware)
 
     def plan_many(self, params: Sequence[object], *, fast: bool = False) -> InsertPlan:
@@ -117,6 +129,8 @@ class _ClientCore:
         if now is not None or not self.unique_enforcement:
             self._apply_test_config(jobs, now)
         self._check_kinds(jobs)
+        if self.flow_args_keys:
+            check_args_keys(self.flow_args_keys, jobs, many=True)
         args = [p.args if isinstance(p, InsertManyParams) else p for p in params]
         # COPY leaves created_at to the server's clock; a test clock needs the statement.
         copy = fast and self.driver.capabilities.copy and now is None

@@ -20,6 +20,8 @@ class WorkerQueue:
     running: int
     stopped: bool = False  # by an operator (``workers stop``), for this worker only
     paused: bool = False  # River's queue pause (``queues pause``), for every client
+    # Its flow control (riverboat.flow.FlowControl.describe), None without any.
+    flow: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,7 @@ def decode_queues(value: Any) -> list[WorkerQueue]:
                     int(q.get("running") or 0),
                     bool(q.get("stopped", False)),
                     bool(q.get("paused", False)),
+                    q["flow"] if isinstance(q.get("flow"), dict) else None,
                 )
             )
     return out

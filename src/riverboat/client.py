@@ -25,6 +25,7 @@ from riverboat._clock import Clock
 from riverboat._insert import InsertParams, validate_queue
 from riverboat._options import check_option_names
 from riverboat.errors import InvalidInputError, NotFoundError
+from riverboat.flow import partition_args_keys
 from riverboat.runtime.events import EventKind, Subscription
 from riverboat.runtime.health import DEFAULT_CALL_TIMEOUT
 from riverboat.runtime.maintenance.periodic import PeriodicJob, PeriodicJobs
@@ -128,6 +129,7 @@ def _core_for(
     )
     core.skip_unknown_job_check = bool(options.get("skip_unknown_job_check", False))
     core.owns_driver = core.owns_driver or bool(options.get("owns_driver", False))
+    core.flow_args_keys = partition_args_keys(options.get("queues"))
     return core
 
 
@@ -206,11 +208,13 @@ class Client(ClientBase):
         """Work queue ``name`` too (see :meth:`AsyncClient.queue_add`); kept across
         restarts."""
         self._running_queues().queue_change(name, config)
+        self._core.set_flow_args_keys(name, config)
 
     def queue_remove(self, name: str) -> None:
         """Stop working queue ``name`` once its running jobs finish (see
         :meth:`AsyncClient.queue_remove`); kept across restarts."""
         self._running_queues().queue_change(name, None)
+        self._core.set_flow_args_keys(name, None)
 
     @property
     def periodic_jobs(self) -> PeriodicJobs:
@@ -339,12 +343,14 @@ class AsyncClient(AsyncClientBase):
         when running, from ``start()`` otherwise. Raises InvalidInputError for a queue
         already worked, or on an insert-only client."""
         await self.runtime.add_queue(name, config)
+        self._core.set_flow_args_keys(name, config)
 
     async def queue_remove(self, name: str) -> None:
         """Stop working queue ``name`` (River's ``Queues().Remove``): its producer stops
         fetching, and this returns once the jobs it was running have finished and their
         outcomes are buffered for writing. Raises NotFoundError for a queue not worked."""
         await self.runtime.remove_queue(name)
+        self._core.set_flow_args_keys(name, None)
 
     @property
     def stopped(self) -> asyncio.Event:

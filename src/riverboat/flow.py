@@ -17,8 +17,9 @@ A held-back job stays ``available``: it is not claimed, so no attempt is counted
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -26,15 +27,23 @@ from typing import Any
 from riverboat.errors import InvalidInputError
 
 __all__ = [
+    "FLOW_CLAIM_LINE_VERSION",
     "SEQUENCE_METADATA_KEY",
     "ConcurrencyLimit",
     "FlowControl",
+    "LimitUse",
     "RateLimit",
+    "check_args_keys",
     "check_sequence_key",
+    "limit_uses",
+    "partition_args_keys",
     "partition_of",
 ]
 
 SEQUENCE_METADATA_KEY = "riverboat_sequence"
+# The version of riverboat's migration line whose function the Postgres claim calls
+# (riverboat_flow_claim_jobs).
+FLOW_CLAIM_LINE_VERSION = 3
 SEQUENCE_KEY_MAX = 255
 ARGS_KEY_MAX = 100
 LIMIT_MAX = 1_000_000
@@ -120,6 +129,40 @@ class FlowControl:
     # cancelled (False, the default).
     sequence_continue: bool = False
 
+    @property
+    def scans_ahead(self) -> bool:
+        """Whether the claim must look past the first ``max_to_lock`` candidates: with
+        partitions or sequences a candidate may have no room while a later one has."""
+        con, rate = self.concurrency, self.rate
+        return (
+            self.sequences
+            or (con is not None and (con.by_kind or bool(con.by_args)))
+            or (rate is not None and (rate.by_kind or bool(rate.by_args)))
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """The limits as JSON, for riverboat's registry of live workers (what
+        ``riverboat queues limits`` and the dashboard show)."""
+        out: dict[str, Any] = {}
+        con, rate = self.concurrency, self.rate
+        if con is not None:
+            out["concurrency"] = {
+                "global_limit": con.global_limit,
+                "local_limit": con.local_limit,
+                "by_kind": con.by_kind,
+                "by_args": list(con.by_args),
+            }
+        if rate is not None:
+            out["rate"] = {
+                "limit": rate.limit,
+                "period": rate.seconds,
+                "by_kind": rate.by_kind,
+                "by_args": list(rate.by_args),
+            }
+        if self.sequences:
+            out["sequences"] = "continue" if self.sequence_continue else "halt"
+        return out
+
     def params(self) -> dict[str, Any]:
         """The limit parameters the flow-controlled claim statement binds (both
         dialects name them alike)."""
@@ -170,3 +213,96 @@ def check_sequence_key(value: object) -> str:
             "sequence", f"must be a str of 1 to {SEQUENCE_KEY_MAX} characters, not {value!r}"
         )
     return value
+
+
+def partition_args_keys(queues: Mapping[str, Any] | None) -> dict[str, tuple[str, ...]]:
+    """Per queue of ``queues`` (a client's QueueConfigs), the args keys its limits are
+    partitioned by (``by_args``): the keys every job inserted into it must have."""
+    out: dict[str, tuple[str, ...]] = {}
+    for name, config in (queues or {}).items():
+        flow = FlowControl.of(config)
+        if flow is None:
+            continue
+        keys: list[str] = []
+        for limit in (flow.concurrency, flow.rate):
+            if limit is not None:
+                keys += [key for key in limit.by_args if key not in keys]
+        if keys:
+            out[name] = tuple(keys)
+    return out
+
+
+def check_args_keys(
+    required: Mapping[str, tuple[str, ...]], jobs: Sequence[Any], *, many: bool
+) -> None:
+    """Refuse a job whose args lack a key its queue's limits are partitioned by
+    (``required``, from :func:`partition_args_keys`): the claim would put it in the
+    partition of ``null``, shared with every other job without the key."""
+    for index, job in enumerate(jobs):
+        keys = required.get(job.queue)
+        if not keys:
+            continue
+        args = json.loads(job.encoded_args)
+        for key in keys:
+            if not isinstance(args, dict) or key not in args:
+                field = f"params[{index}].args" if many else "args"
+                raise InvalidInputError(
+                    field,
+                    f"has no {key!r}, which the limits of queue {job.queue!r} are "
+                    "partitioned by (by_args)",
+                )
+
+
+@dataclass(slots=True, frozen=True)
+class LimitUse:
+    """One limit of a queue (as its live workers report it) in one partition: how much of
+    it is in use and how many due jobs it holds back now.
+
+    ``limit`` is ``"concurrency"`` (``in_use``: jobs running, against ``global_limit``)
+    or ``"rate"`` (``in_use``: jobs started in the last ``period`` seconds).
+    ``partition`` is the kind (when ``by_kind``) then the value of each ``by_args`` key,
+    empty for a limit on the whole queue. ``held_back``: available jobs already due that
+    the limit keeps from starting (those beyond the room it has left)."""
+
+    queue: str
+    limit: str
+    value: int
+    period: float | None
+    partition: list[Any]
+    in_use: int
+    due: int
+    held_back: int
+
+
+def limit_uses(
+    queue: str, described: Mapping[str, Any], rows: Sequence[Sequence[Any]], *, rate: bool
+) -> list[LimitUse]:
+    """:class:`LimitUse` per partition from a dialect's ``flow_use`` rows, for the
+    concurrency limit (``rate`` False) or the rate limit of a queue's ``described``
+    flow control (:meth:`FlowControl.describe`)."""
+    spec = described.get("rate" if rate else "concurrency") or {}
+    value = spec.get("limit" if rate else "global_limit")
+    if not isinstance(value, int):
+        return []
+    out = []
+    for part_kind, part_args, running, started, due in rows:
+        partition: list[Any] = [part_kind] if spec.get("by_kind") else []
+        if spec.get("by_args"):
+            values = json.loads(part_args) if isinstance(part_args, str) else part_args
+            partition += list(values or [])
+        in_use = int(started if rate else running)
+        room = max(0, value - in_use)
+        out.append(
+            LimitUse(
+                queue,
+                "rate" if rate else "concurrency",
+                value,
+                spec.get("period") if rate else None,
+                partition,
+                in_use,
+                int(due),
+                max(0, int(due) - room),
+            )
+        )
+    out.sort(key=lambda use: (-use.held_back, -use.in_use, json.dumps(use.partition)))
+    return out

@@ -49,6 +49,8 @@ def test_migrate_list_up_down(empty_schema: str, pg_url: str) -> None:
     assert "nothing to apply" in _run("migrate", "up")
     assert "* 008" in _run("migrate", "list")
     out = _run("migrate", "down")  # riverboat's own line first: it sits on top
+    assert "reverted riverboat 003" in out and "current version: 8" in out
+    out = _run("migrate", "down")
     assert "reverted riverboat 002" in out and "current version: 8" in out
     out = _run("migrate", "down")
     assert "reverted riverboat 001" in out and "current version: 8" in out

@@ -38,8 +38,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @contextmanager
-def workers(db: Db, count: int, flow: dict[str, Any], max_workers: int = 10) -> Iterator[None]:
-    """``count`` real ``riverboat worker`` processes with this flow control."""
+def workers(
+    db: Db, count: int, flow: dict[str, Any], max_workers: int = 10, hard_stop: bool = False
+) -> Iterator[None]:
+    """``count`` real ``riverboat worker`` processes with this flow control; with
+    ``hard_stop`` a second signal hands their running jobs back instead of waiting."""
     env = {
         **os.environ,
         "RB_URL": db.url,
@@ -63,6 +66,12 @@ def workers(db: Db, count: int, flow: dict[str, Any], max_workers: int = 10) -> 
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
+        if hard_stop:
+            for proc in procs:
+                try:
+                    proc.wait(2)  # stopped already, or the second signal stops it hard
+                except subprocess.TimeoutExpired:
+                    proc.send_signal(signal.SIGTERM)
         for proc in procs:
             try:
                 proc.wait(30)
@@ -232,6 +241,32 @@ def test_bad_flow_control_is_refused_before_anything_runs() -> None:
         client.insert({}, InsertOpts(sequence=42), kind="flow_job")  # type: ignore[arg-type]
 
 
+def test_a_job_without_a_partition_key_is_refused_at_insert(any_db: Db) -> None:  # noqa: F811
+    limited = QueueConfig(
+        concurrency=ConcurrencyLimit(global_limit=2, by_args=["customer_id"]),
+        rate_limit=RateLimit(limit=5, period=1, by_args=["region"]),
+    )
+    with riverboat.Client(any_db.url, schema=any_db.schema, queues={"default": limited}) as client:
+        with pytest.raises(InvalidInputError, match=r"^args: has no 'customer_id'"):
+            client.insert({"region": "eu"}, kind="flow_job")
+        both = {"customer_id": 1, "region": "eu"}
+        batch = [
+            InsertManyParams(both, kind="flow_job"),
+            InsertManyParams({"customer_id": 2}, kind="flow_job"),
+        ]
+        with pytest.raises(InvalidInputError, match=r"^params\[1\]\.args: has no 'region'"):
+            client.insert_many(batch)
+        assert client.job_list().jobs == []  # nothing was written
+        client.insert(both, kind="flow_job")
+        client.insert({}, InsertOpts(queue="unlimited"), kind="flow_job")  # no limits there
+        assert len(client.job_list().jobs) == 2
+    # An inserting client that does not know the queue's limits can't check: the claim
+    # puts such a job in the partition of null (docs/flow-control.md).
+    with riverboat.Client(any_db.url, schema=any_db.schema) as insert_only:
+        insert_only.insert({"region": "eu"}, kind="flow_job")
+        assert len(insert_only.job_list().jobs) == 3
+
+
 def test_flow_control_on_postgres_needs_riverboats_line(pg_url: str, pg_schema: str) -> None:
     from riverboat.migrations import Migrator
 
@@ -241,3 +276,28 @@ def test_flow_control_on_postgres_needs_riverboats_line(pg_url: str, pg_schema: 
     client = riverboat.Client(pg_url, schema=pg_schema, queues={"default": limited})
     with client, pytest.raises(MigrationError, match="run `riverboat migrate up`"):
         client.start()
+
+
+def test_a_queue_without_flow_control_claims_without_riverboats_claim_function(
+    pg_url: str, pg_schema: str
+) -> None:
+    """No cost when unused: with no limit the claim is River's plain statement, which
+    needs nothing of riverboat's line past its client registry (version 1)."""
+    from riverboat.flow import FLOW_CLAIM_LINE_VERSION
+    from riverboat.migrations import Migrator
+
+    with riverboat.Client(pg_url, schema=pg_schema) as client:
+        Migrator(client.driver, line="riverboat").down(target_version=FLOW_CLAIM_LINE_VERSION - 1)
+    try:
+        db = Db("postgres", pg_url, pg_schema)
+        client = _insert(db, [InsertManyParams({"sleep": 0}, kind="flow_job") for _ in range(5)])
+        with workers(db, 1, {}):
+            wait_until(lambda: _all_finalized(client, 5), timeout=60, what="jobs worked")
+        assert all(job.state is JobState.COMPLETED for job in _jobs(client))
+        limited = QueueConfig(concurrency=ConcurrencyLimit(global_limit=1))
+        refused = riverboat.Client(pg_url, schema=pg_schema, queues={"default": limited})
+        with refused, pytest.raises(MigrationError, match="run `riverboat migrate up`"):
+            refused.start()
+    finally:
+        with riverboat.Client(pg_url, schema=pg_schema) as client:
+            Migrator(client.driver, line="riverboat").up()

@@ -93,7 +93,8 @@ def snapshot(conn: Any, schema: str) -> Snapshot:
             "returns": n(returns),
             "language": language,
             "volatility": volatility,
-            "body": " ".join(body.split()),
+            # riverboat's own functions name the schema's tables, quoted.
+            "body": " ".join(re.sub(rf'"{re.escape(schema)}"\.', "S.", n(body) or "").split()),
         }
         for name, args, returns, language, volatility, body in conn.execute(
             """SELECT p.proname, pg_get_function_identity_arguments(p.oid),

@@ -64,6 +64,7 @@ def test_up_list_down(pg_url: str, empty_schema: str, conn: Any) -> None:
         "  008",
         "  001",
         "  002",
+        "  003",
     ]
 
     # DATABASE_URL is the default.
@@ -162,7 +163,7 @@ def test_concurrent_cli_processes(pg_url: str, empty_schema: str, conn: Any) -> 
         for line in out.splitlines()
         if line.startswith("applied")
     )
-    assert applied == sorted([f"{v:03d}" for v in range(1, LATEST_VERSION + 1)] + ["riverboat"] * 2)
+    assert applied == sorted([f"{v:03d}" for v in range(1, LATEST_VERSION + 1)] + ["riverboat"] * 3)
     got = conn.execute(
         f"""SELECT line, version, count(*) FROM "{empty_schema}".river_migration
             GROUP BY 1, 2 ORDER BY 1, 2"""
@@ -170,6 +171,7 @@ def test_concurrent_cli_processes(pg_url: str, empty_schema: str, conn: Any) -> 
     assert got == [("main", v, 1) for v in range(1, LATEST_VERSION + 1)] + [
         ("riverboat", 1, 1),
         ("riverboat", 2, 1),
+        ("riverboat", 3, 1),
     ]
 
 

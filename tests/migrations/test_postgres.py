@@ -68,6 +68,7 @@ def test_latest_is_rivers_schema(pg_schema: str, conn: Any) -> None:
     assert rows(conn, pg_schema) == [("main", v) for v in ALL] + [
         ("riverboat", 1),
         ("riverboat", 2),
+        ("riverboat", 3),
     ]
 
 

@@ -1,7 +1,8 @@
-"""``riverboat queues list|pause|resume``: queue administration from the shell.
+"""``riverboat queues list|pause|resume|limits``: queue administration from the shell.
 
 ``pause`` and ``resume`` take a queue name or ``*`` (every queue); producers of running
-clients hear about it through ``river_control``.
+clients hear about it through ``river_control``. ``limits`` shows each flow-control limit
+live workers report, per partition: its use and the due jobs it holds back.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 
 from riverboat._queue import QueueRow
 from riverboat.cli.jobs import add_common, open_client, print_table
+from riverboat.flow import LimitUse
 
 __all__ = ["add_arguments", "run"]
 
@@ -45,12 +47,63 @@ def _print_queues(queues: Sequence[QueueRow], as_json: bool) -> None:
     )
 
 
+def _describe(use: LimitUse) -> str:
+    if use.limit == "rate":
+        return f"rate {use.value}/{use.period:g}s"
+    return f"concurrency {use.value}"
+
+
+def _print_limits(uses: Sequence[LimitUse], as_json: bool) -> None:
+    if as_json:
+        out = [
+            {
+                "queue": u.queue,
+                "limit": u.limit,
+                "value": u.value,
+                "period": u.period,
+                "partition": u.partition,
+                "in_use": u.in_use,
+                "due": u.due,
+                "held_back": u.held_back,
+            }
+            for u in uses
+        ]
+        print(json.dumps(out, indent=2))
+        return
+    if not uses:
+        print("no limits: no live worker reports flow control for these queues")
+        return
+    print_table(
+        ("QUEUE", "LIMIT", "PARTITION", "IN_USE", "DUE", "HELD_BACK"),
+        [
+            (
+                u.queue,
+                _describe(u),
+                json.dumps(u.partition) if u.partition else "(queue)",
+                str(u.in_use),
+                str(u.due),
+                str(u.held_back),
+            )
+            for u in uses
+        ],
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``queues``' subcommands on its parser."""
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = sub.add_parser("list", help="list queues by name")
     add_common(listing)
     listing.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    limits = sub.add_parser(
+        "limits",
+        help="flow-control limits, their use and the jobs they hold back",
+        description="Each concurrency and rate limit live workers report (docs/flow-control.md),"
+        " per partition: IN_USE is jobs running (a rate limit: started in its window), DUE"
+        " available jobs already due, HELD_BACK those the limit keeps from starting now.",
+    )
+    add_common(limits)
+    limits.add_argument("queue", nargs="?", metavar="QUEUE", help="only this queue")
     for action, text in (
         ("pause", "pause a queue, or every queue with '*'"),
         ("resume", "resume a queue, or every queue with '*'"),
@@ -65,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
     with open_client(args) as client:
         if args.action == "list":
             _print_queues(client.queue_list(limit=args.limit), args.json)
+        elif args.action == "limits":
+            _print_limits(client.queue_limits(args.queue), args.json)
         elif args.action == "pause":
             _print_queues(client.queue_pause(args.name), args.json)
         else:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from datetime import datetime
+from typing import ClassVar
 
 from riverboat._sql import Statement
 from riverboat.flow import FlowControl
@@ -15,6 +17,11 @@ class FlowStatements(ABC):
     """Statements for flow control; :class:`~riverboat.dialect.base.Dialect` inherits
     them."""
 
+    # Whether the claim also writes plain completions of this client's jobs (``completed``):
+    # a job counts as running until its outcome is written, and writing it in the claim
+    # saves waiting for the completer before every claim.
+    flow_claim_completes: ClassVar[bool] = False
+
     @abstractmethod
     def job_get_available_flow(
         self,
@@ -25,5 +32,19 @@ class FlowStatements(ABC):
         flow: FlowControl,
         max_attempted_by: int,
         now: datetime | None = None,
+        completed: Sequence[tuple[int, int]] = (),
     ) -> Statement:
-        """River's claim, taking only the jobs ``flow`` lets start now."""
+        """River's claim, taking only the jobs ``flow`` lets start now. When the
+        dialect's ``flow_claim_completes``, it first marks ``completed`` (``(id,
+        attempt)`` of jobs this client claimed and finished successfully, outcomes not
+        yet written) completed, so they no longer count as running, and returns their
+        rows too, in state ``completed`` (claimed rows are ``running``); others ignore
+        it."""
+
+    @abstractmethod
+    def flow_use(
+        self, *, queue: str, by_kind: bool, by_args: Sequence[str], rate_period: float | None
+    ) -> Statement:
+        """Per partition (``by_kind``, ``by_args``) of ``queue``'s jobs: the kind (or
+        NULL), the by_args values as a JSON array, how many run, how many started in the
+        last ``rate_period`` seconds (0 without one) and how many available are due."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from datetime import datetime
 
     from riverboat._sql import Query, Statement
@@ -28,6 +29,8 @@ class DialectPart:
         def stmt(self, query_name: str, /, **params: Any) -> Statement: ...
 
         def time_param(self, value: datetime | None) -> Any: ...
+
+        def text_list_param(self, values: Sequence[str] | None) -> Any: ...
 
 
 def raw_query(dialect: object, name: str) -> str:

@@ -9,6 +9,7 @@ backlog on every claim.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -129,10 +130,31 @@ def flow_claim_text(flow: FlowControl, claim: str) -> str:
     return "WITH " + ",\n".join(ctes) + "\n" + update.lstrip()
 
 
+# What a queue's limits are using, per partition (riverboat.flow.limit_uses); see
+# postgres_flow.py. The args part is the JSON array of the by_args keys' values.
+_WINDOW = f"datetime({NOW}, '-' || :rate_period || ' seconds', 'subsec')"
+_STARTED = f"""{ts_key("attempted_at", unreadable_first=False)} > {_WINDOW}
+      AND (state IN ('running', 'retryable')
+           OR {ts_key("finalized_at", unreadable_first=False)} > {_WINDOW})"""
+QUERIES: dict[str, str] = {}
+QUERIES["flow_use"] = f"""
+SELECT CASE WHEN :by_kind THEN kind END AS part_kind,
+       (SELECT json_group_array(json(j.args -> ('$."' || k.value || '"')))
+        FROM json_each(:by_args) k) AS part_args,
+       count(*) FILTER (WHERE state = 'running') AS running,
+       count(*) FILTER (WHERE :rate_period IS NOT NULL AND {_STARTED}) AS started,
+       count(*) FILTER (WHERE state = 'available' AND {ts_key("scheduled_at")} <= {NOW}) AS due
+FROM <schema>river_job j
+WHERE queue = :queue
+  AND (state IN ('running', 'available') OR (:rate_period IS NOT NULL AND {_STARTED}))
+GROUP BY 1, 2
+"""
+
+
 class SqliteFlow(DialectPart):
     """SQLite's flow-controlled claim; see the module docstring."""
 
-    _queries: ClassVar[dict[str, str]] = {}
+    _queries: ClassVar[dict[str, str]] = QUERIES
 
     def job_get_available_flow(
         self,
@@ -143,6 +165,7 @@ class SqliteFlow(DialectPart):
         flow: FlowControl,
         max_attempted_by: int,
         now: datetime | None = None,
+        completed: Sequence[tuple[int, int]] = (),
     ) -> Statement:
         cache: dict[FlowControl, Query] = self.__dict__.setdefault("_flow_queries", {})
         query = cache.get(flow)
@@ -158,3 +181,14 @@ class SqliteFlow(DialectPart):
         }
         params.update(flow.params())
         return Statement(query, params)
+
+    def flow_use(
+        self, *, queue: str, by_kind: bool, by_args: Sequence[str], rate_period: float | None
+    ) -> Statement:
+        return self.stmt(
+            "flow_use",
+            queue=queue,
+            by_kind=by_kind,
+            by_args=self.text_list_param(list(by_args)),
+            rate_period=rate_period,
+        )

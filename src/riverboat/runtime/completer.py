@@ -234,6 +234,31 @@ class Completer:
             self._full.set()
         return True
 
+    def buffered(self) -> Iterable[PendingCompletion]:
+        """The outcomes waiting to be written (a view: read it before awaiting)."""
+        return self._buffer.values()
+
+    def forget_written(self, written: Iterable[PendingCompletion]) -> None:
+        """Drop buffered outcomes another statement has written (the flow-controlled
+        claim writes this client's plain completions), unless events are wanted: those
+        are emitted from this completer's own write, which then changes nothing."""
+        if self._emit is not None and self._want_events():
+            return
+        buffer = self._buffer
+        for pending in written:
+            if buffer.get(pending.update.id) is pending:
+                del buffer[pending.update.id]
+        if len(buffer) < BACKPRESSURE_LOW:
+            self._below_low.set()
+        if not buffer:
+            self._has_items.set()  # the loop finds nothing to write and says it is drained
+
+    def flush_now(self) -> None:
+        """Write the buffered outcomes without waiting out the flush delay (a
+        flow-controlled claim counts a job as running until its outcome is written)."""
+        if self._buffer:
+            self._full.set()
+
     async def wait_drained(self) -> None:
         """Return once every buffered outcome has been written."""
         await self._drained.wait()

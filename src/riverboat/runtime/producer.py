@@ -39,6 +39,7 @@ hands back every waiting job; a cancel of one finishes it cancelled without runn
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import random
@@ -51,13 +52,13 @@ from typing import Any, Literal
 
 from riverboat._clock import Clock
 from riverboat._job import JobRow
-from riverboat.dialect._rows import QUEUE_INDEX
-from riverboat.dialect.base import MAX_ATTEMPTED_BY
+from riverboat.dialect._rows import JOB_INDEX, QUEUE_INDEX
+from riverboat.dialect.base import MAX_ATTEMPTED_BY, is_plain_completion
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
 from riverboat.flow import ConcurrencyLimit, FlowControl, RateLimit
 from riverboat.runtime._waiting import wait_event
-from riverboat.runtime.completer import Completer
+from riverboat.runtime.completer import Completer, PendingCompletion
 from riverboat.runtime.events import Event, EventKind
 from riverboat.runtime.executor import (
     ExecutorConfig,
@@ -70,6 +71,7 @@ from riverboat.runtime.executor import (
 from riverboat.runtime.health import DEFAULT_CALL_TIMEOUT, PathHealth, bounded
 from riverboat.runtime.process_pool import ProcessPool, usable_cores
 from riverboat.runtime.threads import DaemonThreadPool
+from riverboat.workflow import WORKFLOW_METADATA_KEY
 
 __all__ = ["DEFAULT_FETCH_COOLDOWN", "QUICK_FETCH_GAP", "Producer", "QueueConfig", "fetch_delay"]
 
@@ -110,6 +112,12 @@ QUICK_FETCH_GAP = 0.01
 AHEAD_WINDOW = 0.25
 AHEAD_MAX_WAIT = 2.0
 AHEAD_BACKOFF = 60.0
+# Where a claimed row's id and state are (the flow-controlled claim also returns the
+# rows of the jobs it completed).
+_ID_COLUMN, _STATE_COLUMN = JOB_INDEX["id"], JOB_INDEX["state"]
+# How long a flow-controlled claim waits for the outcomes buffered here to be written
+# (a job counts as running until then); past it, the claim counts them as running.
+FLOW_FLUSH_WAIT = 0.5
 
 
 @dataclass(slots=True, frozen=True)
@@ -176,6 +184,9 @@ class Producer:
         self.health = PathHealth(f"producer {queue}", log)
         self.max_workers = config.max_workers
         self._flow = FlowControl.of(config)
+        # Under flow control: wakes the producer once the completer has written what it
+        # holds, after a claim held back by this client's own unwritten outcomes.
+        self._wake_when_written_task: asyncio.Task[None] | None = None
         self._driver = driver
         self._dialect = driver.dialect
         self._client_id = client_id
@@ -473,7 +484,11 @@ class Producer:
                 listener(self.queue, len(rows))
             # Set before the jobs start: with eager task start (Python 3.12+) a short job
             # finishes inside _start_job, and its slot must already count toward a refill.
-            self._fetch_when_slots_free = self._last_fetch_full = len(rows) == free
+            # Under flow control a short claim means "held back" as often as "no
+            # backlog": ending jobs refill the same way (a wake-up per release, debounced
+            # by the cooldown; at once when half the slots are free).
+            self._last_fetch_full = len(rows) == free
+            self._fetch_when_slots_free = self._last_fetch_full or self._flow is not None
             if rows:
                 decode = self._dialect.decode_job
                 for raw in rows:
@@ -507,8 +522,37 @@ class Producer:
 
     async def _claim_with_flow_control(self, flow: FlowControl, free: int) -> list[Any]:
         """The claim of a queue with limits or sequences (riverboat.flow): one statement
-        that counts and claims (on Postgres inside riverboat_flow_claim, which takes
-        the queue's lock first), so no other process counts between the two."""
+        that counts and claims (on Postgres inside riverboat_flow_claim_jobs, which
+        takes the queue's lock first), so no other process counts between the two.
+
+        A job counts as running until its outcome is written (the database's record
+        says so): a limit as large as the fleet's slots would otherwise hold back every
+        job whose predecessor's outcome is still buffered. On Postgres the claim itself
+        writes this queue's plain completions (``flow_claim_completes``); any other
+        outcome of this queue still buffered is written first, without the completer's
+        flush delay."""
+        completer = self._completer
+        written: dict[int, PendingCompletion] = {}
+        others = False
+        if completer.backlog:
+            in_claim = self._dialect.flow_claim_completes
+            for pending in completer.buffered():
+                job = pending.job
+                if job.queue != self.queue:
+                    continue
+                if (
+                    in_claim
+                    and is_plain_completion(pending.update)
+                    and WORKFLOW_METADATA_KEY not in job.metadata
+                ):
+                    written[job.id] = pending
+                else:
+                    others = True
+        if others:
+            completer.flush_now()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(FLOW_FLUSH_WAIT):
+                    await completer.wait_drained()
         stmt = self._dialect.job_get_available_flow(
             queue=self.queue,
             max_to_lock=free,
@@ -516,8 +560,35 @@ class Producer:
             flow=flow,
             max_attempted_by=MAX_ATTEMPTED_BY,
             now=self.clock.now(),
+            completed=[(p.job.id, p.job.attempt) for p in written.values()],
         )
-        return list(await self._driver.fetch(stmt))
+        rows = list(await self._driver.fetch(stmt))
+        if written:
+            # The rows of the jobs it completed come back too, in state 'completed'
+            # (the claimed ones are 'running'): their outcomes need no other write.
+            done = [written[r[_ID_COLUMN]] for r in rows if r[_STATE_COLUMN] == "completed"]
+            completer.forget_written(done)
+            if done:
+                rows = [r for r in rows if r[_STATE_COLUMN] != "completed"]
+        if len(rows) < free and not completer.idle:
+            # Fewer than asked: held back, maybe by outcomes the completer is writing
+            # right now (still running in the table). Claim again once they are
+            # written, not only at the next slot release or poll.
+            self._wake_when_written()
+        return rows
+
+    def _wake_when_written(self) -> None:
+        if self._wake_when_written_task is None:
+            self._wake_when_written_task = asyncio.create_task(
+                self._wake_once_drained(), name=f"riverboat-flow-wake-{self.queue}"
+            )
+
+    async def _wake_once_drained(self) -> None:
+        try:
+            await self._completer.wait_drained()
+        finally:
+            self._wake_when_written_task = None
+        self._wake.set()
 
     async def _report_queue(self) -> None:
         try:
@@ -728,11 +799,6 @@ class Producer:
             elif self._capacity - self._slots_held - len(self._ahead) >= self._refill_at:
                 self._fetch_when_slots_free = False
                 self._refill.set()
-        elif self._flow is not None:
-            # Under flow control a short claim means "held back", not "no backlog": a
-            # job ending here may make room (its outcome is written within the
-            # completer's flush delay, before the cooldown has passed).
-            self._wake.set()
 
     async def _work(self, row: JobRow, state: RunState) -> None:
         try:
@@ -805,6 +871,8 @@ class Producer:
         if self._ahead_timer is not None:
             self._ahead_timer.cancel()
             self._ahead_timer = None
+        if self._wake_when_written_task is not None:
+            self._wake_when_written_task.cancel()
         if cancel_running:
             self.interrupt_running()
         tasks = [task for task, _ in self._active.values()]

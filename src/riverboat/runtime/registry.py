@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from riverboat.errors import DriverError, InvalidInputError
+from riverboat.flow import FlowControl
 from riverboat.runtime._waiting import cancel_and_wait
 from riverboat.runtime.health import bounded
 
@@ -131,13 +132,16 @@ class ClientRegistry:
             producer = producers.get(name)
             if producer is None:
                 out[name] = {"max_workers": cfg.max_workers, "running": 0, "stopped": False}
-                continue
-            out[name] = {
-                "max_workers": producer.max_workers,
-                "running": producer.active,
-                "stopped": producer.operator_stopped,
-                "paused": producer.paused,
-            }
+            else:
+                out[name] = {
+                    "max_workers": producer.max_workers,
+                    "running": producer.active,
+                    "stopped": producer.operator_stopped,
+                    "paused": producer.paused,
+                }
+            flow = FlowControl.of(cfg)
+            if flow is not None:  # its limits, for `riverboat queues limits` and the dashboard
+                out[name]["flow"] = flow.describe()
         return out
 
     def _row(self) -> dict[str, Any]:

@@ -619,14 +619,15 @@ async def _flow_claim_needs_riverboat_line(
     driver: AsyncDriver, queues: dict[str, Any]
 ) -> str | None:
     """The first queue with flow control when its claim needs riverboat's migration line
-    (Postgres: the riverboat_flow_claim function) and the line is not applied."""
-    from riverboat.flow import FlowControl
+    (Postgres: the riverboat_flow_claim_jobs function) and the line is not at the
+    version that creates it."""
+    from riverboat.flow import FLOW_CLAIM_LINE_VERSION, FlowControl
     from riverboat.migrations import applied_version_async
 
     limited = [name for name, qcfg in queues.items() if FlowControl.of(qcfg) is not None]
     if not limited or driver.dialect.name != "postgres":
         return None
-    if await applied_version_async(driver, "riverboat") >= 1:
+    if await applied_version_async(driver, "riverboat") >= FLOW_CLAIM_LINE_VERSION:
         return None
     return limited[0]
 

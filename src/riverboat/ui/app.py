@@ -561,6 +561,10 @@ def create_app(
             await client.leader_get(),
             await queue_activity(client),
         )
+        try:
+            limits = await client.queue_limits()
+        except RiverboatError:  # without riverboat's line there is no registry of workers
+            limits = []
         now = datetime.now(UTC)
         names = sorted({q.name for q in queues} | set(by_queue) | set(activity))
         by_name = {q.name: q for q in queues}
@@ -587,6 +591,7 @@ def create_app(
             active_states=ACTIVE_STATES,
             counts={s: _count_text(counts.get(s, 0), config.count_cap) for s in STATE_TABS},
             queues=rows,
+            limits=limits,
             chart=_chart(throughput, now),
             leader=leader if leader is not None and leader.expires_at > now else None,
         )

@@ -1,0 +1,59 @@
+"""What ``riverboat queues limits`` (and ``client.queue_limits()``) show of the limits
+live workers report: each limit per partition, its use and the due jobs it holds back;
+real worker processes on Postgres and SQLite."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from riverboat import InsertManyParams
+from riverboat.cli import main
+from tests.flow.test_flow import _insert, workers
+from tests.runtime.dbs import Db, any_db  # noqa: F401
+from tests.waiting import wait_until
+
+FLOW = {
+    "concurrency": {"global_limit": 1, "by_args": ["customer_id"]},
+    "rate_limit": {"limit": 100, "period": 60},
+}
+
+
+def _limits(db: Db, capsys: pytest.CaptureFixture[str], *extra: str) -> Any:
+    common = ["--database-url", db.url] + (["--schema", db.schema] if db.schema else [])
+    code = main(["queues", "limits", *common, *extra])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out) if "--json" in extra else out
+
+
+def test_limits_show_use_and_held_back_jobs(
+    any_db: Db,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    jobs = [InsertManyParams({"customer_id": 1, "sleep": 30}, kind="flow_job") for _ in range(3)]
+    jobs.append(InsertManyParams({"customer_id": 2, "sleep": 30}, kind="flow_job"))
+    client = _insert(any_db, jobs)
+    with workers(any_db, 1, FLOW, hard_stop=True):
+
+        def settled() -> bool:
+            uses = _limits(any_db, capsys, "--json")
+            return [(u["limit"], u["partition"], u["in_use"], u["held_back"]) for u in uses] == [
+                ("concurrency", [1], 1, 2),
+                ("concurrency", [2], 1, 0),
+                ("rate", [], 2, 0),
+            ]
+
+        wait_until(settled, timeout=60, what="one job per customer running, two held back")
+        uses = client.queue_limits("default")
+        by_customer = {tuple(u.partition): u for u in uses if u.limit == "concurrency"}
+        assert by_customer[(1,)].due == 2 and by_customer[(1,)].value == 1
+        rate = [u for u in uses if u.limit == "rate"]
+        assert rate[0].value == 100 and rate[0].period == 60
+        table = _limits(any_db, capsys, "default").splitlines()
+        assert table[0].split() == ["QUEUE", "LIMIT", "PARTITION", "IN_USE", "DUE", "HELD_BACK"]
+        assert table[1].split() == ["default", "concurrency", "1", "[1]", "1", "2", "2"]
+        assert table[3].split() == ["default", "rate", "100/60s", "(queue)", "2", "2", "0"]
+        assert client.queue_limits("other") == []
