@@ -15,14 +15,19 @@ from riverboat.drivers.sqlite import SqliteDriver
 TOTAL = 1500
 
 
-def _claimer(url: str, name: str, busy_timeout: float, out: Any, seed: int) -> None:
+def _claimer(
+    url: str, name: str, busy_timeout: float, out: Any, seed: int, start: Any, inserted: Any
+) -> None:
     rng = random.Random(seed)
     try:
         claimed: list[int] = []
         with SqliteDriver(url, busy_timeout=busy_timeout) as driver:
             dialect = driver.dialect
+            start.wait(timeout=60)  # every process begins together, however slow its spawn
             empty = 0
-            while empty < 20:
+            # Stop after a quiet spell once everything is inserted (an early quiet spell,
+            # before the inserter's first commit, is no reason to leave).
+            while empty < 20 or not inserted.is_set():
                 stmt = dialect.job_get_available(
                     queue="default", max_to_lock=rng.randint(1, 12), client_id=name
                 )
@@ -60,10 +65,11 @@ def _claimer(url: str, name: str, busy_timeout: float, out: Any, seed: int) -> N
         out.put((name, [], repr(exc)))
 
 
-def _inserter(url: str, busy_timeout: float, out: Any) -> None:
+def _inserter(url: str, busy_timeout: float, out: Any, start: Any, done: Any) -> None:
     try:
         with SqliteDriver(url, busy_timeout=busy_timeout) as driver:
             client = Client(driver, fetch_cooldown=0)
+            start.wait(timeout=60)
             inserted = 0
             while inserted < TOTAL:
                 n = min(50, TOTAL - inserted)
@@ -71,8 +77,10 @@ def _inserter(url: str, busy_timeout: float, out: Any) -> None:
                     [InsertManyParams({"i": inserted + k}, kind="contended") for k in range(n)]
                 )
                 inserted += n
+        done.set()
         out.put(("inserter", [], None))
     except BaseException as exc:
+        done.set()
         out.put(("inserter", [], repr(exc)))
 
 
@@ -80,10 +88,13 @@ def test_processes_never_claim_the_same_job(sqlite_url: str, test_seed: int) -> 
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     busy_timeout = 0.002  # shorter than any real contention, so the retry loop must cope
-    procs = [ctx.Process(target=_inserter, args=(sqlite_url, busy_timeout, out))]
+    start = ctx.Barrier(4)
+    inserted = ctx.Event()
+    procs = [ctx.Process(target=_inserter, args=(sqlite_url, busy_timeout, out, start, inserted))]
     procs += [
         ctx.Process(
-            target=_claimer, args=(sqlite_url, f"worker-{i}", busy_timeout, out, test_seed + i)
+            target=_claimer,
+            args=(sqlite_url, f"worker-{i}", busy_timeout, out, test_seed + i, start, inserted),
         )
         for i in range(3)
     ]
