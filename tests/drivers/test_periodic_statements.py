@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from riverboat.dialect._periodic_common import PeriodicJobWrite
+from riverboat.dialect._periodic_common import PeriodicJobDeclaration, PeriodicJobWrite
 from tests.drivers.harness import Harness
 
 
@@ -42,3 +42,26 @@ async def test_periodic_rows_round_trip(h: Harness) -> None:
     assert all(r.created_at.tzinfo is not None and r.updated_at >= r.created_at for r in listed)
     gone = await h.fetch(h.driver, dialect.periodic_job_delete(["never", "nightly"]))
     assert sorted(r[0] for r in gone) == ["never", "nightly"]
+
+
+async def test_a_runtime_declaration_outlives_a_late_save_of_the_old_schedule(
+    h: Harness,
+) -> None:
+    # A follower redefines a job at runtime (a declaration with its template) while the
+    # leader, which read the old definition, is still saving that schedule's next run.
+    dialect = h.driver.dialect
+    tick = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+    template = {"kind": "noop", "args": {"version": 1}}
+    old = PeriodicJobDeclaration("redefined", "* * * * * *", "all", template)
+    await h.execute(h.driver, dialect.periodic_job_declare([old]))
+    new = PeriodicJobDeclaration("redefined", "*/2 * * * * *", "all", {**template, "args": {}})
+    await h.execute(h.driver, dialect.periodic_job_declare([new]))
+    late = PeriodicJobWrite("redefined", "* * * * * *", "all", tick, tick)
+    await h.execute(h.driver, dialect.periodic_job_save([late]))
+    (row,) = [
+        dialect.decode_periodic_job(r) for r in await h.fetch(h.driver, dialect.periodic_job_list())
+    ]
+    assert row.schedule == "*/2 * * * * *"
+    assert row.template == new.template
+    assert row.next_run_at is None  # the leader starts the declared schedule from now
+    await h.fetch(h.driver, dialect.periodic_job_delete(["redefined"]))

@@ -28,7 +28,11 @@ ORDER BY id
 """
 
 # One row per periodic job the leader advanced. Under an unchanged schedule next_run_at
-# only moves forward, and last_run_at is kept when this write inserted nothing.
+# only moves forward, and last_run_at is kept when this write inserted nothing. A new
+# schedule from the leader's own code (a deploy) replaces the stored one; but a row with a
+# template was declared at runtime by a client (periodic_job_declare), maybe after the
+# leader read it: that declaration wins, and the leader's write under the schedule it read
+# is dropped (it starts the declared schedule at its next read).
 QUERIES["periodic_job_save"] = """
 INSERT INTO <schema>riverboat_periodic_job AS stored
     (id, schedule, catch_up, next_run_at, last_run_at)
@@ -39,10 +43,10 @@ SET schedule = excluded.schedule, catch_up = excluded.catch_up,
     next_run_at = excluded.next_run_at,
     last_run_at = coalesce(excluded.last_run_at, stored.last_run_at),
     updated_at = now()
-WHERE stored.schedule <> excluded.schedule
-   OR stored.next_run_at IS NULL
-   OR excluded.next_run_at IS NULL
-   OR stored.next_run_at <= excluded.next_run_at
+WHERE CASE WHEN stored.schedule <> excluded.schedule THEN stored.template IS NULL
+           ELSE stored.next_run_at IS NULL
+                OR excluded.next_run_at IS NULL
+                OR stored.next_run_at <= excluded.next_run_at END
 """
 
 # A client's periodic jobs, at its start or added at runtime: the latest declaration of

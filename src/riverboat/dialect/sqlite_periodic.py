@@ -40,10 +40,10 @@ SET schedule = excluded.schedule, catch_up = excluded.catch_up,
     next_run_at = excluded.next_run_at,
     last_run_at = coalesce(excluded.last_run_at, stored.last_run_at),
     updated_at = {NOW}
-WHERE stored.schedule <> excluded.schedule
-   OR stored.next_run_at IS NULL
-   OR excluded.next_run_at IS NULL
-   OR stored.next_run_at <= excluded.next_run_at
+WHERE CASE WHEN stored.schedule <> excluded.schedule THEN stored.template IS NULL
+           ELSE stored.next_run_at IS NULL
+                OR excluded.next_run_at IS NULL
+                OR stored.next_run_at <= excluded.next_run_at END
 """
 
 # See the Postgres twin.
