@@ -35,7 +35,7 @@ from riverboat._job import JobRow, JobState
 from riverboat._periodic import PeriodicJobRecord
 from riverboat._queue import QueueRow
 from riverboat.errors import InvalidInputError, NotFoundError
-from riverboat.flow import LimitUse, limit_uses
+from riverboat.flow import LimitUse, limit_uses, local_limit_uses, sequence_uses
 
 if TYPE_CHECKING:
     from riverboat._client_core import _ClientCore
@@ -253,28 +253,45 @@ class SyncAdmin:
     def queue_limits(self, queue: str | None = None) -> list[LimitUse]:
         """Each flow-control limit of the queues live workers work (of ``queue`` only
         when given), as they report it, per partition: its use and the due jobs it
-        holds back now (riverboat.flow.LimitUse; docs/flow-control.md). Needs
-        riverboat's migration line."""
-        limits: dict[tuple[str, str], dict[str, Any]] = {}
+        holds back now (riverboat.flow.LimitUse: global, local and rate limits, and
+        sequences; docs/flow-control.md). Needs riverboat's migration line."""
+        limits: dict[tuple[str, str], tuple[dict[str, Any], list[str]]] = {}
         for worker in self.workers_list():
             for q in worker.queues:
                 if worker.alive and q.flow and (queue is None or q.name == queue):
-                    limits.setdefault((q.name, json.dumps(q.flow, sort_keys=True)), q.flow)
+                    key = (q.name, json.dumps(q.flow, sort_keys=True))
+                    limits.setdefault(key, (q.flow, []))[1].append(worker.id)
         dialect = self._core.dialect
         out: list[LimitUse] = []
-        for (name, _), described in sorted(limits.items()):
+        for (name, _), (described, worker_ids) in sorted(limits.items()):
             for rate in (False, True):
                 spec = described.get("rate" if rate else "concurrency") or {}
-                if not spec.get("limit" if rate else "global_limit"):
+                local = not rate and bool(spec.get("local_limit"))
+                if not spec.get("limit" if rate else "global_limit") and not local:
                     continue
-                stmt = dialect.flow_use(
-                    queue=name,
-                    by_kind=bool(spec.get("by_kind")),
-                    by_args=[str(k) for k in spec.get("by_args") or ()],
-                    rate_period=spec.get("period") if rate else None,
+                by_kind = bool(spec.get("by_kind"))
+                by_args = [str(k) for k in spec.get("by_args") or ()]
+                rows = self.driver.fetch(
+                    dialect.flow_use(
+                        queue=name,
+                        by_kind=by_kind,
+                        by_args=by_args,
+                        rate_period=spec.get("period") if rate else None,
+                    )
                 )
-                rows = self.driver.fetch(stmt)
                 out += limit_uses(name, described, rows, rate=rate)
+                if local:
+                    local_rows = self.driver.fetch(
+                        dialect.flow_local_use(queue=name, by_kind=by_kind, by_args=by_args)
+                    )
+                    out += local_limit_uses(name, described, rows, local_rows, worker_ids)
+            if described.get("sequences"):
+                rows = self.driver.fetch(
+                    dialect.flow_sequence_use(
+                        queue=name, sequence_continue=described["sequences"] == "continue"
+                    )
+                )
+                out += sequence_uses(name, rows)
         return out
 
     def workers_scale(

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -36,8 +36,10 @@ __all__ = [
     "check_args_keys",
     "check_sequence_key",
     "limit_uses",
+    "local_limit_uses",
     "partition_args_keys",
     "partition_of",
+    "sequence_uses",
 ]
 
 SEQUENCE_METADATA_KEY = "riverboat_sequence"
@@ -253,13 +255,26 @@ def check_args_keys(
                 )
 
 
+SEQUENCE_USE_ROWS = 100
+
+
 @dataclass(slots=True, frozen=True)
 class LimitUse:
     """One limit of a queue (as its live workers report it) in one partition: how much of
     it is in use and how many due jobs it holds back now.
 
-    ``limit`` is ``"concurrency"`` (``in_use``: jobs running, against ``global_limit``)
-    or ``"rate"`` (``in_use``: jobs started in the last ``period`` seconds).
+    ``limit`` is one of:
+
+    - ``"concurrency"``: ``in_use`` is the jobs running across the fleet, against
+      ``global_limit``;
+    - ``"local"``: one row per live ``worker`` (its client id): ``in_use`` is the jobs
+      that worker runs, against its ``local_limit``; ``due`` and ``held_back`` are the
+      partition's, held back when no worker has local room left;
+    - ``"rate"``: ``in_use`` is the jobs started in the last ``period`` seconds;
+    - ``"sequence"``: one row per sequence key with jobs running or due (``partition``
+      is ``[key]``, ``value`` 1): a due job that is not the head of its sequence, or
+      whose head is running or halted, is held back.
+
     ``partition`` is the kind (when ``by_kind``) then the value of each ``by_args`` key,
     empty for a limit on the whole queue. ``held_back``: available jobs already due that
     the limit keeps from starting (those beyond the room it has left)."""
@@ -272,6 +287,7 @@ class LimitUse:
     in_use: int
     due: int
     held_back: int
+    worker: str | None = None
 
 
 def limit_uses(
@@ -286,10 +302,7 @@ def limit_uses(
         return []
     out = []
     for part_kind, part_args, running, started, due in rows:
-        partition: list[Any] = [part_kind] if spec.get("by_kind") else []
-        if spec.get("by_args"):
-            values = json.loads(part_args) if isinstance(part_args, str) else part_args
-            partition += list(values or [])
+        partition = _partition_key(spec, part_kind, part_args)
         in_use = int(started if rate else running)
         room = max(0, value - in_use)
         out.append(
@@ -306,3 +319,65 @@ def limit_uses(
         )
     out.sort(key=lambda use: (-use.held_back, -use.in_use, json.dumps(use.partition)))
     return out
+
+
+def _partition_key(spec: Mapping[str, Any], part_kind: Any, part_args: Any) -> list[Any]:
+    partition: list[Any] = [part_kind] if spec.get("by_kind") else []
+    if spec.get("by_args"):
+        values = json.loads(part_args) if isinstance(part_args, str) else part_args
+        partition += list(values or [])
+    return partition
+
+
+def local_limit_uses(
+    queue: str,
+    described: Mapping[str, Any],
+    use_rows: Sequence[Sequence[Any]],
+    local_rows: Sequence[Sequence[Any]],
+    workers: Sequence[str],
+) -> list[LimitUse]:
+    """:class:`LimitUse` rows of a queue's local concurrency limit: per partition, one
+    row per live worker of ``workers`` (the client ids that report this flow control)
+    running jobs in it, or one without a worker when none does. ``use_rows`` are the
+    dialect's ``flow_use`` rows (for the partitions' due jobs), ``local_rows`` its
+    ``flow_local_use`` rows (worker, kind, args values, running)."""
+    spec = described.get("concurrency") or {}
+    value = spec.get("local_limit")
+    if not isinstance(value, int) or not workers:
+        return []
+    due: dict[str, tuple[list[Any], int]] = {}
+    for part_kind, part_args, _running, _started, part_due in use_rows:
+        partition = _partition_key(spec, part_kind, part_args)
+        due[json.dumps(partition)] = (partition, int(part_due))
+    running: dict[str, dict[str, int]] = {}
+    for worker, part_kind, part_args, count in local_rows:
+        if worker in workers:
+            partition = _partition_key(spec, part_kind, part_args)
+            key = json.dumps(partition)
+            due.setdefault(key, (partition, 0))
+            running.setdefault(key, {})[worker] = int(count)
+    out = []
+    for key, (partition, part_due) in due.items():
+        per_worker = running.get(key, {})
+        room = sum(max(0, value - per_worker.get(w, 0)) for w in workers)
+        held_back = max(0, part_due - room)
+        use = LimitUse(queue, "local", value, None, partition, 0, part_due, held_back)
+        if not per_worker:  # due jobs that no worker runs one of yet
+            out.append(use)
+        for worker, in_use in sorted(per_worker.items()):
+            out.append(replace(use, in_use=in_use, worker=worker))
+    out.sort(key=lambda use: (-use.held_back, -use.in_use, json.dumps(use.partition)))
+    return out
+
+
+def sequence_uses(queue: str, rows: Sequence[Sequence[Any]]) -> list[LimitUse]:
+    """:class:`LimitUse` rows of a queue's sequences from the dialect's
+    ``flow_sequence_use`` rows (key, running, due, head id, first due id): at most
+    :data:`SEQUENCE_USE_ROWS`, those holding back most first."""
+    out = []
+    for key, running, due, head, first_due in rows:
+        startable = int(running) == 0 and head is not None and head == first_due
+        held_back = max(0, int(due) - (1 if startable else 0))
+        out.append(LimitUse(queue, "sequence", 1, None, [key], int(running), int(due), held_back))
+    out.sort(key=lambda use: (-use.held_back, -use.in_use, json.dumps(use.partition)))
+    return out[:SEQUENCE_USE_ROWS]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from riverboat import InsertManyParams
+from riverboat import InsertManyParams, InsertOpts
 from riverboat.cli import main
 from tests.flow.test_flow import _insert, workers
 from tests.runtime.dbs import Db, any_db  # noqa: F401
@@ -57,3 +57,35 @@ def test_limits_show_use_and_held_back_jobs(
         assert table[1].split() == ["default", "concurrency", "1", "[1]", "1", "2", "2"]
         assert table[3].split() == ["default", "rate", "100/60s", "(queue)", "2", "2", "0"]
         assert client.queue_limits("other") == []
+
+
+def test_local_limits_and_sequences_show_their_use_per_worker_and_key(
+    any_db: Db,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Two workers of local_limit 1: in id order, one claims the sequence's head "a" and
+    # the other the first unsequenced job (the next "a" waits for its head).
+    jobs = [
+        InsertManyParams({"sleep": 30}, InsertOpts(sequence="a"), kind="flow_job") for _ in range(3)
+    ]
+    jobs += [InsertManyParams({"sleep": 30}, kind="flow_job") for _ in range(3)]
+    client = _insert(any_db, jobs)
+    flow = {"concurrency": {"local_limit": 1}, "sequences": True}
+    with workers(any_db, 2, flow, hard_stop=True):
+
+        def settled() -> bool:
+            uses = _limits(any_db, capsys, "--json")
+            return sorted(
+                (u["limit"], u["partition"], u["in_use"], u["due"], u["held_back"]) for u in uses
+            ) == [("local", [], 1, 4, 4), ("local", [], 1, 4, 4), ("sequence", ["a"], 1, 2, 2)]
+
+        wait_until(settled, timeout=60, what="one job per worker running, the sequence waiting")
+        uses = client.queue_limits("default")
+        local = [u for u in uses if u.limit == "local"]
+        live = {w.id for w in client.workers_list() if w.alive}
+        assert {u.worker for u in local} == live and len(live) == 2
+        assert all(u.value == 1 for u in local)
+        table = _limits(any_db, capsys, "default").splitlines()
+        rows = sorted(line.split()[1] for line in table[1:] if line.strip())
+        assert rows[:2] == ["local", "local"] and rows[2] == "sequence"
+        assert any(line.split()[1:3] == ["sequence", '["a"]'] for line in table[1:])

@@ -50,6 +50,10 @@ def _print_queues(queues: Sequence[QueueRow], as_json: bool) -> None:
 def _describe(use: LimitUse) -> str:
     if use.limit == "rate":
         return f"rate {use.value}/{use.period:g}s"
+    if use.limit == "local":
+        return f"local {use.value} ({use.worker})" if use.worker else f"local {use.value}"
+    if use.limit == "sequence":
+        return "sequence"
     return f"concurrency {use.value}"
 
 
@@ -65,6 +69,7 @@ def _print_limits(uses: Sequence[LimitUse], as_json: bool) -> None:
                 "in_use": u.in_use,
                 "due": u.due,
                 "held_back": u.held_back,
+                "worker": u.worker,
             }
             for u in uses
         ]

@@ -8,12 +8,13 @@ from datetime import datetime
 from typing import ClassVar
 
 from riverboat._sql import Statement
+from riverboat.dialect._part import DialectPart
 from riverboat.flow import FlowControl
 
 __all__ = ["FlowStatements"]
 
 
-class FlowStatements(ABC):
+class FlowStatements(DialectPart, ABC):
     """Statements for flow control; :class:`~riverboat.dialect.base.Dialect` inherits
     them."""
 
@@ -48,3 +49,22 @@ class FlowStatements(ABC):
         """Per partition (``by_kind``, ``by_args``) of ``queue``'s jobs: the kind (or
         NULL), the by_args values as a JSON array, how many run, how many started in the
         last ``rate_period`` seconds (0 without one) and how many available are due."""
+
+    def flow_local_use(self, *, queue: str, by_kind: bool, by_args: Sequence[str]) -> Statement:
+        """Per worker (the last client id in ``attempted_by``) and partition of
+        ``queue``'s running jobs: the worker, the kind (or NULL), the by_args values as a
+        JSON array and how many it runs."""
+        return self.stmt(
+            "flow_local_use",
+            queue=queue,
+            by_kind=by_kind,
+            by_args=self.text_list_param(list(by_args)),
+        )
+
+    def flow_sequence_use(self, *, queue: str, sequence_continue: bool) -> Statement:
+        """Per sequence key of ``queue`` with jobs running or due (at most
+        ``riverboat.flow.SEQUENCE_USE_ROWS``, most due first): the key, how many run, how
+        many available are due, the head (the lowest id that still blocks the ones
+        after it; a discarded job blocks unless ``sequence_continue``) and the lowest id
+        of the due ones."""
+        return self.stmt("flow_sequence_use", queue=queue, sequence_continue=sequence_continue)

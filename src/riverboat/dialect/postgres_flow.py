@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 from riverboat._sql import Statement
 from riverboat.dialect._part import DialectPart
 from riverboat.dialect._pg_common import job_columns
-from riverboat.flow import FlowControl
+from riverboat.flow import SEQUENCE_METADATA_KEY, SEQUENCE_USE_ROWS, FlowControl
 
 __all__ = ["SCAN_MAX", "PostgresFlow"]
 
@@ -75,6 +75,37 @@ WHERE queue = :queue::text
                 OR (state IN ('completed', 'cancelled', 'discarded')
                     AND finalized_at > {_WINDOW}))))
 GROUP BY 1, 2
+"""
+
+_PARTITION = """CASE WHEN :by_kind::boolean THEN kind END AS part_kind,
+       (CASE WHEN cardinality(:by_args::text[]) = 0 THEN '[]'::jsonb
+             ELSE <schema>riverboat_flow_partition(kind, args, false, :by_args::text[])
+        END)::text AS part_args"""
+QUERIES["flow_local_use"] = f"""
+SELECT attempted_by[array_length(attempted_by, 1)] AS worker,
+       {_PARTITION},
+       count(*) AS running
+FROM <schema>river_job
+WHERE queue = :queue::text AND state = 'running'
+GROUP BY 1, 2, 3
+"""
+# Through River's GIN index on metadata, as the claim finds a sequence's jobs.
+QUERIES["flow_sequence_use"] = f"""
+SELECT metadata -> '{SEQUENCE_METADATA_KEY}' ->> 'key' AS seq,
+       count(*) FILTER (WHERE state = 'running') AS running,
+       count(*) FILTER (WHERE state = 'available' AND scheduled_at <= now()) AS due,
+       min(id) FILTER (WHERE state NOT IN ('completed', 'cancelled')
+                         AND NOT (state = 'discarded' AND :sequence_continue::boolean)) AS head,
+       min(id) FILTER (WHERE state = 'available' AND scheduled_at <= now()) AS first_due
+FROM <schema>river_job
+WHERE queue = :queue::text
+  AND metadata @> '{{"{SEQUENCE_METADATA_KEY}": {{}}}}'::jsonb
+  AND state IN ('available', 'discarded', 'pending', 'retryable', 'running', 'scheduled')
+GROUP BY 1
+HAVING count(*) FILTER (WHERE state = 'running' OR (state = 'available'
+                                                    AND scheduled_at <= now())) > 0
+ORDER BY due DESC, running DESC, seq
+LIMIT {SEQUENCE_USE_ROWS}
 """
 
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from riverboat._sql import Query, Statement, render_schema
 from riverboat.dialect._part import DialectPart, raw_query
 from riverboat.dialect._sqlite_common import NOW, ts_key
-from riverboat.flow import SEQUENCE_METADATA_KEY, FlowControl
+from riverboat.flow import SEQUENCE_METADATA_KEY, SEQUENCE_USE_ROWS, FlowControl
 
 __all__ = ["SqliteFlow"]
 
@@ -148,6 +148,35 @@ FROM <schema>river_job j
 WHERE queue = :queue
   AND (state IN ('running', 'available') OR (:rate_period IS NOT NULL AND {_STARTED}))
 GROUP BY 1, 2
+"""
+
+QUERIES["flow_local_use"] = """
+SELECT attempted_by ->> '$[#-1]' AS worker,
+       CASE WHEN :by_kind THEN kind END AS part_kind,
+       (SELECT json_group_array(json(j.args -> ('$."' || k.value || '"')))
+        FROM json_each(:by_args) k) AS part_args,
+       count(*) AS running
+FROM <schema>river_job j
+WHERE queue = :queue AND state = 'running'
+GROUP BY 1, 2, 3
+"""
+_SEQ_KEY = f"metadata ->> '$.{SEQUENCE_METADATA_KEY}.key'"
+_DUE = f"state = 'available' AND {ts_key('scheduled_at')} <= {NOW}"
+QUERIES["flow_sequence_use"] = f"""
+SELECT {_SEQ_KEY} AS seq,
+       count(*) FILTER (WHERE state = 'running') AS running,
+       count(*) FILTER (WHERE {_DUE}) AS due,
+       min(CASE WHEN state NOT IN ('completed', 'cancelled')
+                 AND NOT (state = 'discarded' AND :sequence_continue) THEN id END) AS head,
+       min(CASE WHEN {_DUE} THEN id END) AS first_due
+FROM <schema>river_job
+WHERE queue = :queue
+  AND state IN ('available', 'discarded', 'pending', 'retryable', 'running', 'scheduled')
+  AND {_SEQ_KEY} IS NOT NULL
+GROUP BY 1
+HAVING count(*) FILTER (WHERE state = 'running' OR ({_DUE})) > 0
+ORDER BY due DESC, running DESC, seq
+LIMIT {SEQUENCE_USE_ROWS}
 """
 
 
