@@ -127,6 +127,42 @@ def test_fan_out_fan_in_and_chain(any_db: Db) -> None:  # noqa: F811
     assert 0 < statements <= len(done.tasks) + 2 * 30
 
 
+def test_the_insert_links_tasks_by_id_as_it_writes_them(any_db: Db) -> None:  # noqa: F811
+    """On Postgres the tasks get their ids from River's sequence before the insert, so
+    every row is written once, already naming its dependencies and dependents (no link
+    statement after it); SQLite links after its insert. Either way the stored metadata,
+    and the WorkflowInfo returned without a read-back, say the same."""
+    wf = Workflow("links")
+    _step(wf, "a")
+    _step(wf, "b", ["a"])
+    _step(wf, "c", ["a"])
+    _step(wf, "d", ["b", "c"])
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        stats = client.driver.stats
+        before = dict(stats.by_query)
+        info = client.workflow_insert(wf)
+        ran = {k: v - before.get(k, 0) for k, v in stats.by_query.items() if v != before.get(k)}
+        stored = client.workflow_get(wf.id)
+        # Added later: only the earlier task learns its new dependent.
+        more = Workflow(id=wf.id)
+        _step(more, "e", ["d", "a"])
+        added = client.workflow_insert(more)
+    ids = {t.name: t.job.id for t in info.tasks}
+    assert ids["a"] < ids["b"] < ids["c"] < ids["d"]  # in the order added
+    postgres = any_db.url.startswith("postgres")
+    assert ("workflow_link" in ran) is not postgres
+    assert ("workflow_reserve_ids" in ran) is postgres
+    for got in (info, stored):
+        meta = {t.name: t.job.metadata["riverboat_workflow"] for t in got.tasks}
+        assert meta["a"]["dep_ids"] == [] and meta["a"]["dependent_ids"] == [ids["b"], ids["c"]]
+        assert meta["d"]["dep_ids"] == [ids["b"], ids["c"]] and meta["d"]["dependent_ids"] == []
+        assert [t.deps for t in got.tasks] == [[], ["a"], ["a"], ["b", "c"]]
+    meta = {t.name: t.job.metadata["riverboat_workflow"] for t in added.tasks}
+    assert meta["e"]["dep_ids"] == [ids["d"], ids["a"]]
+    assert meta["a"]["dependent_ids"] == [ids["b"], ids["c"], added.task("e").job.id]
+    assert meta["d"]["dependent_ids"] == [added.task("e").job.id]
+
+
 def test_failed_dependency_cancels_dependents_then_retry_continues(any_db: Db) -> None:  # noqa: F811
     rec = Recorder()
     rec.fail.add("b")

@@ -161,7 +161,6 @@ class AsyncClientBase(AsyncAdmin):
         if not isinstance(workflow, Workflow):
             raise InvalidInputError("workflow", "must be a riverboat.Workflow")
         workflow.check_acyclic()
-        params = workflow.insert_params()
         dialect = self._core.dialect
         existing: dict[str, int] = {}
         if workflow.adding:
@@ -173,10 +172,30 @@ class AsyncClientBase(AsyncAdmin):
             clash = sorted(existing.keys() & {task.name for task in workflow.tasks})
             if clash:
                 raise InvalidInputError("name", f"tasks already in the workflow: {clash}")
+        reserve = dialect.workflow_reserve_ids(len(workflow.tasks))
+        given = sorted(int(row[0]) for row in await executor.fetch(reserve)) if reserve else None
+        params = workflow.insert_params(given, existing)
         plan = self._core.plan_many(params)
+        if given is not None:
+            for job, job_id in zip(plan.jobs, given, strict=True):
+                job.id = job_id
         inserted = [r.job for r in await run_insert(plan, executor)]
         ids = [job.id for job in inserted]
-        targets, dep_ids, dependents = workflow.links(ids, existing)
+        targets: list[int] = []
+        dep_ids: list[list[int] | None] = []
+        dependents: list[list[int]] = []
+        if given is None:
+            targets, dep_ids, dependents = workflow.links(ids, existing)
+        elif existing:
+            # The new tasks' metadata is complete as inserted; only tasks inserted
+            # earlier learn their new dependents.
+            earlier = set(existing.values())
+            all_targets, _, all_dependents = workflow.links(ids, existing)
+            for target, more in zip(all_targets, all_dependents, strict=True):
+                if target in earlier:
+                    targets.append(target)
+                    dep_ids.append(None)
+                    dependents.append(more)
         if targets:
             await executor.execute(dialect.workflow_link(targets, dep_ids, dependents))
         if not workflow.adding:

@@ -60,6 +60,9 @@ class InsertParams:
     encoded_metadata: str
     unique_key: bytes | None
     unique_states: int | None
+    # A job id given before the insert (a workflow's tasks name each other by id in their
+    # metadata); None: the database assigns it, as for every other insert.
+    id: int | None = None
 
 
 # Names already found valid: an insert_many of thousands of jobs names a few kinds and

@@ -152,26 +152,40 @@ class Workflow:
         self._tasks[name] = task
         return task
 
-    def insert_params(self) -> list[InsertManyParams]:
-        """Each task as an insert, in the order added, with its workflow metadata (the
-        job ids of dependencies are written once the rows exist)."""
+    def insert_params(
+        self, ids: Sequence[int] | None = None, existing: Mapping[str, int] | None = None
+    ) -> list[InsertManyParams]:
+        """Each task as an insert, in the order added, with its workflow metadata. With
+        ``ids`` (the tasks' job ids, given before the insert; ``existing``: the ids of
+        tasks inserted earlier, by name) the metadata names every dependency and new
+        dependent by id already; without, the ids are written once the rows exist
+        (:meth:`links`)."""
         if not self._tasks:
             raise InvalidInputError("workflow", "has no tasks")
+        dep_ids: dict[int, list[int]] = {}
+        dependents: dict[int, list[int]] = {}
+        if ids is not None:
+            targets, deps, more = self.links(ids, existing or {})
+            for target, target_deps, target_more in zip(targets, deps, more, strict=True):
+                if target_deps is not None:
+                    dep_ids[target] = list(target_deps)
+                dependents[target] = list(target_more)
         out = []
-        for task in self._tasks.values():
+        for position, task in enumerate(self._tasks.values()):
             opts = task.opts or InsertOpts()
             meta = dict(opts.metadata or {})
             if WORKFLOW_METADATA_KEY in meta:
                 raise InvalidInputError(
                     "opts", f"metadata key {WORKFLOW_METADATA_KEY!r} is riverboat's own"
                 )
+            job_id = ids[position] if ids is not None else None
             meta[WORKFLOW_METADATA_KEY] = {
                 "id": self.id,
                 "name": self.name,
                 "task": task.name,
                 "deps": list(task.deps),
-                "dep_ids": [],
-                "dependent_ids": [],
+                "dep_ids": dep_ids.get(job_id, []) if job_id is not None else [],
+                "dependent_ids": dependents.get(job_id, []) if job_id is not None else [],
                 "on_dep_failure": task.on_dep_failure or self.on_dep_failure,
             }
             task_opts = _with(opts, metadata=meta, pending=bool(task.deps))

@@ -27,6 +27,13 @@ class WorkflowStatements(ABC):
     ) -> Statement:
         """Write each task's dependency ids (None: keep) and append dependents."""
 
+    def workflow_reserve_ids(self, count: int) -> Statement | None:
+        """``count`` new job ids, taken before a workflow's insert so that each task's
+        metadata names its dependencies and dependents as it is written (no second
+        write to link them). None where the insert assigns ids and the links are
+        written after it (:meth:`workflow_link`)."""
+        return None
+
     @abstractmethod
     def workflow_promote(
         self,

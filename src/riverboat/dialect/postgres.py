@@ -44,6 +44,7 @@ _INSERT_INTO_JOBS = """INSERT INTO <schema>river_job (
         args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state,
         tags, unique_key, unique_states
     )"""
+_INSERT_INTO_JOBS_WITH_IDS = _INSERT_INTO_JOBS.replace("(\n        args,", "(\n        id, args,")
 _ON_CONFLICT_RETURNING = f"""{UNIQUE_CONFLICT}
     DO UPDATE SET kind = river_job.kind
     RETURNING {job_columns()}, (xmax != 0) AS unique_skipped_as_duplicate"""
@@ -56,24 +57,25 @@ def _notify_insert(queue: str) -> str:
     return f"""count(pg_notify({channel}, '{{"queue": ' || to_json({queue})::text || '}}'))"""
 
 
-# One statement inserts the whole batch, returns full rows (existing ones for unique
-# duplicates, flagged by xmax), and sends the insert notification for the queues the
-# client's limiter allows. No transaction is needed: a single statement is atomic, and a
-# NOTIFY inside it goes out at commit.
-QUERIES["job_insert_many"] = f"""
+def _insert_many(*, with_ids: bool) -> str:
+    """job_insert_many's text; ``with_ids``: the jobs' ids are given (``:ids``), as a
+    workflow's tasks have them before the insert (from River's sequence), instead of
+    taken from the sequence by the column's default."""
+    ids_param, ids_col = (":ids::bigint[], ", "id, ") if with_ids else ("", "")
+    return f"""
 WITH raw AS (
     SELECT *
     FROM unnest(
-        :args::jsonb[], :kind::text[], :max_attempts::smallint[], :metadata::jsonb[],
+        {ids_param}:args::jsonb[], :kind::text[], :max_attempts::smallint[], :metadata::jsonb[],
         :priority::smallint[], :queue::text[], :scheduled_at::timestamptz[], :state::text[],
         :tags::text[], :unique_key::bytea[], :unique_states::integer[]
-    ) AS r(args, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags,
-           unique_key, unique_states)
+    ) AS r({ids_col}args, kind, max_attempts, metadata, priority, queue, scheduled_at, state,
+           tags, unique_key, unique_states)
 ),
 inserted AS (
-    {_INSERT_INTO_JOBS}
-    SELECT args, coalesce(:now::timestamptz, now()), kind, max_attempts, metadata, priority, queue,
-           coalesce(scheduled_at, now()), state::<schema>river_job_state,
+    {_INSERT_INTO_JOBS_WITH_IDS if with_ids else _INSERT_INTO_JOBS}
+    SELECT {ids_col}args, coalesce(:now::timestamptz, now()), kind, max_attempts, metadata,
+           priority, queue, coalesce(scheduled_at, now()), state::<schema>river_job_state,
            string_to_array(tags, ',')::varchar(255)[], unique_key, unique_states::bit(8)
     FROM raw
     {_ON_CONFLICT_RETURNING}
@@ -87,6 +89,14 @@ notified AS (
 )
 SELECT inserted.* FROM inserted CROSS JOIN notified
 """
+
+
+# One statement inserts the whole batch, returns full rows (existing ones for unique
+# duplicates, flagged by xmax), and sends the insert notification for the queues the
+# client's limiter allows. No transaction is needed: a single statement is atomic, and a
+# NOTIFY inside it goes out at commit.
+QUERIES["job_insert_many"] = _insert_many(with_ids=False)
+QUERIES["job_insert_many_ids"] = _insert_many(with_ids=True)
 
 # After a COPY (which can't call pg_notify): the insert notification for each queue the
 # client's limiter allows, in the COPY's transaction so it goes out at commit.
@@ -342,7 +352,8 @@ class PostgresDialect(
     def job_insert_many(
         self, jobs: Sequence[InsertParams], notify: Sequence[str], now: datetime | None = None
     ) -> Statement:
-        if len(jobs) == 1:
+        with_ids = jobs[0].id is not None
+        if len(jobs) == 1 and not with_ids:
             job = jobs[0]
             params = dict(zip(_INSERT_ARRAYS, _insert_values(job), strict=True))
             params["tags"] = _tags_packed(job.tags)
@@ -350,8 +361,11 @@ class PostgresDialect(
             params["now"] = now
             params["schema"] = self.schema
             return Statement(self.q["job_insert_one"], params)
+        if with_ids and any(j.id is None for j in jobs):
+            raise ValueError("job_insert_many: give every job an id, or none")
         return self.stmt(
-            "job_insert_many",
+            "job_insert_many_ids" if with_ids else "job_insert_many",
+            **({"ids": [j.id for j in jobs]} if with_ids else {}),
             **unnest_arrays(_INSERT_ARRAYS, map(_insert_values, jobs)),
             tags=[_tags_packed(j.tags) for j in jobs],
             notify_queues=list(notify),

@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from riverboat._sql import Statement
+from riverboat._sql import Statement, render_schema
 from riverboat.dialect._part import DialectPart
 from riverboat.dialect._pg_common import CHANNEL, job_columns
 
@@ -34,6 +34,14 @@ SET metadata = jsonb_set(
         coalesce(river_job.metadata->'{_KEY}'->'dependent_ids', '[]'::jsonb) || p.dependents)
 FROM unnest(:ids::bigint[], :dep_ids::jsonb[], :dependents::jsonb[]) AS p(id, dep_ids, dependents)
 WHERE river_job.id = p.id AND river_job.metadata ? '{_KEY}'
+"""
+
+# Ids from river_job's own sequence (the one its bigserial default draws from), so ids
+# given before the insert are as unique and as ordered as any other job's.
+QUERIES["workflow_reserve_ids"] = """
+SELECT nextval(s.seq)
+FROM (SELECT pg_get_serial_sequence(:table::text, 'id')::regclass AS seq) AS s
+CROSS JOIN generate_series(1, :count::integer)
 """
 
 
@@ -252,6 +260,10 @@ class PostgresWorkflow(DialectPart):
 
     def job_finalized_notify(self, payload: str) -> Statement | None:
         return self.stmt("job_finalized_notify", payload=payload, schema=self.schema)
+
+    def workflow_reserve_ids(self, count: int) -> Statement | None:
+        table = render_schema("<schema>river_job", self.schema)
+        return self.stmt("workflow_reserve_ids", table=table, count=count)
 
     def workflow_link(
         self,
