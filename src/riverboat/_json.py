@@ -199,7 +199,42 @@ def check_json_value(value: Any) -> None:
                 break
         else:
             return
+    if _plain(value, _PLAIN_DEPTH):
+        return
     _walk(value)
+
+
+# How deep _plain looks before leaving a value to the general walk: job args and
+# metadata nest a level or two (a workflow task's metadata, an address in args).
+_PLAIN_DEPTH = 4
+
+
+def _plain(value: Any, depth: int) -> bool:
+    """Whether ``value`` is made only of dicts with str keys, lists and plain scalars
+    (exact types) that check_json_value accepts, within ``depth`` levels: the common
+    nested case, checked without the general walk's bookkeeping. False means "not
+    sure" (the walk then decides, and says what is wrong); a container that holds itself
+    runs out of depth here."""
+    kind = type(value)
+    if kind is str:
+        return "\x00" not in value
+    if kind is int:
+        return INT64_MIN <= value <= INT64_MAX
+    if kind is float or kind is bool or value is None:
+        return True
+    if depth == 0:
+        return False
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or "\x00" in key or not _plain(item, depth - 1):
+                return False
+        return True
+    if kind is list:
+        for item in value:
+            if not _plain(item, depth - 1):
+                return False
+        return True
+    return False
 
 
 _LEAVE: Any = object()  # a marker on the walk's stack: the container below it is done
