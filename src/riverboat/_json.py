@@ -219,7 +219,7 @@ def _plain(value: Any, depth: int) -> bool:
     if kind is str:
         return "\x00" not in value
     if kind is int:
-        return INT64_MIN <= value <= INT64_MAX
+        return bool(INT64_MIN <= value <= INT64_MAX)
     if kind is float or kind is bool or value is None:
         return True
     if depth == 0:
