@@ -45,6 +45,7 @@ _INSERT_INTO_JOBS = """INSERT INTO <schema>river_job (
         tags, unique_key, unique_states
     )"""
 _INSERT_INTO_JOBS_WITH_IDS = _INSERT_INTO_JOBS.replace("(\n        args,", "(\n        id, args,")
+assert _INSERT_INTO_JOBS_WITH_IDS != _INSERT_INTO_JOBS
 _ON_CONFLICT_RETURNING = f"""{UNIQUE_CONFLICT}
     DO UPDATE SET kind = river_job.kind
     RETURNING {job_columns()}, (xmax != 0) AS unique_skipped_as_duplicate"""
