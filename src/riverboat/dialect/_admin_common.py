@@ -317,6 +317,14 @@ class AdminStatements(DialectPart, ABC):
     def _filter_names(self, filters: Mapping[str, Any]) -> tuple[str, ...]:
         return tuple(name for name in self.job_list_filters if filters.get(name) is not None)
 
+    def _filtered(
+        self, filters: Mapping[str, Any], where: tuple[str, Mapping[str, Any]] | None
+    ) -> tuple[tuple[str, ...], str, dict[str, Any]]:
+        """The filters given, the caller's extra condition, and both's parameters."""
+        names = self._filter_names(filters)
+        where_sql, where_params = where if where is not None else ("", {})
+        return names, where_sql, {**self.filter_params(filters, names), **where_params}
+
     def job_list(
         self,
         *,
@@ -331,8 +339,7 @@ class AdminStatements(DialectPart, ABC):
         ``metadata`` a JSON object). ``after`` is the keyset cursor ``(id, column value)``."""
         if order_column not in ORDER_COLUMNS:
             raise ValueError(f"cannot order jobs by {order_column!r}")
-        names = self._filter_names(filters)
-        params = self.filter_params(filters, names)
+        names, where_sql, params = self._filtered(filters, where)
         params.pop("states", None)  # spelled out in the SQL (states_literal)
         states = tuple(filters["states"]) if "states" in names else ()
         cursor = ""
@@ -342,7 +349,6 @@ class AdminStatements(DialectPart, ABC):
             cursor = "null" if cursor_time is None and order_column != "id" else "time"
             if cursor_time is not None and order_column != "id":
                 params["cursor_time"] = self.cursor_time_param(cursor_time)
-        where_sql, where_params = where if where is not None else ("", {})
         query = job_list_query(
             self.admin_sql,
             self.schema,
@@ -354,7 +360,7 @@ class AdminStatements(DialectPart, ABC):
             where_sql,
             self.job_list_columns,
         )
-        return Statement(query, {**params, **where_params, "max": limit})
+        return Statement(query, {**params, "max": limit})
 
     def job_delete_many(
         self,
@@ -363,11 +369,9 @@ class AdminStatements(DialectPart, ABC):
         limit: int,
         where: tuple[str, Mapping[str, Any]] | None = None,
     ) -> Statement:
-        names = self._filter_names(filters)
-        where_sql, where_params = where if where is not None else ("", {})
+        names, where_sql, params = self._filtered(filters, where)
         query = job_delete_many_query(self.admin_sql, self.schema, names, where_sql)
-        params = self.filter_params(filters, names)
-        return Statement(query, {**params, **where_params, "max": limit})
+        return Statement(query, {**params, "max": limit})
 
     def job_bulk(
         self,
@@ -380,10 +384,8 @@ class AdminStatements(DialectPart, ABC):
         where: tuple[str, Mapping[str, Any]] | None = None,
     ) -> Statement:
         """One batch of a bulk ``retry`` or ``cancel`` (see :func:`job_bulk_query`)."""
-        names = self._filter_names(filters)
-        where_sql, where_params = where if where is not None else ("", {})
+        names, where_sql, params = self._filtered(filters, where)
         query = job_bulk_query(self.admin_sql, self.schema, names, where_sql, action)
-        params = {**self.filter_params(filters, names), **where_params}
         params.update(max=limit, cursor_id=after_id)
         if action == "cancel":
             return self.cancel_many_statement(query, params, cancel_attempted_at)
@@ -404,19 +406,19 @@ class AdminStatements(DialectPart, ABC):
         where: tuple[str, Mapping[str, Any]] | None = None,
     ) -> Statement:
         """One row ``(count,)``: the jobs matching, or those ``action`` would change."""
-        names = self._filter_names(filters)
-        where_sql, where_params = where if where is not None else ("", {})
-        query = job_count_matching_query(self.admin_sql, self.schema, names, where_sql, action)
-        return Statement(query, {**self.filter_params(filters, names), **where_params})
+        names, where_sql, params = self._filtered(filters, where)
+        return Statement(
+            job_count_matching_query(self.admin_sql, self.schema, names, where_sql, action), params
+        )
 
     def job_count_grouped(
         self, *, filters: Mapping[str, Any], where: tuple[str, Mapping[str, Any]] | None = None
     ) -> Statement:
         """Rows of ``(state, queue, kind, count)`` for the matching jobs."""
-        names = self._filter_names(filters)
-        where_sql, where_params = where if where is not None else ("", {})
-        query = job_count_grouped_query(self.admin_sql, self.schema, names, where_sql)
-        return Statement(query, {**self.filter_params(filters, names), **where_params})
+        names, where_sql, params = self._filtered(filters, where)
+        return Statement(
+            job_count_grouped_query(self.admin_sql, self.schema, names, where_sql), params
+        )
 
     def job_set_running(self, job_id: int, client_id: str) -> Statement:
         """Claim one job by id (for tests); no row when it is running or finalized."""

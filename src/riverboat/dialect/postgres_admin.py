@@ -263,34 +263,32 @@ _FILTER_SQL: dict[str, str] = {
 JOB_LIST_FILTERS = tuple(_FILTER_SQL)
 
 
-_PICKED = """WITH picked AS (
+def _update_picked(set_clause: str) -> str:
+    """A batch update of the rows ``{where}`` picks (up to ``:max`` by id, rows another
+    transaction holds skipped), the updated rows in the CTE ``updated``."""
+    return f"""WITH picked AS (
     SELECT id FROM <schema>river_job
-    WHERE {where}
+    WHERE {{where}}
     ORDER BY id
     LIMIT :max::integer
     FOR UPDATE SKIP LOCKED
-),"""
+),
+updated AS (
+    UPDATE <schema>river_job
+    {set_clause}
+    WHERE river_job.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING {job_columns("river_job")}
+)"""
+
 
 # A batch of River's JobRetry (see job_retry): rows another transaction holds are skipped
 # (SKIP LOCKED), and the update goes by an array of ids, as delete_many's.
-_RETRY_MANY = f"""{_PICKED}
-updated AS (
-    UPDATE <schema>river_job
-    {_RETRY_SET}
-    WHERE river_job.id = ANY(ARRAY(SELECT id FROM picked))
-    RETURNING {job_columns("river_job")}
-)
+_RETRY_MANY = f"""{_update_picked(_RETRY_SET)}
 SELECT * FROM updated ORDER BY id
 """
 
 # A batch of River's JobCancel (see job_cancel); the producers of running jobs are told.
-_CANCEL_MANY = f"""{_PICKED}
-updated AS (
-    UPDATE <schema>river_job
-    {_CANCEL_SET}
-    WHERE river_job.id = ANY(ARRAY(SELECT id FROM picked))
-    RETURNING {job_columns("river_job")}
-),
+_CANCEL_MANY = f"""{_update_picked(_CANCEL_SET)},
 notified AS (
     SELECT count(pg_notify({_CONTROL},
                  json_build_object('action', 'cancel', 'job_id', id, 'queue', queue)::text))
