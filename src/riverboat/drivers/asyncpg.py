@@ -213,21 +213,27 @@ class _Listener:
         self._queue.put_nowait(_CLOSED)
 
 
-async def connect_listener(
-    url: str, stats: DriverStats | None = None, tcp: TcpSettings | None = DEFAULT_TCP
-) -> _Listener:
-    """A LISTEN connection of its own to ``url`` (also used by the SQLAlchemy driver),
-    with ``tcp``'s keepalives, connected within the call deadline if one is set."""
+async def _connect_listen(*args: Any, **kwargs: Any) -> Any:
+    """``asyncpg.connect(*args, **kwargs)`` for a LISTEN connection, within the call
+    deadline if one is set, its errors riverboat's."""
     asyncpg = _import_asyncpg()
     try:
         async with asyncio.timeout(call_timeout()):
-            conn = await asyncpg.connect(_asyncpg_url(url))
+            return await asyncpg.connect(*args, **kwargs)
     except TimeoutError:
         raise DeadlineExceededError(
             "connecting the LISTEN connection took longer than the call's deadline"
         ) from None
     except _errors(asyncpg) as exc:
         raise _translate(exc) from exc
+
+
+async def connect_listener(
+    url: str, stats: DriverStats | None = None, tcp: TcpSettings | None = DEFAULT_TCP
+) -> _Listener:
+    """A LISTEN connection of its own to ``url`` (also used by the SQLAlchemy driver),
+    with ``tcp``'s keepalives, connected within the call deadline if one is set."""
+    conn = await _connect_listen(_asyncpg_url(url))
     _apply_tcp(conn, tcp)
     if stats is not None:
         stats.connections_opened += 1
@@ -402,21 +408,12 @@ class AsyncpgDriver(AsyncStatementRunner):
 
     async def listener(self) -> _Listener:
         """A dedicated connection (never one of the pool's) for LISTEN."""
-        asyncpg = _import_asyncpg()
         if self.url is not None:
             return await connect_listener(self.url, self.stats, self._tcp)
         if self._pool is not None:
             # A caller's pool: open a connection with the same connect arguments.
             pool = self._pool
-            try:
-                async with asyncio.timeout(call_timeout()):
-                    conn = await asyncpg.connect(*pool._connect_args, **pool._connect_kwargs)
-            except TimeoutError:
-                raise DeadlineExceededError(
-                    "connecting the LISTEN connection took longer than the call's deadline"
-                ) from None
-            except _errors(asyncpg) as exc:
-                raise _translate(exc) from exc
+            conn = await _connect_listen(*pool._connect_args, **pool._connect_kwargs)
             self.stats.connections_opened += 1
             return _Listener(conn)
         raise DriverError("LISTEN needs a driver built from a URL or a pool, not a connection")
