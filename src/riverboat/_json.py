@@ -141,15 +141,21 @@ def _to_jsonable_ordered(value: Any) -> Any:
     return to_jsonable(value)
 
 
-def _check_utf8(text: str) -> str:
+def _has_lone_surrogate(text: str) -> bool:
     # Lone surrogates (from surrogateescape decoding, or "\ud800" literals) are not
-    # Unicode scalar values: they cannot be sent as UTF-8, so fail here with a clear
-    # ValueError instead of deep in a driver.
-    if not text.isascii():
-        try:
-            text.encode()
-        except UnicodeEncodeError:
-            raise ValueError("contains a lone surrogate, which is not valid Unicode") from None
+    # Unicode scalar values: they cannot be sent as UTF-8. Callers test isascii() first
+    # (no ASCII text holds one); encoding is the cheap test (done in C).
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _check_utf8(text: str) -> str:
+    # Fail here with a clear ValueError instead of deep in a driver.
+    if not text.isascii() and _has_lone_surrogate(text):
+        raise ValueError("contains a lone surrogate, which is not valid Unicode")
     return text
 
 
@@ -405,12 +411,8 @@ def storable_json(text: str) -> str:
 
 
 def _without_lone_surrogates(text: str) -> str:
-    # Only non-ASCII text can hold one, and encoding is the cheap test (done in C).
-    if not text.isascii():
-        try:
-            text.encode()
-        except UnicodeEncodeError:
-            return _SURROGATE.sub(REPLACEMENT, text)
+    if not text.isascii() and _has_lone_surrogate(text):
+        return _SURROGATE.sub(REPLACEMENT, text)
     return text
 
 
