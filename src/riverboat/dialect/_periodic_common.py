@@ -16,7 +16,23 @@ from riverboat._periodic import PeriodicJobRecord
 from riverboat._sql import Statement
 from riverboat.dialect._part import DialectPart
 
-__all__ = ["PeriodicJobDeclaration", "PeriodicJobWrite", "PeriodicStatements"]
+__all__ = [
+    "PeriodicJobDeclaration",
+    "PeriodicJobWrite",
+    "PeriodicStatements",
+    "periodic_job_list_sql",
+]
+
+
+def periodic_job_list_sql(template: str) -> str:
+    """The ``periodic_job_list`` statement, ``template`` the dialect's expression reading
+    the template column as JSON text (the columns' order is what decoding expects)."""
+    return f"""
+SELECT id, schedule, catch_up, next_run_at, last_run_at, created_at, updated_at,
+    {template}, removed_at
+FROM <schema>riverboat_periodic_job
+ORDER BY id
+"""
 
 
 @dataclass(frozen=True, slots=True)

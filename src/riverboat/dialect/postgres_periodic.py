@@ -14,18 +14,14 @@ from riverboat.dialect._periodic_common import (
     PeriodicJobDeclaration,
     PeriodicJobWrite,
     PeriodicStatements,
+    periodic_job_list_sql,
 )
 
 __all__ = ["PostgresPeriodic"]
 
 QUERIES: dict[str, str] = {}
 
-QUERIES["periodic_job_list"] = """
-SELECT id, schedule, catch_up, next_run_at, last_run_at, created_at, updated_at,
-    template, removed_at
-FROM <schema>riverboat_periodic_job
-ORDER BY id
-"""
+QUERIES["periodic_job_list"] = periodic_job_list_sql("template")
 
 # One row per periodic job the leader advanced. Under an unchanged schedule next_run_at
 # only moves forward, and last_run_at is kept when this write inserted nothing. A new

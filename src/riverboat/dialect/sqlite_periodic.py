@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -13,6 +14,7 @@ from riverboat.dialect._periodic_common import (
     PeriodicJobDeclaration,
     PeriodicJobWrite,
     PeriodicStatements,
+    periodic_job_list_sql,
 )
 from riverboat.dialect._sqlite_common import NOW, parse_timestamp
 
@@ -20,12 +22,7 @@ __all__ = ["SqlitePeriodic"]
 
 QUERIES: dict[str, str] = {}
 
-QUERIES["periodic_job_list"] = """
-SELECT id, schedule, catch_up, next_run_at, last_run_at, created_at, updated_at,
-    json(template), removed_at
-FROM <schema>riverboat_periodic_job
-ORDER BY id
-"""
+QUERIES["periodic_job_list"] = periodic_job_list_sql("json(template)")
 
 # See the Postgres twin. Stored times are fixed-width text, so they compare as times.
 QUERIES["periodic_job_save"] = f"""
@@ -71,45 +68,27 @@ RETURNING id
 """
 
 
-def _text(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+def _stored(value: Any) -> Any:
+    # A time as the fixed-width UTC text the table holds; anything else as JSON has it.
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return value
+
+
+def _rows_json(rows: Sequence[PeriodicJobWrite] | Sequence[PeriodicJobDeclaration]) -> str:
+    """The rows as the JSON array the statements read with json_each: one object per row,
+    keyed by the row's field names."""
+    return json.dumps([{f.name: _stored(getattr(r, f.name)) for f in fields(r)} for r in rows])
 
 
 class SqlitePeriodic(PeriodicStatements):
     _queries: ClassVar[dict[str, str]] = QUERIES
 
     def periodic_rows_param(self, rows: Sequence[PeriodicJobWrite]) -> dict[str, Any]:
-        return {
-            "rows": json.dumps(
-                [
-                    {
-                        "id": r.id,
-                        "schedule": r.schedule,
-                        "catch_up": r.catch_up,
-                        "next_run_at": _text(r.next_run_at),
-                        "last_run_at": _text(r.last_run_at),
-                    }
-                    for r in rows
-                ]
-            )
-        }
+        return {"rows": _rows_json(rows)}
 
     def periodic_declarations_param(self, rows: Sequence[PeriodicJobDeclaration]) -> dict[str, Any]:
-        return {
-            "rows": json.dumps(
-                [
-                    {
-                        "id": r.id,
-                        "schedule": r.schedule,
-                        "catch_up": r.catch_up,
-                        "template": r.template,
-                    }
-                    for r in rows
-                ]
-            )
-        }
+        return {"rows": _rows_json(rows)}
 
     def periodic_ids_param(self, ids: Sequence[str]) -> dict[str, Any]:
         return {"ids": json.dumps(list(ids))}
