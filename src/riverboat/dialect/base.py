@@ -210,24 +210,18 @@ class Dialect(
         ``now`` (the database's clock when None), for ``client_id``; full rows back.
         With ``kinds``, only jobs of those kinds (River's FetchOnlyKnownKinds), through a
         statement of its own so the usual claim keeps its plan."""
+        name = "job_get_available"
+        params = {
+            "queue": queue,
+            "max_to_lock": max_to_lock,
+            "max_attempted_by": MAX_ATTEMPTED_BY,
+            "attempted_by": client_id,
+            "now": self.time_param(now),
+        }
         if kinds is not None:
-            return self.stmt(
-                "job_get_available_kinds",
-                queue=queue,
-                max_to_lock=max_to_lock,
-                max_attempted_by=MAX_ATTEMPTED_BY,
-                attempted_by=client_id,
-                now=self.time_param(now),
-                kinds=self.text_list_param(kinds),
-            )
-        return self.stmt(
-            "job_get_available",
-            queue=queue,
-            max_to_lock=max_to_lock,
-            max_attempted_by=MAX_ATTEMPTED_BY,
-            attempted_by=client_id,
-            now=self.time_param(now),
-        )
+            name = "job_get_available_kinds"
+            params["kinds"] = self.text_list_param(kinds)
+        return self.stmt(name, **params)
 
     @abstractmethod
     def job_set_state_if_running_many(
