@@ -76,6 +76,14 @@ def _session_setup(lock_timeout: float | None) -> str:
     )
 
 
+def _call_error(watchdog: Watchdog | None, exc: BaseException) -> Exception:
+    """What a failed call raises: the deadline's error when its watchdog broke the
+    connection, else the driver's error translated."""
+    if watchdog is not None and watchdog.missed:
+        return watchdog.error()
+    return _translate(exc)
+
+
 def _watch(conn: Any, seconds: float | None, what: str) -> Watchdog | None:
     """The deadline of one call on ``conn``: past it, the connection's socket is shut,
     the call fails at once and the connection is broken (so never pooled again)."""
@@ -429,9 +437,7 @@ class _AsyncListener:
         try:
             await self._conn.execute(sql)
         except _psycopg_error() as exc:  # a dropped connection, like any other statement
-            if watchdog is not None and watchdog.missed:
-                raise watchdog.error() from exc
-            raise _translate(exc) from exc
+            raise _call_error(watchdog, exc) from exc
         finally:
             if watchdog is not None:
                 watchdog.cancel()
@@ -596,9 +602,7 @@ class _AsyncPool:
                 await conn.execute(self._session_sql)
             except psycopg.Error as exc:
                 self._close_later(conn)
-                if watchdog is not None and watchdog.missed:
-                    raise watchdog.error() from exc
-                raise _translate(exc) from exc
+                raise _call_error(watchdog, exc) from exc
             except BaseException:  # cancelled (a stop) before the pool owned it
                 self._close_later(conn)
                 raise
@@ -736,9 +740,7 @@ class AsyncPsycopgDriver(
                     # with it, and a connection that stopped answering usually has
                     # silent siblings too; drop them now rather than fail on each.
                     pool.discard_idle()
-                if watchdog is not None and watchdog.missed:
-                    raise watchdog.error() from exc
-                raise _translate(exc) from exc
+                raise _call_error(watchdog, exc) from exc
             finally:
                 if watchdog is not None:
                     watchdog.cancel()
@@ -753,9 +755,7 @@ class AsyncPsycopgDriver(
                     return await cur.fetchall() if _returns_rows(cur) else []
                 return int(cur.rowcount)
             except psycopg.Error as exc:
-                if watchdog is not None and watchdog.missed:
-                    raise watchdog.error() from exc
-                raise _translate(exc) from exc
+                raise _call_error(watchdog, exc) from exc
             finally:
                 if watchdog is not None:
                     watchdog.cancel()
