@@ -148,6 +148,9 @@ class Dialect(
     """
 
     name: ClassVar[str]
+    # Whether a statement can skip rows another session holds locked (SQLite has no row
+    # locks: its single writer holds the whole database, so there is nothing to skip).
+    row_locks: ClassVar[bool] = True
     schema: str | None
     # Each class in the hierarchy (the dialect and its per-entity mixins, such as
     # PostgresAdmin) contributes its own statements; they are merged here.
@@ -223,7 +226,6 @@ class Dialect(
             params["kinds"] = self.text_list_param(kinds)
         return self.stmt(name, **params)
 
-    @abstractmethod
     def job_set_state_if_running_many(
         self,
         updates: Sequence[JobStateUpdate],
@@ -234,6 +236,18 @@ class Dialect(
         """River's JobSetStateIfRunningMany. With ``skip_locked`` (the completer), a row
         another session holds locked is left as it is instead of waited for: it stays
         ``running``, which is how the caller knows to try it again."""
+        name = (
+            "job_set_state_if_running_many"
+            if returning
+            else "job_set_state_if_running_many_no_return"
+        )
+        if skip_locked and self.row_locks:
+            name += "_skip_locked"
+        return self.stmt(name, **self.state_updates_params(updates))
+
+    @abstractmethod
+    def state_updates_params(self, updates: Sequence[JobStateUpdate]) -> dict[str, Any]:
+        """The parameters of :meth:`job_set_state_if_running_many`'s statements."""
 
     def job_complete_many(self, job_ids: Sequence[int], *, returning: bool) -> Statement | None:
         """A cheaper :meth:`job_set_state_if_running_many` for plain completions only

@@ -427,21 +427,8 @@ class PostgresDialect(
     def text_list_param(self, values: Sequence[str] | None) -> Any:
         return None if values is None else list(values)
 
-    def job_set_state_if_running_many(
-        self,
-        updates: Sequence[JobStateUpdate],
-        *,
-        returning: bool = True,
-        skip_locked: bool = False,
-    ) -> Statement:
-        name = (
-            "job_set_state_if_running_many"
-            if returning
-            else "job_set_state_if_running_many_no_return"
-        )
-        if skip_locked:
-            name += "_skip_locked"
-        return self.stmt(name, **unnest_arrays(_STATE_UPDATE_ARRAYS, map(_update_values, updates)))
+    def state_updates_params(self, updates: Sequence[JobStateUpdate]) -> dict[str, Any]:
+        return unnest_arrays(_STATE_UPDATE_ARRAYS, map(_update_values, updates))
 
     def job_complete_many(self, job_ids: Sequence[int], *, returning: bool) -> Statement:
         name = "job_complete_many" if returning else "job_complete_many_no_return"

@@ -309,6 +309,7 @@ class SqliteDialect(
     """
 
     name = "sqlite"
+    row_locks = False
     _queries = QUERIES
 
     def job_insert_many(
@@ -353,25 +354,13 @@ class SqliteDialect(
         # One JSON array parameter: SQLite binds no arrays.
         return None if values is None else json.dumps(list(values))
 
-    def job_set_state_if_running_many(
-        self,
-        updates: Sequence[JobStateUpdate],
-        *,
-        returning: bool = True,
-        skip_locked: bool = False,  # SQLite has no row locks: nothing to skip
-    ) -> Statement:
+    def state_updates_params(self, updates: Sequence[JobStateUpdate]) -> dict[str, Any]:
         # UPDATE ... FROM uses one arbitrary source row per target row, so a repeated
         # id keeps only its last update (the completer's own rule).
         last: dict[int, JobStateUpdate] = {}
         for update in updates:
             last[update.id] = update
-        name = (
-            "job_set_state_if_running_many"
-            if returning
-            else "job_set_state_if_running_many_no_return"
-        )
-        payload = "[" + ",".join(_encode_update(u) for u in last.values()) + "]"
-        return self.stmt(name, updates=payload)
+        return {"updates": "[" + ",".join(_encode_update(u) for u in last.values()) + "]"}
 
     def job_get_by_id(self, job_id: int) -> Statement:
         return self.stmt("job_get_by_id", id=job_id)
