@@ -224,7 +224,7 @@ class Dialect(
         if kinds is not None:
             name = "job_get_available_kinds"
             params["kinds"] = self.text_list_param(kinds)
-        return self.stmt(name, **params)
+        return Statement(self.q[name], params)  # stmt(), without copying params again
 
     def job_set_state_if_running_many(
         self,
@@ -243,7 +243,7 @@ class Dialect(
         )
         if skip_locked and self.row_locks:
             name += "_skip_locked"
-        return self.stmt(name, **self.state_updates_params(updates))
+        return Statement(self.q[name], self.state_updates_params(updates))
 
     @abstractmethod
     def state_updates_params(self, updates: Sequence[JobStateUpdate]) -> dict[str, Any]:
