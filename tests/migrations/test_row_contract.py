@@ -1,7 +1,8 @@
 """The row contracts (riverboat.dialect._rows) against the migrated schema: every column of
 ``river_job`` and ``river_queue`` is in the spec with its type and nullability on each
-database, and the statements' column lists read them in the spec's order (and, on
-Postgres, with the types the flow claim's row type declares)."""
+database, the statements' column lists read them in the spec's order (and, on
+Postgres, with the types the flow claim's row type declares), and the insert statements'
+column lists (derived from the spec) name only migrated columns."""
 
 from __future__ import annotations
 
@@ -12,9 +13,18 @@ import pytest
 from riverboat._sql import render_schema
 from riverboat.dialect._pg_common import JOB_READER as PG_JOB_READER
 from riverboat.dialect._pg_common import QUEUE_SELECT as PG_QUEUE_SELECT
-from riverboat.dialect._rows import JOB_COLUMNS, QUEUE_COLUMNS, Column
+from riverboat.dialect._rows import (
+    JOB_COLUMNS,
+    JOB_COPY_COLUMNS,
+    JOB_INSERT_COLUMNS,
+    QUEUE_COLUMNS,
+    Column,
+    insert_into_jobs,
+)
 from riverboat.dialect._sqlite_common import JOB_READER as SQLITE_JOB_READER
 from riverboat.dialect._sqlite_common import QUEUE_SELECT as SQLITE_QUEUE_SELECT
+from riverboat.dialect.postgres import COPY_COLUMNS, PostgresDialect
+from riverboat.dialect.sqlite import SqliteDialect
 from tests.sqlite.helpers import raw
 
 TABLES = {"river_job": JOB_COLUMNS, "river_queue": QUEUE_COLUMNS}
@@ -50,6 +60,39 @@ def test_spec_is_the_migrated_postgres_table(conn: Any, pg_schema: str, table: s
 def test_spec_is_the_migrated_sqlite_table(sqlite_url: str, table: str) -> None:
     expected = {c.name: (c.sqlite, c.nullable) for c in TABLES[table]}
     assert _sqlite_columns(sqlite_url, table) == expected
+
+
+INSERT_LISTS = {"insert": JOB_INSERT_COLUMNS, "copy": JOB_COPY_COLUMNS}
+
+
+@pytest.mark.parametrize("name", sorted(INSERT_LISTS))
+def test_insert_lists_name_migrated_postgres_columns(conn: Any, pg_schema: str, name: str) -> None:
+    columns = INSERT_LISTS[name]
+    assert len(set(columns)) == len(columns)
+    assert set(columns) <= set(_pg_columns(conn, pg_schema, "river_job"))
+
+
+@pytest.mark.parametrize("name", sorted(INSERT_LISTS))
+def test_insert_lists_name_migrated_sqlite_columns(sqlite_url: str, name: str) -> None:
+    columns = INSERT_LISTS[name]
+    assert len(set(columns)) == len(columns)
+    assert set(columns) <= set(_sqlite_columns(sqlite_url, "river_job"))
+
+
+def test_insert_statements_write_the_spec_insert_list() -> None:
+    head = render_schema(insert_into_jobs(), None)
+    with_ids = render_schema(insert_into_jobs(("id", *JOB_INSERT_COLUMNS)), None)
+    for dialect, name, expected in (
+        (PostgresDialect(), "job_insert_many", head),
+        (PostgresDialect(), "job_insert_one", head),
+        (PostgresDialect(), "job_insert_many_ids", with_ids),
+        (SqliteDialect(), "job_insert_many", head),
+    ):
+        assert expected in dialect.q[name].text, (dialect.name, name)
+    assert COPY_COLUMNS == JOB_COPY_COLUMNS
+    assert with_ids.startswith("INSERT INTO river_job (id, args, ")
+    with pytest.raises(ValueError, match="not river_job columns"):
+        insert_into_jobs(("args", "no_such_column"))
 
 
 def _names(columns: tuple[Column, ...]) -> list[str]:

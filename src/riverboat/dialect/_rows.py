@@ -30,12 +30,15 @@ from riverboat._queue import QueueRow
 __all__ = [
     "COMPLETION_COLUMNS",
     "JOB_COLUMNS",
+    "JOB_COPY_COLUMNS",
     "JOB_INDEX",
+    "JOB_INSERT_COLUMNS",
     "QUEUE_COLUMNS",
     "QUEUE_INDEX",
     "Column",
     "JobReader",
     "Read",
+    "insert_into_jobs",
     "job_patcher",
     "select_list",
 ]
@@ -87,6 +90,43 @@ JOB_INDEX: dict[str, int] = {c.name: i for i, c in enumerate(JOB_COLUMNS)}
 # What a plain completion's statement returns (job_complete_many): enough to patch the
 # claimed row (dialect.base.Dialect.completed_job).
 COMPLETION_COLUMNS = ("id", "attempt", "finalized_at", "metadata")
+
+# The columns an insert writes, in the order of every insert statement's column list;
+# the others (id, attempt, attempted_at, attempted_by, errors, finalized_at) take the
+# table's defaults.
+JOB_INSERT_COLUMNS: tuple[str, ...] = (
+    "args",
+    "created_at",
+    "kind",
+    "max_attempts",
+    "metadata",
+    "priority",
+    "queue",
+    "scheduled_at",
+    "state",
+    "tags",
+    "unique_key",
+    "unique_states",
+)
+# The columns the fast insert copies (Postgres COPY): created_at and, for a job without
+# one, scheduled_at take the server's now() default; unique jobs never go through COPY
+# (it can't skip a duplicate), so their columns are left out.
+JOB_COPY_COLUMNS: tuple[str, ...] = tuple(
+    c
+    for c in JOB_INSERT_COLUMNS
+    if c not in ("created_at", "scheduled_at", "unique_key", "unique_states")
+)
+
+
+def insert_into_jobs(columns: Sequence[str] = JOB_INSERT_COLUMNS) -> str:
+    """The head of a statement inserting into ``river_job``:
+    ``INSERT INTO <schema>river_job (<columns>)``, ``columns`` named in :data:`JOB_COLUMNS`
+    (an insert that also writes the id passes ``("id", *JOB_INSERT_COLUMNS)``)."""
+    unknown = [c for c in columns if c not in JOB_INDEX]
+    if unknown:
+        raise ValueError(f"not river_job columns: {unknown}")
+    return f"INSERT INTO <schema>river_job ({', '.join(columns)})"
+
 
 QUEUE_COLUMNS: tuple[Column, ...] = (
     Column("name", "text", "text", False),

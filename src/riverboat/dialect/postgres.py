@@ -24,7 +24,13 @@ from riverboat.dialect._pg_common import (
     job_columns,
     unnest_arrays,
 )
-from riverboat.dialect._rows import COMPLETION_COLUMNS, JOB_COLUMNS
+from riverboat.dialect._rows import (
+    COMPLETION_COLUMNS,
+    JOB_COLUMNS,
+    JOB_COPY_COLUMNS,
+    JOB_INSERT_COLUMNS,
+    insert_into_jobs,
+)
 from riverboat.dialect.base import BulkCopy, CopyBatch, Dialect, JobStateUpdate
 from riverboat.dialect.postgres_admin import PostgresAdmin
 from riverboat.dialect.postgres_fleet import PostgresFleet
@@ -40,12 +46,8 @@ QUERIES: dict[str, str] = {}
 # The pieces the three insert statements share: the columns written, and the unique
 # conflict that returns the existing row flagged as a duplicate (xmax is set on a row the
 # statement updated rather than inserted).
-_INSERT_INTO_JOBS = """INSERT INTO <schema>river_job (
-        args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state,
-        tags, unique_key, unique_states
-    )"""
-_INSERT_INTO_JOBS_WITH_IDS = _INSERT_INTO_JOBS.replace("(\n        args,", "(\n        id, args,")
-assert _INSERT_INTO_JOBS_WITH_IDS != _INSERT_INTO_JOBS
+_INSERT_INTO_JOBS = insert_into_jobs()
+_INSERT_INTO_JOBS_WITH_IDS = insert_into_jobs(("id", *JOB_INSERT_COLUMNS))
 _ON_CONFLICT_RETURNING = f"""{UNIQUE_CONFLICT}
     DO UPDATE SET kind = river_job.kind
     RETURNING {job_columns()}, (xmax != 0) AS unique_skipped_as_duplicate"""
@@ -320,9 +322,9 @@ _insert_values = attrgetter(
 )
 
 
-# The columns insert_many_fast copies (created_at and, unless given, scheduled_at take
-# the server's now()). Values are what job_insert_many binds, but one row per job.
-COPY_COLUMNS = ("args", "kind", "max_attempts", "metadata", "priority", "queue", "state", "tags")
+# The columns insert_many_fast copies (JOB_COPY_COLUMNS). Values are what job_insert_many
+# binds, but one row per job, in that order.
+COPY_COLUMNS = JOB_COPY_COLUMNS
 
 
 # job_set_state_if_running_many's arrays, one element per update, and where each comes

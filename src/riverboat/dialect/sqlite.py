@@ -18,7 +18,7 @@ from typing import Any
 from riverboat._insert import InsertParams
 from riverboat._job import InsertResult
 from riverboat._sql import Statement
-from riverboat.dialect._rows import JOB_COLUMNS, JOB_INDEX
+from riverboat.dialect._rows import JOB_COLUMNS, JOB_INDEX, insert_into_jobs
 from riverboat.dialect._sqlite_common import (
     JOB_READER,
     QUEUE_SELECT,
@@ -77,10 +77,7 @@ QUERIES: dict[str, str] = {}
 # that two equal jobs in one batch are told apart too). The WHERE true keeps SQLite's
 # parser from reading ON CONFLICT as a join constraint.
 QUERIES["job_insert_many"] = f"""
-INSERT INTO <schema>river_job (
-    args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state,
-    tags, unique_key, unique_states
-)
+{insert_into_jobs()}
 SELECT
     jsonb(j.value -> '$.args'),
     coalesce(:now, {_NOW}),
