@@ -7,18 +7,22 @@ from collections.abc import Sequence
 from typing import Any
 
 from riverboat._sql import Statement
+from riverboat.dialect._part import DialectPart
 
-__all__ = ["WorkflowStatements"]
+__all__ = ["Patch", "WorkflowStatements"]
+
+# One task's links for workflow_link: its id, its dependency ids (None: keep them) and
+# the dependents to append.
+Patch = tuple[int, Sequence[int] | None, Sequence[int]]
 
 
-class WorkflowStatements(ABC):
+class WorkflowStatements(DialectPart, ABC):
     """Statements for workflows; :class:`~riverboat.dialect.base.Dialect` inherits them."""
 
     #: Whether waiters in other processes hear of finalized jobs by notification
     #: (:mod:`riverboat.wait`); without it they poll.
     waits_notified: bool = False
 
-    @abstractmethod
     def workflow_link(
         self,
         ids: Sequence[int],
@@ -26,6 +30,11 @@ class WorkflowStatements(ABC):
         dependents: Sequence[Sequence[int]],
     ) -> Statement:
         """Write each task's dependency ids (None: keep) and append dependents."""
+        return self.workflow_link_patches(list(zip(ids, dep_ids, dependents, strict=True)))
+
+    @abstractmethod
+    def workflow_link_patches(self, patches: list[Patch]) -> Statement:
+        """:meth:`workflow_link`'s statement from ``(id, dep_ids, dependents)`` each."""
 
     def workflow_reserve_ids(self, count: int) -> Statement | None:
         """``count`` new job ids, taken before a workflow's insert so that each task's
@@ -34,7 +43,6 @@ class WorkflowStatements(ABC):
         written after it (:meth:`workflow_link`)."""
         return None
 
-    @abstractmethod
     def workflow_promote(
         self,
         finalized_ids: Sequence[int],
@@ -46,27 +54,34 @@ class WorkflowStatements(ABC):
         and the pending ``candidate_ids``; rows are ``(id, state, queue)``.
         ``lazy_commit``: the statement is its own transaction and may commit without
         waiting for the disk (it can be recomputed: the runtime's promotions)."""
+        return self.workflow_promote_ids(list(finalized_ids), list(candidate_ids), lazy_commit)
 
     @abstractmethod
+    def workflow_promote_ids(
+        self, finalized_ids: list[int], candidate_ids: list[int], lazy_commit: bool
+    ) -> Statement:
+        """:meth:`workflow_promote`'s statement."""
+
     def workflow_pending_ids(self, after_id: int, max: int) -> Statement:
         """Ids of up to ``max`` pending workflow tasks after ``after_id``, in order."""
+        return self.stmt("workflow_pending_ids", after_id=after_id, max=max)
 
-    @abstractmethod
     def workflow_get(self, workflow_id: str, max: int) -> Statement:
         """A workflow's task rows (full job rows), by id."""
+        return self.stmt("workflow_get", workflow_id=workflow_id, max=max)
 
-    @abstractmethod
     def workflow_retry(self, workflow_id: str) -> Statement:
         """Retry discarded and cancelled tasks: available without dependencies,
         pending with (to be promoted)."""
+        return self.stmt("workflow_retry", workflow_id=workflow_id)
 
     @abstractmethod
     def workflow_cancel(self, workflow_id: str, cancel_attempted_at: str) -> Statement:
         """Cancel every unfinished task (running ones as ``job_cancel`` does)."""
 
-    @abstractmethod
     def decode_promoted(self, rows: Sequence[Sequence[Any]]) -> list[tuple[int, str, str]]:
         """Rows of the promote statements as ``(id, state, queue)``."""
+        return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
 
     def job_wait_announce(self, payload: str) -> Statement:
         """Tell every runtime what a waiter waits for (``riverboat_wait``)."""

@@ -9,12 +9,11 @@ through River's ``(state, queue, priority, scheduled_at, id)`` index.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from riverboat._sql import Statement, render_schema
-from riverboat.dialect._part import DialectPart
 from riverboat.dialect._pg_common import CHANNEL, job_columns
+from riverboat.dialect._workflow_common import Patch, WorkflowStatements
 
 __all__ = ["PostgresWorkflow"]
 
@@ -249,7 +248,7 @@ QUERIES["job_finalized_notify"] = (
 )
 
 
-class PostgresWorkflow(DialectPart):
+class PostgresWorkflow(WorkflowStatements):
     """Postgres's half of :class:`~riverboat.dialect.base.WorkflowStatements`."""
 
     _queries: ClassVar[dict[str, str]] = QUERIES
@@ -265,41 +264,23 @@ class PostgresWorkflow(DialectPart):
         table = render_schema("<schema>river_job", self.schema)
         return self.stmt("workflow_reserve_ids", table=table, count=count)
 
-    def workflow_link(
-        self,
-        ids: Sequence[int],
-        dep_ids: Sequence[Sequence[int] | None],
-        dependents: Sequence[Sequence[int]],
-    ) -> Statement:
+    def workflow_link_patches(self, patches: list[Patch]) -> Statement:
         return self.stmt(
             "workflow_link",
-            ids=list(ids),
-            dep_ids=[None if d is None else json.dumps(list(d)) for d in dep_ids],
-            dependents=[json.dumps(list(d)) for d in dependents],
+            ids=[i for i, _, _ in patches],
+            dep_ids=[None if d is None else json.dumps(list(d)) for _, d, _ in patches],
+            dependents=[json.dumps(list(p)) for _, _, p in patches],
         )
 
-    def workflow_promote(
-        self,
-        finalized_ids: Sequence[int],
-        candidate_ids: Sequence[int] = (),
-        *,
-        lazy_commit: bool = False,
+    def workflow_promote_ids(
+        self, finalized_ids: list[int], candidate_ids: list[int], lazy_commit: bool
     ) -> Statement:
         return self.stmt(
             "workflow_promote_lazy" if lazy_commit else "workflow_promote",
-            finalized_ids=list(finalized_ids),
-            candidate_ids=list(candidate_ids),
+            finalized_ids=finalized_ids,
+            candidate_ids=candidate_ids,
             schema=self.schema,
         )
-
-    def workflow_pending_ids(self, after_id: int, max: int) -> Statement:
-        return self.stmt("workflow_pending_ids", after_id=after_id, max=max)
-
-    def workflow_get(self, workflow_id: str, max: int) -> Statement:
-        return self.stmt("workflow_get", workflow_id=workflow_id, max=max)
-
-    def workflow_retry(self, workflow_id: str) -> Statement:
-        return self.stmt("workflow_retry", workflow_id=workflow_id)
 
     def workflow_cancel(self, workflow_id: str, cancel_attempted_at: str) -> Statement:
         return self.stmt(
@@ -308,6 +289,3 @@ class PostgresWorkflow(DialectPart):
             cancel_attempted_at=cancel_attempted_at,
             schema=self.schema,
         )
-
-    def decode_promoted(self, rows: Sequence[Sequence[Any]]) -> list[tuple[int, str, str]]:
-        return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]

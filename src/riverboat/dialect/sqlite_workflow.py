@@ -12,12 +12,11 @@ promotion itself only looks rows up by primary key.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from riverboat._sql import Statement
-from riverboat.dialect._part import DialectPart
 from riverboat.dialect._sqlite_common import NOW, job_columns
+from riverboat.dialect._workflow_common import Patch, WorkflowStatements
 
 __all__ = ["SqliteWorkflow"]
 
@@ -170,51 +169,30 @@ WHERE metadata ->> {_WF}.id' = :workflow_id
 """
 
 
-class SqliteWorkflow(DialectPart):
+class SqliteWorkflow(WorkflowStatements):
     """SQLite's half of :class:`~riverboat.dialect.base.WorkflowStatements`."""
 
     _queries: ClassVar[dict[str, str]] = QUERIES
 
-    def workflow_link(
-        self,
-        ids: Sequence[int],
-        dep_ids: Sequence[Sequence[int] | None],
-        dependents: Sequence[Sequence[int]],
-    ) -> Statement:
-        patches = [
+    def workflow_link_patches(self, patches: list[Patch]) -> Statement:
+        encoded = [
             {"id": i, "dep_ids": None if d is None else list(d), "dependents": list(p)}
-            for i, d, p in zip(ids, dep_ids, dependents, strict=True)
+            for i, d, p in patches
         ]
-        return self.stmt("workflow_link", patches=json.dumps(patches))
+        return self.stmt("workflow_link", patches=json.dumps(encoded))
 
-    def workflow_promote(
-        self,
-        finalized_ids: Sequence[int],
-        candidate_ids: Sequence[int] = (),
-        *,
-        lazy_commit: bool = False,
+    def workflow_promote_ids(
+        self, finalized_ids: list[int], candidate_ids: list[int], lazy_commit: bool
     ) -> Statement:
         # SQLite's durability is its connection's synchronous pragma: nothing to relax.
         params = {
-            "finalized_ids": json.dumps(list(finalized_ids)),
-            "candidate_ids": json.dumps(list(candidate_ids)),
+            "finalized_ids": json.dumps(finalized_ids),
+            "candidate_ids": json.dumps(candidate_ids),
         }
         notify = self.stmt("workflow_promote_notify", **params)
         return Statement(self.q["workflow_promote"], params, (notify,))
-
-    def workflow_pending_ids(self, after_id: int, max: int) -> Statement:
-        return self.stmt("workflow_pending_ids", after_id=after_id, max=max)
-
-    def workflow_get(self, workflow_id: str, max: int) -> Statement:
-        return self.stmt("workflow_get", workflow_id=workflow_id, max=max)
-
-    def workflow_retry(self, workflow_id: str) -> Statement:
-        return self.stmt("workflow_retry", workflow_id=workflow_id)
 
     def workflow_cancel(self, workflow_id: str, cancel_attempted_at: str) -> Statement:
         params = {"workflow_id": workflow_id, "cancel_attempted_at": cancel_attempted_at}
         notify = self.stmt("workflow_cancel_notify", **params)
         return Statement(self.q["workflow_cancel"], params, (notify,))
-
-    def decode_promoted(self, rows: Sequence[Sequence[Any]]) -> list[tuple[int, str, str]]:
-        return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
