@@ -34,6 +34,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
+from riverboat._sql import Statement
 from riverboat.errors import DriverError, InvalidInputError
 
 __all__ = [
@@ -330,11 +331,11 @@ def _no_listen(exc: Exception) -> None:
         log.warning("job_wait: listening failed, polling only", exc_info=exc)
 
 
-class AsyncFinalizedWaiter:
-    """A waiter's side, for the async client: ``async with`` it before the first read,
-    then alternate reads with :meth:`pause`. On Postgres it listens (through the
-    driver's shared LISTEN connection, when the driver can) and announces itself;
-    anywhere it is registered in :data:`LOCAL`."""
+class _WaiterBase:
+    """What both waiters share: what they wait for, the signal that cuts a pause short,
+    and how long they pause (shorter while not listening)."""
+
+    _event: asyncio.Event | threading.Event
 
     def __init__(
         self,
@@ -348,12 +349,43 @@ class AsyncFinalizedWaiter:
         self._timeout = timeout
         self.job_id = job_id
         self.workflow_id = workflow_id
-        self._event = asyncio.Event()
+        self._event = self._new_event()
         self._shared: _SharedListener | None = None
         self.listening = False
 
+    def _new_event(self) -> asyncio.Event | threading.Event:
+        raise NotImplementedError
+
     def wake_now(self) -> None:
         self._event.set()
+
+    def pauses(self, timeout: float) -> Iterator[float]:
+        if self.listening:
+            return _pauses(timeout, LISTENING_PAUSE_FIRST, LISTENING_PAUSE_MAX)
+        return _pauses(timeout, PAUSE_FIRST, PAUSE_MAX)
+
+    def _announcement(self) -> Statement:
+        """The word to every runtime that this waiter listens (sent once it does, so a
+        notification sent for it can't be missed)."""
+        announcement: dict[str, Any] = {"timeout": self._timeout}
+        if self.job_id is not None:
+            announcement["job_id"] = self.job_id
+        else:
+            announcement["workflow_id"] = self.workflow_id
+        stmt: Statement = self._driver.dialect.job_wait_announce(json.dumps(announcement))
+        return stmt
+
+
+class AsyncFinalizedWaiter(_WaiterBase):
+    """A waiter's side, for the async client: ``async with`` it before the first read,
+    then alternate reads with :meth:`pause`. On Postgres it listens (through the
+    driver's shared LISTEN connection, when the driver can) and announces itself;
+    anywhere it is registered in :data:`LOCAL`."""
+
+    _event: asyncio.Event
+
+    def _new_event(self) -> asyncio.Event:
+        return asyncio.Event()
 
     async def __aenter__(self) -> AsyncFinalizedWaiter:
         loop = asyncio.get_running_loop()
@@ -380,18 +412,7 @@ class AsyncFinalizedWaiter:
         await shared.join(self)
         self._shared = shared
         self.listening = True
-        # Announced once listening: a notification sent for it can't be missed.
-        announcement: dict[str, Any] = {"timeout": self._timeout}
-        if self.job_id is not None:
-            announcement["job_id"] = self.job_id
-        else:
-            announcement["workflow_id"] = self.workflow_id
-        await self._driver.fetch(dialect.job_wait_announce(json.dumps(announcement)))
-
-    def pauses(self, timeout: float) -> Iterator[float]:
-        if self.listening:
-            return _pauses(timeout, LISTENING_PAUSE_FIRST, LISTENING_PAUSE_MAX)
-        return _pauses(timeout, PAUSE_FIRST, PAUSE_MAX)
+        await self._driver.fetch(self._announcement())
 
     async def pause(self, seconds: float) -> None:
         """Sleep ``seconds``, or less if a signal came (then clear it)."""
@@ -435,29 +456,15 @@ _TWINS: weakref.WeakKeyDictionary[Any, tuple[Any, str]] = weakref.WeakKeyDiction
 JOIN_TIMEOUT = 10.0  # seconds a sync waiter waits for the LISTEN connection, then polls
 
 
-class FinalizedWaiter:
+class FinalizedWaiter(_WaiterBase):
     """The sync client's waiter: registered in :data:`LOCAL`, and on Postgres (a driver
     that can make an async twin: psycopg, SQLAlchemy) listening through a shared LISTEN
     connection hosted on a background event loop, announced as the async one is."""
 
-    def __init__(
-        self,
-        driver: Any,
-        timeout: float,
-        *,
-        job_id: int | None = None,
-        workflow_id: str | None = None,
-    ) -> None:
-        self._driver = driver
-        self._timeout = timeout
-        self.job_id = job_id
-        self.workflow_id = workflow_id
-        self._event = threading.Event()
-        self._shared: _SharedListener | None = None
-        self.listening = False
+    _event: threading.Event
 
-    def wake_now(self) -> None:
-        self._event.set()
+    def _new_event(self) -> threading.Event:
+        return threading.Event()
 
     def __enter__(self) -> FinalizedWaiter:
         LOCAL.add(self.job_id, self.workflow_id, self._event.set)
@@ -495,17 +502,7 @@ class FinalizedWaiter:
             future.cancel()
             raise
         self.listening = True
-        announcement: dict[str, Any] = {"timeout": self._timeout}
-        if self.job_id is not None:
-            announcement["job_id"] = self.job_id
-        else:
-            announcement["workflow_id"] = self.workflow_id
-        self._driver.fetch(dialect.job_wait_announce(json.dumps(announcement)))
-
-    def pauses(self, timeout: float) -> Iterator[float]:
-        if self.listening:
-            return _pauses(timeout, LISTENING_PAUSE_FIRST, LISTENING_PAUSE_MAX)
-        return _pauses(timeout, PAUSE_FIRST, PAUSE_MAX)
+        self._driver.fetch(self._announcement())
 
     def pause(self, seconds: float) -> None:
         self._event.wait(seconds)
