@@ -30,7 +30,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,6 +99,56 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def _river_worker(
+    binary: str,
+    db: str,
+    extra: list[str],
+    cooldown_ms: float,
+    poll_ms: float,
+    until_done: Callable[[Callable[[], None]], Awaitable[None]],
+) -> tuple[float, float]:
+    """River's worker process (interop/go) on database ``db`` until ``until_done(alive)``
+    returns (``alive`` raises once the process has exited); then SIGTERM. Returns (wall
+    s, its CPU s)."""
+    wall = time.perf_counter()
+    process = subprocess.Popen(
+        [
+            binary,
+            "work",
+            "-db",
+            db,
+            *extra,
+            "-kinds",
+            "benchmark",
+            "-max-workers",
+            str(MAX_WORKERS),
+            "-fetch-cooldown-ms",
+            str(cooldown_ms),
+            "-fetch-poll-interval-ms",
+            str(poll_ms),
+            "-quiet",
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+
+    def alive() -> None:
+        if process.poll() is not None:
+            raise RuntimeError(f"River's worker exited with {process.returncode}")
+
+    try:
+        await until_done(alive)
+        cpu = _cpu_seconds(process.pid)
+        wall = time.perf_counter() - wall
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.to_thread(process.wait, 30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    return wall, cpu
+
+
 async def _work_with_river(
     pg: PostgresBench, binary: str, jobs: int, cooldown_ms: float, poll_ms: float
 ) -> tuple[int, float, float]:
@@ -107,52 +157,55 @@ async def _work_with_river(
 
     left_sql = _any_left_sql(pg.schema)
     async with await psycopg.AsyncConnection.connect(pg.url, autocommit=True) as conn:
-        wall = time.perf_counter()
-        process = subprocess.Popen(
-            [
-                binary,
-                "work",
-                "-db",
-                pg.url,
-                "-schema",
-                pg.schema,
-                "-kinds",
-                "benchmark",
-                "-max-workers",
-                str(MAX_WORKERS),
-                "-fetch-cooldown-ms",
-                str(cooldown_ms),
-                "-fetch-poll-interval-ms",
-                str(poll_ms),
-                "-quiet",
-            ],
-            stdout=subprocess.DEVNULL,
-        )
-        try:
-            deadline = wall + RUN_LIMIT
-            cpu = 0.0
+
+        async def until_done(alive: Callable[[], None]) -> None:
+            deadline = time.perf_counter() + RUN_LIMIT
             while time.perf_counter() < deadline:
                 await asyncio.sleep(0.02)
-                if process.poll() is not None:
-                    raise RuntimeError(f"River's worker exited with {process.returncode}")
+                alive()
                 row = await (await conn.execute(left_sql, prepare=True)).fetchone()
                 if row is not None and not row[0]:
-                    break
-            cpu = _cpu_seconds(process.pid)
-            wall = time.perf_counter() - wall
-        finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.to_thread(process.wait, 30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+                    return
+
+        wall, cpu = await _river_worker(
+            binary, pg.url, ["-schema", pg.schema], cooldown_ms, poll_ms, until_done
+        )
         row = await (
             await conn.execute(
                 f"SELECT count(*) FROM \"{pg.schema}\".river_job WHERE state = 'completed'"
             )
         ).fetchone()
     return (int(row[0]) if row else 0), wall, cpu
+
+
+Run = tuple[str, Callable[[], Awaitable[tuple[int, float, float]]]]
+
+
+def _figure(name: str, done: int, wall: float, cpu: float, server: float | None) -> RiverFigure:
+    """One run's figure from (jobs done, wall s, worker CPU s, server CPU s or None)."""
+    done = max(done, 1)
+    return RiverFigure(
+        name,
+        MAX_WORKERS,
+        done,
+        round(done / wall, 1),
+        round(cpu / done * 1000, 4),
+        round(server / done * 1000, 4) if server is not None else None,
+        round((cpu + server) / done * 1000, 4) if server is not None else None,
+    )
+
+
+async def _best_of_rounds(
+    runs: list[Run], measure: Callable[[str, Run, int], Awaitable[RiverFigure]]
+) -> dict[str, RiverFigure]:
+    """Each run ROUNDS times, the order reversed every other round; the best of each."""
+    best: dict[str, RiverFigure] = {}
+    for round_ in range(1, ROUNDS + 1):
+        for run in runs if round_ % 2 else runs[::-1]:
+            figure = await measure(run[0], run, round_)
+            if run[0] not in best or figure.jobs_per_sec > best[run[0]].jobs_per_sec:
+                best[run[0]] = figure
+    return best
 
 
 async def run_compare_river(
@@ -164,27 +217,15 @@ async def run_compare_river(
         binary, why_not = await asyncio.to_thread(build_interop, tmp)
         if binary is None:
             return {"skipped": why_not}
-        best: dict[str, RiverFigure] = {}
 
-        async def measure(name: str, body: Callable[[], Any]) -> None:
+        async def measure(name: str, run: Run, _round: int) -> RiverFigure:
             pg.progress(f"compare-river: {name}, {jobs} jobs")
             await asyncio.to_thread(fill_backlog, pg.url, pg.schema, jobs)
             server = server_cpu() if server_cpu is not None else None
-            done, wall, cpu = await body()
+            done, wall, cpu = await run[1]()
             if server is not None and server_cpu is not None:
                 server = server_cpu() - server
-            done = max(done, 1)
-            figure = RiverFigure(
-                name,
-                MAX_WORKERS,
-                done,
-                round(done / wall, 1),
-                round(cpu / done * 1000, 4),
-                round(server / done * 1000, 4) if server is not None else None,
-                round((cpu + server) / done * 1000, 4) if server is not None else None,
-            )
-            if name not in best or figure.jobs_per_sec > best[name].jobs_per_sec:
-                best[name] = figure
+            return _figure(name, done, wall, cpu, server)
 
         async def riverboat_defaults() -> tuple[int, float, float]:
             done, wall, cpu, _ = await _work_backlog(pg, jobs, MAX_WORKERS, RUN_LIMIT)
@@ -193,11 +234,9 @@ async def run_compare_river(
         def river(cooldown: float, poll: float) -> Callable[[], Any]:
             return lambda: _work_with_river(pg, binary, jobs, cooldown, poll)
 
-        runs: list[tuple[str, Callable[[], Any]]] = [("riverboat_defaults", riverboat_defaults)]
+        runs: list[Run] = [("riverboat_defaults", riverboat_defaults)]
         runs += [(name, river(cooldown, poll)) for name, cooldown, poll in RIVER_CONFIGS]
-        for round_ in range(1, ROUNDS + 1):
-            for name, body in runs if round_ % 2 else runs[::-1]:
-                await measure(name, body)
+        best = await _best_of_rounds(runs, measure)
     return {"runs": [best[name].to_dict() for name, _ in runs]}
 
 
@@ -449,42 +488,14 @@ async def _river_on_sqlite(
 ) -> tuple[int, float, float]:
     progress = _SqliteProgress(path)
     try:
-        wall = time.perf_counter()
-        process = subprocess.Popen(
-            [
-                binary,
-                "work",
-                "-db",
-                f"sqlite:///{path}",
-                "-kinds",
-                "benchmark",
-                "-max-workers",
-                str(MAX_WORKERS),
-                "-fetch-cooldown-ms",
-                str(cooldown_ms),
-                "-fetch-poll-interval-ms",
-                "0",
-                "-quiet",
-            ],
-            stdout=subprocess.DEVNULL,
+        wall, cpu = await _river_worker(
+            binary,
+            f"sqlite:///{path}",
+            [],
+            cooldown_ms,
+            0,
+            lambda alive: _until_done(progress, RUN_LIMIT, alive),
         )
-        cpu = 0.0
-
-        def alive() -> None:
-            if process.poll() is not None:
-                raise RuntimeError(f"River's worker exited with {process.returncode}")
-
-        try:
-            await _until_done(progress, RUN_LIMIT, alive)
-            cpu = _cpu_seconds(process.pid)
-            wall = time.perf_counter() - wall
-        finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.to_thread(process.wait, 30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
         return progress.completed(), wall, cpu
     finally:
         progress.close()
@@ -506,32 +517,19 @@ async def run_compare_river_sqlite(
         with scratch_target(None, "sqlite") as target:
             path = target.sqlite_path
             assert path is not None
-            best: dict[str, RiverFigure] = {}
 
             def river(cooldown: float) -> Callable[[], Any]:
                 return lambda: _river_on_sqlite(binary, path, jobs, cooldown)
 
-            runs: list[tuple[str, Callable[[], Any]]] = [
-                ("riverboat_defaults", lambda: _riverboat_on_sqlite(path, jobs))
-            ]
+            async def measure(name: str, run: Run, round_: int) -> RiverFigure:
+                progress(f"compare-river (SQLite): {name}, {jobs} jobs, round {round_}")
+                await asyncio.to_thread(fill_sqlite_backlog, path, jobs)
+                done, wall, cpu = await run[1]()
+                return _figure(name, done, wall, cpu, None)
+
+            runs: list[Run] = [("riverboat_defaults", lambda: _riverboat_on_sqlite(path, jobs))]
             runs += [(name, river(cooldown)) for name, cooldown, _ in RIVER_CONFIGS]
-            for round_ in range(1, ROUNDS + 1):
-                for name, body in runs if round_ % 2 else runs[::-1]:
-                    progress(f"compare-river (SQLite): {name}, {jobs} jobs, round {round_}")
-                    await asyncio.to_thread(fill_sqlite_backlog, path, jobs)
-                    done, wall, cpu = await body()
-                    done = max(done, 1)
-                    figure = RiverFigure(
-                        name,
-                        MAX_WORKERS,
-                        done,
-                        round(done / wall, 1),
-                        round(cpu / done * 1000, 4),
-                        None,
-                        None,
-                    )
-                    if name not in best or figure.jobs_per_sec > best[name].jobs_per_sec:
-                        best[name] = figure
+            best = await _best_of_rounds(runs, measure)
     river_best = max(
         (figure.jobs_per_sec for name, figure in best.items() if name != "riverboat_defaults"),
         default=0.0,
