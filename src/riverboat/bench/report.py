@@ -33,6 +33,37 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+# A table column: its header, the row key it shows and its width (the first column is
+# left-aligned, the others right-aligned through _fmt); a width of 0 appends the value
+# as it is, after two spaces.
+Column = tuple[str, str, int]
+
+
+def _table(columns: list[Column], rows: list[dict[str, Any]]) -> list[str]:
+    (first, first_key, first_width), *rest = columns
+
+    def cell(header: str, value: Any, width: int) -> str:
+        return f"  {value}" if width == 0 else f"{value:>{width}}"
+
+    out = [f"{first:<{first_width}}" + "".join(cell(h, h, w) for h, _, w in rest)]
+    for row in rows:
+        out.append(
+            f"{row[first_key]:<{first_width}}"
+            + "".join(cell(h, row[k] if w == 0 else _fmt(row[k]), w) for h, k, w in rest)
+        )
+    return out
+
+
+def _river_section(part: Any, title: str, columns: list[Column]) -> list[str]:
+    """A River comparison's lines: its title, then why it was skipped or its table."""
+    if not part:
+        return []
+    lines = ["", title]
+    if "skipped" in part:
+        return [*lines, f"skipped: {part['skipped']}"]
+    return lines + _table(columns, part["runs"])
+
+
 def render_table(report: dict[str, Any]) -> str:
     lines = [
         f"riverboat bench — driver {report['driver']} ({report['dialect']}), "
@@ -129,55 +160,40 @@ def render_table(report: dict[str, Any]) -> str:
                 f"{_fmt(row['statements_per_job_target']):>8}"
                 f"{_fmt(row['python_cpu_ms_per_job']):>11}"
             )
-    river = report.get("compare_river")
-    if river:
-        lines += ["", "River 0.51.2 (interop/go) beside riverboat, same backlog, 20 slots"]
-        if "skipped" in river:
-            lines.append(f"skipped: {river['skipped']}")
-        else:
-            lines.append(
-                f"{'worker':<28}{'jobs/s':>10}{'client ms/job':>15}{'pg ms/job':>11}"
-                f"{'total ms/job':>14}"
-            )
-            for row in river["runs"]:
-                lines.append(
-                    f"{row['name']:<28}{_fmt(row['jobs_per_sec']):>10}"
-                    f"{_fmt(row['client_cpu_ms_per_job']):>15}"
-                    f"{_fmt(row['postgres_cpu_ms_per_job']):>11}"
-                    f"{_fmt(row['total_cpu_ms_per_job']):>14}"
-                )
+    lines += _river_section(
+        report.get("compare_river"),
+        "River 0.51.2 (interop/go) beside riverboat, same backlog, 20 slots",
+        [
+            ("worker", "name", 28),
+            ("jobs/s", "jobs_per_sec", 10),
+            ("client ms/job", "client_cpu_ms_per_job", 15),
+            ("pg ms/job", "postgres_cpu_ms_per_job", 11),
+            ("total ms/job", "total_cpu_ms_per_job", 14),
+        ],
+    )
     river_sqlite = report.get("compare_river_sqlite")
-    if river_sqlite:
-        lines += [
-            "",
-            "River 0.51.2 (riversqlite) beside riverboat, same SQLite file (WAL), 20 slots",
-        ]
-        if "skipped" in river_sqlite:
-            lines.append(f"skipped: {river_sqlite['skipped']}")
-        else:
-            lines.append(f"{'worker':<28}{'jobs/s':>10}{'client ms/job':>15}")
-            for row in river_sqlite["runs"]:
-                lines.append(
-                    f"{row['name']:<28}{_fmt(row['jobs_per_sec']):>10}"
-                    f"{_fmt(row['client_cpu_ms_per_job']):>15}"
-                )
-            ratio = river_sqlite.get("riverboat_over_best_river")
-            lines.append(f"riverboat / best River: {_fmt(ratio)}")
-    river_bench = report.get("river_bench")
-    if river_bench:
-        lines += [
-            "",
-            "River's own benchmark (river bench -n JOBS) beside riverboat at its settings",
-        ]
-        if "skipped" in river_bench:
-            lines.append(f"skipped: {river_bench['skipped']}")
-        else:
-            lines.append(f"{'run':<34}{'jobs/s':>10}{'client ms/job':>15}  client CPU counts")
-            for row in river_bench["runs"]:
-                lines.append(
-                    f"{row['name']:<34}{_fmt(row['jobs_per_sec']):>10}"
-                    f"{_fmt(row['client_cpu_ms_per_job']):>15}  {row['client_cpu_counts']}"
-                )
+    lines += _river_section(
+        river_sqlite,
+        "River 0.51.2 (riversqlite) beside riverboat, same SQLite file (WAL), 20 slots",
+        [
+            ("worker", "name", 28),
+            ("jobs/s", "jobs_per_sec", 10),
+            ("client ms/job", "client_cpu_ms_per_job", 15),
+        ],
+    )
+    if river_sqlite and "skipped" not in river_sqlite:
+        ratio = river_sqlite.get("riverboat_over_best_river")
+        lines.append(f"riverboat / best River: {_fmt(ratio)}")
+    lines += _river_section(
+        report.get("river_bench"),
+        "River's own benchmark (river bench -n JOBS) beside riverboat at its settings",
+        [
+            ("run", "name", 34),
+            ("jobs/s", "jobs_per_sec", 10),
+            ("client ms/job", "client_cpu_ms_per_job", 15),
+            ("client CPU counts", "client_cpu_counts", 0),
+        ],
+    )
     kinds = report.get("job_kinds")
     if kinds:
         lines += [
