@@ -44,8 +44,8 @@ __all__ = [
 
 SEQUENCE_METADATA_KEY = "riverboat_sequence"
 # The version of riverboat's migration line whose function the Postgres claim calls
-# (riverboat_flow_claim_jobs).
-FLOW_CLAIM_LINE_VERSION = 3
+# (riverboat_flow_claim_jobs_v2).
+FLOW_CLAIM_LINE_VERSION = 4
 SEQUENCE_KEY_MAX = 255
 ARGS_KEY_MAX = 100
 LIMIT_MAX = 1_000_000

@@ -3,10 +3,15 @@ batches as large as the unlimited producer's when a limit does not bind."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import riverboat
 from riverboat import ConcurrencyLimit, InsertManyParams
+from riverboat._job import JobRow
+from riverboat.dialect.base import MAX_ATTEMPTED_BY
+from riverboat.flow import FlowControl
 from riverboat.runtime.events import EventKind
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Job, Workers
@@ -60,8 +65,8 @@ async def test_a_queue_without_flow_control_claims_with_rivers_statement(
 async def test_a_limit_that_does_not_bind_claims_in_batches(
     apg_driver: Any, pg_url: str, pg_schema: str
 ) -> None:
-    # As many as the slots: a job ending here makes room for the next one only once
-    # its outcome is written, which the claim does itself (in the same statement).
+    # As many as the slots: a job ending here makes room for the next one although its
+    # outcome is still in the completer (the claim is told, and leaves it out).
     limited = QueueConfig(
         max_workers=MAX_WORKERS, concurrency=ConcurrencyLimit(global_limit=MAX_WORKERS)
     )
@@ -81,3 +86,81 @@ async def test_a_limit_that_does_not_bind_claims_in_batches(
            FROM river_job j""",
     )
     assert overlap[0] == 0 and overlap[1] <= MAX_WORKERS
+
+
+async def test_a_finished_job_makes_room_in_every_claim_and_its_completer_writes_it(
+    apg_driver: Any, pg_url: str, pg_schema: str
+) -> None:
+    # Two processes ("a", "b") under a limit of 2. A job "a" finished, whose outcome its
+    # completer still holds, is left out of every claim's count once "a" has told a
+    # claim of it; the claim writes nothing of it (its completion is the completer's
+    # durable write), and the table's record never shows more than 2 running.
+    client = riverboat.AsyncClient(apg_driver, queues={"default": QueueConfig()})
+    await client.insert_many([InsertManyParams({}, kind="noop") for _ in range(4)])
+    dialect = apg_driver.dialect
+    flow = FlowControl.of(QueueConfig(concurrency=ConcurrencyLimit(global_limit=2)))
+    assert flow is not None
+
+    async def claim(
+        client_id: str, most: int, finished: Sequence[tuple[int, int]] = ()
+    ) -> list[JobRow]:
+        stmt = dialect.job_get_available_flow(
+            queue="default",
+            max_to_lock=most,
+            client_id=client_id,
+            flow=flow,
+            max_attempted_by=MAX_ATTEMPTED_BY,
+            finished=finished,
+        )
+        return [dialect.decode_job(row) for row in await apg_driver.fetch(stmt)]
+
+    [first] = await claim("a", 1)
+    ended = datetime.now(UTC)  # "a" ran it; its outcome waits in a's completer
+    [second] = await claim("a", 1, finished=[(first.id, first.attempt)])
+    assert (
+        fetch_row(pg_url, pg_schema, "SELECT state FROM river_job WHERE id = %s", first.id)[0]
+        == "running"
+    )
+    # "b" doesn't know of it, yet doesn't count it: one running (second), one room.
+    [third] = await claim("b", 2)
+    assert await claim("b", 2) == []  # second and third: the limit holds
+    await apg_driver.execute(dialect.flow_complete_many([first.id], [ended], returning=False))
+    done = fetch_row(
+        pg_url,
+        pg_schema,
+        """SELECT j.state, j.finalized_at <= (SELECT min(attempted_at) FROM river_job
+                                              WHERE id = ANY(%s)),
+                  (SELECT count(*) FROM riverboat_flow_ended)
+           FROM river_job j WHERE j.id = %s""",
+        [second.id, third.id],
+        first.id,
+    )
+    assert done == ("completed", True, 0)
+
+
+async def test_a_job_reported_finished_still_counts_if_it_is_no_longer_this_clients(
+    apg_driver: Any,
+) -> None:
+    # Only the reporting client's own running attempt is left out: a wrong or stale
+    # report (another client's job, an earlier attempt) makes no room.
+    client = riverboat.AsyncClient(apg_driver, queues={"default": QueueConfig()})
+    await client.insert_many([InsertManyParams({}, kind="noop") for _ in range(2)])
+    dialect = apg_driver.dialect
+    flow = FlowControl.of(QueueConfig(concurrency=ConcurrencyLimit(global_limit=1)))
+    assert flow is not None
+
+    def claim(client_id: str, finished: Sequence[tuple[int, int]]) -> Any:
+        return apg_driver.fetch(
+            dialect.job_get_available_flow(
+                queue="default",
+                max_to_lock=1,
+                client_id=client_id,
+                flow=flow,
+                max_attempted_by=MAX_ATTEMPTED_BY,
+                finished=finished,
+            )
+        )
+
+    [row] = [dialect.decode_job(r) for r in await claim("a", [])]
+    assert await claim("b", [(row.id, row.attempt)]) == []
+    assert await claim("a", [(row.id, row.attempt + 1)]) == []

@@ -65,6 +65,7 @@ def test_up_list_down(pg_url: str, empty_schema: str, conn: Any) -> None:
         "  001",
         "  002",
         "  003",
+        "  004",
     ]
 
     # DATABASE_URL is the default.
@@ -75,7 +76,7 @@ def test_up_list_down(pg_url: str, empty_schema: str, conn: Any) -> None:
     assert "applied riverboat 001 client registry" in rest.stdout
     snap, own = rivers_part(normalise_notify_body(snapshot(conn, empty_schema)))
     assert snap["tables"] == expected(LATEST_VERSION)["tables"]
-    assert own == ["riverboat_client", "riverboat_periodic_job"]
+    assert own == ["riverboat_client", "riverboat_flow_ended", "riverboat_periodic_job"]
 
     again = cli("migrate", "up", *common)
     assert again.returncode == 0 and "nothing to apply" in again.stdout
@@ -163,7 +164,7 @@ def test_concurrent_cli_processes(pg_url: str, empty_schema: str, conn: Any) -> 
         for line in out.splitlines()
         if line.startswith("applied")
     )
-    assert applied == sorted([f"{v:03d}" for v in range(1, LATEST_VERSION + 1)] + ["riverboat"] * 3)
+    assert applied == sorted([f"{v:03d}" for v in range(1, LATEST_VERSION + 1)] + ["riverboat"] * 4)
     got = conn.execute(
         f"""SELECT line, version, count(*) FROM "{empty_schema}".river_migration
             GROUP BY 1, 2 ORDER BY 1, 2"""
@@ -172,6 +173,7 @@ def test_concurrent_cli_processes(pg_url: str, empty_schema: str, conn: Any) -> 
         ("riverboat", 1, 1),
         ("riverboat", 2, 1),
         ("riverboat", 3, 1),
+        ("riverboat", 4, 1),
     ]
 
 

@@ -80,7 +80,7 @@ def test_validate_exit_codes(db: Db) -> None:
     assert code == 1
     assert lines == [
         "unapplied migrations: 001, 002, 003, 004, 005, 006, 007, 008, riverboat 001, "
-        "riverboat 002, riverboat 003; run `riverboat migrate up`"
+        "riverboat 002, riverboat 003, riverboat 004; run `riverboat migrate up`"
     ]
     assert db.migrate("up", "--target-version", "3")[0] == 0
     assert db.migrate("validate", "--target-version", "3") == (
@@ -92,7 +92,7 @@ def test_validate_exit_codes(db: Db) -> None:
     assert db.migrate("up")[0] == 0
     assert db.migrate("validate") == (
         0,
-        [f"no unapplied migrations; at version {LATEST_VERSION} (riverboat line: 3)"],
+        [f"no unapplied migrations; at version {LATEST_VERSION} (riverboat line: 4)"],
     )
 
 
@@ -101,8 +101,8 @@ def test_dry_run_with_show_sql_changes_nothing(db: Db) -> None:
     assert code == 0
     planned = [line for line in lines if line.startswith("would apply")]
     assert planned[0] == "would apply 001 create river migration [up] [dry run]"
-    assert len(planned) == LATEST_VERSION + 3
-    assert planned[-1] == "would apply riverboat 003 flow claim static [up] [dry run]"
+    assert len(planned) == LATEST_VERSION + 4
+    assert planned[-1] == "would apply riverboat 004 flow claim durable [up] [dry run]"
     assert "-" * 80 in lines
     assert "-- River main migration 008 job id autoincrement [up]" in lines
     if db.dialect == "sqlite":
@@ -110,9 +110,10 @@ def test_dry_run_with_show_sql_changes_nothing(db: Db) -> None:
     assert _version(db) == 0
 
     assert db.migrate("up")[0] == 0
-    code, lines = db.migrate("down", "--dry-run", "--max-steps", "4")
+    code, lines = db.migrate("down", "--dry-run", "--max-steps", "5")
     assert code == 0
-    assert lines[:4] == [
+    assert lines[:5] == [
+        "would apply riverboat 004 flow claim durable [down] [dry run]",
         "would apply riverboat 003 flow claim static [down] [dry run]",
         "would apply riverboat 002 periodic job [down] [dry run]",
         "would apply riverboat 001 client registry [down] [dry run]",
@@ -167,13 +168,13 @@ def test_lines_form_a_stack(db: Db) -> None:
     # Without --line, up applies main then riverboat; down unwinds from the top.
     code, lines = db.migrate("up", "--target-version", "7")
     assert code == 0 and _applied(lines) == list(range(1, 8))
-    assert "riverboat line current version: 0 (latest 3)" in lines
+    assert "riverboat line current version: 0 (latest 4)" in lines
     code, lines = db.migrate("up", "--line", "main")
     assert code == 0 and _applied(lines) == [8]
     code, lines = db.migrate("up")
     assert code == 0 and lines[0] == "applied riverboat 001 client registry"
     assert lines[-2:] == [
-        "riverboat line current version: 3 (latest 3)",
+        "riverboat line current version: 4 (latest 4)",
         f"current version: {LATEST_VERSION} (latest {LATEST_VERSION})",
     ]
     code, lines = db.migrate("list")
@@ -181,22 +182,23 @@ def test_lines_form_a_stack(db: Db) -> None:
     assert lines[lines.index("line riverboat:") + 1].startswith("* 001  client registry")
     assert db.migrate("validate") == (
         0,
-        [f"no unapplied migrations; at version {LATEST_VERSION} (riverboat line: 3)"],
+        [f"no unapplied migrations; at version {LATEST_VERSION} (riverboat line: 4)"],
     )
     # River's main can't go below 005 (river_migration.line) under another line.
     refused = cli("migrate", "down", "--line", "main", *db.args, "--target-version", "4")
     assert "while the riverboat line is applied" in one_line_error(refused)
     assert _version(db) == LATEST_VERSION
     code, lines = db.migrate("down")
-    assert code == 0 and lines[0] == "reverted riverboat 003 flow claim static"
+    assert code == 0 and lines[0] == "reverted riverboat 004 flow claim durable"
     code, lines = db.migrate("validate")
     assert code == 1 and lines == [
-        "unapplied migrations: riverboat 003; run `riverboat migrate up`"
+        "unapplied migrations: riverboat 004; run `riverboat migrate up`"
     ]
     code, lines = db.migrate("up", "--line", "riverboat")
-    assert code == 0 and lines[0] == "applied 003 flow claim static"
-    code, lines = db.migrate("down", "--max-steps", "4")
-    assert code == 0 and lines[:4] == [
+    assert code == 0 and lines[0] == "applied 004 flow claim durable"
+    code, lines = db.migrate("down", "--max-steps", "5")
+    assert code == 0 and lines[:5] == [
+        "reverted riverboat 004 flow claim durable",
         "reverted riverboat 003 flow claim static",
         "reverted riverboat 002 periodic job",
         "reverted riverboat 001 client registry",
@@ -204,7 +206,7 @@ def test_lines_form_a_stack(db: Db) -> None:
     ]
     assert db.migrate("up")[0] == 0
     code, lines = db.migrate("down", "--target-version", "0")
-    assert code == 0 and lines[0] == "reverted riverboat 003 flow claim static"
+    assert code == 0 and lines[0] == "reverted riverboat 004 flow claim durable"
     assert _version(db) == 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from riverboat._sql import Statement
 from riverboat.dialect._part import DialectPart
@@ -18,12 +18,13 @@ class FlowStatements(DialectPart, ABC):
     """Statements for flow control; :class:`~riverboat.dialect.base.Dialect` inherits
     them."""
 
-    # Whether the claim also writes plain completions of this client's jobs (``completed``):
-    # a job counts as running until its outcome is written, and writing it in the claim
-    # saves waiting for the completer before every claim.
-    flow_claim_completes: ClassVar[bool] = False
+    # Whether the claim leaves this client's finished jobs (outcomes still buffered) out
+    # of its running counts: a job counts as running until its outcome is written, and a
+    # limit as large as the fleet's slots would otherwise hold back every job whose
+    # predecessor's outcome is still in the completer. Such outcomes must then be written
+    # with :meth:`flow_complete_many`, finalized_at no later than the job's end.
+    flow_claim_excludes_finished: ClassVar[bool] = False
 
-    @abstractmethod
     def job_get_available_flow(
         self,
         *,
@@ -33,22 +34,50 @@ class FlowStatements(DialectPart, ABC):
         flow: FlowControl,
         max_attempted_by: int,
         now: datetime | None = None,
-        completed: Sequence[tuple[int, int]] = (),
+        finished: Sequence[tuple[int, int]] = (),
     ) -> Statement:
         """River's claim, taking only the jobs ``flow`` lets start now. When the
-        dialect's ``flow_claim_completes``, it first marks ``completed`` (``(id,
-        attempt)`` of jobs this client claimed and finished successfully, outcomes not
-        yet written) completed, so they no longer count as running, and returns their
-        rows too, in state ``completed`` (claimed rows are ``running``); others ignore
-        it."""
+        dialect's ``flow_claim_excludes_finished``, ``finished`` (``(id, attempt)`` of
+        jobs this client claimed and finished, outcomes not yet written) are not counted
+        as running; others ignore it."""
+        params: dict[str, Any] = {
+            "queue": queue,
+            "max_to_lock": max_to_lock,
+            "attempted_by": client_id,
+            "max_attempted_by": max_attempted_by,
+            "now": self.time_param(now),
+            **flow.params(),
+        }
+        return self._flow_claim(flow, params, finished)
 
     @abstractmethod
+    def _flow_claim(
+        self, flow: FlowControl, params: dict[str, Any], finished: Sequence[tuple[int, int]]
+    ) -> Statement:
+        """The dialect's claim statement for :meth:`job_get_available_flow`, given the
+        parameters every dialect's claim takes (``flow.params()`` among them)."""
+
+    def flow_complete_many(
+        self, ids: Sequence[int], ended: Sequence[datetime | None], *, returning: bool
+    ) -> Statement:
+        """:meth:`~riverboat.dialect.base.Dialect.job_complete_many`, with each job's
+        finalized_at no later than its ``ended`` (None: now), for jobs a claim left out
+        of its count (``flow_claim_excludes_finished``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not exclude finished jobs")
+
     def flow_use(
         self, *, queue: str, by_kind: bool, by_args: Sequence[str], rate_period: float | None
     ) -> Statement:
         """Per partition (``by_kind``, ``by_args``) of ``queue``'s jobs: the kind (or
         NULL), the by_args values as a JSON array, how many run, how many started in the
         last ``rate_period`` seconds (0 without one) and how many available are due."""
+        return self.stmt(
+            "flow_use",
+            queue=queue,
+            by_kind=by_kind,
+            by_args=self.text_list_param(list(by_args)),
+            rate_period=rate_period,
+        )
 
     def flow_local_use(self, *, queue: str, by_kind: bool, by_args: Sequence[str]) -> Statement:
         """Per worker (the last client id in ``attempted_by``) and partition of

@@ -1,17 +1,20 @@
 """Postgres's claim under flow control (:mod:`riverboat.flow`). A mixin of
 :class:`~riverboat.dialect.postgres.PostgresDialect`.
 
-The claim runs inside ``riverboat_flow_claim_jobs`` (riverboat's migration line, version
-2), static SQL that takes the queue's limits as parameters: Postgres plans it once per
-connection. The function takes a transaction-level advisory lock per schema and queue,
+The claim runs inside ``riverboat_flow_claim_jobs_v2`` (riverboat's migration line,
+version 4), static SQL that takes the queue's limits as parameters: Postgres plans it once
+per connection. The function takes a transaction-level advisory lock per schema and queue,
 then counts and claims in one statement with a snapshot taken after the lock, so every
 claim of a limited queue sees the claims committed before it. It commits asynchronously
-(the lock is not held over the WAL flush): what a server crash can then lose is a claim of
-its last moments, whose jobs are available again after recovery and run again, as a job
-running at a crash does; the completion that follows a claim is a synchronous commit and
-flushes the claim first. One round trip from the client, so the lock is held only while
-the server works. A queue without flow control never takes the lock nor calls the
-function: its claim is River's.
+(the lock is not held over the WAL flush) and writes nothing but the claim: what a server
+crash can then lose is a claim of its last moments, whose jobs are available again after
+recovery and run again, as a job running at a crash does; the completion that follows a
+claim is a synchronous commit and flushes the claim first. The jobs this client finished
+whose outcomes the completer still holds are recorded in ``riverboat_flow_ended`` (an
+unlogged table) and left out of every claim's count (they no longer run); the completer
+writes them with ``flow_complete_many``, durably. One round trip from the client,
+so the lock is held only while the server works. A queue without flow control never takes
+the lock nor calls the function: its claim is River's.
 
 Candidates are scanned in River's order, partitions already at their limit are skipped in
 the scan itself (one busy customer does not hide the others), and each remaining
@@ -29,6 +32,7 @@ from typing import Any, ClassVar
 from riverboat._sql import Statement
 from riverboat.dialect._part import DialectPart
 from riverboat.dialect._pg_common import job_columns
+from riverboat.dialect._rows import COMPLETION_COLUMNS
 from riverboat.flow import SEQUENCE_METADATA_KEY, SEQUENCE_USE_ROWS, FlowControl
 
 __all__ = ["SCAN_MAX", "PostgresFlow"]
@@ -38,7 +42,7 @@ SCAN_MAX = 1000  # candidates looked at per claim of a partitioned or sequenced 
 QUERIES: dict[str, str] = {}
 QUERIES["job_get_available_flow"] = f"""
 SELECT {job_columns("t")}
-FROM <schema>riverboat_flow_claim_jobs(
+FROM <schema>riverboat_flow_claim_jobs_v2(
     hashtext(concat(coalesce(:schema::text, current_schema()), '.riverboat_flow.',
                     :queue::text))::bigint,
     :queue::text, :max_to_lock::integer, :scan_max::integer, :attempted_by::text,
@@ -46,13 +50,39 @@ FROM <schema>riverboat_flow_claim_jobs(
     :global_limit::integer, :local_limit::integer, :con_by_kind::boolean,
     :con_by_args::text[], :rate_limit::integer, :rate_period::double precision,
     :rate_by_kind::boolean, :rate_by_args::text[], :sequences::boolean,
-    :sequence_continue::boolean, :done_ids::bigint[], :done_attempts::integer[]
+    :sequence_continue::boolean, :finished_ids::bigint[], :finished_attempts::integer[]
 ) AS t(id bigint, args jsonb, attempt smallint, attempted_at timestamptz,
        attempted_by text[], created_at timestamptz, errors jsonb[], finalized_at timestamptz,
        kind text, max_attempts smallint, metadata jsonb, priority smallint, queue text,
        state text, scheduled_at timestamptz, tags text[], unique_key bytea,
        unique_states integer)
 """
+
+# job_complete_many for jobs a claim left out of its count (their outcomes were still
+# in this client's completer, and the claim recorded them in riverboat_flow_ended):
+# finalized_at no later than the job's end, which came before that claim's attempted_at,
+# so the table's record never shows more running than a limit allows; their records in
+# riverboat_flow_ended go. Locked rows are skipped, as job_complete_many does.
+_FLOW_COMPLETE_BODY = """
+WITH unrecorded AS (
+    DELETE FROM <schema>riverboat_flow_ended WHERE job_id = ANY(:ids::bigint[])
+),
+i AS (
+    SELECT river_job.id, u.ended
+    FROM unnest(:ids::bigint[], :ended::timestamptz[]) AS u(id, ended)
+    JOIN <schema>river_job ON river_job.id = u.id
+    WHERE river_job.state::text = 'running'
+    FOR UPDATE OF river_job SKIP LOCKED
+)
+UPDATE <schema>river_job
+SET finalized_at = greatest(river_job.attempted_at, least(now(), i.ended)), state = 'completed'
+FROM i
+WHERE river_job.id = i.id AND river_job.state::text = 'running'
+"""
+QUERIES["flow_complete_many"] = (
+    _FLOW_COMPLETE_BODY + f"RETURNING {job_columns('river_job', only=COMPLETION_COLUMNS)}"
+)
+QUERIES["flow_complete_many_no_return"] = _FLOW_COMPLETE_BODY
 
 # What a queue's limits are using, per partition (riverboat.flow.limit_uses): running
 # jobs, starts in the rate window (when one is given) and available jobs already due.
@@ -109,57 +139,40 @@ LIMIT {SEQUENCE_USE_ROWS}
 """
 
 
+# The claim's limits when the queue's FlowControl.params() doesn't set them.
+_UNSET_LIMITS: dict[str, Any] = dict.fromkeys(
+    ("global_limit", "local_limit", "rate_limit", "rate_period"), None
+) | {"sequence_continue": False}
+
+
 class PostgresFlow(DialectPart):
     """Postgres's flow-controlled claim; see the module docstring."""
 
     _queries: ClassVar[dict[str, str]] = QUERIES
-    flow_claim_completes: ClassVar[bool] = True
+    flow_claim_excludes_finished: ClassVar[bool] = True
 
-    def job_get_available_flow(
-        self,
-        *,
-        queue: str,
-        max_to_lock: int,
-        client_id: str,
-        flow: FlowControl,
-        max_attempted_by: int,
-        now: datetime | None = None,
-        completed: Sequence[tuple[int, int]] = (),
+    def _flow_claim(
+        self, flow: FlowControl, params: dict[str, Any], finished: Sequence[tuple[int, int]]
     ) -> Statement:
         con, rate = flow.concurrency, flow.rate
-        params: dict[str, Any] = {
-            "schema": self.schema,
-            "queue": queue,
-            "max_to_lock": max_to_lock,
+        return self.stmt(
+            "job_get_available_flow",
+            schema=self.schema,
             # Without partitions or sequences every candidate has the same room: the
             # first max_to_lock are the ones to take.
-            "scan_max": SCAN_MAX if flow.scans_ahead else max_to_lock,
-            "attempted_by": client_id,
-            "max_attempted_by": max_attempted_by,
-            "now": self.time_param(now),
-            "global_limit": None,
-            "local_limit": None,
-            "rate_limit": None,
-            "rate_period": None,
-            "sequence_continue": False,
-            "con_by_kind": con is not None and con.by_kind,
-            "con_by_args": self.text_list_param(list(con.by_args) if con else []),
-            "rate_by_kind": rate is not None and rate.by_kind,
-            "rate_by_args": self.text_list_param(list(rate.by_args) if rate else []),
-            "sequences": flow.sequences,
-            "done_ids": [job_id for job_id, _ in completed],
-            "done_attempts": [attempt for _, attempt in completed],
-        }
-        params.update(flow.params())
-        return self.stmt("job_get_available_flow", **params)
-
-    def flow_use(
-        self, *, queue: str, by_kind: bool, by_args: Sequence[str], rate_period: float | None
-    ) -> Statement:
-        return self.stmt(
-            "flow_use",
-            queue=queue,
-            by_kind=by_kind,
-            by_args=self.text_list_param(list(by_args)),
-            rate_period=rate_period,
+            scan_max=SCAN_MAX if flow.scans_ahead else params["max_to_lock"],
+            con_by_kind=con is not None and con.by_kind,
+            con_by_args=self.text_list_param(list(con.by_args) if con else []),
+            rate_by_kind=rate is not None and rate.by_kind,
+            rate_by_args=self.text_list_param(list(rate.by_args) if rate else []),
+            sequences=flow.sequences,
+            finished_ids=[job_id for job_id, _ in finished],
+            finished_attempts=[attempt for _, attempt in finished],
+            **{**_UNSET_LIMITS, **params},
         )
+
+    def flow_complete_many(
+        self, ids: Sequence[int], ended: Sequence[datetime | None], *, returning: bool
+    ) -> Statement:
+        name = "flow_complete_many" if returning else "flow_complete_many_no_return"
+        return self.stmt(name, ids=list(ids), ended=[self.time_param(t) for t in ended])

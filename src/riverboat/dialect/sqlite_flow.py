@@ -10,7 +10,6 @@ backlog on every claim.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any, ClassVar
 
 from riverboat._sql import Query, Statement, render_schema
@@ -185,39 +184,14 @@ class SqliteFlow(DialectPart):
 
     _queries: ClassVar[dict[str, str]] = QUERIES
 
-    def job_get_available_flow(
-        self,
-        *,
-        queue: str,
-        max_to_lock: int,
-        client_id: str,
-        flow: FlowControl,
-        max_attempted_by: int,
-        now: datetime | None = None,
-        completed: Sequence[tuple[int, int]] = (),
+    def _flow_claim(
+        self, flow: FlowControl, params: dict[str, Any], finished: Sequence[tuple[int, int]]
     ) -> Statement:
+        # Each outcome of the queue is written before the claim (runtime/producer.py):
+        # SQLite has no finished jobs to leave out.
         cache: dict[FlowControl, Query] = self.__dict__.setdefault("_flow_queries", {})
         query = cache.get(flow)
         if query is None:
             text = flow_claim_text(flow, raw_query(self, "job_get_available"))
             query = cache[flow] = Query("job_get_available_flow", render_schema(text, self.schema))
-        params: dict[str, Any] = {
-            "queue": queue,
-            "max_to_lock": max_to_lock,
-            "max_attempted_by": max_attempted_by,
-            "attempted_by": client_id,
-            "now": self.time_param(now),
-        }
-        params.update(flow.params())
         return Statement(query, params)
-
-    def flow_use(
-        self, *, queue: str, by_kind: bool, by_args: Sequence[str], rate_period: float | None
-    ) -> Statement:
-        return self.stmt(
-            "flow_use",
-            queue=queue,
-            by_kind=by_kind,
-            by_args=self.text_list_param(list(by_args)),
-            rate_period=rate_period,
-        )

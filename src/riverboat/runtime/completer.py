@@ -127,6 +127,11 @@ class PendingCompletion:
     started_at: float
     run_duration: float
     finished_at: float  # monotonic
+    # Set when a flow-controlled claim left this job out of its running count (its
+    # outcome was still here): finalized_at is written no later than this, the job's end
+    # on the wall clock, so the table never shows it running beside the job claimed in
+    # its place (dialect flow_complete_many).
+    ended: datetime | None = None
 
     @property
     def queue_wait(self) -> float:
@@ -237,21 +242,6 @@ class Completer:
     def buffered(self) -> Iterable[PendingCompletion]:
         """The outcomes waiting to be written (a view: read it before awaiting)."""
         return self._buffer.values()
-
-    def forget_written(self, written: Iterable[PendingCompletion]) -> None:
-        """Drop buffered outcomes another statement has written (the flow-controlled
-        claim writes this client's plain completions), unless events are wanted: those
-        are emitted from this completer's own write, which then changes nothing."""
-        if self._emit is not None and self._want_events():
-            return
-        buffer = self._buffer
-        for pending in written:
-            if buffer.get(pending.update.id) is pending:
-                del buffer[pending.update.id]
-        if len(buffer) < BACKPRESSURE_LOW:
-            self._below_low.set()
-        if not buffer:
-            self._has_items.set()  # the loop finds nothing to write and says it is drained
 
     def flush_now(self) -> None:
         """Write the buffered outcomes without waiting out the flush delay (a
@@ -570,11 +560,16 @@ class Completer:
         :class:`_Unstorable` when the database refused the values."""
         want_rows = self._emit is not None and self._want_events()
         try:
-            if plain:
-                stmt = self._dialect.job_complete_many(
+            if plain and any(p.ended is not None for p in batch):
+                stmt = self._dialect.flow_complete_many(
+                    [p.update.id for p in batch], [p.ended for p in batch], returning=want_rows
+                )
+            elif plain:
+                complete = self._dialect.job_complete_many(
                     [p.update.id for p in batch], returning=want_rows
                 )
-                assert stmt is not None
+                assert complete is not None
+                stmt = complete
             else:
                 stmt = self._dialect.job_set_state_if_running_many(
                     [p.update for p in batch], returning=want_rows, skip_locked=True

@@ -26,14 +26,16 @@ as above. A cooldown the user set is kept for every fetch, as River does.
 
 Claiming ahead (riverboat's policy, not River's): under a backlog every freed slot
 otherwise waits for the next claim, whose commit (an fsync at stock durability) takes a
-few ms; jobs of 10 ms then keep their slots busy only 10 ms out of every 10 + claim.
-So with the default cooldown and no flow control, a refill that follows a full fetch
-within ``AHEAD_WINDOW`` (short jobs) claims up to ``max_workers`` more jobs than there
-are free slots. They wait in the producer, claimed (``running`` in the table) but not
-started, and start as slots free, at most ``max_workers`` at once as always. None waits
-longer than ``AHEAD_MAX_WAIT``: older ones are handed back (available again, attempt
-rolled back, like a hard stop's), and claiming ahead pauses for ``AHEAD_BACKOFF``. A stop
-hands back every waiting job; a cancel of one finishes it cancelled without running it.
+few ms; jobs of 10 ms then keep their slots busy only 10 ms out of every 10 + claim. So
+with the default cooldown, a refill that follows a full fetch within ``AHEAD_WINDOW``
+(short jobs) claims up to ``max_workers`` more jobs than there are free slots. Under
+flow control too: a job claimed ahead is ``running`` in the table, so every limit counts
+it, and the claim takes only the room the limits leave. Jobs claimed ahead wait in the producer,
+claimed (``running`` in the table) but not started, and start as slots free, at most
+``max_workers`` at once as always. None waits longer than ``AHEAD_MAX_WAIT``: older ones
+are handed back (available again, attempt rolled back, like a hard stop's), and claiming
+ahead pauses for ``AHEAD_BACKOFF``. A stop hands back every waiting job; a cancel of one
+finishes it cancelled without running it.
 """
 
 from __future__ import annotations
@@ -48,11 +50,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from riverboat._clock import Clock
 from riverboat._job import JobRow
-from riverboat.dialect._rows import JOB_INDEX, QUEUE_INDEX
+from riverboat.dialect._rows import QUEUE_INDEX
 from riverboat.dialect.base import MAX_ATTEMPTED_BY, is_plain_completion
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
@@ -112,9 +115,6 @@ QUICK_FETCH_GAP = 0.01
 AHEAD_WINDOW = 0.25
 AHEAD_MAX_WAIT = 2.0
 AHEAD_BACKOFF = 60.0
-# Where a claimed row's id and state are (the flow-controlled claim also returns the
-# rows of the jobs it completed).
-_ID_COLUMN, _STATE_COLUMN = JOB_INDEX["id"], JOB_INDEX["state"]
 # How long a flow-controlled claim waits for the outcomes buffered here to be written
 # (a job counts as running until then); past it, the claim counts them as running.
 FLOW_FLUSH_WAIT = 0.5
@@ -233,7 +233,7 @@ class Producer:
         self._refill = asyncio.Event()
         # Claiming ahead: jobs claimed but not started yet (monotonic claim time, row),
         # oldest first; slots plus jobs claimed ahead the last fetch aimed for.
-        self._claim_ahead = refill_without_cooldown and self._flow is None
+        self._claim_ahead = refill_without_cooldown
         self._ahead: deque[tuple[float, JobRow]] = deque()
         self._ahead_timer: asyncio.TimerHandle | None = None
         self._ahead_off_until = 0.0
@@ -522,30 +522,46 @@ class Producer:
 
     async def _claim_with_flow_control(self, flow: FlowControl, free: int) -> list[Any]:
         """The claim of a queue with limits or sequences (riverboat.flow): one statement
-        that counts and claims (on Postgres inside riverboat_flow_claim_jobs, which
+        that counts and claims (on Postgres inside riverboat_flow_claim_jobs_v2, which
         takes the queue's lock first), so no other process counts between the two.
 
         A job counts as running until its outcome is written (the database's record
         says so): a limit as large as the fleet's slots would otherwise hold back every
-        job whose predecessor's outcome is still buffered. On Postgres the claim itself
-        writes this queue's plain completions (``flow_claim_completes``); any other
-        outcome of this queue still buffered is written first, without the completer's
-        flush delay."""
+        job whose predecessor's outcome is still buffered. On Postgres the claim is told
+        this queue's plain completions still in the completer
+        (``flow_claim_excludes_finished``) and records them, so that no claim of any
+        process counts them; the completer writes them with its own durable commit,
+        finalized_at no later than the job's end. Any other outcome of this queue still
+        buffered (and, for a queue with sequences, every one: the next job of a sequence
+        waits for its predecessor's) is written first, without the completer's flush
+        delay."""
         completer = self._completer
-        written: dict[int, PendingCompletion] = {}
+        finished: list[PendingCompletion] = []
         others = False
         if completer.backlog:
-            in_claim = self._dialect.flow_claim_completes
+            exclude = (
+                self._dialect.flow_claim_excludes_finished
+                and not flow.sequences
+                and self.clock.now() is None  # ends are on the wall clock, as now() is
+            )
             for pending in completer.buffered():
                 job = pending.job
                 if job.queue != self.queue:
                     continue
                 if (
-                    in_claim
+                    exclude
+                    and pending.started_at
                     and is_plain_completion(pending.update)
                     and WORKFLOW_METADATA_KEY not in job.metadata
                 ):
-                    written[job.id] = pending
+                    # Set now, while it is still buffered: whenever the completer
+                    # takes it, it is written ending no later than the job did, which
+                    # is before the claim's start.
+                    if pending.ended is None:
+                        pending.ended = datetime.fromtimestamp(
+                            pending.started_at + pending.run_duration, UTC
+                        )
+                    finished.append(pending)
                 else:
                     others = True
         if others:
@@ -560,16 +576,9 @@ class Producer:
             flow=flow,
             max_attempted_by=MAX_ATTEMPTED_BY,
             now=self.clock.now(),
-            completed=[(p.job.id, p.job.attempt) for p in written.values()],
+            finished=[(p.job.id, p.job.attempt) for p in finished],
         )
         rows = list(await self._driver.fetch(stmt))
-        if written:
-            # The rows of the jobs it completed come back too, in state 'completed'
-            # (the claimed ones are 'running'): their outcomes need no other write.
-            done = [written[r[_ID_COLUMN]] for r in rows if r[_STATE_COLUMN] == "completed"]
-            completer.forget_written(done)
-            if done:
-                rows = [r for r in rows if r[_STATE_COLUMN] != "completed"]
         if len(rows) < free and not completer.idle:
             # Fewer than asked: held back, maybe by outcomes the completer is writing
             # right now (still running in the table). Claim again once they are
