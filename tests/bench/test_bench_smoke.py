@@ -260,3 +260,27 @@ def test_compare_river_works_the_backlog_with_river_too(pg_url: str) -> None:
         names = {run["name"]: run for run in river_bench["runs"]}
         assert set(names) == {"river_bench", "riverboat_river_bench_settings"}
         assert all(run["jobs"] == 200 for run in names.values())
+
+
+@pytest.mark.parametrize("database", ["postgres", "sqlite"])
+def test_workflow_part_measures_the_graph_against_plain_jobs(pg_url: str, database: str) -> None:
+    where = ["--database-url", pg_url] if database == "postgres" else ["--driver", "sqlite"]
+    report = _bench(*where, "--only", "workflow")
+    workflow = report["workflow"]
+    assert isinstance(workflow, dict) and "end_to_end" not in report
+    # Every figure is there and positive: both runs finished (their completions
+    # counted from events), the chain ran, promotion statements were counted.
+    for key in (
+        "fan_out_fan_in_s",
+        "plain_1000_s",
+        "fan_vs_plain",
+        "fan_vs_plain_started",
+        "pickup_latency_median_ms",
+        "chain_100_s",
+        "chain_vs_100_pickups",
+        "chain_promotion_statements_per_task",
+    ):
+        assert isinstance(workflow[key], (int, float)) and workflow[key] > 0, (key, workflow)
+    assert workflow["fan_out_fan_in_started_s"] <= workflow["fan_out_fan_in_s"]
+    # Promotion is per completer batch, not per task.
+    assert 0 < workflow["fan_promotion_statements_per_task"] < 0.5
