@@ -21,10 +21,10 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from riverboat._admin import JobListCursor
 from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, JobRow, JobState
@@ -135,12 +135,60 @@ def last_error(job: JobRow, width: int = ERROR_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+def print_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, empty: str | None = None
+) -> None:
+    """Rows under their headers in aligned columns; ``empty``: a line printed after the
+    headers when there is no row, saying why."""
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
     for row in (headers, *rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    if not rows and empty is not None:
+        print(empty)
+
+
+T = TypeVar("T")
+EXIT_FAILED = 1  # `wait`: what was waited for finished, but not completed
+EXIT_TIMEOUT = 3  # `wait`: still unfinished after --timeout
+
+
+def wait_and_show(
+    wait: Callable[[], T], show: Callable[[T], None], completed: Callable[[T], bool]
+) -> int:
+    """A ``wait`` command: show what ``wait()`` returns, or what it last saw when it
+    timed out (with the timeout on stderr); the exit code says which and how it ended."""
+    try:
+        result = wait()
+    except WaitTimeoutError as exc:
+        show(cast(T, exc.last))  # the same kind wait() returns
+        print(f"riverboat: {exc}", file=sys.stderr)
+        return EXIT_TIMEOUT
+    show(result)
+    return 0 if completed(result) else EXIT_FAILED
+
+
+def add_listing(parser: argparse.ArgumentParser, help: str) -> Any:
+    """A command whose ``list`` subcommand (``help``) is also what it does without one:
+    the common options on both; returns the subparsers, for the other actions."""
+    add_common(parser)
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    add_common(sub.add_parser("list", help=help))
+    return sub
+
+
+def add_actions(
+    sub: Any, actions: Sequence[tuple[str, str]], argument: str, metavar: str, *, worker: bool
+) -> None:
+    """Subcommands that each take one ``argument`` (and with ``worker``, ``--worker``),
+    as (name, help) pairs."""
+    for action, text in actions:
+        command = sub.add_parser(action, help=text, description=text)
+        add_common(command)
+        command.add_argument(argument, metavar=metavar)
+        if worker:
+            command.add_argument("--worker", metavar="ID", help="only this worker (default: all)")
 
 
 def print_jobs(jobs: Sequence[JobRow], as_json: bool) -> None:
@@ -363,15 +411,11 @@ def _wait(client: Any, args: argparse.Namespace) -> int:
     """``jobs wait``: the job once finalized (``job_wait``: woken by LISTEN/NOTIFY on
     Postgres, see docs/workflows.md); exit 0 completed, 1 discarded or cancelled, 3
     still unfinished after ``--timeout``."""
-    try:
-        job = client.job_wait(args.job_id, timeout=args.timeout)
-    except WaitTimeoutError as exc:
-        assert isinstance(exc.last, JobRow)
-        _show_waited(exc.last, args.json)
-        print(f"riverboat: {exc}", file=sys.stderr)
-        return 3
-    _show_waited(job, args.json)
-    return 0 if job.state is JobState.COMPLETED else 1
+    return wait_and_show(
+        lambda: client.job_wait(args.job_id, timeout=args.timeout),
+        lambda job: _show_waited(job, args.json),
+        lambda job: job.state is JobState.COMPLETED,
+    )
 
 
 def run(args: argparse.Namespace) -> int:

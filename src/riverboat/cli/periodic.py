@@ -15,7 +15,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 
 from riverboat._periodic import PeriodicJobRecord
-from riverboat.cli.jobs import add_common, open_client, print_table
+from riverboat.cli.jobs import add_common, add_listing, open_client, print_table
 
 __all__ = ["add_arguments", "run"]
 
@@ -63,17 +63,13 @@ def _print(records: Sequence[PeriodicJobRecord], as_json: bool) -> None:
             )
             for r in records
         ],
+        empty="(no durable periodic job stored: give a periodic job an id to make it durable)",
     )
-    if not records:
-        print("(no durable periodic job stored: give a periodic job an id to make it durable)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``periodic``'s subcommands on its parser (``list`` by default)."""
-    add_common(parser)
-    sub = parser.add_subparsers(dest="action", metavar="ACTION")
-    listing = sub.add_parser("list", help="list the stored periodic jobs (the default)")
-    add_common(listing)
+    sub = add_listing(parser, "list the stored periodic jobs (the default)")
     forget = sub.add_parser(
         "forget", help="delete the stored times of periodic jobs no client defines any more"
     )

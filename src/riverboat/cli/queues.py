@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 
 from riverboat._queue import QueueRow
-from riverboat.cli.jobs import add_common, open_client, print_table
+from riverboat.cli.jobs import add_actions, add_common, open_client, print_table
 from riverboat.flow import LimitUse
 
 __all__ = ["add_arguments", "run"]
@@ -109,13 +109,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_common(limits)
     limits.add_argument("queue", nargs="?", metavar="QUEUE", help="only this queue")
-    for action, text in (
-        ("pause", "pause a queue, or every queue with '*'"),
-        ("resume", "resume a queue, or every queue with '*'"),
-    ):
-        command = sub.add_parser(action, help=text, description=text)
-        add_common(command)
-        command.add_argument("name", metavar="QUEUE")
+    add_actions(
+        sub,
+        (
+            ("pause", "pause a queue, or every queue with '*'"),
+            ("resume", "resume a queue, or every queue with '*'"),
+        ),
+        "name",
+        "QUEUE",
+        worker=False,
+    )
 
 
 def run(args: argparse.Namespace) -> int:

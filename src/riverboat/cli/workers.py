@@ -16,7 +16,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 
 from riverboat._fleet import WorkerInfo
-from riverboat.cli.jobs import add_common, open_client, print_table
+from riverboat.cli.jobs import add_actions, add_common, add_listing, open_client, print_table
 
 __all__ = ["add_arguments", "run"]
 
@@ -53,30 +53,28 @@ def _print_workers(workers: Sequence[WorkerInfo], as_json: bool) -> None:
             )
             for w in workers
         ],
+        empty="(no worker in the registry)",
     )
-    if not workers:
-        print("(no worker in the registry)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``workers``' subcommands on its parser (``list`` by default)."""
-    add_common(parser)
-    sub = parser.add_subparsers(dest="action", metavar="ACTION")
-    listing = sub.add_parser("list", help="list the live workers (the default)")
-    add_common(listing)
+    sub = add_listing(parser, "list the live workers (the default)")
     scale = sub.add_parser("scale", help="set a queue's max_workers on its live workers")
     add_common(scale)
     scale.add_argument("queue", metavar="QUEUE")
     scale.add_argument("max_workers", type=int, metavar="N")
     scale.add_argument("--worker", metavar="ID", help="only this worker (default: all)")
-    for action, text in (
-        ("stop", "stop claiming from a queue on its live workers (running jobs finish)"),
-        ("start", "start claiming from a queue again after `workers stop`"),
-    ):
-        command = sub.add_parser(action, help=text, description=text)
-        add_common(command)
-        command.add_argument("queue", metavar="QUEUE")
-        command.add_argument("--worker", metavar="ID", help="only this worker (default: all)")
+    add_actions(
+        sub,
+        (
+            ("stop", "stop claiming from a queue on its live workers (running jobs finish)"),
+            ("start", "start claiming from a queue again after `workers stop`"),
+        ),
+        "queue",
+        "QUEUE",
+        worker=True,
+    )
 
 
 def run(args: argparse.Namespace) -> int:

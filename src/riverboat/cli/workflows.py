@@ -11,16 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from riverboat.cli.jobs import add_common, job_dict, open_client, print_table
-from riverboat.errors import WaitTimeoutError
+from riverboat.cli.jobs import add_common, job_dict, open_client, print_table, wait_and_show
 from riverboat.workflow import WorkflowInfo
 
 __all__ = ["add_arguments", "run"]
-
-EXIT_FAILED = 1
-EXIT_TIMEOUT = 3
 
 
 def _print(info: WorkflowInfo, as_json: bool) -> None:
@@ -81,15 +76,11 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "get":
             _print(client.workflow_get(args.workflow_id), args.json)
         elif args.action == "wait":
-            try:
-                info = client.workflow_wait(args.workflow_id, timeout=args.timeout)
-            except WaitTimeoutError as exc:
-                assert isinstance(exc.last, WorkflowInfo)
-                _print(exc.last, args.json)
-                print(f"riverboat: {exc}", file=sys.stderr)
-                return EXIT_TIMEOUT
-            _print(info, args.json)
-            return 0 if info.state == "completed" else EXIT_FAILED
+            return wait_and_show(
+                lambda: client.workflow_wait(args.workflow_id, timeout=args.timeout),
+                lambda info: _print(info, args.json),
+                lambda info: info.state == "completed",
+            )
         else:
             if args.action == "retry":
                 client.workflow_retry(args.workflow_id)
