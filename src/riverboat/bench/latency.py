@@ -26,13 +26,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from riverboat.bench.measure import Figures
 from riverboat.runtime.producer import QueueConfig
 from riverboat.runtime.worker import Job, Workers
 
-__all__ = ["BurstFigure", "LatencyFigure", "run_burst", "run_pickup"]
+__all__ = ["BurstFigure", "LatencyFigure", "Target", "run_burst", "run_pickup"]
 
 KIND = "latency"
 
@@ -147,11 +147,31 @@ async def _wait_for(done: asyncio.Event, process: Any, limit: float) -> None:
             process.kill()
 
 
+class Target(NamedTuple):
+    """Where a latency run works: how to make its client, and the database."""
+
+    make_client: Callable[..., Any]
+    url: str
+    schema: str | None
+    database: str
+
+
+def _worker(
+    target: Target, jobs: int, cooldown: float | None
+) -> tuple[Any, list[float], asyncio.Event, str]:
+    """The worker a run measures, at defaults or with ``cooldown``: (its client, the
+    times its ``jobs`` jobs started, set once all did, the pacing's label)."""
+    seen: list[float] = []
+    done = asyncio.Event()
+    pacing, options = _pacing(cooldown)
+    client = target.make_client(
+        queues={"default": QueueConfig()}, workers=_workers(seen, done, jobs), **options
+    )
+    return client, seen, done, pacing
+
+
 async def run_pickup(
-    make_client: Callable[..., Any],
-    url: str,
-    schema: str | None,
-    database: str,
+    target: Target,
     *,
     jobs: int = 200,
     spacing: float = 0.02,
@@ -160,12 +180,8 @@ async def run_pickup(
 ) -> LatencyFigure:
     """Pick-up latency at default settings (only ``queues`` and ``workers`` given), or
     with ``cooldown`` set on both clients."""
-    seen: list[float] = []
-    done = asyncio.Event()
-    pacing, options = _pacing(cooldown)
-    client = make_client(
-        queues={"default": QueueConfig()}, workers=_workers(seen, done, jobs), **options
-    )
+    client, seen, done, pacing = _worker(target, jobs, cooldown)
+    _, url, schema, database = target
     process = None
     try:
         await client.start()
@@ -215,10 +231,7 @@ async def run_pickup(
 
 
 async def run_burst(
-    make_client: Callable[..., Any],
-    url: str,
-    schema: str | None,
-    database: str,
+    target: Target,
     *,
     jobs: int = 10_000,
     cooldown: float | None = None,
@@ -226,12 +239,8 @@ async def run_burst(
     """An idle worker at defaults (or with ``cooldown`` on both clients), and ``jobs``
     single inserts from another process as fast as it goes: what the worker spent per
     job."""
-    seen: list[float] = []
-    done = asyncio.Event()
-    pacing, options = _pacing(cooldown)
-    client = make_client(
-        queues={"default": QueueConfig()}, workers=_workers(seen, done, jobs), **options
-    )
+    client, _, done, pacing = _worker(target, jobs, cooldown)
+    _, url, schema, database = target
     process = None
     notifications = 0
 
@@ -302,6 +311,7 @@ async def run_latency(
     """Every latency figure for one database, at defaults and with River's pacing side
     by side (the two alternate, so both see the same machine): pick-up from another
     process (and, on SQLite, from the same process), then the burst."""
+    target = Target(make_client, url, schema, database)
     pickups = []
     bursts = []
     where = [False, True] if database == "sqlite" else [False]
@@ -314,10 +324,7 @@ async def run_latency(
             )
             pickups.append(
                 await run_pickup(
-                    make_client,
-                    url,
-                    schema,
-                    database,
+                    target,
                     jobs=jobs,
                     same_process=same_process,
                     cooldown=cooldown,
@@ -326,9 +333,7 @@ async def run_latency(
     for cooldown in (None, RIVER_COOLDOWN):
         label, _ = _pacing(cooldown)
         progress(f"latency: {database} ({label}), burst of {burst_jobs} single inserts")
-        bursts.append(
-            await run_burst(make_client, url, schema, database, jobs=burst_jobs, cooldown=cooldown)
-        )
+        bursts.append(await run_burst(target, jobs=burst_jobs, cooldown=cooldown))
     return {
         "pickup": [figure.to_dict() for figure in pickups],
         "burst": [figure.to_dict() for figure in bursts],

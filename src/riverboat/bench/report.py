@@ -54,6 +54,14 @@ def _table(columns: list[Column], rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+# The columns every River comparison starts with.
+_WORKER_COLUMNS: list[Column] = [
+    ("worker", "name", 28),
+    ("jobs/s", "jobs_per_sec", 10),
+    ("client ms/job", "client_cpu_ms_per_job", 15),
+]
+
+
 def _river_section(part: Any, title: str, columns: list[Column]) -> list[str]:
     """A River comparison's lines: its title, then why it was skipped or its table."""
     if not part:
@@ -164,9 +172,7 @@ def render_table(report: dict[str, Any]) -> str:
         report.get("compare_river"),
         "River 0.51.2 (interop/go) beside riverboat, same backlog, 20 slots",
         [
-            ("worker", "name", 28),
-            ("jobs/s", "jobs_per_sec", 10),
-            ("client ms/job", "client_cpu_ms_per_job", 15),
+            *_WORKER_COLUMNS,
             ("pg ms/job", "postgres_cpu_ms_per_job", 11),
             ("total ms/job", "total_cpu_ms_per_job", 14),
         ],
@@ -175,11 +181,7 @@ def render_table(report: dict[str, Any]) -> str:
     lines += _river_section(
         river_sqlite,
         "River 0.51.2 (riversqlite) beside riverboat, same SQLite file (WAL), 20 slots",
-        [
-            ("worker", "name", 28),
-            ("jobs/s", "jobs_per_sec", 10),
-            ("client ms/job", "client_cpu_ms_per_job", 15),
-        ],
+        _WORKER_COLUMNS,
     )
     if river_sqlite and "skipped" not in river_sqlite:
         ratio = river_sqlite.get("riverboat_over_best_river")
@@ -189,8 +191,7 @@ def render_table(report: dict[str, Any]) -> str:
         "River's own benchmark (river bench -n JOBS) beside riverboat at its settings",
         [
             ("run", "name", 34),
-            ("jobs/s", "jobs_per_sec", 10),
-            ("client ms/job", "client_cpu_ms_per_job", 15),
+            *_WORKER_COLUMNS[1:],
             ("client CPU counts", "client_cpu_counts", 0),
         ],
     )
