@@ -8,7 +8,7 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["backoff_delay", "cancel_and_wait", "wait_any", "wait_event"]
+__all__ = ["backoff_delay", "cancel_and_wait", "end_within", "wait_any", "wait_event"]
 
 
 def backoff_delay(errors: int, base: float, cap: float, *, jitter: bool = True) -> float:
@@ -42,3 +42,18 @@ async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+async def end_within(task: asyncio.Task[Any], timeout: float | None) -> bool:
+    """Let a loop that was asked to stop end by itself within ``timeout`` seconds
+    (``None``: as long as it takes); past that, cancel it and wait until it has unwound.
+    Returns whether it ended by itself."""
+    if timeout is None:
+        await task
+        return True
+    try:
+        await asyncio.wait_for(asyncio.shield(task), timeout)
+    except TimeoutError:
+        await cancel_and_wait(task)
+        return False
+    return True

@@ -40,6 +40,7 @@ from riverboat._job import AttemptError, JobRow, JobState
 from riverboat.dialect.base import JobStateUpdate, is_plain_completion
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
+from riverboat.runtime._waiting import end_within
 from riverboat.runtime.events import Event, EventKind, JobStatistics
 from riverboat.runtime.outcomes import persisted_event_kind
 from riverboat.wait import FinalizedSignals
@@ -655,15 +656,7 @@ class Completer:
         task, self._task = self._task, None
         if task is None:
             return
-        if drain_timeout is None:
-            await task
-            return
-        try:
-            await asyncio.wait_for(asyncio.shield(task), drain_timeout)
-        except TimeoutError:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if not await end_within(task, drain_timeout):
             log.error(
                 "completer: shutdown drain incomplete after %gs: %d job outcomes were not "
                 "written; their jobs stay running and will be rescued",

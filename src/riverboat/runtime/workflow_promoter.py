@@ -26,6 +26,7 @@ from typing import Any
 
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
+from riverboat.runtime._waiting import end_within
 
 __all__ = ["SWEEP_BATCH", "SWEEP_INTERVAL", "WorkflowPromoter"]
 
@@ -125,9 +126,4 @@ class WorkflowPromoter:
         task, self._task = self._task, None
         if task is None:
             return
-        try:
-            await asyncio.wait_for(asyncio.shield(task), STOP_WAIT)
-        except TimeoutError:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await end_within(task, STOP_WAIT)
