@@ -365,10 +365,7 @@ class Producer:
             self._orphaned.add(job_id)
             count += 1
             state.interrupted = True
-            if state.job is not None:
-                state.job._cancel_requested = True
-            if state.cancellable and state.started:
-                task.cancel()
+            _ask_to_stop(task, state)
         return count
 
     def cancel_job(self, job_id: int) -> bool:
@@ -377,10 +374,7 @@ class Producer:
             return self._cancel_ahead(job_id)
         task, state = entry
         state.cancelled_remotely = True
-        if state.job is not None:
-            state.job._cancel_requested = True
-        if state.cancellable and state.started:
-            task.cancel()
+        _ask_to_stop(task, state)
         return True
 
     @property
@@ -896,3 +890,13 @@ class Producer:
 
     async def wait_idle(self) -> None:
         await self._idle.wait()
+
+
+def _ask_to_stop(task: asyncio.Task[Any], state: RunState) -> None:
+    """Ask a running job to stop: ``job.cancel_requested`` turns True, and an async job
+    that has started is cancelled (a thread can't be; one cancelled before it started
+    never runs, and its flags tell what to write)."""
+    if state.job is not None:
+        state.job._cancel_requested = True
+    if state.cancellable and state.started:
+        task.cancel()
