@@ -30,13 +30,12 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from riverboat.errors import MissingDependencyError
+
 try:
     from opentelemetry import metrics, propagate, trace
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "riverboat.contrib.otel needs OpenTelemetry: pip install '.[otel]' in a riverboat "
-        "checkout (the riverboat[otel] extra)"
-    ) from exc
+    raise MissingDependencyError("opentelemetry", "otel", exc) from exc
 
 from riverboat.middleware import InsertingJob, outcome_of
 from riverboat.runtime.worker import Job

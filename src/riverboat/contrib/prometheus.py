@@ -35,16 +35,14 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from riverboat.errors import DriverError, MissingDependencyError
+
 try:
     import prometheus_client
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "riverboat.contrib.prometheus needs prometheus-client: pip install '.[prometheus]' in "
-        "a riverboat checkout (the riverboat[prometheus] extra)"
-    ) from exc
+    raise MissingDependencyError("prometheus_client", "prometheus", exc) from exc
 
-from riverboat.errors import DriverError
 from riverboat.middleware import InsertingJob, outcome_of
 from riverboat.runtime.worker import Job
 
