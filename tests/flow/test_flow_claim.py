@@ -138,43 +138,6 @@ async def test_a_finished_job_makes_room_in_every_claim_and_its_completer_writes
     assert done == ("completed", True, 0)
 
 
-async def test_a_completion_write_prunes_records_of_jobs_that_ended_another_way(
-    apg_driver: Any, pg_url: str, pg_schema: str
-) -> None:
-    # A record whose job is no longer running at that attempt (rescued, cancelled, or
-    # finished by another client: its completion never came through flow_complete_many)
-    # is removed by the next completion write; one still running is kept.
-    client = riverboat.AsyncClient(apg_driver, queues={"default": QueueConfig()})
-    rows = await client.insert_many([InsertManyParams({}, kind="noop") for _ in range(3)])
-    gone, kept, written = (r.job.id for r in rows)
-    fetch_row(
-        pg_url,
-        pg_schema,
-        "UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() "
-        "WHERE id = ANY(%s) RETURNING 1",
-        [kept, written],
-    )
-    fetch_row(
-        pg_url,
-        pg_schema,
-        "INSERT INTO riverboat_flow_ended (job_id, attempt) VALUES (%s, 1), (%s, 1), (%s, 2) "
-        "RETURNING 1",
-        gone,
-        kept,
-        kept,
-    )
-    dialect = apg_driver.dialect
-    now = datetime.now(UTC)
-    await apg_driver.execute(dialect.flow_complete_many([written], [now], returning=False))
-    left = fetch_row(
-        pg_url,
-        pg_schema,
-        "SELECT array_agg(job_id ORDER BY job_id), array_agg(attempt ORDER BY job_id) "
-        "FROM riverboat_flow_ended",
-    )
-    assert left == ([kept], [1])
-
-
 async def test_a_job_reported_finished_still_counts_if_it_is_no_longer_this_clients(
     apg_driver: Any,
 ) -> None:

@@ -63,23 +63,9 @@ FROM <schema>riverboat_flow_claim_jobs_v2(
 # finalized_at no later than the job's end, which came before that claim's attempted_at,
 # so the table's record never shows more running than a limit allows; their records in
 # riverboat_flow_ended go. Locked rows are skipped, as job_complete_many does.
-# Each write also prunes up to FLOW_ENDED_PRUNE records whose job no longer runs at the
-# recorded attempt (its outcome came another way: rescued, cancelled, worked by another
-# client), which nothing else would remove; such a record never counts (the claims only
-# leave out jobs running at the recorded attempt), it only takes room in the table.
-FLOW_ENDED_PRUNE = 100
-_FLOW_COMPLETE_BODY = f"""
+_FLOW_COMPLETE_BODY = """
 WITH unrecorded AS (
     DELETE FROM <schema>riverboat_flow_ended WHERE job_id = ANY(:ids::bigint[])
-),
-stale AS (
-    DELETE FROM <schema>riverboat_flow_ended e
-    WHERE (e.job_id, e.attempt) IN (
-        SELECT s.job_id, s.attempt FROM <schema>riverboat_flow_ended s
-        WHERE NOT EXISTS (
-            SELECT 1 FROM <schema>river_job r
-            WHERE r.id = s.job_id AND r.state::text = 'running' AND r.attempt = s.attempt)
-        LIMIT {FLOW_ENDED_PRUNE})
 ),
 i AS (
     SELECT river_job.id, u.ended
