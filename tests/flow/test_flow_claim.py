@@ -164,3 +164,51 @@ async def test_a_job_reported_finished_still_counts_if_it_is_no_longer_this_clie
     [row] = [dialect.decode_job(r) for r in await claim("a", [])]
     assert await claim("b", [(row.id, row.attempt)]) == []
     assert await claim("a", [(row.id, row.attempt + 1)]) == []
+
+
+async def test_stale_records_of_finished_jobs_are_pruned_by_a_flow_claim(
+    apg_driver: Any, pg_url: str, pg_schema: str
+) -> None:
+    # A record whose job no longer runs at that attempt (its outcome came another way:
+    # rescued, cancelled, finished by another client) is removed by a flow-controlled
+    # worker's first claim (then at most once a minute); one still running is kept.
+    seed = riverboat.AsyncClient(apg_driver, queues={"default": QueueConfig()})
+    rows = await seed.insert_many(
+        [InsertManyParams({}, kind="noop", opts=riverboat.InsertOpts(queue="other"))] * 2
+    )
+    gone, kept = (r.job.id for r in rows)
+    fetch_row(
+        pg_url,
+        pg_schema,
+        "UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() "
+        "WHERE id = %s RETURNING 1",
+        kept,
+    )
+    fetch_row(
+        pg_url,
+        pg_schema,
+        "INSERT INTO riverboat_flow_ended (job_id, attempt) VALUES (%s, 1), (%s, 1), (%s, 2) "
+        "RETURNING 1",
+        gone,
+        kept,
+        kept,
+    )
+    await seed.insert_many([InsertManyParams({}, kind="noop")])
+    client = riverboat.AsyncClient(
+        apg_driver,
+        queues={"default": QueueConfig(concurrency=ConcurrencyLimit(global_limit=5))},
+        workers=_noop_workers(),
+    )
+    sub = client.subscribe(EventKind.JOB_COMPLETED)
+    await client.start()
+    try:
+        await next_events(sub, 1, timeout=30)  # a flow claim has run
+    finally:
+        await client.stop()
+    left = fetch_row(
+        pg_url,
+        pg_schema,
+        "SELECT array_agg(job_id ORDER BY job_id), array_agg(attempt ORDER BY job_id) "
+        "FROM riverboat_flow_ended",
+    )
+    assert left == ([kept], [1])

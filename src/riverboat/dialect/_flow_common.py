@@ -65,6 +65,13 @@ class FlowStatements(DialectPart, ABC):
         of its count (``flow_claim_excludes_finished``)."""
         raise NotImplementedError(f"{type(self).__name__} does not exclude finished jobs")
 
+    def flow_ended_prune(self) -> Statement:
+        """Delete records of finished jobs (``flow_claim_excludes_finished``) whose job no
+        longer runs at the recorded attempt: its outcome came another way (rescued,
+        cancelled, finished by another client), so no completion write removes it. Such
+        a record never counts; this only keeps the table small. Skips locked rows."""
+        raise NotImplementedError(f"{type(self).__name__} does not exclude finished jobs")
+
     def flow_use(
         self, *, queue: str, by_kind: bool, by_args: Sequence[str], rate_period: float | None
     ) -> Statement:

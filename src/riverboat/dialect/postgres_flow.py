@@ -84,6 +84,20 @@ QUERIES["flow_complete_many"] = (
 )
 QUERIES["flow_complete_many_no_return"] = _FLOW_COMPLETE_BODY
 
+# FlowStatements.flow_ended_prune: a bounded batch, rows another session holds skipped
+# (a claim recording them, a completer deleting them), so it never waits on either.
+FLOW_ENDED_PRUNE_MAX = 1000
+QUERIES["flow_ended_prune"] = f"""
+DELETE FROM <schema>riverboat_flow_ended e
+WHERE (e.job_id, e.attempt) IN (
+    SELECT s.job_id, s.attempt FROM <schema>riverboat_flow_ended s
+    WHERE NOT EXISTS (
+        SELECT 1 FROM <schema>river_job r
+        WHERE r.id = s.job_id AND r.state::text = 'running' AND r.attempt = s.attempt)
+    LIMIT {FLOW_ENDED_PRUNE_MAX}
+    FOR UPDATE OF s SKIP LOCKED)
+"""
+
 # What a queue's limits are using, per partition (riverboat.flow.limit_uses): running
 # jobs, starts in the rate window (when one is given) and available jobs already due.
 _WINDOW = "now() - make_interval(secs => :rate_period::double precision)"
@@ -170,6 +184,9 @@ class PostgresFlow(DialectPart):
             finished_attempts=[attempt for _, attempt in finished],
             **{**_UNSET_LIMITS, **params},
         )
+
+    def flow_ended_prune(self) -> Statement:
+        return self.stmt("flow_ended_prune")
 
     def flow_complete_many(
         self, ids: Sequence[int], ended: Sequence[datetime | None], *, returning: bool

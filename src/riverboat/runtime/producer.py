@@ -118,6 +118,9 @@ AHEAD_BACKOFF = 60.0
 # How long a flow-controlled claim waits for the outcomes buffered here to be written
 # (a job counts as running until then); past it, the claim counts them as running.
 FLOW_FLUSH_WAIT = 0.5
+# How often a flow-controlled producer prunes records of finished jobs whose outcome came
+# another way (dialect flow_ended_prune): off the claim's and the completer's path.
+FLOW_ENDED_PRUNE_INTERVAL = 60.0
 
 
 @dataclass(slots=True, frozen=True)
@@ -187,6 +190,7 @@ class Producer:
         # Under flow control: wakes the producer once the completer has written what it
         # holds, after a claim held back by this client's own unwritten outcomes.
         self._wake_when_written_task: asyncio.Task[None] | None = None
+        self._flow_pruned_at = -math.inf  # the first flow claim prunes
         self._driver = driver
         self._dialect = driver.dialect
         self._client_id = client_id
@@ -573,12 +577,27 @@ class Producer:
             finished=[(p.job.id, p.job.attempt) for p in finished],
         )
         rows = list(await self._driver.fetch(stmt))
+        if self._dialect.flow_claim_excludes_finished:
+            await self._prune_flow_ended()
         if len(rows) < free and not completer.idle:
             # Fewer than asked: held back, maybe by outcomes the completer is writing
             # right now (still running in the table). Claim again once they are
             # written, not only at the next slot release or poll.
             self._wake_when_written()
         return rows
+
+    async def _prune_flow_ended(self) -> None:
+        """At most every FLOW_ENDED_PRUNE_INTERVAL, after a claim: the stale records of
+        finished jobs go (they never count, they only take room). A failure is logged
+        and tried again at the next interval."""
+        now = time.monotonic()
+        if now - self._flow_pruned_at < FLOW_ENDED_PRUNE_INTERVAL:
+            return
+        self._flow_pruned_at = now
+        try:
+            await self._driver.execute(self._dialect.flow_ended_prune())
+        except DriverError as exc:
+            log.warning("producer %s: pruning riverboat_flow_ended failed: %s", self.queue, exc)
 
     def _wake_when_written(self) -> None:
         if self._wake_when_written_task is None:
