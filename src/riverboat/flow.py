@@ -317,8 +317,14 @@ def limit_uses(
                 max(0, int(due) - room),
             )
         )
-    out.sort(key=lambda use: (-use.held_back, -use.in_use, json.dumps(use.partition)))
-    return out
+    return _most_held_back_first(out)
+
+
+def _most_held_back_first(uses: list[LimitUse]) -> list[LimitUse]:
+    """The order every use list is shown in: most held back, then most in use, then by
+    partition."""
+    uses.sort(key=lambda use: (-use.held_back, -use.in_use, json.dumps(use.partition)))
+    return uses
 
 
 def _partition_key(spec: Mapping[str, Any], part_kind: Any, part_args: Any) -> list[Any]:
@@ -366,8 +372,7 @@ def local_limit_uses(
             out.append(use)
         for worker, in_use in sorted(per_worker.items()):
             out.append(replace(use, in_use=in_use, worker=worker))
-    out.sort(key=lambda use: (-use.held_back, -use.in_use, json.dumps(use.partition)))
-    return out
+    return _most_held_back_first(out)
 
 
 def sequence_uses(queue: str, rows: Sequence[Sequence[Any]]) -> list[LimitUse]:
@@ -379,5 +384,4 @@ def sequence_uses(queue: str, rows: Sequence[Sequence[Any]]) -> list[LimitUse]:
         startable = int(running) == 0 and head is not None and head == first_due
         held_back = max(0, int(due) - (1 if startable else 0))
         out.append(LimitUse(queue, "sequence", 1, None, [key], int(running), int(due), held_back))
-    out.sort(key=lambda use: (-use.held_back, -use.in_use, json.dumps(use.partition)))
-    return out[:SEQUENCE_USE_ROWS]
+    return _most_held_back_first(out)[:SEQUENCE_USE_ROWS]

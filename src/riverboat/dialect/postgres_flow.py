@@ -101,16 +101,20 @@ WHERE (e.job_id, e.attempt) IN (
 # What a queue's limits are using, per partition (riverboat.flow.limit_uses): running
 # jobs, starts in the rate window (when one is given) and available jobs already due.
 _WINDOW = "now() - make_interval(secs => :rate_period::double precision)"
-QUERIES["flow_use"] = f"""
-SELECT CASE WHEN :by_kind::boolean THEN kind END AS part_kind,
+# The use statements' partition (the kind or NULL, the by_args values as JSON text) and
+# what an available job already due is.
+_PARTITION = """CASE WHEN :by_kind::boolean THEN kind END AS part_kind,
        (CASE WHEN cardinality(:by_args::text[]) = 0 THEN '[]'::jsonb
              ELSE <schema>riverboat_flow_partition(kind, args, false, :by_args::text[])
-        END)::text AS part_args,
+        END)::text AS part_args"""
+_DUE = "state = 'available' AND scheduled_at <= now()"
+QUERIES["flow_use"] = f"""
+SELECT {_PARTITION},
        count(*) FILTER (WHERE state = 'running') AS running,
        count(*) FILTER (WHERE attempted_at > {_WINDOW}
                           AND (state IN ('running', 'retryable') OR finalized_at > {_WINDOW}))
            AS started,
-       count(*) FILTER (WHERE state = 'available' AND scheduled_at <= now()) AS due
+       count(*) FILTER (WHERE {_DUE}) AS due
 FROM <schema>river_job
 WHERE queue = :queue::text
   AND (state IN ('running', 'available')
@@ -121,10 +125,6 @@ WHERE queue = :queue::text
 GROUP BY 1, 2
 """
 
-_PARTITION = """CASE WHEN :by_kind::boolean THEN kind END AS part_kind,
-       (CASE WHEN cardinality(:by_args::text[]) = 0 THEN '[]'::jsonb
-             ELSE <schema>riverboat_flow_partition(kind, args, false, :by_args::text[])
-        END)::text AS part_args"""
 QUERIES["flow_local_use"] = f"""
 SELECT attempted_by[array_length(attempted_by, 1)] AS worker,
        {_PARTITION},
@@ -137,17 +137,16 @@ GROUP BY 1, 2, 3
 QUERIES["flow_sequence_use"] = f"""
 SELECT metadata -> '{SEQUENCE_METADATA_KEY}' ->> 'key' AS seq,
        count(*) FILTER (WHERE state = 'running') AS running,
-       count(*) FILTER (WHERE state = 'available' AND scheduled_at <= now()) AS due,
+       count(*) FILTER (WHERE {_DUE}) AS due,
        min(id) FILTER (WHERE state NOT IN ('completed', 'cancelled')
                          AND NOT (state = 'discarded' AND :sequence_continue::boolean)) AS head,
-       min(id) FILTER (WHERE state = 'available' AND scheduled_at <= now()) AS first_due
+       min(id) FILTER (WHERE {_DUE}) AS first_due
 FROM <schema>river_job
 WHERE queue = :queue::text
   AND metadata @> '{{"{SEQUENCE_METADATA_KEY}": {{}}}}'::jsonb
   AND state IN ('available', 'discarded', 'pending', 'retryable', 'running', 'scheduled')
 GROUP BY 1
-HAVING count(*) FILTER (WHERE state = 'running' OR (state = 'available'
-                                                    AND scheduled_at <= now())) > 0
+HAVING count(*) FILTER (WHERE state = 'running' OR ({_DUE})) > 0
 ORDER BY due DESC, running DESC, seq
 LIMIT {SEQUENCE_USE_ROWS}
 """

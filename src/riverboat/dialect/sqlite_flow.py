@@ -135,32 +135,31 @@ _WINDOW = f"datetime({NOW}, '-' || :rate_period || ' seconds', 'subsec')"
 _STARTED = f"""{ts_key("attempted_at", unreadable_first=False)} > {_WINDOW}
       AND (state IN ('running', 'retryable')
            OR {ts_key("finalized_at", unreadable_first=False)} > {_WINDOW})"""
+_PARTITION = """CASE WHEN :by_kind THEN kind END AS part_kind,
+       (SELECT json_group_array(json(j.args -> ('$."' || k.value || '"')))
+        FROM json_each(:by_args) k) AS part_args"""
+_DUE = f"state = 'available' AND {ts_key('scheduled_at')} <= {NOW}"
 QUERIES: dict[str, str] = {}
 QUERIES["flow_use"] = f"""
-SELECT CASE WHEN :by_kind THEN kind END AS part_kind,
-       (SELECT json_group_array(json(j.args -> ('$."' || k.value || '"')))
-        FROM json_each(:by_args) k) AS part_args,
+SELECT {_PARTITION},
        count(*) FILTER (WHERE state = 'running') AS running,
        count(*) FILTER (WHERE :rate_period IS NOT NULL AND {_STARTED}) AS started,
-       count(*) FILTER (WHERE state = 'available' AND {ts_key("scheduled_at")} <= {NOW}) AS due
+       count(*) FILTER (WHERE {_DUE}) AS due
 FROM <schema>river_job j
 WHERE queue = :queue
   AND (state IN ('running', 'available') OR (:rate_period IS NOT NULL AND {_STARTED}))
 GROUP BY 1, 2
 """
 
-QUERIES["flow_local_use"] = """
+QUERIES["flow_local_use"] = f"""
 SELECT attempted_by ->> '$[#-1]' AS worker,
-       CASE WHEN :by_kind THEN kind END AS part_kind,
-       (SELECT json_group_array(json(j.args -> ('$."' || k.value || '"')))
-        FROM json_each(:by_args) k) AS part_args,
+       {_PARTITION},
        count(*) AS running
 FROM <schema>river_job j
 WHERE queue = :queue AND state = 'running'
 GROUP BY 1, 2, 3
 """
 _SEQ_KEY = f"metadata ->> '$.{SEQUENCE_METADATA_KEY}.key'"
-_DUE = f"state = 'available' AND {ts_key('scheduled_at')} <= {NOW}"
 QUERIES["flow_sequence_use"] = f"""
 SELECT {_SEQ_KEY} AS seq,
        count(*) FILTER (WHERE state = 'running') AS running,
