@@ -174,7 +174,8 @@ class AsyncClientBase(AsyncAdmin):
                 raise InvalidInputError("name", f"tasks already in the workflow: {clash}")
         reserve = dialect.workflow_reserve_ids(len(workflow.tasks))
         given = sorted(int(row[0]) for row in await executor.fetch(reserve)) if reserve else None
-        params = workflow.insert_params(given, existing)
+        links = workflow.links(given, existing) if given is not None else None
+        params = workflow.insert_params(given, links)
         plan = self._core.plan_many(params)
         if given is not None:
             for job, job_id in zip(plan.jobs, given, strict=True):
@@ -184,13 +185,13 @@ class AsyncClientBase(AsyncAdmin):
         targets: list[int] = []
         dep_ids: list[list[int] | None] = []
         dependents: list[list[int]] = []
-        if given is None:
+        if links is None:
             targets, dep_ids, dependents = workflow.links(ids, existing)
         elif existing:
             # The new tasks' metadata is complete as inserted; only tasks inserted
             # earlier learn their new dependents.
             earlier = set(existing.values())
-            all_targets, _, all_dependents = workflow.links(ids, existing)
+            all_targets, _, all_dependents = links
             for target, more in zip(all_targets, all_dependents, strict=True):
                 if target in earlier:
                     targets.append(target)

@@ -176,7 +176,8 @@ class ClientBase(SyncAdmin):
                 raise InvalidInputError("name", f"tasks already in the workflow: {clash}")
         reserve = dialect.workflow_reserve_ids(len(workflow.tasks))
         given = sorted(int(row[0]) for row in executor.fetch(reserve)) if reserve else None
-        params = workflow.insert_params(given, existing)
+        links = workflow.links(given, existing) if given is not None else None
+        params = workflow.insert_params(given, links)
         plan = self._core.plan_many(params)
         if given is not None:
             for job, job_id in zip(plan.jobs, given, strict=True):
@@ -186,13 +187,13 @@ class ClientBase(SyncAdmin):
         targets: list[int] = []
         dep_ids: list[list[int] | None] = []
         dependents: list[list[int]] = []
-        if given is None:
+        if links is None:
             targets, dep_ids, dependents = workflow.links(ids, existing)
         elif existing:
             # The new tasks' metadata is complete as inserted; only tasks inserted
             # earlier learn their new dependents.
             earlier = set(existing.values())
-            all_targets, _, all_dependents = workflow.links(ids, existing)
+            all_targets, _, all_dependents = links
             for target, more in zip(all_targets, all_dependents, strict=True):
                 if target in earlier:
                     targets.append(target)

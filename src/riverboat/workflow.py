@@ -54,6 +54,11 @@ WORKFLOW_TASKS_MAX = 10_000
 _FINALIZED = (JobState.CANCELLED, JobState.COMPLETED, JobState.DISCARDED)
 
 
+# Workflow.links: the jobs to patch, the dependency ids of each (None: keep) and the
+# dependents to append to each.
+Links = tuple[list[int], list[list[int] | None], list[list[int]]]
+
+
 def _new_workflow_id() -> str:
     return "wf_" + secrets.token_hex(12)
 
@@ -153,19 +158,20 @@ class Workflow:
         return task
 
     def insert_params(
-        self, ids: Sequence[int] | None = None, existing: Mapping[str, int] | None = None
+        self, ids: Sequence[int] | None = None, links: Links | None = None
     ) -> list[InsertManyParams]:
         """Each task as an insert, in the order added, with its workflow metadata. With
-        ``ids`` (the tasks' job ids, given before the insert; ``existing``: the ids of
-        tasks inserted earlier, by name) the metadata names every dependency and new
-        dependent by id already; without, the ids are written once the rows exist
-        (:meth:`links`)."""
+        ``ids`` (the tasks' job ids, given before the insert) and their ``links``
+        (:meth:`links` of those ids) the metadata names every dependency and new
+        dependent by id already; without, the ids are written once the rows exist."""
         if not self._tasks:
             raise InvalidInputError("workflow", "has no tasks")
         dep_ids: dict[int, list[int]] = {}
         dependents: dict[int, list[int]] = {}
         if ids is not None:
-            targets, deps, more = self.links(ids, existing or {})
+            if links is None:
+                raise ValueError("insert_params: ids given without their links")
+            targets, deps, more = links
             for target, target_deps, target_more in zip(targets, deps, more, strict=True):
                 if target_deps is not None:
                     dep_ids[target] = list(target_deps)
@@ -192,9 +198,7 @@ class Workflow:
             out.append(InsertManyParams(task.args, task_opts, kind=task.kind))
         return out
 
-    def links(
-        self, new_ids: Sequence[int], existing: Mapping[str, int]
-    ) -> tuple[list[int], list[list[int] | None], list[list[int]]]:
+    def links(self, new_ids: Sequence[int], existing: Mapping[str, int]) -> Links:
         """After insert: for every job to patch, ``(ids, dep_ids, dependent_ids to
         append)``. ``new_ids`` are the inserted tasks' ids in order; ``existing`` maps the
         names of tasks inserted earlier (when adding) to their ids."""
