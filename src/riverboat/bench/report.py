@@ -42,14 +42,14 @@ Column = tuple[str, str, int]
 def _table(columns: list[Column], rows: list[dict[str, Any]]) -> list[str]:
     (first, first_key, first_width), *rest = columns
 
-    def cell(header: str, value: Any, width: int) -> str:
+    def cell(value: Any, width: int) -> str:
         return f"  {value}" if width == 0 else f"{value:>{width}}"
 
-    out = [f"{first:<{first_width}}" + "".join(cell(h, h, w) for h, _, w in rest)]
+    out = [f"{first:<{first_width}}" + "".join(cell(h, w) for h, _, w in rest)]
     for row in rows:
         out.append(
             f"{row[first_key]:<{first_width}}"
-            + "".join(cell(h, row[k] if w == 0 else _fmt(row[k]), w) for h, k, w in rest)
+            + "".join(cell(row[k] if w == 0 else _fmt(row[k]), w) for _, k, w in rest)
         )
     return out
 
