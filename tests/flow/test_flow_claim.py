@@ -14,21 +14,10 @@ from riverboat.dialect.base import MAX_ATTEMPTED_BY
 from riverboat.flow import FlowControl
 from riverboat.runtime.events import EventKind
 from riverboat.runtime.producer import QueueConfig
-from riverboat.runtime.worker import Job, Workers
-from tests.runtime.helpers import fetch_row, next_events
+from tests.runtime.helpers import fetch_row, next_events, noop_workers
 
 JOBS = 200
 MAX_WORKERS = 10
-
-
-def _noop_workers() -> Workers:
-    workers = Workers()
-
-    @workers.register("noop")
-    async def noop(job: Job[Any]) -> None:
-        return None
-
-    return workers
 
 
 async def _work_backlog(driver: Any, queue: QueueConfig) -> dict[str, int]:
@@ -36,7 +25,7 @@ async def _work_backlog(driver: Any, queue: QueueConfig) -> dict[str, int]:
     client = riverboat.AsyncClient(
         driver,
         queues={"default": queue},
-        workers=_noop_workers(),
+        workers=noop_workers(),
         fetch_poll_interval=120.0,  # every claim after the first is a refill
     )
     await client.insert_many([InsertManyParams({}, kind="noop") for _ in range(JOBS)])
@@ -197,7 +186,7 @@ async def test_stale_records_of_finished_jobs_are_pruned_by_a_flow_claim(
     client = riverboat.AsyncClient(
         apg_driver,
         queues={"default": QueueConfig(concurrency=ConcurrencyLimit(global_limit=5))},
-        workers=_noop_workers(),
+        workers=noop_workers(),
     )
     sub = client.subscribe(EventKind.JOB_COMPLETED)
     await client.start()

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 import riverboat
-from riverboat import Event, EventKind, QueueConfig, Subscription, Workers
+from riverboat import Event, EventKind, Job, QueueConfig, Subscription, Workers
 
 
 def make_client(driver: Any, workers: Workers, **kwargs: Any) -> riverboat.AsyncClient:
@@ -51,3 +51,14 @@ def fetch_row(url: str, schema: str, sql: str, *params: Any) -> Any:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f'SET search_path TO "{schema}"')
         return conn.execute(sql, params).fetchone()
+
+
+def noop_workers() -> Workers:
+    """Workers with one kind, ``noop``, that does nothing."""
+    workers = Workers()
+
+    @workers.register("noop")
+    async def noop(job: Job[Any]) -> None:
+        return None
+
+    return workers

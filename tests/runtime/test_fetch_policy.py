@@ -8,21 +8,11 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import EventKind, InsertManyParams, Job, QueueConfig, Workers
-from tests.runtime.helpers import fetch_row, next_events
+from riverboat import EventKind, InsertManyParams, QueueConfig
+from tests.runtime.helpers import fetch_row, next_events, noop_workers
 
 JOBS = 200
 MAX_WORKERS = 10
-
-
-def _noop_workers() -> Workers:
-    workers = Workers()
-
-    @workers.register("noop")
-    async def noop(job: Job[Any]) -> None:
-        return None
-
-    return workers
 
 
 async def _insert_backlog(client: riverboat.AsyncClient) -> None:
@@ -38,7 +28,7 @@ async def test_backlog_refills_without_waiting_out_the_default_cooldown(
     client = riverboat.AsyncClient(
         apg_driver,
         queues={"default": QueueConfig(max_workers=MAX_WORKERS)},
-        workers=_noop_workers(),
+        workers=noop_workers(),
         fetch_poll_interval=120.0,
     )
     await _insert_backlog(client)
@@ -60,7 +50,7 @@ async def test_a_cooldown_the_user_set_is_kept_between_fetches(apg_driver: Any) 
     client = riverboat.AsyncClient(
         apg_driver,
         queues={"default": QueueConfig(max_workers=MAX_WORKERS, fetch_cooldown=60.0)},
-        workers=_noop_workers(),
+        workers=noop_workers(),
         fetch_poll_interval=120.0,
     )
     await _insert_backlog(client)
@@ -89,7 +79,7 @@ async def test_a_claim_in_flight_at_stop_strands_no_job(
     client = riverboat.AsyncClient(
         apg_driver,
         queues={"default": QueueConfig(max_workers=MAX_WORKERS)},
-        workers=_noop_workers(),
+        workers=noop_workers(),
         fetch_poll_interval=120.0,
     )
     await client.insert_many([InsertManyParams({}, kind="noop") for _ in range(jobs)])
