@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -24,22 +23,7 @@ async def report(job: Any) -> None:
 
 
 def _cli(db: Db, *args: str) -> subprocess.CompletedProcess[str]:
-    schema = ["--schema", db.schema] if db.schema else []
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "riverboat.cli",
-            "periodic",
-            *args,
-            "--database-url",
-            db.url,
-            *schema,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return db.cli("periodic", *args)
 
 
 @pytest.mark.asyncio

@@ -5,29 +5,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 from riverboat import Client, Workflow
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 
 def _cli(db: Db, *args: str) -> subprocess.CompletedProcess[str]:
-    schema = ["--schema", db.schema] if db.schema else []
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "riverboat.cli",
-            "workflows",
-            *args,
-            "--database-url",
-            db.url,
-            *schema,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return db.cli("workflows", *args)
 
 
 def test_workflows_command(any_db: Db) -> None:  # noqa: F811

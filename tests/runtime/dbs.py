@@ -4,6 +4,8 @@ client's URL and schema, and a way to open a plain connection of the caller's ow
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,6 +22,25 @@ class Db:
     dialect: str
     url: str
     schema: str | None
+
+    def cli(self, command: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """``riverboat COMMAND ARGS`` in a subprocess, against this database."""
+        schema = ["--schema", self.schema] if self.schema else []
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "riverboat.cli",
+                command,
+                *args,
+                "--database-url",
+                self.url,
+                *schema,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     @contextmanager
     def connect(self) -> Iterator[Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -42,22 +41,7 @@ def _client(db: Db, client_id: str) -> riverboat.AsyncClient:
 
 
 def _cli(db: Db, *args: str) -> subprocess.CompletedProcess[str]:
-    schema = ["--schema", db.schema] if db.schema else []
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "riverboat.cli",
-            "workers",
-            *args,
-            "--database-url",
-            db.url,
-            *schema,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return db.cli("workers", *args)
 
 
 async def test_list_scale_stop_and_start_across_the_fleet(any_db: Db) -> None:  # noqa: F811
