@@ -67,6 +67,12 @@ DECLARE
     -- After the lock: now() would be the start of the caller's statement, possibly
     -- before the claims and completions it waited for.
     v_now timestamptz;
+    -- The claimed jobs' attempted_at, read after the statement that counted what runs:
+    -- a completion that statement saw committed before it began, so its finalized_at is
+    -- earlier, and the table never shows a job starting before the one it waited for
+    -- ended (v_now is read before that statement's snapshot: a completion committed in
+    -- between would be seen and still end after v_now).
+    v_claimed_at timestamptz;
     v_window timestamptz;
     v_counts boolean := p_global_limit IS NOT NULL OR p_local_limit IS NOT NULL;
     v_con_parted boolean := p_con_by_kind OR cardinality(p_con_by_args) > 0;
@@ -118,6 +124,7 @@ BEGIN
         IF v_room <= 0 THEN
             RETURN;
         END IF;
+        v_claimed_at := coalesce(p_now, clock_timestamp());
         RETURN QUERY
         WITH locked_jobs AS (
             SELECT j.id
@@ -132,7 +139,7 @@ BEGIN
         UPDATE <schema>river_job
         SET state = 'running',
             attempt = least(river_job.attempt::integer + 1, 32767),
-            attempted_at = v_now,
+            attempted_at = v_claimed_at,
             attempted_by = array_append(
                 CASE WHEN array_length(river_job.attempted_by, 1) >= p_max_attempted_by
                      THEN river_job.attempted_by[
@@ -239,6 +246,7 @@ BEGIN
     IF cardinality(v_ids) = 0 THEN
         RETURN;
     END IF;
+    v_claimed_at := coalesce(p_now, clock_timestamp());
     -- Joined by id, so that the planner looks each row up by primary key whatever the
     -- table's statistics say.
     RETURN QUERY
@@ -252,7 +260,7 @@ BEGIN
     UPDATE <schema>river_job
     SET state = 'running',
         attempt = least(river_job.attempt::integer + 1, 32767),
-        attempted_at = v_now,
+        attempted_at = v_claimed_at,
         attempted_by = array_append(
             CASE WHEN array_length(river_job.attempted_by, 1) >= p_max_attempted_by
                  THEN river_job.attempted_by[
