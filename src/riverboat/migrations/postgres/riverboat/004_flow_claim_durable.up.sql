@@ -77,10 +77,6 @@ DECLARE
     v_counts boolean := p_global_limit IS NOT NULL OR p_local_limit IS NOT NULL;
     v_con_parted boolean := p_con_by_kind OR cardinality(p_con_by_args) > 0;
     v_rate_parted boolean := p_rate_by_kind OR cardinality(p_rate_by_args) > 0;
-    v_room integer := p_max_to_lock;
-    v_running bigint;
-    v_running_here bigint;
-    v_started bigint;
     v_ids bigint[];
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
@@ -97,49 +93,50 @@ BEGIN
     v_now := coalesce(p_now, clock_timestamp());
     v_window := v_now - make_interval(secs => coalesce(p_rate_period, 0));
     IF NOT v_con_parted AND NOT v_rate_parted AND NOT p_sequences THEN
-        IF v_counts THEN
-            SELECT count(*),
+        -- One statement counts and claims (one snapshot, one executor run: the claim's
+        -- database time is what a limit that does not bind costs). attempted_at is read
+        -- inside it, after its snapshot was taken (an init plan runs when first used):
+        -- a completion the count saw committed before, so its finalized_at is earlier,
+        -- and the table never shows a job starting before the one it made room for ended.
+        RETURN QUERY
+        WITH running AS (
+            SELECT count(*) AS n,
                    count(*) FILTER (WHERE j.attempted_by[array_length(j.attempted_by, 1)]
-                                    = p_attempted_by)
-            INTO v_running, v_running_here
+                                    = p_attempted_by) AS here
             FROM <schema>river_job j
-            WHERE j.state = 'running' AND j.queue = p_queue
+            WHERE v_counts AND j.state = 'running' AND j.queue = p_queue
               AND NOT EXISTS (SELECT 1 FROM <schema>riverboat_flow_ended e
-                              WHERE e.job_id = j.id AND e.attempt = j.attempt);
-            -- least() skips NULLs: a limit not set does not bound the room.
-            v_room := least(v_room, p_global_limit - v_running, p_local_limit - v_running_here);
-        END IF;
-        IF p_rate_limit IS NOT NULL THEN
-            -- Starts in the window: running and retryable jobs attempted in it, and
-            -- finalized ones found through River's (state, finalized_at) index (a job
-            -- that started in the window and finished has finalized_at in it too).
-            SELECT count(*) INTO v_started
+                              WHERE e.job_id = j.id AND e.attempt = j.attempt)
+        ),
+        -- Starts in the window: running and retryable jobs attempted in it, and
+        -- finalized ones found through River's (state, finalized_at) index (a job that
+        -- started in the window and finished has finalized_at in it too).
+        started AS (
+            SELECT count(*) AS n
             FROM <schema>river_job j
-            WHERE j.queue = p_queue AND j.attempted_at > v_window
+            WHERE p_rate_limit IS NOT NULL
+              AND j.queue = p_queue AND j.attempted_at > v_window
               AND (j.state IN ('running', 'retryable')
                    OR (j.state IN ('completed', 'cancelled', 'discarded')
-                       AND j.finalized_at > v_window));
-            v_room := least(v_room, p_rate_limit - v_started);
-        END IF;
-        IF v_room <= 0 THEN
-            RETURN;
-        END IF;
-        v_claimed_at := coalesce(p_now, clock_timestamp());
-        RETURN QUERY
-        WITH locked_jobs AS (
+                       AND j.finalized_at > v_window))
+        ),
+        locked_jobs AS (
             SELECT j.id
             FROM <schema>river_job j
             WHERE j.state = 'available'
               AND j.queue = p_queue
               AND j.scheduled_at <= v_now
             ORDER BY j.priority ASC, j.scheduled_at ASC, j.id ASC
-            LIMIT v_room
+            -- least() skips NULLs: a limit not set does not bound the room.
+            LIMIT (SELECT greatest(0, least(p_max_to_lock, p_global_limit - r.n,
+                                            p_local_limit - r.here, p_rate_limit - s.n))
+                   FROM running r, started s)
             FOR UPDATE SKIP LOCKED
         )
         UPDATE <schema>river_job
         SET state = 'running',
             attempt = least(river_job.attempt::integer + 1, 32767),
-            attempted_at = v_claimed_at,
+            attempted_at = coalesce(p_now, (SELECT clock_timestamp())),
             attempted_by = array_append(
                 CASE WHEN array_length(river_job.attempted_by, 1) >= p_max_attempted_by
                      THEN river_job.attempted_by[
