@@ -13,6 +13,7 @@ import pytest
 import riverboat
 from riverboat import Job, JobRow, JobState, QueueConfig, RetryPolicy, Workers
 from riverboat.runtime.runner import IDLE_HORIZON
+from tests.waiting import wait_until_async
 
 
 class RetryInOneSecond(RetryPolicy):
@@ -78,3 +79,29 @@ def test_run_until_idle_waits_for_retries_due_soon(
         )
     assert (rows[later].state, rows[later].attempt) == (JobState.RETRYABLE, 1)
     assert f"nothing due within {IDLE_HORIZON:g}s; left for later: 1 retryable" in caplog.text
+
+
+async def test_a_drain_check_beside_due_work_does_not_count_the_backlog(apg_driver: Any) -> None:
+    # An idle client beside jobs due soon (here scheduled a second ahead; a backlog held
+    # back by a flow limit looks the same) asks whether any job is due, and stops there:
+    # the count of what is left, which reads every upcoming row, is for the final answer.
+    client = riverboat.AsyncClient(
+        apg_driver, queues={"default": QueueConfig(max_workers=5)}, workers=Workers()
+    )
+    soon = datetime.now().astimezone() + timedelta(seconds=IDLE_HORIZON / 2)
+    await client.insert_many(
+        [riverboat.InsertManyParams({}, riverboat.InsertOpts(scheduled_at=soon), kind="later")] * 50
+    )
+    await client.start()
+    try:
+        runtime = client.runtime
+        await wait_until_async(runtime.is_idle, what="the client's first claim came back empty")
+        before = dict(apg_driver.stats.by_query)
+        assert not await runtime.drained()
+        asked = {
+            name: apg_driver.stats.by_query.get(name, 0) - before.get(name, 0)
+            for name in ("job_due_exists", "job_count_upcoming")
+        }
+        assert asked == {"job_due_exists": 1, "job_count_upcoming": 0}
+    finally:
+        await client.stop()

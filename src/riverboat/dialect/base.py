@@ -277,6 +277,9 @@ class Dialect(
     def job_count_upcoming(self, queues: Sequence[str], horizon: float) -> Statement: ...
 
     @abstractmethod
+    def job_due_exists(self, queues: Sequence[str], horizon: float) -> Statement: ...
+
+    @abstractmethod
     def queue_create_or_set_updated_at(self, name: str) -> Statement: ...
 
     # -- leadership and maintenance ------------------------------------------------------

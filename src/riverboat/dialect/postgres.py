@@ -284,19 +284,24 @@ QUERIES["listen_channel"] = "SELECT " + CHANNEL.format(topic="") + " || :topic::
 # What is left for a drain (run_until_idle, --exit-when-idle), per state: jobs due within
 # the horizon (a retryable or scheduled one only until a horizon past due, so a drain
 # whose jobs no scheduler promotes still ends), all of them, and the first due time.
-QUERIES["job_count_upcoming"] = """
+_UPCOMING = """queue = ANY(:queues::text[])
+  AND state IN ('available', 'retryable', 'scheduled')"""
+_DUE_SOON = """scheduled_at <= now() + make_interval(secs => :horizon::float8)
+  AND (state = 'available' OR scheduled_at >= now() - make_interval(secs => :horizon::float8))"""
+QUERIES["job_count_upcoming"] = f"""
 SELECT state::text,
-       count(*) FILTER (
-           WHERE scheduled_at <= now() + make_interval(secs => :horizon::float8)
-             AND (state = 'available'
-                  OR scheduled_at >= now() - make_interval(secs => :horizon::float8))),
+       count(*) FILTER (WHERE {_DUE_SOON}),
        count(*),
        min(scheduled_at)
 FROM <schema>river_job
-WHERE queue = ANY(:queues::text[])
-  AND state IN ('available', 'retryable', 'scheduled')
+WHERE {_UPCOMING}
 GROUP BY state
 ORDER BY state
+"""
+# Whether any of them is due: asked first, it stops at the first due job (an idle client
+# held back by a flow limit asks every poll, beside a backlog the count would read whole).
+QUERIES["job_due_exists"] = f"""
+SELECT EXISTS (SELECT 1 FROM <schema>river_job WHERE {_UPCOMING} AND {_DUE_SOON})
 """
 
 
@@ -448,6 +453,11 @@ class PostgresDialect(
     def job_count_upcoming(self, queues: Sequence[str], horizon: float) -> Statement:
         """Rows ``(state, due within horizon, total, first scheduled_at)``."""
         return self.stmt("job_count_upcoming", queues=list(queues), horizon=float(horizon))
+
+    def job_due_exists(self, queues: Sequence[str], horizon: float) -> Statement:
+        """One row, ``(whether a job is due within horizon,)``: job_count_upcoming's
+        first question alone."""
+        return self.stmt("job_due_exists", queues=list(queues), horizon=float(horizon))
 
     def queue_create_or_set_updated_at(self, name: str) -> Statement:
         return self.stmt("queue_create_or_set_updated_at", name=name, metadata=None)

@@ -237,19 +237,22 @@ QUERIES["ping"] = "SELECT 1"
 # What is left for a drain, as the Postgres dialect's job_count_upcoming. Times compare
 # normalised (rows written by Go may drop trailing zeros of the milliseconds).
 _SCHEDULED = "strftime('%Y-%m-%d %H:%M:%f', scheduled_at)"
+_UPCOMING = """queue IN (SELECT value FROM json_each(:queues))
+  AND state IN ('available', 'retryable', 'scheduled')"""
+_DUE_SOON = f"""{_SCHEDULED} <= datetime('now', 'subsec', :ahead)
+  AND (state = 'available' OR {_SCHEDULED} >= datetime('now', 'subsec', :behind))"""
 QUERIES["job_count_upcoming"] = f"""
 SELECT state,
-       sum(CASE WHEN {_SCHEDULED} <= datetime('now', 'subsec', :ahead)
-                 AND (state = 'available'
-                      OR {_SCHEDULED} >= datetime('now', 'subsec', :behind))
-                THEN 1 ELSE 0 END),
+       sum(CASE WHEN {_DUE_SOON} THEN 1 ELSE 0 END),
        count(*),
        min({_SCHEDULED})
 FROM <schema>river_job
-WHERE queue IN (SELECT value FROM json_each(:queues))
-  AND state IN ('available', 'retryable', 'scheduled')
+WHERE {_UPCOMING}
 GROUP BY state
 ORDER BY state
+"""
+QUERIES["job_due_exists"] = f"""
+SELECT EXISTS (SELECT 1 FROM <schema>river_job WHERE {_UPCOMING} AND {_DUE_SOON})
 """
 
 
@@ -370,8 +373,15 @@ class SqliteDialect(
 
     def job_count_upcoming(self, queues: Sequence[str], horizon: float) -> Statement:
         """Rows ``(state, due within horizon, total, first scheduled_at)``."""
+        return self._upcoming("job_count_upcoming", queues, horizon)
+
+    def job_due_exists(self, queues: Sequence[str], horizon: float) -> Statement:
+        """One row, ``(whether a job is due within horizon,)``."""
+        return self._upcoming("job_due_exists", queues, horizon)
+
+    def _upcoming(self, name: str, queues: Sequence[str], horizon: float) -> Statement:
         return self.stmt(
-            "job_count_upcoming",
+            name,
             queues=json.dumps(list(queues)),
             ahead=seconds_modifier(horizon),
             behind=seconds_modifier(-horizon),

@@ -602,7 +602,13 @@ class Runtime:
         if not self.is_idle():
             return False
         dialect = self.driver.dialect
-        rows = await self.driver.fetch(dialect.job_count_upcoming(list(self.producers), horizon))
+        queues = list(self.producers)
+        # A cheap question first: an idle client held back by a flow limit asks every
+        # poll, and the count reads the whole backlog.
+        [(due,)] = await self.driver.fetch(dialect.job_due_exists(queues, horizon))
+        if due or not self.is_idle():
+            return False
+        rows = await self.driver.fetch(dialect.job_count_upcoming(queues, horizon))
         if any(due for _, due, _, _ in rows) or not self.is_idle():
             return False
         later = [(state, total, first) for state, _, total, first in rows if total]
