@@ -3,7 +3,9 @@
 ``validate``, ``--dry-run``, ``--show-sql``, ``--max-steps``, ``--target-version`` and
 ``--line`` are River's (``river migrate-up``, ``migrate-down``, ``validate``; the
 idempotent no-op for a target already reached is River 0.39's). Each test runs the real
-command line in a subprocess against a real Postgres schema and a real SQLite file.
+command line against a real Postgres schema and a real SQLite file, in this process
+(``cli_in_process``: what each command does, not its process, which tests/migrations/
+test_cli.py covers).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pytest
 
 from riverboat.drivers._sqlite_module import sqlite_module
 from riverboat.migrations import LATEST_VERSION
-from tests.migrations.test_cli import cli, one_line_error
+from tests.migrations.test_cli import cli_in_process, one_line_error
 
 
 class Db:
@@ -41,7 +43,7 @@ class Db:
                 conn.execute(sql)
 
     def migrate(self, *args: str) -> tuple[int, list[str]]:
-        result = cli("migrate", *args, *self.args)
+        result = cli_in_process("migrate", *args, *self.args)
         assert "Traceback" not in result.stderr, result.stderr
         return result.returncode, result.stdout.splitlines()
 
@@ -136,7 +138,7 @@ def test_max_steps_and_target_version(db: Db) -> None:
     code, lines = db.migrate("up", "--line", "main", "--target-version", "2")
     assert code == 0 and lines[0] == "nothing to apply; at version 2"
     # River cuts to --max-steps first: a target beyond the cut is refused, nothing applied.
-    result = cli(
+    result = cli_in_process(
         "migrate", "up", "--line", "main", *db.args, "--target-version", "5", "--max-steps", "1"
     )
     assert "version 5 is not in the target list" in one_line_error(result)
@@ -155,7 +157,9 @@ def test_max_steps_and_target_version(db: Db) -> None:
     assert code == 0 and _applied(lines, "reverted") == [8, 7]
     code, lines = db.migrate("down", "--line", "main", "--target-version", "6")
     assert code == 0 and lines[0] == "nothing to revert"
-    not_applied = cli("migrate", "down", "--line", "main", *db.args, "--target-version", "8")
+    not_applied = cli_in_process(
+        "migrate", "down", "--line", "main", *db.args, "--target-version", "8"
+    )
     assert "not applied" in one_line_error(not_applied)
     code, lines = db.migrate("down", "--line", "main", "--target-version", "4")
     assert code == 0 and _applied(lines, "reverted") == [6, 5]
@@ -185,7 +189,7 @@ def test_lines_form_a_stack(db: Db) -> None:
         [f"no unapplied migrations; at version {LATEST_VERSION} (riverboat line: 4)"],
     )
     # River's main can't go below 005 (river_migration.line) under another line.
-    refused = cli("migrate", "down", "--line", "main", *db.args, "--target-version", "4")
+    refused = cli_in_process("migrate", "down", "--line", "main", *db.args, "--target-version", "4")
     assert "while the riverboat line is applied" in one_line_error(refused)
     assert _version(db) == LATEST_VERSION
     code, lines = db.migrate("down")
@@ -212,14 +216,14 @@ def test_lines_form_a_stack(db: Db) -> None:
 
 def test_riverboat_line_needs_rivers_line_column(db: Db) -> None:
     assert db.migrate("up", "--line", "main", "--target-version", "4")[0] == 0
-    error = one_line_error(cli("migrate", "up", "--line", "riverboat", *db.args))
+    error = one_line_error(cli_in_process("migrate", "up", "--line", "riverboat", *db.args))
     assert "needs River's main line at version 5" in error
 
 
 def test_line_flag(db: Db) -> None:
     assert db.migrate("up", "--line", "main")[0] == 0
     for action in ("up", "down", "validate"):
-        error = one_line_error(cli("migrate", action, *db.args, "--line", "workflow"))
+        error = one_line_error(cli_in_process("migrate", action, *db.args, "--line", "workflow"))
         assert "unknown migration line 'workflow'" in error
 
 
@@ -227,7 +231,7 @@ def test_newer_schema_is_refused_by_every_command(db: Db) -> None:
     assert db.migrate("up")[0] == 0
     # Every command works on a database at River's latest version ...
     for command in (["migrate", "validate"], ["jobs", "list"], ["queues", "list"]):
-        result = cli(*command, *db.args)
+        result = cli_in_process(*command, *db.args)
         assert result.returncode == 0, (command, result.stderr)
     # ... and refuses one newer than riverboat knows, in one line that says what to do.
     db.execute("INSERT INTO river_migration (line, version) VALUES ('main', 9)")
@@ -240,5 +244,5 @@ def test_newer_schema_is_refused_by_every_command(db: Db) -> None:
         ["jobs", "list"],
         ["queues", "list"],
     ):
-        error = one_line_error(cli(*command, *db.args))
+        error = one_line_error(cli_in_process(*command, *db.args))
         assert "version 9" in error and "upgrade riverboat" in error, (command, error)
