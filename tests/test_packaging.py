@@ -89,16 +89,21 @@ def test_built_wheel_installs_and_runs_in_a_fresh_venv(tmp_path: Path) -> None:
     assert not any(m.startswith((".venv", ".ci")) for m in members)
 
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
+    long = os.environ.get("RIVERBOAT_LONG") == "1"
+    venv.create(env_dir, with_pip=long)
     python = env_dir / "bin" / "python"
-    if os.environ.get("RIVERBOAT_LONG") == "1":
+    if long:
         # As a user would: the wheel and its extras' dependencies from the package index.
         _run(python, "-m", "pip", "install", "-q", f"{wheels[0]}[ui,demo]", timeout=600)
     else:
-        # Offline: the wheel itself, its dependencies seen from this test run's
-        # environment (a .pth line appends that site-packages after the venv's own, so
-        # the wheel's riverboat wins over the editable one).
-        _run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheels[0])
+        # Offline: the wheel itself, installed by this environment's pip into the venv
+        # (``--python``: no pip bootstrapped into it, which took ~5 s), its dependencies
+        # seen from this test run's environment (a .pth line appends that site-packages
+        # after the venv's own, so the wheel's riverboat wins over the editable one).
+        _run(
+            sys.executable, "-m", "pip", "--python", python,
+            "install", "-q", "--no-deps", "--no-index", wheels[0],
+        )  # fmt: skip
         site = Path(
             subprocess.check_output(
                 [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
