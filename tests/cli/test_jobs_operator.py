@@ -1,6 +1,8 @@
-"""What an operator does with ``riverboat jobs`` on Postgres and SQLite, as real
-subprocesses: find failed jobs and why (list's last error, get's traces), count them,
-watch outcomes as they happen, and retry/cancel/delete by filter with a dry run first."""
+"""What an operator does with ``riverboat jobs`` on Postgres and SQLite: find failed jobs
+and why (list's last error, get's traces), count them, watch outcomes as they happen, and
+retry/cancel/delete by filter with a dry run first. What the commands print and change
+is checked in this process (tests/cli_in_process.py); following outcomes live, writing
+into a closed pipe and a mistyped path run real subprocesses."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 
 import riverboat
 from riverboat import InsertManyParams, InsertOpts, Job, JobState, QueueConfig, Workers
+from tests.cli_in_process import cli_in_process
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 
@@ -67,14 +70,10 @@ def _emails(n: int) -> list[InsertManyParams]:
     ]
 
 
-def cli(db: Db, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def cli(db: Db, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``riverboat jobs ARGV`` against ``db``, in this process."""
     common = ["--database-url", db.url, *(["--schema", db.schema] if db.schema else [])]
-    return subprocess.run(
-        [sys.executable, "-m", "riverboat.cli", "jobs", argv[0], *common, *argv[1:]],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return cli_in_process("jobs", argv[0], *common, *argv[1:])
 
 
 def test_find_what_failed_and_why(any_db: Db) -> None:  # noqa: F811

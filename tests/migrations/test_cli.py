@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys
 import time
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -32,27 +30,6 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
         cwd=ROOT,
         timeout=60,
     )
-
-
-def cli_in_process(*args: str) -> subprocess.CompletedProcess[str]:
-    """What ``cli`` returns, from ``riverboat.cli.main`` called in this process: for tests
-    about what a command does rather than about the process (the tests here), as each
-    subprocess costs its interpreter's start-up and riverboat's imports."""
-    from riverboat.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    hidden = {
-        k: os.environ.pop(k) for k in ("DATABASE_URL", "RIVERBOAT_TRACEBACK") if k in os.environ
-    }
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            try:
-                code = main(list(args))
-            except SystemExit as exc:  # argparse's usage errors
-                code = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        os.environ.update(hidden)
-    return subprocess.CompletedProcess(["riverboat", *args], code, out.getvalue(), err.getvalue())
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:

@@ -4,8 +4,8 @@
 ``--line`` are River's (``river migrate-up``, ``migrate-down``, ``validate``; the
 idempotent no-op for a target already reached is River 0.39's). Each test runs the real
 command line against a real Postgres schema and a real SQLite file, in this process
-(``cli_in_process``: what each command does, not its process, which tests/migrations/
-test_cli.py covers).
+(tests/cli_in_process.py: what each command does, not its process, which
+tests/migrations/test_cli.py covers).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import pytest
 
 from riverboat.drivers._sqlite_module import sqlite_module
 from riverboat.migrations import LATEST_VERSION
-from tests.migrations.test_cli import cli_in_process, one_line_error
+from tests.cli_in_process import cli_in_process
+from tests.migrations.test_cli import one_line_error
 
 
 class Db:
