@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_in_process import cli_in_process
+
 E2E_FIELDS = {
     "python_cpu_ms_per_job",
     "postgres_cpu_ms_per_job",
@@ -240,7 +242,9 @@ def test_bench_scale_part_works_every_job(pg_url: str) -> None:
 
 
 def test_bench_process_part_reports_overhead_and_scaling() -> None:
-    report = _bench("--driver", "sqlite", "--jobs", "100", "--only", "process")
+    # 5 ms CPU-bound jobs instead of 100: the part's shape, not its figures, and ~11
+    # CPU-seconds less on a machine the rest of the suite shares.
+    report = _bench("--driver", "sqlite", "--jobs", "100", "--only", "process", "--cpu-job-ms", "5")
     process = report["process_executor"]
     assert isinstance(process, dict)
     noop = process["noop"]
@@ -251,10 +255,18 @@ def test_bench_process_part_reports_overhead_and_scaling() -> None:
     for executor in ("thread", "process"):
         assert e2e[executor]["jobs_per_sec"] > 0 and e2e[executor]["cpu_ms_per_job"] > 0
     cpu = process["cpu"]
+    assert cpu["job_seconds"] == 0.005
     assert [row["children"] for row in cpu["processes"]] == list(range(1, process["cores"] + 1))
     assert all(row["jobs_per_sec"] > 0 for row in cpu["processes"])
     assert cpu["threads"]["threads"] == process["cores"]
     assert "end_to_end" not in report  # only what was named
+
+
+@pytest.mark.parametrize("flag", ["--cpu-job-ms", "--latency-jobs", "--burst-jobs", "--jobs"])
+def test_sizes_must_be_positive(flag: str) -> None:
+    done = cli_in_process("bench", "--driver", "sqlite", flag, "0")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.startswith(f"riverboat: error: {flag}"), done.stderr
 
 
 @pytest.mark.skipif(shutil.which("go") is None, reason="needs the Go toolchain")

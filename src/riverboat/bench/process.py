@@ -125,15 +125,15 @@ async def _all_at_once(run: Callable[[Job[Any]], Any], jobs: list[Job[Any]], wid
     return time.perf_counter() - started
 
 
-def _calibrate() -> int:
-    """Loop iterations that take about CPU_JOB_SECONDS here."""
+def _calibrate(job_seconds: float) -> int:
+    """Loop iterations that take about ``job_seconds`` here."""
     n = 100_000
     while True:
         started = time.perf_counter()
         spin(Job(_row(0, "{}"), {"n": n}))
         took = time.perf_counter() - started
         if took > 0.01:
-            return max(1, int(n * CPU_JOB_SECONDS / took))
+            return max(1, int(n * job_seconds / took))
         n *= 4
 
 
@@ -249,6 +249,7 @@ async def run_process_bench(
     *,
     make_client: Callable[..., Any] | None = None,
     reset: Callable[[], Any] | None = None,
+    cpu_job_seconds: float = CPU_JOB_SECONDS,
 ) -> dict[str, Any]:
     cores = cores or usable_cores()
     threads = DaemonThreadPool("riverboat-bench")
@@ -282,7 +283,7 @@ async def run_process_bench(
         }
         if make_client is not None and reset is not None:
             report["end_to_end"] = await _end_to_end(make_client, reset, calls, cores, progress)
-        n = _calibrate()
+        n = _calibrate(cpu_job_seconds)
         spin_worker = _worker(spin)
         count = CPU_JOBS_PER_CORE * cores
         jobs = [Job(_row(i, f'{{"n": {n}}}'), {"n": n}) for i in range(count)]
@@ -309,7 +310,7 @@ async def run_process_bench(
         ]
         report["cpu"] = {
             "jobs": count,
-            "job_seconds": CPU_JOB_SECONDS,
+            "job_seconds": cpu_job_seconds,
             "processes": rows,
             "rounds": CPU_ROUNDS,
             "threads": {

@@ -18,6 +18,7 @@ from riverboat.bench.env import (
     scratch_target,
 )
 from riverboat.bench.measure import PostgresBench
+from riverboat.bench.process import CPU_JOB_SECONDS
 
 __all__ = ["BenchConfig", "environment", "run_bench"]
 
@@ -75,6 +76,8 @@ class BenchConfig:
     # Not in a default run: the process executor against the thread executor
     # (riverboat.bench.process: starts child processes).
     include_process: bool = False
+    # How long each CPU-bound job of the process part runs (seconds).
+    process_cpu_job_seconds: float = CPU_JOB_SECONDS
     scale_finalized_rows: int = 1_000_000
 
 
@@ -267,7 +270,11 @@ async def _run(
 
         await reset()
         report["process_executor"] = await run_process_bench(
-            min(config.jobs, 2000), progress, make_client=make_client, reset=reset
+            min(config.jobs, 2000),
+            progress,
+            make_client=make_client,
+            reset=reset,
+            cpu_job_seconds=config.process_cpu_job_seconds,
         )
     if with_floor:
         if floor is None:

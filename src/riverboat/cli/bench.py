@@ -79,6 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="single inserts in the latency part's burst (half of --jobs, at most 10,000)",
     )
     parser.add_argument(
+        "--cpu-job-ms",
+        type=float,
+        default=None,
+        help="how long each CPU-bound job of the 'process' part runs (100 ms)",
+    )
+    parser.add_argument(
         "--compare-river",
         action="store_true",
         help="also build interop/go (River 0.51.2) and work the same backlog with River at "
@@ -107,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise InvalidInputError("--" + name.replace("_", "-"), "must be positive")
+    if args.cpu_job_ms is not None and args.cpu_job_ms <= 0:
+        raise InvalidInputError("--cpu-job-ms", "must be positive")
     only = set(args.only or [])
     url = args.database_url
     if args.driver == "sqlite":
@@ -135,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
         include_process="process" in only,
         scale_finalized_rows=args.finalized_rows,
     )
+    if args.cpu_job_ms is not None:
+        config.process_cpu_job_seconds = args.cpu_job_ms / 1000
     report = run_bench(config, show_progress=not args.quiet)
     if args.output:
         with open(args.output, "w") as f:
