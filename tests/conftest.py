@@ -14,13 +14,22 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.pgserver import PgServer
-from tests.templates import SchemaCloner, migrate_sqlite_file
+# Bytecode is written (to __pycache__, which git ignores and the wheel leaves out) even
+# where the environment says not to (PYTHONDONTWRITEBYTECODE, as container images set):
+# without it every subprocess the suite starts (worker processes, the CLI, docs
+# snippets: hundreds) compiled riverboat from source again, ~0.3 s of CPU each, and each
+# xdist worker rewrote every test module. Before the imports below, so they are cached.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
+from tests.pgserver import PgServer  # noqa: E402
+from tests.templates import SchemaCloner, migrate_sqlite_file  # noqa: E402
 
 
 @pytest.fixture(scope="session")
