@@ -328,5 +328,16 @@ def test_workflow_part_measures_the_graph_against_plain_jobs(pg_url: str, databa
     ):
         assert isinstance(workflow[key], (int, float)) and workflow[key] > 0, (key, workflow)
     assert workflow["fan_out_fan_in_started_s"] <= workflow["fan_out_fan_in_s"]
+    # Where the fan-out/fan-in's time goes: each phase measured (the join starts after
+    # the last leaf's completion, so that phase is positive too).
+    for key in (
+        "plain_insert_ms",
+        "fan_insert_ms",
+        "fan_root_to_leaves_ms",
+        "plain_run_ms",
+        "fan_leaves_ms",
+        "fan_last_leaf_to_join_ms",
+    ):
+        assert isinstance(workflow[key], (int, float)) and workflow[key] > 0, (key, workflow)
     # Promotion is per completer batch, not per task.
     assert 0 < workflow["fan_promotion_statements_per_task"] < 0.5

@@ -10,6 +10,11 @@ cost (docs/workflows.md).
 - ``chain``: 100 tasks each waiting for the one before, beside 100 times the median
   pick-up latency of one job inserted into the idle queue (what a chain cannot beat).
 - promotion statements per task, counted by the runtime's promoter.
+- where a fan-out/fan-in's extra time goes (medians, ms): the insert call beside the plain
+  ``insert_many``; the root's start to the first leaf's start (the root's run, its
+  completion written, the promotion of its 998 dependents, their claim); the first
+  leaf's start to the last leaf's completion beside the plain jobs' first start to their
+  last completion; the last leaf's completion to the join's start.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ async def run_workflow_bench(
         "left": 0,
         "done": asyncio.Event(),
         "started": {},
+        "completed": {},
         "unfinished": 0,
         "finished": asyncio.Event(),
     }
@@ -58,6 +64,7 @@ async def run_workflow_bench(
     async def count_completions() -> None:
         async for event in completions:
             if event.job is not None and event.job.kind == "bench_wf_step":
+                state["completed"][event.job.id] = time.perf_counter()
                 state["unfinished"] -= 1
                 if state["unfinished"] == 0:
                     state["finished_at"] = time.perf_counter()
@@ -71,6 +78,7 @@ async def run_workflow_bench(
             state["left"] = count
             state["done"] = asyncio.Event()
             state["unfinished"] = count
+            state["completed"] = {}
             state["finished"] = asyncio.Event()
 
         async def finish(t0: float) -> tuple[float, float]:
@@ -80,16 +88,40 @@ async def run_workflow_bench(
             await asyncio.wait_for(state["finished"].wait(), 300)
             return started, state["finished_at"] - t0
 
+        # Where the time goes, per round (ms), for the medians reported beside the totals.
+        phases: dict[str, list[float]] = {
+            name: []
+            for name in (
+                "plain_insert",
+                "fan_insert",
+                "fan_root_to_leaves",
+                "plain_run",
+                "fan_leaves",
+                "fan_last_leaf_to_join",
+            )
+        }
+
+        def ms(seconds: float) -> float:
+            return seconds * 1000
+
         async def run_plain() -> tuple[float, float]:
             expect(FAN_TASKS)
             t0 = time.perf_counter()
-            await client.insert_many(
+            inserted = await client.insert_many(
                 [
                     riverboat.InsertManyParams({"i": i}, kind="bench_wf_step")
                     for i in range(FAN_TASKS)
                 ]
             )
-            return await finish(t0)
+            inserted_at = time.perf_counter()
+            result = await finish(t0)
+            ids = [r.job.id for r in inserted]
+            started, completed = state["started"], state["completed"]
+            phases["plain_insert"].append(ms(inserted_at - t0))
+            phases["plain_run"].append(
+                ms(max(completed[i] for i in ids) - min(started[i] for i in ids))
+            )
+            return result
 
         async def run_fan() -> tuple[float, float]:
             wf = Workflow("bench-fan")
@@ -101,8 +133,19 @@ async def run_workflow_bench(
             wf.add("join", {}, kind="bench_wf_step", deps=leaves)
             expect(FAN_TASKS)
             t0 = time.perf_counter()
-            await client.workflow_insert(wf)
-            return await finish(t0)
+            info = await client.workflow_insert(wf)
+            inserted_at = time.perf_counter()
+            result = await finish(t0)
+            root_id, join_id = info.task("root").job.id, info.task("join").job.id
+            leaf_ids = [t.job.id for t in info.tasks if t.job.id not in (root_id, join_id)]
+            started, completed = state["started"], state["completed"]
+            first_leaf = min(started[i] for i in leaf_ids)
+            last_leaf_done = max(completed[i] for i in leaf_ids)
+            phases["fan_insert"].append(ms(inserted_at - t0))
+            phases["fan_root_to_leaves"].append(ms(first_leaf - started[root_id]))
+            phases["fan_leaves"].append(ms(last_leaf_done - first_leaf))
+            phases["fan_last_leaf_to_join"].append(ms(started[join_id] - last_leaf_done))
+            return result
 
         promoter = client.runtime.workflow_promoter
         assert promoter is not None
@@ -158,6 +201,7 @@ async def run_workflow_bench(
         "plain_1000_started_s": round(plain_started, 3),
         "fan_vs_plain_started": round(fan_started / plain_started, 2) if plain_started else None,
         "fan_promotion_statements_per_task": round(fan_statements / FAN_TASKS, 3),
+        **{f"{name}_ms": round(statistics.median(v), 1) for name, v in phases.items()},
         "pickup_latency_median_ms": round(pickup * 1000, 2),
         "chain_100_s": round(chain, 3),
         "chain_vs_100_pickups": round(chain / (CHAIN_TASKS * pickup), 2) if pickup else None,
