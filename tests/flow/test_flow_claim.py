@@ -77,6 +77,25 @@ async def test_a_limit_that_does_not_bind_claims_in_batches(
     assert overlap[0] == 0 and overlap[1] <= MAX_WORKERS
 
 
+async def _flow_claim(
+    driver: Any, limit: int, client_id: str, most: int, finished: Sequence[tuple[int, int]] = ()
+) -> list[JobRow]:
+    """One flow-controlled claim of the default queue under a global ``limit``, as the
+    producer of ``client_id`` makes it, telling it of ``finished`` jobs."""
+    flow = FlowControl.of(QueueConfig(concurrency=ConcurrencyLimit(global_limit=limit)))
+    assert flow is not None
+    dialect = driver.dialect
+    stmt = dialect.job_get_available_flow(
+        queue="default",
+        max_to_lock=most,
+        client_id=client_id,
+        flow=flow,
+        max_attempted_by=MAX_ATTEMPTED_BY,
+        finished=finished,
+    )
+    return [dialect.decode_job(row) for row in await driver.fetch(stmt)]
+
+
 async def test_a_finished_job_makes_room_in_every_claim_and_its_completer_writes_it(
     apg_driver: Any, pg_url: str, pg_schema: str
 ) -> None:
@@ -87,21 +106,11 @@ async def test_a_finished_job_makes_room_in_every_claim_and_its_completer_writes
     client = riverboat.AsyncClient(apg_driver, queues={"default": QueueConfig()})
     await client.insert_many([InsertManyParams({}, kind="noop") for _ in range(4)])
     dialect = apg_driver.dialect
-    flow = FlowControl.of(QueueConfig(concurrency=ConcurrencyLimit(global_limit=2)))
-    assert flow is not None
 
     async def claim(
         client_id: str, most: int, finished: Sequence[tuple[int, int]] = ()
     ) -> list[JobRow]:
-        stmt = dialect.job_get_available_flow(
-            queue="default",
-            max_to_lock=most,
-            client_id=client_id,
-            flow=flow,
-            max_attempted_by=MAX_ATTEMPTED_BY,
-            finished=finished,
-        )
-        return [dialect.decode_job(row) for row in await apg_driver.fetch(stmt)]
+        return await _flow_claim(apg_driver, 2, client_id, most, finished)
 
     [first] = await claim("a", 1)
     ended = datetime.now(UTC)  # "a" ran it; its outcome waits in a's completer
@@ -134,25 +143,9 @@ async def test_a_job_reported_finished_still_counts_if_it_is_no_longer_this_clie
     # report (another client's job, an earlier attempt) makes no room.
     client = riverboat.AsyncClient(apg_driver, queues={"default": QueueConfig()})
     await client.insert_many([InsertManyParams({}, kind="noop") for _ in range(2)])
-    dialect = apg_driver.dialect
-    flow = FlowControl.of(QueueConfig(concurrency=ConcurrencyLimit(global_limit=1)))
-    assert flow is not None
-
-    def claim(client_id: str, finished: Sequence[tuple[int, int]]) -> Any:
-        return apg_driver.fetch(
-            dialect.job_get_available_flow(
-                queue="default",
-                max_to_lock=1,
-                client_id=client_id,
-                flow=flow,
-                max_attempted_by=MAX_ATTEMPTED_BY,
-                finished=finished,
-            )
-        )
-
-    [row] = [dialect.decode_job(r) for r in await claim("a", [])]
-    assert await claim("b", [(row.id, row.attempt)]) == []
-    assert await claim("a", [(row.id, row.attempt + 1)]) == []
+    [row] = await _flow_claim(apg_driver, 1, "a", 1)
+    assert await _flow_claim(apg_driver, 1, "b", 1, [(row.id, row.attempt)]) == []
+    assert await _flow_claim(apg_driver, 1, "a", 1, [(row.id, row.attempt + 1)]) == []
 
 
 async def test_stale_records_of_finished_jobs_are_pruned_by_a_flow_claim(
