@@ -172,3 +172,44 @@ def test_completions_use_the_primary_key_when_statistics_predate_the_claims(
     }
     for name, stmt in statements.items():
         _assert_pkey(_explain(conn, stmt, generic), name)
+
+
+@pytest.fixture
+def analyzed_before_completions(pg_url: str, pg_schema: str) -> Iterator[psycopg.Connection[Any]]:
+    """Statistics taken while a backlog was available, then every job completed and one
+    new job inserted: the table's first pages hold only finished rows."""
+    conn = psycopg.connect(pg_url, autocommit=True)
+    conn.execute(f'SET search_path TO "{pg_schema}"')
+    conn.execute("ALTER TABLE river_job SET (autovacuum_enabled = false)")
+    conn.execute(
+        "INSERT INTO river_job (args, kind, state, queue) "
+        "SELECT '{}', 'bulk', 'available', 'default' FROM generate_series(1, %s)",
+        (ROWS,),
+    )
+    conn.execute("ANALYZE river_job")
+    conn.execute(
+        "UPDATE river_job SET state = 'completed', attempt = 1, attempted_at = now(), "
+        "finalized_at = now()"
+    )
+    conn.execute("INSERT INTO river_job (args, kind, queue) VALUES ('{}', 'bulk', 'default')")
+    yield conn
+    conn.close()
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom", "generic"])
+def test_the_drain_probe_reads_the_fetch_index_when_statistics_predate_the_completions(
+    analyzed_before_completions: psycopg.Connection[Any], pg_schema: str, generic: bool
+) -> None:
+    # riverboat worker --exit-when-idle asks this every poll while a flow limit holds the
+    # client back; a sequential scan read every finished row first.
+    conn = analyzed_before_completions
+    stmt = PostgresDialect(pg_schema).job_due_exists(["default", "other"], 5.0)
+    plan = _explain(conn, stmt, generic)
+    scans = [n for n in _scans(plan) if n["Relation Name"] == "river_job"]
+    assert scans, json.dumps(plan, indent=1)
+    for node in scans:
+        assert node["Node Type"] in ("Index Scan", "Index Only Scan"), json.dumps(plan, indent=1)
+        assert node["Index Name"] == "river_job_prioritized_fetching_index"
+    sql, names = stmt.query.compile("dollar")
+    row = psycopg.RawCursor(conn).execute(sql, [stmt.params[n] for n in names]).fetchone()
+    assert row == (True,)  # the one job inserted after the completions is due

@@ -300,8 +300,24 @@ ORDER BY state
 """
 # Whether any of them is due: asked first, it stops at the first due job (an idle client
 # held back by a flow limit asks every poll, beside a backlog the count would read whole).
+# Per queue and state, the first row in the order of River's (state, queue, priority,
+# scheduled_at, id) index: that ORDER BY makes a sequential scan cost a whole sort, so
+# the planner keeps the index. A plain EXISTS was planned as a sequential scan when the
+# statistics predated the backlog's completion (the scan then reads every finished row
+# before the first due one: 1.6 ms per call in the flow bench, 0.05 ms by the index).
 QUERIES["job_due_exists"] = f"""
-SELECT EXISTS (SELECT 1 FROM <schema>river_job WHERE {_UPCOMING} AND {_DUE_SOON})
+SELECT EXISTS (
+    SELECT 1
+    FROM unnest(:queues::text[]) AS q(queue_name)
+    CROSS JOIN unnest('{{available,retryable,scheduled}}'::<schema>river_job_state[])
+        AS s(upcoming_state)
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM <schema>river_job
+        WHERE state = s.upcoming_state AND queue = q.queue_name AND {_DUE_SOON}
+        ORDER BY priority, scheduled_at, id
+        LIMIT 1
+    ) AS first_due
+)
 """
 
 
