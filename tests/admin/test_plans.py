@@ -174,6 +174,9 @@ def test_completions_use_the_primary_key_when_statistics_predate_the_claims(
         _assert_pkey(_explain(conn, stmt, generic), name)
 
 
+DRAIN_ROWS = 10_000  # enough for the old EXISTS to be planned as a sequential scan
+
+
 @pytest.fixture
 def analyzed_before_completions(pg_url: str, pg_schema: str) -> Iterator[psycopg.Connection[Any]]:
     """Statistics taken while a backlog was available, then every job completed and one
@@ -184,7 +187,7 @@ def analyzed_before_completions(pg_url: str, pg_schema: str) -> Iterator[psycopg
     conn.execute(
         "INSERT INTO river_job (args, kind, state, queue) "
         "SELECT '{}', 'bulk', 'available', 'default' FROM generate_series(1, %s)",
-        (ROWS,),
+        (DRAIN_ROWS,),
     )
     conn.execute("ANALYZE river_job")
     conn.execute(
