@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
@@ -147,6 +148,15 @@ def print_table(
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     if not rows and empty is not None:
         print(empty)
+
+
+def print_records_json(records: Sequence[Any]) -> None:
+    """Dataclass records as a JSON list, datetimes in ISO 8601 (``--json`` listings)."""
+    out = [
+        {k: v.isoformat() if isinstance(v, datetime) else v for k, v in asdict(r).items()}
+        for r in records
+    ]
+    print(json.dumps(out, indent=2))
 
 
 T = TypeVar("T")

@@ -9,13 +9,11 @@ See docs/periodic-jobs.md.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
-from dataclasses import asdict
 from datetime import UTC, datetime
 
 from riverboat._periodic import PeriodicJobRecord
-from riverboat.cli.jobs import add_common, add_listing, open_client, print_table
+from riverboat.cli.jobs import add_common, add_listing, open_client, print_records_json, print_table
 
 __all__ = ["add_arguments", "run"]
 
@@ -43,11 +41,7 @@ def _status(record: PeriodicJobRecord) -> str:
 
 def _print(records: Sequence[PeriodicJobRecord], as_json: bool) -> None:
     if as_json:
-        out = [
-            {k: v.isoformat() if isinstance(v, datetime) else v for k, v in asdict(r).items()}
-            for r in records
-        ]
-        print(json.dumps(out, indent=2))
+        print_records_json(records)
         return
     now = datetime.now(UTC)
     print_table(

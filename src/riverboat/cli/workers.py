@@ -10,13 +10,18 @@ See docs/fleet.md.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
-from dataclasses import asdict
 from datetime import UTC, datetime
 
 from riverboat._fleet import WorkerInfo
-from riverboat.cli.jobs import add_actions, add_common, add_listing, open_client, print_table
+from riverboat.cli.jobs import (
+    add_actions,
+    add_common,
+    add_listing,
+    open_client,
+    print_records_json,
+    print_table,
+)
 
 __all__ = ["add_arguments", "run"]
 
@@ -31,11 +36,7 @@ def _queues_text(worker: WorkerInfo) -> str:
 
 def _print_workers(workers: Sequence[WorkerInfo], as_json: bool) -> None:
     if as_json:
-        out = [
-            {k: v.isoformat() if isinstance(v, datetime) else v for k, v in asdict(w).items()}
-            for w in workers
-        ]
-        print(json.dumps(out, indent=2))
+        print_records_json(workers)
         return
     now = datetime.now(UTC)
     print_table(
