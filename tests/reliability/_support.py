@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 APP = "tests.reliability._worker_app:client"
@@ -355,6 +358,32 @@ def insert_jobs(
     with riverboat.Client(url, schema=schema) as client:
         results = client.insert_many([riverboat.InsertManyParams(a, kind=kind) for a in args])
     return [r.job.id for r in results]
+
+
+def holds_a_write_lock(pid: int) -> bool:
+    """Whether process ``pid`` holds a POSIX write lock (/proc/locks): on a SQLite file
+    in WAL mode, the lock of a write transaction (or a checkpoint) under way."""
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 4 and fields[1] == "POSIX" and fields[3] == "WRITE":
+            if fields[4] == str(pid):
+                return True
+    return False
+
+
+def freeze_between_writes(proc: subprocess.Popen[bytes], sqlite: bool) -> None:
+    """SIGSTOP ``proc``; on SQLite, only at a moment it holds no write lock. A process
+    frozen inside a SQLite write transaction keeps the database's write lock (nothing
+    can take a POSIX lock from a live process), so every other process's writes wait
+    until it wakes: not the freeze these tests are about (docs/fleet.md says so)."""
+    for _ in range(1000):
+        proc.send_signal(signal.SIGSTOP)
+        if not sqlite or not holds_a_write_lock(proc.pid):
+            return
+        proc.send_signal(signal.SIGCONT)
+        # Its transaction ends within milliseconds once it runs again.
+        wait_until(lambda: not holds_a_write_lock(proc.pid), timeout=10, what="the write lock")
+    raise AssertionError(f"process {proc.pid} held SQLite's write lock at every try")
 
 
 def is_sqlite(url: str) -> bool:

@@ -25,6 +25,7 @@ import pytest
 from tests.reliability._support import (
     OutputReader,
     counts_by_state,
+    freeze_between_writes,
     insert_jobs,
     is_sqlite,
     job_table,
@@ -159,7 +160,7 @@ def test_frozen_worker_wakes_without_a_second_concurrent_run(
     b = None
     try:
         wait_until(lambda: starts_in(tmp_path, a.pid) == set(ids), timeout=60, what="a's runs")
-        a.send_signal(signal.SIGSTOP)
+        freeze_between_writes(a, is_sqlite(url))
         stopped_at = time.time()
         b = spawn_worker(tmp_path, url, schema, RB_CLIENT_ID="worker_b", **ENV)
         reader_b = OutputReader(b)
