@@ -197,3 +197,65 @@ async def test_async_cancelled_transaction_rolls_back(sqlite_url: str) -> None:
             assert (await client.insert({}, kind="after")).job.id > 0
     finally:
         await driver.close()
+
+
+def test_a_write_held_up_by_another_process_says_so_once_and_then_goes_through(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Another process holds SQLite's write lock, as one stopped inside a write
+    # transaction does. (A second connection in this process would not: POSIX locks
+    # belong to the process.)
+    import subprocess
+    import sys
+    import threading
+
+    from riverboat.drivers import sqlite as sqlite_driver
+    from tests.waiting import wait_until
+
+    monkeypatch.setattr(sqlite_driver, "_WARN_AFTER", 0.3)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+            "c.execute('BEGIN IMMEDIATE'); print('locked', flush=True); sys.stdin.readline(); "
+            "c.execute('COMMIT')",
+            sqlite_path_from_url(sqlite_url),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdin is not None
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        caplog.set_level("WARNING", logger="riverboat.sqlite")
+        errors: list[BaseException] = []
+        with SqliteDriver(sqlite_url, busy_timeout=0.05) as driver:
+
+            def write() -> None:
+                try:
+                    driver.execute(sql("CREATE TABLE held_up (n integer)"))
+                except BaseException as exc:  # pragma: no cover - reported below
+                    errors.append(exc)
+
+            writer = threading.Thread(target=write)
+            writer.start()
+            wait_until(
+                lambda: any("locked by another process" in r.message for r in caplog.records),
+                timeout=30,
+                what="the warning",
+            )
+            assert writer.is_alive()  # still waiting, not failed
+            holder.stdin.write("go\n")
+            holder.stdin.flush()
+            writer.join(timeout=30)
+            assert not writer.is_alive() and errors == []
+            assert driver.fetch(sql("SELECT count(*) FROM held_up")) == [(0,)]
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdin.close()
+        holder.stdout.close()
+    warnings = [r for r in caplog.records if "locked by another process" in r.message]
+    assert len(warnings) == 1 and "still retrying" in warnings[0].message

@@ -17,6 +17,7 @@ the next poll; other processes still see it at their next poll.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import threading
@@ -46,6 +47,11 @@ T = TypeVar("T")
 
 _BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
 _RETRY_FOR = 60.0  # seconds of "database is locked" retries before giving up
+# A statement still waiting for the write lock after this long says so, once: another
+# process holds it (a stopped or hung one keeps it until it resumes or dies).
+_WARN_AFTER = 5.0
+
+log = logging.getLogger("riverboat.sqlite")
 _MEMORY = ":memory:"
 
 
@@ -208,14 +214,26 @@ class _Connection:
 
         Only for operations that leave nothing behind when they fail: a single
         autocommit statement, BEGIN, or COMMIT."""
-        deadline = time.monotonic() + _RETRY_FOR
+        started = time.monotonic()
+        deadline = started + _RETRY_FOR
         delay = 0.001
+        warned = False
         while True:
             try:
                 return operation()
             except self.module.Error as exc:
-                if not _is_busy(exc) or time.monotonic() >= deadline:
+                now = time.monotonic()
+                if not _is_busy(exc) or now >= deadline:
                     raise _translate(exc) from exc
+                if not warned and now - started >= _WARN_AFTER:
+                    warned = True
+                    log.warning(
+                        "the SQLite database has been locked by another process's write "
+                        "for %.0fs (a stopped or hung process keeps SQLite's write lock "
+                        "until it resumes or exits); still retrying, for up to %.0fs",
+                        now - started,
+                        _RETRY_FOR,
+                    )
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.1)
 
