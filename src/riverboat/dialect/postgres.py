@@ -284,8 +284,9 @@ QUERIES["listen_channel"] = "SELECT " + CHANNEL.format(topic="") + " || :topic::
 # What is left for a drain (run_until_idle, --exit-when-idle), per state: jobs due within
 # the horizon (a retryable or scheduled one only until a horizon past due, so a drain
 # whose jobs no scheduler promotes still ends), all of them, and the first due time.
-_UPCOMING = """queue = ANY(:queues::text[])
-  AND state IN ('available', 'retryable', 'scheduled')"""
+_UPCOMING_STATES = ("available", "retryable", "scheduled")
+_UPCOMING = f"""queue = ANY(:queues::text[])
+  AND state IN ({", ".join(f"'{state}'" for state in _UPCOMING_STATES)})"""
 _DUE_SOON = """scheduled_at <= now() + make_interval(secs => :horizon::float8)
   AND (state = 'available' OR scheduled_at >= now() - make_interval(secs => :horizon::float8))"""
 QUERIES["job_count_upcoming"] = f"""
@@ -309,7 +310,7 @@ QUERIES["job_due_exists"] = f"""
 SELECT EXISTS (
     SELECT 1
     FROM unnest(:queues::text[]) AS q(queue_name)
-    CROSS JOIN unnest('{{available,retryable,scheduled}}'::<schema>river_job_state[])
+    CROSS JOIN unnest('{{{",".join(_UPCOMING_STATES)}}}'::<schema>river_job_state[])
         AS s(upcoming_state)
     CROSS JOIN LATERAL (
         SELECT 1 FROM <schema>river_job

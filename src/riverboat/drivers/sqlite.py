@@ -50,9 +50,9 @@ _RETRY_FOR = 60.0  # seconds of "database is locked" retries before giving up
 # A statement still waiting for the write lock after this long says so, once: another
 # process holds it (a stopped or hung one keeps it until it resumes or dies).
 _WARN_AFTER = 5.0
+_MEMORY = ":memory:"
 
 log = logging.getLogger("riverboat.sqlite")
-_MEMORY = ":memory:"
 
 
 def sqlite_path_from_url(url_or_path: str | Path) -> str:
