@@ -132,19 +132,26 @@ def test_the_check_catches_a_sequential_scan(
         _assert_pkey(plan, "seq")
 
 
-@pytest.fixture
-def analyzed_before_claims(pg_url: str, pg_schema: str) -> Iterator[psycopg.Connection[Any]]:
-    """Statistics taken while a backlog was available (no job running), then every job
-    claimed: the completer's statements must not believe the running set is small."""
+def _analyzed_backlog(pg_url: str, pg_schema: str, rows: int) -> psycopg.Connection[Any]:
+    """A connection to ``pg_schema`` whose river_job holds ``rows`` available jobs,
+    analyzed then, with autovacuum off so the statistics stay as they were."""
     conn = psycopg.connect(pg_url, autocommit=True)
     conn.execute(f'SET search_path TO "{pg_schema}"')
     conn.execute("ALTER TABLE river_job SET (autovacuum_enabled = false)")
     conn.execute(
         "INSERT INTO river_job (args, kind, state, queue) "
         "SELECT '{}', 'bulk', 'available', 'default' FROM generate_series(1, %s)",
-        (ROWS,),
+        (rows,),
     )
     conn.execute("ANALYZE river_job")
+    return conn
+
+
+@pytest.fixture
+def analyzed_before_claims(pg_url: str, pg_schema: str) -> Iterator[psycopg.Connection[Any]]:
+    """Statistics taken while a backlog was available (no job running), then every job
+    claimed: the completer's statements must not believe the running set is small."""
+    conn = _analyzed_backlog(pg_url, pg_schema, ROWS)
     conn.execute("UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now()")
     yield conn
     conn.close()
@@ -181,15 +188,7 @@ DRAIN_ROWS = 10_000  # enough for the old EXISTS to be planned as a sequential s
 def analyzed_before_completions(pg_url: str, pg_schema: str) -> Iterator[psycopg.Connection[Any]]:
     """Statistics taken while a backlog was available, then every job completed and one
     new job inserted: the table's first pages hold only finished rows."""
-    conn = psycopg.connect(pg_url, autocommit=True)
-    conn.execute(f'SET search_path TO "{pg_schema}"')
-    conn.execute("ALTER TABLE river_job SET (autovacuum_enabled = false)")
-    conn.execute(
-        "INSERT INTO river_job (args, kind, state, queue) "
-        "SELECT '{}', 'bulk', 'available', 'default' FROM generate_series(1, %s)",
-        (DRAIN_ROWS,),
-    )
-    conn.execute("ANALYZE river_job")
+    conn = _analyzed_backlog(pg_url, pg_schema, DRAIN_ROWS)
     conn.execute(
         "UPDATE river_job SET state = 'completed', attempt = 1, attempted_at = now(), "
         "finalized_at = now()"
