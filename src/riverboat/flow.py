@@ -44,8 +44,8 @@ __all__ = [
 
 SEQUENCE_METADATA_KEY = "riverboat_sequence"
 # The version of riverboat's migration line whose function the Postgres claim calls
-# (riverboat_flow_claim_jobs_v2).
-FLOW_CLAIM_LINE_VERSION = 4
+# (riverboat_flow_claim_jobs_v3).
+FLOW_CLAIM_LINE_VERSION = 5
 SEQUENCE_KEY_MAX = 255
 ARGS_KEY_MAX = 100
 LIMIT_MAX = 1_000_000
@@ -140,6 +140,20 @@ class FlowControl:
             self.sequences
             or (con is not None and (con.by_kind or bool(con.by_args)))
             or (rate is not None and (rate.by_kind or bool(rate.by_args)))
+        )
+
+    @property
+    def whole_queue_concurrency(self) -> bool:
+        """Only a concurrency limit over the whole queue (no partitions, rate limit or
+        sequences): what a client can count by how many of its jobs are in flight,
+        without reading the table (dialect/postgres_flow.py)."""
+        con = self.concurrency
+        return (
+            con is not None
+            and not con.by_kind
+            and not con.by_args
+            and self.rate is None
+            and not self.sequences
         )
 
     def describe(self) -> dict[str, Any]:

@@ -12,7 +12,15 @@ import time
 from typing import Any
 
 import riverboat
-from riverboat import ConcurrencyLimit, Job, QueueConfig, RateLimit, Workers
+from riverboat import (
+    ConcurrencyLimit,
+    ElectorConfig,
+    Job,
+    MaintenanceConfig,
+    QueueConfig,
+    RateLimit,
+    Workers,
+)
 
 workers = Workers()
 
@@ -38,6 +46,21 @@ def queue_config() -> QueueConfig:
 
 
 def client() -> riverboat.AsyncClient:
+    """``$RB_FAST_FLEET=1``: a killed process counts as dead after 2 s and the leader
+    (elected within a second) makes its jobs available again at once."""
+    fast = os.environ.get("RB_FAST_FLEET") == "1"
+    fleet: dict[str, Any] = {}
+    if fast:
+        fleet = {
+            "heartbeat_interval": 0.3,
+            "dead_after": 2.0,
+            "maintenance": MaintenanceConfig(
+                elector=ElectorConfig(elect_interval=0.2, ttl=2.0, reelect_interval=0.25),
+                start_jitter=0.0,
+                rescuer_interval=0.3,
+                dead_client_check_interval=0.3,
+            ),
+        }
     return riverboat.AsyncClient(
         os.environ["RB_URL"],
         schema=os.environ.get("RB_SCHEMA") or None,
@@ -46,4 +69,5 @@ def client() -> riverboat.AsyncClient:
         workers=workers,
         fetch_cooldown=0.01,
         fetch_poll_interval=0.05,
+        **fleet,
     )

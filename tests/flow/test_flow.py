@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -39,12 +40,19 @@ REPO = Path(__file__).resolve().parents[2]
 
 @contextmanager
 def workers(
-    db: Db, count: int, flow: dict[str, Any], max_workers: int = 10, hard_stop: bool = False
-) -> Iterator[None]:
+    db: Db,
+    count: int,
+    flow: dict[str, Any],
+    max_workers: int = 10,
+    hard_stop: bool = False,
+    fast_fleet: bool = False,
+) -> Iterator[list[subprocess.Popen[bytes]]]:
     """``count`` real ``riverboat worker`` processes with this flow control; with
-    ``hard_stop`` a second signal hands their running jobs back instead of waiting."""
+    ``hard_stop`` a second signal hands their running jobs back instead of waiting; with
+    ``fast_fleet`` a killed one counts as dead within seconds (tests/flow/_app.py)."""
     env = {
         **os.environ,
+        "RB_FAST_FLEET": "1" if fast_fleet else "0",
         "RB_URL": db.url,
         "RB_SCHEMA": db.schema or "",
         "RB_FLOW": json.dumps(flow),
@@ -62,7 +70,7 @@ def workers(
         for _ in range(count)
     ]
     try:
-        yield
+        yield procs
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
@@ -119,6 +127,47 @@ def test_a_global_limit_holds_across_processes(any_db: Db) -> None:  # noqa: F81
         assert {j.state for j in rows} == {JobState.COMPLETED}
         assert {j.attempt for j in rows} == {1}  # a held-back job is not attempted
         assert _max_overlap(rows) == 3  # reached, never passed
+
+
+def test_a_global_limit_holds_while_a_killed_process_leaves_jobs_running(
+    any_db: Db,  # noqa: F811
+) -> None:
+    # The killed process's jobs stay running in the table until the registry holds it
+    # dead and the leader makes them available again: until then the others count them
+    # (by its record, then by its rows) and never run more beside them than the limit
+    # leaves; then they run again, under the limit too.
+    jobs = [InsertManyParams({"sleep": 0.2}, kind="flow_job") for _ in range(24)]
+    client = _insert(any_db, jobs)
+
+    def running_by_pid() -> dict[int, list[JobRow]]:
+        by_pid: dict[int, list[JobRow]] = {}
+        for job in _jobs(client):
+            if job.state is JobState.RUNNING and job.attempted_by:
+                by_pid.setdefault(int(job.attempted_by[-1].split("_")[1]), []).append(job)
+        return by_pid
+
+    flow = {"concurrency": {"global_limit": 4}}
+    with client, workers(any_db, 3, flow, fast_fleet=True) as procs:
+        victim_pid = wait_until(
+            lambda: next(iter(running_by_pid()), None), timeout=60, what="a job running"
+        )
+        assert victim_pid is not None
+        [victim] = [proc for proc in procs if proc.pid == victim_pid]
+        victim.kill()
+        victim.wait()
+        stuck = {job.id: job for job in running_by_pid().get(victim_pid, [])}
+        assert stuck
+        wait_until(lambda: _all_finalized(client, 24), timeout=60, what="every job finished")
+        rows = _jobs(client)
+    assert {j.state for j in rows} == {JobState.COMPLETED}
+    # The killed runs, from their claim to their rescue (the error the rescuer wrote),
+    # beside every completed run: never more than the limit at once.
+    killed = []
+    for job in rows:
+        if job.id in stuck:
+            assert job.attempt == 2 and len(job.errors) == 1  # rescued once, ran again
+            killed.append(replace(stuck[job.id], finalized_at=job.errors[0].at))
+    assert _max_overlap([*rows, *killed]) <= 4
 
 
 def test_a_partitioned_limit_caps_each_customer_not_the_queue(any_db: Db) -> None:  # noqa: F811

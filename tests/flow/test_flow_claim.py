@@ -78,11 +78,20 @@ async def test_a_limit_that_does_not_bind_claims_in_batches(
 
 
 async def _flow_claim(
-    driver: Any, limit: int, client_id: str, most: int, finished: Sequence[tuple[int, int]] = ()
+    driver: Any,
+    limit: int | None,
+    client_id: str,
+    most: int,
+    finished: Sequence[tuple[int, int]] = (),
+    *,
+    in_flight: int | None = None,
+    local_limit: int | None = None,
 ) -> list[JobRow]:
     """One flow-controlled claim of the default queue under a global ``limit``, as the
-    producer of ``client_id`` makes it, telling it of ``finished`` jobs."""
-    flow = FlowControl.of(QueueConfig(concurrency=ConcurrencyLimit(global_limit=limit)))
+    producer of ``client_id`` makes it, telling it of ``finished`` jobs and, unless it
+    is None (counted by rows), how many of its jobs are ``in_flight``."""
+    concurrency = ConcurrencyLimit(global_limit=limit, local_limit=local_limit)
+    flow = FlowControl.of(QueueConfig(concurrency=concurrency))
     assert flow is not None
     dialect = driver.dialect
     stmt = dialect.job_get_available_flow(
@@ -92,6 +101,7 @@ async def _flow_claim(
         flow=flow,
         max_attempted_by=MAX_ATTEMPTED_BY,
         finished=finished,
+        in_flight=in_flight,
     )
     return [dialect.decode_job(row) for row in await driver.fetch(stmt)]
 
@@ -194,3 +204,107 @@ async def test_stale_records_of_finished_jobs_are_pruned_by_a_flow_claim(
         "FROM riverboat_flow_ended",
     )
     assert left == ([kept], [1])
+
+
+# -- a whole-queue limit counted by the clients' records of their jobs in flight --------
+
+
+def _records(url: str, schema: str) -> dict[str, int]:
+    row = fetch_row(
+        url,
+        schema,
+        "SELECT coalesce(jsonb_object_agg(client_id, in_flight), '{}') "
+        "FROM riverboat_flow_client WHERE queue = 'default'",
+    )
+    return dict(row[0])
+
+
+def _register(url: str, schema: str, *client_ids: str, alive: bool = True) -> None:
+    """Rows in riverboat's registry of live clients, their leases live or expired."""
+    for client_id in client_ids:
+        fetch_row(
+            url,
+            schema,
+            "INSERT INTO riverboat_client (id, host, pid, riverboat_version, expires_at) "
+            "VALUES (%s, 'test', 1, 'test', now() + make_interval(secs => %s)) "
+            "ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at RETURNING 1",
+            client_id,
+            60 if alive else -1,
+        )
+
+
+async def _backlog(driver: Any, count: int) -> None:
+    seed = riverboat.AsyncClient(driver, queues={"default": QueueConfig()})
+    await seed.insert_many([InsertManyParams({}, kind="noop") for _ in range(count)])
+
+
+async def test_each_client_is_counted_by_its_record_of_jobs_in_flight(
+    apg_driver: Any, pg_url: str, pg_schema: str
+) -> None:
+    # Limit 3. "a" takes 2 and records 2; "b" sees a's record and takes the last room.
+    # Once a's two have finished (their outcomes still unwritten: the rows are running)
+    # "a" says it has none in flight, and takes 2 again: its rows are not counted.
+    _register(pg_url, pg_schema, "a", "b")
+    await _backlog(apg_driver, 8)
+    assert len(await _flow_claim(apg_driver, 3, "a", 2, in_flight=0)) == 2
+    assert len(await _flow_claim(apg_driver, 3, "b", 5, in_flight=0)) == 1
+    assert _records(pg_url, pg_schema) == {"a": 2, "b": 1}
+    assert await _flow_claim(apg_driver, 3, "b", 5, in_flight=1) == []
+    assert len(await _flow_claim(apg_driver, 3, "a", 5, in_flight=0)) == 2
+    assert _records(pg_url, pg_schema) == {"a": 2, "b": 1}
+    running = fetch_row(pg_url, pg_schema, "SELECT count(*) FROM river_job WHERE state = 'running'")
+    assert running == (5,)  # two of them finished, outcomes not written yet
+    # A local limit is the client's own count.
+    assert await _flow_claim(apg_driver, None, "b", 5, in_flight=1, local_limit=1) == []
+    assert len(await _flow_claim(apg_driver, None, "b", 5, in_flight=1, local_limit=2)) == 1
+
+
+async def test_the_record_of_a_client_not_alive_in_the_registry_is_not_trusted(
+    apg_driver: Any, pg_url: str, pg_schema: str
+) -> None:
+    # A client that died or froze stops claiming; once the registry holds it dead (or
+    # for a client that never registered) its running rows count, whatever its record
+    # says.
+    await _backlog(apg_driver, 8)
+    _register(pg_url, pg_schema, "a")
+    assert len(await _flow_claim(apg_driver, 3, "a", 2, in_flight=0)) == 2
+    fetch_row(
+        pg_url,
+        pg_schema,
+        "UPDATE riverboat_flow_client SET in_flight = 0 WHERE client_id = 'a' RETURNING 1",
+    )
+    _register(pg_url, pg_schema, "a", alive=False)
+    assert len(await _flow_claim(apg_driver, 3, "b", 5, in_flight=0)) == 1
+    _register(pg_url, pg_schema, "a")
+    assert len(await _flow_claim(apg_driver, 3, "b", 5, in_flight=1)) == 2
+    fetch_row(pg_url, pg_schema, "DELETE FROM riverboat_client WHERE id = 'a' RETURNING 1")
+    # Without a registry row: a's two rows count (its record would leave room for 3).
+    assert len(await _flow_claim(apg_driver, 3, "b", 5, in_flight=0)) == 1
+
+
+async def test_running_rows_of_clients_without_a_record_count(
+    apg_driver: Any, pg_url: str, pg_schema: str
+) -> None:
+    # Go River workers and older riverboat releases keep no record: their rows count.
+    await _backlog(apg_driver, 6)
+    fetch_row(
+        pg_url,
+        pg_schema,
+        "UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now(), "
+        "attempted_by = ARRAY['river-go'] WHERE id IN "
+        "(SELECT id FROM river_job ORDER BY id LIMIT 2) RETURNING 1",
+    )
+    assert len(await _flow_claim(apg_driver, 3, "b", 5, in_flight=0)) == 1
+
+
+async def test_a_client_unsure_of_its_jobs_drops_its_record_and_is_counted_by_rows(
+    apg_driver: Any, pg_url: str, pg_schema: str
+) -> None:
+    # After a claim that failed without saying whether it committed, a client passes
+    # None: its record goes, and every claim (its own too) counts its rows.
+    _register(pg_url, pg_schema, "a", "b")
+    await _backlog(apg_driver, 8)
+    assert len(await _flow_claim(apg_driver, 3, "a", 2, in_flight=0)) == 2
+    assert len(await _flow_claim(apg_driver, 3, "a", 5, in_flight=None)) == 1
+    assert _records(pg_url, pg_schema) == {}
+    assert await _flow_claim(apg_driver, 3, "b", 5, in_flight=0) == []

@@ -66,6 +66,7 @@ def test_up_list_down(pg_url: str, empty_schema: str, conn: Any) -> None:
         "  002",
         "  003",
         "  004",
+        "  005",
     ]
 
     # DATABASE_URL is the default.
@@ -76,7 +77,12 @@ def test_up_list_down(pg_url: str, empty_schema: str, conn: Any) -> None:
     assert "applied riverboat 001 client registry" in rest.stdout
     snap, own = rivers_part(normalise_notify_body(snapshot(conn, empty_schema)))
     assert snap["tables"] == expected(LATEST_VERSION)["tables"]
-    assert own == ["riverboat_client", "riverboat_flow_ended", "riverboat_periodic_job"]
+    assert own == [
+        "riverboat_client",
+        "riverboat_flow_client",
+        "riverboat_flow_ended",
+        "riverboat_periodic_job",
+    ]
 
     again = cli("migrate", "up", *common)
     assert again.returncode == 0 and "nothing to apply" in again.stdout
@@ -164,7 +170,7 @@ def test_concurrent_cli_processes(pg_url: str, empty_schema: str, conn: Any) -> 
         for line in out.splitlines()
         if line.startswith("applied")
     )
-    assert applied == sorted([f"{v:03d}" for v in range(1, LATEST_VERSION + 1)] + ["riverboat"] * 4)
+    assert applied == sorted([f"{v:03d}" for v in range(1, LATEST_VERSION + 1)] + ["riverboat"] * 5)
     got = conn.execute(
         f"""SELECT line, version, count(*) FROM "{empty_schema}".river_migration
             GROUP BY 1, 2 ORDER BY 1, 2"""
@@ -174,6 +180,7 @@ def test_concurrent_cli_processes(pg_url: str, empty_schema: str, conn: Any) -> 
         ("riverboat", 2, 1),
         ("riverboat", 3, 1),
         ("riverboat", 4, 1),
+        ("riverboat", 5, 1),
     ]
 
 

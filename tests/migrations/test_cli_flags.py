@@ -83,7 +83,7 @@ def test_validate_exit_codes(db: Db) -> None:
     assert code == 1
     assert lines == [
         "unapplied migrations: 001, 002, 003, 004, 005, 006, 007, 008, riverboat 001, "
-        "riverboat 002, riverboat 003, riverboat 004; run `riverboat migrate up`"
+        "riverboat 002, riverboat 003, riverboat 004, riverboat 005; run `riverboat migrate up`"
     ]
     assert db.migrate("up", "--target-version", "3")[0] == 0
     assert db.migrate("validate", "--target-version", "3") == (
@@ -95,7 +95,7 @@ def test_validate_exit_codes(db: Db) -> None:
     assert db.migrate("up")[0] == 0
     assert db.migrate("validate") == (
         0,
-        [f"no unapplied migrations; at version {LATEST_VERSION} (riverboat line: 4)"],
+        [f"no unapplied migrations; at version {LATEST_VERSION} (riverboat line: 5)"],
     )
 
 
@@ -104,8 +104,8 @@ def test_dry_run_with_show_sql_changes_nothing(db: Db) -> None:
     assert code == 0
     planned = [line for line in lines if line.startswith("would apply")]
     assert planned[0] == "would apply 001 create river migration [up] [dry run]"
-    assert len(planned) == LATEST_VERSION + 4
-    assert planned[-1] == "would apply riverboat 004 flow claim durable [up] [dry run]"
+    assert len(planned) == LATEST_VERSION + 5
+    assert planned[-1] == "would apply riverboat 005 flow claim records [up] [dry run]"
     assert "-" * 80 in lines
     assert "-- River main migration 008 job id autoincrement [up]" in lines
     if db.dialect == "sqlite":
@@ -116,11 +116,11 @@ def test_dry_run_with_show_sql_changes_nothing(db: Db) -> None:
     code, lines = db.migrate("down", "--dry-run", "--max-steps", "5")
     assert code == 0
     assert lines[:5] == [
+        "would apply riverboat 005 flow claim records [down] [dry run]",
         "would apply riverboat 004 flow claim durable [down] [dry run]",
         "would apply riverboat 003 flow claim static [down] [dry run]",
         "would apply riverboat 002 periodic job [down] [dry run]",
         "would apply riverboat 001 client registry [down] [dry run]",
-        "would apply 008 job id autoincrement [down] [dry run]",
     ]
     code, lines = db.migrate("down", "--line", "main", "--dry-run", "--max-steps", "2")
     assert code == 0
@@ -173,13 +173,13 @@ def test_lines_form_a_stack(db: Db) -> None:
     # Without --line, up applies main then riverboat; down unwinds from the top.
     code, lines = db.migrate("up", "--target-version", "7")
     assert code == 0 and _applied(lines) == list(range(1, 8))
-    assert "riverboat line current version: 0 (latest 4)" in lines
+    assert "riverboat line current version: 0 (latest 5)" in lines
     code, lines = db.migrate("up", "--line", "main")
     assert code == 0 and _applied(lines) == [8]
     code, lines = db.migrate("up")
     assert code == 0 and lines[0] == "applied riverboat 001 client registry"
     assert lines[-2:] == [
-        "riverboat line current version: 4 (latest 4)",
+        "riverboat line current version: 5 (latest 5)",
         f"current version: {LATEST_VERSION} (latest {LATEST_VERSION})",
     ]
     code, lines = db.migrate("list")
@@ -187,22 +187,23 @@ def test_lines_form_a_stack(db: Db) -> None:
     assert lines[lines.index("line riverboat:") + 1].startswith("* 001  client registry")
     assert db.migrate("validate") == (
         0,
-        [f"no unapplied migrations; at version {LATEST_VERSION} (riverboat line: 4)"],
+        [f"no unapplied migrations; at version {LATEST_VERSION} (riverboat line: 5)"],
     )
     # River's main can't go below 005 (river_migration.line) under another line.
     refused = cli_in_process("migrate", "down", "--line", "main", *db.args, "--target-version", "4")
     assert "while the riverboat line is applied" in one_line_error(refused)
     assert _version(db) == LATEST_VERSION
     code, lines = db.migrate("down")
-    assert code == 0 and lines[0] == "reverted riverboat 004 flow claim durable"
+    assert code == 0 and lines[0] == "reverted riverboat 005 flow claim records"
     code, lines = db.migrate("validate")
     assert code == 1 and lines == [
-        "unapplied migrations: riverboat 004; run `riverboat migrate up`"
+        "unapplied migrations: riverboat 005; run `riverboat migrate up`"
     ]
     code, lines = db.migrate("up", "--line", "riverboat")
-    assert code == 0 and lines[0] == "applied 004 flow claim durable"
-    code, lines = db.migrate("down", "--max-steps", "5")
-    assert code == 0 and lines[:5] == [
+    assert code == 0 and lines[0] == "applied 005 flow claim records"
+    code, lines = db.migrate("down", "--max-steps", "6")
+    assert code == 0 and lines[:6] == [
+        "reverted riverboat 005 flow claim records",
         "reverted riverboat 004 flow claim durable",
         "reverted riverboat 003 flow claim static",
         "reverted riverboat 002 periodic job",
@@ -211,7 +212,7 @@ def test_lines_form_a_stack(db: Db) -> None:
     ]
     assert db.migrate("up")[0] == 0
     code, lines = db.migrate("down", "--target-version", "0")
-    assert code == 0 and lines[0] == "reverted riverboat 004 flow claim durable"
+    assert code == 0 and lines[0] == "reverted riverboat 005 flow claim records"
     assert _version(db) == 0
 
 

@@ -64,12 +64,14 @@ def test_latest_is_rivers_schema(pg_schema: str, conn: Any) -> None:
     # The fixture applied both lines: River's part is River's, riverboat's is apart.
     rivers, own = rivers_part(catalog(conn, pg_schema))
     assert rivers == want(LATEST_VERSION)
-    assert own == ["riverboat_client", "riverboat_flow_ended", "riverboat_periodic_job"]
+    assert own == [
+        "riverboat_client",
+        "riverboat_flow_client",
+        "riverboat_flow_ended",
+        "riverboat_periodic_job",
+    ]
     assert rows(conn, pg_schema) == [("main", v) for v in ALL] + [
-        ("riverboat", 1),
-        ("riverboat", 2),
-        ("riverboat", 3),
-        ("riverboat", 4),
+        ("riverboat", v) for v in range(1, 6)
     ]
 
 
@@ -81,9 +83,10 @@ def test_latest_details_that_matter_to_the_runtime(pg_schema: str, conn: Any) ->
     ]  # fmt: skip
     tables = snap["tables"]
     assert tables["river_leader"]["unlogged"] is True
-    # riverboat_flow_ended (riverboat's line) holds only what a crash may forget.
-    unlogged = {"river_leader", "riverboat_flow_ended"}
-    assert tables["riverboat_flow_ended"]["unlogged"] is True
+    # riverboat_flow_ended and riverboat_flow_client (riverboat's line) hold only what a
+    # crash may forget.
+    unlogged = {"river_leader", "riverboat_flow_ended", "riverboat_flow_client"}
+    assert all(tables[name]["unlogged"] for name in unlogged)
     assert not any(t["unlogged"] for name, t in tables.items() if name not in unlogged)
     assert [c[0] for c in tables["river_job"]["columns"]][-2:] == ["unique_key", "unique_states"]
     assert not any(t["triggers"] for t in tables.values())

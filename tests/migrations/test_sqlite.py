@@ -161,7 +161,7 @@ def test_cli(db: Path) -> None:
     assert up.returncode == 0, up.stderr
     assert up.stdout.splitlines()[-1] == f"current version: 8 (latest {LATEST_VERSION})"
     listing = run("list")
-    assert listing.returncode == 0 and listing.stdout.count("* 0") == 12  # and riverboat's 001-004
+    assert listing.returncode == 0 and listing.stdout.count("* 0") == 13  # and riverboat's 001-005
     sql = run("get-sql", "--version", "7")
     assert sql.returncode == 0 and "river_notification" in sql.stdout
     assert "jsonb" in sql.stdout  # the SQLite files, picked from the URL

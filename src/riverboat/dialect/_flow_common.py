@@ -35,11 +35,15 @@ class FlowStatements(DialectPart, ABC):
         max_attempted_by: int,
         now: datetime | None = None,
         finished: Sequence[tuple[int, int]] = (),
+        in_flight: int | None = None,
     ) -> Statement:
         """River's claim, taking only the jobs ``flow`` lets start now. When the
         dialect's ``flow_claim_excludes_finished``, ``finished`` (``(id, attempt)`` of
         jobs this client claimed and finished, outcomes not yet written) are not counted
-        as running; others ignore it."""
+        as running, and ``in_flight`` (this client's jobs of the queue claimed and not
+        finished; None when it cannot be sure) lets a plain concurrency limit count the
+        client by its record rather than by rows (dialect/postgres_flow.py); others
+        ignore both."""
         params: dict[str, Any] = {
             "queue": queue,
             "max_to_lock": max_to_lock,
@@ -48,11 +52,15 @@ class FlowStatements(DialectPart, ABC):
             "now": self.time_param(now),
             **flow.params(),
         }
-        return self._flow_claim(flow, params, finished)
+        return self._flow_claim(flow, params, finished, in_flight)
 
     @abstractmethod
     def _flow_claim(
-        self, flow: FlowControl, params: dict[str, Any], finished: Sequence[tuple[int, int]]
+        self,
+        flow: FlowControl,
+        params: dict[str, Any],
+        finished: Sequence[tuple[int, int]],
+        in_flight: int | None,
     ) -> Statement:
         """The dialect's claim statement for :meth:`job_get_available_flow`, given the
         parameters every dialect's claim takes (``flow.params()`` among them)."""

@@ -1,20 +1,28 @@
 """Postgres's claim under flow control (:mod:`riverboat.flow`). A mixin of
 :class:`~riverboat.dialect.postgres.PostgresDialect`.
 
-The claim runs inside ``riverboat_flow_claim_jobs_v2`` (riverboat's migration line,
-version 4), static SQL that takes the queue's limits as parameters: Postgres plans it once
+The claim runs inside ``riverboat_flow_claim_jobs_v3`` (riverboat's migration line,
+version 5), static SQL that takes the queue's limits as parameters: Postgres plans it once
 per connection. The function takes a transaction-level advisory lock per schema and queue,
 then counts and claims in one statement with a snapshot taken after the lock, so every
 claim of a limited queue sees the claims committed before it. It commits asynchronously
-(the lock is not held over the WAL flush) and writes nothing but the claim: what a server
-crash can then lose is a claim of its last moments, whose jobs are available again after
-recovery and run again, as a job running at a crash does; the completion that follows a
-claim is a synchronous commit and flushes the claim first. The jobs this client finished
-whose outcomes the completer still holds are recorded in ``riverboat_flow_ended`` (an
-unlogged table) and left out of every claim's count (they no longer run); the completer
-writes them with ``flow_complete_many``, durably. One round trip from the client,
-so the lock is held only while the server works. A queue without flow control never takes
-the lock nor calls the function: its claim is River's.
+(the lock is not held over the WAL flush): what a server crash can then lose is a claim of
+its last moments, whose jobs are available again after recovery and run again, as a job
+running at a crash does; the completion that follows a claim is a synchronous commit and
+flushes the claim first. One round trip from the client, so the lock is held only while
+the server works. A queue without flow control never takes the lock nor calls the
+function: its claim is River's.
+
+A queue limited as a whole (no partitions, rate limit or sequences) counts each client by
+its record in ``riverboat_flow_client`` (unlogged): the jobs in flight it named in its last
+claim, plus what that claim took, trusted while the client is alive in riverboat's
+registry. Rows are counted for the others (Go River, older releases, a client without
+a registry row, one the registry holds dead: it died or froze). The
+other queues take version 4's claim (``riverboat_flow_claim_jobs_v2``), which counts
+running rows: the jobs this client finished whose outcomes the completer still holds are
+recorded in ``riverboat_flow_ended`` (unlogged) and left out of every claim's count.
+Either way the completer writes a finished job no longer counted with
+``flow_complete_many``, durably, finalized_at no later than the job's end.
 
 Candidates are scanned in River's order, partitions already at their limit are skipped in
 the scan itself (one busy customer does not hide the others), and each remaining
@@ -38,11 +46,12 @@ from riverboat.flow import SEQUENCE_METADATA_KEY, SEQUENCE_USE_ROWS, FlowControl
 __all__ = ["SCAN_MAX", "PostgresFlow"]
 
 SCAN_MAX = 1000  # candidates looked at per claim of a partitioned or sequenced queue
+RECORD_FORGOTTEN_AFTER = 3600  # seconds after which a client's record is deleted
 
 QUERIES: dict[str, str] = {}
 QUERIES["job_get_available_flow"] = f"""
 SELECT {job_columns("t")}
-FROM <schema>riverboat_flow_claim_jobs_v2(
+FROM <schema>riverboat_flow_claim_jobs_v3(
     hashtext(concat(coalesce(:schema::text, current_schema()), '.riverboat_flow.',
                     :queue::text))::bigint,
     :queue::text, :max_to_lock::integer, :scan_max::integer, :attempted_by::text,
@@ -50,7 +59,8 @@ FROM <schema>riverboat_flow_claim_jobs_v2(
     :global_limit::integer, :local_limit::integer, :con_by_kind::boolean,
     :con_by_args::text[], :rate_limit::integer, :rate_period::double precision,
     :rate_by_kind::boolean, :rate_by_args::text[], :sequences::boolean,
-    :sequence_continue::boolean, :finished_ids::bigint[], :finished_attempts::integer[]
+    :sequence_continue::boolean, :finished_ids::bigint[], :finished_attempts::integer[],
+    :in_flight::integer
 ) AS t(id bigint, args jsonb, attempt smallint, attempted_at timestamptz,
        attempted_by text[], created_at timestamptz, errors jsonb[], finalized_at timestamptz,
        kind text, max_attempts smallint, metadata jsonb, priority smallint, queue text,
@@ -88,6 +98,11 @@ QUERIES["flow_complete_many_no_return"] = _FLOW_COMPLETE_BODY
 # (a claim recording them, a completer deleting them), so it never waits on either.
 FLOW_ENDED_PRUNE_MAX = 1000
 QUERIES["flow_ended_prune"] = f"""
+WITH old_records AS (
+    -- Records of clients gone for an hour (no claim trusts them after seconds).
+    DELETE FROM <schema>riverboat_flow_client
+    WHERE updated_at < now() - make_interval(secs => {RECORD_FORGOTTEN_AFTER})
+)
 DELETE FROM <schema>riverboat_flow_ended e
 WHERE (e.job_id, e.attempt) IN (
     SELECT s.job_id, s.attempt FROM <schema>riverboat_flow_ended s
@@ -165,7 +180,11 @@ class PostgresFlow(DialectPart):
     flow_claim_excludes_finished: ClassVar[bool] = True
 
     def _flow_claim(
-        self, flow: FlowControl, params: dict[str, Any], finished: Sequence[tuple[int, int]]
+        self,
+        flow: FlowControl,
+        params: dict[str, Any],
+        finished: Sequence[tuple[int, int]],
+        in_flight: int | None,
     ) -> Statement:
         con, rate = flow.concurrency, flow.rate
         return self.stmt(
@@ -181,6 +200,7 @@ class PostgresFlow(DialectPart):
             sequences=flow.sequences,
             finished_ids=[job_id for job_id, _ in finished],
             finished_attempts=[attempt for _, attempt in finished],
+            in_flight=in_flight,
             **{**_UNSET_LIMITS, **params},
         )
 

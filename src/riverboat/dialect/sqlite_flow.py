@@ -184,10 +184,15 @@ class SqliteFlow(DialectPart):
     _queries: ClassVar[dict[str, str]] = QUERIES
 
     def _flow_claim(
-        self, flow: FlowControl, params: dict[str, Any], finished: Sequence[tuple[int, int]]
+        self,
+        flow: FlowControl,
+        params: dict[str, Any],
+        finished: Sequence[tuple[int, int]],
+        in_flight: int | None,
     ) -> Statement:
         # Each outcome of the queue is written before the claim (runtime/producer.py):
-        # SQLite has no finished jobs to leave out.
+        # SQLite has no finished jobs to leave out, and its claims are serialized by its
+        # write lock, so counting rows costs no lock of riverboat's own.
         cache: dict[FlowControl, Query] = self.__dict__.setdefault("_flow_queries", {})
         query = cache.get(flow)
         if query is None:

@@ -193,6 +193,18 @@ class Producer:
         self._flow_pruned_at = -math.inf  # the first flow claim prunes
         self._driver = driver
         self._dialect = driver.dialect
+        # A whole-queue concurrency limit on Postgres counts this client by the jobs it
+        # has in flight (its slots held, its jobs claimed ahead, and its outcomes other
+        # than plain completions until they are written), as it says in each claim,
+        # instead of by rows: dialect/postgres_flow.py. After a claim that failed without
+        # saying whether it committed, the jobs it may have claimed are this client's
+        # though it never saw them: from then on its rows are counted.
+        self._counts_in_flight = (
+            self._flow is not None
+            and self._flow.whole_queue_concurrency
+            and self._dialect.flow_claim_excludes_finished
+        )
+        self._others_unwritten = 0  # outcomes other than plain completions, not written
         self._client_id = client_id
         self._completer = completer
         self._cooldown = fetch_cooldown
@@ -520,7 +532,7 @@ class Producer:
 
     async def _claim_with_flow_control(self, flow: FlowControl, free: int) -> list[Any]:
         """The claim of a queue with limits or sequences (riverboat.flow): one statement
-        that counts and claims (on Postgres inside riverboat_flow_claim_jobs_v2, which
+        that counts and claims (on Postgres inside riverboat_flow_claim_jobs_v3, which
         takes the queue's lock first), so no other process counts between the two.
 
         A job counts as running until its outcome is written (the database's record
@@ -532,8 +544,11 @@ class Producer:
         finalized_at no later than the job's end. Any other outcome of this queue still
         buffered (and, for a queue with sequences, every one: the next job of a sequence
         waits for its predecessor's) is written first, without the completer's flush
-        delay."""
+        delay. A queue limited as a whole counts this client by its jobs in flight
+        instead (:meth:`_claim_counting_in_flight`)."""
         completer = self._completer
+        if self._counts_in_flight and self.clock.now() is None:
+            return await self._claim_counting_in_flight(flow, free)
         finished: list[PendingCompletion] = []
         others = False
         if completer.backlog:
@@ -584,6 +599,45 @@ class Producer:
             # right now (still running in the table). Claim again once they are
             # written, not only at the next slot release or poll.
             self._wake_when_written()
+        return rows
+
+    async def _claim_counting_in_flight(self, flow: FlowControl, free: int) -> list[Any]:
+        """:meth:`_claim_with_flow_control` for a whole-queue concurrency limit on
+        Postgres: the claim is told how many of this client's jobs are in flight and
+        records it for every other client's claims; finished jobs need no word (their
+        slots are free, their completions end no later than they did)."""
+        completer = self._completer
+        if self._others_unwritten:
+            # Retries, failures, cancellations: written first (the table shows them
+            # running until then), without the completer's flush delay.
+            counted = self._others_unwritten
+            completer.flush_now()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(FLOW_FLUSH_WAIT):
+                    await completer.wait_drained()
+                    self._others_unwritten -= counted
+        stmt = self._dialect.job_get_available_flow(
+            queue=self.queue,
+            max_to_lock=free,
+            client_id=self._client_id,
+            flow=flow,
+            max_attempted_by=MAX_ATTEMPTED_BY,
+            in_flight=self._slots_held + len(self._ahead) + self._others_unwritten,
+        )
+        try:
+            rows = list(await self._driver.fetch(stmt))
+        except asyncio.CancelledError:  # a stop: nothing to say
+            self._counts_in_flight = False
+            raise
+        except Exception:
+            self._counts_in_flight = False
+            log.warning(
+                "producer %s: a flow-controlled claim failed and may have committed; this "
+                "client's jobs of the queue are counted from the table from now on",
+                self.queue,
+            )
+            raise
+        await self._prune_flow_ended()
         return rows
 
     async def _prune_flow_ended(self) -> None:
@@ -839,14 +893,34 @@ class Producer:
                     row.id,
                     row.kind,
                 )
-            elif not self._completer.add_nowait(pending):
-                await self._completer.add(pending)
+            else:
+                if self._counts_in_flight and self.clock.now() is None:
+                    self._note_outcome(pending)
+                if not self._completer.add_nowait(pending):
+                    await self._completer.add(pending)
         except Exception:  # pragma: no cover - execute_job turns user errors into outcomes
             log.exception("producer %s: job %d failed outside its worker", self.queue, row.id)
         finally:
             self._orphaned.discard(row.id)
             self._active.pop(row.id, None)
             self._release_slot()
+
+    def _note_outcome(self, pending: PendingCompletion) -> None:
+        """A job of a queue counted by what is in flight ended; its slot goes next. A
+        plain completion is written ending no later than the job did (before any claim
+        that no longer counts it); any other outcome counts as in flight until written
+        (the table shows it running until then)."""
+        if (
+            pending.started_at
+            and is_plain_completion(pending.update)
+            and WORKFLOW_METADATA_KEY not in pending.job.metadata
+        ):
+            if pending.ended is None:
+                pending.ended = datetime.fromtimestamp(
+                    pending.started_at + pending.run_duration, UTC
+                )
+        else:
+            self._others_unwritten += 1
 
     def interrupt_running(self) -> int:
         """Hard stop: hand back every running job, *interrupted* (available again, the

@@ -625,7 +625,7 @@ async def _flow_claim_needs_riverboat_line(
     driver: AsyncDriver, queues: dict[str, Any]
 ) -> str | None:
     """The first queue with flow control when its claim needs riverboat's migration line
-    (Postgres: the riverboat_flow_claim_jobs_v2 function) and the line is not at the
+    (Postgres: the riverboat_flow_claim_jobs_v3 function) and the line is not at the
     version that creates it."""
     from riverboat.flow import FLOW_CLAIM_LINE_VERSION, FlowControl
     from riverboat.migrations import applied_version_async
