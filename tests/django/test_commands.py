@@ -14,10 +14,12 @@ from django.test import override_settings
 
 import riverboat
 from riverboat.drivers.django import DjangoDriver
+from riverboat.migrations._files import load_bundles
 from tests.django import djsetup
 from tests.django.helpers import rows
 
-RIVERBOAT_LATEST = 4  # the latest version of riverboat's own migration line
+# The latest version of riverboat's own migration line.
+RIVERBOAT_LATEST = max(load_bundles("postgres", "riverboat"))
 
 
 def _run(*args: str) -> str:
