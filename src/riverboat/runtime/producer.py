@@ -41,7 +41,6 @@ finishes it cancelled without running it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import random
@@ -578,10 +577,7 @@ class Producer:
                 else:
                     others = True
         if others:
-            completer.flush_now()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(FLOW_FLUSH_WAIT):
-                    await completer.wait_drained()
+            await self._write_outcomes_now()
         stmt = self._dialect.job_get_available_flow(
             queue=self.queue,
             max_to_lock=free,
@@ -601,21 +597,28 @@ class Producer:
             self._wake_when_written()
         return rows
 
+    async def _write_outcomes_now(self) -> bool:
+        """Have the completer write what it holds without its flush delay; True once
+        all of it is written, False if that takes longer than FLOW_FLUSH_WAIT."""
+        self._completer.flush_now()
+        try:
+            async with asyncio.timeout(FLOW_FLUSH_WAIT):
+                await self._completer.wait_drained()
+        except TimeoutError:
+            return False
+        return True
+
     async def _claim_counting_in_flight(self, flow: FlowControl, free: int) -> list[Any]:
         """:meth:`_claim_with_flow_control` for a whole-queue concurrency limit on
         Postgres: the claim is told how many of this client's jobs are in flight and
         records it for every other client's claims; finished jobs need no word (their
         slots are free, their completions end no later than they did)."""
-        completer = self._completer
         if self._others_unwritten:
             # Retries, failures, cancellations: written first (the table shows them
-            # running until then), without the completer's flush delay.
+            # running until then).
             counted = self._others_unwritten
-            completer.flush_now()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(FLOW_FLUSH_WAIT):
-                    await completer.wait_drained()
-                    self._others_unwritten -= counted
+            if await self._write_outcomes_now():
+                self._others_unwritten -= counted
         stmt = self._dialect.job_get_available_flow(
             queue=self.queue,
             max_to_lock=free,
