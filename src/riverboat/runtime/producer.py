@@ -514,6 +514,8 @@ class Producer:
                         )
                         continue
                     if row.decode_errors:  # failed by id, not run (runtime/outcomes.py)
+                        if self._counts_in_flight:
+                            self._others_unwritten += 1  # running in the table until written
                         await self._completer.add(
                             undecodable_completion(row, self._exec_config.retry_policy, self.queue)
                         )
