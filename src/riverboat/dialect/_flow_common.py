@@ -24,6 +24,9 @@ class FlowStatements(DialectPart, ABC):
     # predecessor's outcome is still in the completer. Such outcomes must then be written
     # with :meth:`flow_complete_many`, finalized_at no later than the job's end.
     flow_claim_excludes_finished: ClassVar[bool] = False
+    # Whether a whole-queue concurrency limit's claim takes ``in_flight`` and counts each
+    # live client by its record of it instead of by its rows.
+    flow_claim_counts_in_flight: ClassVar[bool] = False
 
     def job_get_available_flow(
         self,

@@ -99,7 +99,8 @@ QUERIES["flow_complete_many_no_return"] = _FLOW_COMPLETE_BODY
 FLOW_ENDED_PRUNE_MAX = 1000
 QUERIES["flow_ended_prune"] = f"""
 WITH old_records AS (
-    -- Records of clients gone for an hour (no claim trusts them after seconds).
+    -- Records of clients gone for an hour (no claim trusts a record once its client
+    -- has left the registry; these only take room in the table).
     DELETE FROM <schema>riverboat_flow_client
     WHERE updated_at < now() - make_interval(secs => {RECORD_FORGOTTEN_AFTER})
 )
@@ -178,6 +179,7 @@ class PostgresFlow(DialectPart):
 
     _queries: ClassVar[dict[str, str]] = QUERIES
     flow_claim_excludes_finished: ClassVar[bool] = True
+    flow_claim_counts_in_flight: ClassVar[bool] = True
 
     def _flow_claim(
         self,

@@ -201,7 +201,7 @@ class Producer:
         self._counts_in_flight = (
             self._flow is not None
             and self._flow.whole_queue_concurrency
-            and self._dialect.flow_claim_excludes_finished
+            and self._dialect.flow_claim_counts_in_flight
         )
         self._others_unwritten = 0  # outcomes other than plain completions, not written
         self._client_id = client_id
@@ -514,7 +514,7 @@ class Producer:
                         )
                         continue
                     if row.decode_errors:  # failed by id, not run (runtime/outcomes.py)
-                        if self._counts_in_flight:
+                        if self._counting_in_flight:
                             self._others_unwritten += 1  # running in the table until written
                         await self._completer.add(
                             undecodable_completion(row, self._exec_config.retry_policy, self.queue)
@@ -548,7 +548,7 @@ class Producer:
         delay. A queue limited as a whole counts this client by its jobs in flight
         instead (:meth:`_claim_counting_in_flight`)."""
         completer = self._completer
-        if self._counts_in_flight and self.clock.now() is None:
+        if self._counting_in_flight:
             return await self._claim_counting_in_flight(flow, free)
         finished: list[PendingCompletion] = []
         others = False
@@ -598,6 +598,12 @@ class Producer:
             # written, not only at the next slot release or poll.
             self._wake_when_written()
         return rows
+
+    @property
+    def _counting_in_flight(self) -> bool:
+        """Whether this claim counts the client by its jobs in flight: its queue allows it,
+        no claim has failed, and time is the wall clock (a job's end is written on it)."""
+        return self._counts_in_flight and self.clock.now() is None
 
     async def _write_outcomes_now(self) -> bool:
         """Have the completer write what it holds without its flush delay; True once
@@ -899,7 +905,7 @@ class Producer:
                     row.kind,
                 )
             else:
-                if self._counts_in_flight and self.clock.now() is None:
+                if self._counting_in_flight:
                     self._note_outcome(pending)
                 if not self._completer.add_nowait(pending):
                     await self._completer.add(pending)
