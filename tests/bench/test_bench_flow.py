@@ -26,6 +26,8 @@ def test_flow_part_pairs_each_round_and_reports_the_median(pg_url: str) -> None:
     flow = json.loads(out.stdout)["flow"]
     assert (flow["jobs"], flow["processes"], flow["slots"]) == (400, PROCESSES, SLOTS)
     assert flow["unlimited_jobs_per_sec"] > 0 and flow["global_limit_40_jobs_per_sec"] > 0
+    # The workers' CPU per job, start-up subtracted (a tiny backlog may leave little).
+    assert {"unlimited_worker_cpu_us_per_job", "global_limit_40_worker_cpu_us_per_job"} <= set(flow)
     ratios = flow["round_ratios"]
     assert len(ratios) == ROUNDS and all(r > 0 for r in ratios)
     assert sorted(ratios)[1] <= flow["ratio"] <= sorted(ratios)[2]  # their median

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -73,22 +74,12 @@ def processes(
         f"SELECT {_first_in_state_sql(schema, 'running')} IS NOT NULL"
         f" OR {_first_in_state_sql(schema, 'completed')} IS NOT NULL"
     )
-    env = {**os.environ, _URL_ENV: url, _SCHEMA_ENV: schema, **(worker_env or {})}
+    env = _worker_env(pg, worker_env)
     for count in counts:
         progress(f"scale: riverboat worker --processes {count}, {jobs} jobs")
         fill_backlog(url, schema, jobs, checkpoint=True)
-        command = [
-            sys.executable,
-            "-m",
-            "riverboat.cli",
-            "worker",
-            "riverboat.bench.scale:worker_client",
-            "--processes",
-            str(count),
-            "--exit-when-idle",
-            "--log-level",
-            "WARNING",
-        ]
+        command = _worker_command(count)
+        cpu_before = _children_cpu()
         proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
         try:
             with psycopg.connect(url, autocommit=True) as conn:
@@ -113,6 +104,10 @@ def processes(
             except subprocess.TimeoutExpired:
                 proc.terminate()
                 proc.wait()
+        # The worker processes' CPU seconds, start-up and imports included (idle_cpu
+        # measures those alone).
+        out[f"processes_{count}_cpu_seconds"] = _children_cpu() - cpu_before
+        out[f"processes_{count}_jobs_done"] = done
         rate = None
         if first_at is not None and last_at > first_at:
             # From the first claimed job (at most one batch of 100 done by then).
@@ -122,6 +117,47 @@ def processes(
     if first and last:
         out["speedup"] = round(last / first, 2)
     return out
+
+
+def idle_cpu(pg: PostgresBench, count: int, worker_env: dict[str, str] | None = None) -> float:
+    """CPU seconds of ``riverboat worker --processes count --exit-when-idle`` on an
+    empty queue: start-up, imports and shutdown, to subtract from a run's CPU."""
+    fill_backlog(pg.url, pg.schema, 0, analyze=False)
+    cpu_before = _children_cpu()
+    subprocess.run(
+        _worker_command(count),
+        env=_worker_env(pg, worker_env),
+        stdout=subprocess.DEVNULL,
+        timeout=120,
+        check=True,
+    )
+    return _children_cpu() - cpu_before
+
+
+def _worker_env(pg: PostgresBench, worker_env: dict[str, str] | None) -> dict[str, str]:
+    return {**os.environ, _URL_ENV: pg.url, _SCHEMA_ENV: pg.schema, **(worker_env or {})}
+
+
+def _worker_command(count: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "riverboat.cli",
+        "worker",
+        "riverboat.bench.scale:worker_client",
+        "--processes",
+        str(count),
+        "--exit-when-idle",
+        "--log-level",
+        "WARNING",
+    ]
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's children that have been waited for
+    (a ``riverboat worker`` and the processes it waited for)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 async def finalized_rows(
