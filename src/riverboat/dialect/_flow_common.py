@@ -69,10 +69,11 @@ class FlowStatements(DialectPart, ABC):
         parameters every dialect's claim takes (``flow.params()`` among them)."""
 
     def flow_complete_many(
-        self, ids: Sequence[int], ended: Sequence[datetime | None], *, returning: bool
+        self, ids: Sequence[int], ended: Sequence[float | None], *, returning: bool
     ) -> Statement:
         """:meth:`~riverboat.dialect.base.Dialect.job_complete_many`, with each job's
-        finalized_at no later than its ``ended`` (None: now), for jobs a claim left out
+        finalized_at no later than its ``ended`` (seconds since the epoch; None: now),
+        for jobs a claim left out
         of its count (``flow_claim_excludes_finished``)."""
         raise NotImplementedError(f"{type(self).__name__} does not exclude finished jobs")
 

@@ -34,7 +34,6 @@ sequence.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any, ClassVar
 
 from riverboat._sql import Statement
@@ -49,24 +48,67 @@ SCAN_MAX = 1000  # candidates looked at per claim of a partitioned or sequenced 
 RECORD_FORGOTTEN_AFTER = 3600  # seconds after which a client's record is deleted
 
 QUERIES: dict[str, str] = {}
-QUERIES["job_get_available_flow"] = f"""
+# riverboat_flow_claim_jobs_v3's arguments after the lock key, in order, each as the
+# statement binds it.
+_CLAIM_ARGUMENTS: dict[str, str] = {
+    "queue": ":queue::text",
+    "max_to_lock": ":max_to_lock::integer",
+    "scan_max": ":scan_max::integer",
+    "attempted_by": ":attempted_by::text",
+    "max_attempted_by": ":max_attempted_by::integer",
+    "now": ":now::timestamptz",
+    "global_limit": ":global_limit::integer",
+    "local_limit": ":local_limit::integer",
+    "con_by_kind": ":con_by_kind::boolean",
+    "con_by_args": ":con_by_args::text[]",
+    "rate_limit": ":rate_limit::integer",
+    "rate_period": ":rate_period::double precision",
+    "rate_by_kind": ":rate_by_kind::boolean",
+    "rate_by_args": ":rate_by_args::text[]",
+    "sequences": ":sequences::boolean",
+    "sequence_continue": ":sequence_continue::boolean",
+    "finished_ids": ":finished_ids::bigint[]",
+    "finished_attempts": ":finished_attempts::integer[]",
+    "in_flight": ":in_flight::integer",
+}
+# A queue limited as a whole, counted by what is in flight (the claim of every process
+# of a limited queue that doesn't bind, each time it claims): what it never sets is
+# written into the statement, so each claim sends 9 values instead of 20.
+_WHOLE_QUEUE_CONSTANTS: dict[str, str] = {
+    "scan_max": ":max_to_lock::integer",
+    "con_by_kind": "false",
+    "con_by_args": "'{}'::text[]",
+    "rate_limit": "NULL::integer",
+    "rate_period": "NULL::double precision",
+    "rate_by_kind": "false",
+    "rate_by_args": "'{}'::text[]",
+    "sequences": "false",
+    "sequence_continue": "false",
+    "finished_ids": "'{}'::bigint[]",
+    "finished_attempts": "'{}'::integer[]",
+}
+
+
+def _flow_claim_query(constants: dict[str, str]) -> str:
+    arguments = ",\n    ".join(
+        constants.get(name, bound) for name, bound in _CLAIM_ARGUMENTS.items()
+    )
+    return f"""
 SELECT {job_columns("t")}
 FROM <schema>riverboat_flow_claim_jobs_v3(
     hashtext(concat(coalesce(:schema::text, current_schema()), '.riverboat_flow.',
                     :queue::text))::bigint,
-    :queue::text, :max_to_lock::integer, :scan_max::integer, :attempted_by::text,
-    :max_attempted_by::integer, :now::timestamptz,
-    :global_limit::integer, :local_limit::integer, :con_by_kind::boolean,
-    :con_by_args::text[], :rate_limit::integer, :rate_period::double precision,
-    :rate_by_kind::boolean, :rate_by_args::text[], :sequences::boolean,
-    :sequence_continue::boolean, :finished_ids::bigint[], :finished_attempts::integer[],
-    :in_flight::integer
+    {arguments}
 ) AS t(id bigint, args jsonb, attempt smallint, attempted_at timestamptz,
        attempted_by text[], created_at timestamptz, errors jsonb[], finalized_at timestamptz,
        kind text, max_attempts smallint, metadata jsonb, priority smallint, queue text,
        state text, scheduled_at timestamptz, tags text[], unique_key bytea,
        unique_states integer)
 """
+
+
+QUERIES["job_get_available_flow"] = _flow_claim_query({})
+QUERIES["job_get_available_flow_whole_queue"] = _flow_claim_query(_WHOLE_QUEUE_CONSTANTS)
 
 # job_complete_many for jobs a claim left out of its count (their outcomes were still
 # in this client's completer, and the claim recorded them in riverboat_flow_ended):
@@ -78,8 +120,8 @@ WITH unrecorded AS (
     DELETE FROM <schema>riverboat_flow_ended WHERE job_id = ANY(:ids::bigint[])
 ),
 i AS (
-    SELECT river_job.id, u.ended
-    FROM unnest(:ids::bigint[], :ended::timestamptz[]) AS u(id, ended)
+    SELECT river_job.id, to_timestamp(u.ended) AS ended
+    FROM unnest(:ids::bigint[], :ended::double precision[]) AS u(id, ended)
     JOIN <schema>river_job ON river_job.id = u.id
     WHERE river_job.state::text = 'running'
     FOR UPDATE OF river_job SKIP LOCKED
@@ -188,6 +230,19 @@ class PostgresFlow(DialectPart):
         finished: Sequence[tuple[int, int]],
         in_flight: int | None,
     ) -> Statement:
+        if in_flight is not None and flow.whole_queue_concurrency and not finished:
+            return self.stmt(
+                "job_get_available_flow_whole_queue",
+                schema=self.schema,
+                queue=params["queue"],
+                max_to_lock=params["max_to_lock"],
+                attempted_by=params["attempted_by"],
+                max_attempted_by=params["max_attempted_by"],
+                now=params["now"],
+                global_limit=params.get("global_limit"),
+                local_limit=params.get("local_limit"),
+                in_flight=in_flight,
+            )
         con, rate = flow.concurrency, flow.rate
         return self.stmt(
             "job_get_available_flow",
@@ -210,7 +265,9 @@ class PostgresFlow(DialectPart):
         return self.stmt("flow_ended_prune")
 
     def flow_complete_many(
-        self, ids: Sequence[int], ended: Sequence[datetime | None], *, returning: bool
+        self, ids: Sequence[int], ended: Sequence[float | None], *, returning: bool
     ) -> Statement:
         name = "flow_complete_many" if returning else "flow_complete_many_no_return"
-        return self.stmt(name, ids=list(ids), ended=[self.time_param(t) for t in ended])
+        # Seconds since the epoch: a float array costs the client far less to send than
+        # one of datetimes.
+        return self.stmt(name, ids=list(ids), ended=list(ended))

@@ -130,9 +130,9 @@ class PendingCompletion:
     finished_at: float  # monotonic
     # Set when a flow-controlled claim left this job out of its running count (its
     # outcome was still here): finalized_at is written no later than this, the job's end
-    # on the wall clock, so the table never shows it running beside the job claimed in
-    # its place (dialect flow_complete_many).
-    ended: datetime | None = None
+    # on the wall clock (seconds since the epoch), so the table never shows it running
+    # beside the job claimed in its place (dialect flow_complete_many).
+    ended: float | None = None
 
     @property
     def queue_wait(self) -> float:

@@ -49,7 +49,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from riverboat._clock import Clock
@@ -572,9 +571,7 @@ class Producer:
                     # takes it, it is written ending no later than the job did, which
                     # is before the claim's start.
                     if pending.ended is None:
-                        pending.ended = datetime.fromtimestamp(
-                            pending.started_at + pending.run_duration, UTC
-                        )
+                        pending.ended = pending.started_at + pending.run_duration
                     finished.append(pending)
                 else:
                     others = True
@@ -927,9 +924,7 @@ class Producer:
             and WORKFLOW_METADATA_KEY not in pending.job.metadata
         ):
             if pending.ended is None:
-                pending.ended = datetime.fromtimestamp(
-                    pending.started_at + pending.run_duration, UTC
-                )
+                pending.ended = pending.started_at + pending.run_duration
         else:
             self._others_unwritten += 1
 
