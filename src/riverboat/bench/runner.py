@@ -198,6 +198,8 @@ async def _run(
                 server_statements=server_statements if counter is not None else None,
                 reset=reset,
                 progress=progress,
+                # As the inserts part: no more single inserts than the run has jobs.
+                single_inserts=min(1000, config.jobs),
                 duration=config.duration,
                 events=config.e2e_events,
             )
