@@ -61,6 +61,8 @@ def _bench(*args: str) -> dict[str, object]:
 # psycopg client in another process, its SQLite half needs no Postgres driver; the
 # listeners it wakes through are each driver's, tested in tests/drivers/test_listen.py).
 _DRIVER_PARTS = ("ops", "e2e", "defaults", "inserts")
+LATENCY_JOBS = 4
+BURST_JOBS = 40
 
 
 @pytest.mark.parametrize("driver", ["psycopg", "asyncpg", "sqlalchemy"])
@@ -68,7 +70,11 @@ def test_bench_json_shape_on_postgres(pg_url: str, driver: str) -> None:
     parts = None if driver == "psycopg" else _DRIVER_PARTS
     only = [] if parts is None else [arg for part in parts for arg in ("--only", part)]
     args = ("--database-url", pg_url, "--driver", driver, "--jobs", "300", "--calls", "5")
-    report = _bench(*args, *only)
+    # The latency part's sizes: its shape needs a few jobs per pick-up figure and a
+    # burst, not the 10 and 150 that --jobs 300 implies (each pick-up spaces its jobs
+    # 20 ms apart; the burst is single inserts from another process).
+    sizes = ("--latency-jobs", str(LATENCY_JOBS), "--burst-jobs", str(BURST_JOBS))
+    report = _bench(*args, *sizes, *only)
     ran = {
         "ops": "operations",
         "e2e": "end_to_end",
@@ -134,9 +140,11 @@ def _check_latency(latency: object) -> None:
         for pacing in ("defaults", "river")
         for inserter in inserters
     )
-    assert all(p["jobs"] == 10 for d in latency.values() for p in d["pickup"])
+    assert all(p["jobs"] == LATENCY_JOBS for d in latency.values() for p in d["pickup"])
     assert all(
-        b["jobs"] == 150 and b["claims_per_job"] > 0 for d in latency.values() for b in d["burst"]
+        b["jobs"] == BURST_JOBS and b["claims_per_job"] > 0
+        for d in latency.values()
+        for b in d["burst"]
     )
 
 
