@@ -49,8 +49,9 @@ def pg_url() -> Iterator[str]:
 
 # Tests whose assertions hold only when the machine is not saturated (faults injected on
 # a clock, leases and terms measured in fractions of a second, a 0.3 s bench window).
-# scripts/test runs them after the parallel part, alone (``--serial-tests``); they are
-# not slow, so this costs about 20 s of wall time.
+# scripts/test runs them after the parallel part, on their own (``--serial-tests``) and
+# two at a time (one per core of the 2-core VM; mostly they wait): about 33 s of wall
+# time, 55 s one at a time.
 SERIAL = (
     "tests/bench/test_bench_smoke.py::test_bench_duration_caps_the_working_phase",
     "tests/leadership/test_request_resign.py",
@@ -67,8 +68,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=("include", "only", "skip"),
         default="include",
         help="the timing-sensitive tests (tests/conftest.py SERIAL, marked serial): run them "
-        "with the others (include), alone (only) or not at all (skip); scripts/test runs "
-        "the rest on pytest-xdist workers with skip, then these with only",
+        "with the others (include), on their own (only) or not at all (skip); scripts/test "
+        "runs the rest on pytest-xdist workers with skip, then these with only on two",
     )
 
 

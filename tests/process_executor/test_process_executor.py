@@ -344,7 +344,7 @@ async def test_soft_stop_past_its_timeout_kills_children_and_hands_jobs_back(
     _no_overlap(tmp_path)
 
 
-@pytest.mark.serial  # a 1 s margin: run alone by scripts/test (tests/conftest.py)
+@pytest.mark.serial  # a 1 s margin: run apart from the busy suite (tests/conftest.py)
 async def test_a_timeout_counts_from_when_a_child_takes_the_job(any_db: Db, tmp_path: Path) -> None:
     # One child for two slots: the second job waits 2 s for the child, then needs 2 s
     # of its 3 s timeout (counted from the claim, it would time out every attempt).

@@ -20,7 +20,8 @@ from riverboat import QueueConfig, Workers
 from tests.reliability._support import FreezingProxy
 from tests.waiting import wait_until_async
 
-# A healthy claim must not miss the short deadline: run alone (tests/conftest.py SERIAL).
+# A healthy claim must not miss the short deadline: run apart from the busy suite
+# (tests/conftest.py SERIAL).
 pytestmark = [pytest.mark.asyncio, pytest.mark.serial]
 
 
