@@ -62,6 +62,70 @@ SERIAL = (
 )
 
 
+# The longest tests, with their seconds in a full parallel run on the 2-core VM (load
+# ~6.5; ``--durations``). pytest-xdist's worksteal hands each worker a contiguous slice
+# of the collection and a worker runs its slice in order; stealing takes the back half
+# of a queue. So tests that sit together in the collection run one after another on one
+# worker: tests/bench alone was some 280 s of worker 0's slice, the parallel part's
+# critical path. Under xdist, these go to the fronts of the slices instead, each to the
+# slice with the least so far (``_spread_longest``).
+LONGEST = (
+    ("tests/bench/test_bench_smoke.py::test_bench_json_shape_on_postgres[psycopg]", 70),
+    ("tests/bench/test_bench_smoke.py::test_bench_json_shape_on_postgres[sqlalchemy]", 40),
+    ("tests/test_packaging.py::test_built_wheel_installs_and_runs_in_a_fresh_venv", 36),
+    ("tests/bench/test_bench_smoke.py::test_compare_river_works_the_backlog_with_river_too", 25),
+    ("tests/bench/test_bench_smoke.py::test_bench_json_shape_on_postgres[asyncpg]", 20),
+    ("tests/reliability/test_worker_crash.py::test_sigkill_at_random_points_postgres", 22),
+    ("tests/bench/test_bench_smoke.py::test_bench_on_postgres_without_the_sqlite_extra", 17),
+    ("tests/interop/test_fleet.py::test_mixed_fleet_works_each_job_once_and_hands", 18),
+    ("tests/migrations/test_cli.py::test_errors_are_one_line", 18),
+    ("tests/reliability/test_worker_crash.py::test_sigkill_at_random_points_sqlite", 15),
+    ("tests/test_demo.py::test_demo_reuses_its_database_and_clears_its_own_rows", 14),
+    ("tests/bench/test_bench_smoke.py::test_bench_process_part_reports_overhead", 14),
+    ("tests/bench/test_bench_smoke.py::test_bench_scale_part_works_every_job", 14),
+    ("tests/flow/test_flow_limits_view.py::test_local_limits_and_sequences_show_their_use", 12),
+    ("tests/reliability/test_shutdown.py::test_sigterm_finishes_running_jobs_and_flushes", 10),
+    ("tests/process_executor/test_worker_process.py::test_a_worker_registered_by_decorator", 10),
+    ("tests/leadership/test_periodic_durable.py::test_ticks_survive_kill_leader_change", 12),
+    ("tests/flow/test_flow.py::test_a_global_limit_holds_while_a_killed_process_leaves", 11),
+    ("tests/leadership/test_periodic_fleet_changes.py::test_runtime_changes_on_a_follower", 11),
+    ("tests/test_workflow.py::test_a_workflow_survives_its_leader_worker_killed_mid_task", 9),
+    ("tests/bench/test_bench_smoke.py::test_workflow_part_measures_the_graph", 8),
+    ("tests/test_insert_validation.py::test_fuzz_kind", 12),
+    ("tests/runtime/test_processes.py::test_two_processes_work_10000_jobs_exactly_once", 11),
+    ("tests/reliability/test_dead_workers.py::", 9),
+)
+
+
+def _spread_longest(items: list[pytest.Item], workers: int) -> None:
+    """Reorders ``items`` so that each of ``workers`` contiguous slices (cut as xdist's
+    worksteal cuts its first distribution) starts with its share of LONGEST, assigned
+    longest first to the slice with the least time so far. Deterministic, so every
+    worker collects the same order, as xdist requires."""
+    weight = {
+        item.nodeid: w for item in items for prefix, w in LONGEST if item.nodeid.startswith(prefix)
+    }
+    if workers < 2 or not weight:
+        return
+    sizes, left = [], len(items)
+    for slot in range(workers):
+        sizes.append(left // (workers - slot))
+        left -= sizes[-1]
+    fronts: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    load = [0] * workers
+    for item in sorted((i for i in items if i.nodeid in weight), key=lambda i: -weight[i.nodeid]):
+        slot = min(range(workers), key=lambda k: (load[k], k))
+        fronts[slot].append(item)
+        load[slot] += weight[item.nodeid]
+    rest = iter([item for item in items if item.nodeid not in weight])
+    ordered: list[pytest.Item] = []
+    for slot, size in enumerate(sizes):
+        ordered += fronts[slot]
+        ordered += [item for _, item in zip(range(size - len(fronts[slot])), rest, strict=False)]
+    ordered += list(rest)
+    items[:] = ordered
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--serial-tests",
@@ -75,7 +139,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``long`` run only with ``RIVERBOAT_LONG=1`` (``./scripts/test --long``);
-    ``--serial-tests`` selects the SERIAL tests in or out."""
+    ``--serial-tests`` selects the SERIAL tests in or out; on xdist workers the LONGEST
+    tests are spread over the workers' first slices."""
     if os.environ.get("RIVERBOAT_LONG") != "1":
         skip = pytest.mark.skip(reason="long scenario: run with ./scripts/test --long")
         for item in (i for i in items if "long" in i.keywords):
@@ -92,6 +157,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep
+    _spread_longest(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")))
 
 
 @pytest.fixture

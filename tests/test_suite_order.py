@@ -1,0 +1,49 @@
+"""tests/conftest.py's ``_spread_longest``: under xdist the longest tests start the
+workers' first slices, spread by their weights, and no test is lost or repeated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+from tests.conftest import LONGEST, _spread_longest
+
+
+@dataclass
+class _Item:
+    nodeid: str
+
+
+def _slices(items: list[Any], workers: int) -> list[list[str]]:
+    """The first distribution of xdist's worksteal: contiguous slices, as it cuts them."""
+    out, start, left = [], 0, len(items)
+    for slot in range(workers):
+        size = left // (workers - slot)
+        out.append([item.nodeid for item in items[start : start + size]])
+        start, left = start + size, left - size
+    return out
+
+
+def test_the_longest_tests_start_the_slices_spread_by_weight() -> None:
+    longest = [f"{prefix}[x]" for prefix, _ in LONGEST]
+    ids = [f"tests/a.py::t{n}" for n in range(200)] + longest + ["tests/z.py::t"]
+    items = [_Item(nodeid) for nodeid in ids]
+    _spread_longest(cast(Any, items), 6)
+    assert sorted(item.nodeid for item in items) == sorted(ids)
+    weight = {f"{prefix}[x]": w for prefix, w in LONGEST}
+    loads = []
+    for slice_ in _slices(items, 6):
+        heads = [nodeid for nodeid in slice_ if nodeid in weight]
+        assert slice_[: len(heads)] == heads  # the long ones first, then the rest
+        loads.append(sum(weight[nodeid] for nodeid in heads))
+    assert max(loads) - min(loads) <= max(weight.values())
+    # The others keep their order.
+    rest = [item.nodeid for item in items if item.nodeid not in weight]
+    assert rest == [nodeid for nodeid in ids if nodeid not in weight]
+
+
+def test_without_xdist_the_order_is_the_collections() -> None:
+    ids = [f"{LONGEST[0][0]}", "tests/a.py::t1", f"{LONGEST[1][0]}"]
+    items = [_Item(nodeid) for nodeid in ids]
+    _spread_longest(cast(Any, items), 0)
+    assert [item.nodeid for item in items] == ids
