@@ -375,6 +375,7 @@ class AsyncClient(AsyncClientBase):
             await runtime.start()
         try:
             while not await runtime.drained(horizon):
+                runtime.wake_settled()
                 await asyncio.sleep(poll)
         finally:
             await runtime.stop()

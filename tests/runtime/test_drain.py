@@ -4,6 +4,7 @@ drain says what it left."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import datetime, timedelta
 from typing import Any
@@ -105,3 +106,25 @@ async def test_a_drain_check_beside_due_work_does_not_count_the_backlog(apg_driv
         assert asked == {"job_due_exists": 1, "job_count_upcoming": 0}
     finally:
         await client.stop()
+
+
+async def test_run_until_idle_does_not_wait_out_the_poll_interval(
+    db: tuple[str, str | None],
+) -> None:
+    # The last fetch found the final jobs, so nothing makes the producer fetch again
+    # before its poll interval (ten minutes here); the drain wakes it instead once their
+    # outcomes are written, and it finds the queue empty.
+    url, schema = db
+    ran: list[tuple[int, int]] = []
+    client = riverboat.AsyncClient(
+        url,
+        schema=schema,
+        queues={"default": QueueConfig(max_workers=5)},
+        workers=_workers(ran),
+        fetch_poll_interval=600,
+    )
+    async with client:
+        await client.insert_many([riverboat.InsertManyParams({}, kind="flaky") for _ in range(3)])
+        async with asyncio.timeout(60):  # a deadline for a hang, not a speed target
+            await client.run_until_idle()
+    assert len(ran) == 3

@@ -180,8 +180,10 @@ async def _serve(client: AsyncClient, exit_when_idle: bool) -> int:
     )
     try:
         while not soft.is_set():
-            if exit_when_idle and await runtime.drained():
-                break
+            if exit_when_idle:
+                if await runtime.drained():
+                    break
+                runtime.wake_settled()
             try:
                 await asyncio.wait_for(soft.wait(), 0.05 if exit_when_idle else 1.0)
             except TimeoutError:

@@ -595,6 +595,19 @@ class Runtime:
             for p in self.producers.values()
         )
 
+    def wake_settled(self) -> None:
+        """Wake each producer whose jobs all finished, their outcomes written, but whose
+        last fetch found some: it fetches again now instead of at its poll interval (1 s
+        by default), so a queue that was emptied is seen as drained at once
+        (``run_until_idle``, ``riverboat worker --exit-when-idle``)."""
+        if self.completer is not None and not self.completer.idle:
+            return
+        self.wake_queues(
+            name
+            for name, producer in self.producers.items()
+            if producer.active == 0 and producer.last_fetch_count > 0 and not producer.paused
+        )
+
     async def drained(self, horizon: float = IDLE_HORIZON) -> bool:
         """True when :meth:`is_idle` and no job of this client's queues is available, or
         will be within ``horizon`` seconds (retries and snoozes due soon). Logs what is
