@@ -2,18 +2,8 @@
 
 import logging as _logging
 
-from riverboat._admin import (
-    JobBulkOptions,
-    JobBulkResult,
-    JobCountRow,
-    JobDeleteManyOptions,
-    JobFilters,
-    JobListCursor,
-    JobListOptions,
-    JobListResult,
-    QueueActivity,
-    ThroughputMinute,
-)
+from riverboat import _admin
+from riverboat._admin import *  # noqa: F403 (its __all__ joins ours below)
 from riverboat._fleet import WorkerInfo, WorkerQueue
 from riverboat._job import (
     AttemptError,
@@ -28,7 +18,6 @@ from riverboat._job import (
 from riverboat._periodic import PeriodicJobRecord
 from riverboat._queue import QueueRow
 from riverboat.client import AsyncClient, Client, ClientOptions
-from riverboat.dialect.base import Leader
 from riverboat.error_handler import ErrorHandlerResult
 from riverboat.errors import (
     DriverError,
@@ -87,21 +76,12 @@ __all__ = [
     "InvalidArgsError",
     "InvalidInputError",
     "Job",
-    "JobBulkOptions",
-    "JobBulkResult",
     "JobCancel",
-    "JobCountRow",
-    "JobDeleteManyOptions",
-    "JobFilters",
-    "JobListCursor",
-    "JobListOptions",
-    "JobListResult",
     "JobRow",
     "JobRunningError",
     "JobSnooze",
     "JobState",
     "JobStatistics",
-    "Leader",
     "LimitUse",
     "MaintenanceConfig",
     "MigrationError",
@@ -112,7 +92,6 @@ __all__ = [
     "PeriodicJob",
     "PeriodicJobRecord",
     "PeriodicJobs",
-    "QueueActivity",
     "QueueConfig",
     "QueueRow",
     "RateLimit",
@@ -121,7 +100,6 @@ __all__ = [
     "RiverboatError",
     "Subscription",
     "SyncSubscription",
-    "ThroughputMinute",
     "UniqueOpts",
     "UnknownJobKindError",
     "WaitTimeoutError",
@@ -137,6 +115,8 @@ __all__ = [
     "record_output",
     "set_metadata",
 ]
+# The admin's option and result types are public: riverboat._admin lists them.
+__all__ += _admin.__all__
 
 __version__ = "0.1.0"
 
