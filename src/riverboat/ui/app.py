@@ -36,6 +36,7 @@ from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, STATE_BY_NAME, Job
 from riverboat.client import AsyncClient
 from riverboat.errors import InvalidInputError, JobRunningError, NotFoundError, RiverboatError
 from riverboat.ui.graph import layout
+from riverboat.ui.line_tables import read_line_table
 from riverboat.workflow import workflow_meta
 
 __all__ = ["LOCAL_HOSTS", "Dashboard", "create_app"]
@@ -561,10 +562,7 @@ def create_app(
             await client.leader_get(),
             await queue_activity(client),
         )
-        try:
-            limits = await client.queue_limits()
-        except RiverboatError:  # without riverboat's line there is no registry of workers
-            limits = []
+        limits, _ = await read_line_table(client.queue_limits())
         now = datetime.now(UTC)
         names = sorted({q.name for q in queues} | set(by_queue) | set(activity))
         by_name = {q.name: q for q in queues}

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from riverboat._periodic import PeriodicJobRecord
-from riverboat.errors import RiverboatError
+from riverboat.ui.line_tables import read_line_table
 
 __all__ = ["OVERDUE_AFTER", "periodic_context"]
 
@@ -19,13 +19,8 @@ OVERDUE_AFTER = timedelta(seconds=30)
 
 async def periodic_context(client: Any) -> dict[str, Any]:
     """What periodic.html shows."""
-    error = None
-    records: list[PeriodicJobRecord] = []
-    try:
-        records = await client.periodic_job_list()
-    except RiverboatError as exc:
-        # Without riverboat's line at version 2 there is no riverboat_periodic_job table.
-        error = str(exc)
+    records: list[PeriodicJobRecord]
+    records, error = await read_line_table(client.periodic_job_list())
     now = datetime.now(UTC)
     overdue = {
         r.id for r in records if r.next_run_at is not None and now - r.next_run_at > OVERDUE_AFTER

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from riverboat._fleet import WorkerInfo
 from riverboat._job import JobRow, JobState
-from riverboat.errors import RiverboatError
+from riverboat.ui.line_tables import read_line_table
 
 if TYPE_CHECKING:
     from riverboat.client import AsyncClient
@@ -30,13 +30,7 @@ class WorkerView:
 
 async def workers_context(client: AsyncClient) -> dict[str, Any]:
     """What workers.html shows."""
-    registry_error = None
-    workers: list[WorkerInfo] = []
-    try:
-        workers = await client.workers_list()
-    except RiverboatError as exc:
-        # Without riverboat's line there is no riverboat_client table.
-        registry_error = str(exc)
+    workers, registry_error = await read_line_table(client.workers_list())
     listed = await client.job_list(
         states=[JobState.RUNNING], order_by="id", descending=True, limit=RUNNING_SHOWN
     )
