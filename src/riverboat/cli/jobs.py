@@ -25,13 +25,16 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from riverboat._admin import JobListCursor
 from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, JobRow, JobState
 from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.client import Client
 from riverboat.errors import InvalidInputError, WaitTimeoutError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = ["add_arguments", "run"]
 
@@ -150,8 +153,22 @@ def print_table(
         print(empty)
 
 
-def print_records_json(records: Sequence[Any]) -> None:
-    """Dataclass records as a JSON list, datetimes in ISO 8601 (``--json`` listings)."""
+Record = TypeVar("Record", bound="DataclassInstance")
+
+
+def print_records(
+    records: Sequence[Record],
+    as_json: bool,
+    headers: Sequence[str],
+    row: Callable[[Record], Sequence[str]],
+    *,
+    empty: str,
+) -> None:
+    """A listing of dataclass records: with ``--json`` a JSON list, datetimes in ISO 8601;
+    else a table of ``row(record)`` under ``headers`` (``empty`` as :func:`print_table`)."""
+    if not as_json:
+        print_table(headers, [row(r) for r in records], empty=empty)
+        return
     out = [
         {k: v.isoformat() if isinstance(v, datetime) else v for k, v in asdict(r).items()}
         for r in records

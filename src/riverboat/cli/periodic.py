@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from riverboat._periodic import PeriodicJobRecord
-from riverboat.cli.jobs import add_common, add_listing, open_client, print_records_json, print_table
+from riverboat.cli.jobs import add_common, add_listing, open_client, print_records
 
 __all__ = ["add_arguments", "run"]
 
@@ -40,23 +40,19 @@ def _status(record: PeriodicJobRecord) -> str:
 
 
 def _print(records: Sequence[PeriodicJobRecord], as_json: bool) -> None:
-    if as_json:
-        print_records_json(records)
-        return
     now = datetime.now(UTC)
-    print_table(
+    print_records(
+        records,
+        as_json,
         ("ID", "SCHEDULE", "CATCH UP", "LAST RUN", "NEXT RUN", "STATUS"),
-        [
-            (
-                r.id,
-                r.schedule,
-                r.catch_up,
-                _when(r.last_run_at, now),
-                _when(r.next_run_at, now),
-                _status(r),
-            )
-            for r in records
-        ],
+        lambda r: (
+            r.id,
+            r.schedule,
+            r.catch_up,
+            _when(r.last_run_at, now),
+            _when(r.next_run_at, now),
+            _status(r),
+        ),
         empty="(no durable periodic job stored: give a periodic job an id to make it durable)",
     )
 

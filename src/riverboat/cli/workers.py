@@ -19,8 +19,7 @@ from riverboat.cli.jobs import (
     add_common,
     add_listing,
     open_client,
-    print_records_json,
-    print_table,
+    print_records,
 )
 
 __all__ = ["add_arguments", "run"]
@@ -35,25 +34,21 @@ def _queues_text(worker: WorkerInfo) -> str:
 
 
 def _print_workers(workers: Sequence[WorkerInfo], as_json: bool) -> None:
-    if as_json:
-        print_records_json(workers)
-        return
     now = datetime.now(UTC)
-    print_table(
+    print_records(
+        workers,
+        as_json,
         ("ID", "HOST", "PID", "ALIVE", "QUEUES (RUNNING/MAX)", "SLOTS", "HEARTBEAT", "VERSION"),
-        [
-            (
-                w.id,
-                w.host,
-                str(w.pid),
-                "yes" if w.alive else "DEAD",
-                _queues_text(w),
-                str(w.slots_in_use),
-                f"{max(0.0, (now - w.heartbeat_at).total_seconds()):.1f}s ago",
-                w.riverboat_version,
-            )
-            for w in workers
-        ],
+        lambda w: (
+            w.id,
+            w.host,
+            str(w.pid),
+            "yes" if w.alive else "DEAD",
+            _queues_text(w),
+            str(w.slots_in_use),
+            f"{max(0.0, (now - w.heartbeat_at).total_seconds()):.1f}s ago",
+            w.riverboat_version,
+        ),
         empty="(no worker in the registry)",
     )
 
