@@ -72,6 +72,25 @@ def _river_section(part: Any, title: str, columns: list[Column]) -> list[str]:
     return lines + _table(columns, part["runs"])
 
 
+def _inserts_lines(title: str, floor: str, rows: list[dict[str, Any]]) -> list[str]:
+    """An inserts comparison's lines: its title, then each riverboat call beside what it
+    is measured against (``floor`` heads that column)."""
+    lines = [
+        "",
+        title,
+        f"{'insert':<18}{'jobs/s':>10}{'py ms/job':>11}  {floor:<22}{'jobs/s':>10}"
+        f"{'py ms/job':>11}{'ratio':>7}",
+    ]
+    for row in rows:
+        lines.append(
+            f"{row['name']:<18}{_fmt(row['jobs_per_sec']):>10}"
+            f"{_fmt(row['python_cpu_ms_per_job']):>11}  {row['floor']:<22}"
+            f"{_fmt(row['floor_jobs_per_sec']):>10}"
+            f"{_fmt(row['floor_python_cpu_ms_per_job']):>11}{_fmt(row['ratio_to_floor']):>7}"
+        )
+    return lines
+
+
 def render_table(report: dict[str, Any]) -> str:
     lines = [
         f"riverboat bench — driver {report['driver']} ({report['dialect']}), "
@@ -122,36 +141,14 @@ def render_table(report: dict[str, Any]) -> str:
             )
     inserts = report.get("inserts")
     if inserts:
-        lines += [
-            "",
-            "inserts against raw psycopg (same rows, same run)",
-            f"{'insert':<18}{'jobs/s':>10}{'py ms/job':>11}  {'floor':<22}{'jobs/s':>10}"
-            f"{'py ms/job':>11}{'ratio':>7}",
-        ]
-        for row in inserts:
-            lines.append(
-                f"{row['name']:<18}{_fmt(row['jobs_per_sec']):>10}"
-                f"{_fmt(row['python_cpu_ms_per_job']):>11}  {row['floor']:<22}"
-                f"{_fmt(row['floor_jobs_per_sec']):>10}"
-                f"{_fmt(row['floor_python_cpu_ms_per_job']):>11}{_fmt(row['ratio_to_floor']):>7}"
-            )
+        title = "inserts against raw psycopg (same rows, same run)"
+        lines += _inserts_lines(title, "floor", inserts)
     vs_pgqueuer = report.get("inserts_vs_pgqueuer")
     if isinstance(vs_pgqueuer, dict):
         lines += ["", f"inserts against pgqueuer: skipped ({vs_pgqueuer.get('skipped')})"]
     elif vs_pgqueuer:
-        lines += [
-            "",
-            "inserts against pgqueuer's enqueue (same payloads, same run)",
-            f"{'insert':<18}{'jobs/s':>10}{'py ms/job':>11}  {'pgqueuer':<22}{'jobs/s':>10}"
-            f"{'py ms/job':>11}{'ratio':>7}",
-        ]
-        for row in vs_pgqueuer:
-            lines.append(
-                f"{row['name']:<18}{_fmt(row['jobs_per_sec']):>10}"
-                f"{_fmt(row['python_cpu_ms_per_job']):>11}  {row['floor']:<22}"
-                f"{_fmt(row['floor_jobs_per_sec']):>10}"
-                f"{_fmt(row['floor_python_cpu_ms_per_job']):>11}{_fmt(row['ratio_to_floor']):>7}"
-            )
+        title = "inserts against pgqueuer's enqueue (same payloads, same run)"
+        lines += _inserts_lines(title, "pgqueuer", vs_pgqueuer)
     defaults = report.get("defaults")
     if defaults:
         lines += [
