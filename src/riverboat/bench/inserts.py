@@ -144,7 +144,8 @@ async def _run_inserts(
         figures: dict[str, tuple[float, float]] = {}
 
         async def measure(name: str, count: int, body: Callable[[], Awaitable[None]]) -> None:
-            await truncate()
+            # Each run starts on an empty table: pgqueuer's own for its runs.
+            await (pgq_truncate() if name.startswith("pgqueuer") else truncate())
             rate, cpu = await _timed(count, body)
             best = figures.get(name)
             if best is None or rate > best[0]:
@@ -183,13 +184,6 @@ async def _run_inserts(
         async def pgq_truncate() -> None:
             await pgq.clear_queue()
 
-        async def measure_pgq(name: str, count: int, body: Callable[[], Awaitable[None]]) -> None:
-            await pgq_truncate()
-            rate, cpu = await _timed(count, body)
-            best = figures.get(name)
-            if best is None or rate > best[0]:
-                figures[name] = (rate, cpu)
-
         # Interleaved rounds, best of each: the floor and riverboat see the same machine
         # (a shared VM's load moves single runs by tens of percent). The order flips
         # every round, so warming up favours neither side.
@@ -204,15 +198,13 @@ async def _run_inserts(
             if pgq is not None:
                 bulk.append(("pgqueuer_enqueue_many", pgq_bulk))
             for name, body in bulk[::flip]:
-                await (measure_pgq if name.startswith("pgqueuer") else measure)(name, jobs, body)
+                await measure(name, jobs, body)
             progress(f"inserts: round {round_}/{ROUNDS}, {single_inserts} single inserts")
             singles = [("raw_insert_returning", raw_single), ("insert", single)]
             if pgq is not None:
                 singles.append(("pgqueuer_enqueue", pgq_single))
             for name, body in singles[::flip]:
-                await (measure_pgq if name.startswith("pgqueuer") else measure)(
-                    name, single_inserts, body
-                )
+                await measure(name, single_inserts, body)
         await truncate()
         if pgq is not None:
             await pgq_truncate()
