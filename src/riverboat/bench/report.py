@@ -151,20 +151,19 @@ def render_table(report: dict[str, Any]) -> str:
         lines += _inserts_lines(title, "pgqueuer", vs_pgqueuer)
     defaults = report.get("defaults")
     if defaults:
-        lines += [
-            "",
-            "at default settings (only max_workers set), backlog of no-op jobs",
-            f"{'max_workers':<12}{'jobs/s':>10}{'raw loop':>10}{'ratio':>7}"
-            f"{'stmts/job':>11}{'target':>8}{'py ms/job':>11}",
-        ]
-        for row in defaults:
-            lines.append(
-                f"{row['max_workers']:<12}{_fmt(row['jobs_per_sec']):>10}"
-                f"{_fmt(row['raw_loop_jobs_per_sec']):>10}{_fmt(row['ratio_to_raw_loop']):>7}"
-                f"{_fmt(row['statements_per_job']):>11}"
-                f"{_fmt(row['statements_per_job_target']):>8}"
-                f"{_fmt(row['python_cpu_ms_per_job']):>11}"
-            )
+        lines += ["", "at default settings (only max_workers set), backlog of no-op jobs"]
+        lines += _table(
+            [
+                ("max_workers", "max_workers", 12),
+                ("jobs/s", "jobs_per_sec", 10),
+                ("raw loop", "raw_loop_jobs_per_sec", 10),
+                ("ratio", "ratio_to_raw_loop", 7),
+                ("stmts/job", "statements_per_job", 11),
+                ("target", "statements_per_job_target", 8),
+                ("py ms/job", "python_cpu_ms_per_job", 11),
+            ],
+            defaults,
+        )
     lines += _river_section(
         report.get("compare_river"),
         "River 0.51.2 (interop/go) beside riverboat, same backlog, 20 slots",
