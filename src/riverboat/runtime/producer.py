@@ -47,12 +47,13 @@ import random
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from riverboat._clock import Clock
 from riverboat._job import JobRow
+from riverboat._sql import Statement
 from riverboat.dialect._rows import QUEUE_INDEX
 from riverboat.dialect.base import MAX_ATTEMPTED_BY, is_plain_completion
 from riverboat.drivers.base import AsyncDriver
@@ -577,15 +578,7 @@ class Producer:
                     others = True
         if others:
             await self._write_outcomes_now()
-        stmt = self._dialect.job_get_available_flow(
-            queue=self.queue,
-            max_to_lock=free,
-            client_id=self._client_id,
-            flow=flow,
-            max_attempted_by=MAX_ATTEMPTED_BY,
-            now=self.clock.now(),
-            finished=[(p.job.id, p.job.attempt) for p in finished],
-        )
+        stmt = self._flow_claim(flow, free, finished=[(p.job.id, p.job.attempt) for p in finished])
         rows = list(await self._driver.fetch(stmt))
         if self._dialect.flow_claim_excludes_finished:
             await self._prune_flow_ended()
@@ -595,6 +588,27 @@ class Producer:
             # written, not only at the next slot release or poll.
             self._wake_when_written()
         return rows
+
+    def _flow_claim(
+        self,
+        flow: FlowControl,
+        free: int,
+        *,
+        finished: Sequence[tuple[int, int]] = (),
+        in_flight: int | None = None,
+    ) -> Statement:
+        """The dialect's flow-controlled claim of up to ``free`` of this queue's jobs, at
+        the client's clock (the wall clock where ``in_flight`` is counted)."""
+        return self._dialect.job_get_available_flow(
+            queue=self.queue,
+            max_to_lock=free,
+            client_id=self._client_id,
+            flow=flow,
+            max_attempted_by=MAX_ATTEMPTED_BY,
+            now=self.clock.now(),
+            finished=finished,
+            in_flight=in_flight,
+        )
 
     @property
     def _counting_in_flight(self) -> bool:
@@ -624,13 +638,8 @@ class Producer:
             counted = self._others_unwritten
             if await self._write_outcomes_now():
                 self._others_unwritten -= counted
-        stmt = self._dialect.job_get_available_flow(
-            queue=self.queue,
-            max_to_lock=free,
-            client_id=self._client_id,
-            flow=flow,
-            max_attempted_by=MAX_ATTEMPTED_BY,
-            in_flight=self._slots_held + len(self._ahead) + self._others_unwritten,
+        stmt = self._flow_claim(
+            flow, free, in_flight=self._slots_held + len(self._ahead) + self._others_unwritten
         )
         try:
             rows = list(await self._driver.fetch(stmt))
