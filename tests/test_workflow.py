@@ -437,6 +437,60 @@ def test_bad_workflows_are_refused_before_anything_is_written(any_db: Db) -> Non
         assert client.job_list(limit=10).jobs == []
 
 
+def test_task_metadata_is_written_as_the_json_encoder_writes_it() -> None:
+    """The workflow's part of each task's metadata is put together from pieces encoded
+    once per workflow; it must be the text go_json_dumps writes for the same document
+    (after the task's own metadata), escapes and all."""
+    from riverboat._client_core import _ClientCore
+    from riverboat._json import go_json_dumps
+
+    wf = Workflow("n<&>\u00e9\u2028", on_dep_failure="run")
+    a = wf.add("a<b>", {"x": 1}, kind="k1")
+    b = wf.add("b", {}, InsertOpts(metadata={"m": [1, {"z": None}]}), kind="k2", deps=[a])
+    wf.add("c\u00e9", {}, kind="k3", deps=[a, b, a], on_dep_failure="cancel")
+    core = _ClientCore("sqlite:///:memory:", None, None, 25, None, None, None, want_async=False)
+    ids = [101, 102, 103]
+    links = wf.links(ids, {})
+    plan = core.plan_many(
+        wf.task_params(), prepare=lambda jobs: wf.add_workflow_metadata(jobs, ids, links)
+    )
+    expected = [
+        ({}, "a<b>", [], [], [102, 103], "run"),
+        ({"m": [1, {"z": None}]}, "b", ["a<b>"], [101], [103], "run"),
+        ({}, "c\u00e9", ["a<b>", "b"], [101, 102], [], "cancel"),
+    ]
+    for job, (own, task, deps, dep_ids, dependents, policy) in zip(
+        plan.jobs, expected, strict=True
+    ):
+        document = {
+            **own,
+            "riverboat_workflow": {
+                "id": wf.id,
+                "name": wf.name,
+                "task": task,
+                "deps": deps,
+                "dep_ids": dep_ids,
+                "dependent_ids": dependents,
+                "on_dep_failure": policy,
+            },
+        }
+        assert job.encoded_metadata == go_json_dumps(document)
+        assert job.state == ("pending" if deps else "available")
+    core.driver.close()
+
+
+def test_names_metadata_cannot_carry_are_refused_when_added() -> None:
+    wf = Workflow("names")
+    for bad in ("nul\x00", "lone\ud800"):
+        with pytest.raises(InvalidInputError, match="name"):
+            wf.add(bad, {}, kind="step")
+        with pytest.raises(InvalidInputError, match="name"):
+            Workflow(bad)
+    adding = Workflow(id="wf_some")
+    with pytest.raises(InvalidInputError, match="deps"):
+        adding.add("x", {}, kind="step", deps=["nul\x00"])
+
+
 def test_job_wait_from_another_process(any_db: Db) -> None:  # noqa: F811
     rec = Recorder()
     with _client(any_db, rec) as client:

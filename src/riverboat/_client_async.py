@@ -175,11 +175,14 @@ class AsyncClientBase(AsyncAdmin):
         reserve = dialect.workflow_reserve_ids(len(workflow.tasks))
         given = sorted(int(row[0]) for row in await executor.fetch(reserve)) if reserve else None
         links = workflow.links(given, existing) if given is not None else None
-        params = workflow.insert_params(given, links)
-        plan = self._core.plan_many(params)
-        if given is not None:
-            for job, job_id in zip(plan.jobs, given, strict=True):
-                job.id = job_id
+
+        def prepare(jobs: list[InsertParams]) -> None:
+            workflow.add_workflow_metadata(jobs, given, links)
+            if given is not None:
+                for job, job_id in zip(jobs, given, strict=True):
+                    job.id = job_id
+
+        plan = self._core.plan_many(workflow.task_params(), prepare=prepare)
         inserted = [r.job for r in await run_insert(plan, executor)]
         ids = [job.id for job in inserted]
         targets: list[int] = []
@@ -205,7 +208,7 @@ class AsyncClientBase(AsyncAdmin):
                 workflow.id, inserted, targets, dep_ids, dependents
             ), plan.jobs
         # A new task whose dependencies already finished has nothing left to wake it.
-        waiting = [i for i, p in zip(ids, params, strict=True) if p.opts and p.opts.pending]
+        waiting = [i for i, task in zip(ids, workflow.tasks, strict=True) if task.deps]
         if waiting:
             await executor.fetch(dialect.workflow_promote([], waiting))
         rows = await executor.fetch(dialect.workflow_get(workflow.id, WORKFLOW_TASKS_MAX))

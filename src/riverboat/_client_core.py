@@ -5,7 +5,7 @@ checks on how a client is built."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -121,11 +121,21 @@ class _ClientCore:
             check_args_keys(self.flow_args_keys, jobs, many=False)
         return InsertPlan(self.dialect, jobs, (args,), self.limiter, now, self.middleware)
 
-    def plan_many(self, params: Sequence[object], *, fast: bool = False) -> InsertPlan:
+    def plan_many(
+        self,
+        params: Sequence[object],
+        *,
+        fast: bool = False,
+        prepare: Callable[[list[InsertParams]], None] | None = None,
+    ) -> InsertPlan:
         """An ``insert_many``'s jobs, all validated and encoded before any is sent;
-        ``fast`` (``insert_many_fast``): by ``COPY`` where the driver can."""
+        ``fast`` (``insert_many_fast``): by ``COPY`` where the driver can. ``prepare``
+        completes the resolved jobs before the client's checks (a workflow adds its
+        metadata and pending states)."""
         now = self._now()
         jobs = resolve_many(params, self.defaults, now)
+        if prepare is not None:
+            prepare(jobs)
         if now is not None or not self.unique_enforcement:
             self._apply_test_config(jobs, now)
         self._check_kinds(jobs)

@@ -29,6 +29,7 @@ __all__ = [
     "go_json_canonical",
     "go_json_dumps",
     "go_json_storable",
+    "go_json_string",
     "split_object",
     "storable_json",
     "storable_text",
@@ -462,8 +463,13 @@ def go_float(value: float) -> str:
     return format(Decimal(text).normalize(), "f")
 
 
-def _go_string(text: str) -> str:
-    encoded = json.dumps(text, ensure_ascii=False)
+_encode_basestring = json.encoder.encode_basestring  # ensure_ascii=False; in C when it can
+
+
+def go_json_string(text: str) -> str:
+    """``text`` as a JSON string, as Go's encoding/json writes it (UTF-8 verbatim,
+    HTML-escaped). The caller has refused NUL characters and lone surrogates."""
+    encoded: str = _encode_basestring(text)
     if not _NEEDS_ESCAPE.isdisjoint(encoded):
         encoded = encoded.translate(_GO_ESCAPES)
     return encoded
@@ -474,7 +480,7 @@ def go_json_canonical(value: Any) -> str:
     encodes the equivalent Go value: objects keep their key order, floats as
     :func:`go_float`. This is the text River hashes into unique keys."""
     if isinstance(value, str):
-        return _go_string(value)
+        return go_json_string(value)
     if value is None or isinstance(value, bool):
         return "null" if value is None else ("true" if value else "false")
     if isinstance(value, int):
@@ -484,7 +490,7 @@ def go_json_canonical(value: Any) -> str:
     if isinstance(value, dict):
         return (
             "{"
-            + ",".join(_go_string(k) + ":" + go_json_canonical(v) for k, v in value.items())
+            + ",".join(go_json_string(k) + ":" + go_json_canonical(v) for k, v in value.items())
             + "}"
         )
     if isinstance(value, list):

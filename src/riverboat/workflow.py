@@ -26,14 +26,17 @@ River workers, and tasks added to a running workflow.
 
 from __future__ import annotations
 
-import dataclasses
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from riverboat._job import InsertManyParams, InsertOpts, JobRow, JobState
+from riverboat._json import go_json_string
 from riverboat.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from riverboat._insert import InsertParams
 
 __all__ = [
     "WORKFLOW_METADATA_KEY",
@@ -67,6 +70,26 @@ def _check_policy(value: object, field_name: str) -> OnDepFailure:
     if value not in _POLICIES:
         raise InvalidInputError(field_name, f"must be 'cancel' or 'run', not {value!r}")
     return value  # type: ignore[return-value]
+
+
+def _check_text(value: str, field_name: str) -> str:
+    """Refuse a name that JSON metadata can't carry to Postgres and back: a NUL
+    character or a lone surrogate (what :func:`riverboat._json.check_json_value` refuses
+    in metadata), here where the name is given rather than at the insert."""
+    if "\x00" in value:
+        raise InvalidInputError(field_name, f"contains a NUL character (\\u0000): {value[:40]!r}")
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise InvalidInputError(
+                field_name, "contains a lone surrogate, which is not valid Unicode"
+            ) from None
+    return value
+
+
+def _json_ints(ids: Sequence[int]) -> str:
+    return "[" + ",".join(map(str, ids)) + "]"
 
 
 @dataclass(slots=True, frozen=True)
@@ -105,8 +128,8 @@ class Workflow:
             raise InvalidInputError("name", f"must be a str of 1 to {TASK_NAME_MAX} characters")
         if id is not None and (not isinstance(id, str) or not 0 < len(id) <= 100):
             raise InvalidInputError("id", "must be a str of 1 to 100 characters")
-        self.name = name
-        self.id = id or _new_workflow_id()
+        self.name = _check_text(name, "name")
+        self.id = _check_text(id, "id") if id is not None else _new_workflow_id()
         self.adding = id is not None
         self.on_dep_failure = _check_policy(on_dep_failure, "on_dep_failure")
         self._tasks: dict[str, WorkflowTask] = {}
@@ -131,21 +154,23 @@ class Workflow:
             raise InvalidInputError("name", f"must be a str of 1 to {TASK_NAME_MAX} characters")
         if name in self._tasks:
             raise InvalidInputError("name", f"task {name!r} is already in the workflow")
+        _check_text(name, "name")
         if isinstance(deps, (str, WorkflowTask)):
             deps = [deps]
-        dep_names: list[str] = []
+        dep_names: dict[str, None] = {}  # in order, once each (a fan-in names hundreds)
         for dep in deps:
             dep_name = dep.name if isinstance(dep, WorkflowTask) else dep
             if not isinstance(dep_name, str):
                 raise InvalidInputError("deps", "must name tasks (str or WorkflowTask)")
             if dep_name == name:
                 raise InvalidInputError("deps", f"task {name!r} cannot depend on itself")
-            if not self.adding and dep_name not in self._tasks:
-                raise InvalidInputError(
-                    "deps", f"task {name!r} depends on {dep_name!r}, which is not added yet"
-                )
-            if dep_name not in dep_names:
-                dep_names.append(dep_name)
+            if dep_name not in self._tasks:
+                if not self.adding:
+                    raise InvalidInputError(
+                        "deps", f"task {name!r} depends on {dep_name!r}, which is not added yet"
+                    )
+                _check_text(dep_name, "deps")
+            dep_names[dep_name] = None
         if opts is not None and opts.unique_opts is not None and not opts.unique_opts.is_empty():
             raise InvalidInputError("opts", "workflow tasks cannot be unique jobs")
         if opts is not None and opts.pending:
@@ -157,46 +182,79 @@ class Workflow:
         self._tasks[name] = task
         return task
 
-    def insert_params(
-        self, ids: Sequence[int] | None = None, links: Links | None = None
-    ) -> list[InsertManyParams]:
-        """Each task as an insert, in the order added, with its workflow metadata. With
-        ``ids`` (the tasks' job ids, given before the insert) and their ``links``
-        (:meth:`links` of those ids) the metadata names every dependency and new
-        dependent by id already; without, the ids are written once the rows exist."""
+    def task_params(self) -> list[InsertManyParams]:
+        """Each task as an insert of its own args and options, in the order added: what
+        the client resolves and validates as ``insert_many`` does, before
+        :meth:`add_workflow_metadata` gives the resolved jobs their workflow part."""
         if not self._tasks:
             raise InvalidInputError("workflow", "has no tasks")
-        dep_ids: dict[int, list[int]] = {}
-        dependents: dict[int, list[int]] = {}
-        if ids is not None:
-            if links is None:
-                raise ValueError("insert_params: ids given without their links")
-            targets, deps, more = links
-            for target, target_deps, target_more in zip(targets, deps, more, strict=True):
-                if target_deps is not None:
-                    dep_ids[target] = list(target_deps)
-                dependents[target] = list(target_more)
         out = []
-        for position, task in enumerate(self._tasks.values()):
-            opts = task.opts or InsertOpts()
-            meta = dict(opts.metadata or {})
-            if WORKFLOW_METADATA_KEY in meta:
+        for task in self._tasks.values():
+            opts = task.opts
+            if opts is not None and opts.metadata and WORKFLOW_METADATA_KEY in opts.metadata:
                 raise InvalidInputError(
                     "opts", f"metadata key {WORKFLOW_METADATA_KEY!r} is riverboat's own"
                 )
-            job_id = ids[position] if ids is not None else None
-            meta[WORKFLOW_METADATA_KEY] = {
-                "id": self.id,
-                "name": self.name,
-                "task": task.name,
-                "deps": list(task.deps),
-                "dep_ids": dep_ids.get(job_id, []) if job_id is not None else [],
-                "dependent_ids": dependents.get(job_id, []) if job_id is not None else [],
-                "on_dep_failure": task.on_dep_failure or self.on_dep_failure,
-            }
-            task_opts = _with(opts, metadata=meta, pending=bool(task.deps))
-            out.append(InsertManyParams(task.args, task_opts, kind=task.kind))
+            out.append(InsertManyParams(task.args, opts, kind=task.kind))
         return out
+
+    def add_workflow_metadata(
+        self,
+        jobs: Sequence[InsertParams],
+        ids: Sequence[int] | None = None,
+        links: Links | None = None,
+    ) -> None:
+        """Give the resolved ``jobs`` (one per task, in order: :meth:`task_params`)
+        their workflow metadata under :data:`WORKFLOW_METADATA_KEY`, after the task's
+        own, and make a task with dependencies ``pending``. With ``ids`` (the tasks' job
+        ids, given before the insert) and their ``links`` (:meth:`links` of those ids)
+        the metadata names every dependency and new dependent by id already; without,
+        the ids are written once the rows exist.
+
+        The JSON is written here from pieces encoded once per workflow (the names were
+        checked when added, the ids are the database's), not encoded and checked as a
+        document per task: a fan-in's metadata lists hundreds of ids and names."""
+        dep_ids: dict[int, str] = {}
+        dependents: dict[int, str] = {}
+        if ids is not None:
+            if links is None:
+                raise ValueError("add_workflow_metadata: ids given without their links")
+            targets, deps, more = links
+            for target, target_deps, target_more in zip(targets, deps, more, strict=True):
+                if target_deps is not None:
+                    dep_ids[target] = _json_ints(target_deps)
+                dependents[target] = _json_ints(target_more)
+        names: dict[str, str] = {}
+
+        def name_json(name: str) -> str:
+            text = names.get(name)
+            if text is None:
+                text = names[name] = go_json_string(name)
+            return text
+
+        head = f'{{"id":{go_json_string(self.id)},"name":{go_json_string(self.name)},"task":'
+        policies = {policy: f',"on_dep_failure":"{policy}"}}' for policy in _POLICIES}
+        pending = JobState.PENDING
+        for position, (task, job) in enumerate(zip(self._tasks.values(), jobs, strict=True)):
+            job_id = ids[position] if ids is not None else None
+            part = "".join(
+                (
+                    head,
+                    name_json(task.name),
+                    ',"deps":[',
+                    ",".join([name_json(dep) for dep in task.deps]),
+                    '],"dep_ids":',
+                    dep_ids.get(job_id, "[]") if job_id is not None else "[]",
+                    ',"dependent_ids":',
+                    dependents.get(job_id, "[]") if job_id is not None else "[]",
+                    policies[task.on_dep_failure or self.on_dep_failure],
+                )
+            )
+            own = job.encoded_metadata
+            sep = "" if own == "{}" else ","
+            job.encoded_metadata = f'{own[:-1]}{sep}"{WORKFLOW_METADATA_KEY}":{part}}}'
+            if task.deps:
+                job.state = pending
 
     def links(self, new_ids: Sequence[int], existing: Mapping[str, int]) -> Links:
         """After insert: for every job to patch, ``(ids, dep_ids, dependent_ids to
@@ -241,10 +299,6 @@ class Workflow:
 
         for name in self._tasks:
             visit(name, ())
-
-
-def _with(opts: InsertOpts, **changes: Any) -> InsertOpts:
-    return dataclasses.replace(opts, **changes)
 
 
 def workflow_meta(job: JobRow) -> dict[str, Any] | None:
