@@ -285,6 +285,8 @@ class Workflow:
 
     def check_acyclic(self) -> None:
         """Refuse a cycle (only possible when adding tasks that name each other)."""
+        if not self.adding:
+            return  # each task's dependencies were added before it
         state: dict[str, int] = {}
 
         def visit(name: str, path: tuple[str, ...]) -> None:
