@@ -32,7 +32,7 @@ SET metadata = jsonb_set(
         '{{{_KEY},dependent_ids}}',
         coalesce(river_job.metadata->'{_KEY}'->'dependent_ids', '[]'::jsonb) || p.dependents)
 FROM unnest(:ids::bigint[], :dep_ids::jsonb[], :dependents::jsonb[]) AS p(id, dep_ids, dependents)
-WHERE river_job.id = p.id AND river_job.metadata ? '{_KEY}'
+WHERE river_job.id = p.id AND river_job.metadata->'{_KEY}' IS NOT NULL
 """
 
 # Ids from river_job's own sequence (the one its bigserial default draws from), so ids
@@ -42,6 +42,19 @@ SELECT nextval(s.seq)
 FROM (SELECT pg_get_serial_sequence(:table::text, 'id')::regclass AS seq) AS s
 CROSS JOIN generate_series(1, :count::integer)
 """
+
+
+def _no_unfinished_dep(ids: str) -> str:
+    """No dependency of candidate ``j`` whose id is ``ids`` is unfinished: index probes
+    by primary key in id order, stopping at the first unfinished one."""
+    return f"""NOT EXISTS (
+               SELECT 1 FROM <schema>river_job d
+               WHERE d.id = ANY(ARRAY(
+                         SELECT e.dep_id::bigint
+                         FROM jsonb_array_elements_text(j.metadata->'{_KEY}'->'dep_ids')
+                              AS e(dep_id)))
+                 AND d.id {ids}
+                 AND d.state NOT IN ('completed', 'cancelled', 'discarded'))"""
 
 
 def _promote(candidates: str, *, lazy_commit: bool = False) -> str:
@@ -82,20 +95,19 @@ candidates AS (
       -- Compared as text so that rows are found by primary key, never through the
       -- index of every pending job (which stale statistics can make look cheaper).
       AND j.state::text = 'pending'
-      AND j.metadata ? '{_KEY}'
+      AND j.metadata->'{_KEY}' IS NOT NULL
       {"AND set_config('synchronous_commit', 'off', true) = 'off'" if lazy_commit else ""}
       AND (j.id = ANY(:candidate_ids::bigint[])
-           OR NOT EXISTS (
-               SELECT 1 FROM <schema>river_job d
-               WHERE d.id = ANY(ARRAY(
-                         SELECT e.dep_id::bigint
-                         FROM jsonb_array_elements_text(j.metadata->'{_KEY}'->'dep_ids')
-                              AS e(dep_id)))
-                 AND d.state NOT IN ('completed', 'cancelled', 'discarded'))
+           -- No dependency still unfinished: those after the newest task just
+           -- finalized first, since tasks finish roughly in id order (then a fan-in's
+           -- join is passed over at the first probe, not after probing the hundreds
+           -- that finished before), then the others.
+           OR ({_no_unfinished_dep("> :pivot::bigint")}
+               AND {_no_unfinished_dep("<= :pivot::bigint")})
            OR (j.metadata->'{_KEY}'->>'on_dep_failure' <> 'run' AND EXISTS (
                SELECT 1 FROM <schema>river_job f
                WHERE f.id = ANY(:finalized_ids::bigint[])
-                 AND f.state IN ('cancelled', 'discarded')
+                 AND f.state::text IN ('cancelled', 'discarded')
                  AND j.metadata->'{_KEY}'->'dep_ids' @> to_jsonb(f.id))))
     FOR UPDATE OF j SKIP LOCKED
 ),
@@ -167,7 +179,7 @@ ORDER BY updated.id
 _DEPENDENTS_AND_CANDIDATES = f"""SELECT (jsonb_array_elements_text(
         f.metadata->'{_KEY}'->'dependent_ids'))::bigint AS id
     FROM <schema>river_job f
-    WHERE f.id = ANY(:finalized_ids::bigint[]) AND f.metadata ? '{_KEY}'
+    WHERE f.id = ANY(:finalized_ids::bigint[]) AND f.metadata->'{_KEY}' IS NOT NULL
     UNION
     SELECT unnest(:candidate_ids::bigint[])"""
 QUERIES["workflow_promote"] = _promote(_DEPENDENTS_AND_CANDIDATES)
@@ -279,6 +291,7 @@ class PostgresWorkflow(WorkflowStatements):
             "workflow_promote_lazy" if lazy_commit else "workflow_promote",
             finalized_ids=finalized_ids,
             candidate_ids=candidate_ids,
+            pivot=max(finalized_ids, default=0),
             schema=self.schema,
         )
 
