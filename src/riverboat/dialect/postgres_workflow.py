@@ -98,6 +98,9 @@ candidates AS (
       AND j.metadata->'{_KEY}' IS NOT NULL
       {"AND set_config('synchronous_commit', 'off', true) = 'off'" if lazy_commit else ""}
       AND (j.id = ANY(:candidate_ids::bigint[])
+           -- Every dependency is a task just finalized (a fan-out's tasks after their
+           -- one dependency): nothing to probe.
+           OR j.metadata->'{_KEY}'->'dep_ids' <@ :finalized_json::jsonb
            -- No dependency still unfinished: those after the newest task just
            -- finalized first, since tasks finish roughly in id order (then a fan-in's
            -- join is passed over at the first probe, not after probing the hundreds
@@ -292,6 +295,7 @@ class PostgresWorkflow(WorkflowStatements):
             finalized_ids=finalized_ids,
             candidate_ids=candidate_ids,
             pivot=max(finalized_ids, default=0),
+            finalized_json=json.dumps(finalized_ids),
             schema=self.schema,
         )
 
