@@ -6,12 +6,16 @@ cost (docs/workflows.md).
   that inserts them to the last one finished, its completion written (counted from the
   client's completion events, the same way for both); the ratio is the price of the
   graph. Also to the last one started (the figure earlier releases reported). Five
-  rounds, alternating; the medians.
+  rounds, alternating; the medians. Each timed insert starts from an idle producer
+  (``IDLE_GAP`` after the previous round): otherwise the fan-out's root waited out the
+  fetch cooldown left by the plain round's last full claim (30 to 50 ms) while the plain
+  round, after the join's one-job claim, did not.
 - ``chain``: 100 tasks each waiting for the one before, beside 100 times the median
   pick-up latency of one job inserted into the idle queue (what a chain cannot beat).
 - promotion statements per task, counted by the runtime's promoter.
 - where a fan-out/fan-in's extra time goes (medians, ms): the insert call beside the plain
-  ``insert_many``; the root's start to the first leaf's start (the root's run, its
+  ``insert_many``; the insert's return to the root's start beside the plain insert's
+  return to the first job's start; the root's start to the first leaf's start (the root's run, its
   completion written, the promotion of its 998 dependents, their claim); the first
   leaf's start to the last leaf's completion beside the plain jobs' first start to their
   last completion; the last leaf's completion to the join's start.
@@ -25,9 +29,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from riverboat.runtime.producer import DEFAULT_FETCH_COOLDOWN
+
 __all__ = ["run_workflow_bench"]
 
 FAN_TASKS = 1000
+# Idle time before each timed insert: longer than the producer's fetch cooldown, so a
+# round does not wait out the pacing of the previous round's claims.
+IDLE_GAP = DEFAULT_FETCH_COOLDOWN + 0.05
 FAN_ROUNDS = 5
 CHAIN_TASKS = 100
 LATENCY_SAMPLES = 21
@@ -94,6 +103,8 @@ async def run_workflow_bench(
             for name in (
                 "plain_insert",
                 "fan_insert",
+                "plain_insert_to_first",
+                "fan_insert_to_root",
                 "fan_root_to_leaves",
                 "plain_run",
                 "fan_leaves",
@@ -105,6 +116,7 @@ async def run_workflow_bench(
             return seconds * 1000
 
         async def run_plain() -> tuple[float, float]:
+            await asyncio.sleep(IDLE_GAP)
             expect(FAN_TASKS)
             t0 = time.perf_counter()
             inserted = await client.insert_many(
@@ -118,6 +130,7 @@ async def run_workflow_bench(
             ids = [r.job.id for r in inserted]
             started, completed = state["started"], state["completed"]
             phases["plain_insert"].append(ms(inserted_at - t0))
+            phases["plain_insert_to_first"].append(ms(min(started[i] for i in ids) - inserted_at))
             phases["plain_run"].append(
                 ms(max(completed[i] for i in ids) - min(started[i] for i in ids))
             )
@@ -131,6 +144,7 @@ async def run_workflow_bench(
                 for i in range(FAN_TASKS - 2)
             ]
             wf.add("join", {}, kind="bench_wf_step", deps=leaves)
+            await asyncio.sleep(IDLE_GAP)
             expect(FAN_TASKS)
             t0 = time.perf_counter()
             info = await client.workflow_insert(wf)
@@ -142,6 +156,7 @@ async def run_workflow_bench(
             first_leaf = min(started[i] for i in leaf_ids)
             last_leaf_done = max(completed[i] for i in leaf_ids)
             phases["fan_insert"].append(ms(inserted_at - t0))
+            phases["fan_insert_to_root"].append(ms(started[root_id] - inserted_at))
             phases["fan_root_to_leaves"].append(ms(first_leaf - started[root_id]))
             phases["fan_leaves"].append(ms(last_leaf_done - first_leaf))
             phases["fan_last_leaf_to_join"].append(ms(started[join_id] - last_leaf_done))
@@ -182,6 +197,7 @@ async def run_workflow_bench(
             previous = wf.add(
                 f"step{i}", {}, kind="bench_wf_step", deps=[previous] if previous else []
             )
+        await asyncio.sleep(IDLE_GAP)
         expect(CHAIN_TASKS)
         before = promoter.statements
         t0 = time.perf_counter()
