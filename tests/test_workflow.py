@@ -448,6 +448,7 @@ def test_task_metadata_is_written_as_the_json_encoder_writes_it() -> None:
     (after the task's own metadata), escapes and all."""
     from riverboat._client_core import _ClientCore
     from riverboat._json import go_json_dumps
+    from riverboat.workflow import add_workflow_metadata
 
     wf = Workflow("n<&>\u00e9\u2028", on_dep_failure="run")
     a = wf.add("a<b>", {"x": 1}, kind="k1")
@@ -457,7 +458,7 @@ def test_task_metadata_is_written_as_the_json_encoder_writes_it() -> None:
     ids = [101, 102, 103]
     links = wf.links(ids, {})
     plan = core.plan_many(
-        wf.task_params(), prepare=lambda jobs: wf.add_workflow_metadata(jobs, ids, links)
+        wf.task_params(), prepare=lambda jobs: add_workflow_metadata(wf, jobs, ids, links)
     )
     expected = [
         ({}, "a<b>", [], [], [102, 103], "run"),

@@ -32,6 +32,7 @@ from riverboat.workflow import (
     WORKFLOW_TASKS_MAX,
     Workflow,
     WorkflowInfo,
+    add_workflow_metadata,
     check_workflow_id,
     is_finalized,
 )
@@ -177,7 +178,7 @@ class AsyncClientBase(AsyncAdmin):
         links = workflow.links(given, existing) if given is not None else None
 
         def prepare(jobs: list[InsertParams]) -> None:
-            workflow.add_workflow_metadata(jobs, given, links)
+            add_workflow_metadata(workflow, jobs, given, links)
             if given is not None:
                 for job, job_id in zip(jobs, given, strict=True):
                     job.id = job_id

@@ -185,7 +185,7 @@ class Workflow:
     def task_params(self) -> list[InsertManyParams]:
         """Each task as an insert of its own args and options, in the order added: what
         the client resolves and validates as ``insert_many`` does, before
-        :meth:`add_workflow_metadata` gives the resolved jobs their workflow part."""
+        :func:`add_workflow_metadata` gives the resolved jobs their workflow part."""
         if not self._tasks:
             raise InvalidInputError("workflow", "has no tasks")
         out = []
@@ -197,64 +197,6 @@ class Workflow:
                 )
             out.append(InsertManyParams(task.args, opts, kind=task.kind))
         return out
-
-    def add_workflow_metadata(
-        self,
-        jobs: Sequence[InsertParams],
-        ids: Sequence[int] | None = None,
-        links: Links | None = None,
-    ) -> None:
-        """Give the resolved ``jobs`` (one per task, in order: :meth:`task_params`)
-        their workflow metadata under :data:`WORKFLOW_METADATA_KEY`, after the task's
-        own, and make a task with dependencies ``pending``. With ``ids`` (the tasks' job
-        ids, given before the insert) and their ``links`` (:meth:`links` of those ids)
-        the metadata names every dependency and new dependent by id already; without,
-        the ids are written once the rows exist.
-
-        The JSON is written here from pieces encoded once per workflow (the names were
-        checked when added, the ids are the database's), not encoded and checked as a
-        document per task: a fan-in's metadata lists hundreds of ids and names."""
-        dep_ids: dict[int, str] = {}
-        dependents: dict[int, str] = {}
-        if ids is not None:
-            if links is None:
-                raise ValueError("add_workflow_metadata: ids given without their links")
-            targets, deps, more = links
-            for target, target_deps, target_more in zip(targets, deps, more, strict=True):
-                if target_deps is not None:
-                    dep_ids[target] = _json_ints(target_deps)
-                dependents[target] = _json_ints(target_more)
-        names: dict[str, str] = {}
-
-        def name_json(name: str) -> str:
-            text = names.get(name)
-            if text is None:
-                text = names[name] = go_json_string(name)
-            return text
-
-        head = f'{{"id":{go_json_string(self.id)},"name":{go_json_string(self.name)},"task":'
-        policies = {policy: f',"on_dep_failure":"{policy}"}}' for policy in _POLICIES}
-        pending = JobState.PENDING
-        for position, (task, job) in enumerate(zip(self._tasks.values(), jobs, strict=True)):
-            job_id = ids[position] if ids is not None else None
-            part = "".join(
-                (
-                    head,
-                    name_json(task.name),
-                    ',"deps":[',
-                    ",".join([name_json(dep) for dep in task.deps]),
-                    '],"dep_ids":',
-                    dep_ids.get(job_id, "[]") if job_id is not None else "[]",
-                    ',"dependent_ids":',
-                    dependents.get(job_id, "[]") if job_id is not None else "[]",
-                    policies[task.on_dep_failure or self.on_dep_failure],
-                )
-            )
-            own = job.encoded_metadata
-            sep = "" if own == "{}" else ","
-            job.encoded_metadata = f'{own[:-1]}{sep}"{WORKFLOW_METADATA_KEY}":{part}}}'
-            if task.deps:
-                job.state = pending
 
     def links(self, new_ids: Sequence[int], existing: Mapping[str, int]) -> Links:
         """After insert: for every job to patch, ``(ids, dep_ids, dependent_ids to
@@ -301,6 +243,66 @@ class Workflow:
 
         for name in self._tasks:
             visit(name, ())
+
+
+def add_workflow_metadata(
+    workflow: Workflow,
+    jobs: Sequence[InsertParams],
+    ids: Sequence[int] | None = None,
+    links: Links | None = None,
+) -> None:
+    """Give the resolved ``jobs`` of ``workflow`` (one per task, in order:
+    :meth:`Workflow.task_params`) their workflow metadata under
+    :data:`WORKFLOW_METADATA_KEY`, after the task's own, and make a task with
+    dependencies ``pending``. With ``ids`` (the tasks' job ids, given before the insert)
+    and their ``links`` (:meth:`Workflow.links` of those ids) the metadata names every
+    dependency and new dependent by id already; without, the ids are written once the
+    rows exist.
+
+    The JSON is written here from pieces encoded once per workflow (the names were
+    checked when added, the ids are the database's), not encoded and checked as a
+    document per task: a fan-in's metadata lists hundreds of ids and names."""
+    dep_ids: dict[int, str] = {}
+    dependents: dict[int, str] = {}
+    if ids is not None:
+        if links is None:
+            raise ValueError("add_workflow_metadata: ids given without their links")
+        targets, deps, more = links
+        for target, target_deps, target_more in zip(targets, deps, more, strict=True):
+            if target_deps is not None:
+                dep_ids[target] = _json_ints(target_deps)
+            dependents[target] = _json_ints(target_more)
+    names: dict[str, str] = {}
+
+    def name_json(name: str) -> str:
+        text = names.get(name)
+        if text is None:
+            text = names[name] = go_json_string(name)
+        return text
+
+    head = f'{{"id":{go_json_string(workflow.id)},"name":{go_json_string(workflow.name)},"task":'
+    policies = {policy: f',"on_dep_failure":"{policy}"}}' for policy in _POLICIES}
+    pending = JobState.PENDING
+    for position, (task, job) in enumerate(zip(workflow.tasks, jobs, strict=True)):
+        job_id = ids[position] if ids is not None else None
+        part = "".join(
+            (
+                head,
+                name_json(task.name),
+                ',"deps":[',
+                ",".join([name_json(dep) for dep in task.deps]),
+                '],"dep_ids":',
+                dep_ids.get(job_id, "[]") if job_id is not None else "[]",
+                ',"dependent_ids":',
+                dependents.get(job_id, "[]") if job_id is not None else "[]",
+                policies[task.on_dep_failure or workflow.on_dep_failure],
+            )
+        )
+        own = job.encoded_metadata
+        sep = "" if own == "{}" else ","
+        job.encoded_metadata = f'{own[:-1]}{sep}"{WORKFLOW_METADATA_KEY}":{part}}}'
+        if task.deps:
+            job.state = pending
 
 
 def workflow_meta(job: JobRow) -> dict[str, Any] | None:
