@@ -65,11 +65,14 @@ def _promote(candidates: str, *, lazy_commit: bool = False) -> str:
     once all are finalized when it says ``run``. A dependency row that no longer exists
     was finalized and then removed by the cleaner: it counts as completed.
 
-    A dependent of a just-finalized task is only decided when it can be: no dependency
-    still unfinished, or, under the ``cancel`` policy, one of the tasks just finalized
-    failed; so a fan-in's join costs an index probe per dependency (stopping at the
-    first unfinished one), not its whole decision, after every batch. Candidates named
-    directly (the sweep, a retry) are always looked at in full.
+    A dependent of a just-finalized task is only decided when it can be: every
+    dependency among the tasks just finalized (a fan-out's tasks: no probe), no
+    dependency still unfinished, or, under the ``cancel`` policy, one of the tasks just
+    finalized failed. The unfinished dependency is looked for by index probes, those
+    after ``pivot`` (the newest task just finalized) first, stopping at the first
+    unfinished one: tasks finish roughly in id order, so a fan-in's join costs about
+    one probe, not its whole decision, after every batch. Candidates named directly
+    (the sweep, a retry) are always looked at in full.
 
     Every row is found by primary key through ``id = ANY(ARRAY(...))``, which the planner
     serves from the index whatever the table's statistics say; joins on ``river_job``
