@@ -8,9 +8,9 @@ Eight rounds, each in the opposite order of the one before; the ratio of each ro
 pair, and their median (one build's single-round ratios spread from 0.66x to 0.98x on a
 shared 2-core machine, and medians of four rounds from 0.79x to 1.05x). River Pro users
 reported this exact setup halving their throughput (river#1145); the target is at least
-0.9x. Beside jobs/s, the worker
-processes' CPU per job (their CPU over the run less that of the same workers starting
-and stopping on an empty queue), which another load on the machine moves much less.
+0.9x. Beside jobs/s, the worker processes' CPU per job (their CPU over the run less that
+of the same workers starting and stopping on an empty queue), which another load on the
+machine moves much less.
 """
 
 from __future__ import annotations

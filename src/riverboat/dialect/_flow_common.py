@@ -73,8 +73,7 @@ class FlowStatements(DialectPart, ABC):
     ) -> Statement:
         """:meth:`~riverboat.dialect.base.Dialect.job_complete_many`, with each job's
         finalized_at no later than its ``ended`` (seconds since the epoch; None: now),
-        for jobs a claim left out
-        of its count (``flow_claim_excludes_finished``)."""
+        for jobs a claim left out of its count (``flow_claim_excludes_finished``)."""
         raise NotImplementedError(f"{type(self).__name__} does not exclude finished jobs")
 
     def flow_ended_prune(self) -> Statement:

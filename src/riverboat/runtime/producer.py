@@ -163,6 +163,22 @@ def fetch_delay(
     return cooldown - since_last_fetch
 
 
+def _end_plain_completion(pending: PendingCompletion) -> bool:
+    """Whether ``pending`` is a plain completion of a job that ran (outside a workflow,
+    whose completions promote its dependents): then its ``ended`` is set, the job's end on
+    the wall clock, which it is written with (finalized_at no later than it), and a
+    flow-controlled claim may stop counting it before it is written."""
+    if (
+        not pending.started_at
+        or not is_plain_completion(pending.update)
+        or WORKFLOW_METADATA_KEY in pending.job.metadata
+    ):
+        return False
+    if pending.ended is None:
+        pending.ended = pending.started_at + pending.run_duration
+    return True
+
+
 class Producer:
     def __init__(
         self,
@@ -562,17 +578,10 @@ class Producer:
                 job = pending.job
                 if job.queue != self.queue:
                     continue
-                if (
-                    exclude
-                    and pending.started_at
-                    and is_plain_completion(pending.update)
-                    and WORKFLOW_METADATA_KEY not in job.metadata
-                ):
-                    # Set now, while it is still buffered: whenever the completer
-                    # takes it, it is written ending no later than the job did, which
-                    # is before the claim's start.
-                    if pending.ended is None:
-                        pending.ended = pending.started_at + pending.run_duration
+                # Its end set now, while it is still buffered: whenever the completer
+                # takes it, it is written ending no later than the job did, which is
+                # before the claim's start.
+                if exclude and _end_plain_completion(pending):
                     finished.append(pending)
                 else:
                     others = True
@@ -927,14 +936,7 @@ class Producer:
         plain completion is written ending no later than the job did (before any claim
         that no longer counts it); any other outcome counts as in flight until written
         (the table shows it running until then)."""
-        if (
-            pending.started_at
-            and is_plain_completion(pending.update)
-            and WORKFLOW_METADATA_KEY not in pending.job.metadata
-        ):
-            if pending.ended is None:
-                pending.ended = pending.started_at + pending.run_duration
-        else:
+        if not _end_plain_completion(pending):
             self._others_unwritten += 1
 
     def interrupt_running(self) -> int:
