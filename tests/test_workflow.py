@@ -127,6 +127,36 @@ def test_fan_out_fan_in_and_chain(any_db: Db) -> None:  # noqa: F811
     assert 0 < statements <= len(done.tasks) + 2 * 30
 
 
+def test_promotion_keeps_metadata_when_no_dependency_recorded_output(any_db: Db) -> None:  # noqa: F811
+    # A promotion with nothing to hand on leaves the row's metadata as inserted: no
+    # rewrite, and no empty ``dep_outputs`` key for River's metadata GIN index to carry
+    # through the task's later writes.
+    workers = Workers()
+
+    @workers.register("quiet")
+    def quiet(job: Job[Any]) -> None:
+        pass
+
+    wf = Workflow("quiet")
+    wf.add("a", {}, kind="quiet")
+    wf.add("b", {}, kind="quiet", deps=["a"])
+    with riverboat.Client(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": QueueConfig(max_workers=2)},
+        workers=workers,
+        fetch_poll_interval=0.1,
+    ) as client:
+        inserted = client.workflow_insert(wf).task("b").job.metadata
+        client.start()
+        done = client.workflow_wait(wf.id, timeout=30)
+        client.stop()
+    assert done.state == "completed"
+    assert done.task("b").job.metadata == inserted
+    assert "dep_outputs" not in inserted["riverboat_workflow"]
+    assert dep_outputs(done.task("b").job) == {}
+
+
 def test_the_insert_links_tasks_by_id_as_it_writes_them(any_db: Db) -> None:  # noqa: F811
     """On Postgres the tasks get their ids from River's sequence before the insert, so
     every row is written once, already naming its dependencies and dependents (no link

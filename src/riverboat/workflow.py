@@ -13,7 +13,7 @@ know about the graph lives in the job's metadata under one key,
         "dep_ids": [101, 102],                 # their job ids, written at insert
         "dependent_ids": [104],                # the tasks that wait on this one
         "on_dep_failure": "cancel",            # or "run"
-        "dep_outputs": {"extract": {...}},     # copied in when the task is promoted
+        "dep_outputs": {"extract": {...}},     # at promotion, when any were recorded
         "cancelled_by": "extract"              # set when a failed dependency cancelled it
     }}
 

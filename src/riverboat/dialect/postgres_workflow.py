@@ -165,6 +165,9 @@ updated AS (
         finalized_at = CASE WHEN v.cancel THEN now() ELSE NULL END,
         metadata = CASE WHEN v.cancel
             THEN jsonb_set(river_job.metadata, '{{{_KEY},cancelled_by}}', to_jsonb(v.failed_task))
+            -- Nothing to copy in: the row keeps its metadata (no rewrite, and one key
+            -- fewer in the GIN index for this and every later write of the row).
+            WHEN v.outputs = '{{}}'::jsonb THEN river_job.metadata
             ELSE jsonb_set(river_job.metadata, '{{{_KEY},dep_outputs}}', v.outputs) END
     FROM verdict v
     -- Still pending: its row is locked since the candidates were chosen. (No state

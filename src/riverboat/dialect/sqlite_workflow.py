@@ -52,6 +52,7 @@ SET state = CASE WHEN v.cancel THEN 'cancelled'
     finalized_at = CASE WHEN v.cancel THEN {NOW} ELSE NULL END,
     metadata = CASE WHEN v.cancel
         THEN jsonb_set(river_job.metadata, {_WF}.cancelled_by', v.failed_task)
+        WHEN v.outputs = '{{}}' THEN river_job.metadata
         ELSE jsonb_set(river_job.metadata, {_WF}.dep_outputs', json(v.outputs)) END
 FROM (
     SELECT cid, outputs, failed_task,
