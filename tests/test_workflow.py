@@ -6,6 +6,7 @@ added to a running workflow, promotion by the sweep when no completer did it, an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import subprocess
@@ -423,6 +424,90 @@ def test_promotion_reads_rows_by_primary_key_on_a_table_without_statistics(
                 # (the metadata GIN index, River's fetching index): by primary key only.
                 indexes = {node["Index Name"] for node in nodes if "Index Name" in node}
                 assert indexes <= {"river_job_pkey"}, (indexes, finalized, candidates, lazy)
+
+
+def test_a_sweep_locks_only_the_tasks_it_decides(pg_url: str, pg_schema: str) -> None:
+    """A sweep looking at a task whose dependency is still running leaves the row
+    unlocked, so the completer that then finishes the dependency promotes the task at
+    once. (A sweep used to lock every task named to it: the completer's promotion
+    skipped the locked task, and it waited for the next sweep, 2 s later.)"""
+    from riverboat._sql import bind
+    from riverboat.runtime.workflow_promoter import WorkflowPromoter
+
+    wf = Workflow("locks")
+    _step(wf, "a")
+    _step(wf, "b", ["a"])
+
+    async def scenario() -> None:
+        client = riverboat.AsyncClient(pg_url, schema=pg_schema)
+        try:
+            info = await client.workflow_insert(wf)
+            a, b = info.task("a").job.id, info.task("b").job.id
+            sweep = client.driver.dialect.workflow_promote((), [b], lazy_commit=True)
+            sql, names = sweep.query.compile("format")
+            with psycopg.connect(pg_url) as sweeping:  # its transaction stays open
+                assert sweeping.execute(sql, bind(names, sweep.params)).fetchall() == []
+                _finish(Db("postgres", pg_url, pg_schema), [a])
+                promoter = WorkflowPromoter(client.driver, lambda queues: None)
+                await promoter.after_finalized([a])
+                assert (await client.job_get(b)).state is JobState.AVAILABLE
+                sweeping.rollback()
+        finally:
+            await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_runtimes_promotion_statements_never_overlap(any_db: Db) -> None:  # noqa: F811
+    """The sweep and a completer's promotion in one runtime take turns. Beside each
+    other, the sweep could keep a lock on a task the other had just made available (a
+    row updated under a statement stays locked by it, even when it then passes the row
+    over), and the producer woken for that task skipped it until its next poll (1 s)."""
+    from riverboat.runtime.workflow_promoter import WorkflowPromoter
+
+    wf = Workflow("turns")
+    _step(wf, "a")
+    _step(wf, "b", ["a"])
+
+    async def scenario() -> None:
+        client = riverboat.AsyncClient(any_db.url, schema=any_db.schema)
+        try:
+            info = await client.workflow_insert(wf)
+            a = info.task("a").job.id
+            _finish(any_db, [a])
+            driver = client.driver
+            fetch = driver.fetch
+            running: list[str] = []
+            overlapped: list[list[str]] = []
+            second = asyncio.Event()
+
+            async def watched(stmt: Any) -> Any:
+                if not stmt.query.name.startswith("workflow_promote"):
+                    return await fetch(stmt)
+                running.append(stmt.query.name)
+                if len(running) > 1:
+                    overlapped.append(list(running))
+                    second.set()
+                else:
+                    # Hold the first statement until the other one starts, or long
+                    # enough that it would have: it is what the runtime must prevent.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(second.wait(), 0.3)
+                try:
+                    return await fetch(stmt)
+                finally:
+                    running.remove(stmt.query.name)
+
+            driver.fetch = watched  # type: ignore[method-assign]
+            promoter = WorkflowPromoter(driver, lambda queues: None)
+            await asyncio.gather(promoter.after_finalized([a]), promoter.sweep())
+            assert overlapped == []
+            assert promoter.statements >= 2  # both ran: the sweep lists, then promotes
+            assert (await client.job_get(info.task("b").job.id)).state is JobState.AVAILABLE
+        finally:
+            await client.close()
+
+    asyncio.run(scenario())
 
 
 def _plan_nodes(node: dict[str, Any]) -> Any:

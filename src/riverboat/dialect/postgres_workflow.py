@@ -65,14 +65,16 @@ def _promote(candidates: str, *, lazy_commit: bool = False) -> str:
     once all are finalized when it says ``run``. A dependency row that no longer exists
     was finalized and then removed by the cleaner: it counts as completed.
 
-    A dependent of a just-finalized task is only decided when it can be: every
-    dependency among the tasks just finalized (a fan-out's tasks: no probe), no
-    dependency still unfinished, or, under the ``cancel`` policy, one of the tasks just
-    finalized failed. The unfinished dependency is looked for by index probes, those
-    after ``pivot`` (the newest task just finalized) first, stopping at the first
-    unfinished one: tasks finish roughly in id order, so a fan-in's join costs about
-    one probe, not its whole decision, after every batch. Candidates named directly
-    (the sweep, a retry) are always looked at in full.
+    A candidate is only locked and decided when it can be: every dependency among the
+    tasks just finalized (a fan-out's tasks: no probe), no dependency still unfinished,
+    or, under the ``cancel`` policy, one of the tasks just finalized failed (for a
+    candidate named directly, the sweep's or a retry's: any dependency failed). Two
+    promoters looking at one task then never leave it to the next sweep: rows are
+    locked with ``SKIP LOCKED``, and the one that locked it decides it. The unfinished
+    dependency is looked for by index probes, those after ``pivot`` (the newest task
+    just finalized) first, stopping at the first unfinished one: tasks finish roughly
+    in id order, so a fan-in's join costs about one probe, not its whole decision,
+    after every batch.
 
     Every row is found by primary key through ``id = ANY(ARRAY(...))``, which the planner
     serves from the index whatever the table's statistics say; joins on ``river_job``
@@ -100,7 +102,20 @@ candidates AS (
       AND j.state::text = 'pending'
       AND j.metadata->'{_KEY}' IS NOT NULL
       {"AND set_config('synchronous_commit', 'off', true) = 'off'" if lazy_commit else ""}
-      AND (j.id = ANY(:candidate_ids::bigint[])
+      -- A row is locked only when it will be decided: a promoter that locked every
+      -- candidate named to it (the sweep) made a completer's promotion of the same
+      -- task skip it, and the task waited for the next sweep (2 s).
+      AND ((j.id = ANY(:candidate_ids::bigint[])
+            -- Named directly (the sweep, a retry, tasks just added): decided by the
+            -- probes below, or cancelled for any failed dependency.
+            AND j.metadata->'{_KEY}'->>'on_dep_failure' <> 'run'
+            AND EXISTS (
+                SELECT 1 FROM <schema>river_job d
+                WHERE d.id = ANY(ARRAY(
+                          SELECT e.dep_id::bigint
+                          FROM jsonb_array_elements_text(j.metadata->'{_KEY}'->'dep_ids')
+                               AS e(dep_id)))
+                  AND d.state::text IN ('cancelled', 'discarded')))
            -- Every dependency is a task just finalized (a fan-out's tasks after their
            -- one dependency): nothing to probe.
            OR j.metadata->'{_KEY}'->'dep_ids' <@ :finalized_json::jsonb

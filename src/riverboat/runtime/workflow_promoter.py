@@ -47,6 +47,12 @@ class WorkflowPromoter:
         self._stop = asyncio.Event()
         self.statements = 0  # promotion statements run (tests count them)
         self.promoted = 0
+        # One promotion statement at a time in this runtime. A sweep that ran beside a
+        # completer's promotion could lock a task the other had just made available (a
+        # row lock kept from rechecking a row updated under it, though the sweep then
+        # leaves the row alone): the producer woken for that task found it locked, skipped
+        # it, and the task waited for the next poll (1 s).
+        self._one_statement = asyncio.Lock()
 
     async def after_finalized(self, job_ids: Sequence[int]) -> None:
         """Decide the dependents of the workflow tasks ``job_ids`` just finalized."""
@@ -78,7 +84,8 @@ class WorkflowPromoter:
 
     async def _run(self, stmt: Any) -> tuple[list[int], list[tuple[int, str, str]]]:
         """Run one promotion statement; returns (the tasks it cancelled, all it changed)."""
-        rows = await self._driver.fetch(stmt)
+        async with self._one_statement:
+            rows = await self._driver.fetch(stmt)
         self.statements += 1
         promoted: list[tuple[int, str, str]] = self._dialect.decode_promoted(rows)
         await self._handle(promoted)
