@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -11,7 +12,19 @@ from riverboat._sql import Statement
 from riverboat.dialect._part import DialectPart
 from riverboat.flow import FlowControl
 
-__all__ = ["FlowStatements"]
+__all__ = ["FlowClaim", "FlowStatements"]
+
+
+@dataclass(slots=True, frozen=True)
+class FlowClaim:
+    """What a dialect's flow-controlled claim is built from: the limits, the parameters
+    every dialect's claim takes (``flow.params()`` among them), and the client's
+    finished and in-flight jobs (see :meth:`FlowStatements.job_get_available_flow`)."""
+
+    flow: FlowControl
+    params: dict[str, Any]
+    finished: Sequence[tuple[int, int]]
+    in_flight: int | None
 
 
 class FlowStatements(DialectPart, ABC):
@@ -55,18 +68,11 @@ class FlowStatements(DialectPart, ABC):
             "now": self.time_param(now),
             **flow.params(),
         }
-        return self._flow_claim(flow, params, finished, in_flight)
+        return self._flow_claim(FlowClaim(flow, params, finished, in_flight))
 
     @abstractmethod
-    def _flow_claim(
-        self,
-        flow: FlowControl,
-        params: dict[str, Any],
-        finished: Sequence[tuple[int, int]],
-        in_flight: int | None,
-    ) -> Statement:
-        """The dialect's claim statement for :meth:`job_get_available_flow`, given the
-        parameters every dialect's claim takes (``flow.params()`` among them)."""
+    def _flow_claim(self, claim: FlowClaim) -> Statement:
+        """The dialect's claim statement for :meth:`job_get_available_flow`."""
 
     def flow_complete_many(
         self, ids: Sequence[int], ended: Sequence[float | None], *, returning: bool

@@ -37,10 +37,11 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from riverboat._sql import Statement
+from riverboat.dialect._flow_common import FlowClaim
 from riverboat.dialect._part import DialectPart
 from riverboat.dialect._pg_common import job_columns
 from riverboat.dialect._rows import COMPLETION_COLUMNS
-from riverboat.flow import SEQUENCE_METADATA_KEY, SEQUENCE_USE_ROWS, FlowControl
+from riverboat.flow import SEQUENCE_METADATA_KEY, SEQUENCE_USE_ROWS
 
 __all__ = ["SCAN_MAX", "PostgresFlow"]
 
@@ -223,14 +224,9 @@ class PostgresFlow(DialectPart):
     flow_claim_excludes_finished: ClassVar[bool] = True
     flow_claim_counts_in_flight: ClassVar[bool] = True
 
-    def _flow_claim(
-        self,
-        flow: FlowControl,
-        params: dict[str, Any],
-        finished: Sequence[tuple[int, int]],
-        in_flight: int | None,
-    ) -> Statement:
-        if in_flight is not None and flow.whole_queue_concurrency and not finished:
+    def _flow_claim(self, claim: FlowClaim) -> Statement:
+        flow, params, finished = claim.flow, claim.params, claim.finished
+        if claim.in_flight is not None and flow.whole_queue_concurrency and not finished:
             return self.stmt(
                 "job_get_available_flow_whole_queue",
                 schema=self.schema,
@@ -241,7 +237,7 @@ class PostgresFlow(DialectPart):
                 now=params["now"],
                 global_limit=params.get("global_limit"),
                 local_limit=params.get("local_limit"),
-                in_flight=in_flight,
+                in_flight=claim.in_flight,
             )
         con, rate = flow.concurrency, flow.rate
         return self.stmt(
@@ -257,7 +253,7 @@ class PostgresFlow(DialectPart):
             sequences=flow.sequences,
             finished_ids=[job_id for job_id, _ in finished],
             finished_attempts=[attempt for _, attempt in finished],
-            in_flight=in_flight,
+            in_flight=claim.in_flight,
             **{**_UNSET_LIMITS, **params},
         )
 

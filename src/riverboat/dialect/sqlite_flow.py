@@ -9,10 +9,10 @@ backlog on every claim.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from riverboat._sql import Query, Statement, render_schema
+from riverboat.dialect._flow_common import FlowClaim
 from riverboat.dialect._part import DialectPart, raw_query
 from riverboat.dialect._sqlite_common import NOW, ts_key
 from riverboat.flow import SEQUENCE_METADATA_KEY, SEQUENCE_USE_ROWS, FlowControl
@@ -183,19 +183,14 @@ class SqliteFlow(DialectPart):
 
     _queries: ClassVar[dict[str, str]] = QUERIES
 
-    def _flow_claim(
-        self,
-        flow: FlowControl,
-        params: dict[str, Any],
-        finished: Sequence[tuple[int, int]],
-        in_flight: int | None,
-    ) -> Statement:
+    def _flow_claim(self, claim: FlowClaim) -> Statement:
         # Each outcome of the queue is written before the claim (runtime/producer.py):
         # SQLite has no finished jobs to leave out, and its claims are serialized by its
         # write lock, so counting rows costs no lock of riverboat's own.
         cache: dict[FlowControl, Query] = self.__dict__.setdefault("_flow_queries", {})
-        query = cache.get(flow)
+        query = cache.get(claim.flow)
         if query is None:
-            text = flow_claim_text(flow, raw_query(self, "job_get_available"))
-            query = cache[flow] = Query("job_get_available_flow", render_schema(text, self.schema))
-        return Statement(query, params)
+            text = flow_claim_text(claim.flow, raw_query(self, "job_get_available"))
+            query = Query("job_get_available_flow", render_schema(text, self.schema))
+            cache[claim.flow] = query
+        return Statement(query, claim.params)
