@@ -79,8 +79,11 @@ async def test_list_scale_stop_and_start_across_the_fleet(any_db: Db) -> None:  
         await admin.workers_stop("default", worker_id="fleet_b")
         await admin.workers_start("default", worker_id="fleet_a")
         await wait_until_async(lambda: _true(not stopped.operator_stopped), timeout=10)
+        # Stopped, and no claim of fleet_b's still under way: one that began before the
+        # stop arrived (on SQLite, waiting for the write lock) would take the next job.
+        b_default = b.runtime.producers["default"]
         await wait_until_async(
-            lambda: _true(b.runtime.producers["default"].operator_stopped), timeout=10
+            lambda: _true(b_default.operator_stopped and not b_default._fetching), timeout=10
         )
         more = (await admin.insert({}, kind="fleet_noop")).job.id
         await wait_until_async(lambda: _all_completed(admin, [more]), timeout=20, what="done")
