@@ -58,12 +58,12 @@ class Recorder:
             record_output({"name": name, "saw": sorted(handed)})
 
 
-def _client(db: Db, rec: Recorder, **kw: Any) -> riverboat.Client:
+def _client(db: Db, rec: Recorder | Workers, **kw: Any) -> riverboat.Client:
     return riverboat.Client(
         db.url,
         schema=db.schema,
         queues={"default": QueueConfig(max_workers=4)},
-        workers=rec.workers,
+        workers=rec.workers if isinstance(rec, Recorder) else rec,
         fetch_poll_interval=0.1,
         **kw,
     )
@@ -141,13 +141,7 @@ def test_promotion_keeps_metadata_when_no_dependency_recorded_output(any_db: Db)
     wf = Workflow("quiet")
     wf.add("a", {}, kind="quiet")
     wf.add("b", {}, kind="quiet", deps=["a"])
-    with riverboat.Client(
-        any_db.url,
-        schema=any_db.schema,
-        queues={"default": QueueConfig(max_workers=2)},
-        workers=workers,
-        fetch_poll_interval=0.1,
-    ) as client:
+    with _client(any_db, workers) as client:
         inserted = client.workflow_insert(wf).task("b").job.metadata
         client.start()
         done = client.workflow_wait(wf.id, timeout=30)
