@@ -76,3 +76,54 @@ def test_debug_has_a_line_per_job(tmp_path: Path, db: tuple[str, str | None]) ->
                       r"completed in \d+\.\d{3}s$", line)
             for line in lines
         ), job_id  # fmt: skip
+
+
+def test_sigusr1_prints_every_task_and_thread_and_the_worker_carries_on(sqlite_url: str) -> None:
+    """``kill -USR1`` on a worker: what each asyncio task and thread waits on, to stderr
+    (riverboat.runtime.stacks); the worker keeps working and stops cleanly after."""
+    import queue
+    import signal
+    import threading
+
+    env = {**os.environ, "RB_URL": sqlite_url, "RB_SCHEMA": "", "PYTHONPATH": str(REPO)}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "riverboat.cli", "worker", "tests.reliability._drain_app:client",
+         "--log-level", "INFO"],
+        env=env,
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+    stderr = worker.stderr
+    assert stderr is not None
+
+    def read() -> None:
+        for line in stderr:
+            lines.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+
+    def read_until(marker: str) -> list[str]:
+        seen: list[str] = []
+        while not any(marker in line for line in seen):
+            seen.append(lines.get(timeout=30))
+        return seen
+
+    try:
+        read_until(" started: queues ")
+        worker.send_signal(signal.SIGUSR1)
+        dump = "".join(read_until("riverboat: threads")) + "".join(read_until("File "))
+        assert re.search(r"riverboat: \d+ asyncio tasks", dump), dump
+        assert "--- task riverboat-completer" in dump, dump
+        assert "Thread 0x" in dump or "Current thread 0x" in dump, dump
+        assert worker.poll() is None  # still running
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        reader.join(timeout=30)  # the pipe's end ends its loop
+        stderr.close()

@@ -103,6 +103,10 @@ async def _run(
 ) -> dict[str, Any]:
     import riverboat
     from riverboat.runtime.collector import tune_collector
+    from riverboat.runtime.stacks import dump_stacks_on_signal
+
+    # kill -USR1: what every task waits on (a run that hangs can say where).
+    dump_stacks_on_signal(asyncio.get_running_loop())
 
     # The benchmark stands for a `riverboat worker` process, so it runs with the
     # collector setting the worker applies to itself (RIVERBOAT_GC_THRESHOLD=0: Python's).

@@ -30,6 +30,7 @@ from riverboat.errors import InvalidInputError
 from riverboat.runtime.collector import tune_collector
 from riverboat.runtime.events import EventKind
 from riverboat.runtime.runner import check_soft_stop_timeout
+from riverboat.runtime.stacks import dump_stacks_on_signal
 
 if TYPE_CHECKING:
     from riverboat.runtime.events import Subscription
@@ -158,6 +159,7 @@ async def _serve(client: AsyncClient, exit_when_idle: bool) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+    dump_stacks_on_signal(loop)  # kill -USR1: what every task waits on, to stderr
     # With --exit-when-idle the last line says what the run did: count the outcomes.
     outcomes: Counter[str] = Counter()
     counting: asyncio.Task[None] | None = None
