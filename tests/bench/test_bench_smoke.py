@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -39,15 +40,31 @@ OPERATIONS = {
 }
 
 
+# Under pytest-timeout's 120 s, so that a run that hangs says where (below).
+BENCH_TIMEOUT = 100.0
+
+
 def _bench(*args: str) -> dict[str, object]:
-    out = subprocess.run(
+    bench = subprocess.Popen(
         [sys.executable, "-m", "riverboat.cli", "bench", "--json", "--quiet", *args],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
-        check=True,
     )
-    report: dict[str, object] = json.loads(out.stdout)
+    try:
+        stdout, stderr = bench.communicate(timeout=BENCH_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        # What each of its tasks waits on (riverboat.runtime.stacks), then the end.
+        bench.send_signal(signal.SIGUSR1)
+        try:
+            bench.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        bench.kill()
+        _, stderr = bench.communicate()
+        pytest.fail(f"riverboat bench {' '.join(args)} hung; its stacks:\n{stderr[-20000:]}")
+    assert bench.returncode == 0, stderr
+    report: dict[str, object] = json.loads(stdout)
     return report
 
 
