@@ -417,7 +417,8 @@ class AsyncFinalizedWaiter(_WaiterBase):
     async def pause(self, seconds: float) -> None:
         """Sleep ``seconds``, or less if a signal came (then clear it)."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._event.wait()
         self._event.clear()
 
     async def __aexit__(self, *exc: object) -> None:

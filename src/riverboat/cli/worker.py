@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import difflib
 import importlib
 import logging
@@ -186,10 +187,9 @@ async def _serve(client: AsyncClient, exit_when_idle: bool) -> int:
                 if await runtime.drained():
                     break
                 runtime.wake_settled()
-            try:
-                await asyncio.wait_for(soft.wait(), 0.05 if exit_when_idle else 1.0)
-            except TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.05 if exit_when_idle else 1.0):
+                    await soft.wait()
         stopping = asyncio.ensure_future(client.stop())
         hard_wait = asyncio.ensure_future(hard.wait())
         done, _ = await asyncio.wait({stopping, hard_wait}, return_when=asyncio.FIRST_COMPLETED)

@@ -184,7 +184,9 @@ class _Listener:
         check_every = call_timeout() or self._check_every
         while True:
             try:
-                item = await asyncio.wait_for(self._queue.get(), check_every)
+                # asyncio.timeout, not wait_for: runtime/_waiting.py says why.
+                async with asyncio.timeout(check_every):
+                    item = await self._queue.get()
             except TimeoutError:
                 # Quiet for a while: make sure the connection still answers, since a
                 # silent one would never deliver anything (nor say it is gone).

@@ -536,7 +536,8 @@ class _AsyncPool:
         else:
             wait = self._timeout if deadline is None else min(self._timeout, _left(deadline))
             try:
-                await asyncio.wait_for(self._slots.acquire(), wait)
+                async with asyncio.timeout(wait):
+                    await self._slots.acquire()
             except TimeoutError:
                 if wait < self._timeout:
                     raise DeadlineExceededError(

@@ -28,18 +28,32 @@ async def wait_any(events: Iterable[asyncio.Event], timeout: float) -> None:
             waiter.cancel()
 
 
-async def wait_event(event: asyncio.Event, timeout: float) -> None:
+# The runtime's loops bound their waits with asyncio.timeout, never asyncio.wait_for:
+# on Python 3.11 wait_for runs its awaitable as a task of its own and, when that task
+# finishes at the moment the loop is cancelled, returns its result and drops the
+# cancellation (fixed in 3.12). A notifier stopped as a notification arrived then
+# went on listening, and the stop waited for it for ever.
+
+# How long a cancelled loop may take to unwind before it is cancelled again (a
+# cancellation lost in a library's own wait_for; cleanups are bounded well below it).
+RECANCEL_AFTER = 5.0
+
+
+async def wait_event(event: asyncio.Event, timeout: float | None) -> None:
     """Return once ``event`` is set or ``timeout`` seconds pass, whichever is first."""
-    try:
-        await asyncio.wait_for(event.wait(), timeout)
-    except TimeoutError:
-        pass
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            await event.wait()
 
 
 async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
     """Cancel a service's loop and wait until it has unwound (its ``finally`` blocks
-    ran), so that a stop returns only once nothing of the loop is left running."""
-    task.cancel()
+    ran), so that a stop returns only once nothing of the loop is left running. A loop
+    still running ``RECANCEL_AFTER`` seconds after a cancellation is cancelled again:
+    the first one was lost (see above), and waiting for it would never end."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=RECANCEL_AFTER)
     with contextlib.suppress(asyncio.CancelledError):
         await task
 
@@ -52,7 +66,8 @@ async def end_within(task: asyncio.Task[Any], timeout: float | None) -> bool:
         await task
         return True
     try:
-        await asyncio.wait_for(asyncio.shield(task), timeout)
+        async with asyncio.timeout(timeout):
+            await asyncio.shield(task)
     except TimeoutError:
         await cancel_and_wait(task)
         return False

@@ -27,7 +27,6 @@ Two things must not hold the other outcomes back (docs/reliability.md):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import random
@@ -40,7 +39,7 @@ from riverboat._job import AttemptError, JobRow, JobState
 from riverboat.dialect.base import JobStateUpdate, is_plain_completion
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
-from riverboat.runtime._waiting import end_within
+from riverboat.runtime._waiting import end_within, wait_event
 from riverboat.runtime.events import Event, EventKind, JobStatistics
 from riverboat.runtime.outcomes import persisted_event_kind
 from riverboat.wait import FinalizedSignals
@@ -261,13 +260,9 @@ class Completer:
             else:
                 # Only locked outcomes left: sleep until their retry, or new outcomes.
                 delay = max(0.0, min(x.due for x in self._locked.values()) - time.monotonic())
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._has_items.wait(), delay)
+                await wait_event(self._has_items, delay)
             if self._buffer and not self._stopping and len(self._buffer) < self._batch_threshold:
-                try:
-                    await asyncio.wait_for(self._full.wait(), self._flush_delay)
-                except TimeoutError:
-                    pass
+                await wait_event(self._full, self._flush_delay)
             await self._flush_available()
             if self._locked:
                 await self._retry_locked()

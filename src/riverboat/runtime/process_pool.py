@@ -185,7 +185,8 @@ class _Child:
         """Close its pipe (an idle child exits at EOF); SIGKILL after ``grace`` s."""
         self.writer.close()
         try:
-            await asyncio.wait_for(asyncio.shield(self.process.wait()), grace)
+            async with asyncio.timeout(grace):
+                await asyncio.shield(self.process.wait())
         except TimeoutError:
             await self.kill()
         except asyncio.CancelledError:
@@ -275,7 +276,8 @@ class ProcessPool:
                     "preload": list(self.preload),
                 }
             )
-            await asyncio.wait_for(self._ready(child), CHILD_START_TIMEOUT)
+            async with asyncio.timeout(CHILD_START_TIMEOUT):
+                await self._ready(child)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             await child.kill()
             raise ChildProcessDied(

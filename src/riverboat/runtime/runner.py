@@ -10,7 +10,6 @@ completer flushes, then the notifier closes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from riverboat._insert_plan import NotifyLimiter
 from riverboat.drivers.base import AsyncDriver, call_deadline
 from riverboat.errors import InvalidInputError, MigrationError, NotFoundError
 from riverboat.flow import FlowControl
+from riverboat.runtime._waiting import wait_event
 from riverboat.runtime.completer import Completer
 from riverboat.runtime.events import Event, EventKind, Subscription
 from riverboat.runtime.executor import ExecutorConfig
@@ -341,8 +341,7 @@ class Runtime:
             # Producers start once LISTEN is in place (bounded: they poll meanwhile), so
             # a cancel or pause sent for a job this client claims first is heard, not
             # left to the once-a-minute re-read of cancel requests.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.notifier.connected.wait(), LISTEN_WAIT)
+            await wait_event(self.notifier.connected, LISTEN_WAIT)
         for producer in self.producers.values():
             producer.poll_queue_state = self.notifier is None
             await producer.start()
@@ -566,7 +565,8 @@ class Runtime:
             # the rest of the stop: without a database the row simply expires.
             wait = None if give_up_at is None else max(give_up_at - loop.time(), 0.5)
             try:
-                await asyncio.wait_for(self.registry.stop(), wait)
+                async with asyncio.timeout(wait):
+                    await self.registry.stop()
             except TimeoutError:
                 log.warning("stop: leaving the registry of live clients timed out")
         if self.notifier is not None:

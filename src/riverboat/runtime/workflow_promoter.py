@@ -19,14 +19,13 @@ are decided in the next step of the same cascade (bounded by the graph's depth).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
-from riverboat.runtime._waiting import end_within
+from riverboat.runtime._waiting import end_within, wait_event
 
 __all__ = ["SWEEP_BATCH", "SWEEP_INTERVAL", "WorkflowPromoter"]
 
@@ -122,8 +121,7 @@ class WorkflowPromoter:
                     continue
             except DriverError as exc:
                 log.warning("workflow: sweeping pending tasks failed: %s", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), interval)
+            await wait_event(self._stop, interval)
 
     async def stop(self) -> None:
         """End the sweep loop: a sweep under way finishes (its statements are short and

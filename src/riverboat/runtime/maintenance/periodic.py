@@ -662,7 +662,8 @@ class PeriodicPublisher:
         }
         if last and self.enabled:
             try:
-                await asyncio.wait_for(self._publish(last), STOP_PUBLISH_TIMEOUT)
+                async with asyncio.timeout(STOP_PUBLISH_TIMEOUT):
+                    await self._publish(last)
             except (DriverError, TimeoutError) as exc:
                 log.warning("periodic jobs: the last runtime changes were not declared (%s)", exc)
 
