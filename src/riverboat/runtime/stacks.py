@@ -47,8 +47,9 @@ def dump_stacks(loop: asyncio.AbstractEventLoop, out: TextIO | None = None) -> N
 
 def dump_stacks_on_signal(loop: asyncio.AbstractEventLoop) -> bool:
     """Make ``kill -USR1`` print :func:`dump_stacks` for ``loop``; returns whether it
-    could (not on Windows, nor off the main thread)."""
-    if DUMP_SIGNAL is None:
+    could (not on Windows, nor off the main thread, nor where the application handles
+    SIGUSR1 itself: its handler is left in place)."""
+    if DUMP_SIGNAL is None or signal.getsignal(DUMP_SIGNAL) is not signal.SIG_DFL:
         return False
     try:
         loop.add_signal_handler(DUMP_SIGNAL, dump_stacks, loop)
