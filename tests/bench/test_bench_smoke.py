@@ -3,6 +3,7 @@ names. Its shape is checked here, never its speed (speed lives in docs/benchmark
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -44,22 +45,38 @@ OPERATIONS = {
 BENCH_TIMEOUT = 100.0
 
 
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (Linux's /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(
+        (line.split()[1] for line in status.splitlines() if line.startswith("SigCgt")), "0"
+    )
+    return bool(int(caught, 16) >> (signum - 1) & 1)
+
+
 def _bench(*args: str) -> dict[str, object]:
     bench = subprocess.Popen(
         [sys.executable, "-m", "riverboat.cli", "bench", "--json", "--quiet", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )
     try:
         stdout, stderr = bench.communicate(timeout=BENCH_TIMEOUT)
     except subprocess.TimeoutExpired:
-        # What each of its tasks waits on (riverboat.runtime.stacks), then the end.
-        bench.send_signal(signal.SIGUSR1)
-        try:
+        # What each of its tasks waits on (riverboat.runtime.stacks, while its event loop
+        # runs), then every thread's stack (faulthandler, at SIGABRT) and the end.
+        if _catches(bench.pid, signal.SIGUSR1):
+            bench.send_signal(signal.SIGUSR1)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                bench.communicate(timeout=5)
+        bench.send_signal(signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             bench.communicate(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
         bench.kill()
         _, stderr = bench.communicate()
         pytest.fail(f"riverboat bench {' '.join(args)} hung; its stacks:\n{stderr[-20000:]}")
