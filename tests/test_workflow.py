@@ -96,8 +96,10 @@ def test_diamond_runs_in_dependency_order_and_hands_outputs_on(any_db: Db) -> No
     assert done.task("d").output == {"name": "d", "saw": ["b", "c"]}
     assert done.task("b").output == {"name": "b", "saw": ["a"]}
     # Go River and River's UI see ordinary jobs: the graph is in one metadata key.
+    # A dependency is named by its own row's "task", not again in its dependents' rows.
     meta = done.task("d").job.metadata["riverboat_workflow"]
-    assert meta["deps"] == ["b", "c"] and len(meta["dep_ids"]) == 2
+    assert "deps" not in meta and len(meta["dep_ids"]) == 2 and "name" not in meta
+    assert done.task("d").deps == ["b", "c"] and done.name == "diamond"
 
 
 def test_fan_out_fan_in_and_chain(any_db: Db) -> None:  # noqa: F811
@@ -179,8 +181,10 @@ def test_the_insert_links_tasks_by_id_as_it_writes_them(any_db: Db) -> None:  # 
     assert ("workflow_reserve_ids" in ran) is postgres
     for got in (info, stored):
         meta = {t.name: t.job.metadata["riverboat_workflow"] for t in got.tasks}
-        assert meta["a"]["dep_ids"] == [] and meta["a"]["dependent_ids"] == [ids["b"], ids["c"]]
-        assert meta["d"]["dep_ids"] == [ids["b"], ids["c"]] and meta["d"]["dependent_ids"] == []
+        assert meta["a"].get("dep_ids", []) == []
+        assert meta["a"]["dependent_ids"] == [ids["b"], ids["c"]]
+        assert meta["d"]["dep_ids"] == [ids["b"], ids["c"]]
+        assert meta["d"].get("dependent_ids", []) == []
         assert [t.deps for t in got.tasks] == [[], ["a"], ["a"], ["b", "c"]]
     meta = {t.name: t.job.metadata["riverboat_workflow"] for t in added.tasks}
     assert meta["e"]["dep_ids"] == [ids["d"], ids["a"]]
@@ -236,6 +240,47 @@ def test_run_policy_runs_dependents_after_a_failure(any_db: Db) -> None:  # noqa
     assert done.task("cleanup").state is JobState.COMPLETED
     assert done.task("cleanup").output == {"name": "cleanup", "saw": ["b"]}
     assert done.task("strict").state is JobState.CANCELLED
+
+
+def test_tasks_stored_in_the_earlier_form_still_run(any_db: Db) -> None:  # noqa: F811
+    """Tasks written by earlier builds name their dependencies, the workflow and the
+    policy on every task; promotion, both policies and listing still read them."""
+    rec = Recorder()
+    rec.fail.add("a")
+    wf = Workflow("legacy")
+    _step(wf, "a", opts=InsertOpts(max_attempts=1))
+    _step(wf, "b")
+    _step(wf, "cleanup", ["a", "b"], on_dep_failure="run")
+    _step(wf, "strict", ["a"])
+    with _client(any_db, rec) as client:
+        info = client.workflow_insert(wf)
+        ids = {t.name: t.job.id for t in info.tasks}
+        dependents = {"a": ["cleanup", "strict"], "b": ["cleanup"]}
+        for task in info.tasks:
+            earlier = {
+                "id": wf.id,
+                "name": "legacy",
+                "task": task.name,
+                "deps": task.deps,
+                "dep_ids": [ids[d] for d in task.deps],
+                "dependent_ids": [ids[d] for d in dependents.get(task.name, [])],
+                "on_dep_failure": "run" if task.name == "cleanup" else "cancel",
+            }
+            cast = "%s::jsonb" if any_db.dialect == "postgres" else "jsonb(%s)"
+            any_db.execute(
+                f"UPDATE river_job SET metadata = {cast} WHERE id = %s",
+                json.dumps({"riverboat_workflow": earlier}),
+                task.job.id,
+            )
+        client.start()
+        done = client.workflow_wait(wf.id, timeout=30)
+        client.stop()
+    assert done.name == "legacy"
+    assert [t.deps for t in done.tasks] == [[], [], ["a", "b"], ["a"]]
+    assert done.task("cleanup").state is JobState.COMPLETED
+    assert done.task("cleanup").on_dep_failure == "run"
+    assert done.task("strict").state is JobState.CANCELLED
+    assert done.task("strict").cancelled_by == "a"
 
 
 def test_cancel_a_workflow_and_add_tasks_to_a_running_one(any_db: Db) -> None:  # noqa: F811
@@ -569,28 +614,20 @@ def test_task_metadata_is_written_as_the_json_encoder_writes_it() -> None:
     plan = core.plan_many(
         wf.task_params(), prepare=lambda jobs: add_workflow_metadata(wf, jobs, ids, links)
     )
+    # Only what is not a default: the workflow's name on tasks without dependencies, no
+    # empty id list, the policy only when it is "run".
     expected = [
-        ({}, "a<b>", [], [], [102, 103], "run"),
-        ({"m": [1, {"z": None}]}, "b", ["a<b>"], [101], [103], "run"),
-        ({}, "c\u00e9", ["a<b>", "b"], [101, 102], [], "cancel"),
+        ({}, {"task": "a<b>", "name": wf.name, "dependent_ids": [102, 103]}, "run"),
+        ({"m": [1, {"z": None}]}, {"task": "b", "dep_ids": [101], "dependent_ids": [103]}, "run"),
+        ({}, {"task": "c\u00e9", "dep_ids": [101, 102]}, "cancel"),
     ]
-    for job, (own, task, deps, dep_ids, dependents, policy) in zip(
-        plan.jobs, expected, strict=True
-    ):
-        document = {
-            **own,
-            "riverboat_workflow": {
-                "id": wf.id,
-                "name": wf.name,
-                "task": task,
-                "deps": deps,
-                "dep_ids": dep_ids,
-                "dependent_ids": dependents,
-                "on_dep_failure": policy,
-            },
-        }
+    for job, (own, stored, policy) in zip(plan.jobs, expected, strict=True):
+        part: dict[str, object] = {"id": wf.id, **stored}
+        if policy == "run":
+            part["on_dep_failure"] = "run"
+        document = {**own, "riverboat_workflow": part}
         assert job.encoded_metadata == go_json_dumps(document)
-        assert job.state == ("pending" if deps else "available")
+        assert job.state == ("pending" if "dep_ids" in stored else "available")
     core.driver.close()
 
 

@@ -8,14 +8,20 @@ know about the graph lives in the job's metadata under one key,
 :data:`WORKFLOW_METADATA_KEY`, so River's UI lists the tasks as ordinary jobs::
 
     {"riverboat_workflow": {
-        "id": "wf_...", "name": "nightly", "task": "load",
-        "deps": ["extract", "transform"],      # task names, as declared
-        "dep_ids": [101, 102],                 # their job ids, written at insert
+        "id": "wf_...", "task": "load",
+        "dep_ids": [101, 102],                 # its dependencies' job ids
         "dependent_ids": [104],                # the tasks that wait on this one
-        "on_dep_failure": "cancel",            # or "run"
+        "on_dep_failure": "run",               # only when not the default, "cancel"
         "dep_outputs": {"extract": {...}},     # at promotion, when any were recorded
         "cancelled_by": "extract"              # set when a failed dependency cancelled it
     }}
+
+A task without dependencies also carries the workflow's ``"name"``. Nothing else is
+stored: every key and value is an entry in River's GIN index on ``metadata`` at each of
+the row's writes, so a dependency's name is read from its own row's ``task`` and empty
+lists and defaults are left out. Tasks stored by earlier builds of riverboat also
+list ``"deps"`` (names), ``"name"`` and ``"on_dep_failure"`` on every task; both forms
+are read.
 
 Promotion happens in the database, by primary key: the completer of the client that
 finalized a task runs one statement that looks at that task's dependents, and every
@@ -272,37 +278,32 @@ def add_workflow_metadata(
             if target_deps is not None:
                 dep_ids[target] = _json_ints(target_deps)
             dependents[target] = _json_ints(target_more)
-    names: dict[str, str] = {}
-
-    def name_json(name: str) -> str:
-        text = names.get(name)
-        if text is None:
-            text = names[name] = go_json_string(name)
-        return text
-
-    head = f'{{"id":{go_json_string(workflow.id)},"name":{go_json_string(workflow.name)},"task":'
-    policies = {policy: f',"on_dep_failure":"{policy}"}}' for policy in _POLICIES}
-    pending = JobState.PENDING
+    # Only what promotion and listing need, and nothing a default says: each key and
+    # value is an entry in River's GIN index on metadata at every write of the row
+    # (insert, promotion, claim, completion). A dependency's name is its row's "task",
+    # the workflow's name is kept on the tasks without dependencies, the policy only
+    # when it is "run", the id lists only when not empty.
+    head = f'{{"id":{go_json_string(workflow.id)},"task":'
+    named = f',"name":{go_json_string(workflow.name)}'
     for position, (task, job) in enumerate(zip(workflow.tasks, jobs, strict=True)):
         job_id = ids[position] if ids is not None else None
-        part = "".join(
-            (
-                head,
-                name_json(task.name),
-                ',"deps":[',
-                ",".join([name_json(dep) for dep in task.deps]),
-                '],"dep_ids":',
-                dep_ids.get(job_id, "[]") if job_id is not None else "[]",
-                ',"dependent_ids":',
-                dependents.get(job_id, "[]") if job_id is not None else "[]",
-                policies[task.on_dep_failure or workflow.on_dep_failure],
-            )
-        )
+        pieces = [head, go_json_string(task.name)]
+        if not task.deps:
+            pieces.append(named)
+        elif job_id is not None:
+            pieces += (',"dep_ids":', dep_ids.get(job_id, "[]"))
+        waiting = dependents.get(job_id, "[]") if job_id is not None else "[]"
+        if waiting != "[]":
+            pieces += (',"dependent_ids":', waiting)
+        if (task.on_dep_failure or workflow.on_dep_failure) == "run":
+            pieces.append(',"on_dep_failure":"run"')
+        pieces.append("}")
+        part = "".join(pieces)
         own = job.encoded_metadata
         sep = "" if own == "{}" else ","
         job.encoded_metadata = f'{own[:-1]}{sep}"{WORKFLOW_METADATA_KEY}":{part}}}'
         if task.deps:
-            job.state = pending
+            job.state = JobState.PENDING
 
 
 def workflow_meta(job: JobRow) -> dict[str, Any] | None:
@@ -383,18 +384,26 @@ class WorkflowInfo:
 
     @classmethod
     def from_jobs(cls, workflow_id: str, jobs: Sequence[JobRow]) -> WorkflowInfo:
-        tasks = []
-        name = ""
+        """Reads both stored forms: a dependency's name from its own row's ``task``
+        (this release) or from ``deps`` (the previous one's); a dependency whose row is
+        gone (the cleaner) is named by its job id."""
+        metas: list[tuple[JobRow, dict[str, Any]]] = []
         for job in sorted(jobs, key=lambda j: j.id):
             meta = workflow_meta(job)
-            if meta is None or meta.get("id") != workflow_id:
-                continue
-            name = str(meta.get("name", ""))
+            if meta is not None and meta.get("id") == workflow_id:
+                metas.append((job, meta))
+        task_names = {job.id: str(meta.get("task", "")) for job, meta in metas}
+        name = next((str(m["name"]) for _, m in metas if m.get("name")), "")
+        tasks = []
+        for job, meta in metas:
+            deps = meta.get("deps")
+            if not isinstance(deps, list):
+                deps = [task_names.get(d, str(d)) for d in meta.get("dep_ids") or []]
             tasks.append(
                 WorkflowTaskInfo(
-                    str(meta.get("task", "")),
+                    task_names[job.id],
                     job,
-                    [str(d) for d in meta.get("deps", [])],
+                    [str(d) for d in deps],
                     str(meta.get("on_dep_failure", "cancel")),
                     meta.get("cancelled_by"),
                 )

@@ -94,7 +94,7 @@ candidates AS (
     -- Only what the decision needs: a fan-in's whole metadata (its dependency names and
     -- ids) carried on each of its dependencies' rows made a sort spill to disk.
     SELECT j.id, j.metadata->'{_KEY}'->'dep_ids' AS dep_ids,
-           j.metadata->'{_KEY}'->>'on_dep_failure' AS policy
+           coalesce(j.metadata->'{_KEY}'->>'on_dep_failure', 'cancel') AS policy
     FROM <schema>river_job j
     WHERE j.id = ANY(ARRAY(SELECT id FROM candidate_ids))
       -- Compared as text so that rows are found by primary key, never through the
@@ -108,7 +108,7 @@ candidates AS (
       AND ((j.id = ANY(:candidate_ids::bigint[])
             -- Named directly (the sweep, a retry, tasks just added): decided by the
             -- probes below, or cancelled for any failed dependency.
-            AND j.metadata->'{_KEY}'->>'on_dep_failure' <> 'run'
+            AND coalesce(j.metadata->'{_KEY}'->>'on_dep_failure', 'cancel') <> 'run'
             AND EXISTS (
                 SELECT 1 FROM <schema>river_job d
                 WHERE d.id = ANY(ARRAY(
@@ -125,7 +125,7 @@ candidates AS (
            -- that finished before), then the others.
            OR ({_no_unfinished_dep("> :pivot::bigint")}
                AND {_no_unfinished_dep("<= :pivot::bigint")})
-           OR (j.metadata->'{_KEY}'->>'on_dep_failure' <> 'run' AND EXISTS (
+           OR (coalesce(j.metadata->'{_KEY}'->>'on_dep_failure', 'cancel') <> 'run' AND EXISTS (
                SELECT 1 FROM <schema>river_job f
                WHERE f.id = ANY(:finalized_ids::bigint[])
                  AND f.state::text IN ('cancelled', 'discarded')

@@ -71,7 +71,8 @@ FROM (
                                   AND d.metadata ->> {_WF}.task' IS NOT NULL),
                         '{{}}') AS outputs
         FROM (
-            SELECT j.id, j.metadata, j.metadata ->> {_WF}.on_dep_failure' AS policy
+            SELECT j.id, j.metadata,
+                   coalesce(j.metadata ->> {_WF}.on_dep_failure', 'cancel') AS policy
             FROM <schema>river_job j
             WHERE j.id IN ({candidates})
               AND j.state = 'pending'
@@ -84,7 +85,7 @@ FROM (
                              ORDER BY e.key DESC) AS e
                        JOIN <schema>river_job d ON d.id = e.dep_id
                        WHERE d.state NOT IN ('completed', 'cancelled', 'discarded'))
-                   OR (coalesce(j.metadata ->> {_WF}.on_dep_failure', '') <> 'run'
+                   OR (coalesce(j.metadata ->> {_WF}.on_dep_failure', 'cancel') <> 'run'
                        AND EXISTS (
                            SELECT 1 FROM <schema>river_job f
                            WHERE f.id IN (SELECT value FROM json_each(:finalized_ids))
