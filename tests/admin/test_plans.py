@@ -103,7 +103,9 @@ def _statements(dialect: PostgresDialect, job_id: int) -> dict[str, Statement]:
         "job_set_state_if_running_many skip_locked": dialect.job_set_state_if_running_many(
             updates, returning=False, skip_locked=True
         ),
-        "job_complete_many": dialect.job_complete_many([job_id, job_id + 1], returning=True),
+        "job_complete_many": dialect.job_complete_many(
+            [job_id, job_id + 1], [1, 1], returning=True
+        ),
         "job_list by ids": dialect.job_list(
             filters={"ids": [job_id, job_id + 1]}, order_column="id", descending=False, limit=10
         ),
@@ -166,8 +168,10 @@ def test_completions_use_the_primary_key_when_statistics_predate_the_claims(
     (job_id,) = conn.execute("SELECT min(id) + 500 FROM river_job").fetchone() or (0,)
     ids = list(range(job_id, job_id + 100))
     statements = {
-        "job_complete_many": dialect.job_complete_many(ids, returning=True),
-        "job_complete_many_no_return": dialect.job_complete_many(ids, returning=False),
+        "job_complete_many": dialect.job_complete_many(ids, [1] * len(ids), returning=True),
+        "job_complete_many_no_return": dialect.job_complete_many(
+            ids, [1] * len(ids), returning=False
+        ),
         "job_set_state_if_running_many": dialect.job_set_state_if_running_many(
             [JobStateUpdate(i, JobState.COMPLETED, finalized=True) for i in ids]
         ),

@@ -140,7 +140,9 @@ async def test_a_finished_job_makes_room_in_every_claim_and_its_completer_writes
     # "b" doesn't know of it, yet doesn't count it: one running (second), one room.
     [third] = await claim("b", 2)
     assert await claim("b", 2) == []  # second and third: the limit holds
-    await apg_driver.execute(dialect.flow_complete_many([first.id], [ended], returning=False))
+    await apg_driver.execute(
+        dialect.flow_complete_many([first.id], [first.attempt], [ended], returning=False)
+    )
     done = fetch_row(
         pg_url,
         pg_schema,

@@ -75,10 +75,11 @@ async def rel_work(job: Job[Any]) -> None:
 @workers.register("rel_span")
 async def rel_span(job: Job[Any]) -> None:
     """Records ``S <job id> <attempt> <pid> <time>`` when it starts and ``E ...`` when its
-    body ends (after ``args.sleep`` seconds): the test checks that no two runs of one
-    job overlap."""
+    body ends (after ``args.sleep`` seconds, or ``args.sleep_by_attempt[str(attempt)]``):
+    the test checks that no two runs of one job overlap."""
     _record(f"S {job.id} {job.attempt} {os.getpid()} {time.time():.6f}\n")
-    await asyncio.sleep(job.args.get("sleep", 0))
+    by_attempt = job.args.get("sleep_by_attempt", {})
+    await asyncio.sleep(by_attempt.get(str(job.attempt), job.args.get("sleep", 0)))
     _record(f"E {job.id} {job.attempt} {os.getpid()} {time.time():.6f}\n")
 
 

@@ -201,3 +201,55 @@ def test_frozen_worker_wakes_without_a_second_concurrent_run(
         assert by[job] == ["worker_a", "worker_b"]
     print(reader_a.text())
     assert "counts as dead" in reader_a.text() and "its 2 running jobs" in reader_a.text()
+
+
+def test_a_frozen_workers_late_outcome_does_not_finalize_the_next_attempt(
+    tmp_path: Path, db: tuple[str, str | None]
+) -> None:
+    """Worker a finishes attempt 1 and freezes before its completer writes the outcome
+    (a 30 s flush delay holds it). It is taken for dead, b runs attempt 2, and a wakes
+    and stops (its completer writes what it holds) while b still runs it: a's outcome
+    must not mark the job completed under b (River's completer checks only that the job
+    is running), and b's outcome is the one kept."""
+    url, schema = db
+    [job] = insert_jobs(url, schema, "rel_span", [{"sleep_by_attempt": {"1": 0, "2": 8}}])
+    a = spawn_worker(tmp_path, url, schema, RB_CLIENT_ID="worker_a", RB_FLUSH_DELAY="30", **ENV)
+    reader_a = OutputReader(a)
+    b = None
+    try:
+        wait_until(
+            lambda: [r[4] for r in runs(tmp_path) if r[2] == a.pid] not in ([], [None]),
+            timeout=60,
+            what="a's run to end",
+        )
+        freeze_between_writes(a, is_sqlite(url))
+        assert job_table(url, schema)[job][:2] == ("running", 1)  # the outcome waits in a
+        b = spawn_worker(tmp_path, url, schema, RB_CLIENT_ID="worker_b", **ENV)
+        reader_b = OutputReader(b)
+        wait_until(lambda: starts_in(tmp_path, b.pid) == {job}, timeout=60, what="b's run")
+        a.send_signal(signal.SIGCONT)
+        a.send_signal(signal.SIGTERM)
+        assert a.wait(30) == 0
+        # b is still in its 8 s run: the row is b's attempt, running.
+        assert next(r for r in runs(tmp_path) if r[2] == b.pid)[4] is None
+        assert job_table(url, schema)[job][:2] == ("running", 2)
+        reader_a.join()
+        assert "attempt 1 outcome (completed) not written: the job was rescued" in (reader_a.text())
+        wait_until(
+            lambda: counts_by_state(url, schema) == {"completed": 1},
+            timeout=60,
+            what="b completed it",
+        )
+    finally:
+        if a.poll() is None:
+            a.send_signal(signal.SIGCONT)
+        assert stop_process(a) == 0, reader_a.text()
+        reader_a.join()
+        if b is not None:
+            assert stop_process(b) == 0, reader_b.text()
+            reader_b.join()
+    state, attempt, errors = job_table(url, schema)[job]
+    assert (state, attempt) == ("completed", 2)
+    assert [e["error"] for e in errors] == [RESCUE_ERROR]
+    b_run = [r for r in runs(tmp_path) if r[2] == b.pid]
+    assert len(b_run) == 1 and b_run[0][4] is not None

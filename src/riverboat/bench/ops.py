@@ -122,7 +122,7 @@ async def run_ops(
         job = dialect.decode_job(rows[0])
         # The completer's statement for a plain completion (the general one where the
         # dialect has no cheaper form).
-        complete = dialect.job_complete_many([job.id], returning=False)
+        complete = dialect.job_complete_many([job.id], [job.attempt], returning=False)
         if complete is None:
             complete = dialect.job_set_state_if_running_many(
                 [JobStateUpdate(job.id, JobState.COMPLETED, finalized=True)],

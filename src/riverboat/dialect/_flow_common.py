@@ -75,7 +75,12 @@ class FlowStatements(DialectPart, ABC):
         """The dialect's claim statement for :meth:`job_get_available_flow`."""
 
     def flow_complete_many(
-        self, ids: Sequence[int], ended: Sequence[float | None], *, returning: bool
+        self,
+        ids: Sequence[int],
+        attempts: Sequence[int],
+        ended: Sequence[float | None],
+        *,
+        returning: bool,
     ) -> Statement:
         """:meth:`~riverboat.dialect.base.Dialect.job_complete_many`, with each job's
         finalized_at no later than its ``ended`` (seconds since the epoch; None: now),

@@ -61,6 +61,9 @@ class JobStateUpdate:
     ``None`` means "leave as is". ``finalized`` stamps finalized_at with the database's
     now(). ``error`` is an encoded :class:`AttemptError`; ``metadata_updates`` an encoded
     JSON object merged into metadata, even when the row is no longer running.
+    ``claimed_attempt`` (riverboat's, not River's): nothing is written unless the row is
+    still at the attempt that produced the outcome. A worker frozen past the rescuer's
+    horizon would otherwise finalize the attempt another worker is running since.
     """
 
     id: int
@@ -70,6 +73,7 @@ class JobStateUpdate:
     finalized: bool = False
     metadata_updates: str | None = None
     scheduled_at: datetime | None = None
+    claimed_attempt: int | None = None
 
 
 def is_plain_completion(update: JobStateUpdate) -> bool:
@@ -249,10 +253,14 @@ class Dialect(
     def state_updates_params(self, updates: Sequence[JobStateUpdate]) -> dict[str, Any]:
         """The parameters of :meth:`job_set_state_if_running_many`'s statements."""
 
-    def job_complete_many(self, job_ids: Sequence[int], *, returning: bool) -> Statement | None:
+    def job_complete_many(
+        self, job_ids: Sequence[int], attempts: Sequence[int], *, returning: bool
+    ) -> Statement | None:
         """A cheaper :meth:`job_set_state_if_running_many` for plain completions only
         (``completed``, finalized, no error, metadata, attempt or time; see
-        :func:`is_plain_completion`), or ``None`` when this dialect has none and the
+        :func:`is_plain_completion`) of jobs still running at their claimed ``attempts``
+        (one per id; see ``JobStateUpdate.claimed_attempt``), or ``None`` when this
+        dialect has none and the
         general statement serves. It skips rows another session holds locked (it is the
         completer's alone). With ``returning``, its rows are the jobs' columns in
         :data:`~riverboat.dialect._rows.COMPLETION_COLUMNS` (the id first), for

@@ -192,10 +192,13 @@ WITH i AS (
     SELECT u.*
     FROM unnest(
         :ids::bigint[], :attempt::integer[], :errors::jsonb[], :finalized::boolean[],
-        :metadata_updates::jsonb[], :scheduled_at::timestamptz[], :state::text[]
-    ) AS u(id, attempt, errors, finalized, metadata_updates, scheduled_at, state)
+        :metadata_updates::jsonb[], :scheduled_at::timestamptz[], :state::text[],
+        :claimed_attempt::integer[]
+    ) AS u(id, attempt, errors, finalized, metadata_updates, scheduled_at, state,
+           claimed_attempt)
     JOIN <schema>river_job ON river_job.id = u.id
-    WHERE river_job.state = 'running' OR u.metadata_updates IS NOT NULL
+    WHERE (river_job.state = 'running' OR u.metadata_updates IS NOT NULL)
+      AND (u.claimed_attempt IS NULL OR river_job.attempt = u.claimed_attempt)
     FOR UPDATE OF river_job <skip_locked>
 )
 UPDATE <schema>river_job
@@ -232,7 +235,8 @@ for _skip in ("", "SKIP LOCKED"):
 # CASE per column, and (when events want them) only what a completion changes is
 # returned; the completer patches it onto the rows it claimed. The attempt is returned
 # so a job another client claimed again after a rescue is noticed and read in full.
-# Locked rows are skipped as above.
+# Locked rows are skipped as above, and so is a row no longer at the attempt this client
+# claimed (JobStateUpdate.claimed_attempt).
 # The guard compares the state as text: a plain `state = 'running'` is an index
 # condition the planner may prefer when statistics say few jobs run (the table was
 # analyzed before a backlog was claimed), and the generic plan then hashes every running
@@ -241,9 +245,9 @@ for _skip in ("", "SKIP LOCKED"):
 _COMPLETE_BODY = """
 WITH i AS (
     SELECT river_job.id
-    FROM unnest(:ids::bigint[]) AS u(id)
+    FROM unnest(:ids::bigint[], :attempts::integer[]) AS u(id, attempt)
     JOIN <schema>river_job ON river_job.id = u.id
-    WHERE river_job.state::text = 'running'
+    WHERE river_job.state::text = 'running' AND river_job.attempt = u.attempt
     FOR UPDATE OF river_job SKIP LOCKED
 )
 UPDATE <schema>river_job
@@ -352,10 +356,10 @@ COPY_COLUMNS = JOB_COPY_COLUMNS
 # job_set_state_if_running_many's arrays, one element per update, and where each comes
 # from.
 _STATE_UPDATE_ARRAYS = tuple(
-    "ids attempt errors finalized metadata_updates scheduled_at state".split()
+    "ids attempt errors finalized metadata_updates scheduled_at state claimed_attempt".split()
 )
 _update_values = attrgetter(
-    *"id attempt error finalized metadata_updates scheduled_at state.value".split()
+    *"id attempt error finalized metadata_updates scheduled_at state.value claimed_attempt".split()
 )
 
 
@@ -454,9 +458,11 @@ class PostgresDialect(
     def state_updates_params(self, updates: Sequence[JobStateUpdate]) -> dict[str, Any]:
         return unnest_arrays(_STATE_UPDATE_ARRAYS, map(_update_values, updates))
 
-    def job_complete_many(self, job_ids: Sequence[int], *, returning: bool) -> Statement:
+    def job_complete_many(
+        self, job_ids: Sequence[int], attempts: Sequence[int], *, returning: bool
+    ) -> Statement:
         name = "job_complete_many" if returning else "job_complete_many_no_return"
-        return self.stmt(name, ids=list(job_ids))
+        return self.stmt(name, ids=list(job_ids), attempts=list(attempts))
 
     def job_get_by_id(self, job_id: int) -> Statement:
         return self.stmt("job_get_by_id", id=job_id)

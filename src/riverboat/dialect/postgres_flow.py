@@ -122,9 +122,10 @@ WITH unrecorded AS (
 ),
 i AS (
     SELECT river_job.id, to_timestamp(u.ended) AS ended
-    FROM unnest(:ids::bigint[], :ended::double precision[]) AS u(id, ended)
+    FROM unnest(:ids::bigint[], :attempts::integer[], :ended::double precision[])
+        AS u(id, attempt, ended)
     JOIN <schema>river_job ON river_job.id = u.id
-    WHERE river_job.state::text = 'running'
+    WHERE river_job.state::text = 'running' AND river_job.attempt = u.attempt
     FOR UPDATE OF river_job SKIP LOCKED
 )
 UPDATE <schema>river_job
@@ -261,9 +262,14 @@ class PostgresFlow(DialectPart):
         return self.stmt("flow_ended_prune")
 
     def flow_complete_many(
-        self, ids: Sequence[int], ended: Sequence[float | None], *, returning: bool
+        self,
+        ids: Sequence[int],
+        attempts: Sequence[int],
+        ended: Sequence[float | None],
+        *,
+        returning: bool,
     ) -> Statement:
         name = "flow_complete_many" if returning else "flow_complete_many_no_return"
         # Seconds since the epoch: a float array costs the client far less to send than
         # one of datetimes.
-        return self.stmt(name, ids=list(ids), ended=list(ended))
+        return self.stmt(name, ids=list(ids), attempts=list(attempts), ended=list(ended))

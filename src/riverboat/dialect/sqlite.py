@@ -163,7 +163,8 @@ assert QUERIES["job_get_available_kinds"] != QUERIES["job_get_available"]
 # River's JobSetStateIfRunning, for a whole batch in one UPDATE ... FROM. Every SET
 # expression sees the row as it was before the statement, so `river_job.state =
 # 'running'` is the guard throughout: a job that is no longer running (rescued, or
-# deleted and re-inserted) only gets its metadata patched. A retry or snooze of a job
+# deleted and re-inserted) only gets its metadata patched, and one no longer at the attempt
+# that produced the outcome (claimed_attempt) gets nothing. A retry or snooze of a job
 # carrying cancel_attempted_at becomes a cancellation. Metadata merges top-level keys,
 # keeping nulls, as River's SQLite driver does since 0.50. metadata that is not a JSON
 # object (written by another client) starts over empty and errors that are not an array
@@ -199,11 +200,13 @@ FROM (
            j.value -> '$.error' AS error,
            coalesce(j.value ->> '$.finalized', 0) AS finalized,
            j.value -> '$.metadata_updates' AS metadata_updates,
-           j.value ->> '$.scheduled_at' AS scheduled_at
+           j.value ->> '$.scheduled_at' AS scheduled_at,
+           j.value ->> '$.claimed_attempt' AS claimed_attempt
     FROM json_each(:updates) AS j
 ) AS u
 WHERE river_job.id = u.id
   AND (river_job.state = 'running' OR u.metadata_updates IS NOT NULL)
+  AND (u.claimed_attempt IS NULL OR river_job.attempt = u.claimed_attempt)
 """
 QUERIES["job_set_state_if_running_many"] = _SET_STATE_BODY + f"RETURNING {_cols()}"
 QUERIES["job_set_state_if_running_many_no_return"] = _SET_STATE_BODY
@@ -290,6 +293,8 @@ def _encode_update(update: JobStateUpdate) -> str:
         parts.append(f'"metadata_updates":{update.metadata_updates}')
     if update.scheduled_at is not None:
         parts.append(f'"scheduled_at":"{format_timestamp(update.scheduled_at)}"')
+    if update.claimed_attempt is not None:
+        parts.append(f'"claimed_attempt":{int(update.claimed_attempt)}')
     return "{" + ",".join(parts) + "}"
 
 

@@ -141,6 +141,37 @@ class PendingCompletion:
         return max(0.0, self.started_at - self.job.scheduled_at.timestamp())
 
 
+def _at_claimed_attempt(pending: PendingCompletion) -> JobStateUpdate:
+    """The outcome, written only while its row is at the attempt that produced it: a
+    worker frozen past the rescuer's horizon must not finalize the attempt another
+    worker has run since (River's completer checks only that the job is running). A row
+    whose attempt could not be read (never decoded) is guarded by its state alone."""
+    update = pending.update
+    if update.claimed_attempt is not None or pending.job.attempt < 1:
+        return update
+    return dataclasses.replace(update, claimed_attempt=pending.job.attempt)
+
+
+def _log_superseded(batch: list[PendingCompletion], current: Iterable[JobRow]) -> None:
+    """One WARNING per outcome not written because its job is at a later attempt now:
+    its worker was taken for dead (frozen, cut off) and the job rescued and claimed
+    again meanwhile; the later attempt's outcome is the one that counts."""
+    by_id = {p.update.id: p for p in batch}
+    for job in current:
+        pending = by_id.get(job.id)
+        if pending is None or pending.job.attempt < 1 or job.attempt == pending.job.attempt:
+            continue
+        log.warning(
+            "completer: job %d's attempt %d outcome (%s) not written: the job was rescued "
+            "and is at attempt %d (%s) now",
+            job.id,
+            pending.job.attempt,
+            pending.update.state.value,
+            job.attempt,
+            job.state.value,
+        )
+
+
 def _still_claimed(
     batch: list[PendingCompletion], current: Iterable[JobRow]
 ) -> list[PendingCompletion]:
@@ -171,7 +202,7 @@ class Completer:
     ) -> None:
         self._driver = driver
         self._dialect = driver.dialect
-        self._plain_statement = self._dialect.job_complete_many([], returning=False) is not None
+        self._plain_statement = self._dialect.job_complete_many([], [], returning=False) is not None
         self._emit = emit
         self._want_events = want_events
         self._batch_threshold = batch_threshold
@@ -558,17 +589,24 @@ class Completer:
         try:
             if plain and any(p.ended is not None for p in batch):
                 stmt = self._dialect.flow_complete_many(
-                    [p.update.id for p in batch], [p.ended for p in batch], returning=want_rows
+                    [p.update.id for p in batch],
+                    [p.job.attempt for p in batch],
+                    [p.ended for p in batch],
+                    returning=want_rows,
                 )
             elif plain:
                 complete = self._dialect.job_complete_many(
-                    [p.update.id for p in batch], returning=want_rows
+                    [p.update.id for p in batch],
+                    [p.job.attempt for p in batch],
+                    returning=want_rows,
                 )
                 assert complete is not None
                 stmt = complete
             else:
                 stmt = self._dialect.job_set_state_if_running_many(
-                    [p.update for p in batch], returning=want_rows, skip_locked=True
+                    [_at_claimed_attempt(p) for p in batch],
+                    returning=want_rows,
+                    skip_locked=True,
                 )
             if not want_rows:
                 count = await self._driver.execute(stmt)
@@ -588,10 +626,14 @@ class Completer:
             # (rescued, cancelled...), or their rows were locked and skipped. Only the
             # latter are still running at the attempt this client claimed. (A failed
             # read raises: the batch is written again, a no-op for the rows done.)
-            current = await self._driver.fetch(
-                self._dialect.job_get_by_id_many([p.update.id for p in batch])
-            )
-            return _still_claimed(batch, map(self._dialect.decode_job, current))
+            current = [
+                self._dialect.decode_job(row)
+                for row in await self._driver.fetch(
+                    self._dialect.job_get_by_id_many([p.update.id for p in batch])
+                )
+            ]
+            _log_superseded(batch, current)
+            return _still_claimed(batch, current)
         by_id = {p.update.id: p for p in batch}
         decode = self._dialect.decode_job
         jobs: list[JobRow] = []
@@ -617,6 +659,7 @@ class Completer:
                     self._dialect.job_get_by_id_many(sorted(missing))
                 )
             ]
+            _log_superseded([by_id[i] for i in missing], others)
             skipped = _still_claimed([by_id[i] for i in missing], others)
             skipped_ids = {p.update.id for p in skipped}
             jobs.extend(job for job in others if job.id not in skipped_ids)
