@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import signal
+import subprocess
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -95,6 +96,22 @@ def registry_ids(url: str, schema: str | None) -> set[str]:
 
 def starts_in(out: Path, pid: int) -> set[int]:
     return {job for job, _, p, _, _ in runs(out) if p == pid}
+
+
+def _stop_both(
+    a: subprocess.Popen[bytes],
+    reader_a: OutputReader,
+    b: subprocess.Popen[bytes] | None,
+    reader_b: OutputReader | None,
+) -> None:
+    """Wake ``a`` if it is still frozen, stop both cleanly (exit 0) and collect output."""
+    if a.poll() is None:
+        a.send_signal(signal.SIGCONT)
+    assert stop_process(a) == 0, reader_a.text()
+    reader_a.join()
+    if b is not None and reader_b is not None:
+        assert stop_process(b) == 0, reader_b.text()
+        reader_b.join()
 
 
 def test_killed_worker_jobs_run_again_within_seconds(
@@ -179,13 +196,7 @@ def test_frozen_worker_wakes_without_a_second_concurrent_run(
         reader_a.wait_for(lambda line: "joined the registry again" in line, 60)
         assert registry_ids(url, schema) == {"worker_a", "worker_b"}
     finally:
-        if a.poll() is None:
-            a.send_signal(signal.SIGCONT)
-        assert stop_process(a) == 0, reader_a.text()
-        reader_a.join()
-        if b is not None:
-            assert stop_process(b) == 0, reader_b.text()
-            reader_b.join()
+        _stop_both(a, reader_a, b, reader_b if b is not None else None)
 
     all_runs = runs(tmp_path)
     # a's runs were cancelled on waking, before running another line of the job.
@@ -241,13 +252,7 @@ def test_a_frozen_workers_late_outcome_does_not_finalize_the_next_attempt(
             what="b completed it",
         )
     finally:
-        if a.poll() is None:
-            a.send_signal(signal.SIGCONT)
-        assert stop_process(a) == 0, reader_a.text()
-        reader_a.join()
-        if b is not None:
-            assert stop_process(b) == 0, reader_b.text()
-            reader_b.join()
+        _stop_both(a, reader_a, b, reader_b if b is not None else None)
     state, attempt, errors = job_table(url, schema)[job]
     assert (state, attempt) == ("completed", 2)
     assert [e["error"] for e in errors] == [RESCUE_ERROR]
