@@ -98,7 +98,8 @@ def test_diamond_runs_in_dependency_order_and_hands_outputs_on(any_db: Db) -> No
     # Go River and River's UI see ordinary jobs: the graph is in one metadata key.
     # A dependency is named by its own row's "task", not again in its dependents' rows.
     meta = done.task("d").job.metadata["riverboat_workflow"]
-    assert "deps" not in meta and len(meta["dep_ids"]) == 2 and "name" not in meta
+    assert "deps" not in meta and len(meta["dep_ids"]) == 2 and meta["name"] == "diamond"
+    assert "name" not in done.task("b").job.metadata["riverboat_workflow"]
     assert done.task("d").deps == ["b", "c"] and done.name == "diamond"
 
 
@@ -281,6 +282,22 @@ def test_tasks_stored_in_the_earlier_form_still_run(any_db: Db) -> None:  # noqa
     assert done.task("cleanup").on_dep_failure == "run"
     assert done.task("strict").state is JobState.CANCELLED
     assert done.task("strict").cancelled_by == "a"
+
+
+def test_a_dependency_whose_row_is_gone_is_named_by_its_job_id(any_db: Db) -> None:  # noqa: F811
+    """Dependencies are named from their own rows; once the cleaner deleted one (only a
+    finished task can be), the listing names it by job id. The workflow's name is also on
+    the task nothing depends on, the last to finish, so it outlives the root."""
+    wf = Workflow("pruned")
+    _step(wf, "a")
+    _step(wf, "b", ["a"])
+    with _client(any_db, Recorder()) as client:
+        info = client.workflow_insert(wf)
+        a_id = info.task("a").job.id
+        any_db.execute("DELETE FROM river_job WHERE id = %s", a_id)
+        stored = client.workflow_get(wf.id)
+    assert [(t.name, t.deps) for t in stored.tasks] == [("b", [str(a_id)])]
+    assert stored.name == "pruned"
 
 
 def test_cancel_a_workflow_and_add_tasks_to_a_running_one(any_db: Db) -> None:  # noqa: F811
@@ -614,12 +631,12 @@ def test_task_metadata_is_written_as_the_json_encoder_writes_it() -> None:
     plan = core.plan_many(
         wf.task_params(), prepare=lambda jobs: add_workflow_metadata(wf, jobs, ids, links)
     )
-    # Only what is not a default: the workflow's name on tasks without dependencies, no
+    # Only what is not a default: the workflow's name on the first and the last task, no
     # empty id list, the policy only when it is "run".
     expected = [
         ({}, {"task": "a<b>", "name": wf.name, "dependent_ids": [102, 103]}, "run"),
         ({"m": [1, {"z": None}]}, {"task": "b", "dep_ids": [101], "dependent_ids": [103]}, "run"),
-        ({}, {"task": "c\u00e9", "dep_ids": [101, 102]}, "cancel"),
+        ({}, {"task": "c\u00e9", "name": wf.name, "dep_ids": [101, 102]}, "cancel"),
     ]
     for job, (own, stored, policy) in zip(plan.jobs, expected, strict=True):
         part: dict[str, object] = {"id": wf.id, **stored}

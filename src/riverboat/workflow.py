@@ -16,7 +16,8 @@ know about the graph lives in the job's metadata under one key,
         "cancelled_by": "extract"              # set when a failed dependency cancelled it
     }}
 
-A task without dependencies also carries the workflow's ``"name"``. Nothing else is
+A task without dependencies, and one no other task depends on (it finishes last, so the
+cleaner deletes it last), also carries the workflow's ``"name"``. Nothing else is
 stored: every key and value is an entry in River's GIN index on ``metadata`` at each of
 the row's writes, so a dependency's name is read from its own row's ``task`` and empty
 lists and defaults are left out. Tasks stored by earlier builds of riverboat also
@@ -280,17 +281,19 @@ def add_workflow_metadata(
             dependents[target] = _json_ints(target_more)
     # Only what promotion and listing need, and nothing a default says: each key and
     # value is an entry in River's GIN index on metadata at every write of the row
-    # (insert, promotion, claim, completion). A dependency's name is its row's "task",
-    # the workflow's name is kept on the tasks without dependencies, the policy only
-    # when it is "run", the id lists only when not empty.
+    # (insert, promotion, claim, completion). A dependency's name is its row's "task";
+    # the workflow's name is kept on the tasks without dependencies (a workflow's entry
+    # points) and on those nothing depends on (they finish last, so the cleaner deletes
+    # them last); the policy only when it is "run"; the id lists only when not empty.
     head = f'{{"id":{go_json_string(workflow.id)},"task":'
     named = f',"name":{go_json_string(workflow.name)}'
+    depended_on = {dep for task in workflow.tasks for dep in task.deps}
     for position, (task, job) in enumerate(zip(workflow.tasks, jobs, strict=True)):
         job_id = ids[position] if ids is not None else None
         pieces = [head, go_json_string(task.name)]
-        if not task.deps:
+        if not task.deps or task.name not in depended_on:
             pieces.append(named)
-        elif job_id is not None:
+        if task.deps and job_id is not None:
             pieces += (',"dep_ids":', dep_ids.get(job_id, "[]"))
         waiting = dependents.get(job_id, "[]") if job_id is not None else "[]"
         if waiting != "[]":
