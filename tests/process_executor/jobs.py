@@ -33,7 +33,12 @@ def _enter(job: Job[Any]) -> Path:
     except BlockingIOError:
         (where / f"overlap-{job.id}").write_text(str(os.getpid()))
     _locks.append(fd)
-    (where / f"started-{job.id}-{job.attempt}").write_text(str(os.getpid()))
+    # Written aside, then renamed: a test that sees the file reads the whole pid, never
+    # the empty file write_text creates before it writes.
+    started = where / f"started-{job.id}-{job.attempt}"
+    partial = started.with_name(f".{started.name}.partial")
+    partial.write_text(str(os.getpid()))
+    os.replace(partial, started)
     return where
 
 

@@ -109,7 +109,12 @@ async def _gated_client(
     ids = sorted(result.job.id for result in inserted)
     await client.start()
     producer = _producer(client)
-    await wait_until_async(lambda: len(producer._ahead) == 2, what="two jobs claimed ahead")
+    # Claimed ahead, or already handed back: with AHEAD_MAX_WAIT at 0.05 s (below) they
+    # may go back between two polls of a loaded machine, and none is claimed ahead again
+    # for AHEAD_BACKOFF.
+    await wait_until_async(
+        lambda: len(producer._ahead) + producer.handed_back == 2, what="two jobs claimed ahead"
+    )
     return client, ids
 
 
