@@ -68,7 +68,10 @@ async def test_list_scale_stop_and_start_across_the_fleet(any_db: Db) -> None:  
         # stop on one worker: only the other claims
         assert await admin.workers_stop("default", worker_id="fleet_a") == ["fleet_a"]
         stopped = a.runtime.producers["default"]
-        await wait_until_async(lambda: _true(stopped.operator_stopped), timeout=10)
+        # Stopped, and no claim of fleet_a's still under way (see the start below).
+        await wait_until_async(
+            lambda: _true(stopped.operator_stopped and not stopped._fetching), timeout=10
+        )
         jobs = [(await admin.insert({}, kind="fleet_noop")).job.id for _ in range(6)]
         await wait_until_async(lambda: _all_completed(admin, jobs), timeout=20, what="done")
         for job_id in jobs:
