@@ -37,7 +37,9 @@ async def driver(any_db: Db) -> AsyncIterator[Any]:  # noqa: F811
         await drv.close()
 
 
-def _enqueuer(driver: Any, jobs: list[PeriodicJob]) -> PeriodicJobEnqueuer:
+def _enqueuer(
+    driver: Any, jobs: list[PeriodicJob], now: datetime | None = None
+) -> PeriodicJobEnqueuer:
     ctx = MaintenanceContext(
         driver=driver,
         client_id="leader",
@@ -46,12 +48,18 @@ def _enqueuer(driver: Any, jobs: list[PeriodicJob]) -> PeriodicJobEnqueuer:
         retry_policy=RetryPolicy(),
         job_timeout=60.0,
     )
+    if now is not None:
+        # The scheduler's now, fixed: a term that crosses a tick would otherwise also
+        # run that tick.
+        ctx.clock.set(lambda: now)
     return PeriodicJobEnqueuer(ctx, jobs)
 
 
-async def _term(driver: Any, jobs: list[PeriodicJob]) -> PeriodicJobEnqueuer:
+async def _term(
+    driver: Any, jobs: list[PeriodicJob], now: datetime | None = None
+) -> PeriodicJobEnqueuer:
     """One leadership term's first run: stored times read, due runs inserted."""
-    enqueuer = _enqueuer(driver, jobs)
+    enqueuer = _enqueuer(driver, jobs, now)
     await enqueuer.on_start()
     await enqueuer.run_once()
     return enqueuer
@@ -109,12 +117,13 @@ async def test_a_new_job_is_stored_and_the_next_term_carries_on(any_db: Db, driv
 async def test_catch_up_after_downtime(any_db: Db, driver: Any, catch_up: str) -> None:  # noqa: F811
     kind = f"missed_{catch_up}"
     job = _every_minute(catch_up, kind)
-    now = datetime.now(UTC)
+    # Half a minute past a tick: the next one is not within the due margin.
+    now = datetime.now(UTC).replace(second=30, microsecond=0)
     last_tick = job.next_after(now - MINUTE)  # the latest tick at or before now
     assert last_tick is not None and last_tick <= now
     missed = [last_tick - n * MINUTE for n in range(9, -1, -1)]  # 10 ticks
     await _store(driver, job, missed[0])
-    await _term(driver, [job])
+    await _term(driver, [job], now)
     runs = _runs(any_db, kind)
     expected = {"all": missed, "one": missed[-1:], "none": []}[catch_up]
     assert runs == expected

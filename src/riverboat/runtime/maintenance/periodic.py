@@ -355,9 +355,15 @@ class PeriodicJobEnqueuer(Service):
             entries.append(entry)
         self._entries = entries
 
+    def _now(self) -> datetime:
+        """The client's clock when stubbed (``use_test_config``, River's
+        ``TestConfig.Time``), otherwise this process's."""
+        stubbed = self.ctx.clock.now()
+        return datetime.now(UTC) if stubbed is None else stubbed
+
     async def on_start(self) -> None:
         # Until the stored times are read (the first run), the schedule starts from now.
-        now = datetime.now(UTC)
+        now = self._now()
         loop = asyncio.get_running_loop()
 
         def changed() -> None:
@@ -475,7 +481,7 @@ class PeriodicJobEnqueuer(Service):
             )
 
     def next_delay(self) -> float:
-        self._sync(datetime.now(UTC))
+        self._sync(self._now())
         active = self._active()
         if any(e.run_on_start_pending or e.dirty for e in active):
             return 0.0
@@ -485,7 +491,7 @@ class PeriodicJobEnqueuer(Service):
         upcoming = [e.next_run_at for e in active if e.next_run_at is not None]
         if not upcoming:
             return longest
-        return min(max((min(upcoming) - datetime.now(UTC)).total_seconds(), 0.0), longest)
+        return min(max((min(upcoming) - self._now()).total_seconds(), 0.0), longest)
 
     def _due(self, entry: _Entry, horizon: datetime) -> list[datetime]:
         """The entry's ticks before ``horizon``: one as a rule, several when catching up
@@ -498,7 +504,7 @@ class PeriodicJobEnqueuer(Service):
         return ticks
 
     async def run_once(self) -> None:
-        now = datetime.now(UTC)
+        now = self._now()
         if self.durable is None:
             await self._load(now)
         elif self.durable:
