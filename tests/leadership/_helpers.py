@@ -95,6 +95,7 @@ class LeaderWatch:
         self.current: set[str] = set()
         self.max_concurrent = 0
         self.gains: list[tuple[str, float]] = []
+        self.losses: list[tuple[str, float]] = []
 
     def add(self, client: AsyncClient) -> None:
         """Watch a started client (call right after ``start()``, before any await)."""
@@ -111,6 +112,7 @@ class LeaderWatch:
                 self.gains.append((client_id, time.monotonic()))
             else:
                 self.current.discard(client_id)
+                self.losses.append((client_id, time.monotonic()))
             self.max_concurrent = max(self.max_concurrent, len(self.current))
 
         return changed
