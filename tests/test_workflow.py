@@ -850,6 +850,54 @@ def test_concurrent_waiters_share_one_listen_connection(pg_url: str, pg_schema: 
     asyncio.run(scenario())
 
 
+def test_workflow_wait_reads_the_whole_workflow_only_at_the_start_and_the_end(
+    any_db: Db,  # noqa: F811
+) -> None:
+    """Between its first and last read, a waiter asks for one unfinished task per
+    wake-up; a task added to the workflow while it waits is waited for too (its id is
+    above those of the tasks the first read found, where later reads start)."""
+    rec = Recorder()
+    wf = Workflow("waited")
+    _step(wf, "a")
+    _step(wf, "b", ["a"])
+    with (
+        _client(any_db, rec) as worker,
+        riverboat.Client(any_db.url, schema=any_db.schema) as waiting,
+    ):
+        worker.workflow_insert(wf)
+        statements: list[str] = []
+        read = waiting.driver.fetch
+
+        def counted(stmt: Any) -> Any:
+            statements.append(stmt.query.name)
+            return read(stmt)
+
+        waiting.driver.fetch = counted  # type: ignore[method-assign]
+        found: dict[str, Any] = {}
+        waiter = threading.Thread(
+            target=lambda: found.update(done=waiting.workflow_wait(wf.id, timeout=60))
+        )
+        waiter.start()
+        wait_until(lambda: "workflow_unfinished" in statements, what="the waiter's first check")
+        more = Workflow(id=wf.id)
+        _step(more, "c", ["b"])
+        worker.workflow_insert(more)
+        worker.start()
+        waiter.join(timeout=60)
+        worker.stop()
+    assert not waiter.is_alive()
+    done = found["done"]
+    assert [(t.name, t.state) for t in done.tasks] == [
+        ("a", JobState.COMPLETED),
+        ("b", JobState.COMPLETED),
+        ("c", JobState.COMPLETED),
+    ]
+    assert rec.ran == ["a", "b", "c"]
+    assert statements.count("workflow_get") == 2
+    assert statements.count("workflow_unfinished") >= 1
+    assert set(statements) <= {"workflow_get", "workflow_unfinished", "job_wait_announce"}
+
+
 def test_job_wait_refuses_bad_input_before_waiting(any_db: Db) -> None:  # noqa: F811
     with _client(any_db, Recorder()) as client:
         with pytest.raises(InvalidInputError, match="timeout"):

@@ -217,9 +217,11 @@ class AsyncClientBase(AsyncAdmin):
 
     async def workflow_get(self, workflow_id: str) -> WorkflowInfo:
         """A stored workflow's tasks and their jobs; raises NotFoundError."""
+        return await self._workflow_read(check_workflow_id(workflow_id))
+
+    async def _workflow_read(self, wid: str, min_id: int = 0) -> WorkflowInfo:
         dialect = self._core.dialect
-        wid = check_workflow_id(workflow_id)
-        rows = await self.driver.fetch(dialect.workflow_get(wid, WORKFLOW_TASKS_MAX))
+        rows = await self.driver.fetch(dialect.workflow_get(wid, WORKFLOW_TASKS_MAX, min_id))
         info = WorkflowInfo.from_jobs(wid, dialect.decode_jobs(rows))
         if not info.tasks:
             raise NotFoundError(f"workflow {wid} not found")
@@ -274,16 +276,25 @@ class AsyncClientBase(AsyncAdmin):
         :class:`~riverboat.errors.WaitTimeoutError`."""
         wid = check_workflow_id(workflow_id)
         timeout = check_timeout(timeout)
-        info = await self.workflow_get(wid)
+        info = await self._workflow_read(wid)
         if info.finalized:
             return info
+        # Each wake-up asks whether a task is unfinished (one row at most) and reads the
+        # whole workflow only once none is: a 1,000-task workflow was read and decoded
+        # in full at every wake-up. Tasks added later take larger ids than these, so
+        # the reads from here start at the first task (on SQLite, a range of the table
+        # rather than all of it).
+        first = min(task.job.id for task in info.tasks)
+        dialect = self._core.dialect
+        unfinished = dialect.workflow_unfinished(wid, first)
         async with AsyncFinalizedWaiter(self.driver, timeout, workflow_id=wid) as waiter:
-            info = await self.workflow_get(wid)
             for delay in waiter.pauses(timeout):
-                if info.finalized:
-                    return info
+                if not await self.driver.fetch(unfinished):
+                    info = await self._workflow_read(wid, first)
+                    if info.finalized:
+                        return info
                 await waiter.pause(delay)
-                info = await self.workflow_get(wid)
+        info = await self._workflow_read(wid, first)
         if info.finalized:
             return info
         raise WaitTimeoutError(f"workflow {info.id} is still running after {timeout:g}s", info)

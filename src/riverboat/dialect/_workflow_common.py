@@ -66,9 +66,18 @@ class WorkflowStatements(DialectPart, ABC):
         """Ids of up to ``max`` pending workflow tasks after ``after_id``, in order."""
         return self.stmt("workflow_pending_ids", after_id=after_id, max=max)
 
-    def workflow_get(self, workflow_id: str, max: int) -> Statement:
-        """A workflow's task rows (full job rows), by id."""
-        return self.stmt("workflow_get", workflow_id=workflow_id, max=max)
+    def workflow_get(self, workflow_id: str, max: int, min_id: int = 0) -> Statement:
+        """A workflow's task rows (full job rows), by id. ``min_id``: no task of the
+        workflow has a smaller job id, as on a later read of a workflow read before (a
+        task added to it takes a new id, larger than those of the tasks it joins); a
+        dialect without an index for the lookup then reads only the rows from there."""
+        return self.stmt("workflow_get", workflow_id=workflow_id, max=max, min_id=min_id)
+
+    def workflow_unfinished(self, workflow_id: str, min_id: int = 0) -> Statement:
+        """One row (an id) when a task of the workflow is not finalized, none when every
+        task is: what a waiter checks at each wake-up instead of reading every task.
+        ``min_id`` as for :meth:`workflow_get`."""
+        return self.stmt("workflow_unfinished", workflow_id=workflow_id, min_id=min_id)
 
     def workflow_retry(self, workflow_id: str) -> Statement:
         """Retry discarded and cancelled tasks: available without dependencies,

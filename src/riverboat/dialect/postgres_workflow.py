@@ -216,13 +216,25 @@ WHERE state = 'pending' AND id > :after_id::bigint AND metadata ? '{_KEY}'
 ORDER BY id LIMIT :max::integer
 """
 
-# A workflow's tasks, by the metadata GIN index River creates.
+# A workflow's tasks, by the metadata GIN index River creates. (The lowest id a caller
+# may know of is not used here: a bound on id could lead a planner with stale statistics
+# to a primary-key range scan over every job inserted since.)
+_IN_WORKFLOW = (
+    f"metadata @> jsonb_build_object('{_KEY}', jsonb_build_object('id', :workflow_id::text))"
+)
 QUERIES["workflow_get"] = f"""
 SELECT {job_columns()}
 FROM <schema>river_job
-WHERE metadata @> jsonb_build_object('{_KEY}', jsonb_build_object('id', :workflow_id::text))
+WHERE {_IN_WORKFLOW}
 ORDER BY id
 LIMIT :max::integer
+"""
+
+# Whether a task of the workflow is still unfinished: the first one found ends the scan.
+QUERIES["workflow_unfinished"] = f"""
+SELECT id FROM <schema>river_job
+WHERE {_IN_WORKFLOW} AND state NOT IN ('completed', 'cancelled', 'discarded')
+LIMIT 1
 """
 
 # Retry a workflow's discarded and cancelled tasks: those without dependencies become

@@ -128,12 +128,21 @@ WHERE state = 'pending' AND id > :after_id AND metadata ->> {_WF}.id' IS NOT NUL
 ORDER BY id LIMIT :max
 """
 
+# Without an index on metadata, the rows from min_id on (the job id is the rowid: a
+# range of the table) are read rather than the whole table.
 QUERIES["workflow_get"] = f"""
 SELECT {job_columns()}
 FROM <schema>river_job
-WHERE metadata ->> {_WF}.id' = :workflow_id
+WHERE id >= :min_id AND metadata ->> {_WF}.id' = :workflow_id
 ORDER BY id
 LIMIT :max
+"""
+
+QUERIES["workflow_unfinished"] = f"""
+SELECT id FROM <schema>river_job
+WHERE id >= :min_id AND metadata ->> {_WF}.id' = :workflow_id
+  AND state NOT IN ('completed', 'cancelled', 'discarded')
+LIMIT 1
 """
 
 QUERIES["workflow_retry"] = f"""
