@@ -514,6 +514,75 @@ def test_a_sweep_locks_only_the_tasks_it_decides(pg_url: str, pg_schema: str) ->
     asyncio.run(scenario())
 
 
+def test_a_sweep_names_only_the_tasks_it_can_decide(any_db: Db) -> None:  # noqa: F811
+    """The sweep reads pending tasks with their dependency ids, looks each batch's
+    dependencies up once, and names to the promotion statement only the tasks whose
+    dependencies let it decide them: 1,500 tasks waiting on a running root cost two
+    listings and two look-ups, no promotion; the tasks whose promotion was missed (their
+    dependencies finalized behind the promoter's back) are promoted or cancelled by
+    policy in one statement."""
+    from riverboat.runtime.workflow_promoter import SWEEP_BATCH, WorkflowPromoter
+
+    assert SWEEP_BATCH == 1000  # 1,500 leaves make two batches
+    wf = Workflow("sweep")
+    _step(wf, "root")
+    _step(wf, "done")
+    _step(wf, "failed")
+    for i in range(1500):
+        _step(wf, f"leaf{i}", ["root"])
+    _step(wf, "missed", ["done"])
+    _step(wf, "both", ["root", "done"])
+    _step(wf, "cancelled_by_failure", ["failed"])
+    _step(wf, "runs_anyway", ["failed"], on_dep_failure="run")
+    _step(wf, "waits_for_root", ["failed", "root"], on_dep_failure="run")
+
+    async def scenario() -> None:
+        client = riverboat.AsyncClient(any_db.url, schema=any_db.schema)
+        try:
+            info = await client.workflow_insert(wf)
+            ids = {task.name: task.job.id for task in info.tasks}
+            _finish(any_db, [ids["done"]])
+            _finish(any_db, [ids["failed"]], "discarded")
+            names: list[str] = []
+            fetch = client.driver.fetch
+
+            async def counted(stmt: Any) -> Any:
+                names.append(stmt.query.name)
+                return await fetch(stmt)
+
+            client.driver.fetch = counted  # type: ignore[method-assign]
+            promoter = WorkflowPromoter(client.driver, lambda queues: None)
+            assert await promoter.sweep() == 3
+            assert names.count("workflow_pending_tasks") == 2
+            assert names.count("workflow_dep_states") == 2
+            # One promotion statement; then the cascade after the cancelled task.
+            promotions = [name for name in names if name.startswith("workflow_promote")]
+            assert len(promotions) == 2
+            states = {
+                name: (await client.job_get(job_id)).state
+                for name, job_id in ids.items()
+                if not name.startswith("leaf") or name == "leaf1499"
+            }
+            assert states == {
+                "root": JobState.AVAILABLE,
+                "done": JobState.COMPLETED,
+                "failed": JobState.DISCARDED,
+                "leaf1499": JobState.PENDING,
+                "missed": JobState.AVAILABLE,
+                "both": JobState.PENDING,
+                "cancelled_by_failure": JobState.CANCELLED,
+                "runs_anyway": JobState.AVAILABLE,
+                "waits_for_root": JobState.PENDING,
+            }
+            names.clear()
+            assert await promoter.sweep() == 0  # nothing left to decide: no promotion
+            assert not [name for name in names if name.startswith("workflow_promote")]
+        finally:
+            await client.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_runtimes_promotion_statements_never_overlap(any_db: Db) -> None:  # noqa: F811
     """The sweep and a completer's promotion in one runtime take turns. Beside each
     other, the sweep could keep a lock on a task the other had just made available (a

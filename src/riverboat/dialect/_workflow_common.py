@@ -2,18 +2,47 @@
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from riverboat._sql import Statement
 from riverboat.dialect._part import DialectPart
 
-__all__ = ["Patch", "WorkflowStatements"]
+__all__ = ["Patch", "PendingTask", "WorkflowStatements"]
 
 # One task's links for workflow_link: its id, its dependency ids (None: keep them) and
 # the dependents to append.
 Patch = tuple[int, Sequence[int] | None, Sequence[int]]
+
+
+class PendingTask(NamedTuple):
+    """A pending workflow task as the sweep reads it."""
+
+    id: int
+    dep_ids: tuple[int, ...]
+    runs_after_failure: bool  # its policy is "run": a failed dependency does not cancel it
+
+
+def _ids_from_json_text(text: str | None) -> tuple[int, ...] | None:
+    """``[1, 2]`` as ``(1, 2)``, read without a JSON parser on the way riverboat writes
+    them (the sweep reads thousands per batch); anything else through one."""
+    if not text or text == "[]":
+        return ()
+    try:
+        return tuple(map(int, text[1:-1].split(",")))
+    except ValueError:
+        pass
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, list):
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return None
+    return tuple(value)
 
 
 class WorkflowStatements(DialectPart, ABC):
@@ -62,9 +91,24 @@ class WorkflowStatements(DialectPart, ABC):
     ) -> Statement:
         """:meth:`workflow_promote`'s statement."""
 
-    def workflow_pending_ids(self, after_id: int, max: int) -> Statement:
-        """Ids of up to ``max`` pending workflow tasks after ``after_id``, in order."""
-        return self.stmt("workflow_pending_ids", after_id=after_id, max=max)
+    def workflow_pending_tasks(self, after_id: int, max: int) -> Statement:
+        """Up to ``max`` pending workflow tasks after ``after_id``, in id order, as
+        :meth:`decode_pending_tasks` reads them."""
+        return self.stmt("workflow_pending_tasks", after_id=after_id, max=max)
+
+    def decode_pending_tasks(self, rows: Sequence[Sequence[Any]]) -> list[PendingTask]:
+        """Rows of :meth:`workflow_pending_tasks`: ``(id, dep_ids as JSON text, policy)``.
+        A task whose ``dep_ids`` is not a list of ids is left out (nothing can decide it)."""
+        out = []
+        for task_id, text, policy in rows:
+            ids = _ids_from_json_text(text)
+            if ids is not None:
+                out.append(PendingTask(int(task_id), ids, policy == "run"))
+        return out
+
+    @abstractmethod
+    def workflow_dep_states(self, ids: Sequence[int]) -> Statement:
+        """``(id, state)`` of each of the jobs ``ids`` that exists."""
 
     def workflow_get(self, workflow_id: str, max: int, min_id: int = 0) -> Statement:
         """A workflow's task rows (full job rows), by id. ``min_id``: no task of the

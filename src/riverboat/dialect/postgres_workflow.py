@@ -9,6 +9,7 @@ through River's ``(state, queue, priority, scheduled_at, id)`` index.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import ClassVar
 
 from riverboat._sql import Statement, render_schema
@@ -209,11 +210,18 @@ _DEPENDENTS_AND_CANDIDATES = f"""SELECT (jsonb_array_elements_text(
 QUERIES["workflow_promote"] = _promote(_DEPENDENTS_AND_CANDIDATES)
 QUERIES["workflow_promote_lazy"] = _promote(_DEPENDENTS_AND_CANDIDATES, lazy_commit=True)
 
-# The sweep: pending workflow tasks after ``after_id`` in id order, a bounded batch.
-QUERIES["workflow_pending_ids"] = f"""
-SELECT id FROM <schema>river_job
+# The sweep: pending workflow tasks after ``after_id`` in id order, a bounded batch, with
+# what deciding whether to name them takes.
+QUERIES["workflow_pending_tasks"] = f"""
+SELECT id, (metadata->'{_KEY}'->'dep_ids')::text,
+       coalesce(metadata->'{_KEY}'->>'on_dep_failure', 'cancel')
+FROM <schema>river_job
 WHERE state = 'pending' AND id > :after_id::bigint AND metadata ? '{_KEY}'
 ORDER BY id LIMIT :max::integer
+"""
+
+QUERIES["workflow_dep_states"] = """
+SELECT id, state::text FROM <schema>river_job WHERE id = ANY(:ids::bigint[])
 """
 
 # A workflow's tasks, by the metadata GIN index River creates. (The lowest id a caller
@@ -331,6 +339,9 @@ class PostgresWorkflow(WorkflowStatements):
             finalized_json=json.dumps(finalized_ids),
             schema=self.schema,
         )
+
+    def workflow_dep_states(self, ids: Sequence[int]) -> Statement:
+        return self.stmt("workflow_dep_states", ids=list(ids))
 
     def workflow_cancel(self, workflow_id: str, cancel_attempted_at: str) -> Statement:
         return self.stmt(

@@ -12,6 +12,7 @@ promotion itself only looks rows up by primary key.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import ClassVar
 
 from riverboat._sql import Statement
@@ -122,10 +123,16 @@ FROM <schema>river_job j
 WHERE j.id IN ({_DEPENDENTS_AND_CANDIDATES}) AND j.state = 'available'
 """
 
-QUERIES["workflow_pending_ids"] = f"""
-SELECT id FROM <schema>river_job
+QUERIES["workflow_pending_tasks"] = f"""
+SELECT id, json(metadata -> {_WF}.dep_ids'),
+       coalesce(metadata ->> {_WF}.on_dep_failure', 'cancel')
+FROM <schema>river_job
 WHERE state = 'pending' AND id > :after_id AND metadata ->> {_WF}.id' IS NOT NULL
 ORDER BY id LIMIT :max
+"""
+
+QUERIES["workflow_dep_states"] = """
+SELECT id, state FROM <schema>river_job WHERE id IN (SELECT value FROM json_each(:ids))
 """
 
 # Without an index on metadata, the rows from min_id on (the job id is the rowid: a
@@ -202,6 +209,9 @@ class SqliteWorkflow(WorkflowStatements):
         }
         notify = self.stmt("workflow_promote_notify", **params)
         return Statement(self.q["workflow_promote"], params, (notify,))
+
+    def workflow_dep_states(self, ids: Sequence[int]) -> Statement:
+        return self.stmt("workflow_dep_states", ids=json.dumps(list(ids)))
 
     def workflow_cancel(self, workflow_id: str, cancel_attempted_at: str) -> Statement:
         params = {"workflow_id": workflow_id, "cancel_attempted_at": cancel_attempted_at}
