@@ -50,3 +50,40 @@ def test_a_workflow_drawn_with_its_states(seeded: SeededDb, serve: Any, page: An
 
     page.goto(f"{base}/workflows/wf_nope")
     expect(page.locator("body")).to_contain_text("not found")
+
+
+def test_a_large_workflow_is_drawn_by_groups(seeded: SeededDb, serve: Any, page: Any) -> None:
+    """Beyond DRAW_TASKS_MAX tasks, one node per column with its count and state bar,
+    and a table of the TABLE_TASKS_MAX tasks that need attention most."""
+    from riverboat.ui.graph import DRAW_TASKS_MAX, TABLE_TASKS_MAX
+
+    wf = Workflow("big-fan")
+    root = wf.add("root", {}, kind="report_step")
+    leaves = [wf.add(f"leaf{i}", {}, kind="report_step", deps=[root]) for i in range(600)]
+    wf.add("join", {}, kind="report_step", deps=leaves)
+    assert len(wf.tasks) > DRAW_TASKS_MAX
+    with seeded.client() as client:
+        info = client.workflow_insert(wf)
+        client.job_cancel(info.task("leaf450").job.id)
+        client.job_cancel(info.task("join").job.id)
+    page.goto(f"{_open(seeded, serve)}/workflows/{wf.id}")
+    groups = page.locator("#workflow-graph g.group")
+    expect(groups).to_have_count(3)
+    expect(page.locator("#workflow-graph a.node")).to_have_count(0)
+    leaves_group = page.locator('#workflow-graph g.group[data-first="leaf0"]')
+    expect(leaves_group).to_have_attribute("data-tasks", "600")
+    expect(leaves_group.locator('rect.bar[data-state="pending"]')).to_have_attribute(
+        "data-count", "599"
+    )
+    expect(leaves_group.locator('rect.bar[data-state="cancelled"]')).to_have_attribute(
+        "data-count", "1"
+    )
+    expect(page.locator("#workflow-tasks-note")).to_contain_text(f"{TABLE_TASKS_MAX} of 602 tasks")
+    rows = page.locator("#workflow-tasks tbody tr")
+    expect(rows).to_have_count(TABLE_TASKS_MAX)
+    expect(rows.nth(0)).to_have_attribute("data-task", "leaf450")  # cancelled: first
+    expect(rows.nth(1)).to_have_attribute("data-task", "join")
+    expect(rows.nth(2)).to_have_attribute("data-task", "root")  # available
+    expect(page.locator('#workflow-tasks tr[data-task="join"] td').nth(4)).to_have_text(
+        "leaf0, leaf1, leaf2, leaf3, leaf4 and 595 more"
+    )

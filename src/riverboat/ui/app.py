@@ -35,7 +35,7 @@ from riverboat._admin import JOB_COUNT_CAP_DEFAULT, QueueActivity, ThroughputMin
 from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, STATE_BY_NAME, JobRow, JobState
 from riverboat.client import AsyncClient
 from riverboat.errors import InvalidInputError, JobRunningError, NotFoundError, RiverboatError
-from riverboat.ui.graph import layout
+from riverboat.ui.graph import layout, table_tasks
 from riverboat.ui.line_tables import read_line_table
 from riverboat.workflow import workflow_meta
 
@@ -696,6 +696,7 @@ def create_app(
             title=f"Workflow {workflow.name}",
             workflow=workflow,
             drawing=layout(workflow.tasks),
+            listed=table_tasks(workflow.tasks),
         )
 
     async def _form(request: Request) -> tuple[FormData | None, Response | None]:
