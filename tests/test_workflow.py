@@ -583,6 +583,48 @@ def test_a_sweep_names_only_the_tasks_it_can_decide(any_db: Db) -> None:  # noqa
     asyncio.run(scenario())
 
 
+def test_one_client_of_a_fleet_sweeps(any_db: Db) -> None:  # noqa: F811
+    """The live client with queues whose id is smallest in the registry sweeps every
+    interval; another sweeps once at its start and then leaves it to that one, and takes
+    over when it stops."""
+
+    def client(client_id: str, **kw: Any) -> riverboat.AsyncClient:
+        return riverboat.AsyncClient(
+            any_db.url,
+            schema=any_db.schema,
+            id=client_id,
+            workers=Recorder().workers,
+            heartbeat_interval=0.1,
+            dead_after=2.0,
+            **kw,
+        )
+
+    async def scenario() -> None:
+        queues = {"default": QueueConfig(max_workers=1)}
+        first, second = client("b_sweeps", queues=queues), client("c_waits", queues=queues)
+        try:
+            for c in (first, second):
+                await c.start()
+            sweeps = {
+                c.runtime.client_id: await c.runtime._sweeps_workflows_here()
+                for c in (first, second)
+            }
+            assert sweeps == {"b_sweeps": True, "c_waits": False}
+            follower = second.runtime.workflow_promoter
+            assert follower is not None
+            # Its first pass at its start, then one interval (2 s) left to b_sweeps.
+            await wait_until_async(lambda: follower.passes_left_to_others >= 1, timeout=10)
+            assert follower.passes == 1
+            await first.stop()
+            assert await second.runtime._sweeps_workflows_here()
+        finally:
+            for c in (first, second):
+                await c.stop()
+                await c.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_runtimes_promotion_statements_never_overlap(any_db: Db) -> None:  # noqa: F811
     """The sweep and a completer's promotion in one runtime take turns. Beside each
     other, the sweep could keep a lock on a task the other had just made available (a

@@ -94,6 +94,11 @@ class FleetStatements(DialectPart, ABC):
     def client_delete_dead(self, client_ids: list[str]) -> Statement:
         return self.stmt("client_delete_dead", ids=self.fleet_ids_param(client_ids))
 
+    def client_sweeper(self) -> Statement:
+        """The id of the live client with queues that sweeps workflows (the smallest),
+        or NULL when there is none: one row."""
+        return self.stmt("client_sweeper")
+
     def client_set_queue_settings(
         self, *, queue: str, patch: Mapping[str, Any], client_id: str | None
     ) -> Statement:

@@ -60,6 +60,12 @@ QUERIES["client_delete"] = "DELETE FROM <schema>riverboat_client WHERE id = :id:
 QUERIES["client_list"] = f"SELECT {_LIST} FROM <schema>riverboat_client ORDER BY host, pid, id"
 
 
+# Clients with queues run the workflow sweep (runtime/workflow_promoter.py); one of them
+# does it for the fleet.
+QUERIES["client_sweeper"] = """
+SELECT min(id) FROM <schema>riverboat_client WHERE expires_at > now() AND queues <> '{}'::jsonb
+"""
+
 QUERIES["client_delete_dead"] = """
 DELETE FROM <schema>riverboat_client
 WHERE id = ANY(:ids::text[]) AND expires_at <= now()

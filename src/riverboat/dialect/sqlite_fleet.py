@@ -53,6 +53,10 @@ QUERIES["client_delete"] = "DELETE FROM <schema>riverboat_client WHERE id = :id"
 
 QUERIES["client_list"] = f"SELECT {_LIST} FROM <schema>riverboat_client ORDER BY host, pid, id"
 
+QUERIES["client_sweeper"] = f"""
+SELECT min(id) FROM <schema>riverboat_client WHERE expires_at > {NOW} AND json(queues) <> '{{}}'
+"""
+
 QUERIES["client_delete_dead"] = f"""
 DELETE FROM <schema>riverboat_client
 WHERE id IN (SELECT value FROM json_each(:ids)) AND expires_at <= {NOW}

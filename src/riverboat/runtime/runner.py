@@ -273,6 +273,18 @@ class Runtime:
     def _want_events(self) -> bool:
         return bool(self._subscriptions)
 
+    async def _sweeps_workflows_here(self) -> bool:
+        """Whether this client runs the fleet's sweep of pending workflow tasks now
+        (runtime/workflow_promoter.py): it is the live client with queues whose id is
+        smallest in the registry, or there is no registry to ask (riverboat's migration
+        line not applied, or this client out of it), or the registry names no one."""
+        registry = self.registry
+        if registry is None or not registry.enabled or registry.lost:
+            return True
+        rows = await self.driver.fetch(self.driver.dialect.client_sweeper())
+        sweeper = rows[0][0] if rows else None
+        return sweeper is None or sweeper == self.client_id
+
     async def _check_flow_control_schema(self) -> None:
         queue = await _flow_claim_needs_riverboat_line(self.driver, self.config.queues)
         if queue is not None:
@@ -295,7 +307,9 @@ class Runtime:
             async with bounded(cfg.db_call_timeout, "current_schema"):
                 rows = await self.driver.fetch(dialect.stmt("current_schema"))
             self.schema_name = rows[0][0] if rows else "public"
-        self.workflow_promoter = WorkflowPromoter(self.driver, self.wake_queues_now)
+        self.workflow_promoter = WorkflowPromoter(
+            self.driver, self.wake_queues_now, self._sweeps_workflows_here
+        )
         self.finalized_signals = FinalizedSignals(self.driver)
         self.completer = Completer(
             self.driver,

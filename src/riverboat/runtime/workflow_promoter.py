@@ -5,12 +5,18 @@ Two paths, both one statement per step and by primary key:
 * after the completer wrote outcomes that finalized workflow tasks, their dependents are
   decided at once (:meth:`WorkflowPromoter.after_finalized`), so a chain moves at the
   speed of pick-up, not of a poll;
-* every runtime sweeps pending workflow tasks in bounded batches, in id order
+* a sweep of pending workflow tasks in bounded batches, in id order
   (:meth:`WorkflowPromoter.sweep`), which covers what the first path can miss: a client
   that died between writing an outcome and promoting, tasks finished by Go River
   workers, tasks added to a running workflow, and two dependencies finishing at the same
   moment in two processes (each promotion may see the other still running; the
-  statement that starts last sees both, and the sweep is the net under that).
+  statement that starts last sees both, and the sweep is the net under that). One
+  client of the fleet sweeps every SWEEP_INTERVAL: the live one with queues whose id is
+  smallest in riverboat's registry (``sweeps_here``); the others every
+  FOLLOWER_SWEEP_INTERVAL only, the net under a sweeper that died (its registry row
+  stays live for ``dead_after``). Leadership can't choose it: the leader may be a Go
+  River client. Without the registry (riverboat's migration line not applied) every
+  client sweeps every SWEEP_INTERVAL.
 
 A task cancelled because a dependency failed is finalized too, so its own dependents
 are decided in the next step of the same cascade (bounded by the graph's depth).
@@ -20,7 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from riverboat.dialect._workflow_common import PendingTask
@@ -28,11 +36,12 @@ from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
 from riverboat.runtime._waiting import end_within, wait_event
 
-__all__ = ["SWEEP_BATCH", "SWEEP_INTERVAL", "WorkflowPromoter"]
+__all__ = ["FOLLOWER_SWEEP_INTERVAL", "SWEEP_BATCH", "SWEEP_INTERVAL", "WorkflowPromoter"]
 
 log = logging.getLogger("riverboat.workflow")
 
 SWEEP_INTERVAL = 2.0  # seconds between sweeps of pending workflow tasks
+FOLLOWER_SWEEP_INTERVAL = 30.0  # seconds between the sweeps of the other clients
 SWEEP_BATCH = 1000  # pending tasks looked at per statement
 CASCADE_MAX = 10_000  # steps of a cancellation cascade (a workflow's tasks at most)
 STOP_WAIT = 2.0  # seconds a stop lets a sweep under way finish
@@ -62,10 +71,19 @@ def _decidable(task: PendingTask, states: dict[int, str], seen_pending: set[int]
 
 
 class WorkflowPromoter:
-    def __init__(self, driver: AsyncDriver, wake_queues: Callable[[Iterable[str]], None]) -> None:
+    def __init__(
+        self,
+        driver: AsyncDriver,
+        wake_queues: Callable[[Iterable[str]], None],
+        sweeps_here: Callable[[], Awaitable[bool]] | None = None,
+    ) -> None:
         self._driver = driver
         self._dialect = driver.dialect
         self._wake_queues = wake_queues
+        # Whether this client is the fleet's sweeper now (None: always).
+        self._sweeps_here = sweeps_here
+        self.passes = 0  # sweep passes run
+        self.passes_left_to_others = 0  # intervals at which another client swept
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self.statements = 0  # promotion statements run (tests count them)
@@ -156,12 +174,18 @@ class WorkflowPromoter:
         self._task = asyncio.create_task(self._loop(interval), name="riverboat-workflow-sweep")
 
     async def _loop(self, interval: float) -> None:
+        last_pass = -math.inf
         while not self._stop.is_set():
             try:
-                changed = await self.sweep()
-                if changed:
-                    # Cancellations found by the sweep cascade on the next pass at once.
-                    continue
+                due = time.monotonic() - last_pass >= FOLLOWER_SWEEP_INTERVAL
+                if due or self._sweeps_here is None or await self._sweeps_here():
+                    last_pass = time.monotonic()
+                    self.passes += 1
+                    if await self.sweep():
+                        # Cancellations found by the sweep cascade on the next pass at once.
+                        continue
+                else:
+                    self.passes_left_to_others += 1
             except DriverError as exc:
                 log.warning("workflow: sweeping pending tasks failed: %s", exc)
             await wait_event(self._stop, interval)
