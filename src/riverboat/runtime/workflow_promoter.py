@@ -31,6 +31,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
+from riverboat._job import FINALIZED_STATES, JobState
 from riverboat.dialect._workflow_common import PendingTask
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
@@ -47,8 +48,9 @@ CASCADE_MAX = 10_000  # steps of a cancellation cascade (a workflow's tasks at m
 STOP_WAIT = 2.0  # seconds a stop lets a sweep under way finish
 # Pending task ids a sweep pass keeps (known unfinished when another task names them).
 SEEN_PENDING_MAX = 100_000
-_FINALIZED = frozenset({"completed", "cancelled", "discarded"})
-_FAILED = frozenset({"cancelled", "discarded"})
+# The states a dependency ends in without completing (JobState is a StrEnum: the
+# statement's text states compare equal to its members).
+_FAILED = FINALIZED_STATES - {JobState.COMPLETED}
 
 
 def _decidable(task: PendingTask, states: dict[int, str], seen_pending: set[int]) -> bool:
@@ -63,7 +65,7 @@ def _decidable(task: PendingTask, states: dict[int, str], seen_pending: set[int]
         state = states.get(dep)
         if state is None:
             continue
-        if state not in _FINALIZED:
+        if state not in FINALIZED_STATES:
             unfinished = True
         elif state in _FAILED:
             failed = True

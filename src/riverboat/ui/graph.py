@@ -23,7 +23,6 @@ __all__ = ["DRAW_TASKS_MAX", "TABLE_TASKS_MAX", "Drawing", "layout", "table_task
 DRAW_TASKS_MAX = 400
 COLUMNS_MAX = 40
 GROUP_HEIGHT = 70
-BAR_HEIGHT = 8
 TABLE_TASKS_MAX = 200
 # The table's order when it cannot list every task: what needs attention first.
 _ATTENTION = {
@@ -151,9 +150,10 @@ def layout(tasks: Sequence[WorkflowTaskInfo]) -> Drawing:
 def _grouped(tasks: Sequence[WorkflowTaskInfo]) -> Drawing:
     depth = _depths(tasks)
     band_width = max(1, math.ceil((max(depth.values(), default=0) + 1) / COLUMNS_MAX))
+    band_of = {name: column // band_width for name, column in depth.items()}
     bands: dict[int, list[WorkflowTaskInfo]] = {}
     for task in tasks:
-        bands.setdefault(depth[task.name] // band_width, []).append(task)
+        bands.setdefault(band_of[task.name], []).append(task)
     groups: dict[int, Group] = {}
     for position, (band, members) in enumerate(sorted(bands.items())):
         counts: dict[JobState, int] = {}
@@ -169,7 +169,6 @@ def _grouped(tasks: Sequence[WorkflowTaskInfo]) -> Drawing:
                 segments.append(Segment(state.value, count, left, width))
                 left += width
         groups[band] = Group(len(members), members[0].name, members[-1].name, segments, x, MARGIN)
-    band_of = {task.name: depth[task.name] // band_width for task in tasks}
     linked = {
         (band_of[dep], band_of[task.name])
         for task in tasks
