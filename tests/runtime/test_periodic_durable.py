@@ -37,6 +37,12 @@ async def driver(any_db: Db) -> AsyncIterator[Any]:  # noqa: F811
         await drv.close()
 
 
+def _mid_minute() -> datetime:
+    """Now, moved to half past its minute: no every-minute tick falls within the
+    enqueuer's due margin of it."""
+    return datetime.now(UTC).replace(second=30, microsecond=0)
+
+
 def _enqueuer(
     driver: Any, jobs: list[PeriodicJob], now: datetime | None = None
 ) -> PeriodicJobEnqueuer:
@@ -48,10 +54,11 @@ def _enqueuer(
         retry_policy=RetryPolicy(),
         job_timeout=60.0,
     )
-    if now is not None:
-        # The scheduler's now, fixed: a term that crosses a tick would otherwise also
-        # run that tick.
-        ctx.clock.set(lambda: now)
+    # The scheduler's now, fixed (half past the minute unless given): a term whose start
+    # and first run straddle a tick, or come within the due margin of one, would
+    # otherwise also run that tick (seen at 12:55:59.9 and at 9:48:59).
+    fixed = _mid_minute() if now is None else now
+    ctx.clock.set(lambda: fixed)
     return PeriodicJobEnqueuer(ctx, jobs)
 
 
@@ -117,8 +124,7 @@ async def test_a_new_job_is_stored_and_the_next_term_carries_on(any_db: Db, driv
 async def test_catch_up_after_downtime(any_db: Db, driver: Any, catch_up: str) -> None:  # noqa: F811
     kind = f"missed_{catch_up}"
     job = _every_minute(catch_up, kind)
-    # Half a minute past a tick: the next one is not within the due margin.
-    now = datetime.now(UTC).replace(second=30, microsecond=0)
+    now = _mid_minute()
     last_tick = job.next_after(now - MINUTE)  # the latest tick at or before now
     assert last_tick is not None and last_tick <= now
     missed = [last_tick - n * MINUTE for n in range(9, -1, -1)]  # 10 ticks
@@ -146,7 +152,7 @@ async def test_catch_up_all_is_bounded(
     now = datetime.now(UTC).replace(microsecond=0)
     await _store(driver, job, now - timedelta(hours=1))
     with caplog.at_level(logging.WARNING, logger="riverboat.maintenance"):
-        enqueuer = await _term(driver, [job])
+        enqueuer = await _term(driver, [job], now)
     runs = _runs(any_db, "busy")
     assert len(runs) == CATCH_UP_LIMIT
     assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(runs))
