@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar
 
 from riverboat._insert import validate_queue
 from riverboat._job import STATE_BY_NAME, JobRow, JobState, format_rfc3339_nano, parse_rfc3339
-from riverboat._json import INT64_MAX, INT64_MIN, check_json_value
+from riverboat._json import INT64_MAX, INT64_MIN, check_json_value, text_param_problem
 from riverboat._options import check_option_names
 from riverboat._queue import QueueRow
 from riverboat._sql import Statement
@@ -180,17 +180,9 @@ def _job_id(value: object, field: str = "job_id") -> int:
 
 
 def _text(value: str, field: str) -> str:
-    """Text bound as a statement parameter: no NUL (Postgres refuses it, SQLite keeps
-    it) and no lone surrogate (not UTF-8; argv decoding makes them from bad bytes)."""
-    if "\x00" in value:
-        raise InvalidInputError(field, f"{value[:40]!r} contains a NUL character")
-    if not value.isascii():
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            raise InvalidInputError(
-                field, f"{value[:40]!r} contains a lone surrogate, which is not valid Unicode"
-            ) from None
+    """Text bound as a statement parameter (:func:`riverboat._json.text_param_problem`)."""
+    if (problem := text_param_problem(value)) is not None:
+        raise InvalidInputError(field, problem)
     return value
 
 

@@ -153,6 +153,17 @@ def _has_lone_surrogate(text: str) -> bool:
     return False
 
 
+def text_param_problem(text: str) -> str | None:
+    """Why ``text`` can't be a statement parameter, or None: a NUL character (Postgres
+    refuses it, SQLite keeps it) or a lone surrogate (not UTF-8; argv decoding makes them
+    from bad bytes). The caller names the field in its own error."""
+    if "\x00" in text:
+        return f"contains a NUL character (\\u0000): {text[:40]!r}"
+    if not text.isascii() and _has_lone_surrogate(text):
+        return f"contains a lone surrogate, which is not valid Unicode: {text[:40]!r}"
+    return None
+
+
 def _check_utf8(text: str) -> str:
     # Fail here with a clear ValueError instead of deep in a driver.
     if not text.isascii() and _has_lone_surrogate(text):

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from riverboat._job import InsertManyParams, InsertOpts, JobRow, JobState
-from riverboat._json import go_json_string
+from riverboat._json import go_json_string, text_param_problem
 from riverboat.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -80,18 +80,11 @@ def _check_policy(value: object, field_name: str) -> OnDepFailure:
 
 
 def _check_text(value: str, field_name: str) -> str:
-    """Refuse a name that JSON metadata can't carry to Postgres and back: a NUL
-    character or a lone surrogate (what :func:`riverboat._json.check_json_value` refuses
-    in metadata), here where the name is given rather than at the insert."""
-    if "\x00" in value:
-        raise InvalidInputError(field_name, f"contains a NUL character (\\u0000): {value[:40]!r}")
-    if not value.isascii():
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            raise InvalidInputError(
-                field_name, "contains a lone surrogate, which is not valid Unicode"
-            ) from None
+    """Refuse a name that JSON metadata can't carry to Postgres and back (what
+    :func:`riverboat._json.check_json_value` refuses in metadata), here where the name is
+    given rather than at the insert."""
+    if (problem := text_param_problem(value)) is not None:
+        raise InvalidInputError(field_name, problem)
     return value
 
 
