@@ -85,7 +85,12 @@ class FlowStatements(DialectPart, ABC):
         """:meth:`~riverboat.dialect.base.Dialect.job_complete_many`, with each job's
         finalized_at no later than its ``ended`` (seconds since the epoch; None: now),
         for jobs a claim left out of its count (``flow_claim_excludes_finished``)."""
-        raise NotImplementedError(f"{type(self).__name__} does not exclude finished jobs")
+        if not self.flow_claim_excludes_finished:
+            raise NotImplementedError(f"{type(self).__name__} does not exclude finished jobs")
+        name = "flow_complete_many" if returning else "flow_complete_many_no_return"
+        # Seconds since the epoch: a float array costs the client far less to send than
+        # one of datetimes.
+        return self.stmt(name, ids=list(ids), attempts=list(attempts), ended=list(ended))
 
     def flow_ended_prune(self) -> Statement:
         """Delete records of finished jobs (``flow_claim_excludes_finished``) whose job no

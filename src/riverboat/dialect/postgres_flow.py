@@ -33,7 +33,6 @@ sequence.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from riverboat._sql import Statement
@@ -260,16 +259,3 @@ class PostgresFlow(DialectPart):
 
     def flow_ended_prune(self) -> Statement:
         return self.stmt("flow_ended_prune")
-
-    def flow_complete_many(
-        self,
-        ids: Sequence[int],
-        attempts: Sequence[int],
-        ended: Sequence[float | None],
-        *,
-        returning: bool,
-    ) -> Statement:
-        name = "flow_complete_many" if returning else "flow_complete_many_no_return"
-        # Seconds since the epoch: a float array costs the client far less to send than
-        # one of datetimes.
-        return self.stmt(name, ids=list(ids), attempts=list(attempts), ended=list(ended))
