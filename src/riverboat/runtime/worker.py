@@ -91,6 +91,27 @@ def record_output(value: Any) -> None:
     ctx.metadata_updates["output"] = json.loads(encoded)
 
 
+V = TypeVar("V")
+
+
+class _RowField(Generic[V]):
+    """A read-only attribute of :class:`Job` that is its row's field of the same name."""
+
+    __slots__ = ("_name",)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @typing.overload
+    def __get__(self, job: None, owner: type) -> _RowField[V]: ...
+    @typing.overload
+    def __get__(self, job: Job[Any], owner: type | None = None) -> V: ...
+    def __get__(self, job: Job[Any] | None, owner: type | None = None) -> V | _RowField[V]:
+        if job is None:  # read on the class (help(), inspect)
+            return self
+        return getattr(job.row, self._name)  # type: ignore[no-any-return]
+
+
 class Job(Generic[T]):
     """What a work function receives: the row, plus args decoded into the worker's type."""
 
@@ -103,53 +124,18 @@ class Job(Generic[T]):
         self._ctx = _ctx
 
     # The row's fields a work function reads most, typed as the row types them.
-    @property
-    def id(self) -> int:
-        return self.row.id
-
-    @property
-    def kind(self) -> str:
-        return self.row.kind
-
-    @property
-    def queue(self) -> str:
-        return self.row.queue
-
-    @property
-    def attempt(self) -> int:
-        return self.row.attempt
-
-    @property
-    def max_attempts(self) -> int:
-        return self.row.max_attempts
-
-    @property
-    def priority(self) -> int:
-        return self.row.priority
-
-    @property
-    def tags(self) -> list[str]:
-        return self.row.tags
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        return self.row.metadata
-
-    @property
-    def created_at(self) -> datetime:
-        return self.row.created_at
-
-    @property
-    def scheduled_at(self) -> datetime:
-        return self.row.scheduled_at
-
-    @property
-    def attempted_at(self) -> datetime | None:
-        return self.row.attempted_at
-
-    @property
-    def errors(self) -> list[AttemptError]:
-        return self.row.errors
+    id = _RowField[int]()
+    kind = _RowField[str]()
+    queue = _RowField[str]()
+    attempt = _RowField[int]()
+    max_attempts = _RowField[int]()
+    priority = _RowField[int]()
+    tags = _RowField[list[str]]()
+    metadata = _RowField[dict[str, Any]]()
+    created_at = _RowField[datetime]()
+    scheduled_at = _RowField[datetime]()
+    attempted_at = _RowField[datetime | None]()
+    errors = _RowField[list[AttemptError]]()
 
     @property
     def is_being_worked(self) -> bool:
