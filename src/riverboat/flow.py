@@ -162,19 +162,10 @@ class FlowControl:
         out: dict[str, Any] = {}
         con, rate = self.concurrency, self.rate
         if con is not None:
-            out["concurrency"] = {
-                "global_limit": con.global_limit,
-                "local_limit": con.local_limit,
-                "by_kind": con.by_kind,
-                "by_args": list(con.by_args),
-            }
+            limits = {"global_limit": con.global_limit, "local_limit": con.local_limit}
+            out["concurrency"] = {**limits, **_partition(con)}
         if rate is not None:
-            out["rate"] = {
-                "limit": rate.limit,
-                "period": rate.seconds,
-                "by_kind": rate.by_kind,
-                "by_args": list(rate.by_args),
-            }
+            out["rate"] = {"limit": rate.limit, "period": rate.seconds, **_partition(rate)}
         if self.sequences:
             out["sequences"] = "continue" if self.sequence_continue else "halt"
         return out
@@ -399,3 +390,8 @@ def sequence_uses(queue: str, rows: Sequence[Sequence[Any]]) -> list[LimitUse]:
         held_back = max(0, int(due) - (1 if startable else 0))
         out.append(LimitUse(queue, "sequence", 1, None, [key], int(running), int(due), held_back))
     return _most_held_back_first(out)[:SEQUENCE_USE_ROWS]
+
+
+def _partition(limit: ConcurrencyLimit | RateLimit) -> dict[str, Any]:
+    """How a limit splits a queue's jobs, as :meth:`FlowControl.describe` writes it."""
+    return {"by_kind": limit.by_kind, "by_args": list(limit.by_args)}
