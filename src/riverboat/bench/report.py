@@ -61,6 +61,29 @@ _WORKER_COLUMNS: list[Column] = [
     ("client ms/job", "client_cpu_ms_per_job", 15),
 ]
 
+# The River comparisons, in report order: the report's key, the title, the columns.
+_RIVER_SECTIONS: list[tuple[str, str, list[Column]]] = [
+    (
+        "compare_river",
+        "River 0.51.2 (interop/go) beside riverboat, same backlog, 20 slots",
+        [
+            *_WORKER_COLUMNS,
+            ("pg ms/job", "postgres_cpu_ms_per_job", 11),
+            ("total ms/job", "total_cpu_ms_per_job", 14),
+        ],
+    ),
+    (
+        "compare_river_sqlite",
+        "River 0.51.2 (riversqlite) beside riverboat, same SQLite file (WAL), 20 slots",
+        _WORKER_COLUMNS,
+    ),
+    (
+        "river_bench",
+        "River's own benchmark (river bench -n JOBS) beside riverboat at its settings",
+        [("run", "name", 34), *_WORKER_COLUMNS[1:], ("client CPU counts", "client_cpu_counts", 0)],
+    ),
+]
+
 
 def _river_section(part: Any, title: str, columns: list[Column]) -> list[str]:
     """A River comparison's lines: its title, then why it was skipped or its table."""
@@ -164,33 +187,11 @@ def render_table(report: dict[str, Any]) -> str:
             ],
             defaults,
         )
-    lines += _river_section(
-        report.get("compare_river"),
-        "River 0.51.2 (interop/go) beside riverboat, same backlog, 20 slots",
-        [
-            *_WORKER_COLUMNS,
-            ("pg ms/job", "postgres_cpu_ms_per_job", 11),
-            ("total ms/job", "total_cpu_ms_per_job", 14),
-        ],
-    )
-    river_sqlite = report.get("compare_river_sqlite")
-    lines += _river_section(
-        river_sqlite,
-        "River 0.51.2 (riversqlite) beside riverboat, same SQLite file (WAL), 20 slots",
-        _WORKER_COLUMNS,
-    )
-    if river_sqlite and "skipped" not in river_sqlite:
-        ratio = river_sqlite.get("riverboat_over_best_river")
-        lines.append(f"riverboat / best River: {_fmt(ratio)}")
-    lines += _river_section(
-        report.get("river_bench"),
-        "River's own benchmark (river bench -n JOBS) beside riverboat at its settings",
-        [
-            ("run", "name", 34),
-            *_WORKER_COLUMNS[1:],
-            ("client CPU counts", "client_cpu_counts", 0),
-        ],
-    )
+    for key, title, columns in _RIVER_SECTIONS:
+        part = report.get(key)
+        lines += _river_section(part, title, columns)
+        if key == "compare_river_sqlite" and part and "skipped" not in part:
+            lines.append(f"riverboat / best River: {_fmt(part.get('riverboat_over_best_river'))}")
     kinds = report.get("job_kinds")
     if kinds:
         lines += [
