@@ -696,6 +696,54 @@ def test_workflow_insert_tx_rolls_back_with_the_callers_transaction(any_db: Db) 
             client.workflow_get(wf.id)
 
 
+def test_two_clients_adding_the_same_task_name_at_once_add_it_once(any_db: Db) -> None:  # noqa: F811
+    """An addition to a running workflow holds the workflow until it commits: a second
+    one that started meanwhile reads the first's tasks after it, and is refused for the
+    name they share (before, on Postgres, both passed the check and the workflow had two
+    tasks of that name)."""
+    wf = Workflow("shared")
+    _step(wf, "root")
+    outcome: list[BaseException | None] = []
+    with _client(any_db, Workers()) as client, any_db.connect() as conn:
+        client.workflow_insert(wf)
+        first = Workflow(id=wf.id)
+        _step(first, "late", ["root"])
+        client.workflow_insert_tx(conn, first)  # its transaction stays open
+
+        def add_the_same() -> None:
+            second = Workflow(id=wf.id)
+            _step(second, "late", ["root"])
+            try:
+                client.workflow_insert(second)
+                outcome.append(None)
+            except BaseException as exc:  # checked below, in the test thread
+                outcome.append(exc)
+
+        thread = threading.Thread(target=add_the_same)
+        thread.start()
+        if any_db.dialect == "postgres":
+            # The second addition waits for the first's lock (SQLite's writers wait for
+            # the first's write lock in any case).
+            with psycopg.connect(any_db.url, autocommit=True) as watcher:
+                wait_until(
+                    lambda: (
+                        watcher.execute(
+                            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                            " AND NOT granted"
+                        ).fetchone()[0]  # type: ignore[index]
+                        == 1
+                    ),
+                    timeout=10,
+                    what="the second addition waiting for the workflow's lock",
+                )
+        conn.commit()
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+        [error] = outcome
+        assert isinstance(error, InvalidInputError) and "late" in str(error)
+        assert [t.name for t in client.workflow_get(wf.id).tasks] == ["root", "late"]
+
+
 def test_bad_workflows_are_refused_before_anything_is_written(any_db: Db) -> None:  # noqa: F811
     wf = Workflow("bad")
     _step(wf, "a")

@@ -167,6 +167,10 @@ class ClientBase(SyncAdmin):
         dialect = self._core.dialect
         existing: dict[str, int] = {}
         if workflow.adding:
+            # Another client adding to the same workflow must not pass the name check
+            # below before this one's tasks are committed.
+            if (lock := dialect.workflow_lock(workflow.id)) is not None:
+                executor.fetch(lock)
             rows = executor.fetch(dialect.workflow_get(workflow.id, WORKFLOW_TASKS_MAX))
             stored = WorkflowInfo.from_jobs(workflow.id, dialect.decode_jobs(rows))
             if not stored.tasks:

@@ -72,6 +72,14 @@ class WorkflowStatements(DialectPart, ABC):
         written after it (:meth:`workflow_link`)."""
         return None
 
+    def workflow_lock(self, workflow_id: str) -> Statement | None:
+        """Serialize the transactions that add tasks to ``workflow_id``, to the end of
+        this transaction: each then reads the tasks the one before it added, and two
+        can't both add a task of the same name. Run it as a statement of its own before
+        the read (a statement's snapshot is taken before it waits for the lock). None
+        where transactions that write run one at a time anyway (SQLite)."""
+        return None
+
     def workflow_promote(
         self,
         finalized_ids: Sequence[int],

@@ -38,6 +38,15 @@ WHERE river_job.id = p.id AND river_job.metadata->'{_KEY}' IS NOT NULL
 
 # Ids from river_job's own sequence (the one its bigserial default draws from), so ids
 # given before the insert are as unique and as ordered as any other job's.
+# A transaction-level advisory lock per workflow (and schema), as the flow claim's per
+# queue: released at commit or rollback. The migrations' lock_timeout lift is not
+# needed: another addition to the same workflow holds it for one short transaction.
+QUERIES["workflow_lock"] = """
+SELECT pg_advisory_xact_lock(
+    hashtext(concat(coalesce(:schema::text, current_schema()), '.riverboat_workflow.',
+                    :workflow_id::text))::bigint)
+"""
+
 QUERIES["workflow_reserve_ids"] = """
 SELECT nextval(s.seq)
 FROM (SELECT pg_get_serial_sequence(:table::text, 'id')::regclass AS seq) AS s
@@ -315,6 +324,9 @@ class PostgresWorkflow(WorkflowStatements):
 
     def job_finalized_notify(self, payload: str) -> Statement | None:
         return self.stmt("job_finalized_notify", payload=payload, schema=self.schema)
+
+    def workflow_lock(self, workflow_id: str) -> Statement | None:
+        return self.stmt("workflow_lock", workflow_id=workflow_id, schema=self.schema)
 
     def workflow_reserve_ids(self, count: int) -> Statement | None:
         table = render_schema("<schema>river_job", self.schema)
