@@ -769,7 +769,28 @@ def test_bad_workflows_are_refused_before_anything_is_written(any_db: Db) -> Non
         _step(missing, "z")
         with pytest.raises(NotFoundError):
             client.workflow_insert(missing)
+        # Unique or pending through the args' own insert_opts(), not the opts given.
+        for own, words in (
+            (InsertOpts(unique_opts=riverboat.UniqueOpts(by_args=True)), "unique"),
+            (InsertOpts(pending=True), "pending"),
+        ):
+            opted = Workflow("opted")
+            opted.add("own", _OwnOpts(own), kind="step")
+            _step(opted, "after", ["own"])
+            with pytest.raises(InvalidInputError, match=f"task 'own'.*{words}"):
+                client.workflow_insert(opted)
         assert client.job_list(limit=10).jobs == []
+
+
+class _OwnOpts(dict[str, Any]):
+    """Args whose insert_opts() returns the options they were made with."""
+
+    def __init__(self, opts: InsertOpts) -> None:
+        super().__init__(name="own")
+        self._opts = opts
+
+    def insert_opts(self) -> InsertOpts:
+        return self._opts
 
 
 def test_task_metadata_is_written_as_the_json_encoder_writes_it() -> None:

@@ -280,6 +280,20 @@ def add_workflow_metadata(
     # them last); the policy only when it is "run"; the id lists only when not empty.
     head = f'{{"id":{go_json_string(workflow.id)},"task":'
     named = f',"name":{go_json_string(workflow.name)}'
+    # What add() checks in the options given to it, here again as resolved: the args'
+    # own insert_opts() and insert hooks can make a job unique or pending too. A task
+    # deduplicated into another job would leave its dependents waiting on an id no row
+    # has (a dependency whose row is gone counts as completed); a pending one without
+    # dependencies would never start.
+    for task, job in zip(workflow.tasks, jobs, strict=True):
+        if job.unique_key is not None:
+            raise InvalidInputError(
+                "tasks", f"task {task.name!r}: workflow tasks cannot be unique jobs"
+            )
+        if job.state is JobState.PENDING:
+            raise InvalidInputError(
+                "tasks", f"task {task.name!r}: a workflow decides when its tasks are pending"
+            )
     depended_on = {dep for task in workflow.tasks for dep in task.deps}
     for position, (task, job) in enumerate(zip(workflow.tasks, jobs, strict=True)):
         job_id = ids[position] if ids is not None else None
