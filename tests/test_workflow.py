@@ -1080,8 +1080,11 @@ def test_workflow_wait_reads_the_whole_workflow_only_at_the_start_and_the_end(
 
 def test_job_wait_refuses_bad_input_before_waiting(any_db: Db) -> None:  # noqa: F811
     with _client(any_db, Recorder()) as client:
+        for timeout in (-1, float("nan"), float("inf")):  # NaN used to wait forever
+            with pytest.raises(InvalidInputError, match="timeout"):
+                client.job_wait(1, timeout=timeout)
         with pytest.raises(InvalidInputError, match="timeout"):
-            client.job_wait(1, timeout=-1)
+            client.workflow_wait("wf_unknown", timeout=float("nan"))
         with pytest.raises(InvalidInputError, match="job_id"):
             client.job_wait("1", timeout=1)  # type: ignore[arg-type]
         with pytest.raises(InvalidInputError, match="workflow_id"):

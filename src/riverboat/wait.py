@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import threading
 import time
 import weakref
@@ -69,8 +70,15 @@ NOTIFY_IDS_MAX = 500  # ids per notification (a payload must stay under 8,000 by
 
 
 def check_timeout(timeout: object) -> float:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-        raise InvalidInputError("timeout", "must be a number of seconds, at least 0")
+    # NaN passed the old test (every comparison with it is false) and waited forever;
+    # infinity would be written into the wait's announcement, which is JSON.
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or timeout < 0
+    ):
+        raise InvalidInputError("timeout", "must be a finite number of seconds, at least 0")
     return float(timeout)
 
 
