@@ -16,6 +16,7 @@ import pytest
 from riverboat import (
     EventKind,
     InsertOpts,
+    InvalidInputError,
     Job,
     JobCancel,
     JobSnooze,
@@ -196,6 +197,37 @@ async def test_snooze_reschedules_without_counting_an_attempt(
         assert 25 < wait <= 30
     else:
         assert done.job is not None and done.job.attempt == 1
+
+
+@pytest.mark.parametrize("seconds", [float("nan"), float("inf"), 1e300, -1.0])
+async def test_a_snooze_no_time_can_hold_is_refused_where_it_is_raised(seconds: float) -> None:
+    with pytest.raises(InvalidInputError, match="snooze duration"):
+        JobSnooze(seconds)
+
+
+async def test_an_outcome_that_cannot_be_computed_fails_the_attempt(apg_driver: Any) -> None:
+    """A value riverboat did not foresee (here a snooze changed after it was checked)
+    fails the attempt with its error; before, the job stayed running until the rescuer
+    (NaN, infinity or 1e300 seconds of JobSnooze did that, before they were refused)."""
+    workers = Workers()
+
+    @workers.register("odd_snooze")
+    async def odd_snooze(job: Job[Any]) -> None:
+        snooze = JobSnooze(1)
+        snooze.seconds = float("nan")
+        raise snooze
+
+    client = make_client(apg_driver, workers)
+    inserted = (await client.insert({}, kind="odd_snooze")).job
+    sub = client.subscribe(EventKind.JOB_FAILED)
+    await client.start()
+    try:
+        event = await wait_for([EventKind.JOB_FAILED], sub, inserted.id)
+    finally:
+        await client.stop()
+    job = event.job
+    assert job is not None and job.state in (JobState.AVAILABLE, JobState.RETRYABLE)
+    assert job.attempt == 1 and "NaN" in job.errors[0].error
 
 
 async def test_async_timeout_is_an_error(apg_driver: Any) -> None:

@@ -328,7 +328,17 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
             finished,
         )
     started = datetime.fromtimestamp(started_at, UTC)
-    update, kind = _outcome(row, error, ctx, state, worker, config, started)
+    try:
+        update, kind = _outcome(row, error, ctx, state, worker, config, started)
+    except Exception as exc:
+        # A bug of riverboat's, or a value from user code it did not foresee: the
+        # attempt fails with it, as if the work function had raised it, rather than the
+        # job staying running until the rescuer (with no outcome, nothing writes it).
+        log.exception("job %d (%s): its outcome could not be computed", row.id, row.kind)
+        entry = _error_entry(row, started, exc)
+        # River's default backoff: the user's retry policy may be what raised.
+        update = outcomes.failed(row, entry, datetime.now(UTC), outcomes.RetryPolicy())
+        kind, error = EventKind.JOB_FAILED, exc
     if kind is EventKind.JOB_FAILED and error is not None:
         _log_failure(row, error, update)
     elif log.isEnabledFor(logging.DEBUG):

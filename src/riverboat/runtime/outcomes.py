@@ -29,6 +29,7 @@ both the worker registry and the middleware: this module imports neither.
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -78,6 +79,7 @@ _MAX_BACKOFF_SECONDS = (2**63 - 1) / 1e9
 
 # The error entry River's rescuer gives every job it rescues.
 RESCUE_ERROR = "Stuck job rescued by JobRescuer"
+SNOOZE_MAX = (2**63 - 1) / 1e9  # seconds in Go's largest time.Duration
 
 
 # -- what a work function raises -----------------------------------------------------
@@ -89,8 +91,15 @@ class JobSnooze(Exception):
 
     def __init__(self, seconds: float | timedelta) -> None:
         delay = seconds.total_seconds() if isinstance(seconds, timedelta) else float(seconds)
-        if delay < 0:
-            raise InvalidInputError("seconds", "snooze duration must not be negative")
+        # Refused here, in the work function (so the attempt fails with this error), not
+        # later where the outcome is computed: NaN, infinity or 1e300 seconds once made
+        # that fail and left the job running until the rescuer.
+        if not (math.isfinite(delay) and 0 <= delay <= SNOOZE_MAX):
+            raise InvalidInputError(
+                "seconds",
+                f"snooze duration must be from 0 to {SNOOZE_MAX:.0f} seconds (River's is a "
+                f"Go time.Duration, at most 292 years), not {delay!r}",
+            )
         super().__init__(f"job snoozed for {delay:g}s")
         self.seconds = delay
 
