@@ -91,6 +91,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "_options",
             "_periodic",
             "_queue",
+            "_seconds",
             "_sql",
             "_unique",
             "error_handler",

@@ -176,3 +176,50 @@ async def test_owns_driver_closes_the_driver_with_the_client(
     async with riverboat.AsyncClient(async_driver, owns_driver=True):
         pass
     assert closed == ["sync", "async"]  # ... unless the client is told it owns it
+
+
+def _queue(**settings: float) -> dict[str, Any]:
+    return {"queues": {"default": QueueConfig(**settings)}}  # type: ignore[arg-type]
+
+
+# Each duration setting: its name as the error gives it, and the client options that set
+# it to a value.
+_DURATIONS: list[tuple[str, Any]] = [
+    ("queues['default'].fetch_cooldown", lambda v: _queue(fetch_cooldown=v)),
+    ("queues['default'].fetch_poll_interval", lambda v: _queue(fetch_poll_interval=v)),
+    *(
+        (name, lambda v, name=name: {**_queue(), name: v})
+        for name in (
+            "fetch_cooldown",
+            "fetch_poll_interval",
+            "job_timeout",
+            "soft_stop_timeout",
+            "db_call_timeout",
+            "heartbeat_interval",
+        )
+    ),
+]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+@pytest.mark.parametrize(("name", "options"), _DURATIONS)
+async def test_a_duration_must_be_a_finite_number_of_seconds(
+    sqlite_url: str, name: str, options: Any, value: float
+) -> None:
+    """NaN passed every check written as a comparison (each is false with it), and
+    infinity reached datetime arithmetic; both are refused when the client is built."""
+    with pytest.raises(InvalidInputError) as info:
+        riverboat.AsyncClient(sqlite_url, workers=Workers(), **options(value))
+    assert info.value.field == name
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_leadership_and_maintenance_durations_must_be_finite(value: float) -> None:
+    from riverboat import ElectorConfig, MaintenanceConfig
+
+    with pytest.raises(InvalidInputError, match=r"elector\.ttl"):
+        ElectorConfig(ttl=value)
+    with pytest.raises(InvalidInputError, match=r"elector\.elect_jitter"):
+        ElectorConfig(elect_jitter=value)
+    with pytest.raises(InvalidInputError, match=r"maintenance\.rescue_stuck_jobs_after"):
+        MaintenanceConfig(rescue_stuck_jobs_after=value)

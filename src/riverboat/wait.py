@@ -28,13 +28,13 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
+from riverboat._seconds import is_seconds
 from riverboat._sql import Statement
 from riverboat.errors import DriverError, InvalidInputError
 
@@ -72,12 +72,7 @@ NOTIFY_IDS_MAX = 500  # ids per notification (a payload must stay under 8,000 by
 def check_timeout(timeout: object) -> float:
     # NaN passed the old test (every comparison with it is false) and waited forever;
     # infinity would be written into the wait's announcement, which is JSON.
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, (int, float))
-        or not math.isfinite(timeout)
-        or timeout < 0
-    ):
+    if not is_seconds(timeout):
         raise InvalidInputError("timeout", "must be a finite number of seconds, at least 0")
     return float(timeout)
 

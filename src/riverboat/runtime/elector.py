@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from riverboat._seconds import is_seconds
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError, InvalidInputError
 from riverboat.runtime._waiting import backoff_delay, wait_any
@@ -62,11 +63,11 @@ class ElectorConfig:
     def __post_init__(self) -> None:
         for name in ("elect_interval", "ttl", "reelect_interval", "attempt_timeout"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            if not is_seconds(value, positive=True):
                 raise InvalidInputError(f"elector.{name}", "must be a positive number of seconds")
         for name in ("elect_jitter", "safety_margin"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            if not is_seconds(value):
                 raise InvalidInputError(f"elector.{name}", "must be ≥ 0 seconds")
         if self.ttl - self.safety_margin <= self.reelect_interval:
             raise InvalidInputError(

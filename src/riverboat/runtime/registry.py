@@ -33,6 +33,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from riverboat._seconds import is_seconds
 from riverboat.errors import DriverError, InvalidInputError
 from riverboat.flow import FlowControl
 from riverboat.runtime._waiting import cancel_and_wait
@@ -59,7 +60,7 @@ def check_heartbeat(interval: object, dead_after: object) -> None:
     if interval is None:
         return
     for name, value in (("heartbeat_interval", interval), ("dead_after", dead_after)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        if not is_seconds(value, positive=True):
             raise InvalidInputError(name, "must be a positive number of seconds")
     assert isinstance(interval, (int, float)) and isinstance(dead_after, (int, float))
     if dead_after < 2 * interval:

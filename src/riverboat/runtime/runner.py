@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from riverboat._clock import Clock
 from riverboat._insert import InsertDefaults, validate_queue
 from riverboat._insert_plan import NotifyLimiter
+from riverboat._seconds import is_seconds
 from riverboat.drivers.base import AsyncDriver, call_deadline
 from riverboat.errors import InvalidInputError, MigrationError, NotFoundError
 from riverboat.flow import FlowControl
@@ -141,24 +142,28 @@ class RuntimeConfig:
                 )
             for attr in ("fetch_cooldown", "fetch_poll_interval"):
                 value = getattr(cfg, attr)
-                if value is not None and (not isinstance(value, (int, float)) or value < 0.001):
+                if value is not None and not is_seconds(value, at_least=0.001):
                     raise InvalidInputError(f"queues[{name!r}].{attr}", "must be ≥ 0.001 s")
             validate_executor(name, cfg, self.workers)
         for kind in self.workers:
             worker = self.workers.get(kind)
             if worker is not None and worker.executor == "process":
                 prepare_for_process(worker)
-        if self.fetch_cooldown is not None and self.fetch_cooldown < 0.001:
+        if self.fetch_cooldown is not None and not is_seconds(self.fetch_cooldown, at_least=0.001):
             raise InvalidInputError("fetch_cooldown", "must be at least 0.001 s")
+        if not is_seconds(self.fetch_poll_interval):
+            raise InvalidInputError("fetch_poll_interval", "must be a finite number of seconds")
         if self.fetch_poll_interval < (self.fetch_cooldown or DEFAULT_FETCH_COOLDOWN):
             raise InvalidInputError("fetch_poll_interval", "must be ≥ fetch_cooldown")
-        if self.job_timeout is not None and self.job_timeout <= 0 and self.job_timeout != -1:
+        if (
+            self.job_timeout is not None
+            and self.job_timeout != -1
+            and not is_seconds(self.job_timeout, positive=True)
+        ):
             raise InvalidInputError("job_timeout", "must be positive, -1 (none) or None")
         self.soft_stop_timeout = check_soft_stop_timeout(self.soft_stop_timeout)
         timeout = self.db_call_timeout
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
-        ):
+        if timeout is not None and not is_seconds(timeout, positive=True):
             raise InvalidInputError(
                 "db_call_timeout", "must be a positive number of seconds or None"
             )
@@ -211,7 +216,7 @@ def check_soft_stop_timeout(value: object) -> float | None:
         raise InvalidInputError("soft_stop_timeout", "must be seconds (a number), -1 or None")
     if value == -1:
         return None
-    if not value >= 0:  # also refuses NaN
+    if not is_seconds(value):
         raise InvalidInputError("soft_stop_timeout", "must be ≥ 0 seconds, -1 (none) or None")
     return float(value)
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
+from riverboat._seconds import is_seconds
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.elector import ElectorConfig
 from riverboat.runtime.maintenance.periodic_job import PeriodicJob
@@ -100,8 +101,8 @@ class MaintenanceConfig:
                 value = value.total_seconds()
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise InvalidInputError(f"maintenance.{name}", "must be seconds or a timedelta")
-            if value < 0 or (value == 0 and name not in _MAY_BE_ZERO):
-                raise InvalidInputError(f"maintenance.{name}", "must be positive")
+            if not is_seconds(value) or (value == 0 and name not in _MAY_BE_ZERO):
+                raise InvalidInputError(f"maintenance.{name}", "must be positive and finite")
             object.__setattr__(self, name, float(value))
         if self.batch_pause_max < self.batch_pause_min:
             raise InvalidInputError("maintenance.batch_pause_max", "must be ≥ batch_pause_min")
