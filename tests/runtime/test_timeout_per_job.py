@@ -7,9 +7,13 @@ import asyncio
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
+
 import riverboat
-from riverboat import Job, JobState, QueueConfig, Worker, Workers
+from riverboat import InvalidInputError, Job, JobState, QueueConfig, Worker, Workers
+from riverboat.runtime.worker import call_timeout_fn
 from tests.runtime.dbs import Db, any_db  # noqa: F401
+from tests.runtime.test_outcome_rules import row
 
 
 class Report(Worker[dict[str, Any]]):
@@ -51,3 +55,17 @@ def test_timeout_method_is_asked_per_job(any_db: Db) -> None:  # noqa: F811
     assert rows[cut].errors[-1].error == "JobTimeoutError: job exceeded its timeout of 0.2s"
     for job_id in (fine, default, broken):  # a failing timeout() falls back to the default
         assert rows[job_id].state is JobState.COMPLETED
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_timeout_must_be_a_finite_number_of_seconds(value: float) -> None:
+    """Registered, refused at once; answered by timeout(job), logged and replaced by the
+    client's default (infinity reached the rescuer's datetime arithmetic)."""
+    with pytest.raises(InvalidInputError, match="timeout"):
+        Workers().register("fixed_timeout", timeout=value)(lambda job: None)
+    workers = Workers()
+    workers.add(Report())
+    registered = workers.get("report")
+    assert registered is not None
+    row_job = Job(row(), {"limit": value})
+    assert call_timeout_fn(registered, row_job) is None

@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 from riverboat._insert import validate_kind
 from riverboat._job import AttemptError, JobRow
 from riverboat._json import go_json_storable
+from riverboat._seconds import is_seconds
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.outcomes import JobCancel, JobSnooze
 from riverboat.runtime.process_reference import args_type_reference, process_reference
@@ -337,7 +338,7 @@ class Workers:
             isinstance(timeout, bool) or not isinstance(timeout, (int, float))
         ):
             raise InvalidInputError("timeout", "must be seconds (a number), -1 or None")
-        if timeout is not None and timeout <= 0 and timeout != -1:
+        if timeout is not None and timeout != -1 and not is_seconds(timeout, positive=True):
             raise InvalidInputError("timeout", "must be positive, -1 (no timeout) or None")
         if executor == "process":
             # What can be told now (a closure, a lambda, an async function...); that the
@@ -469,11 +470,7 @@ def call_timeout_fn(worker: RegisteredWorker, job: Job[Any]) -> float | None:
     except Exception:
         log.exception("job %d (%s): the worker's timeout(job) failed", job.id, job.kind)
         return None
-    if value is None or (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and (value > 0 or value == -1)
-    ):
+    if value is None or value == -1 or is_seconds(value, positive=True):
         return value
     log.error(
         "job %d (%s): timeout(job) returned %r; expected seconds, -1 or None",
