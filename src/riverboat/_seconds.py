@@ -11,7 +11,11 @@ from __future__ import annotations
 import math
 from typing import TypeGuard
 
-__all__ = ["is_seconds"]
+__all__ = ["GO_DURATION_MAX", "is_seconds"]
+
+# Seconds in Go's largest time.Duration (about 292 years): the most River takes for a
+# snooze or a periodic interval, and far less than a datetime can be moved by.
+GO_DURATION_MAX = (2**63 - 1) / 1e9
 
 
 def is_seconds(value: object, *, at_least: float = 0.0, positive: bool = False) -> TypeGuard[float]:

@@ -96,3 +96,12 @@ def test_bad_schedules_are_refused_when_declared(
 ) -> None:
     with pytest.raises(InvalidInputError, match=message):
         PeriodicJob(schedule, lambda: None, tz=tz)
+
+
+@pytest.mark.parametrize(
+    "interval", [0, -1, float("nan"), float("inf"), 1e300, timedelta(days=999_999)]
+)
+def test_bad_intervals_are_refused_when_declared(interval: float | timedelta) -> None:
+    """NaN, infinity and 1e300 seconds used to escape as ValueError or OverflowError."""
+    with pytest.raises(InvalidInputError, match="interval must be from 1 ms to 292 years"):
+        PeriodicJob(interval, lambda: None)

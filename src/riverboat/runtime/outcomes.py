@@ -38,6 +38,7 @@ from typing import Any
 
 from riverboat._job import AttemptError, JobRow, JobState
 from riverboat._json import go_json_storable
+from riverboat._seconds import GO_DURATION_MAX
 from riverboat.dialect.base import JobStateUpdate, RescueUpdate
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.events import EventKind
@@ -79,7 +80,6 @@ _MAX_BACKOFF_SECONDS = (2**63 - 1) / 1e9
 
 # The error entry River's rescuer gives every job it rescues.
 RESCUE_ERROR = "Stuck job rescued by JobRescuer"
-SNOOZE_MAX = (2**63 - 1) / 1e9  # seconds in Go's largest time.Duration
 
 
 # -- what a work function raises -----------------------------------------------------
@@ -94,10 +94,10 @@ class JobSnooze(Exception):
         # Refused here, in the work function (so the attempt fails with this error), not
         # later where the outcome is computed: NaN, infinity or 1e300 seconds once made
         # that fail and left the job running until the rescuer.
-        if not (math.isfinite(delay) and 0 <= delay <= SNOOZE_MAX):
+        if not (math.isfinite(delay) and 0 <= delay <= GO_DURATION_MAX):
             raise InvalidInputError(
                 "seconds",
-                f"snooze duration must be from 0 to {SNOOZE_MAX:.0f} seconds (River's is a "
+                f"snooze duration must be from 0 to {GO_DURATION_MAX:.0f} seconds (River's is a "
                 f"Go time.Duration, at most 292 years), not {delay!r}",
             )
         super().__init__(f"job snoozed for {delay:g}s")

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from riverboat._insert import validate_kind
 from riverboat._periodic import CATCH_UP_POLICIES
+from riverboat._seconds import GO_DURATION_MAX, is_seconds
 from riverboat.drivers.base import import_optional
 from riverboat.errors import InvalidInputError
 
@@ -152,9 +153,13 @@ class PeriodicJob:
         elif isinstance(schedule, timedelta) or (
             isinstance(schedule, (int, float)) and not isinstance(schedule, bool)
         ):
-            interval = schedule if isinstance(schedule, timedelta) else timedelta(seconds=schedule)
-            if interval < timedelta(milliseconds=1):
-                raise InvalidInputError("schedule", "an interval must be at least 1 ms")
+            seconds = schedule.total_seconds() if isinstance(schedule, timedelta) else schedule
+            # NaN, infinity and 1e300 once escaped as ValueError or OverflowError.
+            if not is_seconds(seconds, at_least=0.001) or seconds > GO_DURATION_MAX:
+                raise InvalidInputError(
+                    "schedule", "an interval must be from 1 ms to 292 years (a Go time.Duration)"
+                )
+            interval = timedelta(seconds=seconds)
             self._interval = interval
         else:
             raise InvalidInputError(
