@@ -19,6 +19,7 @@ from riverboat import (
     InvalidInputError,
     Job,
     JobCancel,
+    JobRow,
     JobSnooze,
     JobState,
     Worker,
@@ -28,6 +29,28 @@ from riverboat import (
 from tests.runtime.helpers import make_client, next_events, wait_for
 
 pytestmark = pytest.mark.asyncio
+
+
+async def _first(
+    driver: Any,
+    workers: Workers,
+    kind: str,
+    event_kind: EventKind,
+    opts: InsertOpts | None = None,
+    **client_options: Any,
+) -> JobRow:
+    """Insert one job of ``kind``, work it, and return the job as the first
+    ``event_kind`` event for it shows it."""
+    client = make_client(driver, workers, **client_options)
+    inserted = (await client.insert({}, opts, kind=kind)).job
+    sub = client.subscribe(event_kind)
+    await client.start()
+    try:
+        event = await wait_for([event_kind], sub, inserted.id)
+    finally:
+        await client.stop()
+    assert event.job is not None
+    return event.job
 
 
 @dataclass
@@ -128,18 +151,12 @@ async def test_exhausted_attempts_discard(apg_driver: Any) -> None:
     async def doomed(job: Job[Any]) -> None:
         raise ValueError("no")
 
-    client = make_client(apg_driver, workers)
-    inserted = (await client.insert({}, InsertOpts(max_attempts=1), kind="doomed")).job
-    sub = client.subscribe(EventKind.JOB_FAILED)
-    await client.start()
-    try:
-        event = await wait_for([EventKind.JOB_FAILED], sub, inserted.id)
-    finally:
-        await client.stop()
-    assert event.job is not None
-    assert event.job.state == JobState.DISCARDED
-    assert event.job.finalized_at is not None
-    assert event.job.errors[0].error == "ValueError: no"
+    job = await _first(
+        apg_driver, workers, "doomed", EventKind.JOB_FAILED, InsertOpts(max_attempts=1)
+    )
+    assert job.state == JobState.DISCARDED
+    assert job.finalized_at is not None
+    assert job.errors[0].error == "ValueError: no"
 
 
 async def test_cancel_signal_cancels_with_error(apg_driver: Any) -> None:
@@ -149,16 +166,8 @@ async def test_cancel_signal_cancels_with_error(apg_driver: Any) -> None:
     async def cancel_me(job: Job[Any]) -> None:
         raise JobCancel("customer closed their account")
 
-    client = make_client(apg_driver, workers)
-    inserted = (await client.insert({}, kind="cancel_me")).job
-    sub = client.subscribe(EventKind.JOB_CANCELLED)
-    await client.start()
-    try:
-        event = await wait_for([EventKind.JOB_CANCELLED], sub, inserted.id)
-    finally:
-        await client.stop()
-    job = event.job
-    assert job is not None and job.state == JobState.CANCELLED and job.finalized_at
+    job = await _first(apg_driver, workers, "cancel_me", EventKind.JOB_CANCELLED)
+    assert job.state == JobState.CANCELLED and job.finalized_at
     assert job.errors[0].error == "JobCancel: customer closed their account"
 
 
@@ -217,16 +226,8 @@ async def test_an_outcome_that_cannot_be_computed_fails_the_attempt(apg_driver: 
         snooze.seconds = float("nan")
         raise snooze
 
-    client = make_client(apg_driver, workers)
-    inserted = (await client.insert({}, kind="odd_snooze")).job
-    sub = client.subscribe(EventKind.JOB_FAILED)
-    await client.start()
-    try:
-        event = await wait_for([EventKind.JOB_FAILED], sub, inserted.id)
-    finally:
-        await client.stop()
-    job = event.job
-    assert job is not None and job.state in (JobState.AVAILABLE, JobState.RETRYABLE)
+    job = await _first(apg_driver, workers, "odd_snooze", EventKind.JOB_FAILED)
+    assert job.state in (JobState.AVAILABLE, JobState.RETRYABLE)
     assert job.attempt == 1 and "NaN" in job.errors[0].error
 
 
@@ -241,16 +242,8 @@ async def test_async_timeout_is_an_error(apg_driver: Any) -> None:
             await asyncio.Event().wait()
 
     workers.add(Slow())
-    client = make_client(apg_driver, workers)
-    inserted = (await client.insert({}, kind="slow")).job
-    sub = client.subscribe(EventKind.JOB_FAILED)
-    await client.start()
-    try:
-        event = await wait_for([EventKind.JOB_FAILED], sub, inserted.id)
-    finally:
-        await client.stop()
-    assert event.job is not None
-    assert event.job.errors[0].error == "JobTimeoutError: job exceeded its timeout of 0.05s"
+    job = await _first(apg_driver, workers, "slow", EventKind.JOB_FAILED)
+    assert job.errors[0].error == "JobTimeoutError: job exceeded its timeout of 0.05s"
 
 
 async def test_unknown_kind_fails_with_rivers_error(apg_driver: Any) -> None:
@@ -260,20 +253,14 @@ async def test_unknown_kind_fails_with_rivers_error(apg_driver: Any) -> None:
     async def known(job: Job[Any]) -> None:
         pass
 
-    client = make_client(apg_driver, workers, skip_unknown_job_check=True)
-    inserted = (await client.insert({}, kind="never_registered")).job
-    sub = client.subscribe(EventKind.JOB_FAILED)
-    await client.start()
-    try:
-        event = await wait_for([EventKind.JOB_FAILED], sub, inserted.id)
-    finally:
-        await client.stop()
-    assert event.job is not None
-    assert event.job.errors[0].error == (
+    job = await _first(
+        apg_driver, workers, "never_registered", EventKind.JOB_FAILED, skip_unknown_job_check=True
+    )
+    assert job.errors[0].error == (
         "UnknownJobKindError: job kind is not registered in the client's Workers bundle: "
         "never_registered"
     )
-    assert event.job.state == JobState.AVAILABLE  # retried like any error
+    assert job.state == JobState.AVAILABLE  # retried like any error
 
 
 async def test_custom_next_retry(apg_driver: Any) -> None:
@@ -284,17 +271,9 @@ async def test_custom_next_retry(apg_driver: Any) -> None:
     async def later(job: Job[Any]) -> None:
         raise RuntimeError("try again in three hours")
 
-    client = make_client(apg_driver, workers)
-    inserted = (await client.insert({}, kind="later")).job
-    sub = client.subscribe(EventKind.JOB_FAILED)
-    await client.start()
-    try:
-        event = await wait_for([EventKind.JOB_FAILED], sub, inserted.id)
-    finally:
-        await client.stop()
-    assert event.job is not None
-    assert event.job.state == JobState.RETRYABLE
-    assert abs((event.job.scheduled_at - when).total_seconds()) < 0.01
+    job = await _first(apg_driver, workers, "later", EventKind.JOB_FAILED)
+    assert job.state == JobState.RETRYABLE
+    assert abs((job.scheduled_at - when).total_seconds()) < 0.01
 
 
 async def test_timeouts_fire_on_time_whatever_the_order_jobs_started(apg_driver: Any) -> None:
