@@ -744,6 +744,46 @@ def test_two_clients_adding_the_same_task_name_at_once_add_it_once(any_db: Db) -
         assert [t.name for t in client.workflow_get(wf.id).tasks] == ["root", "late"]
 
 
+def test_workflow_list_counts_every_task_newest_first(any_db: Db) -> None:  # noqa: F811
+    rec = Recorder()
+    rec.fail.add("b-fails")
+    done, failed, waiting = Workflow("done"), Workflow("failed"), Workflow("waiting")
+    _step(done, "a")
+    _step(done, "b", ["a"])
+    _step(failed, "b-fails", opts=InsertOpts(max_attempts=1))
+    _step(failed, "c", ["b-fails"])
+    with _client(any_db, rec) as worker:
+        for wf in (done, failed):
+            worker.workflow_insert(wf)
+        worker.start()
+        for wf in (done, failed):
+            worker.workflow_wait(wf.id, timeout=30)
+        worker.stop()
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        _step(waiting, "x")
+        client.workflow_insert(waiting)
+        # Tasks added later keep the stored workflow's name, and make it the newest.
+        more = Workflow("another name", id=done.id)
+        _step(more, "later", ["b"])
+        client.workflow_insert(more)
+        listed = client.workflow_list(limit=10)
+        assert [(s.id, s.name, s.state) for s in listed] == [
+            (done.id, "done", "running"),
+            (waiting.id, "waiting", "running"),
+            (failed.id, "failed", "failed"),
+        ]
+        by_id = {s.id: s for s in listed}
+        counts = (s := by_id[done.id]).tasks, s.completed, s.failed, s.unfinished
+        assert counts == (3, 2, 0, 1)
+        counts = (s := by_id[failed.id]).tasks, s.completed, s.failed, s.unfinished
+        assert counts == (2, 0, 2, 0)
+        assert all(s.created_at is not None for s in listed)
+        assert [s.id for s in client.workflow_list(limit=1)] == [done.id]
+        for bad in (0, 101, True, "5"):
+            with pytest.raises(InvalidInputError, match="limit"):
+                client.workflow_list(limit=bad)  # type: ignore[arg-type]
+
+
 def test_bad_workflows_are_refused_before_anything_is_written(any_db: Db) -> None:  # noqa: F811
     wf = Workflow("bad")
     _step(wf, "a")

@@ -53,6 +53,7 @@ from riverboat.runtime.worker import (
 from riverboat.workflow import (
     Workflow,
     WorkflowInfo,
+    WorkflowSummary,
     WorkflowTask,
     WorkflowTaskInfo,
     dep_outputs,
@@ -109,6 +110,7 @@ __all__ = [
     "Workers",
     "Workflow",
     "WorkflowInfo",
+    "WorkflowSummary",
     "WorkflowTask",
     "WorkflowTaskInfo",
     "dep_outputs",

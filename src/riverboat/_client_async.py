@@ -29,9 +29,11 @@ from riverboat.runtime import outcomes
 from riverboat.runtime.worker import Job
 from riverboat.wait import AsyncFinalizedWaiter, check_timeout
 from riverboat.workflow import (
+    WORKFLOW_LIST_MAX,
     WORKFLOW_TASKS_MAX,
     Workflow,
     WorkflowInfo,
+    WorkflowSummary,
     add_workflow_metadata,
     check_workflow_id,
     is_finalized,
@@ -164,6 +166,7 @@ class AsyncClientBase(AsyncAdmin):
         workflow.check_acyclic()
         dialect = self._core.dialect
         existing: dict[str, int] = {}
+        stored_name: str | None = None
         if workflow.adding:
             # Another client adding to the same workflow must not pass the name check
             # below before this one's tasks are committed.
@@ -174,6 +177,7 @@ class AsyncClientBase(AsyncAdmin):
             if not stored.tasks:
                 raise NotFoundError(f"workflow {workflow.id} not found")
             existing = {task.name: task.job.id for task in stored.tasks}
+            stored_name = stored.name
             clash = sorted(existing.keys() & {task.name for task in workflow.tasks})
             if clash:
                 raise InvalidInputError("name", f"tasks already in the workflow: {clash}")
@@ -182,7 +186,7 @@ class AsyncClientBase(AsyncAdmin):
         links = workflow.links(given, existing) if given is not None else None
 
         def prepare(jobs: list[InsertParams]) -> None:
-            add_workflow_metadata(workflow, jobs, given, links)
+            add_workflow_metadata(workflow, jobs, given, links, stored_name)
             if given is not None:
                 for job, job_id in zip(jobs, given, strict=True):
                     job.id = job_id
@@ -222,6 +226,31 @@ class AsyncClientBase(AsyncAdmin):
     async def workflow_get(self, workflow_id: str) -> WorkflowInfo:
         """A stored workflow's tasks and their jobs; raises NotFoundError."""
         return await self._workflow_read(check_workflow_id(workflow_id))
+
+    async def workflow_list(self, *, limit: int = 20) -> list[WorkflowSummary]:
+        """The ``limit`` (1 to 100) workflows with the newest tasks, newest first, each
+        with counts over all its tasks. Workflows are found among the newest 10,000
+        workflow tasks: an older one is read by id with :meth:`workflow_get`."""
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 1 <= limit <= WORKFLOW_LIST_MAX
+        ):
+            raise InvalidInputError("limit", f"must be an int between 1 and {WORKFLOW_LIST_MAX}")
+        dialect = self._core.dialect
+        rows = await self.driver.fetch(dialect.workflow_list(limit))
+        return [
+            WorkflowSummary(
+                str(row[0]),
+                str(row[1]),
+                int(row[2]),
+                int(row[3]),
+                int(row[4]),
+                int(row[5]),
+                dialect.decode_timestamp(row[6]),
+            )
+            for row in rows
+        ]
 
     async def _workflow_read(self, wid: str, min_id: int = 0) -> WorkflowInfo:
         dialect = self._core.dialect

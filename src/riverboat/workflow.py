@@ -36,6 +36,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from riverboat._job import InsertManyParams, InsertOpts, JobRow, JobState
@@ -50,6 +51,7 @@ __all__ = [
     "OnDepFailure",
     "Workflow",
     "WorkflowInfo",
+    "WorkflowSummary",
     "WorkflowTask",
     "WorkflowTaskInfo",
     "dep_outputs",
@@ -61,6 +63,7 @@ OnDepFailure = Literal["cancel", "run"]
 _POLICIES = ("cancel", "run")
 TASK_NAME_MAX = 200
 WORKFLOW_TASKS_MAX = 10_000
+WORKFLOW_LIST_MAX = 100
 _FINALIZED = (JobState.CANCELLED, JobState.COMPLETED, JobState.DISCARDED)
 
 
@@ -250,6 +253,7 @@ def add_workflow_metadata(
     jobs: Sequence[InsertParams],
     ids: Sequence[int] | None = None,
     links: Links | None = None,
+    name: str | None = None,
 ) -> None:
     """Give the resolved ``jobs`` of ``workflow`` (one per task, in order:
     :meth:`Workflow.task_params`) their workflow metadata under
@@ -257,7 +261,8 @@ def add_workflow_metadata(
     dependencies ``pending``. With ``ids`` (the tasks' job ids, given before the insert)
     and their ``links`` (:meth:`Workflow.links` of those ids) the metadata names every
     dependency and new dependent by id already; without, the ids are written once the
-    rows exist.
+    rows exist. ``name``: the stored workflow's name, for tasks added to it (a
+    ``Workflow(id=...)`` carries a name of its own, not the stored one).
 
     The JSON is written here from pieces encoded once per workflow (the names were
     checked when added, the ids are the database's), not encoded and checked as a
@@ -279,7 +284,7 @@ def add_workflow_metadata(
     # points) and on those nothing depends on (they finish last, so the cleaner deletes
     # them last); the policy only when it is "run"; the id lists only when not empty.
     head = f'{{"id":{go_json_string(workflow.id)},"task":'
-    named = f',"name":{go_json_string(workflow.name)}'
+    named = f',"name":{go_json_string(workflow.name if name is None else name)}'
     # What add() checks in the options given to it, here again as resolved: the args'
     # own insert_opts() and insert hooks can make a job unique or pending too. A task
     # deduplicated into another job would leave its dependents waiting on an id no row
@@ -419,6 +424,28 @@ class WorkflowInfo:
                 )
             )
         return cls(workflow_id, name, tasks)
+
+
+@dataclass(slots=True, frozen=True)
+class WorkflowSummary:
+    """One workflow as :meth:`~riverboat.AsyncClient.workflow_list` lists it: counts
+    over all its tasks, without their rows."""
+
+    id: str
+    name: str
+    tasks: int
+    completed: int
+    failed: int  # cancelled or discarded
+    unfinished: int
+    created_at: datetime | None  # its first task's
+
+    @property
+    def state(self) -> str:
+        """As :attr:`WorkflowInfo.state`: ``running`` while a task is unfinished, then
+        ``completed`` when every task completed, else ``failed``."""
+        if self.unfinished:
+            return "running"
+        return "completed" if self.completed == self.tasks else "failed"
 
 
 def check_workflow_id(workflow_id: object) -> str:

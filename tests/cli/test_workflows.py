@@ -41,6 +41,18 @@ def test_workflows_command(any_db: Db) -> None:  # noqa: F811
     retried = json.loads(_cli(any_db, "retry", wf.id, "--json").stdout)
     assert [t["job"]["state"] for t in retried["tasks"]] == ["available", "pending"]
 
+    listed = _cli(any_db, "list")
+    assert listed.returncode == 0, listed.stderr
+    header, row = listed.stdout.splitlines()
+    assert header.split() == [
+        "ID", "NAME", "STATE", "TASKS", "COMPLETED", "FAILED", "UNFINISHED", "CREATED"
+    ]  # fmt: skip
+    assert row.split()[:7] == [wf.id, "cli", "running", "2", "0", "0", "2"]
+    [summary] = json.loads(_cli(any_db, "list", "--json").stdout)
+    assert summary["id"] == wf.id and summary["unfinished"] == 2
+    refused = _cli(any_db, "list", "--limit", "0")
+    assert refused.returncode == 1 and "limit" in refused.stderr
+
     missing = _cli(any_db, "get", "wf_nope")
     assert missing.returncode == 1
     assert missing.stderr.strip() == "riverboat: error: workflow wf_nope not found"

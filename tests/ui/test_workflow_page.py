@@ -1,5 +1,6 @@
-"""The dashboard's workflow page in chromium, on SQLite and Postgres: the graph shows
-each task with its state, a task links to its job, and a job of a workflow links back."""
+"""The dashboard's workflow pages in chromium, on SQLite and Postgres: the graph shows
+each task with its state, a task links to its job, a job of a workflow links back, and
+the list of workflows shows each with its counts."""
 
 from __future__ import annotations
 
@@ -47,6 +48,15 @@ def test_a_workflow_drawn_with_its_states(seeded: SeededDb, serve: Any, page: An
     expect(page.locator("#job-workflow")).to_have_text("nightly-report")
     page.click("#job-workflow")
     expect(page.locator("#workflow-tasks tbody tr")).to_have_count(4)
+
+    # The list of workflows, from the navigation: this one with its counts, and a link.
+    page.click('nav a:has-text("Workflows")')
+    row = page.locator(f'#workflows tr[data-workflow="{wf.id}"]')
+    expect(row.locator(".tasks")).to_have_text("4")
+    expect(row.locator(".failed")).to_have_text("1")
+    expect(row.locator(".unfinished")).to_have_text("3")
+    row.locator("a").click()
+    expect(page.locator("#workflow-state")).to_have_text("running")
 
     page.goto(f"{base}/workflows/wf_nope")
     expect(page.locator("body")).to_contain_text("not found")

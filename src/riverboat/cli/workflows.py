@@ -1,10 +1,10 @@
-"""``riverboat workflows get|wait|retry|cancel ID``: workflows from the shell (see
-docs/workflows.md).
+"""``riverboat workflows list`` and ``riverboat workflows get|wait|retry|cancel ID``:
+workflows from the shell (see docs/workflows.md).
 
-``get`` prints each task with its dependencies, state and job id (``--json`` adds the
-jobs' rows); ``wait`` blocks until every task is finalized (exit 0 when all completed, 1
-when one failed, 3 on ``--timeout``); ``retry`` and ``cancel`` print the tasks they
-changed.
+``list`` prints the newest workflows with their task counts; ``get`` prints each task
+with its dependencies, state and job id (``--json`` adds the jobs' rows); ``wait`` blocks
+until every task is finalized (exit 0 when all completed, 1 when one failed, 3 on
+``--timeout``); ``retry`` and ``cancel`` print the tasks they changed.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import argparse
 import json
 
 from riverboat.cli.jobs import add_common, job_dict, open_client, print_table, wait_and_show
-from riverboat.workflow import WorkflowInfo
+from riverboat.workflow import WorkflowInfo, WorkflowSummary
 
 __all__ = ["add_arguments", "run"]
 
@@ -54,9 +54,51 @@ def _print(info: WorkflowInfo, as_json: bool) -> None:
     )
 
 
+def _print_list(summaries: list[WorkflowSummary], as_json: bool) -> None:
+    if as_json:
+        body = [
+            {
+                "id": s.id,
+                "name": s.name,
+                "state": s.state,
+                "tasks": s.tasks,
+                "completed": s.completed,
+                "failed": s.failed,
+                "unfinished": s.unfinished,
+                "created_at": s.created_at.isoformat() if s.created_at else None,
+            }
+            for s in summaries
+        ]
+        print(json.dumps(body, indent=2))
+        return
+    print_table(
+        ("ID", "NAME", "STATE", "TASKS", "COMPLETED", "FAILED", "UNFINISHED", "CREATED"),
+        [
+            (
+                s.id,
+                s.name or "-",
+                s.state,
+                str(s.tasks),
+                str(s.completed),
+                str(s.failed),
+                str(s.unfinished),
+                s.created_at.isoformat(timespec="seconds") if s.created_at else "-",
+            )
+            for s in summaries
+        ],
+        empty="(no workflow)",
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``workflows``' subcommands on its parser."""
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    text = "list the newest workflows, their states and task counts"
+    listing = sub.add_parser("list", help=text, description=text)
+    add_common(listing)
+    listing.add_argument(
+        "--limit", type=int, default=20, help="at most this many (1-100, default 20)"
+    )
     for action, text in (
         ("get", "show a workflow's tasks, their dependencies and states"),
         ("wait", "wait until every task is finalized (exit 0 completed, 1 failed, 3 timeout)"),
@@ -73,7 +115,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run one ``workflows`` action; returns the exit code."""
     with open_client(args) as client:
-        if args.action == "get":
+        if args.action == "list":
+            _print_list(client.workflow_list(limit=args.limit), args.json)
+        elif args.action == "get":
             _print(client.workflow_get(args.workflow_id), args.json)
         elif args.action == "wait":
             return wait_and_show(

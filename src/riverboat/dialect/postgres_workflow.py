@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from riverboat._sql import Statement, render_schema
 from riverboat.dialect._pg_common import CHANNEL, job_columns
-from riverboat.dialect._workflow_common import Patch, WorkflowStatements
+from riverboat.dialect._workflow_common import WORKFLOW_LIST_WINDOW, Patch, WorkflowStatements
 
 __all__ = ["PostgresWorkflow"]
 
@@ -245,6 +245,38 @@ FROM <schema>river_job
 WHERE {_IN_WORKFLOW}
 ORDER BY id
 LIMIT :max::integer
+"""
+
+# The newest workflows: found among the newest workflow tasks (a bounded window, read
+# through River's GIN index or backwards along the primary key), then each counted over
+# all its tasks through the GIN index.
+QUERIES["workflow_list"] = f"""
+WITH recent AS (
+    SELECT w.metadata->'{_KEY}'->>'id' AS workflow_id, max(w.id) AS newest
+    FROM (
+        SELECT id, metadata FROM <schema>river_job
+        WHERE metadata ? '{_KEY}'
+        ORDER BY id DESC
+        LIMIT {WORKFLOW_LIST_WINDOW}
+    ) AS w
+    GROUP BY 1
+    ORDER BY newest DESC
+    LIMIT :max::integer
+)
+SELECT r.workflow_id,
+       -- The name on its first task that has one, as WorkflowInfo reads it.
+       coalesce((array_agg(j.metadata->'{_KEY}'->>'name' ORDER BY j.id)
+                 FILTER (WHERE j.metadata->'{_KEY}' ? 'name'))[1], ''),
+       count(*),
+       count(*) FILTER (WHERE j.state = 'completed'),
+       count(*) FILTER (WHERE j.state IN ('cancelled', 'discarded')),
+       count(*) FILTER (WHERE j.state NOT IN ('completed', 'cancelled', 'discarded')),
+       min(j.created_at)
+FROM recent r
+JOIN <schema>river_job j
+  ON j.metadata @> jsonb_build_object('{_KEY}', jsonb_build_object('id', r.workflow_id))
+GROUP BY r.workflow_id, r.newest
+ORDER BY r.newest DESC
 """
 
 # Whether a task of the workflow is still unfinished: the first one found ends the scan.

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from riverboat._sql import Statement
 from riverboat.dialect._sqlite_common import NOW, job_columns
-from riverboat.dialect._workflow_common import Patch, WorkflowStatements
+from riverboat.dialect._workflow_common import WORKFLOW_LIST_WINDOW, Patch, WorkflowStatements
 
 __all__ = ["SqliteWorkflow"]
 
@@ -143,6 +143,37 @@ FROM <schema>river_job
 WHERE id >= :min_id AND metadata ->> {_WF}.id' = :workflow_id
 ORDER BY id
 LIMIT :max
+"""
+
+# The newest workflows (see dialect/postgres_workflow.py). No index on metadata here:
+# the window is read backwards along the primary key, and the counts in one scan.
+QUERIES["workflow_list"] = f"""
+WITH recent AS (
+    SELECT w.workflow_id, max(w.id) AS newest
+    FROM (
+        SELECT id, metadata ->> {_WF}.id' AS workflow_id FROM <schema>river_job
+        WHERE metadata ->> {_WF}.id' IS NOT NULL
+        ORDER BY id DESC
+        LIMIT {WORKFLOW_LIST_WINDOW}
+    ) AS w
+    GROUP BY w.workflow_id
+    ORDER BY newest DESC
+    LIMIT :max
+)
+SELECT metadata ->> {_WF}.id' AS workflow_id,
+       -- The name on its first task that has one, as WorkflowInfo reads it (the
+       -- zero-padded id orders the texts by id).
+       coalesce(substr(min(printf('%020d', id) || (metadata ->> {_WF}.name')), 21), ''),
+       count(*),
+       sum(state = 'completed'),
+       sum(state IN ('cancelled', 'discarded')),
+       sum(state NOT IN ('completed', 'cancelled', 'discarded')),
+       min(created_at),
+       max(id) AS newest
+FROM <schema>river_job
+WHERE metadata ->> {_WF}.id' IN (SELECT workflow_id FROM recent)
+GROUP BY 1
+ORDER BY newest DESC
 """
 
 QUERIES["workflow_unfinished"] = f"""

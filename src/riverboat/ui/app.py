@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from riverboat._admin import JOB_COUNT_CAP_DEFAULT, QueueActivity, ThroughputMinute
 from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, STATE_BY_NAME, JobRow, JobState
 from riverboat.client import AsyncClient
+from riverboat.dialect._workflow_common import WORKFLOW_LIST_WINDOW
 from riverboat.errors import InvalidInputError, JobRunningError, NotFoundError, RiverboatError
 from riverboat.ui.graph import layout, table_tasks
 from riverboat.ui.line_tables import read_line_table
@@ -683,6 +684,18 @@ def create_app(
             workflow=workflow_meta(job),
         )
 
+    async def workflows(request: Request) -> Response:
+        client = await holder.get()
+        limit = 50
+        return render(
+            request,
+            "workflows.html",
+            title="Workflows",
+            summaries=await client.workflow_list(limit=limit),
+            limit=limit,
+            window=WORKFLOW_LIST_WINDOW,
+        )
+
     async def workflow_detail(request: Request) -> Response:
         workflow_id = str(request.path_params["workflow_id"])
         client = await holder.get()
@@ -908,6 +921,7 @@ def create_app(
         Route("/jobs/{job_id}", guarded(job_detail)),
         Route("/jobs/{job_id}/{action}", guarded(job_action), methods=["POST"]),
         Route("/queues/{name}/{action}", guarded(queue_action), methods=["POST"]),
+        Route("/workflows", guarded(workflows)),
         Route("/workflows/{workflow_id}", guarded(workflow_detail)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
