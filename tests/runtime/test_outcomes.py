@@ -231,6 +231,31 @@ async def test_an_outcome_that_cannot_be_computed_fails_the_attempt(apg_driver: 
     assert job.attempt == 1 and "NaN" in job.errors[0].error
 
 
+@pytest.mark.parametrize("is_async", [True, False], ids=["async", "sync"])
+@pytest.mark.parametrize(
+    ("raised", "error"),
+    [(SystemExit(3), "SystemExit: 3"), (KeyboardInterrupt(), "KeyboardInterrupt")],
+    ids=["sys_exit", "keyboard_interrupt"],
+)
+async def test_sys_exit_in_a_job_fails_its_attempt(
+    apg_driver: Any, is_async: bool, raised: BaseException, error: str
+) -> None:
+    """sys.exit() in a job (argparse refusing arguments does it too) or a
+    KeyboardInterrupt it raises fails the attempt; re-raised, they ended the event loop
+    and the client hung with the job running."""
+    workers = Workers()
+
+    def leave(job: Job[Any]) -> None:
+        raise raised
+
+    async def leave_async(job: Job[Any]) -> None:
+        raise raised
+
+    workers.register("leaves")(leave_async if is_async else leave)
+    job = await _first(apg_driver, workers, "leaves", EventKind.JOB_FAILED)
+    assert job.errors[0].error == error and job.state is JobState.AVAILABLE
+
+
 async def test_async_timeout_is_an_error(apg_driver: Any) -> None:
     workers = Workers()
 

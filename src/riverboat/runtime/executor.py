@@ -291,8 +291,11 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
         else:
             raise
     except BaseException as exc:
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise
+        # SystemExit (sys.exit(), argparse refusing its arguments) and KeyboardInterrupt
+        # raised by the job's code fail its attempt like any error. Re-raised, they ended
+        # the event loop and left the client hanging, its jobs running. A real Ctrl-C
+        # never arrives here: it reaches the main thread (the sync client's loop runs in
+        # a thread of its own) or, under asyncio.run, cancels the main task.
         error = exc
     if state.cancelled_remotely and error is not None and not isinstance(error, JobCancel):
         # River: an error after a remote cancel becomes the cancellation.
