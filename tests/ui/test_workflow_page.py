@@ -14,6 +14,9 @@ from tests.ui.test_browser import _open, _shot
 
 
 def test_a_workflow_drawn_with_its_states(seeded: SeededDb, serve: Any, page: Any) -> None:
+    base = _open(seeded, serve)
+    page.goto(f"{base}/workflows")
+    expect(page.locator("#no-workflows")).to_be_visible()  # the seed has none
     wf = Workflow("nightly-report")
     wf.add("extract", {"source": "orders"}, kind="report_step")
     wf.add("extract-refunds", {"source": "refunds"}, kind="report_step")
@@ -26,7 +29,6 @@ def test_a_workflow_drawn_with_its_states(seeded: SeededDb, serve: Any, page: An
         # workflow's cancel then finishes the rest, as an operator would.
         done = info.task("extract").job.id
         client.job_cancel(info.task("extract-refunds").job.id)
-    base = _open(seeded, serve)
     page.goto(f"{base}/workflows/{wf.id}")
     expect(page.locator("#workflow-state")).to_have_text("running")
     nodes = page.locator("#workflow-graph a.node")

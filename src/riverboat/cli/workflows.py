@@ -10,7 +10,9 @@ until every task is finalized (exit 0 when all completed, 1 when one failed, 3 o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+from datetime import datetime
 
 from riverboat.cli.jobs import add_common, job_dict, open_client, print_table, wait_and_show
 from riverboat.workflow import WorkflowInfo, WorkflowSummary
@@ -54,19 +56,14 @@ def _print(info: WorkflowInfo, as_json: bool) -> None:
     )
 
 
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
+
+
 def _print_list(summaries: list[WorkflowSummary], as_json: bool) -> None:
     if as_json:
         body = [
-            {
-                "id": s.id,
-                "name": s.name,
-                "state": s.state,
-                "tasks": s.tasks,
-                "completed": s.completed,
-                "failed": s.failed,
-                "unfinished": s.unfinished,
-                "created_at": s.created_at.isoformat() if s.created_at else None,
-            }
+            {**dataclasses.asdict(s), "state": s.state, "created_at": _iso(s.created_at)}
             for s in summaries
         ]
         print(json.dumps(body, indent=2))
