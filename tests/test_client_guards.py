@@ -223,3 +223,30 @@ def test_leadership_and_maintenance_durations_must_be_finite(value: float) -> No
         ElectorConfig(elect_jitter=value)
     with pytest.raises(InvalidInputError, match=r"maintenance\.rescue_stuck_jobs_after"):
         MaintenanceConfig(rescue_stuck_jobs_after=value)
+
+
+def test_the_sync_clients_loop_goes_on_after_a_callback_raises_system_exit(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """asyncio lets a SystemExit raised in a callback end run_forever; the sync client's
+    loop thread then died silently and every call waited for it forever."""
+    from riverboat.client import _run_surviving_exits
+
+    loop = asyncio.new_event_loop()
+    ran_after: list[bool] = []
+
+    def exits() -> None:
+        raise SystemExit(3)
+
+    def after() -> None:
+        ran_after.append(True)
+        loop.stop()
+
+    loop.call_soon(exits)
+    loop.call_soon(after)
+    try:
+        _run_surviving_exits(loop)
+    finally:
+        loop.close()
+    assert ran_after == [True]
+    assert "SystemExit raised inside the client's event loop" in caplog.text

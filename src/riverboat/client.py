@@ -412,6 +412,25 @@ class AsyncClient(AsyncClientBase):
         await self.close()
 
 
+def _run_surviving_exits(loop: asyncio.AbstractEventLoop) -> None:
+    """The sync client's event loop, in its own thread, until it is stopped. A
+    SystemExit or KeyboardInterrupt that a callback raises inside it (a periodic job's
+    constructor calling sys.exit(), say) would end the loop, and asyncio lets it: the
+    thread then died silently and every call of the client waited for it forever. Here
+    it is logged and the loop goes on; the callback's own task has ended with it."""
+    while True:
+        try:
+            loop.run_forever()
+            return
+        except (SystemExit, KeyboardInterrupt) as exc:
+            log.error(
+                "riverboat: %s raised inside the client's event loop (by a callback such "
+                "as a periodic job's constructor); the loop goes on",
+                type(exc).__name__,
+                exc_info=exc,
+            )
+
+
 class _Embedded:
     """An AsyncClient running on its own event loop in a background thread."""
 
@@ -478,7 +497,7 @@ class _Embedded:
         loop = asyncio.new_event_loop()
         self._loop = loop
         self._thread = threading.Thread(
-            target=loop.run_forever, name="riverboat-runtime", daemon=True
+            target=_run_surviving_exits, args=(loop,), name="riverboat-runtime", daemon=True
         )
         self._thread.start()
         try:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from riverboat._job import JobRow
+from riverboat.errors import CALLBACK_FAILURES
 
 __all__ = ["ErrorHandler", "ErrorHandlerResult"]
 
@@ -53,7 +54,7 @@ async def run_error_handlers(handlers: Sequence[Any], row: JobRow, exc: BaseExce
             result = handle(row, exc)
             if inspect.isawaitable(result):
                 result = await result
-        except Exception:
+        except CALLBACK_FAILURES:
             log.exception("job %d (%s): error handler %r failed", row.id, row.kind, handle)
             continue
         if isinstance(result, ErrorHandlerResult):

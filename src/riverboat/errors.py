@@ -39,6 +39,14 @@ __all__ = [
 ]
 
 
+# What a callback of the user's (a work function's hooks, an error handler, a retry
+# policy, a periodic job's constructor) may raise and riverboat takes as its failure:
+# every Exception, and also sys.exit() and a KeyboardInterrupt it raises itself, which
+# re-raised would end the event loop the client runs on. Never CancelledError: that is
+# the client stopping the task.
+CALLBACK_FAILURES: tuple[type[BaseException], ...] = (Exception, SystemExit, KeyboardInterrupt)
+
+
 class RiverboatError(Exception):
     """Root of every exception riverboat raises on purpose."""
 

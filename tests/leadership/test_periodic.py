@@ -138,6 +138,32 @@ async def test_run_on_start_and_skipping_constructor(pg_url: str, pg_schema: str
     assert calls == [1]
 
 
+async def test_a_constructor_calling_sys_exit_skips_its_run(pg_url: str, pg_schema: str) -> None:
+    """sys.exit() in a constructor is its failure, logged, as any error: the other
+    periodic job runs, and the client stops normally (re-raised, SystemExit ended the
+    event loop the services run on)."""
+
+    def exits() -> TickArgs:
+        sys.exit(1)
+
+    periodic = [
+        PeriodicJob(3600, exits, run_on_start=True, id="exits"),
+        PeriodicJob(3600, lambda: TickArgs(n=9), run_on_start=True, id="boot"),
+    ]
+    client = make_client(pg_url, pg_schema, "exiter", periodic_jobs=periodic)
+    await client.start()
+    try:
+        await asyncio.wait_for(elector_of(client).leader.wait(), 5)
+        assert client.runtime.maintainer is not None
+        svc = client.runtime.maintainer.services["periodic"]
+        await svc.wait_for(lambda s: s.successes >= 1)
+    finally:
+        await client.stop()
+        await client.close()
+    rows = _ticks(pg_url, pg_schema)
+    assert [m for _, m in rows] == [{"periodic": True, "river:periodic_job_id": "boot"}]
+
+
 def test_schedules_and_validation(monkeypatch: pytest.MonkeyPatch) -> None:
     start = datetime(2024, 1, 1, 12, 0, 0, 400000, tzinfo=UTC)
     every = PeriodicJob(timedelta(minutes=15), lambda: None)

@@ -53,6 +53,18 @@ class AsyncBroken:
         raise RuntimeError("the reporting service is down")
 
 
+class Exits:
+    """A handler that calls sys.exit(): its failure, as any error it raises (re-raised,
+    SystemExit ended the event loop, and the jobs it handled stayed running)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def handle_error(self, job: JobRow, exc: BaseException) -> None:
+        self.calls += 1
+        raise SystemExit(2)
+
+
 def later(job: Job[Any]) -> Any:
     return job.row.created_at + timedelta(hours=1)
 
@@ -89,13 +101,13 @@ def test_error_handler_sees_failures_and_can_cancel(
     def strict(job: Job[Strict]) -> None:
         raise AssertionError("not reached: args don't decode")
 
-    reporter, broken = Reporter(), AsyncBroken()
+    reporter, broken, exits = Reporter(), AsyncBroken(), Exits()
     client = riverboat.Client(
         db.url,
         schema=db.schema,
         queues={"default": QueueConfig(max_workers=4)},
         workers=workers,
-        middleware=[reporter, broken],
+        middleware=[reporter, broken, exits],
         skip_unknown_job_check=True,
         retry_policy=InAnHour(),
         fetch_poll_interval=0.1,
@@ -115,7 +127,7 @@ def test_error_handler_sees_failures_and_can_cancel(
         ("no_such_kind", "UnknownJobKindError"),
         ("strict", "TypeError"),
     ]
-    assert broken.calls == 4
+    assert broken.calls == 4 and exits.calls == 4
     assert "error handler" in caplog.text and "the reporting service is down" in caplog.text
     cancelled = rows["bad_value"]
     assert cancelled.state is JobState.CANCELLED and cancelled.finalized_at is not None

@@ -29,7 +29,7 @@ from riverboat._job import AttemptError, JobRow, JobState
 from riverboat._json import storable_text
 from riverboat.dialect.base import JobStateUpdate
 from riverboat.error_handler import run_error_handlers
-from riverboat.errors import UnknownJobKindError
+from riverboat.errors import CALLBACK_FAILURES, UnknownJobKindError
 from riverboat.middleware import call_with_middleware
 from riverboat.runtime import outcomes
 from riverboat.runtime.completer import PendingCompletion
@@ -333,7 +333,7 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
     started = datetime.fromtimestamp(started_at, UTC)
     try:
         update, kind = _outcome(row, error, ctx, state, worker, config, started)
-    except Exception as exc:
+    except CALLBACK_FAILURES as exc:
         # A bug of riverboat's, or a value from user code it did not foresee: the
         # attempt fails with it, as if the work function had raised it, rather than the
         # job staying running until the rescuer (with no outcome, nothing writes it).

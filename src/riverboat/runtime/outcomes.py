@@ -40,7 +40,7 @@ from riverboat._job import AttemptError, JobRow, JobState
 from riverboat._json import go_json_storable
 from riverboat._seconds import GO_DURATION_MAX
 from riverboat.dialect.base import JobStateUpdate, RescueUpdate
-from riverboat.errors import InvalidInputError
+from riverboat.errors import CALLBACK_FAILURES, InvalidInputError
 from riverboat.runtime.events import EventKind
 
 __all__ = [
@@ -140,7 +140,7 @@ def policy_retry_time(job: JobRow, policy: RetryPolicy, now: datetime) -> dateti
     the same way): one job a user policy chokes on must not stop a batch."""
     try:
         when: datetime | None = policy.next_retry(job, now)
-    except Exception:
+    except CALLBACK_FAILURES:
         log.exception("job %d (%s): retry policy failed; using the default", job.id, job.kind)
         when = None
     if not isinstance(when, datetime) or when.tzinfo is None or when < now:
@@ -188,7 +188,7 @@ def retry_time(
     if worker_time is not None:
         try:
             candidate = worker_time()
-        except Exception:
+        except CALLBACK_FAILURES:
             log.exception(
                 "job %d (%s): the worker's next_retry failed; using the retry policy",
                 job.id,

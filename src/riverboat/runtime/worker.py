@@ -24,7 +24,7 @@ from riverboat._insert import validate_kind
 from riverboat._job import AttemptError, JobRow
 from riverboat._json import go_json_storable
 from riverboat._seconds import is_seconds
-from riverboat.errors import InvalidInputError
+from riverboat.errors import CALLBACK_FAILURES, InvalidInputError
 from riverboat.runtime.outcomes import JobCancel, JobSnooze
 from riverboat.runtime.process_reference import args_type_reference, process_reference
 
@@ -467,7 +467,7 @@ def call_timeout_fn(worker: RegisteredWorker, job: Job[Any]) -> float | None:
     assert worker.timeout_fn is not None
     try:
         value = worker.timeout_fn(job)
-    except Exception:
+    except CALLBACK_FAILURES:
         log.exception("job %d (%s): the worker's timeout(job) failed", job.id, job.kind)
         return None
     if value is None or value == -1 or is_seconds(value, positive=True):

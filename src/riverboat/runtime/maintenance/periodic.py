@@ -58,7 +58,12 @@ from riverboat._job import InsertManyParams, InsertOpts, JobState, format_rfc333
 from riverboat._periodic import CATCH_UP_LIMIT, CATCH_UP_POLICIES, PeriodicJobRecord
 from riverboat._unique import unique_states_bitmask
 from riverboat.dialect._periodic_common import PeriodicJobDeclaration, PeriodicJobWrite
-from riverboat.errors import DriverError, InvalidInputError, MissingDependencyError
+from riverboat.errors import (
+    CALLBACK_FAILURES,
+    DriverError,
+    InvalidInputError,
+    MissingDependencyError,
+)
 from riverboat.runtime._waiting import cancel_and_wait
 from riverboat.runtime.maintenance._service import MaintenanceContext, Service
 from riverboat.runtime.maintenance.periodic_job import NEVER, PeriodicJob
@@ -581,7 +586,7 @@ class PeriodicJobEnqueuer(Service):
             made = job.constructor()
             if inspect.isawaitable(made):
                 made = await made
-        except Exception:
+        except CALLBACK_FAILURES:
             log.exception("periodic job %s: constructor failed; skipping this run", _name(job))
             return None
         if made is None:
@@ -709,7 +714,7 @@ class PeriodicPublisher:
             if at_runtime:
                 try:
                     template = await _template_of(job, self.defaults)
-                except Exception as exc:
+                except CALLBACK_FAILURES as exc:
                     log.warning(
                         "periodic job %r: its constructor failed (%s: %s); declared without "
                         "a template, so only clients with its code run it",
