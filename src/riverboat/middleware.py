@@ -85,7 +85,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from riverboat._insert import encode_metadata
-from riverboat.errors import InvalidInputError
+from riverboat.errors import CALLBACK_FAILURES, InvalidInputError
 from riverboat.metrics import JobGetAvailableCountMetric, JobGetAvailableDurationMetric, Metric
 from riverboat.runtime.outcomes import JobCancel, JobSnooze
 from riverboat.runtime.worker import (
@@ -285,7 +285,7 @@ class MiddlewareStack:
                 for metric in metrics:
                     try:
                         hook(metric)
-                    except Exception:
+                    except CALLBACK_FAILURES:
                         # An exporter's failure must not stop the queue's fetch loop.
                         log.exception("metric_emit hook %r failed on %s", hook, metric.name)
 

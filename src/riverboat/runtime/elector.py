@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from riverboat._seconds import is_seconds
 from riverboat.drivers.base import AsyncDriver
-from riverboat.errors import DriverError, InvalidInputError
+from riverboat.errors import CALLBACK_FAILURES, DriverError, InvalidInputError
 from riverboat.runtime._waiting import backoff_delay, wait_any
 from riverboat.runtime.health import PathHealth, bounded
 
@@ -209,7 +209,7 @@ class Elector:
         for callback in list(self._callbacks):
             try:
                 callback(leading)
-            except Exception:
+            except CALLBACK_FAILURES:
                 log.exception("elector: leadership callback failed")
 
     def _count(self, operation: str) -> None:
