@@ -112,6 +112,20 @@ async def test_two_leaders_on_the_same_tick_insert_it_once(
     assert {r[2] for r in rows} == {"available"}  # River keeps periodic runs available
 
 
+async def _lead_until_the_first_run(client: Any) -> None:
+    """Start ``client``, let it lead until its periodic service's first successful
+    run, then stop and close it."""
+    await client.start()
+    try:
+        await asyncio.wait_for(elector_of(client).leader.wait(), 5)
+        assert client.runtime.maintainer is not None
+        svc = client.runtime.maintainer.services["periodic"]
+        await svc.wait_for(lambda s: s.successes >= 1)
+    finally:
+        await client.stop()
+        await client.close()
+
+
 async def test_run_on_start_and_skipping_constructor(pg_url: str, pg_schema: str) -> None:
     calls: list[int] = []
 
@@ -124,15 +138,7 @@ async def test_run_on_start_and_skipping_constructor(pg_url: str, pg_schema: str
         PeriodicJob(3600, maybe, run_on_start=True, id="never"),
     ]
     client = make_client(pg_url, pg_schema, "starter", periodic_jobs=periodic)
-    await client.start()
-    try:
-        await asyncio.wait_for(elector_of(client).leader.wait(), 5)
-        assert client.runtime.maintainer is not None
-        svc = client.runtime.maintainer.services["periodic"]
-        await svc.wait_for(lambda s: s.successes >= 1)
-    finally:
-        await client.stop()
-        await client.close()
+    await _lead_until_the_first_run(client)
     rows = _ticks(pg_url, pg_schema)
     assert [m for _, m in rows] == [{"periodic": True, "river:periodic_job_id": "boot"}]
     assert calls == [1]
@@ -151,15 +157,7 @@ async def test_a_constructor_calling_sys_exit_skips_its_run(pg_url: str, pg_sche
         PeriodicJob(3600, lambda: TickArgs(n=9), run_on_start=True, id="boot"),
     ]
     client = make_client(pg_url, pg_schema, "exiter", periodic_jobs=periodic)
-    await client.start()
-    try:
-        await asyncio.wait_for(elector_of(client).leader.wait(), 5)
-        assert client.runtime.maintainer is not None
-        svc = client.runtime.maintainer.services["periodic"]
-        await svc.wait_for(lambda s: s.successes >= 1)
-    finally:
-        await client.stop()
-        await client.close()
+    await _lead_until_the_first_run(client)
     rows = _ticks(pg_url, pg_schema)
     assert [m for _, m in rows] == [{"periodic": True, "river:periodic_job_id": "boot"}]
 
