@@ -36,8 +36,6 @@ FROM unnest(:ids::bigint[], :dep_ids::jsonb[], :dependents::jsonb[]) AS p(id, de
 WHERE river_job.id = p.id AND river_job.metadata->'{_KEY}' IS NOT NULL
 """
 
-# Ids from river_job's own sequence (the one its bigserial default draws from), so ids
-# given before the insert are as unique and as ordered as any other job's.
 # A transaction-level advisory lock per workflow (and schema), as the flow claim's per
 # queue: released at commit or rollback. The migrations' lock_timeout lift is not
 # needed: another addition to the same workflow holds it for one short transaction.
@@ -47,6 +45,8 @@ SELECT pg_advisory_xact_lock(
                     :workflow_id::text))::bigint)
 """
 
+# Ids from river_job's own sequence (the one its bigserial default draws from), so ids
+# given before the insert are as unique and as ordered as any other job's.
 QUERIES["workflow_reserve_ids"] = """
 SELECT nextval(s.seq)
 FROM (SELECT pg_get_serial_sequence(:table::text, 'id')::regclass AS seq) AS s
