@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar
 
 from riverboat._insert import validate_queue
 from riverboat._job import STATE_BY_NAME, JobRow, JobState, format_rfc3339_nano, parse_rfc3339
-from riverboat._json import INT64_MAX, INT64_MIN, check_json_value, text_param_problem
+from riverboat._json import INT64_MAX, INT64_MIN, check_json_value, check_text_param
 from riverboat._options import check_option_names
 from riverboat._queue import QueueRow
 from riverboat._sql import Statement
@@ -179,13 +179,6 @@ def _job_id(value: object, field: str = "job_id") -> int:
     return int(value)
 
 
-def _text(value: str, field: str) -> str:
-    """Text bound as a statement parameter (:func:`riverboat._json.text_param_problem`)."""
-    if (problem := text_param_problem(value)) is not None:
-        raise InvalidInputError(field, problem)
-    return value
-
-
 def _state(value: object, field: str) -> JobState:
     if isinstance(value, JobState):
         return value
@@ -199,7 +192,7 @@ def _str_list(value: object, field: str) -> list[str]:
     for item in items:
         if not isinstance(item, str) or not item:
             raise InvalidInputError(field, "must contain non-empty strings")
-        _text(item, field)
+        check_text_param(item, field)
     return items  # type: ignore[return-value]
 
 
@@ -220,7 +213,7 @@ def _json_object(value: object, field: str) -> dict[str, Any]:
         text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(field, f"cannot be encoded as JSON: {exc}") from exc
-    _text(text, field)
+    check_text_param(text, field)
     return dict(value)
 
 

@@ -19,7 +19,7 @@ from decimal import Decimal
 from json.scanner import make_scanner
 from typing import Any
 
-from riverboat.errors import RiverboatError
+from riverboat.errors import InvalidInputError, RiverboatError
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -153,15 +153,18 @@ def _has_lone_surrogate(text: str) -> bool:
     return False
 
 
-def text_param_problem(text: str) -> str | None:
-    """Why ``text`` can't be a statement parameter, or None: a NUL character (Postgres
-    refuses it, SQLite keeps it) or a lone surrogate (not UTF-8; argv decoding makes them
-    from bad bytes). The caller names the field in its own error."""
+def check_text_param(text: str, field: str) -> str:
+    """``text``, or InvalidInputError naming ``field`` when it can't be a statement
+    parameter: a NUL character (Postgres refuses it, SQLite keeps it) or a lone surrogate
+    (not UTF-8; argv decoding makes them from bad bytes). Also what a name carried in
+    JSON metadata must pass (:func:`check_json_value` refuses the same)."""
     if "\x00" in text:
-        return f"contains a NUL character (\\u0000): {text[:40]!r}"
+        raise InvalidInputError(field, f"contains a NUL character (\\u0000): {text[:40]!r}")
     if not text.isascii() and _has_lone_surrogate(text):
-        return f"contains a lone surrogate, which is not valid Unicode: {text[:40]!r}"
-    return None
+        raise InvalidInputError(
+            field, f"contains a lone surrogate, which is not valid Unicode: {text[:40]!r}"
+        )
+    return text
 
 
 def _check_utf8(text: str) -> str:

@@ -40,7 +40,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from riverboat._job import InsertManyParams, InsertOpts, JobRow, JobState
-from riverboat._json import go_json_string, text_param_problem
+from riverboat._json import check_text_param, go_json_string
 from riverboat.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -80,15 +80,6 @@ def _check_policy(value: object, field_name: str) -> OnDepFailure:
     if value not in _POLICIES:
         raise InvalidInputError(field_name, f"must be 'cancel' or 'run', not {value!r}")
     return value  # type: ignore[return-value]
-
-
-def _check_text(value: str, field_name: str) -> str:
-    """Refuse a name that JSON metadata can't carry to Postgres and back (what
-    :func:`riverboat._json.check_json_value` refuses in metadata), here where the name is
-    given rather than at the insert."""
-    if (problem := text_param_problem(value)) is not None:
-        raise InvalidInputError(field_name, problem)
-    return value
 
 
 def _json_ints(ids: Sequence[int]) -> str:
@@ -131,8 +122,8 @@ class Workflow:
             raise InvalidInputError("name", f"must be a str of 1 to {TASK_NAME_MAX} characters")
         if id is not None and (not isinstance(id, str) or not 0 < len(id) <= 100):
             raise InvalidInputError("id", "must be a str of 1 to 100 characters")
-        self.name = _check_text(name, "name")
-        self.id = _check_text(id, "id") if id is not None else _new_workflow_id()
+        self.name = check_text_param(name, "name")
+        self.id = check_text_param(id, "id") if id is not None else _new_workflow_id()
         self.adding = id is not None
         self.on_dep_failure = _check_policy(on_dep_failure, "on_dep_failure")
         self._tasks: dict[str, WorkflowTask] = {}
@@ -157,7 +148,7 @@ class Workflow:
             raise InvalidInputError("name", f"must be a str of 1 to {TASK_NAME_MAX} characters")
         if name in self._tasks:
             raise InvalidInputError("name", f"task {name!r} is already in the workflow")
-        _check_text(name, "name")
+        check_text_param(name, "name")
         if isinstance(deps, (str, WorkflowTask)):
             deps = [deps]
         dep_names: dict[str, None] = {}  # in order, once each (a fan-in names hundreds)
@@ -172,7 +163,7 @@ class Workflow:
                     raise InvalidInputError(
                         "deps", f"task {name!r} depends on {dep_name!r}, which is not added yet"
                     )
-                _check_text(dep_name, "deps")
+                check_text_param(dep_name, "deps")
             dep_names[dep_name] = None
         if opts is not None and opts.unique_opts is not None and not opts.unique_opts.is_empty():
             raise InvalidInputError("opts", "workflow tasks cannot be unique jobs")
