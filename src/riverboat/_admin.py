@@ -226,12 +226,13 @@ def _queue_name(name: object, *, allow_all: bool) -> str:
 def _limit(value: object, default: int) -> int:
     if value is None:
         return default
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or not 1 <= value <= JOB_LIST_LIMIT_MAX
-    ):
-        raise InvalidInputError("limit", f"must be an int between 1 and {JOB_LIST_LIMIT_MAX}")
+    return check_limit(value, JOB_LIST_LIMIT_MAX)
+
+
+def check_limit(value: object, most: int) -> int:
+    """A page size: an int from 1 to ``most``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise InvalidInputError("limit", f"must be an int between 1 and {most}")
     return value
 
 

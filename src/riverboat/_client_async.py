@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from riverboat._admin import _job_id
+from riverboat._admin import _job_id, check_limit
 from riverboat._admin_async import AsyncAdmin
 from riverboat._client_core import _ClientCore
 from riverboat._insert import InsertParams
@@ -231,14 +231,8 @@ class AsyncClientBase(AsyncAdmin):
         """The ``limit`` (1 to 100) workflows with the newest tasks, newest first, each
         with counts over all its tasks. Workflows are found among the newest 10,000
         workflow tasks: an older one is read by id with :meth:`workflow_get`."""
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not 1 <= limit <= WORKFLOW_LIST_MAX
-        ):
-            raise InvalidInputError("limit", f"must be an int between 1 and {WORKFLOW_LIST_MAX}")
         dialect = self._core.dialect
-        rows = await self.driver.fetch(dialect.workflow_list(limit))
+        rows = await self.driver.fetch(dialect.workflow_list(check_limit(limit, WORKFLOW_LIST_MAX)))
         return [
             WorkflowSummary(
                 str(row[0]),
