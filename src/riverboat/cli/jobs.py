@@ -163,14 +163,20 @@ def print_records(
     row: Callable[[Record], Sequence[str]],
     *,
     empty: str,
+    derived: Callable[[Record], dict[str, Any]] | None = None,
 ) -> None:
-    """A listing of dataclass records: with ``--json`` a JSON list, datetimes in ISO 8601;
-    else a table of ``row(record)`` under ``headers`` (``empty`` as :func:`print_table`)."""
+    """A listing of dataclass records: with ``--json`` a JSON list, datetimes in ISO 8601,
+    each object ending with what ``derived`` gives for its record (properties that are
+    not fields); else a table of ``row(record)`` under ``headers`` (``empty`` as
+    :func:`print_table`)."""
     if not as_json:
         print_table(headers, [row(r) for r in records], empty=empty)
         return
     out = [
-        {k: v.isoformat() if isinstance(v, datetime) else v for k, v in asdict(r).items()}
+        {
+            **{k: v.isoformat() if isinstance(v, datetime) else v for k, v in asdict(r).items()},
+            **(derived(r) if derived is not None else {}),
+        }
         for r in records
     ]
     print(json.dumps(out, indent=2))

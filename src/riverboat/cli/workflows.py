@@ -10,11 +10,16 @@ until every task is finalized (exit 0 when all completed, 1 when one failed, 3 o
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-from datetime import datetime
 
-from riverboat.cli.jobs import add_common, job_dict, open_client, print_table, wait_and_show
+from riverboat.cli.jobs import (
+    add_common,
+    job_dict,
+    open_client,
+    print_records,
+    print_table,
+    wait_and_show,
+)
 from riverboat.workflow import WorkflowInfo, WorkflowSummary
 
 __all__ = ["add_arguments", "run"]
@@ -56,34 +61,23 @@ def _print(info: WorkflowInfo, as_json: bool) -> None:
     )
 
 
-def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment else None
-
-
 def _print_list(summaries: list[WorkflowSummary], as_json: bool) -> None:
-    if as_json:
-        body = [
-            {**dataclasses.asdict(s), "state": s.state, "created_at": _iso(s.created_at)}
-            for s in summaries
-        ]
-        print(json.dumps(body, indent=2))
-        return
-    print_table(
+    print_records(
+        summaries,
+        as_json,
         ("ID", "NAME", "STATE", "TASKS", "COMPLETED", "FAILED", "UNFINISHED", "CREATED"),
-        [
-            (
-                s.id,
-                s.name or "-",
-                s.state,
-                str(s.tasks),
-                str(s.completed),
-                str(s.failed),
-                str(s.unfinished),
-                s.created_at.isoformat(timespec="seconds") if s.created_at else "-",
-            )
-            for s in summaries
-        ],
+        lambda s: (
+            s.id,
+            s.name or "-",
+            s.state,
+            str(s.tasks),
+            str(s.completed),
+            str(s.failed),
+            str(s.unfinished),
+            s.created_at.isoformat(timespec="seconds") if s.created_at else "-",
+        ),
         empty="(no workflow)",
+        derived=lambda s: {"state": s.state},
     )
 
 
