@@ -29,7 +29,6 @@ both the worker registry and the middleware: this module imports neither.
 from __future__ import annotations
 
 import logging
-import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from typing import Any
 
 from riverboat._job import AttemptError, JobRow, JobState
 from riverboat._json import go_json_storable
-from riverboat._seconds import GO_DURATION_MAX
+from riverboat._seconds import GO_DURATION_MAX, is_seconds
 from riverboat.dialect.base import JobStateUpdate, RescueUpdate
 from riverboat.errors import CALLBACK_FAILURES, InvalidInputError
 from riverboat.runtime.events import EventKind
@@ -94,7 +93,7 @@ class JobSnooze(Exception):
         # Refused here, in the work function (so the attempt fails with this error), not
         # later where the outcome is computed: NaN, infinity or 1e300 seconds once made
         # that fail and left the job running until the rescuer.
-        if not (math.isfinite(delay) and 0 <= delay <= GO_DURATION_MAX):
+        if not is_seconds(delay) or delay > GO_DURATION_MAX:
             raise InvalidInputError(
                 "seconds",
                 f"snooze duration must be from 0 to {GO_DURATION_MAX:.0f} seconds (River's is a "
