@@ -119,6 +119,15 @@ def _ago(moment: datetime | None, now: datetime) -> str:
     return f"in {text}" if future else f"{text} ago"
 
 
+# A workflow's state drawn with the job state's colour that means the same.
+_WORKFLOW_BADGES = {"completed": "completed", "failed": "discarded"}
+
+
+def _workflow_badge(state: str) -> str:
+    """The badge class (``s-<job state>``) of a workflow's ``state``."""
+    return _WORKFLOW_BADGES.get(state, "running")
+
+
 def _iso(moment: datetime | None) -> str:
     if moment is None:
         return "-"
@@ -516,6 +525,7 @@ def create_app(
     )
     env.filters["pretty_json"] = _pretty_json
     env.filters["iso"] = _iso
+    env.filters["workflow_badge"] = _workflow_badge
     env.filters["args_preview"] = _args_preview
     env.filters["last_error"] = _last_error
 
