@@ -613,8 +613,12 @@ async def _run(url: str, jobs: int, display: Display, started: float) -> DemoRep
     finally:
         await client.stop()
         await client.close()
+        # The watch loop also reads rows, so it can end once the last outcome is
+        # committed but before the completer has handed out that outcome's event: a CI
+        # run printed the flaky job's two failures and not its completion. Stopped, the
+        # client has delivered every event; they are logged like the others.
+        _drain(subscription, report, log)
         display.stop()
-    _drain(subscription, report, None)
     report.dropped_events = subscription.dropped
     await _final_rows(url, report)
     if periodic:
