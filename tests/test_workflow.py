@@ -819,6 +819,18 @@ def test_bad_workflows_are_refused_before_anything_is_written(any_db: Db) -> Non
             _step(opted, "after", ["own"])
             with pytest.raises(InvalidInputError, match=f"task 'own'.*{words}"):
                 client.workflow_insert(opted)
+        # A task's own args or options refused when resolved: the error names the task
+        # (what the caller added), not its place in the insert_many params.
+        named = Workflow("named")
+        _step(named, "first")
+        named.add("late", {}, kind="not a kind")
+        with pytest.raises(InvalidInputError) as refused:
+            client.workflow_insert(named)
+        assert refused.value.field == "tasks['late'].kind", refused.value
+        unencodable = Workflow("unencodable")
+        unencodable.add("nan", {"x": float("nan")}, kind="step")
+        with pytest.raises(riverboat.InvalidArgsError, match=r"^tasks\['nan'\]\.args: "):
+            client.workflow_insert(unencodable)
         assert client.job_list(limit=10).jobs == []
 
 

@@ -193,7 +193,10 @@ class ClientBase(SyncAdmin):
                 for job, job_id in zip(jobs, given, strict=True):
                     job.id = job_id
 
-        plan = self._core.plan_many(workflow.task_params(), prepare=prepare)
+        try:
+            plan = self._core.plan_many(workflow.task_params(), prepare=prepare)
+        except InvalidInputError as exc:
+            raise workflow.blame_task(exc) from None
         inserted = [r.job for r in run_insert(plan, executor)]
         ids = [job.id for job in inserted]
         targets: list[int] = []

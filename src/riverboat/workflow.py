@@ -192,6 +192,19 @@ class Workflow:
             out.append(InsertManyParams(task.args, opts, kind=task.kind))
         return out
 
+    def blame_task(self, exc: InvalidInputError) -> InvalidInputError:
+        """``exc``, raised while resolving :meth:`task_params` as ``insert_many`` params
+        (``params[3].kind: ...``), naming the task instead (``tasks['load'].kind: ...``):
+        the caller added tasks, not params. Anything else is returned as it is."""
+        head, _, rest = exc.field.partition("].")
+        if not (head.startswith("params[") and head[7:].isdigit() and rest):
+            return exc
+        index = int(head[7:])
+        if index >= len(self._tasks):
+            return exc
+        name = list(self._tasks)[index]
+        return type(exc)(f"tasks[{name!r}].{rest}", str(exc).split(": ", 1)[-1])
+
     def links(self, new_ids: Sequence[int], existing: Mapping[str, int]) -> Links:
         """After insert: for every job to patch, ``(ids, dep_ids, dependent_ids to
         append)``. ``new_ids`` are the inserted tasks' ids in order; ``existing`` maps the
