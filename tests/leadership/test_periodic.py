@@ -112,6 +112,64 @@ async def test_two_leaders_on_the_same_tick_insert_it_once(
     assert {r[2] for r in rows} == {"available"}  # River keeps periodic runs available
 
 
+class _Failing:
+    """A custom schedule whose next() fails as ``how`` says until ``fixed``."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+        self.fixed = False
+        self.calls = 0
+
+    def next(self, after: datetime) -> datetime:
+        self.calls += 1
+        if self.fixed:
+            return after + timedelta(hours=1)
+        if self.how == "raises":
+            raise ConnectionError("the calendar service is down")
+        if self.how == "exits":
+            sys.exit(2)
+        return datetime.now()  # naive: refused
+
+
+@pytest.mark.parametrize("how", ["raises", "exits", "naive"])
+async def test_a_failing_custom_schedule_stops_only_its_own_runs(
+    apg_driver: AsyncPsycopgDriver, pg_url: str, pg_schema: str, how: str
+) -> None:
+    """A custom schedule's next() that raises (sys.exit too) or returns a naive datetime
+    has no runs until it is asked again (SCHEDULE_RETRY later); the other periodic jobs
+    run on. It stopped every periodic job: each run of the service failed on it."""
+    import riverboat.runtime.maintenance.periodic as periodic
+
+    failing = _Failing(how)
+    jobs = [
+        PeriodicJob(60, lambda: TickArgs(n=1), id="steady"),
+        PeriodicJob(failing, lambda: TickArgs(n=2), id="custom"),
+    ]
+    enqueuer = _enqueuer(apg_driver, "leader", jobs)
+    await enqueuer.on_start()
+    await enqueuer.run_once()  # the stored times read
+    steady, custom = enqueuer._entries
+    assert custom.next_run_at is None and custom.schedule_retry_at is not None
+    asked = failing.calls
+    steady.next_run_at = datetime.now(UTC) - timedelta(seconds=1)
+    await enqueuer.run_once()
+    assert enqueuer.inserted == 1
+    assert failing.calls == asked  # not asked again before its retry time
+    # Mended, and its retry time come: asked again, and runs at its next tick.
+    failing.fixed = True
+    custom.schedule_retry_at = now = datetime.now(UTC) - timedelta(seconds=1)
+    assert enqueuer.next_delay() == 0.0
+    await enqueuer.run_once()
+    assert enqueuer.inserted == 1 and custom.schedule_retry_at is None
+    assert custom.next_run_at is not None and custom.next_run_at > now + timedelta(minutes=59)
+    custom.next_run_at = now
+    await enqueuer.run_once()
+    assert enqueuer.inserted == 2
+    rows = sql(pg_url, pg_schema, "SELECT args->>'n' FROM river_job ORDER BY id")
+    assert [r[0] for r in rows] == ["1", "2"]
+    assert periodic.SCHEDULE_RETRY >= timedelta(seconds=1)
+
+
 async def _lead_until_the_first_run(client: Any) -> None:
     """Start ``client``, let it lead until its periodic service's first successful
     run, then stop and close it."""

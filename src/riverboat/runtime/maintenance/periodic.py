@@ -81,6 +81,8 @@ DURABLE_LINE_VERSION = 2
 REFRESH_INTERVAL = 1.0
 # How long a stopping client may take to declare its last runtime changes (seconds).
 STOP_PUBLISH_TIMEOUT = 5.0
+# How long after a custom schedule's next() failed it is asked again.
+SCHEDULE_RETRY = timedelta(seconds=30)
 
 
 def _name(job: PeriodicJob) -> str:
@@ -301,6 +303,7 @@ class _Entry:
         "last_run_at",
         "next_run_at",
         "run_on_start_pending",
+        "schedule_retry_at",
         "source",
     )
 
@@ -314,6 +317,8 @@ class _Entry:
         self.dirty = False
         # For a job rebuilt from another client's declaration: what it was built from.
         self.source: tuple[str, str, str] | None = None
+        # When its custom schedule, whose next() failed, is asked again (else None).
+        self.schedule_retry_at: datetime | None = None
 
 
 class PeriodicJobEnqueuer(Service):
@@ -352,7 +357,7 @@ class PeriodicJobEnqueuer(Service):
             entry = current.get(handle)
             if entry is None:
                 entry = _Entry(job, handle)
-                entry.next_run_at = job.next_after(now)
+                entry.next_run_at = self._next(entry, now)
                 if self.durable:
                     self._resume(entry, now)
                 # Added to a running leader: run_on_start means now.
@@ -378,7 +383,7 @@ class PeriodicJobEnqueuer(Service):
         self._version = self.jobs.version
         self._entries = [_Entry(job, handle) for handle, job in self.jobs.snapshot().items()]
         for entry in self._entries:
-            entry.next_run_at = entry.job.next_after(now)
+            entry.next_run_at = self._next(entry, now)
             entry.run_on_start_pending = entry.job.run_on_start
         self.durable = None
         self._stored = {}
@@ -431,7 +436,7 @@ class PeriodicJobEnqueuer(Service):
                     continue
                 entry = _Entry(job)
                 entry.source = source
-                entry.next_run_at = job.next_after(now)
+                entry.next_run_at = self._next(entry, now)
                 self._resume(entry, now)
             remote[record.id] = entry
         self._remote = remote
@@ -464,7 +469,7 @@ class PeriodicJobEnqueuer(Service):
         if stored.next_run_at >= horizon:
             return
         if job.catch_up == "none":
-            entry.next_run_at = job.next_after(now)
+            entry.next_run_at = self._next(entry, now)
             log.info(
                 "periodic job %s: missed runs since %s skipped (catch_up none)",
                 _name(job),
@@ -472,7 +477,12 @@ class PeriodicJobEnqueuer(Service):
             )
             return
         limit = 1 if job.catch_up == "one" else CATCH_UP_LIMIT
-        ticks, left_out = job.last_ticks(stored.next_run_at, horizon, limit)
+        try:
+            ticks, left_out = job.last_ticks(stored.next_run_at, horizon, limit)
+        except CALLBACK_FAILURES as exc:
+            entry.next_run_at = None
+            self._schedule_failed(entry, exc)
+            return
         if ticks:
             entry.next_run_at = ticks[0]
         if left_out and job.catch_up == "all":
@@ -493,7 +503,10 @@ class PeriodicJobEnqueuer(Service):
         # Durable: read the declarations again soon, so that what other clients add or
         # remove at runtime is seen within REFRESH_INTERVAL.
         longest = REFRESH_INTERVAL if self.durable else 3600.0
-        upcoming = [e.next_run_at for e in active if e.next_run_at is not None]
+        # A failed custom schedule is asked again at its retry time.
+        upcoming = [
+            tick for e in active if (tick := e.next_run_at or e.schedule_retry_at) is not None
+        ]
         if not upcoming:
             return longest
         return min(max((min(upcoming) - self._now()).total_seconds(), 0.0), longest)
@@ -505,8 +518,39 @@ class PeriodicJobEnqueuer(Service):
         tick = entry.next_run_at
         while tick is not None and tick < horizon and len(ticks) < CATCH_UP_LIMIT:
             ticks.append(tick)
-            tick = entry.job.next_after(tick)
+            tick = self._next(entry, tick)
         return ticks
+
+    def _next(self, entry: _Entry, after: datetime) -> datetime | None:
+        """The entry's first tick after ``after``. A custom schedule whose next() fails
+        (raises, even SystemExit, or returns what is not an aware datetime) has no tick
+        until it is asked again SCHEDULE_RETRY later: the other periodic jobs run on, as
+        they do past a constructor that fails."""
+        try:
+            tick = entry.job.next_after(after)
+        except CALLBACK_FAILURES as exc:
+            self._schedule_failed(entry, exc)
+            return None
+        entry.schedule_retry_at = None
+        return tick
+
+    def _schedule_failed(self, entry: _Entry, exc: BaseException) -> None:
+        entry.schedule_retry_at = self._now() + SCHEDULE_RETRY
+        log.error(
+            "periodic job %s: its schedule failed (%s: %s); no runs until it is asked again in %ds",
+            _name(entry.job),
+            type(exc).__name__,
+            exc,
+            SCHEDULE_RETRY.total_seconds(),
+            exc_info=exc,
+        )
+
+    def _retry_schedules(self, active: list[_Entry], now: datetime) -> None:
+        """Ask the failed custom schedules whose retry time came again."""
+        for entry in active:
+            retry_at = entry.schedule_retry_at
+            if retry_at is not None and retry_at <= now and entry.next_run_at is None:
+                entry.next_run_at = self._next(entry, now)
 
     async def run_once(self) -> None:
         now = self._now()
@@ -518,6 +562,7 @@ class PeriodicJobEnqueuer(Service):
         if self.durable:
             self._follow_declarations(now)
         active = self._active()
+        self._retry_schedules(active, now)
         due: list[tuple[_Entry, datetime, bool]] = []
         due.extend((e, now, True) for e in active if e.run_on_start_pending)
         horizon = now + DUE_MARGIN
@@ -553,7 +598,7 @@ class PeriodicJobEnqueuer(Service):
             if on_start:
                 entry.run_on_start_pending = False
             else:
-                entry.next_run_at = entry.job.next_after(tick)
+                entry.next_run_at = self._next(entry, tick)
                 entry.dirty = entry.job.id is not None
         await self._store()
 
