@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from riverboat.migrations import LATEST_VERSION
+from tests.migrations import RIVERBOAT_LATEST, RIVERBOAT_LINE
 from tests.migrations.catalog import expected, normalise_notify_body, rivers_part, snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,11 +63,7 @@ def test_up_list_down(pg_url: str, empty_schema: str, conn: Any) -> None:
         "  006",
         "  007",
         "  008",
-        "  001",
-        "  002",
-        "  003",
-        "  004",
-        "  005",
+        *(f"  {version:03d}" for version in RIVERBOAT_LINE),
     ]
 
     # DATABASE_URL is the default.
@@ -170,17 +167,14 @@ def test_concurrent_cli_processes(pg_url: str, empty_schema: str, conn: Any) -> 
         for line in out.splitlines()
         if line.startswith("applied")
     )
-    assert applied == sorted([f"{v:03d}" for v in range(1, LATEST_VERSION + 1)] + ["riverboat"] * 5)
+    mains = [f"{v:03d}" for v in range(1, LATEST_VERSION + 1)]
+    assert applied == sorted(mains + ["riverboat"] * RIVERBOAT_LATEST)
     got = conn.execute(
         f"""SELECT line, version, count(*) FROM "{empty_schema}".river_migration
             GROUP BY 1, 2 ORDER BY 1, 2"""
     ).fetchall()
     assert got == [("main", v, 1) for v in range(1, LATEST_VERSION + 1)] + [
-        ("riverboat", 1, 1),
-        ("riverboat", 2, 1),
-        ("riverboat", 3, 1),
-        ("riverboat", 4, 1),
-        ("riverboat", 5, 1),
+        ("riverboat", v, 1) for v in RIVERBOAT_LINE
     ]
 
 

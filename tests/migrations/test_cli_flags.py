@@ -21,7 +21,10 @@ import pytest
 from riverboat.drivers._sqlite_module import sqlite_module
 from riverboat.migrations import LATEST_VERSION
 from tests.cli_in_process import cli_in_process
+from tests.migrations import RIVERBOAT_LATEST, RIVERBOAT_LINE, riverboat_step
 from tests.migrations.test_cli import one_line_error
+
+_RIVERBOAT_AT_LATEST = f"(riverboat line: {RIVERBOAT_LATEST})"
 
 
 class Db:
@@ -82,8 +85,9 @@ def test_validate_exit_codes(db: Db) -> None:
     code, lines = db.migrate("validate")
     assert code == 1
     assert lines == [
-        "unapplied migrations: 001, 002, 003, 004, 005, 006, 007, 008, riverboat 001, "
-        "riverboat 002, riverboat 003, riverboat 004, riverboat 005; run `riverboat migrate up`"
+        "unapplied migrations: 001, 002, 003, 004, 005, 006, 007, 008, "
+        + ", ".join(f"riverboat {v:03d}" for v in RIVERBOAT_LINE)
+        + "; run `riverboat migrate up`"
     ]
     assert db.migrate("up", "--target-version", "3")[0] == 0
     assert db.migrate("validate", "--target-version", "3") == (
@@ -95,7 +99,7 @@ def test_validate_exit_codes(db: Db) -> None:
     assert db.migrate("up")[0] == 0
     assert db.migrate("validate") == (
         0,
-        [f"no unapplied migrations; at version {LATEST_VERSION} (riverboat line: 5)"],
+        [f"no unapplied migrations; at version {LATEST_VERSION} {_RIVERBOAT_AT_LATEST}"],
     )
 
 
@@ -104,8 +108,8 @@ def test_dry_run_with_show_sql_changes_nothing(db: Db) -> None:
     assert code == 0
     planned = [line for line in lines if line.startswith("would apply")]
     assert planned[0] == "would apply 001 create river migration [up] [dry run]"
-    assert len(planned) == LATEST_VERSION + 5
-    assert planned[-1] == "would apply riverboat 005 flow claim records [up] [dry run]"
+    assert len(planned) == LATEST_VERSION + RIVERBOAT_LATEST
+    assert planned[-1] == f"would apply {riverboat_step(RIVERBOAT_LATEST)} [up] [dry run]"
     assert "-" * 80 in lines
     assert "-- River main migration 008 job id autoincrement [up]" in lines
     if db.dialect == "sqlite":
@@ -113,14 +117,10 @@ def test_dry_run_with_show_sql_changes_nothing(db: Db) -> None:
     assert _version(db) == 0
 
     assert db.migrate("up")[0] == 0
-    code, lines = db.migrate("down", "--dry-run", "--max-steps", "5")
+    code, lines = db.migrate("down", "--dry-run", "--max-steps", str(RIVERBOAT_LATEST))
     assert code == 0
-    assert lines[:5] == [
-        "would apply riverboat 005 flow claim records [down] [dry run]",
-        "would apply riverboat 004 flow claim durable [down] [dry run]",
-        "would apply riverboat 003 flow claim static [down] [dry run]",
-        "would apply riverboat 002 periodic job [down] [dry run]",
-        "would apply riverboat 001 client registry [down] [dry run]",
+    assert lines[:RIVERBOAT_LATEST] == [
+        f"would apply {riverboat_step(v)} [down] [dry run]" for v in reversed(RIVERBOAT_LINE)
     ]
     code, lines = db.migrate("down", "--line", "main", "--dry-run", "--max-steps", "2")
     assert code == 0
@@ -173,13 +173,13 @@ def test_lines_form_a_stack(db: Db) -> None:
     # Without --line, up applies main then riverboat; down unwinds from the top.
     code, lines = db.migrate("up", "--target-version", "7")
     assert code == 0 and _applied(lines) == list(range(1, 8))
-    assert "riverboat line current version: 0 (latest 5)" in lines
+    assert f"riverboat line current version: 0 (latest {RIVERBOAT_LATEST})" in lines
     code, lines = db.migrate("up", "--line", "main")
     assert code == 0 and _applied(lines) == [8]
     code, lines = db.migrate("up")
     assert code == 0 and lines[0] == "applied riverboat 001 client registry"
     assert lines[-2:] == [
-        "riverboat line current version: 5 (latest 5)",
+        f"riverboat line current version: {RIVERBOAT_LATEST} (latest {RIVERBOAT_LATEST})",
         f"current version: {LATEST_VERSION} (latest {LATEST_VERSION})",
     ]
     code, lines = db.migrate("list")
@@ -187,32 +187,29 @@ def test_lines_form_a_stack(db: Db) -> None:
     assert lines[lines.index("line riverboat:") + 1].startswith("* 001  client registry")
     assert db.migrate("validate") == (
         0,
-        [f"no unapplied migrations; at version {LATEST_VERSION} (riverboat line: 5)"],
+        [f"no unapplied migrations; at version {LATEST_VERSION} {_RIVERBOAT_AT_LATEST}"],
     )
     # River's main can't go below 005 (river_migration.line) under another line.
     refused = cli_in_process("migrate", "down", "--line", "main", *db.args, "--target-version", "4")
     assert "while the riverboat line is applied" in one_line_error(refused)
     assert _version(db) == LATEST_VERSION
+    latest = riverboat_step(RIVERBOAT_LATEST)
     code, lines = db.migrate("down")
-    assert code == 0 and lines[0] == "reverted riverboat 005 flow claim records"
+    assert code == 0 and lines[0] == f"reverted {latest}"
     code, lines = db.migrate("validate")
     assert code == 1 and lines == [
-        "unapplied migrations: riverboat 005; run `riverboat migrate up`"
+        f"unapplied migrations: riverboat {RIVERBOAT_LATEST:03d}; run `riverboat migrate up`"
     ]
     code, lines = db.migrate("up", "--line", "riverboat")
-    assert code == 0 and lines[0] == "applied 005 flow claim records"
-    code, lines = db.migrate("down", "--max-steps", "6")
-    assert code == 0 and lines[:6] == [
-        "reverted riverboat 005 flow claim records",
-        "reverted riverboat 004 flow claim durable",
-        "reverted riverboat 003 flow claim static",
-        "reverted riverboat 002 periodic job",
-        "reverted riverboat 001 client registry",
+    assert code == 0 and lines[0] == f"applied {latest.removeprefix('riverboat ')}"
+    code, lines = db.migrate("down", "--max-steps", str(RIVERBOAT_LATEST + 1))
+    assert code == 0 and lines[: RIVERBOAT_LATEST + 1] == [
+        *(f"reverted {riverboat_step(v)}" for v in reversed(RIVERBOAT_LINE)),
         "reverted 008 job id autoincrement",
     ]
     assert db.migrate("up")[0] == 0
     code, lines = db.migrate("down", "--target-version", "0")
-    assert code == 0 and lines[0] == "reverted riverboat 005 flow claim records"
+    assert code == 0 and lines[0] == f"reverted {latest}"
     assert _version(db) == 0
 
 

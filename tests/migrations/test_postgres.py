@@ -21,6 +21,7 @@ from riverboat.migrations import (
     require_current_async,
 )
 from riverboat.migrations._files import load_bundles, split_statements
+from tests.migrations import RIVERBOAT_LINE
 from tests.migrations.catalog import expected, normalise_notify_body, rivers_part, snapshot
 
 ALL = list(range(1, LATEST_VERSION + 1))
@@ -71,7 +72,7 @@ def test_latest_is_rivers_schema(pg_schema: str, conn: Any) -> None:
         "riverboat_periodic_job",
     ]
     assert rows(conn, pg_schema) == [("main", v) for v in ALL] + [
-        ("riverboat", v) for v in range(1, 6)
+        ("riverboat", v) for v in RIVERBOAT_LINE
     ]
 
 

@@ -4,9 +4,10 @@
 
 SQLite has no data-modifying CTEs, so promotion is one ``UPDATE ... FROM`` whose
 decision is a subquery, followed in its transaction by the outbox rows of River's insert
-notification for the queues of the tasks it made available. Listing a
-workflow reads ``metadata`` of every row (SQLite has no index on it in River's schema);
-promotion itself only looks rows up by primary key.
+notification for the queues of the tasks it made available. A workflow's tasks are
+found through the partial indexes riverboat's migration line adds (version 6; River's
+SQLite schema has no index on metadata), by the expression the statements below test,
+``metadata ->> '$.riverboat_workflow.id'``; promotion only looks rows up by primary key.
 """
 
 from __future__ import annotations
@@ -145,8 +146,9 @@ ORDER BY id
 LIMIT :max
 """
 
-# The newest workflows (see dialect/postgres_workflow.py). No index on metadata here:
-# the window is read backwards along the primary key, and the counts in one scan.
+# The newest workflows (see dialect/postgres_workflow.py): the window read backwards
+# along riverboat_job_workflow_task_idx (workflow tasks by id), the counts by
+# riverboat_job_workflow_id_idx.
 QUERIES["workflow_list"] = f"""
 WITH recent AS (
     SELECT w.workflow_id, max(w.id) AS newest
