@@ -300,6 +300,50 @@ def test_a_dependency_whose_row_is_gone_is_named_by_its_job_id(any_db: Db) -> No
     assert stored.name == "pruned"
 
 
+def test_deleting_an_unfinished_task_cancels_what_waits_on_it(any_db: Db) -> None:  # noqa: F811
+    """A dependency whose row is gone counts as completed (the cleaner deletes finished
+    ones), so deleting a task that never ran made its dependents run as if it had. Now
+    job_delete and job_delete_many cancel its pending dependents under the ``cancel``
+    policy, in their own transaction (``cancelled_by`` it), and those under ``run`` run;
+    the cancellation cascades as for any failed dependency."""
+    rec = Recorder()
+
+    def shape(name: str) -> Workflow:
+        wf = Workflow(name)
+        _step(wf, "a")
+        _step(wf, "b", ["a"])  # cancel (the default)
+        _step(wf, "c", ["a"], on_dep_failure="run")
+        _step(wf, "d", ["b"])  # cancelled in turn
+        return wf
+
+    with _client(any_db, rec) as client:
+        by_one, by_many, undone = (client.workflow_insert(shape(n)) for n in ("one", "many", "tx"))
+        client.job_delete(by_one.task("a").job.id)
+        deleted = client.job_delete_many(ids=[by_many.task("a").job.id, by_many.task("b").job.id])
+        assert [job.id for job in deleted] == [by_many.task(t).job.id for t in ("a", "b")]
+        # Inside the caller's transaction, undone with it.
+        with any_db.connect() as conn:
+            client.job_delete_tx(conn, undone.task("a").job.id)
+            conn.rollback()
+        for info in (by_one, by_many):
+            now = {t.name: t for t in client.workflow_get(info.id).tasks}
+            assert now["c"].state == JobState.PENDING  # "run": promotion decides it
+            if "b" in now:  # deleted along with a by job_delete_many
+                assert now["b"].state == JobState.CANCELLED and now["b"].cancelled_by == "a"
+        assert [t.state for t in client.workflow_get(undone.id).tasks] == [
+            JobState.AVAILABLE,
+            *[JobState.PENDING] * 3,
+        ]
+        client.start()
+        for info in (by_one, by_many):
+            done = client.workflow_wait(info.id, timeout=30)
+            states = {t.name: t.state for t in done.tasks}
+            assert states["c"] == JobState.COMPLETED and states["d"] == JobState.CANCELLED
+        assert client.workflow_wait(undone.id, timeout=30).state == "completed"
+        client.stop()
+    assert sorted(rec.ran) == ["a", "b", "c", "c", "c", "d"]  # all of "tx", "c" of the others
+
+
 def test_cancel_a_workflow_and_add_tasks_to_a_running_one(any_db: Db) -> None:  # noqa: F811
     rec = Recorder()
     wf = Workflow("grow")

@@ -30,6 +30,7 @@ from riverboat.errors import (
     JobRunningError,
     NotFoundError,
 )
+from riverboat.workflow import orphaned_dependents
 
 if TYPE_CHECKING:
     from riverboat._client_core import _ClientCore
@@ -162,11 +163,14 @@ class ThroughputMinute:
 @dataclass(slots=True, frozen=True)
 class _Plan(Generic[T]):
     """A statement and how to turn its rows into the operation's result. ``local`` is the
-    effect on this client's own producers when their notifier cannot hear the NOTIFY."""
+    effect on this client's own producers when their notifier cannot hear the NOTIFY.
+    ``then``: given the result, a statement that must commit with this one (or None);
+    with it, the plan runs in a transaction."""
 
     stmt: Statement
     finish: Callable[[list[Row]], T]
     local: Callable[[T, Runtime], None] | None = None
+    then: Callable[[T], Statement | None] | None = None
 
 
 # -- validation ---------------------------------------------------------------------------
@@ -435,7 +439,7 @@ class _Ops:
                 raise JobRunningError(f"job {jid} is running; running jobs cannot be deleted")
             return job
 
-        return _Plan(stmt, finish)
+        return _Plan(stmt, finish, then=self._orphans_of(lambda job: [job]))
 
     def job_delete_many(self, options: JobDeleteManyOptions) -> _Plan[list[JobRow]]:
         check_option_names(options, JobDeleteManyOptions.__optional_keys__, "a job filter")
@@ -453,7 +457,22 @@ class _Ops:
             limit=_limit(limit, JOB_LIST_LIMIT_DEFAULT),
             **({"where": fragment} if fragment is not None else {}),
         )
-        return _Plan(stmt, self.dialect.decode_jobs)
+        return _Plan(stmt, self.dialect.decode_jobs, then=self._orphans_of(lambda jobs: jobs))
+
+    def _orphans_of(
+        self, deleted: Callable[[T], Iterable[JobRow]]
+    ) -> Callable[[T], Statement | None] | None:
+        """For a delete's plan: what cancels the dependents of the workflow tasks it
+        deleted unfinished, where the dialect's delete statements do not do it."""
+        if self.dialect.delete_cancels_orphans:
+            return None
+        dialect = self.dialect
+
+        def cancel(result: T) -> Statement | None:
+            orphans = orphaned_dependents(deleted(result))
+            return dialect.workflow_cancel_orphans(orphans) if orphans else None
+
+        return cancel
 
     def _bulk_filters(
         self, options: JobFilters, allowed: Iterable[str], operation: str

@@ -59,9 +59,21 @@ class AsyncAdmin:
     _core: _ClientCore
 
     async def _run(self, plan: _Plan[T]) -> T:
-        result = plan.finish(await self.driver.fetch(plan.stmt))
+        if plan.then is None:
+            result = plan.finish(await self.driver.fetch(plan.stmt))
+        else:
+            async with self.driver.transaction() as tx:
+                result = await self._run_on(tx, plan)
         if plan.local is not None:
             self._apply_local(plan.local, result)
+        return result
+
+    @staticmethod
+    async def _run_on(executor: Any, plan: _Plan[T]) -> T:
+        """``plan`` on ``executor`` (a transaction's): its statement, then its ``then``."""
+        result = plan.finish(await executor.fetch(plan.stmt))
+        if plan.then is not None and (after := plan.then(result)) is not None:
+            await executor.execute(after)
         return result
 
     def _apply_local(self, effect: Callable[[T, Runtime], None], result: T) -> None:
@@ -71,7 +83,7 @@ class AsyncAdmin:
         raise NotImplementedError
 
     async def _run_tx(self, conn: Any, plan: _Plan[T]) -> T:
-        return plan.finish(await self.driver.wrap(conn).fetch(plan.stmt))
+        return await self._run_on(self.driver.wrap(conn), plan)
 
     async def job_cancel(self, job_id: int) -> JobRow:
         """Cancel a job (River's JobCancel). A job that is not running is cancelled now;

@@ -57,9 +57,21 @@ class SyncAdmin:
     _core: _ClientCore
 
     def _run(self, plan: _Plan[T]) -> T:
-        result = plan.finish(self.driver.fetch(plan.stmt))
+        if plan.then is None:
+            result = plan.finish(self.driver.fetch(plan.stmt))
+        else:
+            with self.driver.transaction() as tx:
+                result = self._run_on(tx, plan)
         if plan.local is not None:
             self._apply_local(plan.local, result)
+        return result
+
+    @staticmethod
+    def _run_on(executor: Any, plan: _Plan[T]) -> T:
+        """``plan`` on ``executor`` (a transaction's): its statement, then its ``then``."""
+        result = plan.finish(executor.fetch(plan.stmt))
+        if plan.then is not None and (after := plan.then(result)) is not None:
+            executor.execute(after)
         return result
 
     def _apply_local(self, effect: Callable[[T, Runtime], None], result: T) -> None:
@@ -69,7 +81,7 @@ class SyncAdmin:
         raise NotImplementedError
 
     def _run_tx(self, conn: Any, plan: _Plan[T]) -> T:
-        return plan.finish(self.driver.wrap(conn).fetch(plan.stmt))
+        return self._run_on(self.driver.wrap(conn), plan)
 
     def job_cancel(self, job_id: int) -> JobRow:
         """Cancel a job (River's JobCancel). A job that is not running is cancelled now;

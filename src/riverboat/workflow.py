@@ -34,12 +34,12 @@ River workers, and tasks added to a running workflow.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from riverboat._job import InsertManyParams, InsertOpts, JobRow, JobState
+from riverboat._job import FINALIZED_STATES, InsertManyParams, InsertOpts, JobRow, JobState
 from riverboat._json import check_text_param, go_json_string
 from riverboat.errors import InvalidInputError
 
@@ -329,6 +329,27 @@ def workflow_meta(job: JobRow) -> dict[str, Any] | None:
     """The workflow part of a job's metadata, or None for a job outside any workflow."""
     meta = job.metadata.get(WORKFLOW_METADATA_KEY) if isinstance(job.metadata, dict) else None
     return meta if isinstance(meta, dict) else None
+
+
+def orphaned_dependents(deleted: Iterable[JobRow]) -> list[tuple[int, str]]:
+    """``(dependent's job id, the deleted task's name)`` for every dependent of the
+    workflow tasks in ``deleted`` (rows just deleted) that had not finished. A
+    dependency whose row is gone counts as completed (the cleaner deletes finished ones),
+    so these are decided when their dependency is deleted, as for a cancelled one:
+    dialect ``workflow_cancel_orphans``."""
+    orphans: list[tuple[int, str]] = []
+    for job in deleted:
+        meta = workflow_meta(job)
+        if meta is None or job.state in FINALIZED_STATES:
+            continue
+        dependents = meta.get("dependent_ids")
+        if not isinstance(dependents, list):
+            continue
+        name = meta.get("task")
+        for dependent in dependents:
+            if isinstance(dependent, int) and not isinstance(dependent, bool):
+                orphans.append((dependent, name if isinstance(name, str) else ""))
+    return orphans
 
 
 @dataclass(slots=True, frozen=True)

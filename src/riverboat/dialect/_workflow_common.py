@@ -57,6 +57,10 @@ class WorkflowStatements(DialectPart, ABC):
     #: Whether waiters in other processes hear of finalized jobs by notification
     #: (:mod:`riverboat.wait`); without it they poll.
     waits_notified: bool = False
+    #: Whether job_delete and job_delete_many cancel the dependents of the workflow
+    #: tasks they delete unfinished themselves (Postgres, in the same statement); else
+    #: :meth:`workflow_cancel_orphans` follows them in their transaction (SQLite).
+    delete_cancels_orphans: bool = False
 
     def workflow_link(
         self,
@@ -104,6 +108,12 @@ class WorkflowStatements(DialectPart, ABC):
         self, finalized_ids: list[int], candidate_ids: list[int], lazy_commit: bool
     ) -> Statement:
         """:meth:`workflow_promote`'s statement."""
+
+    def workflow_cancel_orphans(self, orphans: Sequence[tuple[int, str]]) -> Statement:
+        """Cancel, as a failed dependency would, the pending ``(task id, the deleted
+        dependency's name)`` of ``orphans`` whose policy is ``cancel``; see
+        :func:`riverboat.workflow.orphaned_dependents`."""
+        raise NotImplementedError(f"{type(self).__name__} cancels them in its deletes")
 
     def workflow_pending_tasks(self, after_id: int, max: int) -> Statement:
         """Up to ``max`` pending workflow tasks after ``after_id``, in id order, as

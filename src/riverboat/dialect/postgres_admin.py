@@ -20,6 +20,7 @@ from riverboat._sql import Query, Statement
 from riverboat.dialect._admin_common import ALL_STATES, QUEUE_ACTIVITY_JOIN, AdminSql, compact_json
 from riverboat.dialect._part import DialectPart
 from riverboat.dialect._pg_common import CHANNEL, QUEUE_SELECT, job_columns
+from riverboat.dialect.postgres_workflow import cancel_orphans
 
 __all__ = ["JOB_LIST_FILTERS", "PostgresAdmin", "PostgresAdminSql"]
 
@@ -102,7 +103,8 @@ updated AS (
 """
 
 # River's JobDelete: a running job is returned (still running) instead of deleted; the
-# client turns that into JobRunningError. The extra column says which case it was.
+# client turns that into JobRunningError. The extra column says which case it was. A
+# workflow task deleted unfinished cancels its dependents (cancel_orphans).
 QUERIES["job_delete"] = f"""
 {_LOCKED_JOB}
 deleted AS (
@@ -112,7 +114,8 @@ deleted AS (
       AND river_job.id = locked.id
       AND river_job.state <> 'running'
     RETURNING {job_columns("river_job")}
-)
+),
+{cancel_orphans("deleted")}
 SELECT deleted.*, true AS was_deleted FROM deleted
 UNION ALL
 SELECT locked.*, false AS was_deleted FROM locked WHERE NOT EXISTS (SELECT 1 FROM deleted)
@@ -341,7 +344,8 @@ deleted AS (
     DELETE FROM <schema>river_job
     WHERE river_job.id = ANY(ARRAY(SELECT id FROM doomed))
     RETURNING {job_columns("river_job")}
-)
+),
+{cancel_orphans("deleted")}
 SELECT * FROM deleted ORDER BY id
 """
 

@@ -209,6 +209,35 @@ ORDER BY updated.id
 """
 
 
+def cancel_orphans(deleted: str) -> str:
+    """Two CTEs for a statement whose CTE ``deleted`` deletes jobs (RETURNING their
+    ``state`` and ``metadata`` as text): the pending dependents of the workflow tasks it
+    deleted unfinished are cancelled under the ``cancel`` policy, as for a failed
+    dependency, ``cancelled_by`` the deleted task. Left alone, a dependency whose row is
+    gone counts as completed (the cleaner deletes finished ones), and they would run.
+    Dependents under the ``run`` policy are left to promotion, which runs them once
+    their other dependencies finished. Rows are found by primary key."""
+    return f"""orphans AS (
+    SELECT e.dep_id::bigint AS id, x.metadata::jsonb->'{_KEY}'->>'task' AS task
+    FROM {deleted} x
+    CROSS JOIN LATERAL jsonb_array_elements_text(
+        CASE WHEN jsonb_typeof(x.metadata::jsonb->'{_KEY}'->'dependent_ids') = 'array'
+             THEN x.metadata::jsonb->'{_KEY}'->'dependent_ids' ELSE '[]'::jsonb END)
+        AS e(dep_id)
+    WHERE x.state NOT IN ('completed', 'cancelled', 'discarded')
+),
+orphans_cancelled AS (
+    UPDATE <schema>river_job
+    SET state = 'cancelled', finalized_at = now(),
+        metadata = jsonb_set(river_job.metadata, '{{{_KEY},cancelled_by}}', to_jsonb(
+            coalesce((SELECT o.task FROM orphans o WHERE o.id = river_job.id LIMIT 1), '')))
+    WHERE river_job.id = ANY(ARRAY(SELECT id FROM orphans))
+      AND river_job.state::text = 'pending'
+      AND river_job.metadata->'{_KEY}' IS NOT NULL
+      AND coalesce(river_job.metadata->'{_KEY}'->>'on_dep_failure', 'cancel') <> 'run'
+)"""
+
+
 # The dependents of tasks that were just finalized, plus any named directly.
 _DEPENDENTS_AND_CANDIDATES = f"""SELECT (jsonb_array_elements_text(
         f.metadata->'{_KEY}'->'dependent_ids'))::bigint AS id
@@ -349,6 +378,7 @@ class PostgresWorkflow(WorkflowStatements):
     """Postgres's half of :class:`~riverboat.dialect.base.WorkflowStatements`."""
 
     _queries: ClassVar[dict[str, str]] = QUERIES
+    delete_cancels_orphans = True
     waits_notified = True
 
     def job_wait_announce(self, payload: str) -> Statement:

@@ -124,6 +124,20 @@ FROM <schema>river_job j
 WHERE j.id IN ({_DEPENDENTS_AND_CANDIDATES}) AND j.state = 'available'
 """
 
+# See postgres_workflow.cancel_orphans: here a statement of its own after the delete, in
+# its transaction, given (task id, deleted task's name) pairs read from the deleted rows.
+QUERIES["workflow_cancel_orphans"] = f"""
+UPDATE <schema>river_job
+SET state = 'cancelled',
+    finalized_at = {NOW},
+    metadata = jsonb_set(river_job.metadata, {_WF}.cancelled_by', o.value ->> '$[1]')
+FROM json_each(:orphans) AS o
+WHERE river_job.id = o.value ->> '$[0]'
+  AND river_job.state = 'pending'
+  AND river_job.metadata ->> {_WF}.id' IS NOT NULL
+  AND coalesce(river_job.metadata ->> {_WF}.on_dep_failure', 'cancel') <> 'run'
+"""
+
 QUERIES["workflow_pending_tasks"] = f"""
 SELECT id, json(metadata -> {_WF}.dep_ids'),
        coalesce(metadata ->> {_WF}.on_dep_failure', 'cancel')
@@ -245,6 +259,9 @@ class SqliteWorkflow(WorkflowStatements):
 
     def workflow_dep_states(self, ids: Sequence[int]) -> Statement:
         return self.stmt("workflow_dep_states", ids=json.dumps(list(ids)))
+
+    def workflow_cancel_orphans(self, orphans: Sequence[tuple[int, str]]) -> Statement:
+        return self.stmt("workflow_cancel_orphans", orphans=json.dumps([list(o) for o in orphans]))
 
     def workflow_cancel(self, workflow_id: str, cancel_attempted_at: str) -> Statement:
         params = {"workflow_id": workflow_id, "cancel_attempted_at": cancel_attempted_at}
