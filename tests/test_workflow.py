@@ -566,6 +566,46 @@ def test_sqlite_finds_workflow_tasks_without_reading_every_job(sqlite_url: str) 
                 assert ours and set(scans) <= set(ours), (stmt.query.name, analyzed, steps)
 
 
+def test_sqlite_workflows_work_beside_a_job_whose_metadata_is_not_json(sqlite_url: str) -> None:
+    """SQLite's ``->>`` raises on malformed JSON: one job whose metadata another tool
+    wrote as '{oops' failed workflow_get, workflow_list and the promoter's sweep
+    ('malformed JSON') for every workflow. The statements and riverboat's indexes test
+    json_valid first: that job is outside every workflow, the index migration applies
+    beside it, and it can still be written and deleted."""
+    from tests.cli_in_process import cli_in_process
+    from tests.sqlite.helpers import query
+
+    rec = Recorder()
+    with riverboat.Client(sqlite_url) as plain:
+        bad = plain.insert({"name": "bad"}, kind="other").job.id
+    query(sqlite_url, "UPDATE river_job SET metadata = '{oops' WHERE id = ?", bad)
+    for action in ("down", "up"):  # riverboat's line version 6 (its indexes) again
+        migrated = cli_in_process(
+            "migrate",
+            action,
+            "--line",
+            "riverboat",
+            "--max-steps",
+            "1",
+            "--database-url",
+            sqlite_url,
+        )
+        assert migrated.returncode == 0, migrated.stderr
+    wf = Workflow("beside")
+    _step(wf, "a")
+    _step(wf, "b", ["a"])
+    with _client(Db("sqlite", sqlite_url, None), rec) as client:
+        client.workflow_insert(wf)
+        assert [t.name for t in client.workflow_get(wf.id).tasks] == ["a", "b"]
+        assert [w.id for w in client.workflow_list()] == [wf.id]
+        client.start()
+        assert client.workflow_wait(wf.id, timeout=30).state == "completed"
+        client.stop()
+        query(sqlite_url, "UPDATE river_job SET metadata = '{oops again' WHERE id = ?", bad)
+        assert client.job_delete(bad).id == bad
+    assert rec.ran == ["a", "b"]
+
+
 def test_a_sweep_locks_only_the_tasks_it_decides(pg_url: str, pg_schema: str) -> None:
     """A sweep looking at a task whose dependency is still running leaves the row
     unlocked, so the completer that then finishes the dependency promotes the task at

@@ -23,6 +23,19 @@ from riverboat.dialect._workflow_common import WORKFLOW_LIST_WINDOW, Patch, Work
 __all__ = ["SqliteWorkflow"]
 
 _WF = "'$.riverboat_workflow"
+
+
+def _workflow_id(column: str = "metadata") -> str:
+    """A row's workflow id (NULL outside any workflow), as riverboat's partial indexes
+    compute it (its migration line, version 6): a statement must test this very
+    expression for SQLite to use them. json_valid comes first because ``->>`` raises on
+    malformed JSON: a statement reading such a row would fail whole (the sweep, every
+    workflow_get), and an index expression that raised would refuse every write and
+    delete of the row."""
+    return f"CASE WHEN json_valid({column}, 10) THEN {column} ->> {_WF}.id' END"
+
+
+WORKFLOW_ID = _workflow_id()
 QUERIES: dict[str, str] = {}
 
 QUERIES["workflow_link"] = f"""
@@ -39,7 +52,7 @@ SET metadata = jsonb_set(
         SELECT value FROM json_each(p.value, '$.dependents')) AS x))
 FROM json_each(:patches) AS p
 WHERE river_job.id = p.value ->> '$.id'
-  AND river_job.metadata ->> {_WF}.id' IS NOT NULL
+  AND {_workflow_id('river_job.metadata')} IS NOT NULL
 """
 
 
@@ -78,7 +91,7 @@ FROM (
             FROM <schema>river_job j
             WHERE j.id IN ({candidates})
               AND j.state = 'pending'
-              AND j.metadata ->> {_WF}.id' IS NOT NULL
+              AND {_workflow_id('j.metadata')} IS NOT NULL
               AND (j.id IN (SELECT value FROM json_each(:candidate_ids))
                    OR NOT EXISTS (
                        SELECT 1
@@ -134,7 +147,7 @@ SET state = 'cancelled',
 FROM json_each(:orphans) AS o
 WHERE river_job.id = o.value ->> '$[0]'
   AND river_job.state = 'pending'
-  AND river_job.metadata ->> {_WF}.id' IS NOT NULL
+  AND {_workflow_id('river_job.metadata')} IS NOT NULL
   AND coalesce(river_job.metadata ->> {_WF}.on_dep_failure', 'cancel') <> 'run'
 """
 
@@ -142,7 +155,7 @@ QUERIES["workflow_pending_tasks"] = f"""
 SELECT id, json(metadata -> {_WF}.dep_ids'),
        coalesce(metadata ->> {_WF}.on_dep_failure', 'cancel')
 FROM <schema>river_job
-WHERE state = 'pending' AND id > :after_id AND metadata ->> {_WF}.id' IS NOT NULL
+WHERE state = 'pending' AND id > :after_id AND {WORKFLOW_ID} IS NOT NULL
 ORDER BY id LIMIT :max
 """
 
@@ -155,7 +168,7 @@ SELECT id, state FROM <schema>river_job WHERE id IN (SELECT value FROM json_each
 QUERIES["workflow_get"] = f"""
 SELECT {job_columns()}
 FROM <schema>river_job
-WHERE id >= :min_id AND metadata ->> {_WF}.id' = :workflow_id
+WHERE id >= :min_id AND {WORKFLOW_ID} = :workflow_id
 ORDER BY id
 LIMIT :max
 """
@@ -167,8 +180,8 @@ QUERIES["workflow_list"] = f"""
 WITH recent AS (
     SELECT w.workflow_id, max(w.id) AS newest
     FROM (
-        SELECT id, metadata ->> {_WF}.id' AS workflow_id FROM <schema>river_job
-        WHERE metadata ->> {_WF}.id' IS NOT NULL
+        SELECT id, {WORKFLOW_ID} AS workflow_id FROM <schema>river_job
+        WHERE {WORKFLOW_ID} IS NOT NULL
         ORDER BY id DESC
         LIMIT {WORKFLOW_LIST_WINDOW}
     ) AS w
@@ -176,7 +189,7 @@ WITH recent AS (
     ORDER BY newest DESC
     LIMIT :max
 )
-SELECT metadata ->> {_WF}.id' AS workflow_id,
+SELECT {WORKFLOW_ID} AS workflow_id,
        -- The name on its first task that has one, as WorkflowInfo reads it (the
        -- zero-padded id orders the texts by id).
        coalesce(substr(min(printf('%020d', id) || (metadata ->> {_WF}.name')), 21), ''),
@@ -187,14 +200,14 @@ SELECT metadata ->> {_WF}.id' AS workflow_id,
        min(created_at),
        max(id) AS newest
 FROM <schema>river_job
-WHERE metadata ->> {_WF}.id' IN (SELECT workflow_id FROM recent)
+WHERE {WORKFLOW_ID} IN (SELECT workflow_id FROM recent)
 GROUP BY 1
 ORDER BY newest DESC
 """
 
 QUERIES["workflow_unfinished"] = f"""
 SELECT id FROM <schema>river_job
-WHERE id >= :min_id AND metadata ->> {_WF}.id' = :workflow_id
+WHERE id >= :min_id AND {WORKFLOW_ID} = :workflow_id
   AND state NOT IN ('completed', 'cancelled', 'discarded')
 LIMIT 1
 """
@@ -208,7 +221,7 @@ SET state = CASE WHEN json_array_length(river_job.metadata -> {_WF}.dep_ids') > 
     finalized_at = NULL,
     scheduled_at = {NOW},
     metadata = jsonb_remove(river_job.metadata, {_WF}.cancelled_by', '$.cancel_attempted_at')
-WHERE metadata ->> {_WF}.id' = :workflow_id
+WHERE {WORKFLOW_ID} = :workflow_id
   AND state IN ('cancelled', 'discarded')
 RETURNING {job_columns()}
 """
@@ -218,7 +231,7 @@ UPDATE <schema>river_job
 SET state = CASE WHEN river_job.state = 'running' THEN river_job.state ELSE 'cancelled' END,
     finalized_at = CASE WHEN river_job.state = 'running' THEN NULL ELSE {NOW} END,
     metadata = jsonb_set(river_job.metadata, '$.cancel_attempted_at', :cancel_attempted_at)
-WHERE metadata ->> {_WF}.id' = :workflow_id
+WHERE {WORKFLOW_ID} = :workflow_id
   AND state NOT IN ('cancelled', 'completed', 'discarded')
 RETURNING {job_columns()}
 """
@@ -228,7 +241,7 @@ QUERIES["workflow_cancel_notify"] = f"""
 INSERT INTO <schema>river_notification (payload, topic)
 SELECT json_object('action', 'cancel', 'job_id', id, 'queue', queue), 'river_control'
 FROM <schema>river_job
-WHERE metadata ->> {_WF}.id' = :workflow_id
+WHERE {WORKFLOW_ID} = :workflow_id
   AND state = 'running'
   AND metadata ->> '$.cancel_attempted_at' = :cancel_attempted_at
 """
