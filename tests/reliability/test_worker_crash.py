@@ -28,7 +28,9 @@ from tests.reliability._support import (
     counts_by_state,
     executions,
     insert_jobs,
+    is_sqlite,
     job_table,
+    query,
     reruns,
     running_ids,
     spawn_worker,
@@ -37,6 +39,8 @@ from tests.reliability._support import (
 from tests.waiting import wait_until
 
 JOBS = 2000
+# The killed workers' Postgres sessions, by name (libpq reads PGAPPNAME).
+KILLED_APP = "riverboat_killed_worker"
 KILLS = 6
 RESCUE_ERROR = "Stuck job rescued by JobRescuer"
 
@@ -55,7 +59,7 @@ def _crash_rounds(tmp_path: Path, url: str, schema: str | None, seed: int) -> No
         "RB_MAX_WORKERS": "10",
     }
     for kill in range(KILLS):
-        proc = spawn_worker(out, url, schema, **env)
+        proc = spawn_worker(out, url, schema, **env, PGAPPNAME=KILLED_APP)
         reader = OutputReader(proc)
         try:
             reader.wait_for(lambda line: "started: queues" in line, 30)
@@ -68,6 +72,14 @@ def _crash_rounds(tmp_path: Path, url: str, schema: str | None, seed: int) -> No
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
             reader.join()
+        if not is_sqlite(url):
+            # A statement the server was running for the dead worker (a claim) still
+            # commits before its session notices the closed socket; read the rows after.
+            wait_until(
+                lambda: not _sessions_of(url, KILLED_APP),
+                timeout=30,
+                what="the killed worker's sessions ended",
+            )
         left_running = running_ids(url, schema)
         after = executions(out)
         new = left_running - still_stuck
@@ -116,6 +128,15 @@ def _crash_rounds(tmp_path: Path, url: str, schema: str | None, seed: int) -> No
         f"jobs {JOBS}, kills {KILLS}, left running by kills {len(unwritten)}, "
         f"rescued and re-run {len(rerun)} (body had run before the kill), lost 0"
     )
+
+
+def _sessions_of(url: str, application: str) -> int:
+    sessions = query(
+        url,
+        None,
+        f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{application}'",
+    )
+    return int(sessions[0][0])
 
 
 def test_sigkill_at_random_points_postgres(
