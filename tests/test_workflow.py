@@ -344,6 +344,40 @@ def test_deleting_an_unfinished_task_cancels_what_waits_on_it(any_db: Db) -> Non
     assert sorted(rec.ran) == ["a", "b", "c", "c", "c", "d"]  # all of "tx", "c" of the others
 
 
+def test_retrying_one_task_waits_for_its_dependencies(any_db: Db) -> None:  # noqa: F811
+    """job_retry (and job_retry_many) of a workflow task with dependencies puts it back
+    to pending and has it decided at once: it runs only if they completed, and one
+    cancelled because a dependency failed is cancelled again. It was made available and
+    ran, its failed dependency's output missing (workflow_retry is what retries both)."""
+    rec = Recorder()
+    rec.fail.add("a")
+    wf = Workflow("one")
+    wf.add("a", {"name": "a"}, InsertOpts(max_attempts=1), kind="step")
+    _step(wf, "b", ["a"])
+    _step(wf, "c")
+    _step(wf, "d", ["c"])
+    with _client(any_db, rec) as client:
+        info = client.workflow_insert(wf)
+        ids = {t.name: t.job.id for t in info.tasks}
+        client.start()
+        client.workflow_wait(wf.id, timeout=30)
+        client.stop()
+        assert client.job_retry(ids["b"]).state == JobState.PENDING
+        assert [j.state for j in client.job_retry_many(ids=[ids["b"]]).jobs] == [JobState.PENDING]
+        with any_db.connect() as conn:  # in the caller's transaction, undone with it
+            assert client.job_retry_tx(conn, ids["d"]).state == JobState.PENDING
+            conn.rollback()
+        b = client.workflow_get(wf.id).task("b")
+        assert (b.state, b.cancelled_by) == (JobState.CANCELLED, "a")  # decided again
+        assert client.job_retry(ids["d"]).state == JobState.PENDING
+        assert client.workflow_get(wf.id).task("d").state == JobState.AVAILABLE  # c completed
+        client.start()
+        done = client.workflow_wait(wf.id, timeout=30)
+        client.stop()
+    assert done.task("d").state == JobState.COMPLETED
+    assert sorted(rec.ran) == ["a", "c", "d", "d"]  # b never ran; d ran again
+
+
 def test_cancel_a_workflow_and_add_tasks_to_a_running_one(any_db: Db) -> None:  # noqa: F811
     rec = Recorder()
     wf = Workflow("grow")

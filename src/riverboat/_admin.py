@@ -30,7 +30,7 @@ from riverboat.errors import (
     JobRunningError,
     NotFoundError,
 )
-from riverboat.workflow import orphaned_dependents
+from riverboat.workflow import orphaned_dependents, workflow_meta
 
 if TYPE_CHECKING:
     from riverboat._client_core import _ClientCore
@@ -165,12 +165,15 @@ class _Plan(Generic[T]):
     """A statement and how to turn its rows into the operation's result. ``local`` is the
     effect on this client's own producers when their notifier cannot hear the NOTIFY.
     ``then``: given the result, a statement that must commit with this one (or None);
-    with it, the plan runs in a transaction."""
+    with it, the plan runs in a transaction. ``after``: given the result, a statement
+    to run once it is written, on the same connection (or None): work that may be done
+    again later, as a promotion the sweep would also do."""
 
     stmt: Statement
     finish: Callable[[list[Row]], T]
     local: Callable[[T, Runtime], None] | None = None
     then: Callable[[T], Statement | None] | None = None
+    after: Callable[[T], Statement | None] | None = None
 
 
 # -- validation ---------------------------------------------------------------------------
@@ -424,7 +427,30 @@ class _Ops:
 
     def job_retry(self, job_id: object) -> _Plan[JobRow]:
         jid = _job_id(job_id)
-        return _Plan(self.dialect.job_retry(jid), self._one_job(jid))
+        return _Plan(
+            self.dialect.job_retry(jid),
+            self._one_job(jid),
+            after=self._decide_retried(lambda j: [j]),
+        )
+
+    def _decide_retried(
+        self, retried: Callable[[T], Iterable[JobRow]]
+    ) -> Callable[[T], Statement | None]:
+        """For a retry's plan: a workflow task with dependencies is retried ``pending``
+        (it runs only once they completed); this decides it at once, as promotion
+        would: available, or cancelled again under its policy when a dependency failed.
+        Left undone (a client that died), the runtime's sweep decides it."""
+        dialect = self.dialect
+
+        def decide(result: T) -> Statement | None:
+            waiting = [
+                job.id
+                for job in retried(result)
+                if job.state is JobState.PENDING and workflow_meta(job) is not None
+            ]
+            return dialect.workflow_promote((), waiting) if waiting else None
+
+        return decide
 
     def job_delete(self, job_id: object) -> _Plan[JobRow]:
         jid = _job_id(job_id)
@@ -511,7 +537,9 @@ class _Ops:
             for job in result.jobs:
                 _local_cancel(job, runtime)
 
-        return _Plan(stmt, finish, local if action == "cancel" else None)
+        if action == "cancel":
+            return _Plan(stmt, finish, local)
+        return _Plan(stmt, finish, after=self._decide_retried(lambda result: result.jobs))
 
     def job_count_matching(self, action: str, options: JobFilters) -> _Plan[int]:
         if action not in ("", "retry", "cancel", "delete"):

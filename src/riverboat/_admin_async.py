@@ -64,6 +64,8 @@ class AsyncAdmin:
         else:
             async with self.driver.transaction() as tx:
                 result = await self._run_on(tx, plan)
+        if plan.after is not None and (after := plan.after(result)) is not None:
+            await self.driver.execute(after)
         if plan.local is not None:
             self._apply_local(plan.local, result)
         return result
@@ -83,7 +85,11 @@ class AsyncAdmin:
         raise NotImplementedError
 
     async def _run_tx(self, conn: Any, plan: _Plan[T]) -> T:
-        return await self._run_on(self.driver.wrap(conn), plan)
+        executor = self.driver.wrap(conn)
+        result = await self._run_on(executor, plan)
+        if plan.after is not None and (after := plan.after(result)) is not None:
+            await executor.execute(after)
+        return result
 
     async def job_cancel(self, job_id: int) -> JobRow:
         """Cancel a job (River's JobCancel). A job that is not running is cancelled now;

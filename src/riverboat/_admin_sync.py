@@ -62,6 +62,8 @@ class SyncAdmin:
         else:
             with self.driver.transaction() as tx:
                 result = self._run_on(tx, plan)
+        if plan.after is not None and (after := plan.after(result)) is not None:
+            self.driver.execute(after)
         if plan.local is not None:
             self._apply_local(plan.local, result)
         return result
@@ -81,7 +83,11 @@ class SyncAdmin:
         raise NotImplementedError
 
     def _run_tx(self, conn: Any, plan: _Plan[T]) -> T:
-        return self._run_on(self.driver.wrap(conn), plan)
+        executor = self.driver.wrap(conn)
+        result = self._run_on(executor, plan)
+        if plan.after is not None and (after := plan.after(result)) is not None:
+            executor.execute(after)
+        return result
 
     def job_cancel(self, job_id: int) -> JobRow:
         """Cancel a job (River's JobCancel). A job that is not running is cancelled now;

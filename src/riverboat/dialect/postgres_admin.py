@@ -43,13 +43,20 @@ SELECT * FROM locked WHERE NOT EXISTS (SELECT 1 FROM updated)"""
 
 # How a retry changes a job (one or a batch): available now, one more attempt for a job
 # that used its last.
-_RETRY_SET = """SET state = 'available',
+# A workflow task with dependencies goes back to pending, not available: it runs only
+# once they completed (riverboat.workflow); the client then has it decided at once
+# (workflow_promote). Its cancelled_by, from an earlier failure, goes.
+_RETRY_SET = """SET state = CASE
+            WHEN jsonb_typeof(river_job.metadata->'riverboat_workflow'->'dep_ids') = 'array'
+                 AND river_job.metadata->'riverboat_workflow'->'dep_ids' <> '[]'::jsonb
+            THEN 'pending' ELSE 'available' END::<schema>river_job_state,
         max_attempts = CASE WHEN river_job.attempt = river_job.max_attempts
                             THEN river_job.max_attempts + 1
                             ELSE river_job.max_attempts END,
         finalized_at = NULL,
         -- River 0.51: a cancellation asked of an earlier attempt must not cancel the next.
-        metadata = river_job.metadata - 'cancel_attempted_at',
+        metadata = (river_job.metadata - 'cancel_attempted_at')
+                   #- ARRAY['riverboat_workflow', 'cancelled_by'],
         scheduled_at = now()"""
 
 # How a cancel changes a job: a running job keeps its state (its producer reports the

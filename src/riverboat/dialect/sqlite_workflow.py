@@ -52,7 +52,7 @@ SET metadata = jsonb_set(
         SELECT value FROM json_each(p.value, '$.dependents')) AS x))
 FROM json_each(:patches) AS p
 WHERE river_job.id = p.value ->> '$.id'
-  AND {_workflow_id('river_job.metadata')} IS NOT NULL
+  AND {_workflow_id("river_job.metadata")} IS NOT NULL
 """
 
 
@@ -91,7 +91,7 @@ FROM (
             FROM <schema>river_job j
             WHERE j.id IN ({candidates})
               AND j.state = 'pending'
-              AND {_workflow_id('j.metadata')} IS NOT NULL
+              AND {_workflow_id("j.metadata")} IS NOT NULL
               AND (j.id IN (SELECT value FROM json_each(:candidate_ids))
                    OR NOT EXISTS (
                        SELECT 1
@@ -147,7 +147,7 @@ SET state = 'cancelled',
 FROM json_each(:orphans) AS o
 WHERE river_job.id = o.value ->> '$[0]'
   AND river_job.state = 'pending'
-  AND {_workflow_id('river_job.metadata')} IS NOT NULL
+  AND {_workflow_id("river_job.metadata")} IS NOT NULL
   AND coalesce(river_job.metadata ->> {_WF}.on_dep_failure', 'cancel') <> 'run'
 """
 
