@@ -11,6 +11,7 @@ caller's connection.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -36,7 +37,7 @@ from riverboat._insert import validate_queue
 from riverboat._job import JobRow, JobState
 from riverboat._periodic import PeriodicJobRecord
 from riverboat._queue import QueueRow
-from riverboat.errors import InvalidInputError, NotFoundError
+from riverboat.errors import DriverError, InvalidInputError, NotFoundError
 from riverboat.flow import LimitUse, limit_uses, local_limit_uses, sequence_uses
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
     from riverboat.runtime.runner import Runtime
 
 __all__ = ["AsyncAdmin"]
+
+_log = logging.getLogger("riverboat.admin")
 
 
 class AsyncAdmin:
@@ -65,7 +68,14 @@ class AsyncAdmin:
             async with self.driver.transaction() as tx:
                 result = await self._run_on(tx, plan)
         if plan.after is not None and (after := plan.after(result)) is not None:
-            await self.driver.execute(after)
+            try:
+                await self.driver.execute(after)
+            except DriverError as exc:
+                # The operation itself is written; what follows it is done again later
+                # (the sweep decides a retried task), so it is not this call's failure.
+                _log.warning(
+                    "%s: its follow-up %s failed: %s", plan.stmt.query.name, after.query.name, exc
+                )
         if plan.local is not None:
             self._apply_local(plan.local, result)
         return result

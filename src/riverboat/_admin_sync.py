@@ -9,6 +9,7 @@ Generated from ``_admin_async.py`` by ``scripts/async_to_sync.py``.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -34,7 +35,7 @@ from riverboat._insert import validate_queue
 from riverboat._job import JobRow, JobState
 from riverboat._periodic import PeriodicJobRecord
 from riverboat._queue import QueueRow
-from riverboat.errors import InvalidInputError, NotFoundError
+from riverboat.errors import DriverError, InvalidInputError, NotFoundError
 from riverboat.flow import LimitUse, limit_uses, local_limit_uses, sequence_uses
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from riverboat.runtime.runner import Runtime
 
 __all__ = ["SyncAdmin"]
+
+_log = logging.getLogger("riverboat.admin")
 
 
 class SyncAdmin:
@@ -63,7 +66,14 @@ class SyncAdmin:
             with self.driver.transaction() as tx:
                 result = self._run_on(tx, plan)
         if plan.after is not None and (after := plan.after(result)) is not None:
-            self.driver.execute(after)
+            try:
+                self.driver.execute(after)
+            except DriverError as exc:
+                # The operation itself is written; what follows it is done again later
+                # (the sweep decides a retried task), so it is not this call's failure.
+                _log.warning(
+                    "%s: its follow-up %s failed: %s", plan.stmt.query.name, after.query.name, exc
+                )
         if plan.local is not None:
             self._apply_local(plan.local, result)
         return result
