@@ -378,6 +378,25 @@ def test_retrying_one_task_waits_for_its_dependencies(any_db: Db) -> None:  # no
     assert sorted(rec.ran) == ["a", "c", "d", "d"]  # b never ran; d ran again
 
 
+def test_a_retry_whose_follow_up_fails_is_still_a_retry(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The retry is written before its task is decided: a failing decision (a lost
+    connection) is logged for the sweep to make up, not raised from job_retry."""
+    from riverboat._sql import Query, Statement
+
+    wf = Workflow("follow")
+    _step(wf, "a")
+    _step(wf, "b", ["a"])
+    with riverboat.Client(sqlite_url) as client:
+        info = client.workflow_insert(wf)
+        client.job_cancel(info.task("b").job.id)
+        broken = Statement(Query("workflow_promote", "SELECT * FROM no_such_table"), {})
+        monkeypatch.setattr(type(client.driver.dialect), "workflow_promote", lambda *a, **k: broken)
+        assert client.job_retry(info.task("b").job.id).state == JobState.PENDING
+    assert any("follow-up workflow_promote failed" in r.getMessage() for r in caplog.records)
+
+
 def test_cancel_a_workflow_and_add_tasks_to_a_running_one(any_db: Db) -> None:  # noqa: F811
     rec = Recorder()
     wf = Workflow("grow")
