@@ -397,6 +397,40 @@ def test_a_retry_whose_follow_up_fails_is_still_a_retry(
     assert any("follow-up workflow_promote failed" in r.getMessage() for r in caplog.records)
 
 
+def test_cancelling_a_task_decides_its_dependents_at_once(any_db: Db) -> None:  # noqa: F811
+    """job_cancel (and job_cancel_many) of a task that is not running cancels its
+    pending dependents and theirs in the same call, as a completer's cancellation does,
+    with no runtime up: they waited for a sweep (every 2 s, and only where a client with
+    queues runs)."""
+
+    def chain(name: str) -> Workflow:
+        wf = Workflow(name)
+        _step(wf, "a")
+        _step(wf, "b", ["a"])
+        _step(wf, "c", ["b"])
+        _step(wf, "d", ["b"], on_dep_failure="run")
+        return wf
+
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        one, many = client.workflow_insert(chain("one")), client.workflow_insert(chain("many"))
+        client.job_cancel(one.task("a").job.id)
+        client.job_cancel_many(ids=[many.task("b").job.id])
+        after_one = {t.name: (t.state, t.cancelled_by) for t in client.workflow_get(one.id).tasks}
+        assert after_one == {
+            "a": (JobState.CANCELLED, None),
+            "b": (JobState.CANCELLED, "a"),
+            "c": (JobState.CANCELLED, "b"),
+            "d": (JobState.AVAILABLE, None),  # "run": every dependency finalized
+        }
+        after_many = {t.name: t.state for t in client.workflow_get(many.id).tasks}
+        assert after_many == {
+            "a": JobState.AVAILABLE,
+            "b": JobState.CANCELLED,
+            "c": JobState.CANCELLED,
+            "d": JobState.AVAILABLE,
+        }
+
+
 def test_cancel_a_workflow_and_add_tasks_to_a_running_one(any_db: Db) -> None:  # noqa: F811
     rec = Recorder()
     wf = Workflow("grow")

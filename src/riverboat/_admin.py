@@ -167,13 +167,15 @@ class _Plan(Generic[T]):
     ``then``: given the result, a statement that must commit with this one (or None);
     with it, the plan runs in a transaction. ``after``: given the result, a statement
     to run once it is written, on the same connection (or None): work that may be done
-    again later, as a promotion the sweep would also do."""
+    again later, as a promotion the sweep would also do; then ``cascade``, given each
+    such statement's rows, the next one (or None), at most WORKFLOW_TASKS_MAX times."""
 
     stmt: Statement
     finish: Callable[[list[Row]], T]
     local: Callable[[T, Runtime], None] | None = None
     then: Callable[[T], Statement | None] | None = None
     after: Callable[[T], Statement | None] | None = None
+    cascade: Callable[[list[Row]], Statement | None] | None = None
 
 
 # -- validation ---------------------------------------------------------------------------
@@ -423,7 +425,13 @@ class _Ops:
     def job_cancel(self, job_id: object) -> _Plan[JobRow]:
         jid = _job_id(job_id)
         now = format_rfc3339_nano(datetime.now(UTC))
-        return _Plan(self.dialect.job_cancel(jid, now), self._one_job(jid), _local_cancel)
+        return _Plan(
+            self.dialect.job_cancel(jid, now),
+            self._one_job(jid),
+            _local_cancel,
+            after=self._decide_dependents(lambda job: [job]),
+            cascade=self.dialect.workflow_cascade,
+        )
 
     def job_retry(self, job_id: object) -> _Plan[JobRow]:
         jid = _job_id(job_id)
@@ -431,6 +439,7 @@ class _Ops:
             self.dialect.job_retry(jid),
             self._one_job(jid),
             after=self._decide_retried(lambda j: [j]),
+            cascade=self.dialect.workflow_cascade,
         )
 
     def _decide_retried(
@@ -449,6 +458,25 @@ class _Ops:
                 if job.state is JobState.PENDING and workflow_meta(job) is not None
             ]
             return dialect.workflow_promote((), waiting) if waiting else None
+
+        return decide
+
+    def _decide_dependents(
+        self, cancelled: Callable[[T], Iterable[JobRow]]
+    ) -> Callable[[T], Statement | None]:
+        """For a cancel's plan: the dependents of the workflow tasks it cancelled at once
+        (those not running) are decided right after, as when a completer finalizes a
+        task: cancelled under the ``cancel`` policy, the cascade following. Left undone,
+        the runtime's sweep decides them."""
+        dialect = self.dialect
+
+        def decide(result: T) -> Statement | None:
+            finalized = [
+                job.id
+                for job in cancelled(result)
+                if job.state is JobState.CANCELLED and workflow_meta(job) is not None
+            ]
+            return dialect.workflow_promote(finalized) if finalized else None
 
         return decide
 
@@ -537,9 +565,11 @@ class _Ops:
             for job in result.jobs:
                 _local_cancel(job, runtime)
 
+        cascade = self.dialect.workflow_cascade
         if action == "cancel":
-            return _Plan(stmt, finish, local)
-        return _Plan(stmt, finish, after=self._decide_retried(lambda result: result.jobs))
+            decide = self._decide_dependents(_bulk_jobs)
+            return _Plan(stmt, finish, local, after=decide, cascade=cascade)
+        return _Plan(stmt, finish, after=self._decide_retried(_bulk_jobs), cascade=cascade)
 
     def job_count_matching(self, action: str, options: JobFilters) -> _Plan[int]:
         if action not in ("", "retry", "cancel", "delete"):
@@ -755,6 +785,10 @@ class _Ops:
 
 
 _UNSET: Any = object()
+
+
+def _bulk_jobs(result: JobBulkResult) -> list[JobRow]:
+    return result.jobs
 
 
 def _ops(core: _ClientCore) -> _Ops:

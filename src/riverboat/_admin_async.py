@@ -39,9 +39,11 @@ from riverboat._periodic import PeriodicJobRecord
 from riverboat._queue import QueueRow
 from riverboat.errors import DriverError, InvalidInputError, NotFoundError
 from riverboat.flow import LimitUse, limit_uses, local_limit_uses, sequence_uses
+from riverboat.workflow import WORKFLOW_TASKS_MAX
 
 if TYPE_CHECKING:
     from riverboat._client_core import _ClientCore
+    from riverboat._sql import Statement
     from riverboat.drivers.base import AsyncDriver
     from riverboat.runtime.runner import Runtime
 
@@ -69,7 +71,7 @@ class AsyncAdmin:
                 result = await self._run_on(tx, plan)
         if plan.after is not None and (after := plan.after(result)) is not None:
             try:
-                await self.driver.execute(after)
+                await self._follow(self.driver, plan, after)
             except DriverError as exc:
                 # The operation itself is written; what follows it is done again later
                 # (the sweep decides a retried task), so it is not this call's failure.
@@ -98,8 +100,18 @@ class AsyncAdmin:
         executor = self.driver.wrap(conn)
         result = await self._run_on(executor, plan)
         if plan.after is not None and (after := plan.after(result)) is not None:
-            await executor.execute(after)
+            await self._follow(executor, plan, after)
         return result
+
+    @staticmethod
+    async def _follow(executor: Any, plan: _Plan[T], first: Statement) -> None:
+        """A plan's ``after`` statement and the steps of its ``cascade``."""
+        stmt: Statement | None = first
+        for _ in range(WORKFLOW_TASKS_MAX):
+            if stmt is None:
+                return
+            rows = await executor.fetch(stmt)
+            stmt = plan.cascade(rows) if plan.cascade is not None else None
 
     async def job_cancel(self, job_id: int) -> JobRow:
         """Cancel a job (River's JobCancel). A job that is not running is cancelled now;

@@ -37,9 +37,11 @@ from riverboat._periodic import PeriodicJobRecord
 from riverboat._queue import QueueRow
 from riverboat.errors import DriverError, InvalidInputError, NotFoundError
 from riverboat.flow import LimitUse, limit_uses, local_limit_uses, sequence_uses
+from riverboat.workflow import WORKFLOW_TASKS_MAX
 
 if TYPE_CHECKING:
     from riverboat._client_core import _ClientCore
+    from riverboat._sql import Statement
     from riverboat.drivers.base import Driver
     from riverboat.runtime.runner import Runtime
 
@@ -67,7 +69,7 @@ class SyncAdmin:
                 result = self._run_on(tx, plan)
         if plan.after is not None and (after := plan.after(result)) is not None:
             try:
-                self.driver.execute(after)
+                self._follow(self.driver, plan, after)
             except DriverError as exc:
                 # The operation itself is written; what follows it is done again later
                 # (the sweep decides a retried task), so it is not this call's failure.
@@ -96,8 +98,18 @@ class SyncAdmin:
         executor = self.driver.wrap(conn)
         result = self._run_on(executor, plan)
         if plan.after is not None and (after := plan.after(result)) is not None:
-            executor.execute(after)
+            self._follow(executor, plan, after)
         return result
+
+    @staticmethod
+    def _follow(executor: Any, plan: _Plan[T], first: Statement) -> None:
+        """A plan's ``after`` statement and the steps of its ``cascade``."""
+        stmt: Statement | None = first
+        for _ in range(WORKFLOW_TASKS_MAX):
+            if stmt is None:
+                return
+            rows = executor.fetch(stmt)
+            stmt = plan.cascade(rows) if plan.cascade is not None else None
 
     def job_cancel(self, job_id: int) -> JobRow:
         """Cancel a job (River's JobCancel). A job that is not running is cancelled now;

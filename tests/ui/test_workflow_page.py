@@ -20,13 +20,13 @@ def test_a_workflow_drawn_with_its_states(seeded: SeededDb, serve: Any, page: An
     wf = Workflow("nightly-report")
     wf.add("extract", {"source": "orders"}, kind="report_step")
     wf.add("extract-refunds", {"source": "refunds"}, kind="report_step")
+    # "run": transform still waits for extract after extract-refunds is cancelled (under
+    # "cancel" the cancel would cancel it and load at once).
     wf.add("transform", {}, InsertOpts(max_attempts=1), kind="report_step",
-           deps=["extract", "extract-refunds"])  # fmt: skip
+           deps=["extract", "extract-refunds"], on_dep_failure="run")  # fmt: skip
     wf.add("load", {}, kind="report_step", deps=["transform"])
     with seeded.client() as client:
         info = client.workflow_insert(wf)
-        # The first extract completes (as a worker's outcome would write it); the
-        # workflow's cancel then finishes the rest, as an operator would.
         done = info.task("extract").job.id
         client.job_cancel(info.task("extract-refunds").job.id)
     page.goto(f"{base}/workflows/{wf.id}")

@@ -167,6 +167,14 @@ class WorkflowStatements(DialectPart, ABC):
         """Rows of the promote statements as ``(id, state, queue)``."""
         return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
 
+    def workflow_cascade(self, promoted: Sequence[Sequence[Any]]) -> Statement | None:
+        """The next step of a cancellation cascade after a promote statement whose rows
+        are ``promoted``: the dependents of the tasks it cancelled (None: none)."""
+        cancelled = [
+            job_id for job_id, state, _ in self.decode_promoted(promoted) if state == "cancelled"
+        ]
+        return self.workflow_promote(cancelled) if cancelled else None
+
     def job_wait_announce(self, payload: str) -> Statement:
         """Tell every runtime what a waiter waits for (``riverboat_wait``)."""
         raise NotImplementedError(f"{type(self).__name__} does not notify waiters")
