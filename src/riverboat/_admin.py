@@ -429,7 +429,7 @@ class _Ops:
             self.dialect.job_cancel(jid, now),
             self._one_job(jid),
             _local_cancel,
-            after=self._decide_dependents(lambda job: [job]),
+            after=self._decide(lambda job: [job], retried=False),
             cascade=self.dialect.workflow_cascade,
         )
 
@@ -438,45 +438,31 @@ class _Ops:
         return _Plan(
             self.dialect.job_retry(jid),
             self._one_job(jid),
-            after=self._decide_retried(lambda j: [j]),
+            after=self._decide(lambda job: [job], retried=True),
             cascade=self.dialect.workflow_cascade,
         )
 
-    def _decide_retried(
-        self, retried: Callable[[T], Iterable[JobRow]]
+    def _decide(
+        self, jobs_of: Callable[[T], Iterable[JobRow]], *, retried: bool
     ) -> Callable[[T], Statement | None]:
-        """For a retry's plan: a workflow task with dependencies is retried ``pending``
-        (it runs only once they completed); this decides it at once, as promotion
-        would: available, or cancelled again under its policy when a dependency failed.
-        Left undone (a client that died), the runtime's sweep decides it."""
+        """For a retry's or a cancel's plan: its workflow tasks are decided right after,
+        as promotion would. A task with dependencies is retried ``pending`` (it runs only
+        once they completed): available, or cancelled again under its policy when one
+        failed. A task cancelled at once (not running) has its dependents decided, as
+        when a completer finalizes one. Left undone (a client that died), the runtime's
+        sweep decides them."""
         dialect = self.dialect
+        state = JobState.PENDING if retried else JobState.CANCELLED
 
         def decide(result: T) -> Statement | None:
-            waiting = [
+            ids = [
                 job.id
-                for job in retried(result)
-                if job.state is JobState.PENDING and workflow_meta(job) is not None
+                for job in jobs_of(result)
+                if job.state is state and workflow_meta(job) is not None
             ]
-            return dialect.workflow_promote((), waiting) if waiting else None
-
-        return decide
-
-    def _decide_dependents(
-        self, cancelled: Callable[[T], Iterable[JobRow]]
-    ) -> Callable[[T], Statement | None]:
-        """For a cancel's plan: the dependents of the workflow tasks it cancelled at once
-        (those not running) are decided right after, as when a completer finalizes a
-        task: cancelled under the ``cancel`` policy, the cascade following. Left undone,
-        the runtime's sweep decides them."""
-        dialect = self.dialect
-
-        def decide(result: T) -> Statement | None:
-            finalized = [
-                job.id
-                for job in cancelled(result)
-                if job.state is JobState.CANCELLED and workflow_meta(job) is not None
-            ]
-            return dialect.workflow_promote(finalized) if finalized else None
+            if not ids:
+                return None
+            return dialect.workflow_promote((), ids) if retried else dialect.workflow_promote(ids)
 
         return decide
 
@@ -567,9 +553,9 @@ class _Ops:
 
         cascade = self.dialect.workflow_cascade
         if action == "cancel":
-            decide = self._decide_dependents(_bulk_jobs)
+            decide = self._decide(_bulk_jobs, retried=False)
             return _Plan(stmt, finish, local, after=decide, cascade=cascade)
-        return _Plan(stmt, finish, after=self._decide_retried(_bulk_jobs), cascade=cascade)
+        return _Plan(stmt, finish, after=self._decide(_bulk_jobs, retried=True), cascade=cascade)
 
     def job_count_matching(self, action: str, options: JobFilters) -> _Plan[int]:
         if action not in ("", "retry", "cancel", "delete"):
