@@ -68,6 +68,32 @@ def test_up_down_and_bookkeeping(db: Path) -> None:
         assert require_current(driver) == 8
 
 
+def test_workflow_indexes_lost_to_rivers_rebuild_come_back_by_down_and_up(db: Path) -> None:
+    """River's 008 rebuilds river_job, dropping riverboat's line-6 indexes with it when
+    that line was applied first; docs/operations.md says a down and up of that version
+    puts them back (the down must not fail on indexes that are gone)."""
+
+    def ours() -> list[str]:
+        with closing(sqlite_module().connect(db)) as conn:
+            rows = conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'riverboat_job%'"
+            )
+            return sorted(r[0] for r in rows)
+
+    indexes = ["riverboat_job_workflow_id_idx", "riverboat_job_workflow_task_idx"]
+    with SqliteDriver(f"sqlite:///{db}") as driver:
+        main, riverboat = Migrator(driver), Migrator(driver, line="riverboat")
+        main.up(7)
+        riverboat.up()
+        assert ours() == indexes
+        assert main.up() == [8]
+        assert ours() == []
+        from_6 = list(range(RIVERBOAT_LATEST, 5, -1))  # the version with them, and later
+        assert riverboat.down(5) == from_6
+        assert riverboat.up() == from_6[::-1]
+        assert ours() == indexes
+
+
 def test_legacy_table_upgrade(db: Path) -> None:
     with SqliteDriver(f"sqlite:///{db}") as driver:
         Migrator(driver).up(4)
