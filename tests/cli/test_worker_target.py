@@ -26,6 +26,7 @@ def app_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         ("workerapp_typo.sub:client", "no module named 'workerapp_typo.sub'"),
         ("workerapp_typo:clent", "workerapp_typo has no attribute 'clent'; did you mean client?"),
         ("workerapp_typo", "must look like package.module:attribute"),
+        ("riverboat:Client", "riverboat:Client is a class; name a client, or a function"),
     ],
 )
 def test_a_mistyped_target_is_one_line(

@@ -122,6 +122,12 @@ def load_client(target: str) -> AsyncClient:
             raise InvalidInputError("target", f"{path} has no attribute {part!r}{hint}")
         obj = getattr(obj, part)
         path = f"{path}.{part}"
+    if isinstance(obj, type):
+        # Called with no arguments, a class (riverboat.Client itself) raised a TypeError
+        # about its own parameters.
+        raise InvalidInputError(
+            "target", f"{target} is a class; name a client, or a function that returns one"
+        )
     if callable(obj) and not isinstance(obj, (AsyncClient, Client)):
         obj = obj()
     if isinstance(obj, Client):
