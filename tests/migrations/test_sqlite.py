@@ -80,18 +80,33 @@ def test_workflow_indexes_lost_to_rivers_rebuild_come_back_by_down_and_up(db: Pa
             )
             return sorted(r[0] for r in rows)
 
+    from tests.cli_in_process import cli_in_process
+
     indexes = ["riverboat_job_workflow_id_idx", "riverboat_job_workflow_task_idx"]
     with SqliteDriver(f"sqlite:///{db}") as driver:
         main, riverboat = Migrator(driver), Migrator(driver, line="riverboat")
         main.up(7)
         riverboat.up()
-        assert ours() == indexes
+        assert ours() == indexes and riverboat.lost_indexes() == []
         assert main.up() == [8]
         assert ours() == []
+        assert riverboat.lost_indexes() == [(6, name) for name in indexes]
+        # `migrate validate` says so, and what to run (exit 1).
+        told = cli_in_process("migrate", "validate", "--database-url", f"sqlite:///{db}")
+        assert told.returncode == 1, told
+        assert told.stdout.strip() == (
+            f"riverboat line 006: indexes missing ({', '.join(indexes)}), dropped when "
+            "River's migration rebuilt river_job; run `riverboat migrate down --line "
+            "riverboat --target-version 5`, then `riverboat migrate up`"
+        )
         from_6 = list(range(RIVERBOAT_LATEST, 5, -1))  # the version with them, and later
         assert riverboat.down(5) == from_6
         assert riverboat.up() == from_6[::-1]
-        assert ours() == indexes
+        assert ours() == indexes and riverboat.lost_indexes() == []
+        assert (
+            cli_in_process("migrate", "validate", "--database-url", f"sqlite:///{db}").returncode
+            == 0
+        )
 
 
 def test_legacy_table_upgrade(db: Path) -> None:

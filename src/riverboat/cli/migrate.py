@@ -268,6 +268,17 @@ def _validate(migrators: list[Migrator], target: int | None) -> int:
     if missing:
         print(f"unapplied migrations: {', '.join(missing)}; run `riverboat migrate up`")
         return 1
+    for migrator in migrators:
+        lost = migrator.lost_indexes()
+        if lost:
+            version = min(v for v, _ in lost)
+            print(
+                f"{migrator.line} line {version:03d}: indexes missing "
+                f"({', '.join(name for _, name in lost)}), dropped when River's migration "
+                "rebuilt river_job; run `riverboat migrate down --line "
+                f"{migrator.line} --target-version {version - 1}`, then `riverboat migrate up`"
+            )
+            return 1
     upper = "".join(f" ({m.line} line: {m.current_version()})" for m in migrators[1:])
     print(f"no unapplied migrations; at version {first.current_version()}{upper}")
     return 0

@@ -70,6 +70,13 @@ Direction = Literal["up", "down"]
 
 _log = logging.getLogger("riverboat.migrations")
 
+# SQLite indexes on river_job that a line's version creates. River's SQLite 008 rebuilds
+# river_job, and applied after that version it drops them with the old table
+# (docs/operations.md): ``Migrator.lost_indexes`` names the ones gone.
+_SQLITE_INDEXES: dict[tuple[str, int], tuple[str, ...]] = {
+    ("riverboat", 6): ("riverboat_job_workflow_id_idx", "riverboat_job_workflow_task_idx"),
+}
+
 
 @dataclass(frozen=True, slots=True)
 class MigrationInfo:
@@ -337,6 +344,26 @@ class Migrator:
         state = self._known_state(self._driver)
         limit = self.latest_version if target is None else target
         return [v for v in sorted(self._bundles) if v <= limit and v not in state.applied]
+
+    def lost_indexes(self) -> builtins.list[tuple[int, str]]:
+        """``(version, index)`` for each SQLite index an applied version of this line
+        created that is gone (River's 008 rebuilt ``river_job`` after it); empty on
+        Postgres. Reverting that version and applying it again puts them back."""
+        if self._dialect != "sqlite":
+            return []
+        applied = self._known_state(self._driver).applied
+        wanted = [
+            (version, name)
+            for (line, version), names in _SQLITE_INDEXES.items()
+            if line == self._line and version in applied
+            for name in names
+        ]
+        if not wanted:
+            return []
+        master = f'"{self._schema}".sqlite_master' if self._schema else "sqlite_master"
+        query = Query("lost_indexes", f"SELECT name FROM {master} WHERE type = 'index'")
+        present = {str(row[0]) for row in self._driver.fetch(Statement(query, {}))}
+        return [(version, name) for version, name in wanted if name not in present]
 
     def get_sql(self, direction: Direction, version_range: Iterable[int] | None = None) -> str:
         """The SQL for ``version_range`` (all versions by default) in ``direction``,
