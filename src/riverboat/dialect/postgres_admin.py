@@ -20,7 +20,7 @@ from riverboat._sql import Query, Statement
 from riverboat.dialect._admin_common import ALL_STATES, QUEUE_ACTIVITY_JOIN, AdminSql, compact_json
 from riverboat.dialect._part import DialectPart
 from riverboat.dialect._pg_common import CHANNEL, QUEUE_SELECT, job_columns
-from riverboat.dialect.postgres_workflow import cancel_orphans
+from riverboat.dialect.postgres_workflow import RETRIED_METADATA, RETRIED_STATE, cancel_orphans
 
 __all__ = ["JOB_LIST_FILTERS", "PostgresAdmin", "PostgresAdminSql"]
 
@@ -41,22 +41,15 @@ _UPDATED_ELSE_LOCKED = """SELECT * FROM updated
 UNION ALL
 SELECT * FROM locked WHERE NOT EXISTS (SELECT 1 FROM updated)"""
 
-# How a retry changes a job (one or a batch): available now, one more attempt for a job
-# that used its last.
-# A workflow task with dependencies goes back to pending, not available: it runs only
-# once they completed (riverboat.workflow); the client then has it decided at once
-# (workflow_promote). Its cancelled_by, from an earlier failure, goes.
-_RETRY_SET = """SET state = CASE
-            WHEN jsonb_typeof(river_job.metadata->'riverboat_workflow'->'dep_ids') = 'array'
-                 AND river_job.metadata->'riverboat_workflow'->'dep_ids' <> '[]'::jsonb
-            THEN 'pending' ELSE 'available' END::<schema>river_job_state,
+# How a retry changes a job (one or a batch): available now (a workflow task with
+# dependencies: pending, and the client has it decided at once), one more attempt for a
+# job that used its last; see postgres_workflow.RETRIED_STATE and RETRIED_METADATA.
+_RETRY_SET = f"""SET state = {RETRIED_STATE},
         max_attempts = CASE WHEN river_job.attempt = river_job.max_attempts
                             THEN river_job.max_attempts + 1
                             ELSE river_job.max_attempts END,
         finalized_at = NULL,
-        -- River 0.51: a cancellation asked of an earlier attempt must not cancel the next.
-        metadata = (river_job.metadata - 'cancel_attempted_at')
-                   #- ARRAY['riverboat_workflow', 'cancelled_by'],
+        metadata = {RETRIED_METADATA},
         scheduled_at = now()"""
 
 # How a cancel changes a job: a running job keeps its state (its producer reports the

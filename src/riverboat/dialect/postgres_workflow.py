@@ -23,6 +23,19 @@ _INSERT_CHANNEL = CHANNEL.format(topic="river_insert")
 
 QUERIES: dict[str, str] = {}
 
+# How a retried task's row changes, one task's (job_retry, dialect/postgres_admin.py) or
+# a workflow's (workflow_retry below): a task with dependencies goes back to pending, not
+# available (it runs only once they completed: promotion decides it); the cancelled_by
+# of an earlier failure goes, and so does River's cancel_attempted_at (River 0.51: a
+# cancellation asked of an earlier attempt must not cancel the next). No braces: the
+# bulk retry's statement goes through str.format.
+RETRIED_STATE = f"""CASE
+            WHEN jsonb_typeof(river_job.metadata->'{_KEY}'->'dep_ids') = 'array'
+                 AND river_job.metadata->'{_KEY}'->'dep_ids' <> '[]'::jsonb
+            THEN 'pending' ELSE 'available' END::<schema>river_job_state"""
+RETRIED_METADATA = f"""(river_job.metadata - 'cancel_attempted_at')
+                   #- ARRAY['{_KEY}', 'cancelled_by']"""
+
 # After a workflow's tasks are inserted: each task learns its dependencies' job ids and
 # each dependency (possibly inserted earlier, when tasks are added) its new dependents.
 QUERIES["workflow_link"] = f"""
@@ -320,13 +333,12 @@ LIMIT 1
 # all completed), so the tasks a failure cancelled wait for it again.
 QUERIES["workflow_retry"] = f"""
 UPDATE <schema>river_job
-SET state = CASE WHEN jsonb_array_length(river_job.metadata->'{_KEY}'->'dep_ids') > 0
-                 THEN 'pending' ELSE 'available' END::<schema>river_job_state,
+SET state = {RETRIED_STATE},
     max_attempts = CASE WHEN river_job.attempt >= river_job.max_attempts
                         THEN river_job.attempt + 1 ELSE river_job.max_attempts END,
     finalized_at = NULL,
     scheduled_at = now(),
-    metadata = (river_job.metadata #- '{{{_KEY},cancelled_by}}') - 'cancel_attempted_at'
+    metadata = {RETRIED_METADATA}
 WHERE metadata @> jsonb_build_object('{_KEY}', jsonb_build_object('id', :workflow_id::text))
   AND state IN ('cancelled', 'discarded')
 RETURNING {job_columns()}

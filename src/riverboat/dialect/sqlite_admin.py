@@ -38,6 +38,7 @@ from riverboat.dialect._sqlite_common import (
     ts_key,
     valid_json_or,
 )
+from riverboat.dialect.sqlite_workflow import RETRIED_METADATA, RETRIED_STATE
 from riverboat.errors import NotSupportedError
 
 __all__ = ["JOB_LIST_FILTERS", "SqliteAdmin", "SqliteAdminSql"]
@@ -86,24 +87,15 @@ _RETRYABLE = (
     " AND NOT (river_job.state = 'available'"
     f" AND {ts_key('river_job.scheduled_at', unreadable_first=False)} < {NOW}))"
 )
-# See postgres_admin._RETRY_SET: a workflow task with dependencies goes back to pending,
-# without the cancelled_by of an earlier failure.
-_RETRIED_STATE = """CASE WHEN json_valid(river_job.metadata, 10)
-                 AND json_array_length(river_job.metadata, '$.riverboat_workflow.dep_ids') > 0
-            THEN 'pending' ELSE 'available' END"""
-_RETRIED_METADATA = """CASE WHEN json_valid(river_job.metadata, 10)
-            THEN jsonb_remove(river_job.metadata, '$.cancel_attempted_at',
-                              '$.riverboat_workflow.cancelled_by')
-            ELSE river_job.metadata END"""
 QUERIES["job_retry"] = f"""
 UPDATE <schema>river_job
-SET state = CASE WHEN {_RETRYABLE} THEN {_RETRIED_STATE} ELSE river_job.state END,
+SET state = CASE WHEN {_RETRYABLE} THEN {RETRIED_STATE} ELSE river_job.state END,
     max_attempts = CASE WHEN {_RETRYABLE} AND river_job.attempt = river_job.max_attempts
                         THEN river_job.max_attempts + 1
                         ELSE river_job.max_attempts END,
     finalized_at = CASE WHEN {_RETRYABLE} THEN NULL ELSE river_job.finalized_at END,
     -- River 0.51: a cancellation asked of an earlier attempt must not cancel the next.
-    metadata = CASE WHEN {_RETRYABLE} THEN {_RETRIED_METADATA} ELSE river_job.metadata END,
+    metadata = CASE WHEN {_RETRYABLE} THEN {RETRIED_METADATA} ELSE river_job.metadata END,
     scheduled_at = CASE WHEN {_RETRYABLE} THEN {NOW} ELSE river_job.scheduled_at END
 WHERE id = :id
 RETURNING {job_columns()}
@@ -270,12 +262,12 @@ JOB_LIST_FILTERS = (*_FILTER_SQL, "metadata")
 # the client sorts by id.
 _RETRY_MANY = f"""
 UPDATE <schema>river_job
-SET state = {_RETRIED_STATE},
+SET state = {RETRIED_STATE},
     max_attempts = CASE WHEN attempt = max_attempts THEN max_attempts + 1
                         ELSE max_attempts END,
     finalized_at = NULL,
     -- As job_retry: a cancellation asked of an earlier attempt must not cancel the next.
-    metadata = {_RETRIED_METADATA},
+    metadata = {RETRIED_METADATA},
     scheduled_at = {NOW}
 WHERE id IN (SELECT id FROM <schema>river_job WHERE {{where}} ORDER BY id LIMIT :max)
 RETURNING {job_columns()}

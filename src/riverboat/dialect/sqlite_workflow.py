@@ -36,6 +36,16 @@ def _workflow_id(column: str = "metadata") -> str:
 
 
 WORKFLOW_ID = _workflow_id()
+# See postgres_workflow.RETRIED_STATE and RETRIED_METADATA: how a retried task's row
+# changes, here and in dialect/sqlite_admin.py's job_retry (json_valid first, as there
+# the row may be any job).
+RETRIED_STATE = f"""CASE WHEN json_valid(river_job.metadata, 10)
+                 AND json_array_length(river_job.metadata, {_WF}.dep_ids') > 0
+            THEN 'pending' ELSE 'available' END"""
+RETRIED_METADATA = f"""CASE WHEN json_valid(river_job.metadata, 10)
+            THEN jsonb_remove(river_job.metadata, '$.cancel_attempted_at',
+                              {_WF}.cancelled_by')
+            ELSE river_job.metadata END"""
 QUERIES: dict[str, str] = {}
 
 QUERIES["workflow_link"] = f"""
@@ -214,13 +224,12 @@ LIMIT 1
 
 QUERIES["workflow_retry"] = f"""
 UPDATE <schema>river_job
-SET state = CASE WHEN json_array_length(river_job.metadata -> {_WF}.dep_ids') > 0
-                 THEN 'pending' ELSE 'available' END,
+SET state = {RETRIED_STATE},
     max_attempts = CASE WHEN river_job.attempt >= river_job.max_attempts
                         THEN river_job.attempt + 1 ELSE river_job.max_attempts END,
     finalized_at = NULL,
     scheduled_at = {NOW},
-    metadata = jsonb_remove(river_job.metadata, {_WF}.cancelled_by', '$.cancel_attempted_at')
+    metadata = {RETRIED_METADATA}
 WHERE {WORKFLOW_ID} = :workflow_id
   AND state IN ('cancelled', 'discarded')
 RETURNING {job_columns()}
