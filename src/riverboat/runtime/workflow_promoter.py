@@ -36,6 +36,7 @@ from riverboat.dialect._workflow_common import PendingTask
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
 from riverboat.runtime._waiting import end_within, wait_event
+from riverboat.workflow import WORKFLOW_TASKS_MAX
 
 __all__ = ["FOLLOWER_SWEEP_INTERVAL", "SWEEP_BATCH", "SWEEP_INTERVAL", "WorkflowPromoter"]
 
@@ -44,7 +45,9 @@ log = logging.getLogger("riverboat.workflow")
 SWEEP_INTERVAL = 2.0  # seconds between sweeps of pending workflow tasks
 FOLLOWER_SWEEP_INTERVAL = 30.0  # seconds between the sweeps of the other clients
 SWEEP_BATCH = 1000  # pending tasks looked at per statement
-CASCADE_MAX = 10_000  # steps of a cancellation cascade (a workflow's tasks at most)
+# Steps of a cancellation cascade: a workflow's tasks at most (the admin API's cascades,
+# _admin_async._follow, have the same bound).
+CASCADE_MAX = WORKFLOW_TASKS_MAX
 STOP_WAIT = 2.0  # seconds a stop lets a sweep under way finish
 # Pending task ids a sweep pass keeps (known unfinished when another task names them).
 SEEN_PENDING_MAX = 100_000
