@@ -348,7 +348,9 @@ def test_retrying_one_task_waits_for_its_dependencies(any_db: Db) -> None:  # no
     """job_retry (and job_retry_many) of a workflow task with dependencies puts it back
     to pending and has it decided at once: it runs only if they completed, and one
     cancelled because a dependency failed is cancelled again. It was made available and
-    ran, its failed dependency's output missing (workflow_retry is what retries both)."""
+    ran, its failed dependency's output missing (workflow_retry is what retries both).
+    The call returns the task as decided: it returned the ``pending`` it wrote first,
+    and ``riverboat jobs retry`` printed that while the table said cancelled."""
     rec = Recorder()
     rec.fail.add("a")
     wf = Workflow("one")
@@ -362,15 +364,22 @@ def test_retrying_one_task_waits_for_its_dependencies(any_db: Db) -> None:  # no
         client.start()
         client.workflow_wait(wf.id, timeout=30)
         client.stop()
-        assert client.job_retry(ids["b"]).state == JobState.PENDING
-        assert [j.state for j in client.job_retry_many(ids=[ids["b"]]).jobs] == [JobState.PENDING]
+        again = client.job_retry(ids["b"])
+        assert (again.state, again.metadata["riverboat_workflow"]["cancelled_by"]) == (
+            JobState.CANCELLED,
+            "a",
+        )
+        assert again.finalized_at is not None
+        many = client.job_retry_many(ids=[ids["b"]])
+        assert [j.state for j in many.jobs] == [JobState.CANCELLED]
         with any_db.connect() as conn:  # in the caller's transaction, undone with it
-            assert client.job_retry_tx(conn, ids["d"]).state == JobState.PENDING
+            assert client.job_retry_tx(conn, ids["d"]).state == JobState.AVAILABLE
             conn.rollback()
+        assert client.workflow_get(wf.id).task("d").state == JobState.COMPLETED  # rolled back
         b = client.workflow_get(wf.id).task("b")
         assert (b.state, b.cancelled_by) == (JobState.CANCELLED, "a")  # decided again
-        assert client.job_retry(ids["d"]).state == JobState.PENDING
-        assert client.workflow_get(wf.id).task("d").state == JobState.AVAILABLE  # c completed
+        assert client.job_retry(ids["d"]).state == JobState.AVAILABLE  # c completed
+        assert client.workflow_get(wf.id).task("d").state == JobState.AVAILABLE
         client.start()
         done = client.workflow_wait(wf.id, timeout=30)
         client.stop()

@@ -168,7 +168,11 @@ class _Plan(Generic[T]):
     with it, the plan runs in a transaction. ``after``: given the result, a statement
     to run once it is written, on the same connection (or None): work that may be done
     again later, as a promotion the sweep would also do; then ``cascade``, given each
-    such statement's rows, the next one (or None), at most WORKFLOW_TASKS_MAX times."""
+    such statement's rows, the next one (or None), at most WORKFLOW_TASKS_MAX times.
+    ``reread``: given the result and the rows of the ``after`` statement, a statement
+    reading again the result's rows that it changed (or None), and ``refresh``, given
+    the result and those rows, the result as they are now (a retried task decided at
+    once is returned as decided, not as the ``pending`` the retry wrote)."""
 
     stmt: Statement
     finish: Callable[[list[Row]], T]
@@ -176,6 +180,8 @@ class _Plan(Generic[T]):
     then: Callable[[T], Statement | None] | None = None
     after: Callable[[T], Statement | None] | None = None
     cascade: Callable[[list[Row]], Statement | None] | None = None
+    reread: Callable[[T, list[Row]], Statement | None] | None = None
+    refresh: Callable[[T, list[Row]], T] | None = None
 
 
 # -- validation ---------------------------------------------------------------------------
@@ -435,12 +441,30 @@ class _Ops:
 
     def job_retry(self, job_id: object) -> _Plan[JobRow]:
         jid = _job_id(job_id)
+        decode = self.dialect.decode_jobs
         return _Plan(
             self.dialect.job_retry(jid),
             self._one_job(jid),
             after=self._decide(lambda job: [job], retried=True),
             cascade=self.dialect.workflow_cascade,
+            reread=self._reread_decided(lambda job: [job]),
+            refresh=lambda job, rows: next(iter(decode(rows)), job),
         )
+
+    def _reread_decided(
+        self, jobs_of: Callable[[T], Iterable[JobRow]]
+    ) -> Callable[[T, list[Row]], Statement | None]:
+        """For a retry's plan: the statement reading again the retried tasks that the
+        decision right after it changed (made available, or cancelled again)."""
+        dialect = self.dialect
+
+        def reread(result: T, promoted: list[Row]) -> Statement | None:
+            retried = {job.id for job in jobs_of(result)}
+            changed = [job_id for job_id, _, _ in dialect.decode_promoted(promoted)]
+            ids = sorted(retried.intersection(changed))
+            return dialect.job_get_by_id_many(ids) if ids else None
+
+        return reread
 
     def _decide(
         self, jobs_of: Callable[[T], Iterable[JobRow]], *, retried: bool
@@ -555,7 +579,20 @@ class _Ops:
         if action == "cancel":
             decide = self._decide(_bulk_jobs, retried=False)
             return _Plan(stmt, finish, local, after=decide, cascade=cascade)
-        return _Plan(stmt, finish, after=self._decide(_bulk_jobs, retried=True), cascade=cascade)
+
+        def refresh(result: JobBulkResult, rows: list[Row]) -> JobBulkResult:
+            now = {job.id: job for job in decode_jobs(rows)}
+            jobs = [now.get(job.id, job) for job in result.jobs]
+            return JobBulkResult(jobs, result.next_after_id)
+
+        return _Plan(
+            stmt,
+            finish,
+            after=self._decide(_bulk_jobs, retried=True),
+            cascade=cascade,
+            reread=self._reread_decided(_bulk_jobs),
+            refresh=refresh,
+        )
 
     def job_count_matching(self, action: str, options: JobFilters) -> _Plan[int]:
         if action not in ("", "retry", "cancel", "delete"):

@@ -71,7 +71,7 @@ class AsyncAdmin:
                 result = await self._run_on(tx, plan)
         if plan.after is not None and (after := plan.after(result)) is not None:
             try:
-                await self._follow(self.driver, plan, after)
+                result = await self._follow(self.driver, plan, after, result)
             except DriverError as exc:
                 # The operation itself is written; what follows it is done again later
                 # (the sweep decides a retried task), so it is not this call's failure.
@@ -100,18 +100,24 @@ class AsyncAdmin:
         executor = self.driver.wrap(conn)
         result = await self._run_on(executor, plan)
         if plan.after is not None and (after := plan.after(result)) is not None:
-            await self._follow(executor, plan, after)
+            result = await self._follow(executor, plan, after, result)
         return result
 
     @staticmethod
-    async def _follow(executor: Any, plan: _Plan[T], first: Statement) -> None:
-        """A plan's ``after`` statement and the steps of its ``cascade``."""
-        stmt: Statement | None = first
-        for _ in range(WORKFLOW_TASKS_MAX):
+    async def _follow(executor: Any, plan: _Plan[T], first: Statement, result: T) -> T:
+        """A plan's ``after`` statement and the steps of its ``cascade``; returns
+        ``result`` with the rows ``after`` changed read again (the plan's ``reread``)."""
+        rows = await executor.fetch(first)
+        reread = plan.reread(result, rows) if plan.reread is not None else None
+        stmt = plan.cascade(rows) if plan.cascade is not None else None
+        for _ in range(WORKFLOW_TASKS_MAX - 1):
             if stmt is None:
-                return
-            rows = await executor.fetch(stmt)
-            stmt = plan.cascade(rows) if plan.cascade is not None else None
+                break
+            more = await executor.fetch(stmt)
+            stmt = plan.cascade(more) if plan.cascade is not None else None
+        if reread is not None and plan.refresh is not None:
+            result = plan.refresh(result, await executor.fetch(reread))
+        return result
 
     async def job_cancel(self, job_id: int) -> JobRow:
         """Cancel a job (River's JobCancel). A job that is not running is cancelled now;
