@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from riverboat import MigrationError
+from riverboat import Client, MigrationError, QueueConfig, Workers
 from riverboat.drivers._sqlite_module import sqlite_module
 from riverboat.drivers.sqlite import SqliteDriver
 from riverboat.migrations import LATEST_VERSION, Migrator, require_current
@@ -68,10 +68,21 @@ def test_up_down_and_bookkeeping(db: Path) -> None:
         assert require_current(driver) == 8
 
 
-def test_workflow_indexes_lost_to_rivers_rebuild_come_back_by_down_and_up(db: Path) -> None:
+def test_workflow_indexes_lost_to_rivers_rebuild_come_back_by_down_and_up(
+    db: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """River's 008 rebuilds river_job, dropping riverboat's line-6 indexes with it when
     that line was applied first; docs/operations.md says a down and up of that version
-    puts them back (the down must not fail on indexes that are gone)."""
+    puts them back (the down must not fail on indexes that are gone). `migrate validate`
+    and a client's start say so."""
+
+    def start_warns() -> list[str]:
+        caplog.clear()
+        queues = {"default": QueueConfig(max_workers=1)}
+        with Client(f"sqlite:///{db}", queues=queues, workers=Workers()) as client:
+            client.start()
+            client.stop()
+        return [r.getMessage() for r in caplog.records if "indexes missing" in r.getMessage()]
 
     def ours() -> list[str]:
         with closing(sqlite_module().connect(db)) as conn:
@@ -91,6 +102,12 @@ def test_workflow_indexes_lost_to_rivers_rebuild_come_back_by_down_and_up(db: Pa
         assert main.up() == [8]
         assert ours() == []
         assert riverboat.lost_indexes() == [(6, name) for name in indexes]
+        assert start_warns() == [
+            f"riverboat's riverboat line 006: indexes missing ({', '.join(indexes)}), "
+            "dropped when River's migration rebuilt river_job; workflow lookups read the "
+            "whole table until they are back: run `riverboat migrate down --line riverboat "
+            "--target-version 5`, then `riverboat migrate up`"
+        ]
         # `migrate validate` says so, and what to run (exit 1).
         told = cli_in_process("migrate", "validate", "--database-url", f"sqlite:///{db}")
         assert told.returncode == 1, told
@@ -103,6 +120,7 @@ def test_workflow_indexes_lost_to_rivers_rebuild_come_back_by_down_and_up(db: Pa
         assert riverboat.down(5) == from_6
         assert riverboat.up() == from_6[::-1]
         assert ours() == indexes and riverboat.lost_indexes() == []
+        assert start_warns() == []
         assert (
             cli_in_process("migrate", "validate", "--database-url", f"sqlite:///{db}").returncode
             == 0

@@ -305,6 +305,7 @@ class Runtime:
         async with bounded(cfg.db_call_timeout, "ping"):
             await self.driver.fetch(dialect.stmt("ping"))
         await check_schema_version(self.driver)
+        await warn_lost_indexes(self.driver)
         await self._check_flow_control_schema()
         if dialect.schema:
             self.schema_name = dialect.schema
@@ -668,6 +669,30 @@ async def _flow_claim_needs_riverboat_line(
     if await applied_version_async(driver, "riverboat") >= FLOW_CLAIM_LINE_VERSION:
         return None
     return limited[0]
+
+
+async def warn_lost_indexes(driver: AsyncDriver) -> None:
+    """On SQLite, one WARNING when River's rebuild of ``river_job`` dropped indexes that
+    riverboat's migrations created: the client works, but every workflow lookup reads
+    the whole table until they are put back (``riverboat migrate validate`` says the
+    same and exits 1)."""
+    from riverboat.migrations import lost_indexes_async
+
+    lost = await lost_indexes_async(driver)
+    if not lost:
+        return
+    line, version = min((line, version) for line, version, _ in lost)
+    log.warning(
+        "riverboat's %s line %03d: indexes missing (%s), dropped when River's migration "
+        "rebuilt river_job; workflow lookups read the whole table until they are back: "
+        "run `riverboat migrate down --line %s --target-version %d`, then "
+        "`riverboat migrate up`",
+        line,
+        version,
+        ", ".join(name for _, _, name in lost),
+        line,
+        version - 1,
+    )
 
 
 async def check_schema_version(driver: AsyncDriver) -> None:
