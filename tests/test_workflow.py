@@ -1112,6 +1112,25 @@ def test_names_metadata_cannot_carry_are_refused_when_added() -> None:
         adding.add("x", {}, kind="step", deps=["nul\x00"])
 
 
+def test_a_workflow_cannot_grow_past_its_task_limit(sqlite_url: str) -> None:
+    """Reads of a workflow stop at WORKFLOW_TASKS_MAX tasks. Adding one to a full
+    workflow was accepted, and then workflow_get did not list the new task and
+    workflow_wait could end while it was still pending. It is refused, nothing written."""
+    from riverboat.workflow import WORKFLOW_TASKS_MAX
+
+    wf = Workflow("full")
+    root = wf.add("root", {}, kind="step")
+    for i in range(WORKFLOW_TASKS_MAX - 1):
+        wf.add(f"leaf{i}", {}, kind="step", deps=[root])
+    with riverboat.Client(sqlite_url) as client:
+        client.workflow_insert(wf)
+        more = Workflow(id=wf.id)
+        more.add("one-too-many", {}, kind="step", deps=["root"])
+        with pytest.raises(InvalidInputError, match=f"has {WORKFLOW_TASKS_MAX} tasks; adding 1"):
+            client.workflow_insert(more)
+        assert client.job_count_matching() == WORKFLOW_TASKS_MAX
+
+
 def test_job_wait_from_another_process(any_db: Db) -> None:  # noqa: F811
     rec = Recorder()
     with _client(any_db, rec) as client:

@@ -178,6 +178,14 @@ class ClientBase(SyncAdmin):
             stored = WorkflowInfo.from_jobs(workflow.id, dialect.decode_jobs(rows))
             if not stored.tasks:
                 raise NotFoundError(f"workflow {workflow.id} not found")
+            if len(stored.tasks) + len(workflow.tasks) > WORKFLOW_TASKS_MAX:
+                # Reads stop at WORKFLOW_TASKS_MAX tasks: past it, workflow_get and
+                # workflow_wait would miss the newest ones, and the wait end early.
+                raise InvalidInputError(
+                    "tasks",
+                    f"workflow {workflow.id} has {len(stored.tasks)} tasks; adding "
+                    f"{len(workflow.tasks)} would take it past {WORKFLOW_TASKS_MAX}",
+                )
             existing = {task.name: task.job.id for task in stored.tasks}
             stored_name = stored.name
             clash = sorted(existing.keys() & {task.name for task in workflow.tasks})
