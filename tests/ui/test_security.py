@@ -66,8 +66,9 @@ def _paused(seeded: SeededDb, queue: str) -> bool:
 def test_actions_need_the_csrf_token_and_our_origin(seeded: SeededDb, serve: Any) -> None:
     base = serve(create_app(seeded.url, schema=seeded.schema)).url
     stranger = Http(base)
-    status, _, text = stranger.request("POST", "/queues/email/pause", {"csrf": "x" * 43})
-    assert status == 403 and "CSRF token" in text
+    for path in ("/queues/email/pause", "/workflows/wf_any/cancel"):
+        status, _, text = stranger.request("POST", path, {"csrf": "x" * 43})
+        assert status == 403 and "CSRF token" in text, path
 
     browser = Http(base)
     token = browser.csrf()
@@ -105,6 +106,8 @@ def test_read_only_refuses_every_action(seeded: SeededDb, serve: Any) -> None:
         f"/jobs/{job}/delete",
         "/jobs/bulk",
         "/jobs/bulk-filter",
+        "/workflows/wf_any/retry",
+        "/workflows/wf_any/cancel",
     ):
         status, _, text = browser.request(
             "POST", path, {"csrf": "z" * 43, "action": "delete", "job": str(job)}

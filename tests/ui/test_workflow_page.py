@@ -99,3 +99,41 @@ def test_a_large_workflow_is_drawn_by_groups(seeded: SeededDb, serve: Any, page:
     expect(page.locator('#workflow-tasks tr[data-task="join"] td').nth(4)).to_have_text(
         "leaf0, leaf1, leaf2, leaf3, leaf4 and 595 more"
     )
+
+
+def test_retry_and_cancel_a_workflow_from_its_page(seeded: SeededDb, serve: Any, page: Any) -> None:
+    """The workflow page's buttons do what `riverboat workflows retry|cancel` do, shown
+    only when there is something to retry or cancel, and say how many tasks changed (a
+    page left open after another operator acted says that nothing did)."""
+    wf = Workflow("payout")
+    charge = wf.add("charge", {}, kind="report_step")
+    wf.add("pay", {}, kind="report_step", deps=[charge])
+    wf.add("notify", {}, kind="report_step")
+    with seeded.client() as client:
+        info = client.workflow_insert(wf)
+        client.job_cancel(info.task("charge").job.id)  # pay is cancelled with it
+    base = _open(seeded, serve)
+    page.goto(f"{base}/workflows/{wf.id}")
+    task = page.locator("#workflow-graph a.node")
+    expect(task.and_(page.locator('[data-task="pay"]'))).to_have_attribute(
+        "data-state", "cancelled"
+    )
+    csrf = page.locator('#workflow-retry >> xpath=.. >> input[name="csrf"]').input_value()
+
+    page.click("#workflow-retry")
+    expect(page.locator(".flash")).to_have_text(f"workflow {wf.id}: 2 tasks retried")
+    expect(task.and_(page.locator('[data-task="charge"]'))).to_have_attribute(
+        "data-state", "available"
+    )
+    expect(task.and_(page.locator('[data-task="pay"]'))).to_have_attribute("data-state", "pending")
+    expect(page.locator("#workflow-retry")).to_have_count(0)  # nothing failed now
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#workflow-cancel")
+    expect(page.locator(".flash")).to_have_text(f"workflow {wf.id}: 3 tasks cancelled")
+    expect(page.locator("#workflow-state")).to_have_text("failed")
+    expect(page.locator("#workflow-cancel")).to_have_count(0)  # every task finished
+    expect(page.locator("#workflow-retry")).to_be_visible()
+
+    stale = page.request.post(f"{base}/workflows/{wf.id}/cancel", form={"csrf": csrf})
+    assert stale.ok and "every task had finished; nothing to cancel" in stale.text()

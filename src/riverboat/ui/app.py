@@ -38,7 +38,7 @@ from riverboat.dialect._workflow_common import WORKFLOW_LIST_WINDOW
 from riverboat.errors import InvalidInputError, JobRunningError, NotFoundError, RiverboatError
 from riverboat.ui.graph import layout, table_tasks
 from riverboat.ui.line_tables import read_line_table
-from riverboat.workflow import workflow_meta
+from riverboat.workflow import WorkflowInfo, workflow_meta
 
 __all__ = ["LOCAL_HOSTS", "Dashboard", "create_app"]
 
@@ -54,6 +54,7 @@ FINALIZED = FINALIZED_STATES
 STATE_TABS = LIFECYCLE_ORDER
 ACTIVE_STATES = tuple(s for s in STATE_TABS if s not in FINALIZED)
 JOB_ACTIONS = ("retry", "cancel", "delete")
+WORKFLOW_ACTIONS = ("retry", "cancel")
 BULK_BATCH = 500  # rows per statement of an action on everything a filter matches
 # The Host names a dashboard answers by default: a DNS name an attacker controls that
 # resolves to 127.0.0.1 (DNS rebinding) arrives with its own name and is refused.
@@ -293,6 +294,36 @@ def _filters_from(params: Any) -> tuple[JobFilters, str | None]:
         search=str(params.get("q", "")).strip(),
     )
     return filters, problem
+
+
+def workflow_action_message(
+    action: str, before: WorkflowInfo, after: WorkflowInfo
+) -> tuple[str, str]:
+    """What a workflow action changed, from the workflow before and after it: the
+    message and its kind (``error`` when it changed nothing)."""
+    was = {task.name: task.state for task in before.tasks}
+    if action == "retry":
+        retried = sum(
+            1
+            for task in after.tasks
+            if was.get(task.name) in (JobState.DISCARDED, JobState.CANCELLED)
+            and task.state not in (JobState.DISCARDED, JobState.CANCELLED)
+        )
+        if not retried:
+            return f"workflow {after.id}: no discarded or cancelled task to retry", "error"
+        return f"workflow {after.id}: {retried} task{'s' if retried != 1 else ''} retried", "ok"
+    cancelled = sum(
+        1
+        for task in after.tasks
+        if task.state is JobState.CANCELLED and was.get(task.name) is not JobState.CANCELLED
+    )
+    stopping = sum(1 for task in after.tasks if task.state is JobState.RUNNING)
+    if not cancelled and not stopping:
+        return f"workflow {after.id}: every task had finished; nothing to cancel", "error"
+    message = f"workflow {after.id}: {cancelled} task{'s' if cancelled != 1 else ''} cancelled"
+    if stopping:
+        message += f", {stopping} running told to stop"
+    return message, "ok"
 
 
 def _safe_back(request: Request, fallback: str) -> str:
@@ -720,6 +751,11 @@ def create_app(
             workflow=workflow,
             drawing=layout(workflow.tasks),
             listed=table_tasks(workflow.tasks),
+            here=_app_path(request).split("?", 1)[0],
+            can_retry=any(
+                t.state in (JobState.DISCARDED, JobState.CANCELLED) for t in workflow.tasks
+            ),
+            can_cancel=workflow.state == "running",
         )
 
     async def _form(request: Request) -> tuple[FormData | None, Response | None]:
@@ -772,6 +808,30 @@ def create_app(
             _with_message(
                 request.scope.get("root_path", "") + back, message, "error" if problem else "ok"
             ),
+            status_code=303,
+        )
+
+    async def workflow_action(request: Request) -> Response:
+        """Retry a workflow's failed tasks, or cancel its unfinished ones (what
+        ``riverboat workflows retry|cancel`` do), and say how many tasks changed."""
+        _form_data, refused = await _form(request)
+        if refused is not None:
+            return refused
+        workflow_id = str(request.path_params["workflow_id"])
+        action = str(request.path_params["action"])
+        if action not in WORKFLOW_ACTIONS:
+            return error_page(request, 404, "no such workflow action")
+        client = await holder.get()
+        try:
+            before = await client.workflow_get(workflow_id)
+            act = client.workflow_retry if action == "retry" else client.workflow_cancel
+            after = await act(workflow_id)
+        except (NotFoundError, InvalidInputError):
+            return error_page(request, 404, f"workflow {workflow_id!r} not found")
+        message, kind = workflow_action_message(action, before, after)
+        back = _safe_back(request, f"/workflows/{workflow_id}")
+        return RedirectResponse(
+            _with_message(request.scope.get("root_path", "") + back, message, kind),
             status_code=303,
         )
 
@@ -933,6 +993,7 @@ def create_app(
         Route("/queues/{name}/{action}", guarded(queue_action), methods=["POST"]),
         Route("/workflows", guarded(workflows)),
         Route("/workflows/{workflow_id}", guarded(workflow_detail)),
+        Route("/workflows/{workflow_id}/{action}", guarded(workflow_action), methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app: ASGIApp = Starlette(routes=routes, lifespan=lifespan)
