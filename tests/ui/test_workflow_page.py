@@ -137,3 +137,11 @@ def test_retry_and_cancel_a_workflow_from_its_page(seeded: SeededDb, serve: Any,
 
     stale = page.request.post(f"{base}/workflows/{wf.id}/cancel", form={"csrf": csrf})
     assert stale.ok and "every task had finished; nothing to cancel" in stale.text()
+
+    # Retrying one task whose dependency still failed: decided at once, and said so.
+    page.goto(f"{base}/jobs/{info.task('pay').job.id}")
+    page.click("#job-retry")
+    expect(page.locator(".flash.error")).to_have_text(
+        f"job {info.task('pay').job.id} was cancelled again: its dependency 'charge' failed "
+        "(retry that task, or the workflow)"
+    )

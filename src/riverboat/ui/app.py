@@ -775,6 +775,13 @@ def create_app(
                 job = await client.job_retry(job_id)
                 if job.state == JobState.RUNNING:
                     return f"job {job_id} is running; a running job is not retried"
+                meta = workflow_meta(job)
+                if job.state == JobState.CANCELLED and meta and meta.get("cancelled_by"):
+                    # A workflow task is decided at once: its dependency still failed.
+                    return (
+                        f"job {job_id} was cancelled again: its dependency "
+                        f"{meta['cancelled_by']!r} failed (retry that task, or the workflow)"
+                    )
             elif action == "cancel":
                 job = await client.job_cancel(job_id)
                 if job.state in (JobState.COMPLETED, JobState.DISCARDED):
