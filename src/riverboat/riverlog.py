@@ -37,12 +37,29 @@ log = logging.getLogger("riverboat.riverlog")
 
 
 class _Capture:
-    __slots__ = ("formatter", "level", "lines")
+    """One attempt's lines, kept only up to the per-attempt cap: what is stored is the
+    log's first ``limit`` bytes, so the lines past them are counted, not held (a job
+    logging for hours kept every line in memory, to cut all but 2 MB at its end)."""
 
-    def __init__(self, level: int, formatter: logging.Formatter) -> None:
+    __slots__ = ("dropped", "formatter", "level", "limit", "lines", "size")
+
+    def __init__(self, level: int, formatter: logging.Formatter, limit: int) -> None:
         self.level = level
         self.formatter = formatter
+        self.limit = limit
         self.lines: list[str] = []
+        self.size = 0  # bytes of the lines kept, their newlines included
+        self.dropped = 0  # records past the cap
+
+    def add(self, record: logging.LogRecord) -> None:
+        if self.size >= self.limit:
+            self.dropped += 1
+            return
+        line = self.formatter.format(record)
+        self.lines.append(line)
+        # Never fewer bytes than the stored text: storable_text only widens characters
+        # (a NUL or a lone surrogate becomes the 3-byte U+FFFD).
+        self.size += len(line.encode(errors="surrogatepass")) + 1
 
 
 _current: contextvars.ContextVar[_Capture | None] = contextvars.ContextVar(
@@ -58,7 +75,7 @@ class _RoutingHandler(logging.Handler):
         capture = _current.get()
         if capture is not None and record.levelno >= capture.level:
             try:
-                capture.lines.append(capture.formatter.format(record))
+                capture.add(record)
             except Exception:
                 self.handleError(record)
         last_resort = logging.lastResort
@@ -137,24 +154,25 @@ class RiverLog:
         _install()
 
     async def work(self, job: Job[Any], call_next: Callable[[], Awaitable[None]]) -> None:
-        capture = _Capture(self.level, self.formatter)
+        capture = _Capture(self.level, self.formatter, self.max_size_bytes)
         token = _current.set(capture)
         try:
             await call_next()
         finally:
             _current.reset(token)
             if capture.lines:
-                self._store(job, capture.lines)
+                self._store(job, capture)
 
-    def _store(self, job: Job[Any], lines: list[str]) -> None:
+    def _store(self, job: Job[Any], capture: _Capture) -> None:
         # A log line can carry any text (a NUL, a lone surrogate from a decoded path).
-        data = storable_text("\n".join(lines) + "\n").encode()
-        if len(data) > self.max_size_bytes:
+        data = storable_text("\n".join(capture.lines) + "\n").encode()
+        if len(data) > self.max_size_bytes or capture.dropped:
             log.warning(
-                "job %d: its log of %d bytes exceeds %d; truncating",
+                "job %d: its log passed %d bytes; kept the first %d%s",
                 job.id,
-                len(data),
                 self.max_size_bytes,
+                self.max_size_bytes,
+                f" (and dropped {capture.dropped} records after them)" if capture.dropped else "",
             )
             data = data[: self.max_size_bytes]
         existing = job.staged_metadata.get(METADATA_KEY, job.metadata.get(METADATA_KEY, []))

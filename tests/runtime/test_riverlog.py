@@ -86,7 +86,9 @@ def test_caps_truncate_and_drop_oldest_first() -> None:
     assert RiverLog(max_total_bytes=10**9).max_total_bytes == 64 * 1024 * 1024
 
 
-def test_per_attempt_cap_on_a_real_job(sqlite_url: str) -> None:
+def test_per_attempt_cap_on_a_real_job(sqlite_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Cut as River cuts; the records past the cap are counted, not kept (a job that
+    logs for hours held every line in memory until its end)."""
     workers = Workers()
     app_log.setLevel(logging.DEBUG)
 
@@ -106,6 +108,11 @@ def test_per_attempt_cap_on_a_real_job(sqlite_url: str) -> None:
         logged = client.job_get(job_id).metadata[METADATA_KEY]
     # Cut at the byte, as River cuts: 4 lines of 9 bytes, then 4 bytes of the fifth.
     assert logged == [{"attempt": 1, "log": "line 000\nline 001\nline 002\nline 003\nline"}]
+    warned = [r.getMessage() for r in caplog.records if r.name == "riverboat.riverlog"]
+    assert warned == [
+        f"job {job_id}: its log passed 40 bytes; kept the first 40 (and dropped 95 records "
+        "after them)"
+    ]
 
 
 def test_warnings_still_reach_stderr_when_logging_is_not_configured() -> None:
