@@ -159,6 +159,32 @@ async def test_exhausted_attempts_discard(apg_driver: Any) -> None:
     assert job.errors[0].error == "ValueError: no"
 
 
+async def test_a_huge_error_is_stored_capped(apg_driver: Any) -> None:
+    """An exception carrying a 5 MB text stored it twice per attempt (the message, and
+    the trace ending with it): one failing job's row grew by megabytes per attempt and
+    every list of it read them all. The entry keeps the message's start and the trace's
+    end, and says what it cut."""
+    from riverboat.runtime.outcomes import ERROR_MESSAGE_MAX, ERROR_TRACE_MAX
+
+    workers = Workers()
+
+    @workers.register("loud")
+    async def loud(job: Job[Any]) -> None:
+        raise ValueError("upstream said: " + "x" * 5_000_000)
+
+    job = await _first(
+        apg_driver, workers, "loud", EventKind.JOB_FAILED, InsertOpts(max_attempts=1)
+    )
+    error = job.errors[0]
+    message_cut = len("ValueError: upstream said: ") + 5_000_000 - ERROR_MESSAGE_MAX
+    assert error.error == (
+        f"ValueError: upstream said: {'x' * (ERROR_MESSAGE_MAX - 27)}… "
+        f"({message_cut:,} more characters not stored)"
+    )
+    assert error.trace.startswith("(") and " characters of the trace not stored) …" in error.trace
+    assert len(error.trace) < ERROR_TRACE_MAX + 100 and error.trace.endswith("x" * 1000 + "\n")
+
+
 async def test_cancel_signal_cancels_with_error(apg_driver: Any) -> None:
     workers = Workers()
 

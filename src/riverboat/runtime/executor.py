@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from riverboat._job import AttemptError, JobRow, JobState
+from riverboat._job import JobRow, JobState
 from riverboat._json import storable_text
 from riverboat.dialect.base import JobStateUpdate
 from riverboat.error_handler import run_error_handlers
@@ -166,7 +166,7 @@ def _error_entry(row: JobRow, started: datetime, exc: BaseException) -> str:
     trace = getattr(exc, "remote_traceback", "") or (
         _user_traceback(exc) if exc.__traceback__ else ""
     )
-    return AttemptError(started, row.attempt, message, trace).to_json()
+    return outcomes.attempt_error(started, row.attempt, message, trace)
 
 
 def timeout_for(

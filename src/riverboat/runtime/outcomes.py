@@ -43,6 +43,8 @@ from riverboat.errors import CALLBACK_FAILURES, InvalidInputError
 from riverboat.runtime.events import EventKind
 
 __all__ = [
+    "ERROR_MESSAGE_MAX",
+    "ERROR_TRACE_MAX",
     "EXECUTOR_RETRY",
     "RESCUER_RETRY",
     "RESCUE_ERROR",
@@ -51,6 +53,7 @@ __all__ = [
     "JobSnooze",
     "RetryPolicy",
     "RetryRules",
+    "attempt_error",
     "attempts_exhausted",
     "cancelled",
     "completed",
@@ -79,6 +82,26 @@ _MAX_BACKOFF_SECONDS = (2**63 - 1) / 1e9
 
 # The error entry River's rescuer gives every job it rescues.
 RESCUE_ERROR = "Stuck job rescued by JobRescuer"
+
+# What one attempt's error entry keeps of a failure's text (characters). River keeps
+# it all: an exception carrying a 50 MB response body stored 100 MB per attempt (the
+# message, and again at the end of the trace), a job list holding that row took a
+# second to read, and a few attempts took the row past what jsonb can store.
+ERROR_MESSAGE_MAX = 16 * 1024
+ERROR_TRACE_MAX = 64 * 1024
+
+
+def attempt_error(at: datetime, attempt: int, message: str, trace: str) -> str:
+    """An attempt's error entry (JSON), its text capped: the message keeps its start,
+    the trace its end (the innermost frames and the exception), each saying what was
+    cut."""
+    if len(message) > ERROR_MESSAGE_MAX:
+        cut = len(message) - ERROR_MESSAGE_MAX
+        message = f"{message[:ERROR_MESSAGE_MAX]}… ({cut:,} more characters not stored)"
+    if len(trace) > ERROR_TRACE_MAX:
+        cut = len(trace) - ERROR_TRACE_MAX
+        trace = f"({cut:,} characters of the trace not stored) …{trace[-ERROR_TRACE_MAX:]}"
+    return AttemptError(at, attempt, message, trace).to_json()
 
 
 # -- what a work function raises -----------------------------------------------------
