@@ -12,7 +12,7 @@ import riverboat
 from riverboat import EventKind, QueueConfig
 from riverboat.contrib.django.apps import install_connection_hook, uninstall_connection_hook
 from riverboat.drivers.psycopg import AsyncPsycopgDriver
-from riverboat.runtime.executor import AFTER_SYNC_JOB
+from riverboat.runtime.threads import AFTER_SYNC_JOB
 from tests.django.helpers import backends, rows
 from tests.waiting import wait_until_async
 
@@ -111,3 +111,41 @@ async def test_without_the_hook_threads_keep_connections(
             if wrapper.connection is not None:
                 wrapper.connection.close()
                 wrapper.connection = None
+
+
+async def test_a_periodic_constructor_may_use_the_orm(dj: str, pg_url: str, pg_schema: str) -> None:
+    """A sync constructor reading the ORM (which customers to bill, say): run on the
+    runtime's event loop it raised Django's SynchronousOnlyOperation and the run was
+    skipped; it runs in a thread, like a sync job."""
+    from tests.django.testapp import jobs
+    from tests.django.testapp.models import Counter
+
+    await asyncio.to_thread(
+        rows,
+        pg_url,
+        pg_schema,
+        "INSERT INTO testapp_counter (name, n) VALUES ('periodic', 41) RETURNING id",
+    )
+
+    def bump_periodic() -> riverboat.InsertManyParams:
+        counter = Counter.objects.get(name="periodic")
+        return riverboat.InsertManyParams({"name": counter.name}, kind="bump")
+
+    client = riverboat.AsyncClient(
+        AsyncPsycopgDriver(pg_url, schema=pg_schema),
+        queues={"default": QueueConfig(max_workers=2)},
+        workers=jobs.workers,
+        periodic_jobs=[riverboat.PeriodicJob(3600, bump_periodic, run_on_start=True)],
+    )
+    sub = client.subscribe(EventKind.JOB_COMPLETED)
+    await client.start()
+    try:
+        async with asyncio.timeout(20):
+            event = await sub.get()
+    finally:
+        await client.stop()
+        await client.driver.close()
+    assert event.job is not None and event.job.kind == "bump"
+    assert rows(pg_url, pg_schema, "SELECT n FROM testapp_counter WHERE name = 'periodic'") == [
+        (42,)
+    ]

@@ -35,7 +35,7 @@ from riverboat.runtime import outcomes
 from riverboat.runtime.completer import PendingCompletion
 from riverboat.runtime.events import EventKind
 from riverboat.runtime.outcomes import RetryPolicy
-from riverboat.runtime.threads import DaemonThreadPool
+from riverboat.runtime.threads import DaemonThreadPool, call_then_release
 from riverboat.runtime.worker import (
     Job,
     JobCancel,
@@ -64,21 +64,8 @@ log = logging.getLogger("riverboat.executor")
 producer_log = logging.getLogger("riverboat.producer")
 
 
-# Called in the worker thread after every sync job, whatever its outcome: the place to
-# hand back thread-bound resources (riverboat.contrib.django closes the thread's Django
-# connections here). A hook's exception is logged, never the job's outcome.
-AFTER_SYNC_JOB: list[Callable[[], None]] = []
-
-
 def _run_sync(fn: Callable[[Job[Any]], Any], job: Job[Any]) -> Any:
-    try:
-        return fn(job)
-    finally:
-        for hook in AFTER_SYNC_JOB:
-            try:
-                hook()
-            except Exception:
-                log.exception("after_sync_job hook %r failed", hook)
+    return call_then_release(fn, job)
 
 
 class JobTimeoutError(Exception):

@@ -10,13 +10,35 @@ runs and end with the process.
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
 
-__all__ = ["DaemonThreadPool"]
+__all__ = ["AFTER_SYNC_JOB", "DaemonThreadPool", "call_then_release"]
+
+log = logging.getLogger("riverboat.executor")
+
+# Called in the pool thread after each piece of user code riverboat runs there (a sync
+# job, a periodic job's sync constructor), whatever it did: the place to hand back
+# thread-bound resources (riverboat.contrib.django closes the thread's Django
+# connections here). A hook's exception is logged, never the call's outcome.
+AFTER_SYNC_JOB: list[Callable[[], None]] = []
+
+
+def call_then_release(fn: Callable[..., Any], /, *args: Any) -> Any:
+    """``fn(*args)``, then every :data:`AFTER_SYNC_JOB` hook (on a pool thread)."""
+    try:
+        return fn(*args)
+    finally:
+        for hook in AFTER_SYNC_JOB:
+            try:
+                hook()
+            except Exception:
+                log.exception("after_sync_job hook %r failed", hook)
+
 
 _Item = tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 # A job for run(): the asyncio future its outcome goes to, and the call.

@@ -20,14 +20,14 @@ def _reclaim_always() -> None:
 def install_connection_hook(*, always: bool = False) -> None:
     """Close (or return to Django's pool) a worker thread's Django connections after
     each sync job: ``close_old_connections()`` semantics, or every one with ``always``."""
-    from riverboat.runtime.executor import AFTER_SYNC_JOB
+    from riverboat.runtime.threads import AFTER_SYNC_JOB
 
     uninstall_connection_hook()
     AFTER_SYNC_JOB.append(_reclaim_always if always else _reclaim_obsolete)
 
 
 def uninstall_connection_hook() -> None:
-    from riverboat.runtime.executor import AFTER_SYNC_JOB
+    from riverboat.runtime.threads import AFTER_SYNC_JOB
 
     AFTER_SYNC_JOB[:] = [h for h in AFTER_SYNC_JOB if h not in (_reclaim_obsolete, _reclaim_always)]
 

@@ -41,6 +41,7 @@ client removed. See docs/periodic-jobs.md.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import hashlib
 import inspect
@@ -67,6 +68,7 @@ from riverboat.errors import (
 from riverboat.runtime._waiting import cancel_and_wait
 from riverboat.runtime.maintenance._service import MaintenanceContext, Service
 from riverboat.runtime.maintenance.periodic_job import NEVER, PeriodicJob
+from riverboat.runtime.threads import DaemonThreadPool, call_then_release
 
 __all__ = ["NEVER", "PeriodicJob", "PeriodicJobEnqueuer", "PeriodicJobs", "PeriodicPublisher"]
 
@@ -246,16 +248,36 @@ def _unpack(made: Any) -> tuple[Any, InsertOpts | None, str | None]:
     return made, None, None
 
 
+async def _construct(job: PeriodicJob) -> object:
+    """``job.constructor()``: a coroutine function on the loop, anything else on a daemon
+    thread, as a sync job runs. On the loop a sync constructor that blocked (a query, a
+    request) stalled the whole runtime, and one using Django's ORM raised
+    SynchronousOnlyOperation (Django refuses to run on an event loop's thread), so that
+    periodic job never ran. The thread's resources are handed back after it, as after a
+    sync job (``threads.AFTER_SYNC_JOB``). A thread of its own, ended after the call:
+    constructors run once per tick, and a pool kept by a service would outlive it."""
+    constructor = job.constructor
+    if inspect.iscoroutinefunction(constructor):
+        made = await constructor()
+    else:
+        context = contextvars.copy_context()
+        thread = DaemonThreadPool("riverboat-periodic-constructor")
+        try:
+            made = await thread.run(context.run, call_then_release, constructor)
+        finally:
+            thread.shutdown(wait=False)
+    if inspect.isawaitable(made):
+        made = await made
+    return made
+
+
 async def _template_of(job: PeriodicJob, defaults: InsertDefaults) -> dict[str, Any] | None:
     """The insert a leader without ``job``'s code makes for it: its constructor's result
     now, resolved (kind, args, queue, priority, max_attempts, tags, metadata). None when
     it can't be rebuilt elsewhere (a custom schedule) or the constructor gives nothing."""
     if parse_schedule(job.schedule_text) is None:
         return None
-    made = job.constructor()
-    if inspect.isawaitable(made):
-        made = await made
-    args, opts, kind = _unpack(made)
+    args, opts, kind = _unpack(await _construct(job))
     if args is None:
         return None
     params = resolve_insert(args, opts or InsertOpts(), kind, defaults)
@@ -628,9 +650,7 @@ class PeriodicJobEnqueuer(Service):
         self, job: PeriodicJob, tick: datetime, *, unique: bool
     ) -> tuple[InsertParams, object] | None:
         try:
-            made = job.constructor()
-            if inspect.isawaitable(made):
-                made = await made
+            made = await _construct(job)
         except CALLBACK_FAILURES:
             log.exception("periodic job %s: constructor failed; skipping this run", _name(job))
             return None
