@@ -2,7 +2,7 @@
 """Django connection reclamation in worker threads: thread / update / reclaim cycles.
 
 A benchmark, not a test. Each cycle is one sync "job" as riverboat's runtime runs it:
-handed to a worker thread through ``riverboat.runtime.executor._run_sync`` (so the
+handed to a worker thread through ``riverboat.runtime.threads.call_then_release`` (so the
 ``AFTER_SYNC_JOB`` hooks run, as in production), the job does one UPDATE through
 Django's connection, and the hook (``riverboat.contrib.django``'s reclaim) hands the
 thread's connection back. Scenarios:
@@ -93,7 +93,7 @@ def _job(_job_arg: Job[Any]) -> None:
 def run_scenario(url: str, scenario: str, cycles: int) -> dict[str, Any]:
     _configure(url, scenario)
     from riverboat.contrib.django.apps import uninstall_connection_hook
-    from riverboat.runtime.executor import _run_sync
+    from riverboat.runtime.threads import call_then_release
 
     no_job = cast("Job[Any]", None)  # _job never looks at its argument
 
@@ -112,7 +112,7 @@ def run_scenario(url: str, scenario: str, cycles: int) -> dict[str, Any]:
         keep: list[threading.Thread] = []  # the runtime's threads live on; so do these
 
         def one() -> None:
-            thread = threading.Thread(target=_run_sync, args=(_job, None))
+            thread = threading.Thread(target=call_then_release, args=(_job, None))
             thread.start()
             thread.join()
             keep.append(thread)
@@ -127,10 +127,10 @@ def run_scenario(url: str, scenario: str, cycles: int) -> dict[str, Any]:
     else:
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="riverboat-bench") as pool:
             for _ in range(warmup):
-                pool.submit(_run_sync, _job, no_job).result()
+                pool.submit(call_then_release, _job, no_job).result()
             start = time.perf_counter()
             for _ in range(cycles):
-                pool.submit(_run_sync, _job, no_job).result()
+                pool.submit(call_then_release, _job, no_job).result()
             elapsed = time.perf_counter() - start
             peak = _open_backends(url)
     with psycopg.connect(url, autocommit=True) as conn:

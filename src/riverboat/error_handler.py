@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -46,12 +46,23 @@ class ErrorHandler(Protocol):
     def handle_error(self, job: JobRow, exc: BaseException) -> Any: ...
 
 
-async def run_error_handlers(handlers: Sequence[Any], row: JobRow, exc: BaseException) -> bool:
-    """Call each handler in order; True when one asked to cancel the job."""
+async def run_error_handlers(
+    handlers: Sequence[Any],
+    row: JobRow,
+    exc: BaseException,
+    in_thread: Callable[..., Awaitable[Any]] | None = None,
+) -> bool:
+    """Call each handler in order; True when one asked to cancel the job. With
+    ``in_thread`` (the runtime's), a handler that is not ``async def`` runs through it,
+    on a worker thread: one that reports over the network (or writes with Django's ORM,
+    which refuses to run on an event loop's thread) must not hold up the loop."""
     cancel = False
     for handle in handlers:
         try:
-            result = handle(row, exc)
+            if in_thread is not None and not inspect.iscoroutinefunction(handle):
+                result = await in_thread(handle, row, exc)
+            else:
+                result = handle(row, exc)
             if inspect.isawaitable(result):
                 result = await result
         except CALLBACK_FAILURES:

@@ -4,6 +4,7 @@ good or let the retry go on. On Postgres and SQLite."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -32,13 +33,21 @@ class Strict:
 
 
 class Reporter:
-    """Reports everything; cancels ValueErrors and jobs whose kind has no worker."""
+    """Reports everything; cancels ValueErrors and jobs whose kind has no worker. A sync
+    handler runs on a worker thread, never on the runtime's loop (one posting to a
+    reporting service, or writing with Django's ORM, held up or failed on it)."""
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, str]] = []
+        self.on_loop: list[bool] = []
 
     def handle_error(self, job: JobRow, exc: BaseException) -> ErrorHandlerResult | None:
         self.seen.append((job.kind, type(exc).__name__))
+        try:
+            asyncio.get_running_loop()
+            self.on_loop.append(True)
+        except RuntimeError:
+            self.on_loop.append(False)
         if isinstance(exc, (ValueError, riverboat.UnknownJobKindError)):
             return ErrorHandlerResult(set_cancelled=True)
         return None
@@ -127,6 +136,7 @@ def test_error_handler_sees_failures_and_can_cancel(
         ("no_such_kind", "UnknownJobKindError"),
         ("strict", "TypeError"),
     ]
+    assert reporter.on_loop == [False] * 4
     assert broken.calls == 4 and exits.calls == 4
     assert "error handler" in caplog.text and "the reporting service is down" in caplog.text
     cancelled = rows["bad_value"]

@@ -64,10 +64,6 @@ log = logging.getLogger("riverboat.executor")
 producer_log = logging.getLogger("riverboat.producer")
 
 
-def _run_sync(fn: Callable[[Job[Any]], Any], job: Job[Any]) -> Any:
-    return call_then_release(fn, job)
-
-
 class JobTimeoutError(Exception):
     """A job ran past its timeout."""
 
@@ -213,11 +209,18 @@ async def _call(
     # logs it as stuck and sets job.cancel_requested for bodies that check it.
     context = contextvars.copy_context()
     context.run(_work_context.set, ctx)
+    await _in_thread(pool, context, worker.fn, job)
+
+
+async def _in_thread(
+    pool: Executor | None, context: contextvars.Context, fn: Callable[..., Any], /, *args: Any
+) -> Any:
+    """``fn(*args)`` in ``context`` on a thread of ``pool``, then the AFTER_SYNC_JOB
+    hooks there (threads.call_then_release)."""
     if isinstance(pool, DaemonThreadPool):  # the producer's: outcomes batched per wake-up
-        await pool.run(context.run, _run_sync, worker.fn, job)
-        return
+        return await pool.run(context.run, call_then_release, fn, *args)
     loop = asyncio.get_running_loop()
-    await loop.run_in_executor(pool, context.run, _run_sync, worker.fn, job)
+    return await loop.run_in_executor(pool, context.run, call_then_release, fn, *args)
 
 
 async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> PendingCompletion:
@@ -295,7 +298,12 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
         and config.middleware.error_handlers
         and not isinstance(error, (JobSnooze, JobCancel))
     ):
-        if await run_error_handlers(config.middleware.error_handlers, row, error):
+        pool = config.thread_pool
+
+        async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+            return await _in_thread(pool, contextvars.copy_context(), fn, *args)
+
+        if await run_error_handlers(config.middleware.error_handlers, row, error, in_thread):
             error = JobCancel(error)
     finished = time.monotonic()
     if error is None and not state.interrupted and not ctx.metadata_updates:
