@@ -4,6 +4,7 @@ origin, read-only refuses them, a token guards every page, bad input is a 4xx pa
 from __future__ import annotations
 
 import base64
+import html
 import http.client
 import re
 from collections.abc import AsyncIterator
@@ -323,3 +324,26 @@ def test_an_existing_policy_keeps_its_directives() -> None:
     headers = dict(sent[0]["headers"])
     assert headers[b"content-security-policy"] == b"default-src 'self'; frame-ancestors 'none'"
     assert headers[b"x-frame-options"] == b"DENY"
+
+
+def test_a_job_with_megabytes_of_args_is_previewed_without_decoding(
+    seeded: SeededDb, serve: Any
+) -> None:
+    """The list previews 90 characters of each job's args: args past 16 KiB are cut from
+    their stored text (Go's escapes of <, > and & undone), not decoded and re-encoded
+    whole at every refresh."""
+    from riverboat.ui.app import ARGS_PREVIEW_DECODE_MAX
+
+    with seeded.client() as client:
+        big = client.insert(
+            {"a": "<b>", "blob": "y" * (4 * ARGS_PREVIEW_DECODE_MAX)}, kind="big_args"
+        ).job
+    assert len(big.encoded_args) > ARGS_PREVIEW_DECODE_MAX
+    status, _, text = Http(serve(create_app(seeded.url, schema=seeded.schema)).url).request(
+        "GET", "/jobs?state=available&kind=big_args"
+    )
+    assert status == 200
+    preview = re.search(r'<td class="args"><code>([^<]*)</code>', text)
+    assert preview is not None
+    shown = html.unescape(preview.group(1))  # Postgres's jsonb text has spaces, SQLite's not
+    assert re.fullmatch(r'\{"a": ?"<b>", ?"blob": ?"y+…', shown) and len(shown) == 90, shown

@@ -146,13 +146,26 @@ def _pretty_json(value: Any) -> str:
             return "(nested too deeply to show)"
 
 
+# Args longer than this are previewed from their stored text, not decoded: a list of
+# jobs carrying megabytes of args each decoded and re-encoded them all, at every refresh,
+# to show 90 characters.
+ARGS_PREVIEW_DECODE_MAX = 16 * 1024
+_GO_HTML_ESCAPES = (("\\u003c", "<"), ("\\u003e", ">"), ("\\u0026", "&"))
+
+
 def _args_preview(job: JobRow, width: int = 90) -> str:
     """One line of a job's args for the list: decoded and re-encoded compactly (the stored
     text escapes <, > and & as Go does, which is unreadable)."""
+    raw = job.encoded_args
+    if len(raw) > ARGS_PREVIEW_DECODE_MAX:
+        text = raw[: width * 8]
+        for escaped, plain in _GO_HTML_ESCAPES:
+            text = text.replace(escaped, plain)
+        return text[: width - 1] + "…"
     try:
         text = json.dumps(job.args, ensure_ascii=False, separators=(", ", ": "), default=str)
     except (ValueError, RecursionError):  # not JSON, or nested too deeply to decode
-        text = job.encoded_args
+        text = raw
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
