@@ -304,9 +304,21 @@ def test_bench_process_part_reports_overhead_and_scaling() -> None:
     assert "end_to_end" not in report  # only what was named
 
 
-@pytest.mark.parametrize("flag", ["--cpu-job-ms", "--latency-jobs", "--burst-jobs", "--jobs"])
-def test_sizes_must_be_positive(flag: str) -> None:
-    done = cli_in_process("bench", "--driver", "sqlite", flag, "0")
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--cpu-job-ms", "0"),
+        ("--latency-jobs", "0"),
+        ("--burst-jobs", "0"),
+        ("--jobs", "0"),
+        # NaN passed the test (no comparison with it is true) and ran the bench uncapped.
+        ("--duration", "nan"),
+        ("--duration", "inf"),
+        ("--cpu-job-ms", "nan"),
+    ],
+)
+def test_sizes_must_be_positive(flag: str, value: str) -> None:
+    done = cli_in_process("bench", "--driver", "sqlite", flag, value)
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr.startswith(f"riverboat: error: {flag}"), done.stderr
 

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 
+from riverboat._seconds import is_seconds
 from riverboat.bench.env import DRIVERS
 from riverboat.errors import InvalidInputError
 
@@ -113,8 +114,11 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise InvalidInputError("--" + name.replace("_", "-"), "must be positive")
-    if args.cpu_job_ms is not None and args.cpu_job_ms <= 0:
-        raise InvalidInputError("--cpu-job-ms", "must be positive")
+    # NaN passed `<= 0` (every comparison with it is false) and ran the bench uncapped.
+    for name in ("cpu_job_ms", "duration"):
+        value = getattr(args, name)
+        if value is not None and not is_seconds(value, positive=True):
+            raise InvalidInputError("--" + name.replace("_", "-"), "must be a positive number")
     only = set(args.only or [])
     url = args.database_url
     if args.driver == "sqlite":
