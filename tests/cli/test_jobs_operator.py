@@ -206,3 +206,17 @@ def test_a_mistyped_sqlite_path_is_an_error_not_a_new_file(
     assert done.stderr.startswith(f"riverboat: error: database_url: no SQLite file at {missing}")
     assert "riverboat migrate up" in done.stderr
     assert not missing.exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--interval", "0"), ("--interval", "nan"), ("--interval", "inf"), ("--timeout", "nan")],
+)
+def test_tail_refuses_intervals_and_timeouts_that_are_not_seconds(
+    sqlite_url: str, flag: str, value: str
+) -> None:
+    """NaN passed the check: as the interval, tail polled without pausing; as the
+    timeout, it never stopped."""
+    done = cli_in_process("jobs", "tail", "--database-url", sqlite_url, flag, value)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.startswith(f"riverboat: error: {flag}: must be a number of seconds")

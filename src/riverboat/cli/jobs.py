@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from riverboat._admin import JobListCursor
 from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, JobRow, JobState
+from riverboat._seconds import is_seconds
 from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.client import Client
 from riverboat.errors import InvalidInputError, WaitTimeoutError
@@ -536,8 +537,12 @@ def _tail(client: Client, args: argparse.Namespace) -> int:
     """Poll for outcomes newer than the start: finalized jobs in the order they were
     finalized (a keyset on finalized_at), and failed attempts waiting for their retry
     (retryable jobs whose attempt was not printed yet)."""
-    if args.interval <= 0:
-        raise InvalidInputError("--interval", "must be above 0")
+    # NaN passed `<= 0` (no comparison with it is true): as the interval it polled
+    # without pausing, as the timeout it never stopped.
+    if not is_seconds(args.interval, positive=True):
+        raise InvalidInputError("--interval", "must be a number of seconds above 0")
+    if args.timeout is not None and not is_seconds(args.timeout):
+        raise InvalidInputError("--timeout", "must be a number of seconds, at least 0")
     if args.max_events is not None and args.max_events < 1:
         raise InvalidInputError("--max-events", "must be 1 or more")
     start = datetime.now(UTC) - (args.since or timedelta(0))
