@@ -347,3 +347,25 @@ def test_a_job_with_megabytes_of_args_is_previewed_without_decoding(
     assert preview is not None
     shown = html.unescape(preview.group(1))  # Postgres's jsonb text has spaces, SQLite's not
     assert re.fullmatch(r'\{"a": ?"<b>", ?"blob": ?"y+…', shown) and len(shown) == 90, shown
+
+
+def test_a_job_page_shows_at_most_64_kib_of_each_json_block(seeded: SeededDb, serve: Any) -> None:
+    """The page refreshes itself every few seconds: a job with megabytes of args or
+    output sent them all, indented, at every refresh. Each block is cut, and says
+    where to read the rest."""
+    from riverboat.ui.app import SHOW_JSON_MAX
+
+    with seeded.client() as client:
+        job = client.insert({"blob": "y" * (3 * SHOW_JSON_MAX)}, kind="big_args").job
+        client.job_update(job.id, metadata={"note": "z" * (3 * SHOW_JSON_MAX)})
+    status, _, text = Http(serve(create_app(seeded.url, schema=seeded.schema)).url).request(
+        "GET", f"/jobs/{job.id}"
+    )
+    assert status == 200
+    for block in ("job-args", "job-metadata"):
+        shown = re.search(rf'<pre class="json" id="{block}">([^<]*)</pre>', text)
+        assert shown is not None, block
+        body = html.unescape(shown.group(1))
+        assert len(body) < SHOW_JSON_MAX + 200, block
+        assert body.endswith(f"`riverboat jobs get {job.id} --json` prints them all)"), block
+    assert len(text) < 4 * SHOW_JSON_MAX

@@ -135,6 +135,34 @@ def _iso(moment: datetime | None) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
+# Characters of one JSON block (args, output, metadata, an attempt's log) a job's page
+# shows: the page refreshes itself every few seconds, and a job with 20 MB of args sent
+# them, decoded and indented, at every refresh.
+SHOW_JSON_MAX = 64 * 1024
+
+
+def _shown(text: str, job_id: int) -> str:
+    """``text`` cut to SHOW_JSON_MAX characters, saying what was left out and where to
+    read it all."""
+    if len(text) <= SHOW_JSON_MAX:
+        return text
+    return (
+        f"{text[:SHOW_JSON_MAX]}\n… ({len(text) - SHOW_JSON_MAX:,} more characters not "
+        f"shown; `riverboat jobs get {job_id} --json` prints them all)"
+    )
+
+
+def _json_block(raw: str, decoded: Callable[[], Any], job_id: int) -> str:
+    """A stored JSON value for a job's page: indented when small; past SHOW_JSON_MAX its
+    stored text, cut, without decoding it."""
+    if len(raw) > SHOW_JSON_MAX:
+        return _shown(raw, job_id)
+    try:
+        return _pretty_json(decoded())
+    except ValueError:  # not JSON, or nested too deeply to decode: the stored text
+        return raw
+
+
 def _pretty_json(value: Any) -> str:
     try:
         return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
@@ -712,21 +740,23 @@ def create_app(
         except (NotFoundError, InvalidInputError):
             return error_page(request, 404, f"job {job_id} not found (deleted, or never existed)")
         metadata = dict(job.metadata)
-        output = metadata.get("output")
         logs = metadata.get("river:log")
-        try:
-            args = job.args
-        except ValueError:  # not JSON, or nested too deeply to decode: the stored text
-            args = job.encoded_args
+        shown_logs = [
+            {"attempt": entry.get("attempt", "?"), "log": _shown(str(entry.get("log")), job.id)}
+            if isinstance(entry, dict)
+            else {"attempt": "?", "log": _shown(str(entry), job.id)}
+            for entry in (logs if isinstance(logs, list) else [])
+        ]
         return render(
             request,
             "job.html",
             title=f"Job {job.id}",
             job=job,
-            args=args,
-            output=output,
+            args_text=_json_block(job.encoded_args, lambda: job.args, job.id),
+            output_text=_shown(_pretty_json(metadata.get("output")), job.id),
             has_output="output" in metadata,
-            logs=logs if isinstance(logs, list) else [],
+            metadata_text=_shown(_pretty_json(metadata), job.id),
+            logs=shown_logs,
             timeline=[
                 ("Created", job.created_at),
                 ("Scheduled", job.scheduled_at),
