@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -168,6 +169,49 @@ async def test_a_failing_custom_schedule_stops_only_its_own_runs(
     rows = sql(pg_url, pg_schema, "SELECT args->>'n' FROM river_job ORDER BY id")
     assert [r[0] for r in rows] == ["1", "2"]
     assert periodic.SCHEDULE_RETRY >= timedelta(seconds=1)
+
+
+async def test_a_constructor_that_hangs_skips_only_its_own_runs(
+    apg_driver: AsyncPsycopgDriver, pg_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync constructor that doesn't return (a request with no timeout) has
+    CONSTRUCTOR_TIMEOUT, then its run is skipped and the others' go on; it is not
+    called again while its thread still runs. On the runtime's loop it held up the
+    whole client; then the run's limit (30 s) failed every periodic job's run with it."""
+    import riverboat.runtime.maintenance.periodic as periodic
+
+    monkeypatch.setattr(periodic, "CONSTRUCTOR_TIMEOUT", 0.2)
+    release = threading.Event()
+    calls: list[int] = []
+
+    def hangs() -> TickArgs:
+        calls.append(1)
+        release.wait(30)
+        return TickArgs(n=2)
+
+    jobs = [
+        PeriodicJob(60, lambda: TickArgs(n=1), id="steady"),
+        PeriodicJob(60, hangs, id="hangs"),
+    ]
+    enqueuer = _enqueuer(apg_driver, "leader", jobs)
+    await enqueuer.on_start()
+    await enqueuer.run_once()  # the stored times read
+    steady, hung = enqueuer._entries
+    due = datetime.now(UTC) - timedelta(seconds=1)
+    steady.next_run_at = hung.next_run_at = due
+    await enqueuer.run_once()  # hangs waits out its timeout; steady is inserted
+    assert (enqueuer.inserted, calls) == (1, [1])
+    # A later tick (the same one would be the same unique run).
+    steady.next_run_at = hung.next_run_at = due + timedelta(milliseconds=500)
+    await enqueuer.run_once()  # its thread still runs: not called again
+    assert (enqueuer.inserted, calls) == (2, [1])
+    release.set()
+    await wait_until_async(lambda: not enqueuer._constructing, timeout=5, what="the thread")
+    hung.next_run_at = due
+    await enqueuer.run_once()
+    assert (enqueuer.inserted, calls) == (3, [1, 1])
+    rows = sql(pg_url, pg_schema, "SELECT args->>'n' FROM river_job ORDER BY id")
+    assert [r[0] for r in rows] == ["1", "1", "2"]
 
 
 async def _lead_until_the_first_run(client: Any) -> None:

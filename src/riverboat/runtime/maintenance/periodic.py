@@ -85,6 +85,9 @@ REFRESH_INTERVAL = 1.0
 STOP_PUBLISH_TIMEOUT = 5.0
 # How long after a custom schedule's next() failed it is asked again.
 SCHEDULE_RETRY = timedelta(seconds=30)
+# How long one constructor call may take (seconds): under the enqueuer's run limit
+# (MaintenanceConfig.run_timeout, 30 s), so one slow constructor skips its own run only.
+CONSTRUCTOR_TIMEOUT = 10.0
 
 
 def _name(job: PeriodicJob) -> str:
@@ -248,27 +251,79 @@ def _unpack(made: Any) -> tuple[Any, InsertOpts | None, str | None]:
     return made, None, None
 
 
-async def _construct(job: PeriodicJob) -> object:
+class ConstructorStillRunning(Exception):
+    """A periodic job's constructor from an earlier run has not returned yet."""
+
+
+class ConstructorTimeout(Exception):
+    """A periodic job's constructor did not return within CONSTRUCTOR_TIMEOUT."""
+
+
+_SLOW = f"its constructor did not return within {CONSTRUCTOR_TIMEOUT:g}s"
+
+
+async def _construct(
+    job: PeriodicJob, in_flight: dict[int, asyncio.Future[Any]] | None = None
+) -> object:
     """``job.constructor()``: a coroutine function on the loop, anything else on a daemon
     thread, as a sync job runs. On the loop a sync constructor that blocked (a query, a
     request) stalled the whole runtime, and one using Django's ORM raised
     SynchronousOnlyOperation (Django refuses to run on an event loop's thread), so that
     periodic job never ran. The thread's resources are handed back after it, as after a
     sync job (``threads.AFTER_SYNC_JOB``). A thread of its own, ended after the call:
-    constructors run once per tick, and a pool kept by a service would outlive it."""
+    constructors run once per tick, and a pool kept by a service would outlive it.
+
+    Each call has CONSTRUCTOR_TIMEOUT seconds (a TimeoutError then, which skips that
+    job's run and no other's: the run's own limit failed every job's run with it).
+    A thread can't be stopped, so with ``in_flight`` (the enqueuer's, by job) a
+    constructor still running from an earlier run is not called again: that run is
+    skipped too (ConstructorStillRunning), where each tick started one more stuck
+    thread."""
     constructor = job.constructor
     if inspect.iscoroutinefunction(constructor):
-        made = await constructor()
+        made = await _within(constructor())
     else:
+        key = id(job)
+        running = in_flight.get(key) if in_flight is not None else None
+        if running is not None and not running.done():
+            raise ConstructorStillRunning("its constructor from an earlier run has not returned")
         context = contextvars.copy_context()
         thread = DaemonThreadPool("riverboat-periodic-constructor")
         try:
-            made = await thread.run(context.run, call_then_release, constructor)
+            future = thread.run(context.run, call_then_release, constructor)
         finally:
-            thread.shutdown(wait=False)
+            thread.shutdown(wait=False)  # its one thread ends after the call
+        if in_flight is not None:
+            in_flight[key] = future
+            future.add_done_callback(lambda done: _forget(in_flight, key, done))
+        try:
+            made = await asyncio.wait_for(asyncio.shield(future), CONSTRUCTOR_TIMEOUT)
+        except TimeoutError:
+            if future.done():
+                raise  # the constructor's own
+            raise ConstructorTimeout(_SLOW) from None
     if inspect.isawaitable(made):
-        made = await made
+        made = await _within(made)
     return made
+
+
+async def _within(awaitable: Any) -> Any:
+    """``awaitable`` within CONSTRUCTOR_TIMEOUT (ConstructorTimeout past it)."""
+    limit = asyncio.timeout(CONSTRUCTOR_TIMEOUT)
+    try:
+        async with limit:
+            return await awaitable
+    except TimeoutError:
+        if limit.expired():
+            raise ConstructorTimeout(_SLOW) from None
+        raise  # the constructor's own
+
+
+def _forget(in_flight: dict[int, asyncio.Future[Any]], key: int, done: asyncio.Future[Any]) -> None:
+    if in_flight.get(key) is done:
+        del in_flight[key]
+    if not done.cancelled():
+        done.exception()  # retrieved: a late failure was logged as a timeout already
 
 
 async def _template_of(job: PeriodicJob, defaults: InsertDefaults) -> dict[str, Any] | None:
@@ -360,6 +415,8 @@ class PeriodicJobEnqueuer(Service):
         self._defaults = defaults or InsertDefaults()
         self.inserted = 0
         self.skipped_duplicates = 0
+        # Sync constructors whose thread has not returned, by id(job) (see _construct).
+        self._constructing: dict[int, asyncio.Future[Any]] = {}
         # None until this term's first run has read the stored times; then whether
         # riverboat_periodic_job exists, and its rows by id as last read or written.
         self.durable: bool | None = None
@@ -650,7 +707,10 @@ class PeriodicJobEnqueuer(Service):
         self, job: PeriodicJob, tick: datetime, *, unique: bool
     ) -> tuple[InsertParams, object] | None:
         try:
-            made = await _construct(job)
+            made = await _construct(job, self._constructing)
+        except (ConstructorTimeout, ConstructorStillRunning) as exc:
+            log.error("periodic job %s: %s; skipping this run", _name(job), exc)
+            return None
         except CALLBACK_FAILURES:
             log.exception("periodic job %s: constructor failed; skipping this run", _name(job))
             return None
