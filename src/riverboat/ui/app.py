@@ -742,7 +742,7 @@ def create_app(
         metadata = dict(job.metadata)
         logs = metadata.get("river:log")
         shown_logs = [
-            {"attempt": entry.get("attempt", "?"), "log": _shown(str(entry.get("log")), job.id)}
+            {"attempt": entry.get("attempt", "?"), "log": _shown(str(entry.get("log", "")), job.id)}
             if isinstance(entry, dict)
             else {"attempt": "?", "log": _shown(str(entry), job.id)}
             for entry in (logs if isinstance(logs, list) else [])
