@@ -281,12 +281,17 @@ class JobFilters(TypedDict, total=False):
 
 class JobListOptions(JobFilters, total=False):
     """``job_list``'s keyword arguments: the :class:`JobFilters`, the order, the page size
-    (``limit``, default 100) and the ``cursor`` a previous page returned."""
+    (``limit``, default 100) and the ``cursor`` a previous page returned. ``preview=True``
+    reads rows for a listing: args longer than 16,384 characters cut to one more (such a
+    row's ``encoded_args`` is longer than that and no longer JSON, so ``args`` raises),
+    ``metadata`` empty and ``errors`` only the last attempt's, so a page of jobs
+    carrying megabytes each (args, recorded output, logs) reads kilobytes."""
 
     order_by: JobListOrder
     descending: bool
     limit: int | None
     cursor: JobListCursor | str | None
+    preview: bool
 
 
 class JobDeleteManyOptions(JobFilters, total=False):
@@ -635,6 +640,9 @@ class _Ops:
             raise InvalidInputError("order_by", f"must be one of {', '.join(_ORDER_BY)}")
         if not isinstance(descending, bool):
             raise InvalidInputError("descending", "must be a bool")
+        preview = options.get("preview", False)
+        if not isinstance(preview, bool):
+            raise InvalidInputError("preview", "must be a bool")
         states = [STATE_BY_NAME[s] for s in chosen.get("states", ())]
         column = _time_column(order_by, states)
         count = _limit(limit, JOB_LIST_LIMIT_DEFAULT)
@@ -659,6 +667,7 @@ class _Ops:
             limit=count + 1,
             after=after,
             **({"where": fragment} if fragment is not None else {}),
+            preview=preview,
         )
         decode_jobs = self.dialect.decode_jobs
 

@@ -298,6 +298,39 @@ async def test_job_list_and_delete_many(h: Harness) -> None:
     assert await h.count_jobs("conf_list") == 1
 
 
+async def test_job_list_preview_reads_what_a_listing_shows(h: Harness) -> None:
+    """job_list(preview=True): args past 16,384 characters cut to one more, metadata
+    empty, only the last attempt's error; everything else as a full row has it."""
+    client = h.client()
+    error = {"at": "2026-01-01T00:00:00Z", "attempt": 1, "error": "first", "trace": ""}
+    big = h.insert_job_row(
+        kind="conf_preview",
+        args={"blob": "y" * 40_000},
+        metadata={"output": "z" * 40_000},
+        errors=[error, {**error, "attempt": 2, "error": "second"}],
+        attempt=2,
+    )
+    small = h.insert_job_row(kind="conf_preview", args={"i": 1}, errors=[])
+    full = await h.call(client.job_list, kinds=["conf_preview"])
+    shown = await h.call(client.job_list, kinds=["conf_preview"], preview=True)
+    assert [j.id for j in shown.jobs] == [j.id for j in full.jobs] == [big, small]
+    big_row, small_row = shown.jobs
+    assert len(big_row.encoded_args) == 16_385
+    assert full.jobs[0].encoded_args.startswith(big_row.encoded_args)
+    assert (big_row.metadata, [e.error for e in big_row.errors]) == ({}, ["second"])
+    assert (small_row.args, small_row.errors) == ({"i": 1}, [])
+    for cut, whole in zip(shown.jobs, full.jobs, strict=True):
+        assert (cut.state, cut.attempt, cut.kind, cut.tags, cut.scheduled_at) == (
+            whole.state,
+            whole.attempt,
+            whole.kind,
+            whole.tags,
+            whole.scheduled_at,
+        )
+    with pytest.raises(InvalidInputError, match="preview"):
+        await h.call(client.job_list, preview="yes")
+
+
 # -- update ---------------------------------------------------------------------------
 
 

@@ -492,6 +492,7 @@ def _list(client: Client, args: argparse.Namespace) -> int:
         descending=args.desc,
         limit=args.limit,
         cursor=args.cursor,
+        preview=not args.json,  # the table shows no args or metadata, one error
     )
     print_jobs(page.jobs, args.json)
     if page.next_cursor is not None:

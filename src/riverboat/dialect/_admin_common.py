@@ -259,8 +259,9 @@ class AdminStatements(DialectPart, ABC):
     one with ``then``: see :mod:`~riverboat.dialect.sqlite_admin`)."""
 
     admin_sql: ClassVar[type[AdminSql]]
-    # The job columns a list selects.
+    # The job columns a list selects, and a preview list (job_list(preview=True)).
     job_list_columns: ClassVar[str]
+    job_list_preview_columns: ClassVar[str]
     # Filter names job_list and job_delete_many accept, in the order they are applied.
     job_list_filters: ClassVar[tuple[str, ...]]
 
@@ -334,9 +335,11 @@ class AdminStatements(DialectPart, ABC):
         limit: int,
         after: tuple[int, datetime | None] | None = None,
         where: tuple[str, Mapping[str, Any]] | None = None,
+        preview: bool = False,
     ) -> Statement:
         """``filters`` maps names in ``job_list_filters`` to validated values (lists;
-        ``metadata`` a JSON object). ``after`` is the keyset cursor ``(id, column value)``."""
+        ``metadata`` a JSON object). ``after`` is the keyset cursor ``(id, column value)``.
+        ``preview``: the heavy columns read as a listing reads them (PREVIEW_ARGS_MAX)."""
         if order_column not in ORDER_COLUMNS:
             raise ValueError(f"cannot order jobs by {order_column!r}")
         names, where_sql, params = self._filtered(filters, where)
@@ -358,7 +361,7 @@ class AdminStatements(DialectPart, ABC):
             cursor,
             states,
             where_sql,
-            self.job_list_columns,
+            self.job_list_preview_columns if preview else self.job_list_columns,
         )
         return Statement(query, {**params, "max": limit})
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from riverboat._job import STATE_BY_NAME, AttemptError, decode_metadata
-from riverboat.dialect._rows import QUEUE_COLUMNS, JobReader, Read, select_list
+from riverboat.dialect._rows import PREVIEW_ARGS_MAX, QUEUE_COLUMNS, JobReader, Read, select_list
 
 __all__ = [
     "CHANNEL",
@@ -78,6 +78,11 @@ JOB_READER = JobReader(
         "AttemptError": AttemptError,
         "STATE_BY_NAME": STATE_BY_NAME,
         "decode_metadata": decode_metadata,
+    },
+    {
+        "args": f"left({{c}}::text, {PREVIEW_ARGS_MAX + 1})",
+        "metadata": "'{{}}'::text",
+        "errors": "({c}[array_upper({c}, 1):])::text[]",
     },
 )
 job_columns = JOB_READER.columns

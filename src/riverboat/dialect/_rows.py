@@ -33,6 +33,7 @@ __all__ = [
     "JOB_COPY_COLUMNS",
     "JOB_INDEX",
     "JOB_INSERT_COLUMNS",
+    "PREVIEW_ARGS_MAX",
     "QUEUE_COLUMNS",
     "QUEUE_INDEX",
     "Column",
@@ -128,6 +129,12 @@ def insert_into_jobs(columns: Sequence[str] = JOB_INSERT_COLUMNS) -> str:
     return f"INSERT INTO <schema>river_job ({', '.join(columns)})"
 
 
+#: In the rows of ``job_list(preview=True)`` (a listing: the dashboard's, the CLI's
+#: table), args longer than this many characters are cut to one more, so a row's
+#: ``encoded_args`` longer than this is a cut (and no longer JSON); metadata reads as
+#: ``{}`` and errors as the last attempt's only.
+PREVIEW_ARGS_MAX = 16 * 1024
+
 QUEUE_COLUMNS: tuple[Column, ...] = (
     Column("name", "text", "text", False),
     Column("created_at", _TSTZ, "timestamp", False),
@@ -184,20 +191,34 @@ class JobReader:
     """One dialect's reading of the job row, derived from :data:`JOB_COLUMNS` and its
     :class:`Read` per column (a column it doesn't name is read and kept as stored)."""
 
-    def __init__(self, reads: Mapping[str, Read], namespace: Mapping[str, Any]) -> None:
-        unknown = set(reads) - set(JOB_INDEX)
+    def __init__(
+        self,
+        reads: Mapping[str, Read],
+        namespace: Mapping[str, Any],
+        preview: Mapping[str, str] | None = None,
+    ) -> None:
+        unknown = (set(reads) | set(preview or {})) - set(JOB_INDEX)
         if unknown:
             raise ValueError(f"not river_job columns: {sorted(unknown)}")
         self.reads = {c.name: reads.get(c.name, Read()) for c in JOB_COLUMNS}
+        #: A listing's reading of the heavy columns (``job_list(preview=True)``): SQL
+        #: with ``{c}`` for the column, yielding what the column's read yields.
+        self.preview = dict(preview or {})
         #: The slow path's decoder per column, in row order.
         self.strict = tuple(r.strict for r in self.reads.values())
         self.decode_job = self._generate_decoder(namespace)
 
-    def columns(self, table: str = "", only: Sequence[str] = ()) -> str:
+    def columns(self, table: str = "", only: Sequence[str] = (), *, preview: bool = False) -> str:
         """The SELECT/RETURNING list of every job-returning statement; with ``only``,
-        of just those columns (in that order)."""
+        of just those columns (in that order); with ``preview``, the heavy columns read
+        as a listing reads them (see :data:`PREVIEW_ARGS_MAX`)."""
         columns = [JOB_COLUMNS[JOB_INDEX[name]] for name in only] if only else JOB_COLUMNS
-        return select_list(columns, self.reads, table)
+        reads = self.reads
+        if preview:
+            reads = {**reads}
+            for name, sql in self.preview.items():
+                reads[name] = dataclasses.replace(reads[name], sql=sql)
+        return select_list(columns, reads, table)
 
     def row_type(self) -> str:
         """The columns with the types read (``id bigint, args text, ...``): the column

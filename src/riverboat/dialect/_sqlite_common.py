@@ -14,7 +14,7 @@ from typing import Any
 
 from riverboat._job import STATE_BY_NAME, AttemptError, JobState, decode_metadata
 from riverboat._json import json_loads
-from riverboat.dialect._rows import QUEUE_COLUMNS, JobReader, Read, select_list
+from riverboat.dialect._rows import PREVIEW_ARGS_MAX, QUEUE_COLUMNS, JobReader, Read, select_list
 
 __all__ = [
     "JOB_READER",
@@ -341,6 +341,13 @@ JOB_READER = JobReader(
         "decode_metadata": decode_metadata,
         "json_loads": json_loads,
         "parse_timestamp": parse_timestamp,
+    },
+    {
+        "args": f"substr({_JSON}, 1, {PREVIEW_ARGS_MAX + 1})",
+        "metadata": "'{{}}'",
+        # The last element of a valid array, as a one-element array.
+        "errors": "CASE WHEN json_valid({c}, 10) AND json_type({c}) = 'array' "
+        "AND json_array_length({c}) > 0 THEN json_array(json({c} -> '$[#-1]')) END",
     },
 )
 job_columns = JOB_READER.columns

@@ -351,6 +351,7 @@ class SqliteAdmin(DialectPart):
     admin_sql: ClassVar[type[AdminSql]] = SqliteAdminSql
     job_list_filters: ClassVar[tuple[str, ...]] = JOB_LIST_FILTERS
     job_list_columns: ClassVar[str] = job_columns()
+    job_list_preview_columns: ClassVar[str] = job_columns(preview=True)
 
     def job_cancel(self, job_id: int, cancel_attempted_at: str) -> Statement:
         params = {"id": job_id, "cancel_attempted_at": cancel_attempted_at}

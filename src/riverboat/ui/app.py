@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from riverboat._admin import JOB_COUNT_CAP_DEFAULT, QueueActivity, ThroughputMinute
 from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, STATE_BY_NAME, JobRow, JobState
 from riverboat.client import AsyncClient
+from riverboat.dialect._rows import PREVIEW_ARGS_MAX
 from riverboat.dialect._workflow_common import WORKFLOW_LIST_WINDOW
 from riverboat.errors import InvalidInputError, JobRunningError, NotFoundError, RiverboatError
 from riverboat.ui.graph import layout, table_tasks
@@ -176,8 +177,9 @@ def _pretty_json(value: Any) -> str:
 
 # Args longer than this are previewed from their stored text, not decoded: a list of
 # jobs carrying megabytes of args each decoded and re-encoded them all, at every refresh,
-# to show 90 characters.
-ARGS_PREVIEW_DECODE_MAX = 16 * 1024
+# to show 90 characters. The list reads its rows with job_list(preview=True), which cuts
+# such args there.
+ARGS_PREVIEW_DECODE_MAX = PREVIEW_ARGS_MAX
 _GO_HTML_ESCAPES = (("\\u003c", "<"), ("\\u003e", ">"), ("\\u0026", "&"))
 
 
@@ -691,6 +693,7 @@ def create_app(
             # by the state's time column; on SQLite that order is an expression no index
             # serves, and a million finalized rows took seconds to sort.)
             result = await client.job_list(
+                preview=True,  # the list shows none of the heavy columns whole
                 order_by="id",
                 descending=filters.state is None
                 or filters.state in FINALIZED
