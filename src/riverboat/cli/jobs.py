@@ -554,7 +554,16 @@ def _tail(client: Client, args: argparse.Namespace) -> int:
     cursor = JobListCursor(0, "finalized_at", "finalized_at", start)
     seen_failures: set[tuple[int, int]] = set()
     # Retryable jobs already failing before the start are not news.
-    for job in client.job_list(states=[JobState.RETRYABLE], limit=10_000, **filters).jobs:
+    # The lines print no args or metadata and one error: rows read as a listing reads
+    # them (every poll re-reads up to 10,000 retryable jobs). --json prints them whole.
+    preview = not args.json
+
+    def retryable() -> list[JobRow]:
+        return client.job_list(
+            states=[JobState.RETRYABLE], limit=10_000, preview=preview, **filters
+        ).jobs
+
+    for job in retryable():
         if job.attempted_at is None or job.attempted_at < start:
             seen_failures.add((job.id, job.attempt))
     printed = 0
@@ -566,6 +575,7 @@ def _tail(client: Client, args: argparse.Namespace) -> int:
                 order_by="finalized_at",
                 limit=500,
                 cursor=cursor,
+                preview=preview,
                 **filters,
             )
             events.extend(page.jobs)
@@ -573,7 +583,7 @@ def _tail(client: Client, args: argparse.Namespace) -> int:
                 cursor = page.last_cursor
             if page.next_cursor is None:
                 break
-        retrying = client.job_list(states=[JobState.RETRYABLE], limit=10_000, **filters).jobs
+        retrying = retryable()
         for job in retrying:
             if (job.id, job.attempt) not in seen_failures:
                 seen_failures.add((job.id, job.attempt))
