@@ -31,8 +31,12 @@ class WorkerView:
 async def workers_context(client: AsyncClient) -> dict[str, Any]:
     """What workers.html shows."""
     workers, registry_error = await read_line_table(client.workers_list())
-    listed = await client.job_list(
-        states=[JobState.RUNNING], order_by="id", descending=True, limit=RUNNING_SHOWN
+    listed = await client.job_list(  # ids, kinds and times: no heavy column whole
+        states=[JobState.RUNNING],
+        order_by="id",
+        descending=True,
+        limit=RUNNING_SHOWN,
+        preview=True,
     )
     views = {w.id: WorkerView(w) for w in workers}
     others: dict[str, list[JobRow]] = {}
