@@ -246,11 +246,17 @@ class _Connection:
         params = _params(stmt)
         self.stats.count(stmt.query.name)
 
+        changed = -1  # rows the statement wrote (-1: not known)
+
         def once() -> Any:
+            nonlocal changed
             cur = self.conn.execute(sql, params)
             if want_rows:
-                return cur.fetchall() if cur.description is not None else []
-            return cur.rowcount
+                rows = cur.fetchall() if cur.description is not None else []
+                changed = cur.rowcount
+                return rows
+            changed = cur.rowcount
+            return changed
 
         if retry:
             result = self.retrying(once)
@@ -259,7 +265,9 @@ class _Connection:
                 result = once()
             except self.module.Error as exc:
                 raise _translate(exc) from exc
-        if self.outbox_file is not None and _writes_outbox(stmt.query):
+        # An outbox INSERT that wrote no row (the scheduler's, every run, with nothing
+        # due) wakes nobody: each such commit woke this process's listeners for a read.
+        if self.outbox_file is not None and changed != 0 and _writes_outbox(stmt.query):
             if self.conn.in_transaction:
                 self._outbox_written = True
             else:
