@@ -23,6 +23,7 @@ from riverboat._job import JobRow, JobState
 from riverboat._queue import QueueRow
 from riverboat._sql import Query, Statement, render_schema
 from riverboat.dialect._part import DialectPart
+from riverboat.dialect._rows import JobReader
 
 __all__ = [
     "ORDER_COLUMNS",
@@ -259,9 +260,8 @@ class AdminStatements(DialectPart, ABC):
     one with ``then``: see :mod:`~riverboat.dialect.sqlite_admin`)."""
 
     admin_sql: ClassVar[type[AdminSql]]
-    # The job columns a list selects, and a preview list (job_list(preview=True)).
-    job_list_columns: ClassVar[str]
-    job_list_preview_columns: ClassVar[str]
+    # How this dialect reads the job row: the columns a list selects (job_list(preview=)).
+    job_reader: ClassVar[JobReader]
     # Filter names job_list and job_delete_many accept, in the order they are applied.
     job_list_filters: ClassVar[tuple[str, ...]]
 
@@ -361,7 +361,7 @@ class AdminStatements(DialectPart, ABC):
             cursor,
             states,
             where_sql,
-            self.job_list_preview_columns if preview else self.job_list_columns,
+            self.job_reader.columns(preview=preview),
         )
         return Statement(query, {**params, "max": limit})
 

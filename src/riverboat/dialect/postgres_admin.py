@@ -19,7 +19,8 @@ from riverboat._queue import QueueRow
 from riverboat._sql import Query, Statement
 from riverboat.dialect._admin_common import ALL_STATES, QUEUE_ACTIVITY_JOIN, AdminSql, compact_json
 from riverboat.dialect._part import DialectPart
-from riverboat.dialect._pg_common import CHANNEL, QUEUE_SELECT, job_columns
+from riverboat.dialect._pg_common import CHANNEL, JOB_READER, QUEUE_SELECT, job_columns
+from riverboat.dialect._rows import JobReader
 from riverboat.dialect.postgres_workflow import RETRIED_METADATA, RETRIED_STATE, cancel_orphans
 
 __all__ = ["JOB_LIST_FILTERS", "PostgresAdmin", "PostgresAdminSql"]
@@ -357,8 +358,7 @@ class PostgresAdmin(DialectPart):
     _queries: ClassVar[dict[str, str]] = QUERIES
     admin_sql: ClassVar[type[AdminSql]] = PostgresAdminSql
     job_list_filters: ClassVar[tuple[str, ...]] = JOB_LIST_FILTERS
-    job_list_columns: ClassVar[str] = job_columns()
-    job_list_preview_columns: ClassVar[str] = job_columns(preview=True)
+    job_reader: ClassVar[JobReader] = JOB_READER
 
     def job_cancel(self, job_id: int, cancel_attempted_at: str) -> Statement:
         return self.stmt(

@@ -27,7 +27,9 @@ from riverboat._queue import QueueRow
 from riverboat._sql import Query, Statement
 from riverboat.dialect._admin_common import ALL_STATES, QUEUE_ACTIVITY_JOIN, AdminSql
 from riverboat.dialect._part import DialectPart
+from riverboat.dialect._rows import JobReader
 from riverboat.dialect._sqlite_common import (
+    JOB_READER,
     NOW,
     QUEUE_SELECT,
     format_timestamp,
@@ -350,8 +352,7 @@ class SqliteAdmin(DialectPart):
     _queries: ClassVar[dict[str, str]] = QUERIES
     admin_sql: ClassVar[type[AdminSql]] = SqliteAdminSql
     job_list_filters: ClassVar[tuple[str, ...]] = JOB_LIST_FILTERS
-    job_list_columns: ClassVar[str] = job_columns()
-    job_list_preview_columns: ClassVar[str] = job_columns(preview=True)
+    job_reader: ClassVar[JobReader] = JOB_READER
 
     def job_cancel(self, job_id: int, cancel_attempted_at: str) -> Statement:
         params = {"id": job_id, "cancel_attempted_at": cancel_attempted_at}
