@@ -27,7 +27,7 @@ from riverboat.cli._database import add_database_options, database_url, database
 from riverboat.dialect.base import validate_schema_name
 from riverboat.drivers.base import import_optional
 from riverboat.errors import DriverError, InvalidInputError
-from riverboat.migrations import LINES, Migrator, render_sql
+from riverboat.migrations import LINES, Migrator, lost_indexes_advice, render_sql
 from riverboat.migrations._queries import LINE
 
 __all__ = ["add_arguments", "run"]
@@ -271,13 +271,8 @@ def _validate(migrators: list[Migrator], target: int | None) -> int:
     for migrator in migrators:
         lost = migrator.lost_indexes()
         if lost:
-            version = min(v for v, _ in lost)
-            print(
-                f"{migrator.line} line {version:03d}: indexes missing "
-                f"({', '.join(name for _, name in lost)}), dropped when River's migration "
-                "rebuilt river_job; run `riverboat migrate down --line "
-                f"{migrator.line} --target-version {version - 1}`, then `riverboat migrate up`"
-            )
+            what, fix = lost_indexes_advice(migrator.line, lost)
+            print(f"{what}; {fix}")
             return 1
     upper = "".join(f" ({m.line} line: {m.current_version()})" for m in migrators[1:])
     print(f"no unapplied migrations; at version {first.current_version()}{upper}")

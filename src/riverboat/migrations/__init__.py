@@ -49,6 +49,8 @@ __all__ = [
     "Migrator",
     "applied_version",
     "applied_version_async",
+    "lost_indexes_advice",
+    "lost_indexes_async",
     "render_sql",
     "require_current",
     "require_current_async",
@@ -201,6 +203,22 @@ def _sqlite_indexes(schema: str | None) -> Statement:
 
 def _index_names(rows: Iterable[Sequence[Any]]) -> set[str]:
     return {str(row[0]) for row in rows}
+
+
+def lost_indexes_advice(line: str, lost: Sequence[tuple[int, str]]) -> tuple[str, str]:
+    """What ``lost`` (``(version, index)``, as :meth:`Migrator.lost_indexes` names them)
+    means and what puts it right, for ``migrate validate`` and a runtime's start:
+    ``("<line> line 006: indexes missing (...), dropped when ...", "run ... then ...")``."""
+    version = min(v for v, _ in lost)
+    what = (
+        f"{line} line {version:03d}: indexes missing ({', '.join(name for _, name in lost)}), "
+        "dropped when River's migration rebuilt river_job"
+    )
+    fix = (
+        f"run `riverboat migrate down --line {line} --target-version {version - 1}`, "
+        "then `riverboat migrate up`"
+    )
+    return what, fix
 
 
 async def lost_indexes_async(driver: AsyncDriver) -> builtins.list[tuple[str, int, str]]:

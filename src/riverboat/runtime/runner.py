@@ -676,22 +676,17 @@ async def warn_lost_indexes(driver: AsyncDriver) -> None:
     riverboat's migrations created: the client works, but every workflow lookup reads
     the whole table until they are put back (``riverboat migrate validate`` says the
     same and exits 1)."""
-    from riverboat.migrations import lost_indexes_async
+    from riverboat.migrations import lost_indexes_advice, lost_indexes_async
 
     lost = await lost_indexes_async(driver)
     if not lost:
         return
-    line, version = min((line, version) for line, version, _ in lost)
+    line = min(line for line, _, _ in lost)
+    what, fix = lost_indexes_advice(line, [(v, name) for ln, v, name in lost if ln == line])
     log.warning(
-        "riverboat's %s line %03d: indexes missing (%s), dropped when River's migration "
-        "rebuilt river_job; workflow lookups read the whole table until they are back: "
-        "run `riverboat migrate down --line %s --target-version %d`, then "
-        "`riverboat migrate up`",
-        line,
-        version,
-        ", ".join(name for _, _, name in lost),
-        line,
-        version - 1,
+        "riverboat's %s; workflow lookups read the whole table until they are back: %s",
+        what,
+        fix,
     )
 
 
