@@ -37,6 +37,9 @@ class JobState(StrEnum):
 
 
 FINALIZED_STATES = frozenset({JobState.CANCELLED, JobState.COMPLETED, JobState.DISCARDED})
+# The ends that are not a success: what a workflow's dependency failing means, what a
+# retry of a workflow takes up again.
+FAILED_STATES = FINALIZED_STATES - {JobState.COMPLETED}
 # A job's life in the order River UI's state tabs show it (the dashboard's tabs, the CLI's
 # counts): waiting, working, then the three ends.
 LIFECYCLE_ORDER = (

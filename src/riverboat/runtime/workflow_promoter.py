@@ -31,7 +31,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-from riverboat._job import FINALIZED_STATES, JobState
+from riverboat._job import FAILED_STATES, FINALIZED_STATES
 from riverboat.dialect._workflow_common import PendingTask
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
@@ -51,9 +51,6 @@ CASCADE_MAX = WORKFLOW_TASKS_MAX
 STOP_WAIT = 2.0  # seconds a stop lets a sweep under way finish
 # Pending task ids a sweep pass keeps (known unfinished when another task names them).
 SEEN_PENDING_MAX = 100_000
-# The states a dependency ends in without completing (JobState is a StrEnum: the
-# statement's text states compare equal to its members).
-_FAILED = FINALIZED_STATES - {JobState.COMPLETED}
 
 
 def _decidable(task: PendingTask, states: dict[int, str], seen_pending: set[int]) -> bool:
@@ -70,7 +67,7 @@ def _decidable(task: PendingTask, states: dict[int, str], seen_pending: set[int]
             continue
         if state not in FINALIZED_STATES:
             unfinished = True
-        elif state in _FAILED:
+        elif state in FAILED_STATES:  # a StrEnum: the statement's text states compare equal
             failed = True
     return not unfinished or (failed and not task.runs_after_failure)
 

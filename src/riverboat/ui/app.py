@@ -32,7 +32,14 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from riverboat._admin import JOB_COUNT_CAP_DEFAULT, QueueActivity, ThroughputMinute
-from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, STATE_BY_NAME, JobRow, JobState
+from riverboat._job import (
+    FAILED_STATES,
+    FINALIZED_STATES,
+    LIFECYCLE_ORDER,
+    STATE_BY_NAME,
+    JobRow,
+    JobState,
+)
 from riverboat.client import AsyncClient
 from riverboat.dialect._rows import PREVIEW_ARGS_MAX
 from riverboat.dialect._workflow_common import WORKFLOW_LIST_WINDOW
@@ -349,8 +356,7 @@ def workflow_action_message(
         retried = sum(
             1
             for task in after.tasks
-            if was.get(task.name) in (JobState.DISCARDED, JobState.CANCELLED)
-            and task.state not in (JobState.DISCARDED, JobState.CANCELLED)
+            if was.get(task.name) in FAILED_STATES and task.state not in FAILED_STATES
         )
         if not retried:
             return f"workflow {after.id}: no discarded or cancelled task to retry", "error"
@@ -798,9 +804,7 @@ def create_app(
             drawing=layout(workflow.tasks),
             listed=table_tasks(workflow.tasks),
             here=_app_path(request).split("?", 1)[0],
-            can_retry=any(
-                t.state in (JobState.DISCARDED, JobState.CANCELLED) for t in workflow.tasks
-            ),
+            can_retry=any(t.state in FAILED_STATES for t in workflow.tasks),
             can_cancel=workflow.state == "running",
         )
 

@@ -37,7 +37,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from riverboat._insert import validate_kind, validate_queue
-from riverboat._job import InsertOpts, JobRow, JobState
+from riverboat._job import FAILED_STATES, InsertOpts, JobRow, JobState
 from riverboat.contrib.django.settings import get_client
 from riverboat.errors import InvalidInputError, NotFoundError
 from riverboat.runtime.worker import (
@@ -75,7 +75,6 @@ PRIORITY_KEY = "django_task_priority"
 _READY_STATES = frozenset(
     {JobState.AVAILABLE, JobState.SCHEDULED, JobState.PENDING, JobState.RETRYABLE}
 )
-_FAILED_STATES = frozenset({JobState.CANCELLED, JobState.DISCARDED})
 
 
 def django_priority_to_river(priority: int) -> int:
@@ -121,7 +120,7 @@ def _status(row: JobRow) -> Any:
         return TaskResultStatus.RUNNING
     if row.state == JobState.COMPLETED:
         return TaskResultStatus.SUCCESSFUL
-    if row.state in _FAILED_STATES:
+    if row.state in FAILED_STATES:
         return TaskResultStatus.FAILED
     return TaskResultStatus.READY
 
