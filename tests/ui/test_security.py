@@ -332,13 +332,11 @@ def test_a_job_with_megabytes_of_args_is_previewed_without_decoding(
     """The list previews 90 characters of each job's args: args past 16 KiB are cut from
     their stored text (Go's escapes of <, > and & undone), not decoded and re-encoded
     whole at every refresh."""
-    from riverboat.ui.app import ARGS_PREVIEW_DECODE_MAX
+    from riverboat.dialect._rows import PREVIEW_ARGS_MAX
 
     with seeded.client() as client:
-        big = client.insert(
-            {"a": "<b>", "blob": "y" * (4 * ARGS_PREVIEW_DECODE_MAX)}, kind="big_args"
-        ).job
-    assert len(big.encoded_args) > ARGS_PREVIEW_DECODE_MAX
+        big = client.insert({"a": "<b>", "blob": "y" * (4 * PREVIEW_ARGS_MAX)}, kind="big_args").job
+    assert len(big.encoded_args) > PREVIEW_ARGS_MAX
     status, _, text = Http(serve(create_app(seeded.url, schema=seeded.schema)).url).request(
         "GET", "/jobs?state=available&kind=big_args"
     )

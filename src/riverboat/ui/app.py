@@ -182,11 +182,6 @@ def _pretty_json(value: Any) -> str:
             return "(nested too deeply to show)"
 
 
-# Args longer than this are previewed from their stored text, not decoded: a list of
-# jobs carrying megabytes of args each decoded and re-encoded them all, at every refresh,
-# to show 90 characters. The list reads its rows with job_list(preview=True), which cuts
-# such args there.
-ARGS_PREVIEW_DECODE_MAX = PREVIEW_ARGS_MAX
 _GO_HTML_ESCAPES = (("\\u003c", "<"), ("\\u003e", ">"), ("\\u0026", "&"))
 
 
@@ -194,7 +189,10 @@ def _args_preview(job: JobRow, width: int = 90) -> str:
     """One line of a job's args for the list: decoded and re-encoded compactly (the stored
     text escapes <, > and & as Go does, which is unreadable)."""
     raw = job.encoded_args
-    if len(raw) > ARGS_PREVIEW_DECODE_MAX:
+    # Past PREVIEW_ARGS_MAX, args were cut by job_list(preview=True) (no longer JSON), or
+    # are megabytes a full row carries: previewed from their stored text, not decoded and
+    # re-encoded whole to show 90 characters at every refresh.
+    if len(raw) > PREVIEW_ARGS_MAX:
         text = raw[: width * 8]
         for escaped, plain in _GO_HTML_ESCAPES:
             text = text.replace(escaped, plain)
