@@ -159,7 +159,11 @@ async def test_overrunning_sync_job_is_never_rescued_while_its_client_lives(
         job_timeout=0.2,
         maintenance=maintenance,
         heartbeat_interval=0.1,
-        dead_after=1.0,
+        # Alive beyond doubt: with 1 s, one heartbeat held up past a second on the loaded
+        # CI machine let the rescuer take the client for dead and rescue the job (its
+        # completion then reported the stored retryable row: JOB_FAILED). The rescuer's
+        # rule still finds the job stuck after 0.3 s; only the registry's answer counts.
+        dead_after=5.0,
     )
     slow = (await client.insert({}, kind="overrun")).job
     sub = client.subscribe(EventKind.JOB_COMPLETED, EventKind.JOB_FAILED)
