@@ -76,6 +76,16 @@ async def test_one_second_schedule_enqueues_once_per_tick_across_three_clients(
     assert watch.max_concurrent == 1
 
 
+# The enqueuers below see this fixed now: 2.5 minutes before a 5-minute boundary, so 30 s
+# from any minute's. Interval ticks are aligned to the epoch (River's too), and with the
+# process's clock a test's "due a second ago" had its next tick due as well whenever a
+# minute began in that second: one run too many, in five tests at once.
+_STARTED = datetime.now(UTC)
+FROZEN_NOW = _STARTED.replace(
+    minute=_STARTED.minute - _STARTED.minute % 5, second=0, microsecond=0
+) - timedelta(seconds=150)
+
+
 def _enqueuer(driver: AsyncPsycopgDriver, client_id: str, jobs: list[PeriodicJob]) -> Any:
     ctx = MaintenanceContext(
         driver=driver,
@@ -85,6 +95,7 @@ def _enqueuer(driver: AsyncPsycopgDriver, client_id: str, jobs: list[PeriodicJob
         retry_policy=RetryPolicy(),
         job_timeout=60.0,
     )
+    ctx.clock.set(lambda: FROZEN_NOW)
     return PeriodicJobEnqueuer(ctx, jobs)
 
 
@@ -98,7 +109,7 @@ async def test_two_leaders_on_the_same_tick_insert_it_once(
     ]
     first = _enqueuer(apg_driver, "old-leader", jobs)
     second = _enqueuer(apg_driver, "new-leader", jobs)
-    tick = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
+    tick = FROZEN_NOW - timedelta(seconds=1)
     for enqueuer in (first, second):
         await enqueuer.on_start()
         await enqueuer.run_once()  # the stored times read: nothing due yet
@@ -152,13 +163,13 @@ async def test_a_failing_custom_schedule_stops_only_its_own_runs(
     steady, custom = enqueuer._entries
     assert custom.next_run_at is None and custom.schedule_retry_at is not None
     asked = failing.calls
-    steady.next_run_at = datetime.now(UTC) - timedelta(seconds=1)
+    steady.next_run_at = FROZEN_NOW - timedelta(seconds=1)
     await enqueuer.run_once()
     assert enqueuer.inserted == 1
     assert failing.calls == asked  # not asked again before its retry time
     # Mended, and its retry time come: asked again, and runs at its next tick.
     failing.fixed = True
-    custom.schedule_retry_at = now = datetime.now(UTC) - timedelta(seconds=1)
+    custom.schedule_retry_at = now = FROZEN_NOW - timedelta(seconds=1)
     assert enqueuer.next_delay() == 0.0
     await enqueuer.run_once()
     assert enqueuer.inserted == 1 and custom.schedule_retry_at is None
@@ -197,7 +208,7 @@ async def test_a_constructor_that_hangs_skips_only_its_own_runs(
     await enqueuer.on_start()
     await enqueuer.run_once()  # the stored times read
     steady, hung = enqueuer._entries
-    due = datetime.now(UTC) - timedelta(seconds=1)
+    due = FROZEN_NOW - timedelta(seconds=1)
     steady.next_run_at = hung.next_run_at = due
     await enqueuer.run_once()  # hangs waits out its timeout; steady is inserted
     assert (enqueuer.inserted, calls) == (1, [1])

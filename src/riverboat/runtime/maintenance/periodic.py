@@ -259,7 +259,9 @@ class ConstructorTimeout(Exception):
     """A periodic job's constructor did not return within CONSTRUCTOR_TIMEOUT."""
 
 
-_SLOW = f"its constructor did not return within {CONSTRUCTOR_TIMEOUT:g}s"
+def _too_slow() -> ConstructorTimeout:
+    # Read when raised: the limit is a module setting (tests lower it).
+    return ConstructorTimeout(f"its constructor did not return within {CONSTRUCTOR_TIMEOUT:g}s")
 
 
 async def _construct(
@@ -301,7 +303,7 @@ async def _construct(
         except TimeoutError:
             if future.done():
                 raise  # the constructor's own
-            raise ConstructorTimeout(_SLOW) from None
+            raise _too_slow() from None
     if inspect.isawaitable(made):
         made = await _within(made)
     return made
@@ -315,7 +317,7 @@ async def _within(awaitable: Any) -> Any:
             return await awaitable
     except TimeoutError:
         if limit.expired():
-            raise ConstructorTimeout(_SLOW) from None
+            raise _too_slow() from None
         raise  # the constructor's own
 
 
