@@ -16,7 +16,7 @@ from riverboat.dialect._part import DialectPart
 # against 50 ms along the primary key).
 WORKFLOW_LIST_WINDOW = 10_000
 
-__all__ = ["Patch", "PendingTask", "WorkflowStatements"]
+__all__ = ["Patch", "PendingTask", "WorkflowStatements", "workflow_retry_sql"]
 
 # One task's links for workflow_link: its id, its dependency ids (None: keep them) and
 # the dependents to append.
@@ -29,6 +29,28 @@ class PendingTask(NamedTuple):
     id: int
     dep_ids: tuple[int, ...]
     runs_after_failure: bool  # its policy is "run": a failed dependency does not cancel it
+
+
+def workflow_retry_sql(
+    *, retried_state: str, retried_metadata: str, now: str, in_workflow: str, columns: str
+) -> str:
+    """Retry a workflow's discarded and cancelled tasks: those without dependencies
+    become available, the others pending (the client then promotes those whose
+    dependencies are all completed), so the tasks a failure cancelled wait for it again.
+    An exhausted task gets one more attempt. Each dialect brings its own spelling of
+    the state, the metadata clean-up, now, the workflow filter and the columns."""
+    return f"""
+UPDATE <schema>river_job
+SET state = {retried_state},
+    max_attempts = CASE WHEN river_job.attempt >= river_job.max_attempts
+                        THEN river_job.attempt + 1 ELSE river_job.max_attempts END,
+    finalized_at = NULL,
+    scheduled_at = {now},
+    metadata = {retried_metadata}
+WHERE {in_workflow}
+  AND state IN ('cancelled', 'discarded')
+RETURNING {columns}
+"""
 
 
 def _ids_from_json_text(text: str | None) -> tuple[int, ...] | None:

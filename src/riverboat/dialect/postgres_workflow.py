@@ -14,7 +14,12 @@ from typing import ClassVar
 
 from riverboat._sql import Statement, render_schema
 from riverboat.dialect._pg_common import CHANNEL, job_columns
-from riverboat.dialect._workflow_common import WORKFLOW_LIST_WINDOW, Patch, WorkflowStatements
+from riverboat.dialect._workflow_common import (
+    WORKFLOW_LIST_WINDOW,
+    Patch,
+    WorkflowStatements,
+    workflow_retry_sql,
+)
 
 __all__ = ["PostgresWorkflow"]
 
@@ -328,28 +333,20 @@ WHERE {_IN_WORKFLOW} AND state NOT IN ('completed', 'cancelled', 'discarded')
 LIMIT 1
 """
 
-# Retry a workflow's discarded and cancelled tasks: those without dependencies become
-# available, the others pending (the client then promotes those whose dependencies are
-# all completed), so the tasks a failure cancelled wait for it again.
-QUERIES["workflow_retry"] = f"""
-UPDATE <schema>river_job
-SET state = {RETRIED_STATE},
-    max_attempts = CASE WHEN river_job.attempt >= river_job.max_attempts
-                        THEN river_job.attempt + 1 ELSE river_job.max_attempts END,
-    finalized_at = NULL,
-    scheduled_at = now(),
-    metadata = {RETRIED_METADATA}
-WHERE metadata @> jsonb_build_object('{_KEY}', jsonb_build_object('id', :workflow_id::text))
-  AND state IN ('cancelled', 'discarded')
-RETURNING {job_columns()}
-"""
+QUERIES["workflow_retry"] = workflow_retry_sql(
+    retried_state=RETRIED_STATE,
+    retried_metadata=RETRIED_METADATA,
+    now="now()",
+    in_workflow=_IN_WORKFLOW,
+    columns=job_columns(),
+)
 
 # Cancel a workflow: every task not yet finalized or running is cancelled now; running
 # ones get River's cancel_attempted_at and their producers are told (as job_cancel does).
 QUERIES["workflow_cancel"] = f"""
 WITH targets AS (
     SELECT id, state, queue FROM <schema>river_job
-    WHERE metadata @> jsonb_build_object('{_KEY}', jsonb_build_object('id', :workflow_id::text))
+    WHERE {_IN_WORKFLOW}
       AND state NOT IN ('cancelled', 'completed', 'discarded')
     FOR UPDATE
 ),

@@ -18,7 +18,12 @@ from typing import ClassVar
 
 from riverboat._sql import Statement
 from riverboat.dialect._sqlite_common import NOW, job_columns
-from riverboat.dialect._workflow_common import WORKFLOW_LIST_WINDOW, Patch, WorkflowStatements
+from riverboat.dialect._workflow_common import (
+    WORKFLOW_LIST_WINDOW,
+    Patch,
+    WorkflowStatements,
+    workflow_retry_sql,
+)
 
 __all__ = ["SqliteWorkflow"]
 
@@ -222,18 +227,13 @@ WHERE id >= :min_id AND {WORKFLOW_ID} = :workflow_id
 LIMIT 1
 """
 
-QUERIES["workflow_retry"] = f"""
-UPDATE <schema>river_job
-SET state = {RETRIED_STATE},
-    max_attempts = CASE WHEN river_job.attempt >= river_job.max_attempts
-                        THEN river_job.attempt + 1 ELSE river_job.max_attempts END,
-    finalized_at = NULL,
-    scheduled_at = {NOW},
-    metadata = {RETRIED_METADATA}
-WHERE {WORKFLOW_ID} = :workflow_id
-  AND state IN ('cancelled', 'discarded')
-RETURNING {job_columns()}
-"""
+QUERIES["workflow_retry"] = workflow_retry_sql(
+    retried_state=RETRIED_STATE,
+    retried_metadata=RETRIED_METADATA,
+    now=NOW,
+    in_workflow=f"{WORKFLOW_ID} = :workflow_id",
+    columns=job_columns(),
+)
 
 QUERIES["workflow_cancel"] = f"""
 UPDATE <schema>river_job

@@ -771,6 +771,7 @@ class AsyncPsycopgDriver(
             raise _translate(exc) from exc
 
     def wrap(self, conn: Any) -> _AsyncExecutor:
+        """An executor over the caller's async connection; their transaction stays theirs."""
         psycopg = _import_psycopg()
         if not isinstance(conn, psycopg.AsyncConnection):
             raise TypeError(f"expected a psycopg.AsyncConnection, got {type(conn).__name__}")
@@ -780,6 +781,7 @@ class AsyncPsycopgDriver(
         psycopg = _import_psycopg()
         async with self._lease() as conn:
             try:
+                # Client-side binding: the simple protocol, so several statements go at once.
                 async with psycopg.AsyncClientCursor(conn) as cur:
                     await cur.execute(sql)
             except psycopg.Error as exc:
