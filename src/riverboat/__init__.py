@@ -2,7 +2,7 @@
 
 import logging as _logging
 
-from riverboat import _admin
+from riverboat import _admin, workflow
 from riverboat._admin import *  # noqa: F403 (its __all__ joins ours below)
 from riverboat._fleet import WorkerInfo, WorkerQueue
 from riverboat._job import (
@@ -50,14 +50,7 @@ from riverboat.runtime.worker import (
     record_output,
     set_metadata,
 )
-from riverboat.workflow import (
-    Workflow,
-    WorkflowInfo,
-    WorkflowSummary,
-    WorkflowTask,
-    WorkflowTaskInfo,
-    dep_outputs,
-)
+from riverboat.workflow import *  # noqa: F403 (its __all__ joins ours below)
 
 __all__ = [
     "NEVER",
@@ -108,17 +101,13 @@ __all__ = [
     "WorkerInfo",
     "WorkerQueue",
     "Workers",
-    "Workflow",
-    "WorkflowInfo",
-    "WorkflowSummary",
-    "WorkflowTask",
-    "WorkflowTaskInfo",
-    "dep_outputs",
     "record_output",
     "set_metadata",
 ]
-# The admin's option and result types are public: riverboat._admin lists them.
+# The admin's option and result types are public, and so is the workflow API: their
+# modules list them.
 __all__ += _admin.__all__
+__all__ += workflow.__all__
 
 __version__ = "0.1.0"
 

@@ -46,8 +46,9 @@ from riverboat.errors import InvalidInputError
 if TYPE_CHECKING:
     from riverboat._insert import InsertParams
 
+# The public part, which the package exports (riverboat/__init__.py); the metadata key and
+# the helpers below are riverboat's own.
 __all__ = [
-    "WORKFLOW_METADATA_KEY",
     "OnDepFailure",
     "Workflow",
     "WorkflowInfo",
@@ -55,7 +56,6 @@ __all__ = [
     "WorkflowTask",
     "WorkflowTaskInfo",
     "dep_outputs",
-    "workflow_meta",
 ]
 
 WORKFLOW_METADATA_KEY = "riverboat_workflow"

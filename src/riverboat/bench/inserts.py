@@ -38,6 +38,9 @@ ROUNDS = 4
 
 @dataclass(slots=True)
 class InsertFigure(Figures):
+    """One insert path's rate and client CPU per job, beside the same rows written by
+    its raw-SQL floor (``floor``) and the ratio of the two."""
+
     name: str
     jobs: int
     jobs_per_sec: float

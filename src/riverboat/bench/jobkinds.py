@@ -26,6 +26,9 @@ ROUNDS = 2
 
 @dataclass(slots=True)
 class JobKindFigure(Figures):
+    """Jobs/s of one kind of job (``name``) at ``max_workers``, against the figure
+    named in ``compared_to``."""
+
     name: str
     max_workers: int
     jobs: int

@@ -59,6 +59,9 @@ RUN_LIMIT = 15.0
 
 @dataclass(slots=True)
 class RiverFigure(Figures):
+    """One client (riverboat or River, ``name``) working the backlog: its rate, the
+    client process's CPU per job and the server's when the server is local."""
+
     name: str
     max_workers: int
     jobs: int

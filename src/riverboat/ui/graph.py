@@ -36,15 +36,17 @@ _ATTENTION = {
     JobState.COMPLETED: 5,
 }
 
-NODE_WIDTH = 170
-NODE_HEIGHT = 44
-COLUMN_GAP = 70
-ROW_GAP = 16
+# The drawing's sizes, in SVG pixels: a task's box, the gaps between columns and between
+# boxes of a column, and the margin around the whole graph.
+NODE_WIDTH, NODE_HEIGHT = 170, 44
+COLUMN_GAP, ROW_GAP = 70, 16
 MARGIN = 10
 
 
 @dataclass(slots=True, frozen=True)
 class Node:
+    """One task's box, its top left corner at (``x``, ``y``)."""
+
     task: WorkflowTaskInfo
     x: int
     y: int
@@ -52,6 +54,9 @@ class Node:
 
 @dataclass(slots=True, frozen=True)
 class Edge:
+    """A dependency's arrow: from the right side of the dependency's box (``x1``, ``y1``)
+    to the left side of its dependent's (``x2``, ``y2``)."""
+
     x1: int
     y1: int
     x2: int

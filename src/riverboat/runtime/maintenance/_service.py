@@ -63,6 +63,10 @@ class MaintenanceContext:
 
 @dataclass(slots=True)
 class ServiceStats:
+    """One maintenance service's runs so far. ``consecutive_errors`` sets the error
+    backoff; ``wakes_ignored`` counts the wake-ups that came during a backoff, which
+    they may not cut short."""
+
     runs: int = 0
     successes: int = 0
     errors: int = 0
