@@ -94,6 +94,35 @@ async def test_a_misspelt_option_fails_when_the_async_client_is_built(
         assert "did you mean" in str(info.value)
 
 
+# Values of the right name but the wrong kind: each fails when the client is built,
+# naming its field, as River's NewClient returns an error. The sync client checked its
+# runtime's options only at start(), and a list of queues or a dict for maintenance was
+# a Python error from inside either client.
+_BAD_VALUES: list[tuple[str, dict[str, Any]]] = [
+    ("queues", {"queues": ["default"]}),
+    ("queues['default'].max_workers", {"queues": {"default": QueueConfig(max_workers=0)}}),
+    ("queues['Bad Name']", {"queues": {"Bad Name": QueueConfig()}}),
+    ("maintenance", {"maintenance": {"cleaner_interval": 5}}),
+    ("retry_policy", {"retry_policy": 3}),
+    ("soft_stop_timeout", {"soft_stop_timeout": -5}),
+    ("dead_after", {"dead_after": 0.0}),
+    ("fetch_cooldown", {"fetch_cooldown": float("nan")}),
+]
+
+
+@pytest.mark.parametrize("make", ["Client", "AsyncClient"])
+@pytest.mark.parametrize(("field", "options"), _BAD_VALUES, ids=[f for f, _ in _BAD_VALUES])
+async def test_a_bad_option_value_fails_when_either_client_is_built(
+    db: tuple[str, str | None], make: str, field: str, options: dict[str, Any]
+) -> None:
+    url, schema = db
+    with pytest.raises(InvalidInputError) as info:
+        getattr(riverboat, make)(
+            url, schema=schema, **{"queues": {"default": QueueConfig()}, **options}
+        )
+    assert info.value.field == field
+
+
 def _runtime_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "riverboat-runtime"]
 

@@ -114,9 +114,42 @@ class ClientOptions(TypedDict, total=False):
 _CLIENT_OPTIONS = ClientOptions.__optional_keys__
 
 
+def _check_queues(queues: object) -> None:
+    if queues is not None and not isinstance(queues, Mapping):
+        raise InvalidInputError("queues", "must be a dict of queue name to riverboat.QueueConfig")
+
+
+def _runtime_config(options: ClientOptions, core: _ClientCore) -> RuntimeConfig:
+    """The worker runtime's settings from a client's options (both clients: the async
+    one runs them, the sync one checks them when made and hands the options to the
+    AsyncClient it embeds at start)."""
+    workers = options.get("workers")
+    return RuntimeConfig(
+        queues=dict(options.get("queues") or {}),
+        workers=workers if workers is not None else Workers(),
+        fetch_cooldown=options.get("fetch_cooldown"),
+        fetch_poll_interval=options.get("fetch_poll_interval", 1.0),
+        job_timeout=options.get("job_timeout", 60.0),
+        poll_only=options.get("poll_only", False),
+        leader_election=options.get("leader_election", True),
+        fetch_only_known_kinds=options.get("fetch_only_known_kinds", False),
+        retry_policy=options.get("retry_policy") or RetryPolicy(),
+        maintenance=options.get("maintenance"),
+        periodic_jobs=list(options.get("periodic_jobs", ())),
+        insert_defaults=core.defaults,
+        notify_limiter=core.limiter,
+        middleware=core.middleware,
+        soft_stop_timeout=options.get("soft_stop_timeout", DEFAULT_SOFT_STOP_TIMEOUT),
+        db_call_timeout=options.get("db_call_timeout", DEFAULT_CALL_TIMEOUT),
+        heartbeat_interval=options.get("heartbeat_interval", HEARTBEAT_INTERVAL),
+        dead_after=options.get("dead_after", DEAD_AFTER),
+    )
+
+
 def _core_for(
     driver: Driver | AsyncDriver | str, options: ClientOptions, *, want_async: bool
 ) -> _ClientCore:
+    _check_queues(options.get("queues"))
     core = _ClientCore(
         driver,
         options.get("schema"),
@@ -149,6 +182,9 @@ class Client(ClientBase):
         self.driver = cast("Driver", self._core.driver)
         self._embedded: _Embedded | None = None
         if queues := options.get("queues"):
+            # Checked now, as the AsyncClient checks its own; the runtime is built at
+            # start(), on its thread.
+            _runtime_config(options, self._core).validate()
             # The embedded runtime's own AsyncClient, on the driver's async twin; it
             # shares this client's id and middleware instances.
             embedded_options: ClientOptions = {
@@ -275,31 +311,9 @@ class AsyncClient(AsyncClientBase):
         self.driver = cast("AsyncDriver", self._core.driver)
         self._runtime: Runtime | None = None
         workers = options.get("workers")
-        if queues := options.get("queues"):
+        if options.get("queues"):
             self._runtime = Runtime(
-                self.driver,
-                self._core.id,
-                RuntimeConfig(
-                    queues=dict(queues),
-                    workers=workers if workers is not None else Workers(),
-                    fetch_cooldown=options.get("fetch_cooldown"),
-                    fetch_poll_interval=options.get("fetch_poll_interval", 1.0),
-                    job_timeout=options.get("job_timeout", 60.0),
-                    poll_only=options.get("poll_only", False),
-                    leader_election=options.get("leader_election", True),
-                    fetch_only_known_kinds=options.get("fetch_only_known_kinds", False),
-                    retry_policy=options.get("retry_policy") or RetryPolicy(),
-                    maintenance=options.get("maintenance"),
-                    periodic_jobs=list(options.get("periodic_jobs", ())),
-                    insert_defaults=self._core.defaults,
-                    notify_limiter=self._core.limiter,
-                    middleware=self._core.middleware,
-                    soft_stop_timeout=options.get("soft_stop_timeout", DEFAULT_SOFT_STOP_TIMEOUT),
-                    db_call_timeout=options.get("db_call_timeout", DEFAULT_CALL_TIMEOUT),
-                    heartbeat_interval=options.get("heartbeat_interval", HEARTBEAT_INTERVAL),
-                    dead_after=options.get("dead_after", DEAD_AFTER),
-                ),
-                self._core.clock,
+                self.driver, self._core.id, _runtime_config(options, self._core), self._core.clock
             )
             self._runtime.on_start.append(self._core.middleware.on_start)
         elif workers is not None and not isinstance(workers, Workers):

@@ -120,8 +120,19 @@ class RuntimeConfig:
     dead_after: float = DEAD_AFTER
 
     def validate(self) -> None:
+        """Every option checked, before the client is used: River's NewClient refuses
+        a bad config the same way, and here a wrong type surfaced at start() as a
+        Python error from deep inside (``queues`` as a list, ``maintenance`` as a dict)."""
+        from riverboat.runtime.maintenance.config import MaintenanceConfig
+
         if not isinstance(self.workers, Workers):
             raise InvalidInputError("workers", "must be a riverboat.Workers registry")
+        if self.maintenance is not None and not isinstance(self.maintenance, MaintenanceConfig):
+            raise InvalidInputError("maintenance", "must be a riverboat.MaintenanceConfig")
+        if not callable(getattr(self.retry_policy, "next_retry", None)):
+            raise InvalidInputError(
+                "retry_policy", "must be a riverboat.RetryPolicy (an object with next_retry)"
+            )
         for name, cfg in self.queues.items():
             validate_queue(name, f"queues[{name!r}]")
             if not isinstance(cfg, QueueConfig):
@@ -448,8 +459,6 @@ class Runtime:
 
         cfg = self.config
         mcfg = cfg.maintenance if cfg.maintenance is not None else MaintenanceConfig()
-        if not isinstance(mcfg, MaintenanceConfig):
-            raise InvalidInputError("maintenance", "must be a riverboat.MaintenanceConfig")
         ctx = MaintenanceContext(
             driver=self.driver,
             client_id=self.client_id,
