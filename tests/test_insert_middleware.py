@@ -10,13 +10,13 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, ClassVar
 
 import pytest
 
 import riverboat
 from riverboat import (
+    NEVER,
     AsyncClient,
     Client,
     InsertManyParams,
@@ -227,7 +227,9 @@ async def test_periodic_runs_pass_through_the_batch_middleware(any_db: Db) -> No
         workers=workers,
         middleware=[mw],
         periodic_jobs=[
-            PeriodicJob(timedelta(hours=1), lambda: Report(1), run_on_start=True, id="nightly")
+            # NEVER: the run on start only; an hourly schedule also ran its tick (a second
+            # batch, or two jobs in this one) when an hour began as the leader started.
+            PeriodicJob(NEVER, lambda: Report(1), run_on_start=True, id="nightly")
         ],
         fetch_poll_interval=0.1,
         maintenance=riverboat.MaintenanceConfig(start_jitter=0.0),

@@ -11,7 +11,7 @@ import json
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -40,6 +40,7 @@ from riverboat.runtime.maintenance import MaintenanceContext
 from riverboat.runtime.maintenance.periodic import PeriodicJobEnqueuer
 from riverboat.runtime.outcomes import RetryPolicy
 from riverboat.testing import work_job
+from tests.clocks import FAR_FROM_TICKS
 from tests.leadership._helpers import default_workers, elector_of, fast_maintenance
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
@@ -188,6 +189,7 @@ def _enqueuer(client: AsyncClient, jobs: list[PeriodicJob]) -> PeriodicJobEnqueu
         middleware=client._core.middleware,
         notify_limiter=client._core.limiter,
     )
+    ctx.clock.set(lambda: FAR_FROM_TICKS)
     return PeriodicJobEnqueuer(ctx, jobs)
 
 
@@ -204,7 +206,7 @@ async def test_periodic_twins_in_one_run_insert_once(any_db: Db) -> None:  # noq
     async with AsyncClient(any_db.url, schema=any_db.schema) as client:
         same = [PeriodicJob(60, _with_kind({"n": 1})) for _ in range(2)]
         enqueuer = _enqueuer(client, same)
-        await _run_due(enqueuer, datetime.now(UTC).replace(microsecond=0))
+        await _run_due(enqueuer, FAR_FROM_TICKS)
         assert (enqueuer.inserted, enqueuer.skipped_duplicates) == (1, 1)
     assert any_db.execute("SELECT count(*) FROM river_job") == [(1,)]
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 import riverboat
 from riverboat import MaintenanceConfig, PeriodicJob, QueueConfig, Workers
+from riverboat.testing import use_test_config
 from tests.runtime.dbs import Db, any_db  # noqa: F401  (the fixture)
 from tests.waiting import wait_until_async
 
@@ -46,6 +48,12 @@ async def test_list_and_forget(any_db: Db) -> None:  # noqa: F811
             )
         ],
     )
+    # The leader's clock, fixed at half past an hour about half a day ahead: its 09:00 tick
+    # is at least 30 minutes after that, so never run during the test, and the CLI (on the
+    # real clock) always shows it ahead. On the real clock a test started just before 09:00
+    # in Paris stored a last run, or listed the next one as "ago".
+    ahead = (datetime.now(UTC) + timedelta(hours=12)).replace(minute=30, second=0, microsecond=0)
+    use_test_config(client, clock=lambda: ahead)
     async with client:
         await client.start()
 

@@ -135,7 +135,7 @@ async def test_a_periodic_constructor_may_use_the_orm(dj: str, pg_url: str, pg_s
         AsyncPsycopgDriver(pg_url, schema=pg_schema),
         queues={"default": QueueConfig(max_workers=2)},
         workers=jobs.workers,
-        periodic_jobs=[riverboat.PeriodicJob(3600, bump_periodic, run_on_start=True)],
+        periodic_jobs=[riverboat.PeriodicJob(riverboat.NEVER, bump_periodic, run_on_start=True)],
     )
     sub = client.subscribe(EventKind.JOB_COMPLETED)
     await client.start()

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from riverboat import (
+    NEVER,
     InsertOpts,
     InvalidInputError,
     MissingDependencyError,
@@ -21,6 +22,7 @@ from riverboat import (
 from riverboat.drivers.psycopg import AsyncPsycopgDriver
 from riverboat.runtime.maintenance import MaintenanceContext
 from riverboat.runtime.maintenance.periodic import PeriodicJobEnqueuer
+from tests.clocks import FAR_FROM_TICKS
 from tests.leadership._helpers import (
     LeaderWatch,
     TickArgs,
@@ -76,17 +78,8 @@ async def test_one_second_schedule_enqueues_once_per_tick_across_three_clients(
     assert watch.max_concurrent == 1
 
 
-# The enqueuers below see this fixed now: 2.5 minutes before a 5-minute boundary, so 30 s
-# from any minute's. Interval ticks are aligned to the epoch (River's too), and with the
-# process's clock a test's "due a second ago" had its next tick due as well whenever a
-# minute began in that second: one run too many, in five tests at once.
-_STARTED = datetime.now(UTC)
-FROZEN_NOW = _STARTED.replace(
-    minute=_STARTED.minute - _STARTED.minute % 5, second=0, microsecond=0
-) - timedelta(seconds=150)
-
-
 def _enqueuer(driver: AsyncPsycopgDriver, client_id: str, jobs: list[PeriodicJob]) -> Any:
+    """An enqueuer whose clock stays at FAR_FROM_TICKS (tests/clocks.py)."""
     ctx = MaintenanceContext(
         driver=driver,
         client_id=client_id,
@@ -95,7 +88,7 @@ def _enqueuer(driver: AsyncPsycopgDriver, client_id: str, jobs: list[PeriodicJob
         retry_policy=RetryPolicy(),
         job_timeout=60.0,
     )
-    ctx.clock.set(lambda: FROZEN_NOW)
+    ctx.clock.set(lambda: FAR_FROM_TICKS)
     return PeriodicJobEnqueuer(ctx, jobs)
 
 
@@ -109,7 +102,7 @@ async def test_two_leaders_on_the_same_tick_insert_it_once(
     ]
     first = _enqueuer(apg_driver, "old-leader", jobs)
     second = _enqueuer(apg_driver, "new-leader", jobs)
-    tick = FROZEN_NOW - timedelta(seconds=1)
+    tick = FAR_FROM_TICKS - timedelta(seconds=1)
     for enqueuer in (first, second):
         await enqueuer.on_start()
         await enqueuer.run_once()  # the stored times read: nothing due yet
@@ -163,13 +156,13 @@ async def test_a_failing_custom_schedule_stops_only_its_own_runs(
     steady, custom = enqueuer._entries
     assert custom.next_run_at is None and custom.schedule_retry_at is not None
     asked = failing.calls
-    steady.next_run_at = FROZEN_NOW - timedelta(seconds=1)
+    steady.next_run_at = FAR_FROM_TICKS - timedelta(seconds=1)
     await enqueuer.run_once()
     assert enqueuer.inserted == 1
     assert failing.calls == asked  # not asked again before its retry time
     # Mended, and its retry time come: asked again, and runs at its next tick.
     failing.fixed = True
-    custom.schedule_retry_at = now = FROZEN_NOW - timedelta(seconds=1)
+    custom.schedule_retry_at = now = FAR_FROM_TICKS - timedelta(seconds=1)
     assert enqueuer.next_delay() == 0.0
     await enqueuer.run_once()
     assert enqueuer.inserted == 1 and custom.schedule_retry_at is None
@@ -208,7 +201,7 @@ async def test_a_constructor_that_hangs_skips_only_its_own_runs(
     await enqueuer.on_start()
     await enqueuer.run_once()  # the stored times read
     steady, hung = enqueuer._entries
-    due = FROZEN_NOW - timedelta(seconds=1)
+    due = FAR_FROM_TICKS - timedelta(seconds=1)
     steady.next_run_at = hung.next_run_at = due
     await enqueuer.run_once()  # hangs waits out its timeout; steady is inserted
     assert (enqueuer.inserted, calls) == (1, [1])
@@ -246,9 +239,11 @@ async def test_run_on_start_and_skipping_constructor(pg_url: str, pg_schema: str
         calls.append(1)
         return None  # skip every run
 
+    # NEVER, not an hourly schedule: an hour beginning within DUE_MARGIN of the first run
+    # added that hour's tick to the run on start (two "boot" rows, maybe() called twice).
     periodic = [
-        PeriodicJob(3600, lambda: TickArgs(n=9), run_on_start=True, id="boot"),
-        PeriodicJob(3600, maybe, run_on_start=True, id="never"),
+        PeriodicJob(NEVER, lambda: TickArgs(n=9), run_on_start=True, id="boot"),
+        PeriodicJob(NEVER, maybe, run_on_start=True, id="never"),
     ]
     client = make_client(pg_url, pg_schema, "starter", periodic_jobs=periodic)
     await _lead_until_the_first_run(client)
@@ -265,9 +260,9 @@ async def test_a_constructor_calling_sys_exit_skips_its_run(pg_url: str, pg_sche
     def exits() -> TickArgs:
         sys.exit(1)
 
-    periodic = [
-        PeriodicJob(3600, exits, run_on_start=True, id="exits"),
-        PeriodicJob(3600, lambda: TickArgs(n=9), run_on_start=True, id="boot"),
+    periodic = [  # NEVER: only the runs on start (see above)
+        PeriodicJob(NEVER, exits, run_on_start=True, id="exits"),
+        PeriodicJob(NEVER, lambda: TickArgs(n=9), run_on_start=True, id="boot"),
     ]
     client = make_client(pg_url, pg_schema, "exiter", periodic_jobs=periodic)
     await _lead_until_the_first_run(client)

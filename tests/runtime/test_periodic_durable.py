@@ -170,12 +170,15 @@ async def test_a_changed_schedule_starts_from_now(any_db: Db, driver: Any) -> No
         lambda: riverboat.InsertManyParams({}, kind="rescheduled"),
         id="reschedule",
     )
-    enqueuer = await _term(driver, [new])
+    now = _mid_minute()
+    enqueuer = await _term(driver, [new], now)
     assert _runs(any_db, "rescheduled") == []  # nothing caught up under the old schedule
     row = (await _stored(driver))["reschedule"]
     assert row.schedule == "CRON_TZ=Europe/Paris 30 9 * * *"
     assert row.next_run_at == enqueuer._entries[0].next_run_at
-    assert row.next_run_at is not None and row.next_run_at > datetime.now(UTC)
+    # After the enqueuer's now, not the process's: run just before 09:30 in Paris, the
+    # tick computed from the fixed now had passed by the time of this line.
+    assert row.next_run_at is not None and row.next_run_at > now
 
 
 @pytest.mark.asyncio
