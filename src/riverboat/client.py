@@ -22,7 +22,7 @@ from riverboat._client_core import (
 )
 from riverboat._client_sync import ClientBase
 from riverboat._clock import Clock
-from riverboat._insert import InsertParams, validate_queue
+from riverboat._insert import InsertParams
 from riverboat._options import check_option_names
 from riverboat.errors import InvalidInputError, NotFoundError
 from riverboat.flow import partition_args_keys
@@ -184,7 +184,8 @@ class Client(ClientBase):
         if queues := options.get("queues"):
             # Checked now, as the AsyncClient checks its own; the runtime is built at
             # start(), on its thread.
-            _runtime_config(options, self._core).validate()
+            settings = _runtime_config(options, self._core)
+            settings.validate()
             # The embedded runtime's own AsyncClient, on the driver's async twin; it
             # shares this client's id and middleware instances.
             embedded_options: ClientOptions = {
@@ -196,6 +197,7 @@ class Client(ClientBase):
             self._embedded = _Embedded(
                 lambda: AsyncClient(self.driver.async_driver(), **embedded_options),
                 self._core.clock,
+                settings,
             )
             self._embedded.base_queues = set(queues)
             self._embedded.periodic = PeriodicJobs(options.get("periodic_jobs", ()))
@@ -448,7 +450,9 @@ def _run_surviving_exits(loop: asyncio.AbstractEventLoop) -> None:
 class _Embedded:
     """An AsyncClient running on its own event loop in a background thread."""
 
-    def __init__(self, factory: Callable[[], AsyncClient], clock: Clock) -> None:
+    def __init__(
+        self, factory: Callable[[], AsyncClient], clock: Clock, settings: RuntimeConfig
+    ) -> None:
         self._factory = factory
         self.client: AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -462,6 +466,9 @@ class _Embedded:
         # Queues added (a config) or removed (None) since construction.
         self.queue_changes: dict[str, QueueConfig | None] = {}
         self.clock = clock  # the sync client's: each runtime it starts shares it
+        # The settings checked when the client was made: queue_add checks against them
+        # while stopped, as the running runtime would.
+        self.settings = settings
 
     def queue_change(self, name: str, config: QueueConfig | None) -> None:
         client = self.client
@@ -476,11 +483,11 @@ class _Embedded:
             if config is None and name not in queues:
                 raise NotFoundError(f"queue {name!r} is not worked by this client")
             if config is not None:
-                validate_queue(name)
+                self.settings.validate_queue_config(
+                    name, config, name_field="queue", where="config"
+                )
                 if name in queues:
                     raise InvalidInputError("queue", f"{name!r} is already worked by this client")
-                if not isinstance(config, QueueConfig):
-                    raise InvalidInputError("config", "must be a riverboat.QueueConfig")
         self.queue_changes[name] = config
 
     def _queues_after_changes(self) -> set[str]:

@@ -107,3 +107,49 @@ def test_sync_client_queue_changes_before_start_and_while_running(any_db: Db) ->
     with riverboat.Client(db.url, schema=db.schema) as insert_only:
         with pytest.raises(InvalidInputError, match="insert-only"):
             insert_only.queue_add("x1", QueueConfig())
+
+
+_BAD_QUEUE_CONFIGS = [
+    ("config.max_workers", QueueConfig(max_workers=0)),
+    ("config.max_workers", QueueConfig(max_workers=10_001)),
+    ("config.fetch_cooldown", QueueConfig(fetch_cooldown=float("nan"))),
+    ("config.executor", QueueConfig(executor="fork")),
+]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("running", [False, True], ids=["stopped", "running"])
+async def test_queue_add_checks_the_settings_as_the_clients_own_queues(
+    any_db: Db,  # noqa: F811
+    running: bool,
+) -> None:
+    """queue_add refuses what the client refuses in its own queues, naming the field,
+    and nothing is added. It checked only the name and the type: max_workers=0 made a
+    producer that never claimed (running) or failed the next start (stopped)."""
+    db = any_db
+    workers = Workers()
+
+    @workers.register("mail")
+    def mail(job: Job[Any]) -> None:
+        pass
+
+    options: dict[str, Any] = {"queues": {"default": QueueConfig()}, "workers": workers}
+    sync = riverboat.Client(db.url, schema=db.schema, **options)
+    async_client = riverboat.AsyncClient(db.url, schema=db.schema, **options)
+    try:
+        if running:
+            sync.start()
+            await async_client.start()
+        for field, config in _BAD_QUEUE_CONFIGS:
+            with pytest.raises(InvalidInputError) as sync_error:
+                sync.queue_add("extra", config)
+            with pytest.raises(InvalidInputError) as async_error:
+                await async_client.queue_add("extra", config)
+            assert sync_error.value.field == async_error.value.field == field
+        # Nothing was added: the name is still free, for a valid config.
+        sync.queue_add("extra", QueueConfig(max_workers=2))
+        await async_client.queue_add("extra", QueueConfig(max_workers=2))
+    finally:
+        sync.close()
+        await async_client.stop()
+        await async_client.close()

@@ -119,10 +119,36 @@ class RuntimeConfig:
     heartbeat_interval: float | None = HEARTBEAT_INTERVAL
     dead_after: float = DEAD_AFTER
 
+    def validate_queue_config(
+        self, name: str, cfg: QueueConfig, *, name_field: str, where: str
+    ) -> None:
+        """One queue's name and settings, for the client's queues and for queue_add
+        (the fields errors name: ``name_field`` for the name, ``where`` for the rest)."""
+        validate_queue(name, name_field)
+        if not isinstance(cfg, QueueConfig):
+            raise InvalidInputError(where, "must be a riverboat.QueueConfig")
+        if self.fetch_only_known_kinds and FlowControl.of(cfg) is not None:
+            # The flow-controlled claim (riverboat.flow) has no kind filter yet.
+            raise InvalidInputError(
+                "fetch_only_known_kinds",
+                f"queue {name!r} has flow control, which can't be combined with it yet",
+            )
+        if (
+            isinstance(cfg.max_workers, bool)
+            or not isinstance(cfg.max_workers, int)
+            or not (1 <= cfg.max_workers <= MAX_WORKERS_LIMIT)
+        ):
+            raise InvalidInputError(f"{where}.max_workers", f"must be 1..{MAX_WORKERS_LIMIT}")
+        for attr in ("fetch_cooldown", "fetch_poll_interval"):
+            value = getattr(cfg, attr)
+            if value is not None and not is_seconds(value, at_least=0.001):
+                raise InvalidInputError(f"{where}.{attr}", "must be ≥ 0.001 s")
+        validate_executor(name, cfg, self.workers, where)
+
     def validate(self) -> None:
-        """Every option checked, before the client is used: River's NewClient refuses
-        a bad config the same way, and here a wrong type surfaced at start() as a
-        Python error from deep inside (``queues`` as a list, ``maintenance`` as a dict)."""
+        """Every option checked when the client is built, as River's NewClient refuses
+        a bad config: a wrong value or type surfaced at start(), or as a Python error
+        from deep inside (``maintenance`` given as a dict)."""
         from riverboat.runtime.maintenance.config import MaintenanceConfig
 
         if not isinstance(self.workers, Workers):
@@ -134,28 +160,8 @@ class RuntimeConfig:
                 "retry_policy", "must be a riverboat.RetryPolicy (an object with next_retry)"
             )
         for name, cfg in self.queues.items():
-            validate_queue(name, f"queues[{name!r}]")
-            if not isinstance(cfg, QueueConfig):
-                raise InvalidInputError(f"queues[{name!r}]", "must be a QueueConfig")
-            if self.fetch_only_known_kinds and FlowControl.of(cfg) is not None:
-                # The flow-controlled claim (riverboat.flow) has no kind filter yet.
-                raise InvalidInputError(
-                    "fetch_only_known_kinds",
-                    f"queue {name!r} has flow control, which can't be combined with it yet",
-                )
-            if (
-                isinstance(cfg.max_workers, bool)
-                or not isinstance(cfg.max_workers, int)
-                or not (1 <= cfg.max_workers <= MAX_WORKERS_LIMIT)
-            ):
-                raise InvalidInputError(
-                    f"queues[{name!r}].max_workers", f"must be 1..{MAX_WORKERS_LIMIT}"
-                )
-            for attr in ("fetch_cooldown", "fetch_poll_interval"):
-                value = getattr(cfg, attr)
-                if value is not None and not is_seconds(value, at_least=0.001):
-                    raise InvalidInputError(f"queues[{name!r}].{attr}", "must be ≥ 0.001 s")
-            validate_executor(name, cfg, self.workers)
+            where = f"queues[{name!r}]"
+            self.validate_queue_config(name, cfg, name_field=where, where=where)
         for kind in self.workers:
             worker = self.workers.get(kind)
             if worker is not None and worker.executor == "process":
@@ -184,11 +190,10 @@ class RuntimeConfig:
 MIN_PROCESS_MEMORY_LIMIT = 64 * 1024 * 1024  # a child's interpreter needs about 30 MiB
 
 
-def validate_executor(name: str, cfg: QueueConfig, workers: Workers) -> None:
+def validate_executor(name: str, cfg: QueueConfig, workers: Workers, where: str) -> None:
     """A queue's executor settings; for a process queue, that a child can import every
     plain def worker that takes the queue's executor (InvalidInputError naming the
     worker otherwise, before the client starts: mark such a worker executor="thread")."""
-    where = f"queues[{name!r}]"
     if cfg.executor not in ("thread", "process"):
         raise InvalidInputError(f"{where}.executor", 'must be "thread" or "process"')
     size = cfg.process_pool_size
@@ -414,10 +419,9 @@ class Runtime:
     # -- queues at runtime (River's client.Queues().Add / Remove) ------------------------
     async def add_queue(self, name: str, qcfg: QueueConfig) -> None:
         """Work ``name`` too: at once when running, from the next start otherwise."""
-        name = validate_queue(name)
-        if not isinstance(qcfg, QueueConfig):
-            raise InvalidInputError("config", "must be a riverboat.QueueConfig")
-        validate_executor(name, qcfg, self.config.workers)
+        # The same checks as the client's own queues (a max_workers of 0 made a producer
+        # that never claimed), naming the argument.
+        self.config.validate_queue_config(name, qcfg, name_field="queue", where="config")
         if name in self.config.queues:
             raise InvalidInputError("queue", f"{name!r} is already worked by this client")
         self.config.queues[name] = qcfg
