@@ -42,3 +42,25 @@ def test_a_module_whose_own_import_fails_keeps_its_traceback(app_dir: Path) -> N
     # The user's module exists; what it imports does not: that traceback is theirs.
     with pytest.raises(ModuleNotFoundError, match="no_such_dependency_xyz"):
         main(["worker", "workerapp_broken:client"])
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--processes", "0"], "--processes: must be 1 to 256"),
+        # A typo started processes until memory ran out.
+        (["--processes", "100000"], "--processes: must be 1 to 256"),
+        # These were a traceback from the metrics server, in every process.
+        (["--metrics-port", "70000"], "--metrics-port: must be a TCP port, 1 to 65535"),
+        (["--metrics-port", "-1"], "--metrics-port: must be a TCP port, 1 to 65535"),
+        (["--metrics-port", "65535", "--processes", "2"], "with PORT+1 at most 65535"),
+    ],
+)
+def test_out_of_range_worker_flags_are_one_line_before_anything_starts(
+    app_dir: Path, flags: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The target is never imported: the flags are refused first.
+    assert main(["worker", "nosuchmod_xyz:client", *flags]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("riverboat: error: ")
+    assert expected in err

@@ -122,3 +122,16 @@ def test_every_address_without_allowed_host_says_which_names_answer(sqlite_url: 
         proc.wait(timeout=10)
         assert proc.stderr is not None
         proc.stderr.close()
+
+
+@pytest.mark.parametrize("port", ["70000", "-1"])
+def test_a_port_out_of_range_is_one_line(
+    sqlite_url: str, port: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It was socket's OverflowError as a traceback.
+    from riverboat.cli import main
+
+    assert main(["ui", "--database-url", sqlite_url, "--port", port]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("riverboat: error: port: must be 0 to 65535 (0: any free port)")

@@ -25,7 +25,9 @@ _ANY_ADDRESS = ("0.0.0.0", "::", "")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_database_options(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    parser.add_argument(
+        "--port", type=int, default=8080, help="port (default 8080; 0: any free port)"
+    )
     parser.add_argument(
         "--read-only", action="store_true", help="hide every action and refuse its POST"
     )
@@ -113,6 +115,9 @@ def _listen(host: str, port: int) -> tuple[socket.socket, str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+    except OverflowError:  # outside 0-65535: socket's own wording, as a traceback
+        sock.close()
+        raise InvalidInputError("port", "must be 0 to 65535 (0: any free port)") from None
     except OSError as exc:
         sock.close()
         raise InvalidInputError("port", f"cannot listen on {host}:{port}: {exc}") from None

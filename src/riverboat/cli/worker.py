@@ -41,11 +41,18 @@ __all__ = ["add_arguments", "load_client", "run"]
 
 log = logging.getLogger("riverboat.worker")
 
+# --processes at most: far past what one machine's cores can use, and a typo (100000)
+# started processes until the machine ran out of memory.
+MAX_PROCESSES = 256
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", metavar="MODULE:ATTR", help="the client (or its factory)")
     parser.add_argument(
-        "--processes", type=int, default=1, help="worker processes to run (default 1)"
+        "--processes",
+        type=int,
+        default=1,
+        help=f"worker processes to run (default 1, at most {MAX_PROCESSES})",
     )
     parser.add_argument(
         "--exit-when-idle",
@@ -280,9 +287,17 @@ def _child(
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.processes < 1:
-        raise InvalidInputError("--processes", "must be at least 1")
+    if not 1 <= args.processes <= MAX_PROCESSES:
+        raise InvalidInputError("--processes", f"must be 1 to {MAX_PROCESSES}")
     metrics_port = getattr(args, "metrics_port", None)  # callers may build their own args
+    if metrics_port is not None and not 1 <= metrics_port <= 65536 - args.processes:
+        # Checked before any process starts: a port out of range was a traceback from
+        # the metrics server, in each process.
+        raise InvalidInputError(
+            "--metrics-port",
+            "must be a TCP port, 1 to 65535"
+            + ("" if args.processes == 1 else f", with PORT+{args.processes - 1} at most 65535"),
+        )
     soft_stop_timeout = getattr(args, "soft_stop_timeout", None)
     if soft_stop_timeout is not None:
         check_soft_stop_timeout(soft_stop_timeout)  # before any process starts
