@@ -138,6 +138,10 @@ def test_bulk_retry_cancel_delete_by_filter(any_db: Db) -> None:  # noqa: F811
     assert refused.stderr.startswith("riverboat: error: filters: give job ids, or filters")
     bad_age = cli(any_db, "retry", "--older-than", "soon")
     assert bad_age.returncode == 2 and "not an age" in bad_age.stderr
+    # Past year 1 it was an OverflowError's traceback.
+    too_old = cli(any_db, "list", "--older-than", "99999999999d")
+    assert too_old.returncode == 2 and "is more than 100 years (36500d)" in too_old.stderr
+    assert cli(any_db, "list", "--older-than", "36500d").returncode == 0
     with riverboat.Client(any_db.url, schema=any_db.schema) as client:
         states = [j.state for j in client.job_list(limit=50, kinds=["charge_card"]).jobs]
     assert states.count(JobState.AVAILABLE) == 4 and len(states) == 4

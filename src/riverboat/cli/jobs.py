@@ -296,12 +296,19 @@ def print_job_detail(job: JobRow) -> None:
             print(_indented(entry.trace.rstrip(), "      "))
 
 
+# The oldest age a filter takes: now minus more went past year 1 (an OverflowError).
+AGE_MAX = timedelta(days=36_500)
+
+
 def parse_age(text: str) -> timedelta:
-    """``30s``, ``15m``, ``2h``, ``7d``, ``1w``."""
+    """``30s``, ``15m``, ``2h``, ``7d``, ``1w``; at most AGE_MAX (100 years)."""
     found = _DURATION_RE.match(text.strip())
     if not found or float(found.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not an age like 30m, 2h or 7d")
-    return timedelta(seconds=float(found.group(1)) * _DURATION_UNIT[found.group(2)])
+    seconds = float(found.group(1)) * _DURATION_UNIT[found.group(2)]
+    if seconds > AGE_MAX.total_seconds():
+        raise argparse.ArgumentTypeError(f"{text!r} is more than 100 years (36500d)")
+    return timedelta(seconds=seconds)
 
 
 def _add_filters(parser: argparse.ArgumentParser, *, bulk: bool = False) -> None:
