@@ -87,6 +87,16 @@ def crash(job: Job[Any]) -> None:
         _leave()
 
 
+def fork(job: Job[Any]) -> None:
+    """Forks a process that outlives the job (until the test kills it: its pid is the
+    output), as a job starting a daemon of its own with os.fork would."""
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(600)
+        os._exit(0)
+    record_output(pid)
+
+
 def hang(job: Job[Any]) -> None:
     """Sleeps ``args["seconds"]`` (default: far longer than any test) on its first
     attempt; later attempts succeed at once."""

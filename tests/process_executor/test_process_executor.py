@@ -24,7 +24,7 @@ from tests.waiting import wait_until_async
 
 pytestmark = pytest.mark.asyncio
 
-KINDS = ("succeed", "fail", "snooze", "cancel", "crash", "hang", "hog", "noop")
+KINDS = ("succeed", "fail", "snooze", "cancel", "crash", "hang", "hog", "noop", "fork")
 
 
 def _workers() -> Workers:
@@ -141,6 +141,27 @@ async def test_a_crashed_child_fails_only_its_job_and_is_replaced(
         assert row.metadata["output"] != first  # the retry ran in a new child
         assert pool.replaced >= 1
         _no_overlap(tmp_path)
+
+
+async def test_a_child_that_forked_is_still_seen_dying(any_db: Db, tmp_path: Path) -> None:
+    """A job forks a process that lives on; the next job in the same child crashes. The
+    forked process held the child's pipes open: the parent saw no EOF, and the crash
+    was reported at the job's timeout as a timeout (never, without one)."""
+    async with _client(any_db, max_workers=1) as client:
+        forked = (await client.insert({}, kind="fork")).job.id
+        await client.start()
+        grandchild = None
+        try:
+            row = await _finished(client, forked, JobState.COMPLETED)
+            grandchild = int(row.metadata["output"])
+            args = {"dir": str(tmp_path), "how": "exit"}
+            crash_id = (await client.insert(args, kind="crash")).job.id
+            row = await _finished(client, crash_id, JobState.COMPLETED)  # retried, then ok
+        finally:
+            if grandchild is not None:
+                os.kill(grandchild, 9)
+            await client.stop()
+        assert row.errors[0].error.endswith(f"working job {crash_id} exited with code 3")
 
 
 async def test_a_hard_timeout_kills_the_child_and_the_job_retries(

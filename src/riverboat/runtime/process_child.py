@@ -267,6 +267,17 @@ def _work(resolver: _Resolver, message: dict[str, Any]) -> dict[str, Any]:
     return {"done": outcome}
 
 
+def _drop_pipes(*fds: int) -> None:
+    """In a process a job forks (``os.fork``, multiprocessing's fork): the protocol pipes'
+    fds point to /dev/null instead. Inherited, they kept the parent's end open after
+    this child died (no EOF), so its death went unseen until the job's timeout (never
+    without one), and the parent could not reap it while the forked process lived."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in fds:
+        os.dup2(null, fd)
+    os.close(null)
+
+
 def main() -> None:
     parent_pid = int(sys.argv[1])
     # Ctrl-C reaches the terminal's whole process group, and systemd (KillMode=
@@ -286,6 +297,7 @@ def main() -> None:
     os.dup2(null, 0)
     os.close(null)
     os.dup2(2, 1)
+    os.register_at_fork(after_in_child=lambda: _drop_pipes(inbox.fileno(), outbox.fileno()))
     hello = read_message(inbox)
     if hello is None:
         return
