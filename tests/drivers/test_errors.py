@@ -3,6 +3,7 @@ migrations never ran on, and a URL the server refuses."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,3 +47,21 @@ async def test_unmigrated_database_says_run_migrate_up(case: DriverCase, bare_en
             assert info.value.__cause__ is not None  # the database's own error, kept
     finally:
         await harness.close()
+
+
+async def test_a_sqlite_file_that_cannot_be_opened_is_named(tmp_path: Path) -> None:
+    """SQLite's own message, "unable to open database file", named neither the file nor
+    why; a directory that doesn't exist (a typo, or %20 in a URL, which is not decoded)
+    is the usual reason."""
+    import riverboat
+
+    missing = tmp_path / "no such dir" / "app.sqlite3"
+    expected = f"cannot open the SQLite file {missing}; its directory {missing.parent} does not"
+    with pytest.raises(DriverError, match=re.escape(expected)) as info:
+        with riverboat.Client(f"sqlite:///{missing}") as client:
+            client.insert({}, kind="probe")
+    assert info.value.__cause__ is not None  # sqlite3's error, kept
+    with pytest.raises(DriverError, match=re.escape(expected)):
+        async with riverboat.AsyncClient(f"sqlite:///{missing}") as async_client:
+            await async_client.insert({}, kind="probe")
+    assert not missing.parent.exists()  # nothing was created on the way

@@ -163,6 +163,19 @@ def _outbox_file(path: str, schema: str | None, attach_path: str | None) -> str 
     return os.path.realpath(file)
 
 
+def _open_failed(exc: BaseException, path: str) -> DriverError:
+    """The error for a file SQLite could not open, naming it: its own message ("unable
+    to open database file") says neither which file nor why."""
+    error = _translate(exc)
+    if path == ":memory:" or path.startswith("file:"):
+        return error
+    folder = os.path.dirname(os.path.abspath(path))
+    why = "" if os.path.isdir(folder) else f"; its directory {folder} does not exist"
+    opened = DriverError(f"cannot open the SQLite file {path}{why} ({error})")
+    opened.__cause__ = exc
+    return opened
+
+
 class _Connection:
     """One SQLite connection with riverboat's pragmas; used from one thread at a time."""
 
@@ -187,7 +200,7 @@ class _Connection:
                 cached_statements=256,
             )
         except self.module.Error as exc:
-            raise _translate(exc) from exc
+            raise _open_failed(exc, path) from exc
         stats.connections_opened += 1
         try:
             self._configure(schema, attach_path, busy_timeout)
