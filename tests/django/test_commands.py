@@ -86,3 +86,27 @@ def test_worker_works_the_configured_queues(dj: str, pg_url: str, pg_schema: str
     assert Counter.objects.get(name="w").n == 3
     states = rows(pg_url, pg_schema, "SELECT state::text, count(*) FROM river_job GROUP BY 1")
     assert states == [("completed", 3)]
+
+
+@pytest.mark.parametrize(
+    ("conf", "expected"),
+    [
+        # Each was a ValueError from dict() or an AttributeError from getattr().
+        ({"QUEUES": ["default", "mail"]}, r"RIVERBOAT\['QUEUES'\]: must be a dict of queue"),
+        ({"CLIENT_OPTIONS": ["job_timeout"]}, r"RIVERBOAT\['CLIENT_OPTIONS'\]: must be a dict"),
+        ({"SCHEMA": 5}, r"RIVERBOAT\['SCHEMA'\]: must be a str"),
+        (
+            {"WORKERS": "tests.django.testapp.jobs:workrs"},
+            r"tests\.django\.testapp\.jobs has no attribute 'workrs'",
+        ),
+        (
+            {"WORKERS": "tests.django.nosuchmodule:workers"},
+            r"no module named 'tests\.django\.nosuch",
+        ),
+    ],
+)
+def test_a_mistyped_setting_is_a_command_error_naming_it(
+    django_configured: str, conf: dict[str, object], expected: str
+) -> None:
+    with override_settings(RIVERBOAT=conf), pytest.raises(CommandError, match=expected):
+        _run("worker", "--exit-when-idle")

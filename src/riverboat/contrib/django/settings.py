@@ -65,6 +65,20 @@ def get_settings() -> RiverboatSettings:
     if unknown:
         raise InvalidInputError("RIVERBOAT", f"unknown keys {sorted(unknown)}")
     queues_raw = raw.get("QUEUES") or {"default": {}}
+    # A list here (QUEUES = ["default", "mail"]) was a ValueError from dict().
+    for key, value, what in (
+        (
+            "QUEUES",
+            queues_raw,
+            "a dict of queue name to QueueConfig fields, an int or a QueueConfig",
+        ),
+        ("CLIENT_OPTIONS", raw.get("CLIENT_OPTIONS") or {}, "a dict of AsyncClient options"),
+    ):
+        if not isinstance(value, Mapping):
+            raise InvalidInputError(f"RIVERBOAT[{key!r}]", f"must be {what}")
+    for key in ("WORKERS", "SCHEMA"):
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise InvalidInputError(f"RIVERBOAT[{key!r}]", "must be a str")
     close = raw.get("CLOSE_CONNECTIONS", "obsolete")
     if close not in ("obsolete", "always"):
         raise InvalidInputError("RIVERBOAT['CLOSE_CONNECTIONS']", "must be 'obsolete' or 'always'")
@@ -116,9 +130,19 @@ def load_object(spec: str, setting: str = "RIVERBOAT['WORKERS']") -> Any:
         module_name, _, attr = spec.rpartition(".")
     if not module_name or not attr:
         raise InvalidInputError(setting, f"{spec!r} must look like package.module:attr")
-    obj: Any = importlib.import_module(module_name)
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if not (module_name == missing or module_name.startswith(missing + ".")):
+            raise  # the module exists; something it imports does not: its own traceback
+        raise InvalidInputError(setting, f"{spec!r}: no module named {missing!r}") from None
+    where = module_name
     for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise InvalidInputError(setting, f"{spec!r}: {where} has no attribute {part!r}")
         obj = getattr(obj, part)
+        where = f"{where}.{part}"
     return obj
 
 
