@@ -85,6 +85,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "_clock",
             "_fleet",
+            "_imports",
             "_insert",
             "_job",
             "_json",

@@ -16,16 +16,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import difflib
-import importlib
 import logging
 import multiprocessing
 import signal
 import sys
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from riverboat._imports import import_attribute
 from riverboat.client import AsyncClient, Client
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.collector import tune_collector
@@ -107,28 +106,12 @@ def load_client(target: str) -> AsyncClient:
         raise InvalidInputError("target", f"{target!r} must look like package.module:attribute")
     if "" not in sys.path:
         sys.path.insert(0, "")  # like `python -m`, find modules in the working directory
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        # A typo in the target is one line; a module that exists but fails on an import
-        # of its own keeps its traceback, which is about the user's code.
-        if exc.name is None or not (module_name + ".").startswith(exc.name + "."):
-            raise
-        raise InvalidInputError(
-            "target",
-            f"no module named {exc.name!r} (from {target}); run the worker from the "
-            "directory that holds it, or check the name",
-        ) from None
-    obj: Any = module
-    path = module_name
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            names = [n for n in dir(obj) if not n.startswith("_")]
-            close = difflib.get_close_matches(part, names, n=3)
-            hint = f"; did you mean {' or '.join(close)}?" if close else ""
-            raise InvalidInputError("target", f"{path} has no attribute {part!r}{hint}")
-        obj = getattr(obj, part)
-        path = f"{path}.{part}"
+    obj = import_attribute(
+        module_name,
+        attr,
+        "target",
+        f" (from {target}); run the worker from the directory that holds it, or check the name",
+    )
     if isinstance(obj, type):
         # Called with no arguments, a class (riverboat.Client itself) raised a TypeError
         # about its own parameters.

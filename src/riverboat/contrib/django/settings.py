@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from riverboat._imports import import_attribute
 from riverboat.client import Client
 from riverboat.drivers.django import DjangoDriver
 from riverboat.errors import InvalidInputError
@@ -130,20 +130,7 @@ def load_object(spec: str, setting: str = "RIVERBOAT['WORKERS']") -> Any:
         module_name, _, attr = spec.rpartition(".")
     if not module_name or not attr:
         raise InvalidInputError(setting, f"{spec!r} must look like package.module:attr")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if not (module_name == missing or module_name.startswith(missing + ".")):
-            raise  # the module exists; something it imports does not: its own traceback
-        raise InvalidInputError(setting, f"{spec!r}: no module named {missing!r}") from None
-    where = module_name
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise InvalidInputError(setting, f"{spec!r}: {where} has no attribute {part!r}")
-        obj = getattr(obj, part)
-        where = f"{where}.{part}"
-    return obj
+    return import_attribute(module_name, attr, setting, f" (from {spec!r})")
 
 
 def _reset(**kwargs: Any) -> None:
