@@ -298,12 +298,8 @@ async def _construct(
         if in_flight is not None:
             in_flight[key] = future
             future.add_done_callback(lambda done: _forget(in_flight, key, done))
-        try:
-            made = await asyncio.wait_for(asyncio.shield(future), CONSTRUCTOR_TIMEOUT)
-        except TimeoutError:
-            if future.done():
-                raise  # the constructor's own
-            raise _too_slow() from None
+        # Shielded: past the limit the thread runs on, its future kept in in_flight.
+        made = await _within(asyncio.shield(future))
     if inspect.isawaitable(made):
         made = await _within(made)
     return made
