@@ -40,8 +40,8 @@ __all__ = ["add_arguments", "load_client", "run"]
 
 log = logging.getLogger("riverboat.worker")
 
-# --processes at most: far past what one machine's cores can use, and a typo (100000)
-# started processes until the machine ran out of memory.
+# --processes at most: far past what one machine's cores can use. A typo (100000) kept
+# starting processes (load average 87 on a 2-core machine before it was stopped).
 MAX_PROCESSES = 256
 
 
