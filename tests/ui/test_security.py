@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import html
 import http.client
+import json
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -367,3 +368,34 @@ def test_a_job_page_shows_at_most_64_kib_of_each_json_block(seeded: SeededDb, se
         assert len(body) < SHOW_JSON_MAX + 200, block
         assert body.endswith(f"`riverboat jobs get {job.id} --json` prints them all)"), block
     assert len(text) < 4 * SHOW_JSON_MAX
+
+
+def test_a_job_page_shows_output_and_logs_once(seeded: SeededDb, serve: Any) -> None:
+    """The output and the logs have blocks of their own; the metadata block names them
+    instead of formatting (maybe megabytes of) them a second time at every refresh."""
+    from riverboat.ui.app import SHOW_JSON_MAX
+
+    with seeded.client() as client:
+        job = client.insert({}, kind="with_output").job
+        client.job_update(
+            job.id,
+            metadata={
+                "output": {"a": "output-marker", "blob": "o" * (2 * SHOW_JSON_MAX)},
+                "river:log": [{"attempt": 1, "log": "log-marker"}],
+                "note": "kept",
+            },
+        )
+    status, _, text = Http(serve(create_app(seeded.url, schema=seeded.schema)).url).request(
+        "GET", f"/jobs/{job.id}"
+    )
+    assert status == 200
+    blocks = dict(re.findall(r'<pre class="json" id="(job-\w+)">([^<]*)</pre>', text))
+    metadata = json.loads(html.unescape(blocks["job-metadata"]))
+    assert metadata == {
+        "note": "kept",
+        "output": "(shown above, under Output)",
+        "river:log": "(shown above, under Logs)",
+    }
+    assert html.unescape(blocks["job-output"]).startswith('{\n  "a": "output-marker"')
+    assert text.count("output-marker") == 1 and text.count("log-marker") == 1
+    assert len(text) < 2 * SHOW_JSON_MAX

@@ -754,6 +754,13 @@ def create_app(
             else {"attempt": "?", "log": _shown(str(entry), job.id)}
             for entry in (logs if isinstance(logs, list) else [])
         ]
+        # The output and the logs have blocks of their own: the metadata block names them
+        # instead of formatting (maybe megabytes of) them a second time at every refresh.
+        elsewhere = {"output": "Output"} | ({"river:log": "Logs"} if shown_logs else {})
+        metadata_shown = {
+            key: f"(shown above, under {elsewhere[key]})" if key in elsewhere else value
+            for key, value in metadata.items()
+        }
         return render(
             request,
             "job.html",
@@ -762,7 +769,7 @@ def create_app(
             args_text=_json_block(job.encoded_args, lambda: job.args, job.id),
             output_text=_shown(_pretty_json(metadata.get("output")), job.id),
             has_output="output" in metadata,
-            metadata_text=_shown(_pretty_json(metadata), job.id),
+            metadata_text=_shown(_pretty_json(metadata_shown), job.id),
             logs=shown_logs,
             timeline=[
                 ("Created", job.created_at),
