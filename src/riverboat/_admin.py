@@ -374,8 +374,7 @@ def _filters(options: JobFilters) -> dict[str, Any]:
     if (args_text := options.get("args_text")) is not None:
         if not isinstance(args_text, str) or not args_text.strip():
             raise InvalidInputError("args_text", "must be a non-empty string")
-        if "\x00" in args_text:
-            raise InvalidInputError("args_text", "must not contain NUL")
+        check_text_param(args_text, "args_text")
         # A LIKE pattern: the text itself, its wildcards escaped, anywhere in the args.
         escaped = args_text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         out["args_text"] = f"%{escaped}%"

@@ -33,6 +33,7 @@ from riverboat._admin import (
 from riverboat._fleet import WorkerInfo
 from riverboat._insert import validate_queue
 from riverboat._job import JobRow, JobState
+from riverboat._json import check_text_param
 from riverboat._periodic import PeriodicJobRecord
 from riverboat._queue import QueueRow
 from riverboat.errors import DriverError, InvalidInputError, NotFoundError
@@ -361,6 +362,10 @@ class SyncAdmin:
 
     def _fleet_send(self, queue: str, patch: Mapping[str, Any], worker_id: str | None) -> list[str]:
         queue = validate_queue(queue)
+        if worker_id is not None:
+            if not isinstance(worker_id, str):
+                raise InvalidInputError("worker_id", "must be a str")
+            check_text_param(worker_id, "worker_id")
         stmt = self._core.dialect.client_set_queue_settings(
             queue=queue, patch=patch, client_id=worker_id
         )
@@ -386,6 +391,8 @@ class SyncAdmin:
         wanted = list(ids)
         if isinstance(ids, str) or not all(isinstance(i, str) for i in wanted):
             raise InvalidInputError("ids", "must be a list of periodic job ids")
+        for periodic_id in wanted:
+            check_text_param(periodic_id, "ids")
         rows = self.driver.fetch(self._core.dialect.periodic_job_delete(wanted))
         return sorted(str(row[0]) for row in rows)
 

@@ -476,7 +476,7 @@ class WorkflowSummary:
 def check_workflow_id(workflow_id: object) -> str:
     if not isinstance(workflow_id, str) or not 0 < len(workflow_id) <= 100:
         raise InvalidInputError("workflow_id", "must be a str of 1 to 100 characters")
-    return workflow_id
+    return check_text_param(workflow_id, "workflow_id")
 
 
 def is_finalized(job: JobRow) -> bool:

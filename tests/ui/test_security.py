@@ -168,6 +168,61 @@ def test_token_guards_every_page(seeded: SeededDb, serve: Any) -> None:
     assert Http(base, {"Authorization": "Basic !!!"}).request("GET", "/")[0] == 401
 
 
+def test_a_token_past_ascii_works_as_bearer_and_basic(seeded: SeededDb, serve: Any) -> None:
+    """The header arrives as bytes; a UTF-8 token sent as sent must match (the ASGI
+    server hands it over decoded as latin-1)."""
+    token = "pässwörd-✓"
+    base = serve(create_app(seeded.url, schema=seeded.schema, token=token)).url
+    raw = token.encode()
+    conn = http.client.HTTPConnection(urlsplit(base).netloc, timeout=10)
+    conn.putrequest("GET", "/")
+    conn.putheader("Authorization", b"Bearer " + raw)
+    conn.endheaders()
+    assert conn.getresponse().status == 200
+    conn.close()
+    basic = base64.b64encode(b"anyone:" + raw).decode()
+    assert Http(base, {"Authorization": f"Basic {basic}"}).request("GET", "/")[0] == 200
+    wrong = "passwörd-✓".encode()
+    conn = http.client.HTTPConnection(urlsplit(base).netloc, timeout=10)
+    conn.putrequest("GET", "/")
+    conn.putheader("Authorization", b"Bearer " + wrong)
+    conn.endheaders()
+    assert conn.getresponse().status == 401
+    conn.close()
+
+
+def test_a_job_page_with_odd_error_entries(seeded: SeededDb, serve: Any) -> None:
+    """Error entries another client wrote without a readable time: the page shows them,
+    their time as "-"."""
+    with seeded.client() as client:
+        job = client.insert({}, kind="odd_errors").job
+    errors = ["{}", '"a string"', "null", '{"at": "yesterday", "attempt": 2, "error": "boom"}']
+    if seeded.name == "postgres":
+        import psycopg
+
+        with psycopg.connect(seeded.url, autocommit=True) as conn:
+            conn.execute(
+                f'UPDATE "{seeded.schema}".river_job SET errors = %s::jsonb[] WHERE id = %s',
+                (errors, job.id),
+            )
+    else:
+        from riverboat.drivers._sqlite_module import sqlite_module
+
+        # River's SQLite rows keep each entry as its JSON text.
+        conn = sqlite_module().connect(seeded.url.removeprefix("sqlite:///"))
+        with conn:
+            conn.execute(
+                "UPDATE river_job SET errors = jsonb(?) WHERE id = ?",
+                (json.dumps(errors), job.id),
+            )
+        conn.close()
+    status, _, text = Http(serve(create_app(seeded.url, schema=seeded.schema)).url).request(
+        "GET", f"/jobs/{job.id}"
+    )
+    assert status == 200, text[-600:]
+    assert "boom" in text and "a string" in text
+
+
 def test_bad_input_is_a_page_not_a_500(seeded: SeededDb, serve: Any) -> None:
     base = serve(create_app(seeded.url, schema=seeded.schema)).url
     browser = Http(base)
@@ -179,6 +234,10 @@ def test_bad_input_is_a_page_not_a_500(seeded: SeededDb, serve: Any) -> None:
         ("/jobs?state=available&cursor=%%%", 400, "cursor"),
         ("/jobs/99999999999999999999", 404, "is not a job id"),
         ("/jobs/424242", 404, "not found"),
+        # Digits str.isdigit() accepts and int() refuses ("²"), and a NUL in a workflow id.
+        ("/jobs/%C2%B2", 404, "is not a job id"),
+        ("/jobs?state=available&q=%C2%B2", 200, "match these filters"),
+        ("/workflows/%00", 404, "not found"),
     ):
         status, _, text = browser.request("GET", path)
         assert status == status_wanted and text_wanted in text, (path, status, text[-600:])

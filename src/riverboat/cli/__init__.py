@@ -9,6 +9,7 @@ others import. A command module provides ``add_arguments(parser)`` and
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -48,6 +49,8 @@ def _version() -> str:
 
 
 def _silence_stdout() -> None:
+    if sys.stdout is None:
+        return
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, sys.stdout.fileno())
@@ -85,6 +88,10 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     return parser
 
 
+# A write to stdout failed for a reason of the machine's, not of riverboat's.
+_OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EBADF)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``riverboat`` console script; returns the exit code.
 
@@ -97,7 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(args_list)
     try:
         code: int = _load(args.command).run(args)
-        sys.stdout.flush()
+        if sys.stdout is not None:  # None when started with stdout closed (>&-)
+            sys.stdout.flush()
     except BrokenPipeError:
         # The reader went away (`riverboat jobs list --json | head`): not an error of
         # ours. Point stdout at /dev/null so the interpreter's final flush is quiet too.
@@ -111,4 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRNOS or os.environ.get("RIVERBOAT_TRACEBACK"):
+            raise
+        # Output that could not be written (a full disk, a closed descriptor): one line.
+        _silence_stdout()
+        print(f"riverboat: error: writing output: {exc.strerror}", file=sys.stderr)
+        return 1
     return code

@@ -32,7 +32,7 @@ from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, JobRow, JobState
 from riverboat._seconds import is_seconds
 from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.client import Client
-from riverboat.errors import InvalidInputError, WaitTimeoutError
+from riverboat.errors import InvalidInputError, NotFoundError, WaitTimeoutError
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -619,8 +619,19 @@ def _act(client: Client, args: argparse.Namespace) -> int:
             op = {"cancel": client.job_cancel, "retry": client.job_retry}.get(
                 action, client.job_delete
             )
-            print_jobs([op(job_id) for job_id in args.job_ids], args.json)
-            return 0
+            # Each id on its own: one missing id neither stops the rest nor hides what
+            # was already changed (printed first; then each miss, and exit 1).
+            done: list[JobRow] = []
+            missing: list[str] = []
+            for job_id in args.job_ids:
+                try:
+                    done.append(op(job_id))
+                except NotFoundError as exc:
+                    missing.append(str(exc))
+            print_jobs(done, args.json)
+            for problem in missing:
+                print(f"riverboat: error: {problem}", file=sys.stderr)
+            return 1 if missing else 0
     if args.job_ids:
         filters["ids"] = args.job_ids
     if not filters and not args.all:

@@ -12,6 +12,7 @@ import socket
 import sys
 import threading
 
+from riverboat._json import check_text_param
 from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.dialect.base import validate_schema_name
 from riverboat.errors import InvalidInputError, install_hint
@@ -58,6 +59,12 @@ def run(args: argparse.Namespace) -> int:
             "ui", f"needs the ui extra: {install_hint('ui')} ({exc.name} is missing)"
         ) from None
     url = database_url(args)
+    if not args.host.strip():
+        raise InvalidInputError("--host", "must not be empty")
+    check_text_param(args.host, "--host")
+    if args.token is not None and not args.token.strip():
+        # Often an unset variable ("--token $TOKEN"): refused, not read as "no token".
+        raise InvalidInputError("--token", "must not be empty")
     token = args.token or os.environ.get("RIVERBOAT_UI_TOKEN") or None
     _check_database(url, args.schema)
     if args.host not in _LOOPBACK and token is None:

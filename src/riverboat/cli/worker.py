@@ -82,7 +82,7 @@ def _log_level(text: str) -> str:
     """``--log-level``: a level name logging knows (any case) or a number; anything else
     is argparse's usage error (exit 2) instead of a traceback from logging."""
     level = text.strip().upper()
-    if level.isdigit() or isinstance(logging.getLevelName(level), int):
+    if (level.isascii() and level.isdigit()) or isinstance(logging.getLevelName(level), int):
         return level
     raise argparse.ArgumentTypeError(
         f"{text!r} is not a logging level (DEBUG, INFO, WARNING, ERROR or CRITICAL)"
@@ -242,7 +242,7 @@ def _run_one(
     soft_stop_timeout: float | None = None,
 ) -> int:
     logging.basicConfig(
-        level=int(log_level) if log_level.isdigit() else log_level.upper(),
+        level=int(log_level) if log_level.isascii() and log_level.isdigit() else log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     client = load_client(target)

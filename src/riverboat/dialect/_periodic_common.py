@@ -103,7 +103,12 @@ class PeriodicStatements(DialectPart, ABC):
     def decode_json_object(self, value: Any) -> dict[str, Any] | None:
         if value is None:
             return None
-        decoded = json.loads(value) if isinstance(value, (str, bytes)) else value
+        try:
+            decoded = json.loads(value) if isinstance(value, (str, bytes)) else value
+        except ValueError:
+            # A driver that decodes jsonb (psycopg) hands a stored JSON string over as
+            # its text: not an object either way.
+            return None
         return decoded if isinstance(decoded, dict) else None
 
     def decode_periodic_job(self, row: Sequence[Any]) -> PeriodicJobRecord:

@@ -137,8 +137,16 @@ def _workflow_badge(state: str) -> str:
     return _WORKFLOW_BADGES.get(state, "running")
 
 
+def _is_id_text(text: str) -> bool:
+    """Whether ``text`` reads as a job id: ASCII digits only (``str.isdigit`` also says
+    yes to "²", which ``int`` refuses), at most 19 of them (int64's width)."""
+    return text.isascii() and text.isdigit() and len(text) <= 19
+
+
 def _iso(moment: datetime | None) -> str:
-    if moment is None:
+    # datetime.min: an error entry another client wrote without a readable "at"
+    # (AttemptError.from_json); naive, so it can't be converted to UTC.
+    if moment is None or moment == datetime.min:
         return "-"
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
@@ -273,7 +281,7 @@ class JobFilters:
         kwargs: dict[str, Any] = {"states": [self.state] if self.state is not None else None}
         if self.search:
             # A number is a job id; anything else is looked for in the args' JSON.
-            if self.search.isdigit() and len(self.search) <= 19:
+            if _is_id_text(self.search):
                 kwargs["ids"] = [int(self.search)]
             else:
                 kwargs["args_text"] = self.search
@@ -409,7 +417,8 @@ class _AuthMiddleware:
     def _allowed(self, header: str) -> bool:
         scheme, _, value = header.partition(" ")
         if scheme.lower() == "bearer":
-            return hmac.compare_digest(value.strip().encode(), self.token)
+            # The header's bytes as sent (ASGI decodes them as latin-1): a UTF-8 token's.
+            return hmac.compare_digest(value.strip().encode("latin-1"), self.token)
         if scheme.lower() == "basic":
             try:
                 decoded = base64.b64decode(value.strip(), validate=True)
@@ -733,7 +742,7 @@ def create_app(
 
     def _job_id(request: Request) -> int | None:
         raw = str(request.path_params["job_id"])
-        if not raw.isdigit() or len(raw) > 19:
+        if not _is_id_text(raw):
             return None
         return int(raw)
 
@@ -912,7 +921,7 @@ def create_app(
             return RedirectResponse(
                 _with_message(root + back, "no job selected", "error"), status_code=303
             )
-        if not all(v.isdigit() and len(v) <= 19 for v in ids):
+        if not all(_is_id_text(v) for v in ids):
             return error_page(request, 400, "job ids must be numbers")
         client = await holder.get()
         problems = [p for p in [await _act_on_job(client, action, int(v)) for v in ids] if p]

@@ -209,7 +209,10 @@ def _scope(request: HttpRequest, subpath: str) -> dict[str, Any]:
         "query_string": request.META.get("QUERY_STRING", "").encode("latin-1"),
         "headers": headers,
         "client": (request.META.get("REMOTE_ADDR") or "127.0.0.1", 0),
-        "server": (server_name or host, int(port) if port.isdigit() else default_port),
+        "server": (
+            server_name or host,
+            int(port) if port.isascii() and port.isdigit() else default_port,
+        ),
     }
 
 

@@ -1,0 +1,84 @@
+"""The CLI against input and surroundings a user did not mean: each is one
+``riverboat: error:`` line and an exit code, never a traceback, and nothing is changed
+silently."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+import riverboat
+from tests.runtime.dbs import Db, any_db  # noqa: F401
+
+
+def _riverboat(
+    *argv: str, stdout: int | IO[str] = subprocess.PIPE
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "riverboat.cli", *argv],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_output_that_cannot_be_written_is_one_line() -> None:
+    with open("/dev/full", "w") as full:
+        out = _riverboat("migrate", "get-sql", stdout=full)
+    assert out.returncode == 1
+    assert out.stderr.strip() == "riverboat: error: writing output: No space left on device"
+
+
+def test_an_empty_token_is_refused(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ui.db'}"
+    out = _riverboat("ui", "--database-url", url, "--token", "")
+    assert out.returncode == 1
+    assert out.stderr.strip() == "riverboat: error: --token: must not be empty"
+
+
+def test_ids_act_on_each_and_name_the_missing(any_db: Db) -> None:  # noqa: F811
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        params = [riverboat.InsertManyParams({"n": n}, kind="tidy") for n in (1, 2)]
+        ids = [r.job.id for r in client.insert_many(params)]
+    out = any_db.cli("jobs", "delete", str(ids[0]), "424242", str(ids[1]))
+    assert out.returncode == 1
+    assert out.stderr.strip() == "riverboat: error: job 424242 not found"
+    assert [line.split()[0] for line in out.stdout.splitlines()[1:]] == [str(i) for i in ids]
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        assert client.job_list(ids=ids).jobs == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("jobs", "count", "--args-text", "\udcff"),
+        ("workflows", "get", "wf-\udcff"),
+        ("periodic", "forget", "p-\udcff"),
+        ("workers", "stop", "default", "--worker", "w-\udcff"),
+    ],
+    ids=["args-text", "workflow-id", "periodic-id", "worker-id"],
+)
+def test_bytes_that_are_not_utf8_are_one_line(any_db: Db, argv: tuple[str, ...]) -> None:  # noqa: F811
+    """Bytes argv can't decode arrive as lone surrogates (``$'\\xff'`` in a shell)."""
+    out = any_db.cli(*argv)
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.startswith("riverboat: error: ") and "lone surrogate" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_a_stored_template_that_is_not_an_object_reads_as_none() -> None:
+    """A periodic job's template stored as a JSON string (by hand, or by another client)
+    reaches the decoder as its text from psycopg (which decodes jsonb): the CLI's and
+    the dashboard's periodic lists were a JSONDecodeError."""
+    from riverboat.dialect.postgres import PostgresDialect
+    from riverboat.dialect.sqlite import SqliteDialect
+
+    for dialect in (PostgresDialect(), SqliteDialect()):
+        assert dialect.decode_json_object("hello") is None
+        assert dialect.decode_json_object('"hello"') is None
+        assert dialect.decode_json_object('{"kind": "k"}') == {"kind": "k"}
