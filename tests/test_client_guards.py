@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import InvalidInputError, Job, MigrationError, QueueConfig, Workers
+from riverboat import (
+    InvalidInputError,
+    Job,
+    MaintenanceConfig,
+    MigrationError,
+    QueueConfig,
+    Workers,
+)
 
 
 @pytest.fixture(params=["postgres", "sqlite"])
@@ -107,6 +114,14 @@ _BAD_VALUES: list[tuple[str, dict[str, Any]]] = [
     ("soft_stop_timeout", {"soft_stop_timeout": -5}),
     ("dead_after", {"dead_after": 0.0}),
     ("fetch_cooldown", {"fetch_cooldown": float("nan")}),
+    # Checked only when the client won leadership: start() failed after its producers
+    # had claimed and run jobs, which stayed running until rescued and ran again.
+    (
+        "maintenance.rescue_stuck_jobs_after",
+        {"maintenance": MaintenanceConfig(rescue_stuck_jobs_after=1.0)},
+    ),
+    ("id", {"id": "worker\x00one"}),
+    ("max_attempts", {"max_attempts": 40_000}),
 ]
 
 

@@ -32,6 +32,7 @@ from riverboat import (
     dep_outputs,
     record_output,
 )
+from riverboat.workflow import WORKFLOW_TASKS_MAX
 from tests.reliability._support import OutputReader, spawn_worker
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 from tests.waiting import wait_until, wait_until_async
@@ -1023,8 +1024,15 @@ def test_bad_workflows_are_refused_before_anything_is_written(any_db: Db) -> Non
         cyclic = Workflow(id="wf_cycle")
         _step(cyclic, "x", ["y"])
         _step(cyclic, "y", ["x"])
-        with pytest.raises(InvalidInputError, match="cycle"):
+        with pytest.raises(InvalidInputError, match="cycle: x -> y -> x"):
             client.workflow_insert(cyclic)
+        # A chain of forward references as long as a workflow may be: no RecursionError,
+        # and a cycle at its far end is still found.
+        long_chain = Workflow(id="wf_cycle")
+        for i in range(WORKFLOW_TASKS_MAX):
+            _step(long_chain, f"t{i}", [f"t{(i + 1) % WORKFLOW_TASKS_MAX}"])
+        with pytest.raises(InvalidInputError, match=r"cycle: t0 -> t1 -> t2 .* -> t0$"):
+            long_chain.check_acyclic()
         missing = Workflow(id="wf_missing")
         _step(missing, "z")
         with pytest.raises(NotFoundError):

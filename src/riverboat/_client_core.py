@@ -10,9 +10,16 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from riverboat._clock import Clock
-from riverboat._insert import InsertDefaults, InsertParams, resolve_insert, resolve_many
+from riverboat._insert import (
+    SMALLINT_MAX,
+    InsertDefaults,
+    InsertParams,
+    resolve_insert,
+    resolve_many,
+)
 from riverboat._insert_plan import InsertPlan, NotifyLimiter
 from riverboat._job import InsertManyParams, InsertOpts, JobRow
+from riverboat._json import check_text_param
 from riverboat._url import async_driver_from_url, driver_from_url
 from riverboat.drivers.base import AsyncDriver, Driver
 from riverboat.errors import InvalidInputError, NotFoundError, UnknownJobKindError
@@ -47,6 +54,18 @@ class _ClientCore:
     ) -> None:
         """``driver`` is a driver or a URL (the client then owns the driver it builds);
         ``want_async`` says which kind of client is being built."""
+        # Checked before a driver is made from a URL, which would be left open.
+        self.id = id or default_client_id()
+        if not isinstance(self.id, str) or not 0 < len(self.id) <= 100:
+            raise InvalidInputError("id", "must be a str of 1 to 100 characters")
+        check_text_param(self.id, "id")  # NUL or a lone surrogate failed start()
+        if (
+            isinstance(max_attempts, bool)
+            or not isinstance(max_attempts, int)
+            or not 1 <= max_attempts <= SMALLINT_MAX
+        ):
+            # Past River's smallint column, every insert failed, blaming opts.max_attempts.
+            raise InvalidInputError("max_attempts", f"must be an int from 1 to {SMALLINT_MAX}")
         self.owns_driver = isinstance(driver, str)
         self.driver: Driver | AsyncDriver
         if isinstance(driver, str):
@@ -55,11 +74,6 @@ class _ClientCore:
         else:
             self.driver = _checked_driver(driver, schema, want_async=want_async)
         self.dialect = self.driver.dialect
-        self.id = id or default_client_id()
-        if not isinstance(self.id, str) or not 0 < len(self.id) <= 100:
-            raise InvalidInputError("id", "must be a str of 1 to 100 characters")
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise InvalidInputError("max_attempts", "must be an int of at least 1")
         self.defaults = InsertDefaults(max_attempts=max_attempts)
         # River limits insert notifications to one per queue per fetch cooldown. A job
         # inserted inside that window then waits for the next notification or poll

@@ -28,7 +28,11 @@ __all__ = [
 # River's validation patterns (client.go, insert_opts.go). Go's \w is ASCII-only.
 _KIND_RE = re.compile(r"\A[\w][\w\-\[\]<>\/.·:+]+\Z", re.ASCII)
 # Python's "$" also matches before a trailing newline (Go's does not), so anchor with \Z.
-_QUEUE_RE = re.compile(r"\A(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*\Z")
+# River's queue pattern is ^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$: Go's engine runs it in
+# linear time, Python's backtracks exponentially on it ("a" * 27 + "!" took 5 s, on the
+# dashboard's event loop). This one is the same language, unambiguous: runs of [a-z0-9]
+# joined by single separators.
+_QUEUE_RE = re.compile(r"\A[a-z0-9]+(?:[_|\-][a-z0-9]+)*\Z")
 _TAG_RE = re.compile(r"\A[\w][\w\-]+[\w]\Z", re.ASCII)
 QUEUE_NAME_MAX = 64
 KIND_MAX = 127
@@ -347,6 +351,9 @@ def resolve_insert(
     if scheduled_value is not None:
         scheduled_at = validate_time(scheduled_value, "opts.scheduled_at")
         state = JobState.SCHEDULED  # River: any explicit time means scheduled, even if past
+    for given in (o.pending, a.pending):
+        if not isinstance(given, bool):  # "no" is truthy: a job nothing would ever claim
+            raise InvalidInputError("opts.pending", f"must be a bool, got {type(given).__name__}")
     if o.pending or a.pending:
         state = JobState.PENDING
 

@@ -34,7 +34,7 @@ River workers, and tasks added to a running workflow.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -236,20 +236,27 @@ class Workflow:
         """Refuse a cycle (only possible when adding tasks that name each other)."""
         if not self.adding:
             return  # each task's dependencies were added before it
-        state: dict[str, int] = {}
-
-        def visit(name: str, path: tuple[str, ...]) -> None:
-            if state.get(name) == 2 or name not in self._tasks:
-                return
-            if state.get(name) == 1:
-                raise InvalidInputError("deps", "cycle: " + " -> ".join((*path, name)))
-            state[name] = 1
-            for dep in self._tasks[name].deps:
-                visit(dep, (*path, name))
-            state[name] = 2
-
-        for name in self._tasks:
-            visit(name, ())
+        # Depth-first with a stack of its own: a chain of 10,000 tasks (the limit) was a
+        # RecursionError with a recursive visit.
+        done: set[str] = set()
+        for root in self._tasks:
+            if root in done:
+                continue
+            path: list[str] = [root]
+            on_path = {root}
+            pending: list[Iterator[str]] = [iter(self._tasks[root].deps)]
+            while pending:
+                dep = next(pending[-1], None)
+                if dep is None:
+                    done.add(path[-1])
+                    on_path.discard(path.pop())
+                    pending.pop()
+                elif dep in on_path:
+                    raise InvalidInputError("deps", "cycle: " + " -> ".join((*path, dep)))
+                elif dep in self._tasks and dep not in done:
+                    path.append(dep)
+                    on_path.add(dep)
+                    pending.append(iter(self._tasks[dep].deps))
 
 
 def add_workflow_metadata(

@@ -159,6 +159,30 @@ async def test_exhausted_attempts_discard(apg_driver: Any) -> None:
     assert job.errors[0].error == "ValueError: no"
 
 
+async def test_a_cancelled_error_of_the_jobs_own_fails_its_attempt(apg_driver: Any) -> None:
+    """A job that awaits a task something else cancelled raises CancelledError without
+    the runtime having cancelled it: its attempt fails like any error (it used to be
+    re-raised, leaving the row running with no outcome until the rescuer)."""
+    workers = Workers()
+
+    @workers.register("awaits_a_cancelled_task")
+    async def awaits_a_cancelled_task(job: Job[Any]) -> None:
+        other = asyncio.create_task(asyncio.sleep(10))
+        await asyncio.sleep(0)
+        other.cancel()
+        await other
+
+    job = await _first(
+        apg_driver,
+        workers,
+        "awaits_a_cancelled_task",
+        EventKind.JOB_FAILED,
+        InsertOpts(max_attempts=1),
+    )
+    assert job.state == JobState.DISCARDED
+    assert job.errors[0].error == "CancelledError"
+
+
 async def test_a_huge_error_is_stored_capped(apg_driver: Any) -> None:
     """An exception carrying a 5 MB text stored it twice per attempt (the message, and
     the trace ending with it): one failing job's row grew by megabytes per attempt and

@@ -267,9 +267,10 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
                 return _call(target, job, ctx, timeout, config.thread_pool, watched, process, state)
 
             await call_with_middleware(config.middleware, worker, job, inner)
-    except asyncio.CancelledError:
+    except asyncio.CancelledError as exc:
         task = asyncio.current_task()
-        if task is not None and task.cancelling():
+        cancelled_here = task is not None and task.cancelling() > 0
+        if task is not None and cancelled_here:
             task.uncancel()
         if state.cancelled_remotely:
             error = JobCancel(JobCancelledRemotely())
@@ -278,6 +279,11 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
             error = JobTimeoutError(f"job exceeded its timeout of {state.timeout:g}s{killed}")
         elif state.interrupted:
             error = None
+        elif not cancelled_here:
+            # The job's own code raised it (it awaited a task something else cancelled):
+            # its attempt fails like any error. Re-raised, it left the row running with
+            # no outcome until the rescuer ran it again.
+            error = exc
         else:
             raise
     except BaseException as exc:

@@ -178,6 +178,10 @@ class RuntimeConfig:
             and not is_seconds(self.job_timeout, positive=True)
         ):
             raise InvalidInputError("job_timeout", "must be positive, -1 (none) or None")
+        if self.maintenance is not None:
+            # What the rescuer asks when the client wins leadership: checked there, it
+            # failed start() after the producers had claimed (and run) jobs.
+            self.maintenance.rescue_after(self.job_timeout)
         self.soft_stop_timeout = check_soft_stop_timeout(self.soft_stop_timeout)
         timeout = self.db_call_timeout
         if timeout is not None and not is_seconds(timeout, positive=True):
