@@ -131,6 +131,8 @@ def test_unknown_ids_and_bad_queues(dj: str) -> None:
         backend.get_result("123456")
     with pytest.raises(TaskResultDoesNotExist):
         backend.get_result("not-an-id")
+    with pytest.raises(TaskResultDoesNotExist):
+        backend.get_result("99999999999999999999")  # past int64
     with pytest.raises(InvalidTaskError):
         tasks.add.using(queue_name="Not A Queue")
 
@@ -175,3 +177,16 @@ def test_priority_mapping() -> None:
         4,
         4,
     ]
+
+
+def test_a_kind_imports_only_modules_of_the_project() -> None:
+    """A kind is data (any client's, a Go service's): one that names a module outside
+    the installed apps and the settings' package is not imported to look for a task.
+    ``this`` prints the Zen of Python when imported."""
+    import sys
+
+    workers = TaskWorkers(riverboat.Workers())
+    assert "this" not in sys.modules
+    assert workers.get("this.is_a_go_kind") is None
+    assert "this" not in sys.modules
+    assert workers.get("tests.django.testapp.tasks.add") is not None

@@ -33,6 +33,7 @@ backport before Django 6.0) that stores tasks as riverboat (River) jobs::
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -103,10 +104,27 @@ def _module_path(value: Any) -> str:
     return f"{value.__module__}.{value.__qualname__}"
 
 
+def _may_import(module_name: str) -> bool:
+    """Whether a kind's module may be imported to look for a task: one already imported,
+    or one inside an installed app or the settings' package. A kind is data from the
+    database (any client's, River's Go services' too): importing whatever module it
+    names ran that module's import-time code in the worker."""
+    if module_name in sys.modules:
+        return True
+    from django.apps import apps
+    from django.conf import settings
+
+    roots = {config.name for config in apps.get_app_configs()}
+    settings_module = getattr(settings, "SETTINGS_MODULE", None)
+    if settings_module:
+        roots.add(settings_module.split(".")[0])
+    return any(module_name == root or module_name.startswith(root + ".") for root in roots)
+
+
 def _resolve_task(kind: str) -> Any:
     """The module-level Task object a kind (``pkg.module.func``) names, or None."""
     module_name, _, attr = kind.rpartition(".")
-    if not module_name:
+    if not module_name or not _may_import(module_name):
         return None
     try:
         obj = getattr(importlib.import_module(module_name), attr, None)
@@ -206,7 +224,7 @@ class RiverboatBackend(BaseTaskBackend):  # type: ignore[misc]
             raise TaskResultDoesNotExist(result_id) from None
         try:
             row = self._client().job_get(job_id)
-        except NotFoundError:
+        except (NotFoundError, InvalidInputError):  # InvalidInputError: past int64
             raise TaskResultDoesNotExist(result_id) from None
         task = _resolve_task(row.kind)
         if task is None:
