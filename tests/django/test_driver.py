@@ -154,6 +154,28 @@ def test_errors_are_translated_and_roll_back_the_savepoint(dj: str, pg_schema: s
         assert driver.fetch(driver.dialect.stmt("ping")) == [(1,)]
 
 
+def test_a_lost_connection_is_a_driver_error(dj: str, pg_url: str, pg_schema: str) -> None:
+    """The backend killed under Django's connection: the failing statement and every
+    call after it (Django then finds its connection closed) raise DriverError, as the
+    other drivers do, not Django's OperationalError."""
+    import psycopg
+
+    driver = DjangoDriver(schema=pg_schema)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    for _ in range(2):
+        with pytest.raises(DriverError):
+            driver.fetch(driver.dialect.stmt("ping"))
+        with pytest.raises(DriverError):
+            with driver.transaction() as tx:
+                tx.execute(driver.dialect.stmt("ping"))
+    connection.close()
+    assert driver.fetch(driver.dialect.stmt("ping")) == [(1,)]
+
+
 def test_execute_script_and_wrong_alias(dj: str, pg_url: str, pg_schema: str) -> None:
     driver = DjangoDriver(schema=pg_schema)
     driver.execute_script("CREATE TABLE scratch (a int); INSERT INTO scratch VALUES (1), (2)")

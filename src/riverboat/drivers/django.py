@@ -34,7 +34,7 @@ every job (see :func:`riverboat.contrib.django.reclaim_connections`).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from riverboat._sql import Statement
@@ -123,7 +123,14 @@ class _Executor(ConnectionExecutor):
     __slots__ = ()
 
     def _run(self, stmt: Statement, want_rows: bool) -> Any:
-        with self._conn.cursor() as cur:
+        db = _django()
+        try:
+            # Opens the connection when there is none, or finds it closed: a DriverError,
+            # as from every other driver, not Django's OperationalError.
+            cursor = self._conn.cursor()
+        except db.Error as exc:
+            raise _translate(exc) from exc
+        with cursor as cur:
             return _run_on(cur, stmt, self._stats, want_rows)
 
 
@@ -166,7 +173,13 @@ class DjangoDriver(StatementRunner):
         caller's."""
         from django.db import transaction
 
-        with transaction.atomic(using=self.alias):
+        db = _django()
+        with ExitStack() as stack:
+            try:  # BEGIN (and maybe connecting) fails as a DriverError; the caller's own
+                # errors inside the block stay theirs.
+                stack.enter_context(transaction.atomic(using=self.alias))
+            except db.Error as exc:
+                raise _translate(exc) from exc
             yield self._executor()
 
     def wrap(self, conn: Any) -> _Executor:
