@@ -166,3 +166,42 @@ def test_two_processes_on_one_sqlite_file_work_5000_jobs_exactly_once(
     finally:
         conn.close()
     assert counts == [("completed", 1, 5_000)]
+
+
+def _spawned_children(pid: int) -> list[int]:
+    """The worker processes ``riverboat worker --processes`` spawned (multiprocessing's
+    spawn runs them as ``python -c 'from multiprocessing.spawn import spawn_main...'``)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [
+        int(child)
+        for child in children
+        if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes()
+    ]
+
+
+def test_a_killed_worker_process_is_reported_and_fails_the_command(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """One of ``--processes 2`` killed (as the OOM killer would): the command says which
+    and how, the other keeps working until stopped, and the exit status is the shell's
+    for SIGKILL. Before, nothing was said and the command exited 0."""
+    proc = _spawn(tmp_path, sqlite_url, "", "--processes", "2")
+    try:
+        wait_until(lambda: len(_spawned_children(proc.pid)) == 2)
+        children = _spawned_children(proc.pid)
+        os.kill(children[0], signal.SIGKILL)
+        wait_until(lambda: len(_spawned_children(proc.pid)) == 1)
+        # The other one works a job, so it is up (its SIGTERM handler installed).
+        with riverboat.Client(sqlite_url) as client:
+            client.insert({}, kind="count_me")
+        wait_until(lambda: list(tmp_path.glob("worked.*")))
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=60)[0].decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGKILL, output
+    assert (
+        f"riverboat worker: process 1 of 2 (pid {children[0]}) killed by signal SIGKILL" in output
+    ), output
+    assert "1 still running" in output, output

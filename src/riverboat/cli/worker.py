@@ -22,6 +22,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from riverboat._imports import import_attribute
@@ -33,6 +34,8 @@ from riverboat.runtime.runner import check_soft_stop_timeout
 from riverboat.runtime.stacks import dump_stacks_on_signal
 
 if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+
     from riverboat.runtime.events import Subscription
     from riverboat.runtime.producer import Producer
 
@@ -319,6 +322,30 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    for proc in procs:
-        proc.join()
-    return max((proc.exitcode or 0) for proc in procs)
+    return _supervise(procs)
+
+
+def _supervise(procs: Sequence[BaseProcess]) -> int:
+    """Waits for the worker processes, saying as each one ends unexpectedly (the OOM
+    killer's SIGKILL, a crash) how and how many are left: the others keep working.
+    Returns the worst exit status, a signal's as a shell reports it (128 + its number)."""
+    from multiprocessing.connection import wait
+
+    from riverboat.runtime.process_pool import describe_exit
+
+    running = {proc.sentinel: (number, proc) for number, proc in enumerate(procs, 1)}
+    worst = 0
+    while running:
+        for sentinel in wait(list(running)):
+            number, proc = running.pop(sentinel)  # type: ignore[arg-type]
+            proc.join()
+            code = proc.exitcode if proc.exitcode is not None else 1
+            worst = max(worst, code if code >= 0 else 128 - code)
+            if code != 0:
+                print(
+                    f"riverboat worker: process {number} of {len(procs)} (pid {proc.pid}) "
+                    f"{describe_exit(proc.exitcode)}; {len(running)} still running",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return worst
