@@ -110,3 +110,10 @@ def test_a_mistyped_setting_is_a_command_error_naming_it(
 ) -> None:
     with override_settings(RIVERBOAT=conf), pytest.raises(CommandError, match=expected):
         _run("worker", "--exit-when-idle")
+
+
+def test_worker_log_level_is_checked(dj: str) -> None:
+    """As riverboat worker's: a level logging does not know is a usage error, not a
+    ValueError traceback from logging once the worker starts."""
+    with pytest.raises(CommandError, match="is not a logging level"):
+        _run("worker", "--exit-when-idle", "--log-level", "nonsense")

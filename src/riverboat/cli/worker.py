@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from riverboat.runtime.events import Subscription
     from riverboat.runtime.producer import Producer
 
-__all__ = ["add_arguments", "load_client", "run"]
+__all__ = ["add_arguments", "load_client", "log_level", "run"]
 
 log = logging.getLogger("riverboat.worker")
 
@@ -71,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the client's soft_stop_timeout, 25 s unless set; -1 waits for ever)",
     )
     parser.add_argument(
-        "--log-level", default="INFO", type=_log_level, help="logging level (default INFO)"
+        "--log-level", default="INFO", type=log_level, help="logging level (default INFO)"
     )
     parser.add_argument(
         "--metrics-port",
@@ -81,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _log_level(text: str) -> str:
+def log_level(text: str) -> str:
     """``--log-level``: a level name logging knows (any case) or a number; anything else
     is argparse's usage error (exit 2) instead of a traceback from logging."""
     level = text.strip().upper()

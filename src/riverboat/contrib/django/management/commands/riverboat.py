@@ -13,6 +13,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from riverboat.cli.worker import log_level
 from riverboat.errors import RiverboatError
 
 FACTORY = "riverboat.contrib.django.runtime:make_async_client"
@@ -41,7 +42,7 @@ class Command(BaseCommand):  # type: ignore[misc]
             metavar="SECONDS",
             help="wait this long for running jobs on SIGTERM (default: the client's, 25 s)",
         )
-        worker.add_argument("--log-level", default="INFO", help="default INFO")
+        worker.add_argument("--log-level", default="INFO", type=log_level, help="default INFO")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
