@@ -123,7 +123,7 @@ class Capabilities:
     copy: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)  # weakly held by the SQLAlchemy drivers
 class DriverStats:
     """Counters the benchmark reports. A reset is a connection handed back in a state
     (open transaction, error) that forced a rollback or discard before reuse."""

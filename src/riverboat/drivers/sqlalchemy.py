@@ -19,6 +19,7 @@ library the engine uses.
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any
@@ -114,6 +115,34 @@ def _check_postgres(engine: Any) -> None:
         )
 
 
+# The drivers counting each engine's new connections, by engine: one listener per
+# engine, holding the drivers' stats weakly. A listener per driver (a bound method) was
+# never removed from a caller's engine unless the driver was closed, which a Client on
+# the caller's engine does not do: a Client per request held every driver ever made.
+_Tally = weakref.WeakValueDictionary[int, DriverStats]  # by id(): DriverStats is unhashable
+_COUNTED: weakref.WeakKeyDictionary[Any, _Tally] = weakref.WeakKeyDictionary()
+
+
+def _count_connections(engine: Any, stats: DriverStats) -> None:
+    counted = _COUNTED.get(engine)
+    if counted is None:
+        counted = _COUNTED[engine] = weakref.WeakValueDictionary()
+        tally = counted  # not the engine: the listener must not keep it alive
+
+        def on_connect(_dbapi_conn: Any, _record: Any) -> None:
+            for each in list(tally.values()):
+                each.connections_opened += 1
+
+        _import_sqlalchemy().event.listen(engine, "connect", on_connect)
+    counted[id(stats)] = stats
+
+
+def _stop_counting_connections(engine: Any, stats: DriverStats) -> None:
+    counted = _COUNTED.get(engine)
+    if counted is not None:
+        counted.pop(id(stats), None)
+
+
 def _libpq_url(url: Any) -> str:
     """The engine's URL (password included) as a plain ``postgresql://`` URL."""
     plain = url.set(drivername="postgresql")
@@ -175,13 +204,17 @@ class SqlAlchemyDriver(StatementRunner):
                 f"expected a sqlalchemy.Engine or a URL, got {type(engine_or_url).__name__}"
             )
         _check_postgres(self.engine)
+        if getattr(self.engine.dialect, "is_async", False):
+            # Otherwise accepted, and the first statement failed with MissingGreenlet.
+            raise InvalidInputError(
+                "engine",
+                f"{self.engine.dialect.driver} is an async DBAPI: use AsyncSqlAlchemyDriver, "
+                "or a sync one (postgresql+psycopg://)",
+            )
         self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         self._texts = _Texts(sqlalchemy)
         self._errors = (sqlalchemy.exc.SQLAlchemyError,)
-        sqlalchemy.event.listen(self.engine, "connect", self._on_connect)
-
-    def _on_connect(self, _dbapi_conn: Any, _record: Any) -> None:
-        self.stats.connections_opened += 1
+        _count_connections(self.engine, self.stats)
 
     def _run_on(self, conn: Any, stmt: Statement, want_rows: bool) -> Any:
         clause, names = self._texts.get(stmt.query)
@@ -252,9 +285,7 @@ class SqlAlchemyDriver(StatementRunner):
 
     def close(self) -> None:
         """Dispose of an engine the driver created; a caller's engine stays as it is."""
-        sqlalchemy = _import_sqlalchemy()
-        if sqlalchemy.event.contains(self.engine, "connect", self._on_connect):
-            sqlalchemy.event.remove(self.engine, "connect", self._on_connect)
+        _stop_counting_connections(self.engine, self.stats)
         if self._owns_engine:
             self.engine.dispose()
 
@@ -319,10 +350,7 @@ class AsyncSqlAlchemyDriver(AsyncStatementRunner):
         self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         self._texts = _Texts(sqlalchemy)
         self._errors = (sqlalchemy.exc.SQLAlchemyError,)
-        sqlalchemy.event.listen(self.engine.sync_engine, "connect", self._on_connect)
-
-    def _on_connect(self, _dbapi_conn: Any, _record: Any) -> None:
-        self.stats.connections_opened += 1
+        _count_connections(self.engine.sync_engine, self.stats)
 
     async def _run_on(self, conn: Any, stmt: Statement, want_rows: bool) -> Any:
         clause, names = self._texts.get(stmt.query)
@@ -410,9 +438,6 @@ class AsyncSqlAlchemyDriver(AsyncStatementRunner):
 
     async def close(self) -> None:
         """Dispose of an engine the driver created; a caller's engine stays as it is."""
-        sqlalchemy = _import_sqlalchemy()
-        sync_engine = self.engine.sync_engine
-        if sqlalchemy.event.contains(sync_engine, "connect", self._on_connect):
-            sqlalchemy.event.remove(sync_engine, "connect", self._on_connect)
+        _stop_counting_connections(self.engine.sync_engine, self.stats)
         if self._owns_engine:
             await self.engine.dispose()
