@@ -62,6 +62,15 @@ def fail(job: Job[Any]) -> None:
     raise ValueError(f"bad value {job.args.get('value')!r}")
 
 
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no words for it")
+
+
+def fail_unprintably(job: Job[Any]) -> None:
+    raise Unprintable()
+
+
 def snooze(job: Job[Any]) -> None:
     raise JobSnooze(60)
 

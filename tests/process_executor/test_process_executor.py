@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import EventKind, InvalidInputError, Job, JobState, QueueConfig, Workers
+from riverboat import (
+    EventKind,
+    InsertOpts,
+    InvalidInputError,
+    Job,
+    JobState,
+    QueueConfig,
+    Workers,
+)
 from riverboat.riverlog import METADATA_KEY, RiverLog
 from riverboat.runtime.process_pool import ChildJobError
 from tests.process_executor import jobs
@@ -24,7 +32,18 @@ from tests.waiting import wait_until_async
 
 pytestmark = pytest.mark.asyncio
 
-KINDS = ("succeed", "fail", "snooze", "cancel", "crash", "hang", "hog", "noop", "fork")
+KINDS = (
+    "succeed",
+    "fail",
+    "fail_unprintably",
+    "snooze",
+    "cancel",
+    "crash",
+    "hang",
+    "hog",
+    "noop",
+    "fork",
+)
 
 
 def _workers() -> Workers:
@@ -107,6 +126,28 @@ async def test_outcomes_output_and_logs_come_back_from_the_child(
         assert snoozed.metadata["snoozes"] == 1 and snoozed.attempt == 0
         assert cancelled.errors[-1].error == "JobCancel: no longer wanted"
         _no_overlap(tmp_path)
+
+
+@pytest.mark.parametrize("executor", ["process", "thread"])
+async def test_an_error_whose_str_raises_is_still_the_jobs_error(any_db: Db, executor: str) -> None:
+    """In a child, str() of such an error ended the child (ChildProcessDied); in a
+    thread it recorded the RuntimeError str() raised. Both record the job's own class."""
+    client = riverboat.AsyncClient(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": QueueConfig(executor=executor, max_workers=1)},
+        workers=_workers(),
+        fetch_cooldown=0.01,
+        fetch_poll_interval=0.05,
+    )
+    async with client:
+        job = (await client.insert({}, InsertOpts(max_attempts=1), kind="fail_unprintably")).job
+        await client.start()
+        try:
+            failed = await _finished(client, job.id, JobState.DISCARDED)
+        finally:
+            await client.stop()
+    assert failed.errors[-1].error == "Unprintable: <str() of the error raised RuntimeError>"
 
 
 @pytest.mark.parametrize(

@@ -143,7 +143,7 @@ def _user_traceback(exc: BaseException) -> str:
 
 
 def _error_entry(row: JobRow, started: datetime, exc: BaseException) -> str:
-    text = str(exc)
+    text = outcomes.error_message(exc)
     message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     # An error from a child process (runtime/process_pool.py) carries the child's trace.
     trace = getattr(exc, "remote_traceback", "") or (
@@ -380,7 +380,9 @@ def _log_failure(row: JobRow, error: BaseException, update: JobStateUpdate) -> N
         row.max_attempts,
         ", discarded" if discarded else ", will retry",
         type(error).__name__,
-        storable_text(str(error)),  # a NUL in a log file makes tools call it binary
+        storable_text(
+            outcomes.error_message(error)
+        ),  # a NUL in a log file makes tools call it binary
         exc_info=error if discarded and trace else None,
     )
     if trace and not discarded and log.isEnabledFor(logging.DEBUG):

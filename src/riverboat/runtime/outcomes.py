@@ -60,6 +60,7 @@ __all__ = [
     "decode_error_message",
     "default_next_retry",
     "effective_timeout",
+    "error_message",
     "failed",
     "interrupted",
     "persisted_event_kind",
@@ -89,6 +90,16 @@ RESCUE_ERROR = "Stuck job rescued by JobRescuer"
 # second to read, and a few attempts took the row past what jsonb can store.
 ERROR_MESSAGE_MAX = 16 * 1024
 ERROR_TRACE_MAX = 64 * 1024
+
+
+def error_message(exc: BaseException) -> str:
+    """``str(exc)``, or a note when the error's own ``__str__`` raises: the job's error
+    is still recorded as its own class, in either executor (in a child process the
+    failure ended the child, recorded as ChildProcessDied)."""
+    try:
+        return str(exc)
+    except Exception as failure:
+        return f"<str() of the error raised {type(failure).__name__}>"
 
 
 def attempt_error(at: datetime, attempt: int, message: str, trace: str) -> str:

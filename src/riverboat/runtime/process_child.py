@@ -34,7 +34,7 @@ from typing import IO, Any
 
 from riverboat._job import AttemptError, JobRow, JobState
 from riverboat._json import go_json_dumps
-from riverboat.runtime.outcomes import JobCancel, JobSnooze
+from riverboat.runtime.outcomes import JobCancel, JobSnooze, error_message
 from riverboat.runtime.worker import Job, Worker, _decoder_for, _work_context, _WorkContext
 
 __all__ = ["main", "read_message", "write_message"]
@@ -220,7 +220,7 @@ def _describe_error(exc: BaseException) -> dict[str, Any]:
         "type": type(exc).__name__,
         "module": type(exc).__module__,
         "qualname": type(exc).__qualname__,
-        "message": str(exc),
+        "message": error_message(exc),
         "traceback": "".join(traceback.format_exception(type(exc), exc, tb)),
     }
     if isinstance(exc, JobSnooze):
@@ -232,7 +232,7 @@ def _describe_error(exc: BaseException) -> dict[str, Any]:
         described["type"] = type(cause).__name__
         described["module"] = type(cause).__module__
         described["qualname"] = type(cause).__qualname__
-        described["message"] = str(cause)
+        described["message"] = error_message(cause)
     elif isinstance(exc, MemoryError):
         described["memory"] = True
     return described
