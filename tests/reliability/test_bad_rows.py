@@ -458,6 +458,32 @@ async def test_out_of_range_timestamps_pg(pg_url: str, pg_schema: str) -> None:
     assert code == 0 and str(never) in out.getvalue()
 
 
+def test_out_of_range_timestamps_in_the_overview_pg(pg_url: str, pg_schema: str) -> None:
+    """The dashboard's overview aggregates (throughput per minute, a queue's oldest
+    available job, a workflow's start) read stored values: one 'infinity' row made the
+    overview and the workflows list fail (503) where every listing reads clamped."""
+    wf = '{"riverboat_workflow": {"id": "wf_inf", "task": "a", "name": "inf"}}'
+    for columns, values in (
+        ("state, finalized_at", "'completed', 'infinity'"),
+        ("state, finalized_at", "'discarded', now()"),
+        ("state, scheduled_at", "'available', '-infinity'"),
+        ("state, created_at, metadata", f"'available', '-infinity', '{wf}'"),
+    ):
+        sql(
+            pg_url,
+            pg_schema,
+            f"INSERT INTO river_job (kind, args, {columns}) VALUES ('pg_job', '{{}}', {values})",
+        )
+    with riverboat.Client(pg_url, schema=pg_schema) as admin:
+        minutes = admin.job_throughput(minutes=60)
+        assert sum(m.discarded for m in minutes) == 1 and sum(m.completed for m in minutes) == 0
+        (default,) = admin.queue_activity()
+        assert default.oldest_available_at is not None
+        assert default.oldest_available_at.year == 1
+        (workflow,) = admin.workflow_list()
+        assert workflow.created_at is not None and workflow.created_at.year == 1
+
+
 YEAR_ZERO = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))
 BAD_TIMES = [
     YEAR_ZERO,

@@ -14,6 +14,7 @@ __all__ = [
     "JOB_READER",
     "QUEUE_SELECT",
     "UNIQUE_CONFLICT",
+    "clamped",
     "job_columns",
     "unnest_arrays",
 ]
@@ -37,6 +38,12 @@ _CLAMPED = (
     + _TIME_HIGH
     + " ELSE {c} END"
 )
+
+
+def clamped(expression: str) -> str:
+    """``expression`` (a timestamptz) read clamped as every column read is: for the
+    aggregates (min, max) that hand a stored value back."""
+    return _CLAMPED.format(c=expression)
 
 
 def _cast(sql_type: str, **read: Any) -> Read:

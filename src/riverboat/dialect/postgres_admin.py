@@ -19,7 +19,13 @@ from riverboat._queue import QueueRow
 from riverboat._sql import Query, Statement
 from riverboat.dialect._admin_common import ALL_STATES, QUEUE_ACTIVITY_JOIN, AdminSql, compact_json
 from riverboat.dialect._part import DialectPart
-from riverboat.dialect._pg_common import CHANNEL, JOB_READER, QUEUE_SELECT, job_columns
+from riverboat.dialect._pg_common import (
+    CHANNEL,
+    JOB_READER,
+    QUEUE_SELECT,
+    clamped,
+    job_columns,
+)
 from riverboat.dialect._rows import JobReader
 from riverboat.dialect.postgres_workflow import RETRIED_METADATA, RETRIED_STATE, cancel_orphans
 
@@ -155,6 +161,8 @@ QUERIES["job_count_by_state_capped"] = "\nUNION ALL\n".join(
 
 # Jobs finalized per minute over the last :minutes minutes, by the (state, finalized_at)
 # index: rows of (minute, completed, discarded).
+# A finalized_at ahead of now (raw SQL, 'infinity') is no minute of the chart, and
+# 'infinity' would fail the whole read.
 QUERIES["job_throughput"] = """
 SELECT date_trunc('minute', finalized_at) AS minute,
        count(*) FILTER (WHERE state = 'completed') AS completed,
@@ -163,6 +171,7 @@ FROM <schema>river_job
 WHERE state IN ('completed', 'discarded')
   AND finalized_at IS NOT NULL
   AND finalized_at >= now() - make_interval(mins => :minutes::integer)
+  AND finalized_at < now() + interval '1 day'
 GROUP BY 1
 ORDER BY 1
 """
@@ -173,7 +182,7 @@ ORDER BY 1
 # caches it: the week reads every job finalized in it, by the finalized_at index).
 QUERIES["queue_activity"] = f"""
 WITH waiting AS (
-    SELECT queue, min(scheduled_at) AS oldest
+    SELECT queue, min({clamped("scheduled_at")}) AS oldest
     FROM <schema>river_job
     WHERE state = 'available'
     GROUP BY queue

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from riverboat._sql import Statement, render_schema
-from riverboat.dialect._pg_common import CHANNEL, job_columns
+from riverboat.dialect._pg_common import CHANNEL, clamped, job_columns
 from riverboat.dialect._workflow_common import (
     WORKFLOW_LIST_WINDOW,
     Patch,
@@ -318,7 +318,7 @@ SELECT r.workflow_id,
        count(*) FILTER (WHERE j.state = 'completed'),
        count(*) FILTER (WHERE j.state IN ('cancelled', 'discarded')),
        count(*) FILTER (WHERE j.state NOT IN ('completed', 'cancelled', 'discarded')),
-       min(j.created_at)
+       min({clamped("j.created_at")})
 FROM recent r
 JOIN <schema>river_job j
   ON j.metadata @> jsonb_build_object('{_KEY}', jsonb_build_object('id', r.workflow_id))
