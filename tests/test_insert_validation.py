@@ -541,3 +541,15 @@ def test_pending_must_be_a_bool(pending: Any) -> None:
         resolve_insert(
             GoodArgs(), InsertOpts(pending=pending), None, InsertDefaults(), datetime.now(UTC)
         )
+
+
+def test_the_latest_storable_time_reads_back_as_written() -> None:
+    """Past 9999-12-29 a Postgres read is clamped to it: a job scheduled for 9999-12-30
+    read back a day early. Refused instead, naming the range."""
+    from datetime import timedelta
+
+    from riverboat._insert import TIME_MAX, validate_time
+
+    assert validate_time(TIME_MAX, "opts.scheduled_at") == TIME_MAX
+    with pytest.raises(InvalidInputError, match="1000-01-01 to 9999-12-29"):
+        validate_time(TIME_MAX + timedelta(microseconds=1), "opts.scheduled_at")

@@ -137,7 +137,9 @@ def _validate_tags(tags: object, field: str) -> list[str]:
 # to the session's zone). SQLite writes years below 1000 unpadded, which sort after
 # every later year, so they are refused too.
 TIME_MIN = datetime(1000, 1, 1, tzinfo=UTC)
-TIME_MAX = datetime(9999, 12, 30, tzinfo=UTC)
+# The highest time Postgres reads hand back unclamped (dialect/_pg_common.py): a job
+# scheduled past it read back a day early.
+TIME_MAX = datetime(9999, 12, 29, tzinfo=UTC)
 
 
 def validate_time(value: object, field: str) -> datetime:
@@ -155,7 +157,8 @@ def validate_time(value: object, field: str) -> datetime:
     if utc is None or not TIME_MIN <= utc <= TIME_MAX:
         raise InvalidInputError(
             field,
-            f"{value.isoformat()} is outside the storable range (years 1000 to 9999 in UTC)",
+            f"{value.isoformat()} is outside the storable range "
+            f"({TIME_MIN:%Y-%m-%d} to {TIME_MAX:%Y-%m-%d} in UTC)",
         )
     return value
 
