@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -190,3 +191,27 @@ def test_a_kind_imports_only_modules_of_the_project() -> None:
     assert workers.get("this.is_a_go_kind") is None
     assert "this" not in sys.modules
     assert workers.get("tests.django.testapp.tasks.add") is not None
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"MAX_ATTEMPT": 3}, "unknown option 'MAX_ATTEMPT'"),
+        ({"QUEUE_MAP": ["a"]}, "['QUEUE_MAP'] must be a dict"),
+        ({"MAX_ATTEMPTS": "3"}, "['MAX_ATTEMPTS'] must be an int from 1 to 32767"),
+        ({"SCHEMA": 5}, "['SCHEMA'] must be a str"),
+        (["x"], "must be a dict, not list"),
+    ],
+)
+def test_backend_options_are_checked(options: object, said: str) -> None:
+    """A misspelt option was ignored (jobs got 25 attempts); a list QUEUE_MAP was a bare
+    ValueError; a str MAX_ATTEMPTS failed only at enqueue, not naming the setting."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from riverboat.contrib.django.tasks import backend_options
+
+    with pytest.raises(ImproperlyConfigured, match=re.escape("TASKS['default']['OPTIONS']")):
+        backend_options("default", options)
+    with pytest.raises(ImproperlyConfigured, match=re.escape(said)):
+        backend_options("default", options)
+    assert backend_options("default", None)["MAX_ATTEMPTS"] == 25

@@ -82,8 +82,9 @@ def unserved_task_queues(worked: set[str]) -> list[tuple[str, str, str]]:
     for alias, conf in dict(getattr(settings, "TASKS", None) or {}).items():
         if not isinstance(conf, dict) or conf.get("BACKEND") != _BACKEND:
             continue
-        options = conf.get("OPTIONS") or {}
-        queue_map = dict(options.get("QUEUE_MAP") or {})
+        from riverboat.contrib.django.tasks import backend_options  # needs Django's tasks
+
+        queue_map = backend_options(alias, conf.get("OPTIONS"))["QUEUE_MAP"]
         for django_queue in [*(conf.get("QUEUES") or []), *queue_map]:
             river_queue = queue_map.get(django_queue, django_queue)
             if river_queue not in worked and (alias, django_queue, river_queue) not in out:

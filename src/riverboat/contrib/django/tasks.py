@@ -172,6 +172,52 @@ def _result_from_row(task: Any, backend_alias: str, row: JobRow, status: Any = N
     return result
 
 
+# TASKS[alias]["OPTIONS"] of a RiverboatBackend, with their defaults.
+BACKEND_OPTIONS: dict[str, Any] = {
+    "DATABASE_ALIAS": None,
+    "SCHEMA": None,
+    "MAX_ATTEMPTS": 25,
+    "QUEUE_MAP": None,
+}
+
+
+def backend_options(alias: str, given: Any) -> dict[str, Any]:
+    """``TASKS[alias]["OPTIONS"]`` checked, with defaults filled in: a misspelt key (it
+    was ignored: jobs got 25 attempts), a list for ``QUEUE_MAP`` (a bare ValueError from
+    dict()) or a str for ``MAX_ATTEMPTS`` (refused only at enqueue, not naming the
+    setting) is an ImproperlyConfigured naming the setting."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    where = f"TASKS[{alias!r}]['OPTIONS']"
+    if given is None:
+        given = {}
+    if not isinstance(given, Mapping):
+        raise ImproperlyConfigured(f"{where} must be a dict, not {type(given).__name__}")
+    unknown = sorted(str(key) for key in given if key not in BACKEND_OPTIONS)
+    if unknown:
+        raise ImproperlyConfigured(
+            f"{where}: unknown option {unknown[0]!r} (known: {', '.join(BACKEND_OPTIONS)})"
+        )
+    options = {**BACKEND_OPTIONS, **given}
+    for key in ("DATABASE_ALIAS", "SCHEMA"):
+        if options[key] is not None and not isinstance(options[key], str):
+            raise ImproperlyConfigured(f"{where}['{key}'] must be a str")
+    attempts = options["MAX_ATTEMPTS"]
+    if attempts is not None and (
+        isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 32767
+    ):
+        raise ImproperlyConfigured(f"{where}['MAX_ATTEMPTS'] must be an int from 1 to 32767")
+    queue_map = options["QUEUE_MAP"] or {}
+    if not isinstance(queue_map, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in queue_map.items()
+    ):
+        raise ImproperlyConfigured(
+            f"{where}['QUEUE_MAP'] must be a dict of Django queue names to River queue names"
+        )
+    options["QUEUE_MAP"] = dict(queue_map)
+    return options
+
+
 class RiverboatBackend(BaseTaskBackend):  # type: ignore[misc]
     """Django tasks as River jobs, inserted on Django's connection (see the module)."""
 
@@ -182,11 +228,11 @@ class RiverboatBackend(BaseTaskBackend):  # type: ignore[misc]
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        options: Mapping[str, Any] = self.options
-        self.database_alias: str | None = options.get("DATABASE_ALIAS")
-        self.schema: str | None = options.get("SCHEMA")
-        self.max_attempts: int | None = options.get("MAX_ATTEMPTS", 25)
-        self.queue_map: dict[str, str] = dict(options.get("QUEUE_MAP") or {})
+        options = backend_options(alias, self.options)
+        self.database_alias: str | None = options["DATABASE_ALIAS"]
+        self.schema: str | None = options["SCHEMA"]
+        self.max_attempts: int | None = options["MAX_ATTEMPTS"]
+        self.queue_map: dict[str, str] = options["QUEUE_MAP"]
 
     def _client(self) -> Any:
         return get_client(self.database_alias, self.schema)
