@@ -174,3 +174,41 @@ def test_drivers_on_a_callers_engine_are_not_kept_alive_by_it(pg_url: str) -> No
         pass
     assert kept.stats.connections_opened == before + 1
     engine.dispose()
+
+
+@pytest.mark.parametrize("dbapi", ["asyncpg", "psycopg"])
+async def test_the_sqlalchemy_listener_reaches_the_engines_database(
+    pg_url: str, dbapi: str
+) -> None:
+    """The LISTEN connection is opened from the engine's URL: a database name with a
+    space (psycopg refused SQLAlchemy's rendering of it) and a dialect's own query option
+    (prepared_statement_cache_size: asyncpg sent it to the server as a setting) failed
+    every LISTEN, and the workers fell back to polling."""
+    import psycopg
+    import sqlalchemy
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from riverboat.drivers.sqlalchemy import AsyncSqlAlchemyDriver
+
+    name = f"sp ace {dbapi}"
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        base = sqlalchemy.engine.make_url(pg_url)
+        url = base.set(
+            drivername=f"postgresql+{dbapi}",
+            database=name,
+            query={"prepared_statement_cache_size": "0"} if dbapi == "asyncpg" else {},
+        )
+        engine = create_async_engine(url)
+        driver = AsyncSqlAlchemyDriver(engine)
+        try:
+            listener = await driver.listener()
+            await listener.close()
+        finally:
+            await driver.close()
+            await engine.dispose()
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -143,11 +143,46 @@ def _stop_counting_connections(engine: Any, stats: DriverStats) -> None:
         counted.pop(id(stats), None)
 
 
+# The URL query keys libpq (and so psycopg and asyncpg's URL parsing) understands; the
+# rest of an engine's query is SQLAlchemy's or its dialect's (prepared_statement_cache_size
+# for asyncpg): asyncpg sent those to the server as settings, failing every LISTEN.
+_LIBPQ_KEYS = frozenset(
+    """host hostaddr port dbname user password passfile channel_binding connect_timeout
+    client_encoding options application_name fallback_application_name keepalives
+    keepalives_idle keepalives_interval keepalives_count tcp_user_timeout gssencmode
+    sslmode requiressl sslcompression sslcert sslkey sslpassword sslcertmode sslrootcert
+    sslcrl sslcrldir sslsni requirepeer ssl_min_protocol_version ssl_max_protocol_version
+    krbsrvname gsslib gssdelegation service target_session_attrs
+    load_balance_hosts""".split()
+)
+
+
 def _libpq_url(url: Any) -> str:
-    """The engine's URL (password included) as a plain ``postgresql://`` URL."""
-    plain = url.set(drivername="postgresql")
-    text: str = plain.render_as_string(hide_password=False)
-    return text
+    """The engine's URL (password included) as a plain ``postgresql://`` URL: each part
+    percent-encoded (SQLAlchemy renders a database name with a space as is, which
+    psycopg refuses), with only the query keys libpq knows."""
+    from urllib.parse import quote, urlencode
+
+    credentials = ""
+    if url.username:
+        credentials = quote(url.username, safe="")
+        if url.password is not None:
+            credentials += ":" + quote(str(url.password), safe="")
+        credentials += "@"
+    host = url.host or ""
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    port = f":{url.port}" if url.port else ""
+    database = quote(url.database or "", safe="")
+    query = urlencode(
+        [
+            (key, value)
+            for key, values in url.query.items()
+            if key in _LIBPQ_KEYS
+            for value in (values if isinstance(values, tuple) else (values,))
+        ]
+    )
+    return f"postgresql://{credentials}{host}{port}/{database}" + (f"?{query}" if query else "")
 
 
 def _sync_url(url: str) -> str:
