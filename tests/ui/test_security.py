@@ -168,27 +168,28 @@ def test_token_guards_every_page(seeded: SeededDb, serve: Any) -> None:
     assert Http(base, {"Authorization": "Basic !!!"}).request("GET", "/")[0] == 401
 
 
+def _status_with_bearer(base: str, token: bytes) -> int:
+    """GET / with ``Authorization: Bearer`` and the token's bytes as they are."""
+    conn = http.client.HTTPConnection(urlsplit(base).netloc, timeout=10)
+    try:
+        conn.putrequest("GET", "/")
+        conn.putheader("Authorization", b"Bearer " + token)
+        conn.endheaders()
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
 def test_a_token_past_ascii_works_as_bearer_and_basic(seeded: SeededDb, serve: Any) -> None:
     """The header arrives as bytes; a UTF-8 token sent as sent must match (the ASGI
     server hands it over decoded as latin-1)."""
     token = "pässwörd-✓"
     base = serve(create_app(seeded.url, schema=seeded.schema, token=token)).url
     raw = token.encode()
-    conn = http.client.HTTPConnection(urlsplit(base).netloc, timeout=10)
-    conn.putrequest("GET", "/")
-    conn.putheader("Authorization", b"Bearer " + raw)
-    conn.endheaders()
-    assert conn.getresponse().status == 200
-    conn.close()
+    assert _status_with_bearer(base, raw) == 200
     basic = base64.b64encode(b"anyone:" + raw).decode()
     assert Http(base, {"Authorization": f"Basic {basic}"}).request("GET", "/")[0] == 200
-    wrong = "passwörd-✓".encode()
-    conn = http.client.HTTPConnection(urlsplit(base).netloc, timeout=10)
-    conn.putrequest("GET", "/")
-    conn.putheader("Authorization", b"Bearer " + wrong)
-    conn.endheaders()
-    assert conn.getresponse().status == 401
-    conn.close()
+    assert _status_with_bearer(base, "passwörd-✓".encode()) == 401
 
 
 def test_a_job_page_with_odd_error_entries(seeded: SeededDb, serve: Any) -> None:

@@ -157,6 +157,7 @@ FROM <schema>river_job
 WHERE state IN ('completed', 'discarded')
   AND finalized_at IS NOT NULL
   AND finalized_at >= datetime('now', '-' || :minutes || ' minutes')
+  AND finalized_at < datetime('now', '+1 day')
 GROUP BY 1
 ORDER BY 1
 """
