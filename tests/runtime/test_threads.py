@@ -52,12 +52,19 @@ async def test_errors_are_raised_where_the_call_is_awaited() -> None:
     def stops() -> None:
         raise StopIteration
 
+    def exits() -> None:
+        raise GeneratorExit
+
     try:
         with pytest.raises(ValueError, match="boom"):
             await pool.run(fails)
         with pytest.raises(RuntimeError, match="StopIteration") as caught:
             await pool.run(stops)
         assert isinstance(caught.value.__cause__, StopIteration)
+        # Set on the future as it was, it ended the awaiting task unseen.
+        with pytest.raises(RuntimeError, match="GeneratorExit") as exited:
+            await pool.run(exits)
+        assert isinstance(exited.value.__cause__, GeneratorExit)
     finally:
         pool.shutdown()
 

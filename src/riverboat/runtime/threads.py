@@ -112,7 +112,9 @@ class DaemonThreadPool(Executor):
             if future.done():  # cancelled while the call ran
                 continue
             if raised:
-                if isinstance(value, StopIteration):  # a future refuses it as such
+                # A future refuses StopIteration as such; GeneratorExit, set on one,
+                # ended the awaiting task unseen (the job's row left running).
+                if isinstance(value, StopIteration | GeneratorExit):
                     error = RuntimeError(f"the job raised {value!r}")
                     error.__cause__ = value
                     value = error
