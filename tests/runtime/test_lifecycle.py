@@ -172,3 +172,33 @@ async def test_completer_works_with_and_without_subscribers(apg_driver: Any, eve
         assert len(await next_events(sub, 20)) == 20
     name = "job_complete_many" if events else "job_complete_many_no_return"
     assert apg_driver.stats.by_query.get(name, 0) >= 1
+
+
+async def test_a_failed_start_hands_back_the_jobs_it_claimed(
+    apg_driver: Any, pg_url: str, pg_schema: str
+) -> None:
+    """A start that fails after its producers began (a hook, leadership's services) left
+    the jobs they claimed running and its tasks pending; they ran again only when the
+    rescuer found them, an attempt later. Now what began is stopped, the jobs handed back."""
+    workers = Workers()
+    running = asyncio.Event()
+
+    @workers.register("slow")
+    async def slow(job: Job[Any]) -> None:
+        running.set()
+        await asyncio.sleep(3600)
+
+    client = make_client(apg_driver, workers)
+    job = (await client.insert({}, kind="slow")).job
+
+    async def failing_hook(runtime: object) -> None:
+        await running.wait()
+        raise RuntimeError("a start hook failed")
+
+    client.runtime.on_start.append(failing_hook)
+    with pytest.raises(RuntimeError, match="a start hook failed"):
+        await client.start()
+    row = fetch_row(pg_url, pg_schema, f"SELECT state, attempt FROM river_job WHERE id = {job.id}")
+    assert row == ("available", 0)
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+    assert not [t for t in tasks if "riverboat" in repr(t.get_coro())], tasks

@@ -320,6 +320,21 @@ class Runtime:
 
     # -- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            # Past the producers' start (leadership's services, a middleware's attach()
+            # hook), jobs may be claimed and running: a failed start was left with them
+            # running and its tasks pending. Stop what began, handing those jobs back.
+            if self.producers or self.completer is not None:
+                self.started = True
+                try:
+                    await self.stop(cancel_running=True)
+                except Exception:
+                    log.exception("start failed, and so did stopping what it had started")
+            raise
+
+    async def _start(self) -> None:
         dialect = self.driver.dialect
         cfg = self.config
         async with bounded(cfg.db_call_timeout, "ping"):
