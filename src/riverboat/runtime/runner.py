@@ -322,10 +322,12 @@ class Runtime:
     async def start(self) -> None:
         try:
             await self._start()
-        except BaseException:
+        except Exception:
             # Past the producers' start (leadership's services, a middleware's attach()
             # hook), jobs may be claimed and running: a failed start was left with them
             # running and its tasks pending. Stop what began, handing those jobs back.
+            # A cancelled start (Ctrl-C while starting) propagates at once, as before: a
+            # stop awaited inside a cancelled task held the demo's exit up.
             if self.producers or self.completer is not None:
                 self.started = True
                 try:
