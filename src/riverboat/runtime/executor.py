@@ -380,9 +380,9 @@ def _log_failure(row: JobRow, error: BaseException, update: JobStateUpdate) -> N
         row.max_attempts,
         ", discarded" if discarded else ", will retry",
         type(error).__name__,
-        storable_text(
-            outcomes.error_message(error)
-        ),  # a NUL in a log file makes tools call it binary
+        # A NUL in a log file makes tools call it binary; a __str__ that raises here
+        # left the row running with no outcome.
+        storable_text(outcomes.error_message(error)),
         exc_info=error if discarded and trace else None,
     )
     if trace and not discarded and log.isEnabledFor(logging.DEBUG):

@@ -326,8 +326,8 @@ class Runtime:
             # Past the producers' start (leadership's services, a middleware's attach()
             # hook), jobs may be claimed and running: a failed start was left with them
             # running and its tasks pending. Stop what began, handing those jobs back.
-            # A cancelled start (Ctrl-C while starting) propagates at once, as before: a
-            # stop awaited inside a cancelled task held the demo's exit up.
+            # A cancelled start (Ctrl-C while starting) propagates at once, as before,
+            # rather than awaiting a stop inside a cancelled task.
             if self.producers or self.completer is not None:
                 self.started = True
                 try:

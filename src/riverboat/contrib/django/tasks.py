@@ -37,7 +37,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from riverboat._insert import validate_kind, validate_queue
+from riverboat._insert import SMALLINT_MAX, validate_kind, validate_queue
 from riverboat._job import FAILED_STATES, InsertOpts, JobRow, JobState
 from riverboat.contrib.django.settings import get_client
 from riverboat.errors import InvalidInputError, NotFoundError
@@ -204,9 +204,13 @@ def backend_options(alias: str, given: Any) -> dict[str, Any]:
             raise ImproperlyConfigured(f"{where}['{key}'] must be a str")
     attempts = options["MAX_ATTEMPTS"]
     if attempts is not None and (
-        isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 32767
+        isinstance(attempts, bool)
+        or not isinstance(attempts, int)
+        or not 1 <= attempts <= SMALLINT_MAX
     ):
-        raise ImproperlyConfigured(f"{where}['MAX_ATTEMPTS'] must be an int from 1 to 32767")
+        raise ImproperlyConfigured(
+            f"{where}['MAX_ATTEMPTS'] must be an int from 1 to {SMALLINT_MAX}"
+        )
     queue_map = options["QUEUE_MAP"] or {}
     if not isinstance(queue_map, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in queue_map.items()
