@@ -27,11 +27,11 @@ from riverboat.dialect._rows import JobReader
 
 __all__ = [
     "ORDER_COLUMNS",
-    "QUEUE_ACTIVITY_JOIN",
     "AdminSql",
     "AdminStatements",
     "compact_json",
     "control_payload",
+    "queue_activity_sql",
 ]
 
 # Columns a list can be ordered by (besides id, always the tiebreak). scheduled_at is NOT
@@ -41,9 +41,22 @@ ORDER_COLUMNS = ("id", "scheduled_at", "attempted_at", "finalized_at", "created_
 NOT_NULL_COLUMNS = frozenset({"id", "scheduled_at", "created_at"})
 ALL_STATES = tuple(state.value for state in JobState)
 
-# The end of both dialects. queue_activity: the ``waiting`` and ``done`` CTEs (each dialect
-# spells its own time arithmetic) joined into one row per queue.
-QUEUE_ACTIVITY_JOIN = """SELECT coalesce(waiting.queue, done.queue), waiting.oldest,
+
+def queue_activity_sql(oldest: str, done: str) -> str:
+    """The ``queue_activity`` statement: per queue, ``oldest`` (the dialect's reading of
+    the least ``scheduled_at`` of its available jobs, the queue's latency) beside ``done``
+    (the dialect's ``SELECT queue, completed_1h, ..., discarded_7d`` over the jobs
+    finalized in the last week: each dialect spells its own time arithmetic), one row
+    per queue that has either."""
+    return f"""
+WITH waiting AS (
+    SELECT queue, min({oldest}) AS oldest
+    FROM <schema>river_job
+    WHERE state = 'available'
+    GROUP BY queue
+),
+done AS ({done})
+SELECT coalesce(waiting.queue, done.queue), waiting.oldest,
        coalesce(completed_1h, 0), coalesce(completed_24h, 0), coalesce(completed_7d, 0),
        coalesce(discarded_1h, 0), coalesce(discarded_24h, 0), coalesce(discarded_7d, 0)
 FROM waiting FULL JOIN done ON waiting.queue = done.queue

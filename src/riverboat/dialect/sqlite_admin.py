@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from riverboat._queue import QueueRow
 from riverboat._sql import Query, Statement
-from riverboat.dialect._admin_common import ALL_STATES, QUEUE_ACTIVITY_JOIN, AdminSql
+from riverboat.dialect._admin_common import ALL_STATES, AdminSql, queue_activity_sql
 from riverboat.dialect._part import DialectPart
 from riverboat.dialect._rows import JobReader
 from riverboat.dialect._sqlite_common import (
@@ -166,14 +166,9 @@ ORDER BY 1
 # Per queue: the oldest available job's scheduled_at (the queue's latency) and jobs
 # completed and discarded over the last hour, day and week, for the dashboard (which
 # caches it: the week reads every job finalized in it, by the finalized_at index).
-QUERIES["queue_activity"] = f"""
-WITH waiting AS (
-    SELECT queue, min({ts_exact("scheduled_at")}) AS oldest
-    FROM <schema>river_job
-    WHERE state = 'available'
-    GROUP BY queue
-),
-done AS (
+QUERIES["queue_activity"] = queue_activity_sql(
+    ts_exact("scheduled_at"),
+    """
     SELECT queue,
            sum(state = 'completed' AND finalized_at >= datetime('now', '-1 hours'))
                AS completed_1h,
@@ -190,9 +185,8 @@ done AS (
       AND finalized_at IS NOT NULL
       AND finalized_at >= datetime('now', '-7 days')
     GROUP BY queue
+""",
 )
-{QUEUE_ACTIVITY_JOIN}
-"""
 
 QUERIES["queue_list"] = (
     f"SELECT {QUEUE_SELECT} FROM <schema>river_queue ORDER BY name ASC LIMIT :max"
