@@ -231,12 +231,14 @@ def find_go() -> str | None:
 
 def main() -> int:
     """``python -m tests.interop.river_go``: build (or find) the program and print its
-    path; .ci/run calls it before the suite so the first build's compile time shows
-    up on its own line."""
+    path; scripts/test calls it before the suite, so a cold build runs on its own
+    instead of inside a test's timeout."""
     go = find_go()
     if go is None:
         print("no Go toolchain on PATH: the interop tests will skip (or fail under CI=true)")
         return 0
+    if not (build_cache_dir() / go_sources_hash() / BINARY_NAME).exists():
+        print(f"building {GO_DIR} with {go} (a cold build takes a minute or more)", flush=True)
     print(build_river_go(go))
     return 0
 
