@@ -7,10 +7,7 @@ one-shot commands, one object per line for ``work`` and ``ui``, which run until 
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -21,53 +18,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from riverboat.bench.river import (
+    INTEROP_BINARY,
+    build_interop_binary,
+    interop_cache_dir,
+    interop_sources_hash,
+)
+
 REPO = Path(__file__).resolve().parents[2]
 GO_DIR = REPO / "interop" / "go"
-BINARY_NAME = "riverinterop"
-
-
-def go_sources_hash() -> str:
-    """A hash of everything the build reads from the repository: the Go files, go.mod
-    and go.sum (the module cache is keyed by go.sum already)."""
-    digest = hashlib.sha256()
-    for path in sorted(GO_DIR.iterdir()):
-        if path.suffix == ".go" or path.name in ("go.mod", "go.sum"):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
-
-
-def build_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "riverboat" / "interop"
 
 
 def build_river_go(go: str) -> Path:
-    """``go build`` interop/go into the cache, once per source hash; concurrent pytest
-    workers wait on a file lock for the first one's build. Go's own build and module
-    caches (GOCACHE, GOMODCACHE) stay where they are, so a rebuild after a change
-    recompiles only interop/go."""
-    target_dir = build_cache_dir() / go_sources_hash()
-    binary = target_dir / BINARY_NAME
-    if binary.exists():
-        return binary
-    target_dir.mkdir(parents=True, exist_ok=True)
-    with open(target_dir / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if binary.exists():
-            return binary
-        partial = target_dir / f"{BINARY_NAME}.{os.getpid()}.partial"
-        result = subprocess.run(
-            # No VCS stamp: the binary depends on the sources only, and a checkout
-            # without git metadata (an export, a worktree elsewhere) builds the same.
-            [go, "build", "-buildvcs=false", "-o", str(partial), "."],
-            cwd=GO_DIR,
-            capture_output=True,
-            text=True,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"go build of {GO_DIR} failed:\n{result.stdout}{result.stderr}")
-        partial.rename(binary)
-    return binary
+    """The program, built once per hash of its sources into riverboat's cache (shared
+    with ``riverboat bench --compare-river``); concurrent pytest workers wait for the
+    first one's build."""
+    return build_interop_binary(go, GO_DIR)
 
 
 @dataclass
@@ -237,7 +203,7 @@ def main() -> int:
     if go is None:
         print("no Go toolchain on PATH: the interop tests will skip (or fail under CI=true)")
         return 0
-    if not (build_cache_dir() / go_sources_hash() / BINARY_NAME).exists():
+    if not (interop_cache_dir() / interop_sources_hash(GO_DIR) / INTEROP_BINARY).exists():
         print(f"building {GO_DIR} with {go} (a cold build takes a minute or more)", flush=True)
     print(build_river_go(go))
     return 0

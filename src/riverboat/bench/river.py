@@ -22,6 +22,7 @@ driver on the same WAL file riverboat works).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import re
 import resource
@@ -39,9 +40,13 @@ from riverboat.bench.defaults import _any_left_sql, _work_backlog
 from riverboat.bench.measure import Figures, PostgresBench, fill_backlog
 
 __all__ = [
+    "INTEROP_BINARY",
     "RiverBenchFigure",
     "RiverFigure",
     "build_interop",
+    "build_interop_binary",
+    "interop_cache_dir",
+    "interop_sources_hash",
     "river_cli",
     "run_compare_river",
     "run_compare_river_sqlite",
@@ -52,6 +57,7 @@ MAX_WORKERS = 20
 ROUNDS = 2
 # (name, FetchCooldown ms, FetchPollInterval ms); 0 is River's default (100 ms, 1 s).
 RIVER_CONFIGS = [("river_defaults", 0.0, 0.0), ("river_fetch_cooldown_1ms", 1.0, 0.0)]
+INTEROP_BINARY = "riverinterop"
 # A run ends when the backlog is done or after this long (jobs/s is what was done by
 # then): River at its defaults works 20 slots per 100 ms cooldown, 200 jobs/s.
 RUN_LIMIT = 15.0
@@ -79,21 +85,68 @@ def interop_dir() -> Path | None:
     return path if (path / "go.mod").exists() else None
 
 
-def build_interop(out_dir: str) -> tuple[str | None, str | None]:
-    """Build the Go interop program into ``out_dir``: (binary, None) or (None, why not)."""
+def interop_cache_dir() -> Path:
+    """Where built interop programs are kept: ``$XDG_CACHE_HOME/riverboat/interop``
+    (default ``~/.cache``), one folder per hash of the sources."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "riverboat" / "interop"
+
+
+def interop_sources_hash(source: Path) -> str:
+    """A hash of everything the build reads from the checkout: the Go files, go.mod and
+    go.sum (Go's module cache is keyed by go.sum already)."""
+    digest = hashlib.sha256()
+    for path in sorted(source.iterdir()):
+        if path.suffix == ".go" or path.name in ("go.mod", "go.sum"):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def build_interop_binary(go: str, source: Path) -> Path:
+    """``go build`` ``source`` into :func:`interop_cache_dir`, once per hash of its
+    sources: a cold build takes a minute or more (mostly modernc.org/sqlite), a warm
+    one still links a 30 MB program. Concurrent callers (the test suite's workers, a
+    bench beside them) wait on a file lock for the first one's build. Raises
+    RuntimeError with Go's output when the build fails."""
+    import fcntl
+
+    target_dir = interop_cache_dir() / interop_sources_hash(source)
+    binary = target_dir / INTEROP_BINARY
+    if binary.exists():
+        return binary
+    target_dir.mkdir(parents=True, exist_ok=True)
+    with open(target_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if binary.exists():
+            return binary
+        partial = target_dir / f"{INTEROP_BINARY}.{os.getpid()}.partial"
+        built = subprocess.run(
+            # No VCS stamp: the program depends on its sources only, and a checkout
+            # without git metadata (an export, a worktree elsewhere) builds the same.
+            [go, "build", "-buildvcs=false", "-o", str(partial), "."],
+            cwd=source,
+            capture_output=True,
+            text=True,
+        )
+        if built.returncode != 0:
+            raise RuntimeError(f"go build of {source} failed:\n{built.stdout}{built.stderr}")
+        partial.rename(binary)
+    return binary
+
+
+def build_interop() -> tuple[str | None, str | None]:
+    """The Go interop program, built or found in the cache: (binary, None) or (None, why
+    not)."""
     source = interop_dir()
     if source is None:
         return None, "interop/go is not there (riverboat is not run from its checkout)"
     go = shutil.which("go")
     if go is None:
         return None, "the Go toolchain is not installed"
-    binary = os.path.join(out_dir, "riverinterop")
-    built = subprocess.run(
-        [go, "build", "-o", binary, "."], cwd=source, capture_output=True, text=True
-    )
-    if built.returncode != 0:
-        return None, f"go build failed: {built.stderr.strip()[-500:]}"
-    return binary, None
+    try:
+        return str(build_interop_binary(go, source)), None
+    except RuntimeError as exc:
+        return None, str(exc).strip()[-500:]
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -215,31 +268,30 @@ async def run_compare_river(
     pg: PostgresBench, jobs: int, server_cpu: Callable[[], float] | None
 ) -> dict[str, Any]:
     """riverboat at defaults, River at its defaults and with a 1 ms FetchCooldown."""
-    with tempfile.TemporaryDirectory(prefix="riverboat-river-") as tmp:
-        pg.progress("compare-river: building interop/go")
-        binary, why_not = await asyncio.to_thread(build_interop, tmp)
-        if binary is None:
-            return {"skipped": why_not}
+    pg.progress("compare-river: building interop/go (or finding it built)")
+    binary, why_not = await asyncio.to_thread(build_interop)
+    if binary is None:
+        return {"skipped": why_not}
 
-        async def measure(name: str, run: Run, _round: int) -> RiverFigure:
-            pg.progress(f"compare-river: {name}, {jobs} jobs")
-            await asyncio.to_thread(fill_backlog, pg.url, pg.schema, jobs)
-            server = server_cpu() if server_cpu is not None else None
-            done, wall, cpu = await run[1]()
-            if server is not None and server_cpu is not None:
-                server = server_cpu() - server
-            return _figure(name, done, wall, cpu, server)
+    async def measure(name: str, run: Run, _round: int) -> RiverFigure:
+        pg.progress(f"compare-river: {name}, {jobs} jobs")
+        await asyncio.to_thread(fill_backlog, pg.url, pg.schema, jobs)
+        server = server_cpu() if server_cpu is not None else None
+        done, wall, cpu = await run[1]()
+        if server is not None and server_cpu is not None:
+            server = server_cpu() - server
+        return _figure(name, done, wall, cpu, server)
 
-        async def riverboat_defaults() -> tuple[int, float, float]:
-            done, wall, cpu, _ = await _work_backlog(pg, jobs, MAX_WORKERS, RUN_LIMIT)
-            return done, wall, cpu
+    async def riverboat_defaults() -> tuple[int, float, float]:
+        done, wall, cpu, _ = await _work_backlog(pg, jobs, MAX_WORKERS, RUN_LIMIT)
+        return done, wall, cpu
 
-        def river(cooldown: float, poll: float) -> Callable[[], Any]:
-            return lambda: _work_with_river(pg, binary, jobs, cooldown, poll)
+    def river(cooldown: float, poll: float) -> Callable[[], Any]:
+        return lambda: _work_with_river(pg, binary, jobs, cooldown, poll)
 
-        runs: list[Run] = [("riverboat_defaults", riverboat_defaults)]
-        runs += [(name, river(cooldown, poll)) for name, cooldown, poll in RIVER_CONFIGS]
-        best = await _best_of_rounds(runs, measure)
+    runs: list[Run] = [("riverboat_defaults", riverboat_defaults)]
+    runs += [(name, river(cooldown, poll)) for name, cooldown, poll in RIVER_CONFIGS]
+    best = await _best_of_rounds(runs, measure)
     return {"runs": [best[name].to_dict() for name, _ in runs]}
 
 
@@ -512,27 +564,26 @@ async def run_compare_river_sqlite(
     and with a 1 ms FetchCooldown; alternating rounds, best of each."""
     from riverboat.bench.env import scratch_target
 
-    with tempfile.TemporaryDirectory(prefix="riverboat-river-") as tmp:
-        progress("compare-river (SQLite): building interop/go")
-        binary, why_not = await asyncio.to_thread(build_interop, tmp)
-        if binary is None:
-            return {"skipped": why_not}
-        with scratch_target(None, "sqlite") as target:
-            path = target.sqlite_path
-            assert path is not None
+    progress("compare-river (SQLite): building interop/go (or finding it built)")
+    binary, why_not = await asyncio.to_thread(build_interop)
+    if binary is None:
+        return {"skipped": why_not}
+    with scratch_target(None, "sqlite") as target:
+        path = target.sqlite_path
+        assert path is not None
 
-            def river(cooldown: float) -> Callable[[], Any]:
-                return lambda: _river_on_sqlite(binary, path, jobs, cooldown)
+        def river(cooldown: float) -> Callable[[], Any]:
+            return lambda: _river_on_sqlite(binary, path, jobs, cooldown)
 
-            async def measure(name: str, run: Run, round_: int) -> RiverFigure:
-                progress(f"compare-river (SQLite): {name}, {jobs} jobs, round {round_}")
-                await asyncio.to_thread(fill_sqlite_backlog, path, jobs)
-                done, wall, cpu = await run[1]()
-                return _figure(name, done, wall, cpu, None)
+        async def measure(name: str, run: Run, round_: int) -> RiverFigure:
+            progress(f"compare-river (SQLite): {name}, {jobs} jobs, round {round_}")
+            await asyncio.to_thread(fill_sqlite_backlog, path, jobs)
+            done, wall, cpu = await run[1]()
+            return _figure(name, done, wall, cpu, None)
 
-            runs: list[Run] = [("riverboat_defaults", lambda: _riverboat_on_sqlite(path, jobs))]
-            runs += [(name, river(cooldown)) for name, cooldown, _ in RIVER_CONFIGS]
-            best = await _best_of_rounds(runs, measure)
+        runs: list[Run] = [("riverboat_defaults", lambda: _riverboat_on_sqlite(path, jobs))]
+        runs += [(name, river(cooldown)) for name, cooldown, _ in RIVER_CONFIGS]
+        best = await _best_of_rounds(runs, measure)
     river_best = max(
         (figure.jobs_per_sec for name, figure in best.items() if name != "riverboat_defaults"),
         default=0.0,
