@@ -71,6 +71,21 @@ def fail_unprintably(job: Job[Any]) -> None:
     raise Unprintable()
 
 
+# What a job raises that Python's own exception classes make hard to carry across a
+# process: an OSError subclass (its own __new__), a text with a lone surrogate (a file
+# name decoded with surrogateescape), an ExceptionGroup (its __new__ needs arguments).
+RAISES: dict[str, BaseException] = {
+    "missing_file": FileNotFoundError(2, "No such file or directory", "/nonexistent/in.csv"),
+    "timeout": TimeoutError("upstream took too long"),
+    "surrogate": ValueError("cannot parse report_\udcff.csv"),
+    "group": ExceptionGroup("two steps failed", [ValueError("a"), KeyError("b")]),
+}
+
+
+def fail_with(job: Job[Any]) -> None:
+    raise RAISES[job.args["raise"]]
+
+
 def snooze(job: Job[Any]) -> None:
     raise JobSnooze(60)
 

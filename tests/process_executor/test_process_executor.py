@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from riverboat import (
     Workers,
 )
 from riverboat.riverlog import METADATA_KEY, RiverLog
-from riverboat.runtime.process_pool import ChildJobError
+from riverboat.runtime.process_pool import ChildJobError, ProcessPool
 from tests.process_executor import jobs
 from tests.runtime.dbs import Db
 from tests.runtime.helpers import next_events, wait_for
@@ -36,6 +37,7 @@ KINDS = (
     "succeed",
     "fail",
     "fail_unprintably",
+    "fail_with",
     "snooze",
     "cancel",
     "crash",
@@ -148,6 +150,52 @@ async def test_an_error_whose_str_raises_is_still_the_jobs_error(any_db: Db, exe
         finally:
             await client.stop()
     assert failed.errors[-1].error == "Unprintable: <str() of the error raised RuntimeError>"
+
+
+@pytest.mark.parametrize(
+    ("raised", "recorded", "kind_of"),
+    [
+        (
+            "missing_file",
+            "FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/in.csv'",
+            FileNotFoundError,
+        ),
+        ("timeout", "TimeoutError: upstream took too long", TimeoutError),
+        ("surrogate", "ValueError: cannot parse report_\ufffd.csv", ValueError),
+        ("group", "ExceptionGroup: two steps failed (2 sub-exceptions)", Exception),
+    ],
+)
+async def test_errors_python_makes_hard_to_rebuild_are_recorded_as_raised(
+    any_db: Db, raised: str, recorded: str, kind_of: type[BaseException]
+) -> None:
+    """An OSError subclass was recorded as 'TypeError: Exception.__new__(...) is not
+    safe' (and handlers saw that TypeError); a lone surrogate in the text ended the child
+    (ChildProcessDied). Each is recorded as the thread executor records it."""
+    recorded_by: dict[str, str] = {}
+    for executor in ("thread", "process"):
+        seen = SeenErrors()
+        client = riverboat.AsyncClient(
+            any_db.url,
+            schema=any_db.schema,
+            queues={"default": QueueConfig(executor=executor, max_workers=1)},
+            workers=_workers(),
+            fetch_cooldown=0.01,
+            fetch_poll_interval=0.05,
+            middleware=[seen],
+        )
+        async with client:
+            opts = InsertOpts(max_attempts=1)
+            job = (await client.insert({"raise": raised}, opts, kind="fail_with")).job
+            await client.start()
+            try:
+                failed = await _finished(client, job.id, JobState.DISCARDED)
+            finally:
+                await client.stop()
+        recorded_by[executor] = failed.errors[-1].error
+        (exc,) = seen.errors
+        assert isinstance(exc, kind_of), (executor, type(exc).__mro__)
+        assert type(exc).__name__ == recorded.split(":")[0]
+    assert recorded_by == {"thread": recorded, "process": recorded}
 
 
 @pytest.mark.parametrize(
@@ -294,6 +342,49 @@ async def test_soft_stop_lets_children_finish(any_db: Db, tmp_path: Path) -> Non
             assert (await client.job_get(job_id)).state is JobState.COMPLETED
         assert pids and not any(_alive(pid) for pid in pids)
         _no_overlap(tmp_path)
+
+
+def _children_starting(parent: int) -> list[int]:
+    """Pids of ``parent``'s process-executor children, from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"process_child" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+async def test_ctrl_c_while_a_child_starts_does_not_kill_it() -> None:
+    """Children ignore SIGINT (a terminal's Ctrl-C reaches its whole process group), but
+    one that came while a child was still importing riverboat killed it, and the job
+    that had asked for it lost an attempt to 'ChildProcessDied: a child process could
+    not start'. The signal is sent here as soon as the child's process exists, before
+    it can import anything."""
+    signalled: list[int] = []
+
+    async def interrupt_the_first_child() -> None:
+        while not signalled:
+            for pid in _children_starting(os.getpid()):
+                os.kill(pid, signal.SIGINT)
+                signalled.append(pid)
+            await asyncio.sleep(0)
+
+    pool = ProcessPool(1, name="ctrl-c")
+    interrupter = asyncio.create_task(interrupt_the_first_child())
+    try:
+        child = await pool._spawn()
+        await asyncio.wait_for(interrupter, 30)
+        assert child.pid == signalled[0] and _alive(child.pid)
+        await child.close(5)
+    finally:
+        interrupter.cancel()
+        await pool.close()
 
 
 async def test_hard_stop_kills_children_and_hands_their_jobs_back(

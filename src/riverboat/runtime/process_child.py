@@ -33,7 +33,7 @@ from datetime import datetime
 from typing import IO, Any
 
 from riverboat._job import AttemptError, JobRow, JobState
-from riverboat._json import go_json_dumps
+from riverboat._json import go_json_storable
 from riverboat.runtime.outcomes import JobCancel, JobSnooze, error_message
 from riverboat.runtime.worker import Job, Worker, _decoder_for, _work_context, _WorkContext
 
@@ -45,7 +45,11 @@ MAIN_MODULE = "__mp_main__"  # the name a parent's __main__ runs under here (mul
 
 
 def write_message(stream: IO[bytes], message: dict[str, Any]) -> None:
-    data = go_json_dumps(message).encode()
+    # What a job writes about itself (its error's text, log lines, metadata) with the
+    # thread executor's rule: a lone surrogate (a file name decoded with
+    # surrogateescape) or a NUL becomes U+FFFD, instead of failing the encoding, which
+    # ended the child and lost the job's error.
+    data = go_json_storable(message).encode()
     stream.write(_HEADER.pack(len(data)) + data)
     stream.flush()
 
@@ -286,6 +290,9 @@ def main() -> None:
     # closing its pipe or with SIGKILL.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # The pool started this process with them blocked (process_pool._start_child): one
+    # that came while riverboat was imported is pending, and dropped now.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     _die_with_parent(parent_pid)
     # A crash in C code prints the Python stack it happened under to stderr.
     faulthandler.enable()

@@ -29,7 +29,8 @@ import signal
 import struct
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from riverboat._job import JobRow
@@ -46,6 +47,12 @@ __all__ = [
 ]
 
 log = logging.getLogger("riverboat.process_pool")
+# The module named for an error class the parent can't find (nor its module).
+_CHILD = "riverboat.child"
+# Signals a child ignores (runtime.process_child): blocked while it starts, so that one
+# arriving before it can ignore them (Ctrl-C to the terminal's process group while it
+# imports riverboat) waits, and is then dropped, instead of killing it.
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 _HEADER = struct.Struct(">I")
 CHILD_MODULE = "riverboat.runtime.process_child"
@@ -77,11 +84,28 @@ class ChildJobError(Exception):
         sub = cls._classes.get(key)
         if sub is None:
             sub = cls._classes[key] = _error_class(cls, name, module, qualname)
-        # Made without the original's __init__, whose arguments we don't have.
-        error = Exception.__new__(sub)
+        try:
+            error = _bare_instance(sub)
+        except TypeError:
+            # A built-in base whose __new__ needs arguments (ExceptionGroup's): the
+            # error keeps its name, not that base.
+            sub = cls._classes[key] = type(name, (cls,), {"__module__": module or _CHILD})
+            error = _bare_instance(sub)
         error.args = (message,)
         error.remote_traceback = remote_traceback
         return error
+
+
+def _bare_instance(sub: type[ChildJobError]) -> ChildJobError:
+    """An instance of ``sub`` made without its ``__init__``, whose arguments we don't
+    have: by the ``__new__`` of its nearest built-in base that has one (Python refuses
+    ``Exception.__new__`` for a subclass of ``OSError``: FileNotFoundError, TimeoutError,
+    ConnectionError...)."""
+    for klass in sub.__mro__:
+        if klass.__module__ == "builtins" and "__new__" in vars(klass):
+            made: ChildJobError = klass.__new__(sub)  # type: ignore[call-overload]
+            return made
+    raise AssertionError("every exception class has BaseException's __new__")
 
 
 def _error_class(
@@ -99,7 +123,7 @@ def _error_class(
             return made
         except TypeError:  # an incompatible layout (OSError's, a C type's)
             pass
-    return type(name, (base,), {"__module__": module or "riverboat.child"})
+    return type(name, (base,), {"__module__": module or _CHILD})
 
 
 class ChildProcessDied(Exception):
@@ -194,6 +218,29 @@ class _Child:
             raise
 
 
+_masking = threading.local()
+
+
+@contextlib.contextmanager
+def _stop_signals_blocked() -> Iterator[None]:
+    """SIGINT and SIGTERM blocked in this thread, whose mask a child inherits across
+    exec. A signal sent to this process meanwhile goes to another thread, or waits the
+    few ms until the mask is restored. Spawns overlap (a warm-up beside a job's own, each
+    awaiting its process): the mask is restored when the last of them is done, else the
+    first would restore what the second saved, both signals blocked, and this process
+    would never hear Ctrl-C or SIGTERM again."""
+    depth: int = getattr(_masking, "depth", 0)
+    if depth == 0:
+        _masking.saved = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    _masking.depth = depth + 1
+    try:
+        yield
+    finally:
+        _masking.depth -= 1
+        if _masking.depth == 0:
+            signal.pthread_sigmask(signal.SIG_SETMASK, _masking.saved)
+
+
 async def _reap(process: asyncio.subprocess.Process) -> None:
     waiting = asyncio.ensure_future(process.wait())
     cancelled = False
@@ -251,15 +298,16 @@ class ProcessPool:
             self._spawning -= 1
 
     async def _start_child(self) -> _Child:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            *_interpreter_flags(),
-            "-m",
-            CHILD_MODULE,
-            str(os.getpid()),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-        )
+        with _stop_signals_blocked():
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                *_interpreter_flags(),
+                "-m",
+                CHILD_MODULE,
+                str(os.getpid()),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+            )
         child = _Child(process)
         try:
             main = sys.modules.get("__main__")
@@ -281,7 +329,7 @@ class ProcessPool:
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             await child.kill()
             raise ChildProcessDied(
-                f"a child process could not start: it {describe_exit(process.returncode)}"
+                f"a child process could not start: {describe_exit(process.returncode)}"
             ) from None
         except BaseException:
             await child.kill()
