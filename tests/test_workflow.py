@@ -915,6 +915,8 @@ def test_workflow_insert_tx_rolls_back_with_the_callers_transaction(any_db: Db) 
         conn.rollback()
         with pytest.raises(NotFoundError):
             client.workflow_get(wf.id)
+        # Rolled back, it was never inserted: it may be inserted again.
+        assert [t.name for t in client.workflow_insert(wf).tasks] == ["a", "b"]
 
 
 def test_two_clients_adding_the_same_task_name_at_once_add_it_once(any_db: Db) -> None:  # noqa: F811
@@ -1060,6 +1062,23 @@ def test_bad_workflows_are_refused_before_anything_is_written(any_db: Db) -> Non
         with pytest.raises(riverboat.InvalidArgsError, match=r"^tasks\['nan'\]\.args: "):
             client.workflow_insert(unencodable)
         assert client.job_list(limit=10).jobs == []
+
+
+def test_the_same_workflow_inserted_twice_is_refused(any_db: Db) -> None:  # noqa: F811
+    """A second insert of one Workflow (a retry after an error that did not say whether
+    the first committed) stored every task again under its id: each ran twice."""
+    wf = Workflow("twice")
+    _step(wf, "first")
+    _step(wf, "second", ["first"])
+    with _client(any_db, Recorder()) as client:
+        inserted = client.workflow_insert(wf)
+        with pytest.raises(InvalidInputError, match=f"{wf.id} is in the database already"):
+            client.workflow_insert(wf)
+        with any_db.connect() as conn, pytest.raises(InvalidInputError, match="inserted once"):
+            client.workflow_insert_tx(conn, wf)
+        tasks = [(t.name, t.job.id) for t in client.workflow_get(wf.id).tasks]
+        assert tasks == [(t.name, t.job.id) for t in inserted.tasks]
+        assert len(client.job_list(limit=10).jobs) == 2
 
 
 class _OwnOpts(dict[str, Any]):

@@ -191,6 +191,15 @@ class ClientBase(SyncAdmin):
             clash = sorted(existing.keys() & {task.name for task in workflow.tasks})
             if clash:
                 raise InvalidInputError("name", f"tasks already in the workflow: {clash}")
+        elif executor.fetch(dialect.workflow_get(workflow.id, 1)):
+            # The same Workflow inserted again (a retry after an error that did not say
+            # whether the first insert committed) made a second copy of every task under
+            # its id: each ran twice, and names clashed.
+            raise InvalidInputError(
+                "workflow",
+                f"{workflow.id} is in the database already: a Workflow is inserted once"
+                " (add tasks to it with Workflow(id=...))",
+            )
         reserve = dialect.workflow_reserve_ids(len(workflow.tasks))
         given = sorted(int(row[0]) for row in executor.fetch(reserve)) if reserve else None
         links = workflow.links(given, existing) if given is not None else None

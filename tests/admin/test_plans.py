@@ -224,3 +224,64 @@ def test_the_drain_probe_reads_the_fetch_index_when_statistics_predate_the_compl
     sql, names = stmt.query.compile("dollar")
     row = psycopg.RawCursor(conn).execute(sql, [stmt.params[n] for n in names]).fetchone()
     assert row == (True,)  # the one job inserted after the completions is due
+
+
+@pytest.fixture
+def with_workflows(pg_url: str, pg_schema: str) -> Iterator[psycopg.Connection[Any]]:
+    """100,000 finished jobs with fresh statistics, 1 % of them tasks of 100 workflows."""
+    conn = psycopg.connect(pg_url, autocommit=True)
+    conn.execute(f'SET search_path TO "{pg_schema}"')
+    conn.execute(
+        """
+        INSERT INTO river_job (args, kind, state, finalized_at, queue, metadata)
+        SELECT '{}', 'bulk', 'completed', now(), 'default',
+               CASE WHEN g %% 100 = 0
+                    THEN jsonb_build_object('riverboat_workflow', jsonb_build_object(
+                        'id', 'wf-' || (g %% 10000) / 100, 'task', 't' || g))
+                    ELSE '{}' END
+        FROM generate_series(1, %s) AS g
+        """,
+        (ROWS,),
+    )
+    conn.execute("ANALYZE river_job")
+    yield conn
+    conn.close()
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom", "generic"])
+@pytest.mark.parametrize("workflow_id", ["wf-50", "no-such-workflow"])
+def test_workflow_reads_go_through_the_metadata_index(
+    with_workflows: psycopg.Connection[Any], pg_schema: str, generic: bool, workflow_id: str
+) -> None:
+    """A workflow's tasks are found by River's GIN index on metadata. With ORDER BY id
+    LIMIT (workflow_get) or a bare LIMIT 1 (workflow_unfinished) on the table, the
+    planner, guessing that 1 % of all jobs match, walked the primary key or the table
+    from its start, filtering every job on the way: all of them for an id with no
+    unfinished task, or no task at all."""
+    dialect = PostgresDialect(pg_schema)
+    statements = {
+        "workflow_get": dialect.workflow_get(workflow_id, 10_000),
+        "workflow_unfinished": dialect.workflow_unfinished(workflow_id),
+    }
+    for name, stmt in statements.items():
+        plan = _explain(with_workflows, stmt, generic)
+        scans = [n for n in _scans(plan) if n["Relation Name"] == "river_job"]
+        assert scans, f"{name}: no scan of river_job"
+        for node in scans:
+            assert node["Node Type"] == "Bitmap Heap Scan", (
+                f"{name}: {node['Node Type']}\n{json.dumps(plan, indent=1)}"
+            )
+            feeds = {c.get("Index Name") for c in node["Plans"] if "Index Name" in c}
+            assert feeds == {"river_job_metadata_index"}, f"{name}: {feeds}"
+    # These two also filter by state, whose index finds the few rows they touch.
+    for name, stmt in {
+        "workflow_retry": dialect.workflow_retry(workflow_id),
+        "workflow_cancel": dialect.workflow_cancel(workflow_id, "2026-01-01T00:00:00Z"),
+    }.items():
+        plan = _explain(with_workflows, stmt, generic)
+        for node in _scans(plan):
+            if node["Relation Name"] == "river_job":
+                assert node["Node Type"] != "Seq Scan", f"{name}\n{json.dumps(plan, indent=1)}"
+                # By id (the update's join to the rows it found), not a walk of all ids.
+                walk = node.get("Index Name") == "river_job_pkey" and "Index Cond" not in node
+                assert not walk, f"{name}\n{json.dumps(plan, indent=1)}"
