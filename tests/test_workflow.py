@@ -1016,6 +1016,8 @@ def test_bad_workflows_are_refused_before_anything_is_written(any_db: Db) -> Non
         _step(wf, "b", ["nope"])
     with pytest.raises(InvalidInputError, match="itself"):
         _step(wf, "c", ["c"])
+    with pytest.raises(InvalidInputError, match="deps: must be a list of tasks"):
+        wf.add("n", {}, kind="step", deps=None)  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="unique"):
         wf.add("u", {}, InsertOpts(unique_opts=riverboat.UniqueOpts(by_args=True)), kind="step")
     with pytest.raises(InvalidInputError, match="on_dep_failure"):
@@ -1398,7 +1400,8 @@ def test_workflow_wait_reads_the_whole_workflow_only_at_the_start_and_the_end(
 
 def test_job_wait_refuses_bad_input_before_waiting(any_db: Db) -> None:  # noqa: F811
     with _client(any_db, Recorder()) as client:
-        for timeout in (-1, float("nan"), float("inf")):  # NaN used to wait forever
+        # NaN used to wait forever; an int too large for a float raised OverflowError.
+        for timeout in (-1, float("nan"), float("inf"), 10**400):
             with pytest.raises(InvalidInputError, match="timeout"):
                 client.job_wait(1, timeout=timeout)
         with pytest.raises(InvalidInputError, match="timeout"):

@@ -21,6 +21,11 @@ GO_DURATION_MAX = (2**63 - 1) / 1e9
 def is_seconds(value: object, *, at_least: float = 0.0, positive: bool = False) -> TypeGuard[float]:
     """Whether ``value`` is a finite int or float (not a bool) of at least ``at_least``
     seconds, or above zero with ``positive``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        if not math.isfinite(value):
+            return False
+    except OverflowError:  # an int too large for a float (10**400) is no duration either
         return False
     return value > 0 if positive else value >= at_least

@@ -18,12 +18,13 @@ A held-back job stays ``available``: it is not claimed, so no attempt is counted
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+from riverboat._json import check_text_param
+from riverboat._seconds import is_seconds
 from riverboat.errors import InvalidInputError
 
 __all__ = [
@@ -64,6 +65,9 @@ def _args_keys(value: object, field_name: str) -> tuple[str, ...]:
     for key in keys:
         if not isinstance(key, str) or not 0 < len(key) <= ARGS_KEY_MAX:
             raise InvalidInputError(field_name, f"args keys must be str of 1 to {ARGS_KEY_MAX}")
+        # No args key has a NUL or a lone surrogate (inserts refuse them); the claim
+        # would fail on every fetch instead (Postgres), or end the producer (SQLite).
+        check_text_param(key, field_name)
     if len(set(keys)) != len(keys):
         raise InvalidInputError(field_name, "lists an args key twice")
     return keys
@@ -104,12 +108,7 @@ class RateLimit:
     def __post_init__(self) -> None:
         _positive_int(self.limit, "limit")
         seconds = self.period.total_seconds() if isinstance(self.period, timedelta) else self.period
-        if (
-            isinstance(seconds, bool)
-            or not isinstance(seconds, (int, float))
-            or not math.isfinite(seconds)
-            or not 0.001 <= seconds <= 86_400 * 7
-        ):
+        if not is_seconds(seconds, at_least=0.001) or seconds > 86_400 * 7:
             raise InvalidInputError("period", "must be from 1 ms to 7 days")
         object.__setattr__(self, "by_args", _args_keys(self.by_args, "by_args"))
 

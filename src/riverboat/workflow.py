@@ -151,6 +151,10 @@ class Workflow:
         check_text_param(name, "name")
         if isinstance(deps, (str, WorkflowTask)):
             deps = [deps]
+        elif not isinstance(deps, Iterable):
+            raise InvalidInputError(
+                "deps", f"must be a list of tasks (str or WorkflowTask), not {deps!r}"
+            )
         dep_names: dict[str, None] = {}  # in order, once each (a fan-in names hundreds)
         for dep in deps:
             dep_name = dep.name if isinstance(dep, WorkflowTask) else dep

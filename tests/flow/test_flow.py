@@ -280,6 +280,16 @@ def test_bad_flow_control_is_refused_before_anything_runs() -> None:
         RateLimit(limit=-1, period=1)
     with pytest.raises(InvalidInputError, match="period"):
         RateLimit(limit=1, period=0)
+    # An int too large for a float raised OverflowError.
+    with pytest.raises(InvalidInputError, match="period"):
+        RateLimit(limit=1, period=10**400)
+    # No args key holds a NUL or a lone surrogate: accepted, the claim failed on every
+    # fetch (Postgres) or ended the queue's producer (SQLite).
+    for key in ("a\x00", "a\ud800"):
+        with pytest.raises(InvalidInputError, match="by_args"):
+            ConcurrencyLimit(global_limit=1, by_args=[key])
+        with pytest.raises(InvalidInputError, match="by_args"):
+            RateLimit(limit=1, period=1, by_args=[key])
     with pytest.raises(InvalidInputError, match="sequence_on_discard"):
         FlowControl.of(QueueConfig(sequences=True, sequence_on_discard="skip"))  # type: ignore[arg-type]
     assert FlowControl.of(QueueConfig()) is None  # no flow control: River's plain claim
