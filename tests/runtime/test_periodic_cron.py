@@ -53,14 +53,33 @@ def test_a_daily_job_in_paris_across_both_dst_changes(job: PeriodicJob) -> None:
     ]
 
 
-def test_an_hourly_job_runs_each_real_hour_but_not_a_repeated_wall_clock_hour() -> None:
-    job = PeriodicJob("0 * * * *", lambda: None, tz="Europe/Paris")
-    # Local 01:00 CEST, 02:00 CEST, (02:00 CET repeated: skipped, as Vixie cron), 03:00 CET.
-    assert _ticks(job, _utc(2026, 10, 24, 22, 30), 3) == [
+@pytest.mark.parametrize("schedule", ["0 * * * *", "@hourly", "0 0 * * * *"])
+def test_an_hourly_job_runs_each_real_hour_through_a_repeated_one(schedule: str) -> None:
+    """A wildcard in the hour (or minute) field runs by the clock through both passes of
+    the hour autumn repeats, as Vixie cron does; only fixed-time jobs run once there."""
+    job = PeriodicJob(schedule, lambda: None, tz="Europe/Paris")
+    # Local 01:00 CEST, 02:00 CEST, 02:00 CET (the repeated hour), 03:00 CET.
+    assert _ticks(job, _utc(2026, 10, 24, 22, 30), 4) == [
         _utc(2026, 10, 24, 23, 0),
         _utc(2026, 10, 25, 0, 0),
+        _utc(2026, 10, 25, 1, 0),
         _utc(2026, 10, 25, 2, 0),
     ]
+
+
+def test_a_job_every_few_minutes_keeps_running_through_the_repeated_hour() -> None:
+    """It paused for 65 minutes: every tick of the repeated hour was dropped."""
+    job = PeriodicJob("*/20 * * * *", lambda: None, tz="Europe/Paris")
+    ticks = _ticks(job, _utc(2026, 10, 24, 23, 50), 8)
+    assert ticks == [_utc(2026, 10, 25, h, m) for h in (0, 1) for m in (0, 20, 40)] + [
+        _utc(2026, 10, 25, 2, 0),
+        _utc(2026, 10, 25, 2, 20),
+    ]
+    # The catch-up after downtime reads the same ticks backwards.
+    assert job.last_ticks(_utc(2026, 10, 25, 0, 0), _utc(2026, 10, 25, 2, 30), 100) == (
+        ticks,
+        False,
+    )
 
 
 def test_six_fields_put_the_seconds_first_as_robfig_does() -> None:
@@ -89,6 +108,9 @@ def test_descriptors_and_fixed_offsets() -> None:
         ("0 * * * *", "Nowhere/Atlantis", "not a known time zone"),
         ("CRON_TZ=Europe/Paris 0 * * * *", "Asia/Tokyo", "differs"),
         ("0 * * * *", "", "time zone name"),
+        # Valid fields that never meet were accepted; the leader logged an error each run.
+        ("0 0 30 2 *", None, "never comes"),
+        ("0 0 31 4 *", None, "never comes"),
     ],
 )
 def test_bad_schedules_are_refused_when_declared(
@@ -105,3 +127,26 @@ def test_bad_intervals_are_refused_when_declared(interval: float | timedelta) ->
     """NaN, infinity and 1e300 seconds used to escape as ValueError or OverflowError."""
     with pytest.raises(InvalidInputError, match="interval must be from 1 ms to 292 years"):
         PeriodicJob(interval, lambda: None)
+
+
+@pytest.mark.parametrize(
+    ("interval", "text"),
+    [
+        (timedelta(seconds=60), "@every 60s"),
+        (0.5, "@every 0.5s"),
+        (timedelta(days=14), "@every 1.2096e+06s"),  # as earlier releases stored it
+        (timedelta(days=12, seconds=1), "@every 1036801.0s"),
+        (timedelta(seconds=1234567.891), "@every 1234567.891s"),
+    ],
+)
+def test_an_interval_is_stored_as_exactly_its_seconds(
+    interval: float | timedelta, text: str
+) -> None:
+    """Six significant digits (:g) stored 12 days and a second as 12 days: a leader
+    without the job's code ran it on that interval, and the change went unseen."""
+    from riverboat.runtime.maintenance.periodic import parse_schedule
+
+    job = PeriodicJob(interval, lambda: None)
+    assert job.schedule_text == text
+    seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
+    assert parse_schedule(text) == timedelta(seconds=seconds)

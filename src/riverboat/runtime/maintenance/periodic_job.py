@@ -64,7 +64,39 @@ def _parse_cron(text: str) -> tuple[str, bool, tzinfo | None]:
         valid = False
     if not valid or len(expression.split(" ")) not in (1, 5, 6):
         raise InvalidInputError("schedule", f"{text!r} is not a cron expression")
+    try:
+        croniter(expression, datetime.now(UTC), second_at_beginning=seconds_first).get_next(
+            datetime
+        )
+    except Exception:  # croniter's CroniterBadDateError: it searched years and found none
+        # Valid fields that never meet (February 30th, April 31st): the leader would log
+        # an error at every run of the service instead.
+        raise InvalidInputError(
+            "schedule", f"{text!r} never comes (no such date in any year)"
+        ) from None
     return expression, seconds_first, zone
+
+
+# Vixie cron's descriptors, as five fields (the minute and hour fields decide DST).
+_DESCRIPTORS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+
+def _fixed_time(expression: str, seconds_first: bool) -> bool:
+    """Whether the expression names fixed times of day: neither its minute nor its hour
+    field starts with ``*``. Vixie cron's rule for the hour a DST change repeats: such a
+    job runs once (its first occurrence); one with a wildcard there (``*/5 * * * *``,
+    ``0 * * * *``) keeps running by the clock through both passes."""
+    fields = _DESCRIPTORS.get(expression.lower(), expression).split(" ")
+    minute, hour = fields[1:3] if seconds_first else fields[0:2]
+    return not minute.startswith("*") and not hour.startswith("*")
 
 
 def _repeated_wall_time(tick: datetime, zone: tzinfo) -> bool:
@@ -95,6 +127,7 @@ class PeriodicJob:
 
     __slots__ = (
         "_cron",
+        "_fixed_time",
         "_interval",
         "_seconds_first",
         "catch_up",
@@ -137,6 +170,7 @@ class PeriodicJob:
         self._cron: Any = None
         self._interval: timedelta | None = None
         self._seconds_first = False
+        self._fixed_time = False
         self.tz: tzinfo | None = _zone(tz, "tz") if tz is not None else None
         if not isinstance(schedule, (str, int, float, timedelta)) and callable(
             getattr(schedule, "next", None)
@@ -144,6 +178,7 @@ class PeriodicJob:
             return  # a custom schedule: asked for each tick
         if isinstance(schedule, str):
             self._cron, self._seconds_first, zone = _parse_cron(schedule)
+            self._fixed_time = _fixed_time(self._cron, self._seconds_first)
             if zone is not None:
                 if self.tz is not None and self.tz != zone:
                     raise InvalidInputError(
@@ -197,7 +232,15 @@ class PeriodicJob:
                 return self._cron  # type: ignore[no-any-return]
             return f"CRON_TZ={getattr(zone, 'key', None) or zone} {self._cron}"
         if self._interval is not None:
-            return f"@every {self._interval.total_seconds():g}s"
+            seconds = self._interval.total_seconds()
+            text = f"{seconds:g}"
+            if float(text) != seconds:
+                # More than six significant digits (12 days and a second): :g rounded
+                # them away, and a leader without the job's code ran it on the rounded
+                # interval. The shortest exact text instead; :g's stays where it is
+                # exact, so what earlier releases stored still reads as unchanged.
+                text = repr(seconds)
+            return f"@every {text}s"
         if isinstance(self.schedule, _Never):
             return "@never"
         kind = type(self.schedule)
@@ -250,14 +293,16 @@ class PeriodicJob:
             tick_utc = tick.astimezone(UTC)
             if tick_utc < start:
                 break
-            if tick_utc < end and not _repeated_wall_time(tick, zone):
+            if tick_utc < end and not self._skipped(tick, zone):
                 found.append(tick_utc)
         return found[::-1]
 
     def _cron_next(self, moment: datetime) -> datetime:
         """The cron expression's next tick, read in the job's time zone (UTC by default).
-        A wall-clock time that a DST change skips runs once at the next valid time; one
-        it repeats (autumn) runs once, at its first occurrence, as Vixie cron does."""
+        A wall-clock time that a DST change skips runs once at the next valid time. In
+        the hour it repeats (autumn), a fixed-time job runs once, at the first
+        occurrence, and one with a wildcard minute or hour runs through both, as Vixie
+        cron does (:func:`_fixed_time`)."""
         zone = self.tz or UTC
         croniter = _import_croniter()
         schedule = croniter(
@@ -265,8 +310,13 @@ class PeriodicJob:
         )
         while True:
             tick: datetime = schedule.get_next(datetime)
-            if not _repeated_wall_time(tick, zone):
+            if not self._skipped(tick, zone):
                 return tick.astimezone(UTC)
+
+    def _skipped(self, tick: datetime, zone: tzinfo) -> bool:
+        """A fixed-time job's second occurrence of a wall-clock time a DST change
+        repeats."""
+        return self._fixed_time and _repeated_wall_time(tick, zone)
 
     def __repr__(self) -> str:
         return f"PeriodicJob({self.schedule!r}, id={self.id!r})"
