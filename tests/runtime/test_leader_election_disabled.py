@@ -54,3 +54,45 @@ async def test_a_client_without_leader_election_works_jobs_and_never_leads(
             assert [row[0] for row in rows] == ["elected"]
             await leader.stop()
         await follower.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_periodic_job_added_on_a_client_without_election_reaches_the_leader(
+    any_db: Db,  # noqa: F811
+) -> None:
+    """Only clients that ran for leader declared their periodic jobs: one added at runtime
+    on a client with leader_election=False (a web process) never ran."""
+    db = any_db
+    workers = Workers()
+
+    @workers.register("ping")
+    async def ping(job: Job[Any]) -> None:
+        return None
+
+    def client(id: str, **options: Any) -> riverboat.AsyncClient:
+        return riverboat.AsyncClient(
+            db.url,
+            schema=db.schema,
+            id=id,
+            queues={"default": QueueConfig(max_workers=2)},
+            workers=workers,
+            fetch_poll_interval=0.1,
+            **options,
+        )
+
+    leader, web = client("leader"), client("web", leader_election=False)
+    async with leader, web:
+        sub = leader.subscribe(EventKind.JOB_COMPLETED)
+        await leader.start()
+        await web.start()
+        web.periodic_jobs.add(
+            riverboat.PeriodicJob(
+                "* * * * * *", lambda: riverboat.InsertManyParams({}, kind="ping"), id="ping"
+            )
+        )
+        async with asyncio.timeout(30):
+            event = await sub.get()
+        assert event.job is not None and event.job.kind == "ping"
+        assert [row.id for row in await leader.periodic_job_list()] == ["ping"]
+        await web.stop()
+        await leader.stop()

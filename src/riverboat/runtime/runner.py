@@ -405,6 +405,7 @@ class Runtime:
         self.elector = self.maintainer = None
         if cfg.leader_election:
             self._start_leadership()
+        self._start_periodic_publisher()
         for hook in self.on_start:
             result = hook(self)
             if asyncio.iscoroutine(result):
@@ -506,10 +507,14 @@ class Runtime:
         self.elector, self.maintainer = elector, maintainer
         maintainer.start()
         elector.start()
-        # Every client declares its periodic jobs (and runtime changes) to the leader.
+
+    def _start_periodic_publisher(self) -> None:
+        """Every client declares its periodic jobs (and runtime changes) to the leader,
+        whichever client leads: one built with leader_election=False too (a web process
+        adding a periodic job at runtime), which never reached the leader before."""
         from riverboat.runtime.maintenance.periodic import PeriodicPublisher
 
-        publisher = PeriodicPublisher(self.driver, self.periodic_jobs, cfg.insert_defaults)
+        publisher = PeriodicPublisher(self.driver, self.periodic_jobs, self.config.insert_defaults)
         publisher.start()
         self.add_service(publisher)
 
