@@ -15,6 +15,7 @@ import psycopg
 
 import riverboat
 from riverboat.drivers.psycopg import PsycopgDriver
+from tests.reliability._support import OutputReader
 from tests.waiting import wait_until
 
 WORKER_MODULE = """
@@ -30,6 +31,14 @@ OUT = os.environ["RB_TEST_OUT"]
 def count_me(job):
     with open(f"{OUT}.{os.getpid()}", "a") as f:
         f.write(f"{job.id}\\n")
+
+@workers.register("wait_for_release")
+def wait_for_release(job):
+    # Holds its slot until the test says so: then it is running when the stop comes.
+    open(f"{OUT}.started.{job.id}", "w").close()
+    while not os.path.exists(f"{OUT}.release"):
+        time.sleep(0.01)
+    open(f"{OUT}.done.{job.id}", "w").close()
 
 @workers.register("hang")
 async def hang(job):
@@ -48,7 +57,9 @@ def client():
 """
 
 
-def _spawn(tmp_path: Path, url: str, schema: str, *args: str) -> subprocess.Popen[bytes]:
+def _spawn(
+    tmp_path: Path, url: str, schema: str, *args: str, **popen: Any
+) -> subprocess.Popen[bytes]:
     (tmp_path / "rb_test_worker.py").write_text(textwrap.dedent(WORKER_MODULE))
     env = {
         **os.environ,
@@ -63,6 +74,7 @@ def _spawn(tmp_path: Path, url: str, schema: str, *args: str) -> subprocess.Pope
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        **popen,
     )
 
 
@@ -205,3 +217,34 @@ def test_a_killed_worker_process_is_reported_and_fails_the_command(
         f"riverboat worker: process 1 of 2 (pid {children[0]}) killed by signal SIGKILL" in output
     ), output
     assert "1 still running" in output, output
+
+
+def test_ctrl_c_soft_stops_every_worker_process(tmp_path: Path, sqlite_url: str) -> None:
+    """Ctrl-C reaches the terminal's whole process group. The worker processes were in
+    it, so each got SIGINT from the terminal and again from the command, which forwards
+    it: two signals, a hard stop, and the running jobs handed back unfinished. They are
+    in their own process groups now: one SIGINT each, a soft stop."""
+    with riverboat.Client(sqlite_url) as client:
+        ids = [client.insert({}, kind="wait_for_release").job.id for _ in range(2)]
+    # Its own session and process group, as a shell gives a foreground command.
+    proc = _spawn(tmp_path, sqlite_url, "", "--processes", "2", start_new_session=True)
+    reader = OutputReader(proc)
+    try:
+        for job_id in ids:
+            wait_until(Path(f"{tmp_path}/worked.started.{job_id}").exists, timeout=60)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does
+        # Both processes began their stop (a second signal came with the first, if any).
+        first = reader.wait_for(lambda line: "stopping: waiting" in line, timeout=30)
+        reader.wait_for(lambda line: "stopping: waiting" in line, timeout=30, start=first + 1)
+        (tmp_path / "worked.release").touch()
+        proc.wait(timeout=60)
+        reader.join()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = reader.text()
+    assert proc.returncode == 0, output
+    assert "stopping now" not in output, output
+    assert all((tmp_path / f"worked.done.{job_id}").exists() for job_id in ids), output
+    with riverboat.Client(sqlite_url) as client:
+        assert {client.job_get(i).state for i in ids} == {riverboat.JobState.COMPLETED}

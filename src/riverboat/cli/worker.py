@@ -18,11 +18,12 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import os
 import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from riverboat._imports import import_attribute
@@ -34,7 +35,9 @@ from riverboat.runtime.runner import check_soft_stop_timeout
 from riverboat.runtime.stacks import dump_stacks_on_signal
 
 if TYPE_CHECKING:
+    from multiprocessing.context import BaseContext
     from multiprocessing.process import BaseProcess
+    from multiprocessing.sharedctypes import Synchronized
 
     from riverboat.runtime.events import Subscription
     from riverboat.runtime.producer import Producer
@@ -42,6 +45,8 @@ if TYPE_CHECKING:
 __all__ = ["add_arguments", "load_client", "log_level", "run"]
 
 log = logging.getLogger("riverboat.worker")
+# A soft stop, and a second one a hard stop (_serve).
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 # --processes at most: far past what one machine's cores can use. A typo (100000) kept
 # starting processes (load average 87 on a 2-core machine before it was stopped).
@@ -137,7 +142,9 @@ def load_client(target: str) -> AsyncClient:
     return obj
 
 
-async def _serve(client: AsyncClient, exit_when_idle: bool) -> int:
+async def _serve(
+    client: AsyncClient, exit_when_idle: bool, stops_before_ready: Callable[[], int] | None = None
+) -> int:
     loop = asyncio.get_running_loop()
     signals = 0
     soft = asyncio.Event()
@@ -157,8 +164,15 @@ async def _serve(client: AsyncClient, exit_when_idle: bool) -> int:
             log.info("stopping now: handing running jobs back")
             hard.set()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in _STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal)
+    if stops_before_ready is not None:
+        # A worker process of --processes: the stops its command forwarded while this
+        # process started (it ignored the signals until now), acted on now. The signals
+        # may come blocked too (multiprocessing's spawn can pass its mask on).
+        for _ in range(min(stops_before_ready(), 2)):
+            on_signal()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     dump_stacks_on_signal(loop)  # kill -USR1: what every task waits on, to stderr
     # With --exit-when-idle the last line says what the run did: count the outcomes.
     outcomes: Counter[str] = Counter()
@@ -243,6 +257,7 @@ def _run_one(
     log_level: str,
     metrics_port: int | None = None,
     soft_stop_timeout: float | None = None,
+    stops_before_ready: Callable[[], int] | None = None,
 ) -> int:
     logging.basicConfig(
         level=int(log_level) if log_level.isascii() and log_level.isdigit() else log_level.upper(),
@@ -258,7 +273,37 @@ def _run_one(
         instrument(client)
         start_metrics_server(metrics_port)
         log.info("serving Prometheus metrics on port %d", metrics_port)
-    return asyncio.run(_serve(client, exit_when_idle))
+    return asyncio.run(_serve(client, exit_when_idle, stops_before_ready))
+
+
+class _Stops:
+    """The stop signals the command forwards to one worker process of --processes.
+
+    A worker process starts with SIGINT and SIGTERM ignored (inherited from the command,
+    see run()): one signalled while it imports riverboat or starts its client would end
+    it with a KeyboardInterrupt, or kill it outright. So until it says it is ready (its
+    handlers installed), the command counts the stops instead of sending them, and the
+    process acts on the count once ready; after that the command sends them. The count
+    is -1 once ready; the lock makes "ready" and "one more stop" exclusive."""
+
+    def __init__(self, ctx: BaseContext) -> None:
+        self._count: Synchronized[int] = ctx.Value("i", 0)
+
+    def forward(self, pid: int | None, signum: int) -> None:
+        """In the command: send ``signum`` to the process, or count it until it is ready."""
+        with self._count.get_lock():
+            if self._count.value >= 0 and signum in _STOP_SIGNALS:
+                self._count.value += 1
+                return
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    def ready(self) -> int:
+        """In the worker process, its handlers installed: the stops counted until now."""
+        with self._count.get_lock():
+            counted, self._count.value = self._count.value, -1
+        return counted
 
 
 def _child(
@@ -267,9 +312,20 @@ def _child(
     log_level: str,
     metrics_port: int | None,
     soft_stop_timeout: float | None,
+    stops: _Stops,
 ) -> None:
+    # Its own process group: Ctrl-C signals the terminal's foreground group, and this
+    # process must hear it once, from the command that forwards it (the terminal's and
+    # the command's made two signals: a hard stop, which handed running jobs back).
+    os.setpgid(0, 0)
+    for sig in _STOP_SIGNALS:
+        # Still ignored (see _Stops); set again, which drops one the terminal sent
+        # before the move, so that only the command's count stands.
+        signal.signal(sig, signal.SIG_IGN)
     tune_collector()  # a spawned process starts with Python's settings
-    sys.exit(_run_one(target, exit_when_idle, log_level, metrics_port, soft_stop_timeout))
+    sys.exit(
+        _run_one(target, exit_when_idle, log_level, metrics_port, soft_stop_timeout, stops.ready)
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -297,6 +353,7 @@ def run(args: argparse.Namespace) -> int:
     # spawn, not fork: each process imports the target afresh and opens its own
     # connections (a forked connection or event loop is shared state gone wrong).
     ctx = multiprocessing.get_context("spawn")
+    stops = [_Stops(ctx) for _ in range(args.processes)]
     procs = [
         ctx.Process(
             target=_child,
@@ -306,22 +363,29 @@ def run(args: argparse.Namespace) -> int:
                 args.log_level,
                 None if metrics_port is None else metrics_port + i,
                 soft_stop_timeout,
+                stops[i],
             ),
         )
         for i in range(args.processes)
     ]
-    for proc in procs:
-        proc.start()
 
     def forward(signum: int, _frame: object) -> None:
-        for proc in procs:
+        for proc, process_stops in zip(procs, stops, strict=True):
             if proc.pid is not None and proc.is_alive():
-                import os
+                process_stops.forward(proc.pid, signum)
 
-                os.kill(proc.pid, signum)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    # The worker processes start with the stop signals ignored (exec keeps an ignored
+    # disposition; see _Stops). One that comes in the few ms these starts take is lost.
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    for proc in procs:
+        proc.start()
+    # The worker processes are in their own process groups (_child): a terminal's Ctrl-C
+    # or hangup reaches this process only, and each of them hears it once, from here.
+    # (Under systemd, KillMode=mixed signals this process only; control-group, the
+    # default, also signals each worker process itself: two signals, a hard stop.)
+    for sig in (*_STOP_SIGNALS, signal.SIGHUP):
+        signal.signal(sig, forward)
     return _supervise(procs)
 
 
