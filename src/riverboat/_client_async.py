@@ -308,7 +308,7 @@ class AsyncClientBase(AsyncAdmin):
             return job  # no waiter to set up (on Postgres, a LISTEN connection)
         async with AsyncFinalizedWaiter(self.driver, timeout, job_id=job_id) as waiter:
             job = await self.job_get(job_id)
-            for delay in waiter.pauses(timeout):
+            for delay in waiter.pauses():
                 if is_finalized(job):
                     return job
                 await waiter.pause(delay)
@@ -335,7 +335,7 @@ class AsyncClientBase(AsyncAdmin):
         dialect = self._core.dialect
         unfinished = dialect.workflow_unfinished(wid, first)
         async with AsyncFinalizedWaiter(self.driver, timeout, workflow_id=wid) as waiter:
-            for delay in waiter.pauses(timeout):
+            for delay in waiter.pauses():
                 if not await self.driver.fetch(unfinished):
                     info = await self._workflow_read(wid, first)
                     if info.finalized:

@@ -310,7 +310,7 @@ class ClientBase(SyncAdmin):
             return job  # no waiter to set up (on Postgres, a LISTEN connection)
         with FinalizedWaiter(self.driver, timeout, job_id=job_id) as waiter:
             job = self.job_get(job_id)
-            for delay in waiter.pauses(timeout):
+            for delay in waiter.pauses():
                 if is_finalized(job):
                     return job
                 waiter.pause(delay)
@@ -337,7 +337,7 @@ class ClientBase(SyncAdmin):
         dialect = self._core.dialect
         unfinished = dialect.workflow_unfinished(wid, first)
         with FinalizedWaiter(self.driver, timeout, workflow_id=wid) as waiter:
-            for delay in waiter.pauses(timeout):
+            for delay in waiter.pauses():
                 if not self.driver.fetch(unfinished):
                     info = self._workflow_read(wid, first)
                     if info.finalized:

@@ -77,8 +77,7 @@ def check_timeout(timeout: object) -> float:
     return float(timeout)
 
 
-def _pauses(timeout: float, first: float, most: float) -> Iterator[float]:
-    deadline = time.monotonic() + timeout
+def _pauses(deadline: float, first: float, most: float) -> Iterator[float]:
     pause = first
     while True:
         left = deadline - time.monotonic()
@@ -350,6 +349,9 @@ class _WaiterBase:
     ) -> None:
         self._driver = driver
         self._timeout = timeout
+        # The caller's timeout counts from here: setting up the LISTEN connection is
+        # part of the wait (a slow connect made job_wait(timeout=0.5) take 6.5 s).
+        self._deadline = time.monotonic() + timeout
         self.job_id = job_id
         self.workflow_id = workflow_id
         self._event = self._new_event()
@@ -362,10 +364,15 @@ class _WaiterBase:
     def wake_now(self) -> None:
         self._event.set()
 
-    def pauses(self, timeout: float) -> Iterator[float]:
+    def pauses(self) -> Iterator[float]:
+        """The pauses between reads until the waiter's deadline (its timeout from when
+        it was made)."""
         if self.listening:
-            return _pauses(timeout, LISTENING_PAUSE_FIRST, LISTENING_PAUSE_MAX)
-        return _pauses(timeout, PAUSE_FIRST, PAUSE_MAX)
+            return _pauses(self._deadline, LISTENING_PAUSE_FIRST, LISTENING_PAUSE_MAX)
+        return _pauses(self._deadline, PAUSE_FIRST, PAUSE_MAX)
+
+    def _left(self) -> float:
+        return max(self._deadline - time.monotonic(), 0.0)
 
     def _announcement(self) -> Statement:
         """The word to every runtime that this waiter listens (sent once it does, so a
@@ -412,7 +419,8 @@ class AsyncFinalizedWaiter(_WaiterBase):
         if not getattr(capabilities, "listen", False) or not dialect.waits_notified:
             return
         shared = _shared_listener(self._driver)
-        await shared.join(self)
+        async with asyncio.timeout(self._left()):  # then it polls until the deadline
+            await shared.join(self)
         self._shared = shared
         self.listening = True
         await self._driver.fetch(self._announcement())
@@ -501,7 +509,7 @@ class FinalizedWaiter(_WaiterBase):
 
         future = asyncio.run_coroutine_threadsafe(join(), _ListenThread.loop())
         try:
-            self._shared = future.result(JOIN_TIMEOUT)
+            self._shared = future.result(min(JOIN_TIMEOUT, self._left()))
         except BaseException:
             future.cancel()
             raise

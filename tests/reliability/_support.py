@@ -311,12 +311,13 @@ class FreezingProxy:
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
 
-    def freeze(self, *, new_too: bool = False) -> int:
-        """Stop forwarding on every open connection; returns how many were frozen."""
+    def freeze(self, *, new_too: bool = False, open_too: bool = True) -> int:
+        """Stop forwarding on every open connection (unless not ``open_too``: then only
+        new ones freeze); returns how many were frozen."""
 
         def freeze() -> int:
             self._freeze_new = new_too
-            frozen = [flow for flow in self._flows if flow.is_set()]
+            frozen = [flow for flow in self._flows if flow.is_set() and open_too]
             for flow in frozen:
                 flow.clear()
             self.frozen_connections += len(frozen)

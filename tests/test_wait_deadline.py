@@ -1,0 +1,64 @@
+"""``job_wait`` and ``workflow_wait`` keep their timeout while their LISTEN connection is
+being opened: the connect is part of the wait. Through :class:`FreezingProxy`, the
+client's pool connection (open before) works and every new connection hangs, as a
+server that stops accepting would. Before, the sync client waited up to 10 s for the
+LISTEN connection whatever the timeout, and the async client as long as the connect
+took (here: for ever)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import riverboat
+from riverboat import WaitTimeoutError
+from tests.reliability._support import FreezingProxy
+
+# Far above the 0.5 s asked for and far below the 10 s (or the hang) it took.
+BOUND = 5.0
+
+
+@pytest.fixture
+def hanging_new_connections(pg_url: str) -> Iterator[tuple[FreezingProxy, str]]:
+    import psycopg
+
+    info = psycopg.conninfo.conninfo_to_dict(pg_url)
+    proxy = FreezingProxy(str(info.get("host", "127.0.0.1")), int(info.get("port") or 5432))
+    proxy.start()
+    yield proxy, proxy.url(pg_url)
+    proxy.close()
+
+
+def test_sync_job_wait_keeps_its_timeout_while_listen_connects(
+    hanging_new_connections: tuple[FreezingProxy, str], pg_schema: str
+) -> None:
+    proxy, url = hanging_new_connections
+    with riverboat.Client(url, schema=pg_schema) as client:
+        job = client.insert({}, kind="nobody_works_it").job  # the pool's connection
+        proxy.freeze(new_too=True, open_too=False)
+        started = time.monotonic()
+        with pytest.raises(WaitTimeoutError):
+            client.job_wait(job.id, timeout=0.5)
+        assert time.monotonic() - started < BOUND
+
+
+async def test_async_waits_keep_their_timeout_while_listen_connects(
+    hanging_new_connections: tuple[FreezingProxy, str], pg_schema: str
+) -> None:
+    proxy, url = hanging_new_connections
+    async with riverboat.AsyncClient(url, schema=pg_schema) as client:
+        wf = riverboat.Workflow("waits")
+        wf.add("only", {}, kind="nobody_works_it")
+        info = await client.workflow_insert(wf)
+        proxy.freeze(new_too=True, open_too=False)
+        for wait in (
+            lambda: client.job_wait(info.tasks[0].job.id, timeout=0.5),
+            lambda: client.workflow_wait(wf.id, timeout=0.5),
+        ):
+            started = time.monotonic()
+            with pytest.raises(WaitTimeoutError):
+                await asyncio.wait_for(wait(), 2 * BOUND)
+            assert time.monotonic() - started < BOUND
