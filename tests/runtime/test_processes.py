@@ -248,3 +248,39 @@ def test_ctrl_c_soft_stops_every_worker_process(tmp_path: Path, sqlite_url: str)
     assert all((tmp_path / f"worked.done.{job_id}").exists() for job_id in ids), output
     with riverboat.Client(sqlite_url) as client:
         assert {client.job_get(i).state for i in ids} == {riverboat.JobState.COMPLETED}
+
+
+def test_worker_processes_stop_when_the_command_is_killed(tmp_path: Path, sqlite_url: str) -> None:
+    """SIGKILL of ``riverboat worker --processes 2`` itself (nothing to forward a stop)
+    left its worker processes working on with nobody to stop them; now the kernel sends
+    each a SIGTERM, a soft stop, when the command dies."""
+    proc = _spawn(tmp_path, sqlite_url, "", "--processes", "2", start_new_session=True)
+    reader = OutputReader(proc)
+    try:
+        first = reader.wait_for(lambda line: " started: queues" in line, timeout=60)
+        reader.wait_for(lambda line: " started: queues" in line, timeout=60, start=first + 1)
+        children = _spawned_children(proc.pid)
+        assert len(children) == 2
+        proc.kill()
+        proc.wait(timeout=10)
+        wait_until(
+            lambda: not any(_alive(pid) for pid in children),
+            timeout=60,
+            what="the worker processes stopped",
+        )
+        reader.join()
+    finally:
+        for pid in _spawned_children(proc.pid) if proc.poll() is None else []:
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+    assert reader.text().count("stopped cleanly") == 2, reader.text()
+
+
+def _alive(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie waits for init to reap it)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in status

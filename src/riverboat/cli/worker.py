@@ -31,6 +31,7 @@ from riverboat.client import AsyncClient, Client
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.collector import tune_collector
 from riverboat.runtime.events import EventKind
+from riverboat.runtime.parent_death import parent_gone, signal_at_parent_death
 from riverboat.runtime.runner import check_soft_stop_timeout
 from riverboat.runtime.stacks import dump_stacks_on_signal
 
@@ -288,6 +289,7 @@ class _Stops:
 
     def __init__(self, ctx: BaseContext) -> None:
         self._count: Synchronized[int] = ctx.Value("i", 0)
+        self._command = os.getpid()
 
     def forward(self, pid: int | None, signum: int) -> None:
         """In the command: send ``signum`` to the process, or count it until it is ready."""
@@ -299,11 +301,17 @@ class _Stops:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
 
+    def watch_the_command(self) -> None:
+        """In the worker process: SIGTERM (a soft stop) when the command dies, SIGKILLed
+        say, instead of working on with nobody to stop it (Linux)."""
+        signal_at_parent_death(signal.SIGTERM)
+
     def ready(self) -> int:
-        """In the worker process, its handlers installed: the stops counted until now."""
+        """In the worker process, its handlers installed: the stops counted until now,
+        one more when the command died meanwhile (its SIGTERM came while ignored)."""
         with self._count.get_lock():
             counted, self._count.value = self._count.value, -1
-        return counted
+        return counted + parent_gone(self._command)
 
 
 def _child(
@@ -318,6 +326,7 @@ def _child(
     # process must hear it once, from the command that forwards it (the terminal's and
     # the command's made two signals: a hard stop, which handed running jobs back).
     os.setpgid(0, 0)
+    stops.watch_the_command()
     for sig in _STOP_SIGNALS:
         # Still ignored (see _Stops); set again, which drops one the terminal sent
         # before the move, so that only the command's count stands.

@@ -15,7 +15,6 @@ everywhere a reader thread exits the process when the pipe from the parent reach
 from __future__ import annotations
 
 import contextvars
-import ctypes
 import faulthandler
 import importlib
 import json
@@ -35,12 +34,12 @@ from typing import IO, Any
 from riverboat._job import AttemptError, JobRow, JobState
 from riverboat._json import go_json_storable
 from riverboat.runtime.outcomes import JobCancel, JobSnooze, error_message
+from riverboat.runtime.parent_death import parent_gone, signal_at_parent_death
 from riverboat.runtime.worker import Job, Worker, _decoder_for, _work_context, _WorkContext
 
 __all__ = ["main", "read_message", "write_message"]
 
 _HEADER = struct.Struct(">I")
-PR_SET_PDEATHSIG = 1
 MAIN_MODULE = "__mp_main__"  # the name a parent's __main__ runs under here (multiprocessing's)
 
 
@@ -78,13 +77,8 @@ def _read_exactly(stream: IO[bytes], size: int) -> bytes | None:
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):  # pragma: no cover - no prctl: the pipe EOF rule
-            pass
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    signal_at_parent_death(signal.SIGKILL)  # elsewhere: the pipe EOF rule
+    if parent_gone(parent_pid):
         os._exit(0)
 
 
