@@ -135,22 +135,31 @@ async def test_outcomes_output_and_logs_come_back_from_the_child(
 async def test_an_error_whose_str_raises_is_still_the_jobs_error(any_db: Db, executor: str) -> None:
     """In a child, str() of such an error ended the child (ChildProcessDied); in a
     thread it recorded the RuntimeError str() raised. Both record the job's own class."""
+    failed = await _discarded(any_db, executor, "fail_unprintably", {})
+    assert failed.errors[-1].error == "Unprintable: <str() of the error raised RuntimeError>"
+
+
+async def _discarded(
+    db: Db, executor: str, kind: str, args: dict[str, Any], *middleware: Any
+) -> Any:
+    """One job of ``kind`` with one attempt, on a one-slot ``executor`` queue: its row
+    once discarded."""
     client = riverboat.AsyncClient(
-        any_db.url,
-        schema=any_db.schema,
+        db.url,
+        schema=db.schema,
         queues={"default": QueueConfig(executor=executor, max_workers=1)},
         workers=_workers(),
         fetch_cooldown=0.01,
         fetch_poll_interval=0.05,
+        middleware=list(middleware),
     )
     async with client:
-        job = (await client.insert({}, InsertOpts(max_attempts=1), kind="fail_unprintably")).job
+        job = (await client.insert(args, InsertOpts(max_attempts=1), kind=kind)).job
         await client.start()
         try:
-            failed = await _finished(client, job.id, JobState.DISCARDED)
+            return await _finished(client, job.id, JobState.DISCARDED)
         finally:
             await client.stop()
-    assert failed.errors[-1].error == "Unprintable: <str() of the error raised RuntimeError>"
 
 
 @pytest.mark.parametrize(
@@ -183,23 +192,7 @@ async def test_errors_python_makes_hard_to_rebuild_are_recorded_as_raised(
     recorded_by: dict[str, str] = {}
     for executor in ("thread", "process"):
         seen = SeenErrors()
-        client = riverboat.AsyncClient(
-            any_db.url,
-            schema=any_db.schema,
-            queues={"default": QueueConfig(executor=executor, max_workers=1)},
-            workers=_workers(),
-            fetch_cooldown=0.01,
-            fetch_poll_interval=0.05,
-            middleware=[seen],
-        )
-        async with client:
-            opts = InsertOpts(max_attempts=1)
-            job = (await client.insert({"raise": raised}, opts, kind="fail_with")).job
-            await client.start()
-            try:
-                failed = await _finished(client, job.id, JobState.DISCARDED)
-            finally:
-                await client.stop()
+        failed = await _discarded(any_db, executor, "fail_with", {"raise": raised}, seen)
         recorded_by[executor] = failed.errors[-1].error
         (exc,) = seen.errors
         assert isinstance(exc, kind_of), (executor, type(exc).__mro__)

@@ -13,27 +13,37 @@ from riverboat import EventKind, Job, QueueConfig, Workers
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 
+def _noop_workers(kind: str) -> Workers:
+    workers = Workers()
+
+    @workers.register(kind)
+    async def noop(job: Job[Any]) -> None:
+        return None
+
+    return workers
+
+
+def _client(db: Db, workers: Workers, id: str, **options: Any) -> riverboat.AsyncClient:
+    return riverboat.AsyncClient(
+        db.url,
+        schema=db.schema,
+        id=id,
+        queues={"default": QueueConfig(max_workers=2)},
+        workers=workers,
+        fetch_poll_interval=0.1,
+        **options,
+    )
+
+
 @pytest.mark.asyncio
 async def test_a_client_without_leader_election_works_jobs_and_never_leads(
     any_db: Db,  # noqa: F811
 ) -> None:
     db = any_db
-    workers = Workers()
-
-    @workers.register("plain")
-    async def plain(job: Job[Any]) -> None:
-        return None
+    workers = _noop_workers("plain")
 
     def client(id: str, **options: Any) -> riverboat.AsyncClient:
-        return riverboat.AsyncClient(
-            db.url,
-            schema=db.schema,
-            id=id,
-            queues={"default": QueueConfig(max_workers=2)},
-            workers=workers,
-            fetch_poll_interval=0.1,
-            **options,
-        )
+        return _client(db, workers, id, **options)
 
     follower = client("no_election", leader_election=False)
     async with follower:
@@ -62,25 +72,9 @@ async def test_a_periodic_job_added_on_a_client_without_election_reaches_the_lea
 ) -> None:
     """Only clients that ran for leader declared their periodic jobs: one added at runtime
     on a client with leader_election=False (a web process) never ran."""
-    db = any_db
-    workers = Workers()
-
-    @workers.register("ping")
-    async def ping(job: Job[Any]) -> None:
-        return None
-
-    def client(id: str, **options: Any) -> riverboat.AsyncClient:
-        return riverboat.AsyncClient(
-            db.url,
-            schema=db.schema,
-            id=id,
-            queues={"default": QueueConfig(max_workers=2)},
-            workers=workers,
-            fetch_poll_interval=0.1,
-            **options,
-        )
-
-    leader, web = client("leader"), client("web", leader_election=False)
+    workers = _noop_workers("ping")
+    leader = _client(any_db, workers, "leader")
+    web = _client(any_db, workers, "web", leader_election=False)
     async with leader, web:
         sub = leader.subscribe(EventKind.JOB_COMPLETED)
         await leader.start()
