@@ -147,6 +147,24 @@ def test_bulk_retry_cancel_delete_by_filter(any_db: Db) -> None:  # noqa: F811
     assert states.count(JobState.AVAILABLE) == 4 and len(states) == 4
 
 
+def test_tag_filters_mean_the_same_for_list_count_and_the_actions(any_db: Db) -> None:  # noqa: F811
+    """--tag was "every one" for list and "any of" for count and the actions: `cancel
+    --tag a --tag b` acted on jobs that `list --tag a --tag b` did not show."""
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        ids = [
+            client.insert({}, InsertOpts(tags=tags), kind="send_email").job.id
+            for tags in (["aaa"], ["bbb"], ["aaa", "bbb"])
+        ]
+    for flag, expected in (("--tag", [ids[2]]), ("--any-tag", ids)):
+        filters = [flag, "aaa", flag, "bbb"]
+        listed = json.loads(cli(any_db, "list", *filters, "--json").stdout)
+        assert sorted(j["id"] for j in listed) == expected
+        counted = json.loads(cli(any_db, "count", *filters, "--json").stdout)
+        assert sum(row["count"] for row in counted) == len(expected)
+        dry = cli(any_db, "cancel", *filters, "--dry-run")
+        assert dry.stdout.startswith(f"would cancel {len(expected)} job"), dry.stdout
+
+
 def test_tail_prints_outcomes_as_they_happen(any_db: Db) -> None:  # noqa: F811
     _work(any_db, _charges(1) + _emails(1))
     # The two outcomes so far (--since), then one that happens while it watches.

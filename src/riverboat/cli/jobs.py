@@ -311,15 +311,19 @@ def parse_age(text: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def _add_filters(parser: argparse.ArgumentParser, *, bulk: bool = False) -> None:
+def _add_filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kind", action="append", dest="kinds", metavar="KIND")
     parser.add_argument("--queue", action="append", dest="queues", metavar="QUEUE")
     parser.add_argument(
         "--state", action="append", dest="states", choices=[s.value for s in JobState]
     )
-    if bulk:
-        parser.add_argument("--tag", action="append", dest="tags_any", metavar="TAG",
-                            help="jobs having at least one of the given tags")  # fmt: skip
+    # The same meaning for list, count and the actions: `cancel --tag a --tag b` once
+    # took any of them (--tag meant every one for list), and so acted on jobs that
+    # `list` with the same filters did not show.
+    parser.add_argument("--tag", action="append", dest="tags_all", metavar="TAG",
+                        help="jobs having every given tag")  # fmt: skip
+    parser.add_argument("--any-tag", action="append", dest="tags_any", metavar="TAG",
+                        help="jobs having at least one of the given tags")  # fmt: skip
     parser.add_argument(
         "--args-key",
         action="append",
@@ -362,10 +366,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     listing.add_argument("--id", type=int, action="append", dest="ids", metavar="ID")
     _add_filters(listing)
     listing.add_argument("--priority", type=int, action="append", dest="priorities")
-    listing.add_argument("--tag", action="append", dest="tags_all", metavar="TAG",
-                         help="jobs having every given tag")  # fmt: skip
-    listing.add_argument("--any-tag", action="append", dest="tags_any", metavar="TAG",
-                         help="jobs having at least one of the given tags")  # fmt: skip
     listing.add_argument("--metadata", metavar="JSON", help="jobs whose metadata contains this")
     listing.add_argument(
         "--order-by", choices=("id", "time", "scheduled_at", "finalized_at"), default="id"
@@ -389,7 +389,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     count = sub.add_parser("count", help="count jobs by state (and queue, kind)")
     add_common(count)
-    _add_filters(count, bulk=True)
+    _add_filters(count)
     count.add_argument(
         "--by",
         action="append",
@@ -429,7 +429,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
         add_common(command)
         command.add_argument("job_ids", type=int, nargs="*", metavar="ID")
-        _add_filters(command, bulk=True)
+        _add_filters(command)
         command.add_argument(
             "--all", action="store_true", help="every job the action applies to (no filter)"
         )
