@@ -323,6 +323,28 @@ def test_sizes_must_be_positive(flag: str, value: str) -> None:
     assert done.stderr.startswith(f"riverboat: error: {flag}"), done.stderr
 
 
+@pytest.mark.parametrize(
+    ("flag", "content", "said"),
+    [
+        ("--compare", None, "No such file or directory"),
+        ("--compare", "not json", "is not a JSON report"),
+        ("--compare", "[1]", "is not a JSON report (an object)"),
+        ("--output", None, "no such directory"),
+    ],
+)
+def test_report_files_are_checked_before_the_run(
+    tmp_path: Path, flag: str, content: str | None, said: str
+) -> None:
+    """A --compare path that did not open (the docs' baselines are relative to the
+    checkout) ended a whole run in a traceback, after it; the report is checked first."""
+    path = tmp_path / ("baseline.json" if content is not None else "missing/report.json")
+    if content is not None:
+        path.write_text(content)
+    done = cli_in_process("bench", "--driver", "sqlite", flag, str(path))
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.startswith(f"riverboat: error: {flag}: ") and said in done.stderr
+
+
 # River at its defaults works 20 jobs per 100 ms cooldown: 50 jobs are 0.25 s a run, of
 # the twelve runs (two rounds of three, on Postgres and on SQLite); 200 took 1 s each.
 RIVER_JOBS = 50

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Any
 
 from riverboat._seconds import is_seconds
 from riverboat.bench.env import DRIVERS
@@ -119,6 +120,11 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and not is_seconds(value, positive=True):
             raise InvalidInputError("--" + name.replace("_", "-"), "must be a positive number")
+    # Read and checked before the run, not after it: a wrong path (the docs' baselines
+    # are relative to the checkout) ended a whole run in a traceback.
+    baseline = _baseline(args.compare) if args.compare else None
+    if args.output and not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
+        raise InvalidInputError("--output", f"{args.output}: no such directory")
     only = set(args.only or [])
     url = args.database_url
     if args.driver == "sqlite":
@@ -158,9 +164,21 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print(render_table(report))
-    if args.compare:
-        with open(args.compare) as f:
-            baseline = json.load(f)
+    if baseline is not None:
         print()
         print(compare(report, baseline))
     return 0
+
+
+def _baseline(path: str) -> dict[str, Any]:
+    """The saved report ``--compare`` names, or InvalidInputError saying why not."""
+    try:
+        with open(path) as f:
+            baseline = json.load(f)
+    except OSError as exc:
+        raise InvalidInputError("--compare", f"{path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise InvalidInputError("--compare", f"{path} is not a JSON report: {exc}") from None
+    if not isinstance(baseline, dict):
+        raise InvalidInputError("--compare", f"{path} is not a JSON report (an object)")
+    return baseline
