@@ -25,7 +25,7 @@ README = DOCS.parent / "README.md"
 OURS = ("getting-started.md", "lifecycle.md", "operations.md", "river-go.md", "observability.md")
 
 # Fragments of a Django project (settings, app modules) that cannot run on their own.
-KNOWN_FRAGMENTS = {"django.md:48", "django.md:143", "django.md:206"}
+KNOWN_FRAGMENTS = {"django.md:51", "django.md:146", "django.md:209"}
 
 BLOCKS = [
     (f"{path.name}:{line}", code)
