@@ -919,6 +919,37 @@ def test_workflow_insert_tx_rolls_back_with_the_callers_transaction(any_db: Db) 
         assert [t.name for t in client.workflow_insert(wf).tasks] == ["a", "b"]
 
 
+def test_a_second_insert_racing_an_uncommitted_first_waits_and_is_refused(
+    any_db: Db,  # noqa: F811
+) -> None:
+    """The check that refuses a second insert of one Workflow read no rows while the
+    first was still uncommitted (Postgres, READ COMMITTED): both inserted. The second
+    now takes the workflow's lock first, waits for the first's commit, and sees it."""
+    if any_db.dialect != "postgres":
+        pytest.skip("SQLite's writers take turns: the second waits for the first anyway")
+    wf = Workflow("race")
+    _step(wf, "a")
+    outcome: list[str] = []
+    with _client(any_db, Recorder()) as client, any_db.connect() as first:
+        client.workflow_insert_tx(first, wf)  # not committed yet
+
+        def second() -> None:
+            try:
+                client.workflow_insert(wf)
+                outcome.append("inserted")
+            except InvalidInputError:
+                outcome.append("refused")
+
+        racer = threading.Thread(target=second)
+        racer.start()
+        waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        wait_until(lambda: any_db.execute(waiting)[0][0] == 1, what="the second to wait")
+        first.commit()
+        racer.join(30)
+        assert outcome == ["refused"]
+        assert [t.name for t in client.workflow_get(wf.id).tasks] == ["a"]
+
+
 def test_two_clients_adding_the_same_task_name_at_once_add_it_once(any_db: Db) -> None:  # noqa: F811
     """An addition to a running workflow holds the workflow until it commits: a second
     one that started meanwhile reads the first's tasks after it, and is refused for the

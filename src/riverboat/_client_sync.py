@@ -160,6 +160,15 @@ class ClientBase(SyncAdmin):
         info, _ = self._workflow_insert(self.driver.wrap(conn), workflow)
         return info
 
+    def _workflow_stored(self, executor: Any, workflow_id: str) -> bool:
+        """Whether a task of ``workflow_id`` is stored. The workflow's lock first (on
+        Postgres, until the transaction ends): a second insert racing the first, still
+        uncommitted, then waits for it and sees its tasks."""
+        dialect = self._core.dialect
+        if (lock := dialect.workflow_lock(workflow_id)) is not None:
+            executor.fetch(lock)
+        return bool(executor.fetch(dialect.workflow_get(workflow_id, 1)))
+
     def _workflow_insert(
         self, executor: Any, workflow: Workflow
     ) -> tuple[WorkflowInfo, list[InsertParams]]:
@@ -191,7 +200,7 @@ class ClientBase(SyncAdmin):
             clash = sorted(existing.keys() & {task.name for task in workflow.tasks})
             if clash:
                 raise InvalidInputError("name", f"tasks already in the workflow: {clash}")
-        elif executor.fetch(dialect.workflow_get(workflow.id, 1)):
+        elif self._workflow_stored(executor, workflow.id):
             # The same Workflow inserted again (a retry after an error that did not say
             # whether the first insert committed) made a second copy of every task under
             # its id: each ran twice, and names clashed.

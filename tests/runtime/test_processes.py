@@ -45,6 +45,13 @@ async def hang(job):
     import asyncio
     await asyncio.sleep(3600)
 
+def stuck_client():
+    # A factory that never returns (a network call at import, say): the process never
+    # gets to install its signal handlers.
+    open(f"{OUT}.stuck.{os.getpid()}", "w").close()
+    while True:
+        time.sleep(60)
+
 def client():
     return riverboat.AsyncClient(
         os.environ["RB_TEST_URL"],
@@ -284,3 +291,46 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return "State:\tZ" not in status
+
+
+def test_a_worker_process_stuck_starting_is_killed_by_a_second_stop(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """A worker process ignores stop signals until its handlers are in place; the
+    command counts them meanwhile. One stuck in its client's factory was then beyond
+    Ctrl-C and SIGTERM: the command waited for ever. A second stop (a hard stop) kills
+    a process that has not started yet: it holds no job."""
+    (tmp_path / "rb_test_worker.py").write_text(textwrap.dedent(WORKER_MODULE))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "riverboat.cli", "worker", "rb_test_worker:stuck_client",
+         "--processes", "2"],
+        env={**os.environ, "RB_TEST_URL": sqlite_url, "RB_TEST_SCHEMA": "",
+             "RB_TEST_OUT": str(tmp_path / "worked"), "PYTHONPATH": str(tmp_path)},
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: len(_spawned_children(proc.pid)) == 2)
+        children = _spawned_children(proc.pid)
+        wait_until(
+            lambda: all((tmp_path / f"worked.stuck.{pid}").exists() for pid in children),
+            what="the worker processes are in their factory",
+        )
+        reader = OutputReader(proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        # Each second signal after the command said what the first did (two at once may
+        # merge into one, as pending signals do).
+        first = reader.wait_for(lambda line: "is still starting" in line, timeout=30)
+        reader.wait_for(lambda line: "is still starting" in line, timeout=30, start=first + 1)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=30)
+        reader.join()
+        output = reader.text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            for pid in _spawned_children(proc.pid):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGKILL, output
+    assert output.count("was still starting: killed") == 2, output
+    assert not any(_alive(pid) for pid in children)

@@ -145,7 +145,7 @@ def build_interop() -> tuple[str | None, str | None]:
         return None, "the Go toolchain is not installed"
     try:
         return str(build_interop_binary(go, source)), None
-    except RuntimeError as exc:
+    except (RuntimeError, OSError) as exc:  # the build, or the cache folder
         return None, str(exc).strip()[-500:]
 
 

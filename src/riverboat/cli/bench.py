@@ -125,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     baseline = _baseline(args.compare) if args.compare else None
     if args.output and not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
         raise InvalidInputError("--output", f"{args.output}: no such directory")
+    if args.output and os.path.isdir(args.output):
+        raise InvalidInputError("--output", f"{args.output} is a directory, not a file")
     only = set(args.only or [])
     url = args.database_url
     if args.driver == "sqlite":

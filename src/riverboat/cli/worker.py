@@ -291,24 +291,35 @@ class _Stops:
         self._count: Synchronized[int] = ctx.Value("i", 0)
         self._command = os.getpid()
 
-    def forward(self, pid: int | None, signum: int) -> None:
-        """In the command: send ``signum`` to the process, or count it until it is ready."""
+    def forward(self, pid: int | None, signum: int) -> str:
+        """In the command: send ``signum`` to the process, or count it until it is
+        ready. A second stop for a process not ready yet (stuck in its target's import,
+        say) is a hard stop: it is killed, having claimed no job yet. Returns what it
+        did: "sent", "counted" or "killed"."""
+        if signum == signal.SIGHUP:
+            signum = signal.SIGTERM  # a hangup is a soft stop, like SIGTERM
+        done = "sent"
         with self._count.get_lock():
-            if self._count.value >= 0 and signum in _STOP_SIGNALS:
+            if self._count.value >= 0:
                 self._count.value += 1
-                return
+                if self._count.value < 2:
+                    return "counted"
+                signum, done = signal.SIGKILL, "killed"
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
+        return done
 
     def watch_the_command(self) -> None:
-        """In the worker process: SIGTERM (a soft stop) when the command dies, SIGKILLed
-        say, instead of working on with nobody to stop it (Linux)."""
-        signal_at_parent_death(signal.SIGTERM)
+        """In the worker process, first thing: SIGKILL if the command dies before this
+        process is ready (nothing claimed yet, and its stop signals are ignored)."""
+        signal_at_parent_death(signal.SIGKILL)
 
     def ready(self) -> int:
-        """In the worker process, its handlers installed: the stops counted until now,
-        one more when the command died meanwhile (its SIGTERM came while ignored)."""
+        """In the worker process, its handlers installed: the stops counted until now.
+        From here a death of the command (SIGKILLed, say) sends this process SIGTERM, a
+        soft stop, instead of leaving it working with nobody to stop it (Linux)."""
+        signal_at_parent_death(signal.SIGTERM)
         with self._count.get_lock():
             counted, self._count.value = self._count.value, -1
         return counted + parent_gone(self._command)
@@ -379,9 +390,21 @@ def run(args: argparse.Namespace) -> int:
     ]
 
     def forward(signum: int, _frame: object) -> None:
-        for proc, process_stops in zip(procs, stops, strict=True):
+        for number, (proc, process_stops) in enumerate(zip(procs, stops, strict=True), 1):
             if proc.pid is not None and proc.is_alive():
-                process_stops.forward(proc.pid, signum)
+                done = process_stops.forward(proc.pid, signum)
+                if done != "sent":
+                    said = {
+                        "counted": "is still starting: it stops once started (signal "
+                        "again to kill it now)",
+                        "killed": "was still starting: killed",
+                    }[done]
+                    print(
+                        f"riverboat worker: process {number} of {len(procs)} (pid {proc.pid}) "
+                        + said,
+                        file=sys.stderr,
+                        flush=True,
+                    )
 
     # The worker processes start with the stop signals ignored (exec keeps an ignored
     # disposition; see _Stops). One that comes in the few ms these starts take is lost.
