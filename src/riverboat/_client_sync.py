@@ -160,15 +160,6 @@ class ClientBase(SyncAdmin):
         info, _ = self._workflow_insert(self.driver.wrap(conn), workflow)
         return info
 
-    def _workflow_stored(self, executor: Any, workflow_id: str) -> bool:
-        """Whether a task of ``workflow_id`` is stored. The workflow's lock first (on
-        Postgres, until the transaction ends): a second insert racing the first, still
-        uncommitted, then waits for it and sees its tasks."""
-        dialect = self._core.dialect
-        if (lock := dialect.workflow_lock(workflow_id)) is not None:
-            executor.fetch(lock)
-        return bool(executor.fetch(dialect.workflow_get(workflow_id, 1)))
-
     def _workflow_insert(
         self, executor: Any, workflow: Workflow
     ) -> tuple[WorkflowInfo, list[InsertParams]]:
@@ -178,11 +169,13 @@ class ClientBase(SyncAdmin):
         dialect = self._core.dialect
         existing: dict[str, int] = {}
         stored_name: str | None = None
+        # The workflow's lock (Postgres, until the transaction ends) before reading what
+        # is stored under its id: another client adding to it, or inserting the same
+        # Workflow again, must not pass the checks below before this one's tasks are
+        # committed; it waits for this transaction and then sees them.
+        if (lock := dialect.workflow_lock(workflow.id)) is not None:
+            executor.fetch(lock)
         if workflow.adding:
-            # Another client adding to the same workflow must not pass the name check
-            # below before this one's tasks are committed.
-            if (lock := dialect.workflow_lock(workflow.id)) is not None:
-                executor.fetch(lock)
             rows = executor.fetch(dialect.workflow_get(workflow.id, WORKFLOW_TASKS_MAX))
             stored = WorkflowInfo.from_jobs(workflow.id, dialect.decode_jobs(rows))
             if not stored.tasks:
@@ -200,7 +193,7 @@ class ClientBase(SyncAdmin):
             clash = sorted(existing.keys() & {task.name for task in workflow.tasks})
             if clash:
                 raise InvalidInputError("name", f"tasks already in the workflow: {clash}")
-        elif self._workflow_stored(executor, workflow.id):
+        elif executor.fetch(dialect.workflow_get(workflow.id, 1)):
             # The same Workflow inserted again (a retry after an error that did not say
             # whether the first insert committed) made a second copy of every task under
             # its id: each ran twice, and names clashed.
