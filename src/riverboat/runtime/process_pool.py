@@ -47,8 +47,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("riverboat.process_pool")
-# The module named for an error class the parent can't find (nor its module).
-_CHILD = "riverboat.child"
 # Signals a child ignores (runtime.process_child): blocked while it starts, so that one
 # arriving before it can ignore them (Ctrl-C to the terminal's process group while it
 # imports riverboat) waits, and is then dropped, instead of killing it.
@@ -84,13 +82,7 @@ class ChildJobError(Exception):
         sub = cls._classes.get(key)
         if sub is None:
             sub = cls._classes[key] = _error_class(cls, name, module, qualname)
-        try:
-            error = _bare_instance(sub)
-        except TypeError:
-            # A built-in base whose __new__ needs arguments (ExceptionGroup's): the
-            # error keeps its name, not that base.
-            sub = cls._classes[key] = type(name, (cls,), {"__module__": module or _CHILD})
-            error = _bare_instance(sub)
+        error = _bare_instance(sub)
         error.args = (message,)
         error.remote_traceback = remote_traceback
         return error
@@ -120,10 +112,13 @@ def _error_class(
     if isinstance(original, type) and issubclass(original, Exception):
         try:
             made: type[ChildJobError] = type(name, (base, original), {"__module__": module})
+            # It must also be made without arguments: a built-in base whose __new__
+            # needs them (ExceptionGroup's) can't be, and the error keeps only its name.
+            _bare_instance(made)
             return made
-        except TypeError:  # an incompatible layout (OSError's, a C type's)
+        except TypeError:  # an incompatible layout (a C type's), or such a base
             pass
-    return type(name, (base,), {"__module__": module or _CHILD})
+    return type(name, (base,), {"__module__": module or "riverboat.child"})
 
 
 class ChildProcessDied(Exception):
