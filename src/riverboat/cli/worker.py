@@ -291,7 +291,7 @@ class _Stops:
         self._count: Synchronized[int] = ctx.Value("i", 0)
         self._command = os.getpid()
 
-    def forward(self, pid: int | None, signum: int) -> str:
+    def forward(self, pid: int, signum: int) -> str:
         """In the command: send ``signum`` to the process, or count it until it is
         ready. A second stop for a process not ready yet (stuck in its target's import,
         say) is a hard stop: it is killed, having claimed no job yet. Returns what it
@@ -305,9 +305,8 @@ class _Stops:
                 if self._count.value < 2:
                     return "counted"
                 signum, done = signal.SIGKILL, "killed"
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
         return done
 
     def watch_the_command(self) -> None:
