@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
+import pickle
 import signal
 import subprocess
 import sys
@@ -1111,6 +1113,22 @@ def test_the_same_workflow_inserted_twice_is_refused(any_db: Db) -> None:  # noq
             client.workflow_insert_tx(conn, wf)
         tasks = [(t.name, t.job.id) for t in client.workflow_get(wf.id).tasks]
         assert tasks == [(t.name, t.job.id) for t in inserted.tasks]
+        assert len(client.job_list(limit=10).jobs) == 2
+
+
+def test_a_copy_of_a_workflow_is_refused_once_either_is_inserted(any_db: Db) -> None:  # noqa: F811
+    """Only a Workflow's first insert skips the database's check that its id is new:
+    a copy made before that insert (pickled to another process, deep-copied) shares the
+    id, and would store every task a second time."""
+    wf = Workflow("copied")
+    _step(wf, "first")
+    _step(wf, "second", ["first"])
+    copies = [copy.copy(wf), copy.deepcopy(wf), pickle.loads(pickle.dumps(wf))]
+    with _client(any_db, Recorder()) as client:
+        client.workflow_insert(copies[1])
+        for duplicate in (wf, copies[0], copies[2]):
+            with pytest.raises(InvalidInputError, match=f"{wf.id} is in the database already"):
+                client.workflow_insert(duplicate)
         assert len(client.job_list(limit=10).jobs) == 2
 
 

@@ -171,6 +171,7 @@ class AsyncClientBase(AsyncAdmin):
         # is stored under its id: another client adding to it, or inserting the same
         # Workflow again, must not pass the checks below before this one's tasks are
         # committed; it waits for this transaction and then sees them.
+        fresh = workflow.take_fresh()
         if (lock := dialect.workflow_lock(workflow.id)) is not None:
             await executor.fetch(lock)
         if workflow.adding:
@@ -191,7 +192,7 @@ class AsyncClientBase(AsyncAdmin):
             clash = sorted(existing.keys() & {task.name for task in workflow.tasks})
             if clash:
                 raise InvalidInputError("name", f"tasks already in the workflow: {clash}")
-        elif await executor.fetch(dialect.workflow_get(workflow.id, 1)):
+        elif not fresh and await executor.fetch(dialect.workflow_get(workflow.id, 1)):
             # The same Workflow inserted again (a retry after an error that did not say
             # whether the first insert committed) made a second copy of every task under
             # its id: each ran twice, and names clashed.
