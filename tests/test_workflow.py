@@ -565,6 +565,54 @@ def test_promotion_costs_one_statement_per_completer_batch(any_db: Db) -> None: 
     asyncio.run(scenario())
 
 
+def test_a_wide_fan_out_is_promoted_in_bounded_steps(any_db: Db) -> None:  # noqa: F811
+    """On Postgres the runtime decides a fan-out's dependents PROMOTE_STEP at a time, in
+    id order, and hands each step's tasks to the producers before the next statement
+    runs: the first of them start after one short statement. A failure cancels every
+    step's tasks and cascades past them. SQLite decides them in one statement."""
+    from riverboat.runtime.workflow_promoter import PROMOTE_STEP, WorkflowPromoter
+
+    leaves = [f"leaf{i}" for i in range(2 * PROMOTE_STEP + 44)]
+
+    def fan(name: str) -> Workflow:
+        wf = Workflow(name)
+        _step(wf, "root")
+        for leaf in leaves:
+            _step(wf, leaf, ["root"])
+        _step(wf, "join", leaves)
+        return wf
+
+    async def scenario() -> None:
+        client = riverboat.AsyncClient(any_db.url, schema=any_db.schema)
+        try:
+            woken: list[list[str]] = []
+            promoter = WorkflowPromoter(client.driver, lambda queues: woken.append(list(queues)))
+            steps = 3 if any_db.dialect == "postgres" else 1
+            ok = await client.workflow_insert(fan("wide"))
+            ids = {task.name: task.job.id for task in ok.tasks}
+            _finish(any_db, [ids["root"]])
+            await promoter.after_finalized([ids["root"]])
+            assert promoter.statements == steps and woken == [["default"]] * steps
+            states = {(await client.job_get(ids[leaf])).state for leaf in leaves}
+            assert states == {JobState.AVAILABLE}
+            assert (await client.job_get(ids["join"])).state is JobState.PENDING
+
+            failed = await client.workflow_insert(fan("failed"))
+            ids = {task.name: task.job.id for task in failed.tasks}
+            _finish(any_db, [ids["root"]], "discarded")
+            before = promoter.statements
+            await promoter.after_finalized([ids["root"]])
+            # The leaves' steps, the join (cancelled by the leaves), the join's none.
+            assert promoter.statements - before == steps + 2
+            info = await client.workflow_get(failed.id)
+            assert {t.state for t in info.tasks if t.name != "root"} == {JobState.CANCELLED}
+            assert info.task("join").cancelled_by is not None
+        finally:
+            await client.close()
+
+    asyncio.run(scenario())
+
+
 def test_promotion_reads_rows_by_primary_key_on_a_table_without_statistics(
     pg_url: str,
     pg_schema: str,
@@ -573,6 +621,7 @@ def test_promotion_reads_rows_by_primary_key_on_a_table_without_statistics(
     truncated table): no sequential scan of river_job anywhere, whatever the planner
     guesses of its size (it planned one per dependency, 1.4 s for a 1,000-task fan-out)."""
     from riverboat._sql import bind
+    from riverboat.runtime.workflow_promoter import PROMOTE_STEP
 
     wf = Workflow("plan")
     _step(wf, "root")
@@ -610,7 +659,11 @@ def test_promotion_reads_rows_by_primary_key_on_a_table_without_statistics(
             ([], [ids["join"]]),
         ):
             for lazy in (False, True):
-                stmt = dialect.workflow_promote(finalized, candidates, lazy_commit=lazy)
+                stmt = (
+                    dialect.workflow_promote_step(finalized, candidates, 0, PROMOTE_STEP)
+                    if lazy
+                    else dialect.workflow_promote(finalized, candidates)
+                )
                 sql, names = stmt.query.compile("format")
                 with conn.transaction(force_rollback=True):
                     (plan,) = conn.execute(
@@ -711,7 +764,7 @@ def test_a_sweep_locks_only_the_tasks_it_decides(pg_url: str, pg_schema: str) ->
     once. (A sweep used to lock every task named to it: the completer's promotion
     skipped the locked task, and it waited for the next sweep, 2 s later.)"""
     from riverboat._sql import bind
-    from riverboat.runtime.workflow_promoter import WorkflowPromoter
+    from riverboat.runtime.workflow_promoter import PROMOTE_STEP, WorkflowPromoter
 
     wf = Workflow("locks")
     _step(wf, "a")
@@ -722,10 +775,12 @@ def test_a_sweep_locks_only_the_tasks_it_decides(pg_url: str, pg_schema: str) ->
         try:
             info = await client.workflow_insert(wf)
             a, b = info.task("a").job.id, info.task("b").job.id
-            sweep = client.driver.dialect.workflow_promote((), [b], lazy_commit=True)
+            dialect = client.driver.dialect
+            sweep = dialect.workflow_promote_step((), [b], 0, PROMOTE_STEP)
             sql, names = sweep.query.compile("format")
             with psycopg.connect(pg_url) as sweeping:  # its transaction stays open
-                assert sweeping.execute(sql, bind(names, sweep.params)).fetchall() == []
+                rows = sweeping.execute(sql, bind(names, sweep.params)).fetchall()
+                assert dialect.decode_promoted_step(rows, PROMOTE_STEP) == ([], None)
                 _finish(Db("postgres", pg_url, pg_schema), [a])
                 promoter = WorkflowPromoter(client.driver, lambda queues: None)
                 await promoter.after_finalized([a])

@@ -113,22 +113,37 @@ class WorkflowStatements(DialectPart, ABC):
         return None
 
     def workflow_promote(
-        self,
-        finalized_ids: Sequence[int],
-        candidate_ids: Sequence[int] = (),
-        *,
-        lazy_commit: bool = False,
+        self, finalized_ids: Sequence[int], candidate_ids: Sequence[int] = ()
     ) -> Statement:
         """Promote (or cancel, by policy) the pending dependents of ``finalized_ids``
-        and the pending ``candidate_ids``; rows are ``(id, state, queue)``.
-        ``lazy_commit``: the statement is its own transaction and may commit without
-        waiting for the disk (it can be recomputed: the runtime's promotions)."""
-        return self.workflow_promote_ids(list(finalized_ids), list(candidate_ids), lazy_commit)
+        and the pending ``candidate_ids``; rows are ``(id, state, queue)``."""
+        return self.workflow_promote_ids(list(finalized_ids), list(candidate_ids))
+
+    def workflow_promote_step(
+        self,
+        finalized_ids: Sequence[int],
+        candidate_ids: Sequence[int],
+        after_id: int,
+        limit: int,
+    ) -> Statement:
+        """The runtime's promotion, one step of it: as :meth:`workflow_promote`, over
+        at most ``limit`` of the candidates (dependents and named ones) whose ids are
+        above ``after_id``, in id order, where the dialect can bound it; and a statement
+        of its own that may commit without waiting for the disk (a promotion can be
+        recomputed from outcomes already durable). :meth:`decode_promoted_step` reads
+        its rows and says where the next step starts. Default: every candidate at once."""
+        return self.workflow_promote_ids(list(finalized_ids), list(candidate_ids))
+
+    def decode_promoted_step(
+        self, rows: Sequence[Sequence[Any]], limit: int
+    ) -> tuple[list[tuple[int, str, str]], int | None]:
+        """Rows of :meth:`workflow_promote_step` with that ``limit``: what it changed,
+        as ``(id, state, queue)``, and the ``after_id`` of the next step (None: this
+        one looked at the last candidates)."""
+        return self.decode_promoted(rows), None
 
     @abstractmethod
-    def workflow_promote_ids(
-        self, finalized_ids: list[int], candidate_ids: list[int], lazy_commit: bool
-    ) -> Statement:
+    def workflow_promote_ids(self, finalized_ids: list[int], candidate_ids: list[int]) -> Statement:
         """:meth:`workflow_promote`'s statement."""
 
     def workflow_cancel_orphans(self, orphans: Sequence[tuple[int, str]]) -> Statement:

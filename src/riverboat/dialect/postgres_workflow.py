@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from riverboat._sql import Statement, render_schema
 from riverboat.dialect._pg_common import CHANNEL, clamped, job_columns
@@ -89,7 +89,22 @@ def _no_unfinished_dep(ids: str) -> str:
                  AND d.state NOT IN ('completed', 'cancelled', 'discarded'))"""
 
 
-def _promote(candidates: str, *, lazy_commit: bool = False) -> str:
+# What a promotion returns: the rows it changed.
+_CHANGED = """SELECT updated.id, updated.state, updated.queue FROM updated CROSS JOIN notified
+ORDER BY updated.id
+"""
+# What a step of the runtime's promotion returns: the rows it changed, each with the
+# largest candidate id it looked at and how many (one row of NULLs and those two when it
+# changed none), so that the next step starts after them.
+_CHANGED_AND_LAST_CANDIDATE = """SELECT u.id, u.state, u.queue, s.last_candidate, s.candidates
+FROM (SELECT max(id) AS last_candidate, count(*) AS candidates FROM candidate_ids) AS s
+CROSS JOIN notified
+LEFT JOIN updated u ON true
+ORDER BY u.id
+"""
+
+
+def _promote(candidates: str, *, step: bool = False) -> str:
     """The promotion statement over the pending tasks chosen by the ``candidates``
     query (one ``id`` column): a task whose dependencies all completed becomes available
     (scheduled if its scheduled_at is still ahead) with their outputs copied in; one with
@@ -114,12 +129,16 @@ def _promote(candidates: str, *, lazy_commit: bool = False) -> str:
     fresh or truncated one), 1.4 s for a 1,000-task fan-out. The dependencies' states,
     names and outputs are read once, into one object keyed by id.
 
-    ``lazy_commit`` (the runtime's promotions, each a transaction of its own): the
-    statement commits without waiting for its WAL to reach the disk
-    (``synchronous_commit`` off for that transaction only). A promotion is derived from
-    outcomes that are durable already; one lost in a crash is done again by the sweep,
-    and any later durable commit (the promoted task's claim) flushes it anyway. It saves
-    a chain one disk flush per step. Never inside a caller's transaction."""
+    ``step`` (the runtime's promotions, each a transaction of its own): the statement
+    commits without waiting for its WAL to reach the disk (``synchronous_commit`` off
+    for that transaction only). A promotion is derived from outcomes that are durable
+    already; one lost in a crash is done again by the sweep, and any later durable
+    commit (the promoted task's claim) flushes it anyway. It saves a chain one disk
+    flush per step. Never inside a caller's transaction. Its ``candidates`` query takes
+    a bounded part of them (the promoter's PROMOTE_STEP, in id order), and it returns
+    where the next part starts: a fan-out's first tasks are claimed after one short
+    statement (6 ms for 128 of them), not after its whole promotion (34 ms for 1,000),
+    and no statement locks and rewrites thousands of rows at once."""
     return f"""
 WITH candidate_ids AS ({candidates}),
 candidates AS (
@@ -133,7 +152,7 @@ candidates AS (
       -- index of every pending job (which stale statistics can make look cheaper).
       AND j.state::text = 'pending'
       AND j.metadata->'{_KEY}' IS NOT NULL
-      {"AND set_config('synchronous_commit', 'off', true) = 'off'" if lazy_commit else ""}
+      {"AND set_config('synchronous_commit', 'off', true) = 'off'" if step else ""}
       -- A row is locked only when it will be decided: a promoter that locked every
       -- candidate named to it (the sweep) made a completer's promotion of the same
       -- task skip it, and the task waited for the next sweep (2 s).
@@ -226,9 +245,7 @@ notified AS (
     SELECT count(pg_notify({_INSERT_CHANNEL}, '{{"queue": ' || to_json(q.queue)::text || '}}'))
     FROM (SELECT DISTINCT queue FROM updated WHERE state = 'available') AS q
 )
-SELECT updated.id, updated.state, updated.queue FROM updated CROSS JOIN notified
-ORDER BY updated.id
-"""
+{_CHANGED_AND_LAST_CANDIDATE if step else _CHANGED}"""
 
 
 def cancel_orphans(deleted: str) -> str:
@@ -268,7 +285,11 @@ _DEPENDENTS_AND_CANDIDATES = f"""SELECT (jsonb_array_elements_text(
     UNION
     SELECT unnest(:candidate_ids::bigint[])"""
 QUERIES["workflow_promote"] = _promote(_DEPENDENTS_AND_CANDIDATES)
-QUERIES["workflow_promote_lazy"] = _promote(_DEPENDENTS_AND_CANDIDATES, lazy_commit=True)
+QUERIES["workflow_promote_step"] = _promote(
+    f"""SELECT id FROM ({_DEPENDENTS_AND_CANDIDATES}) AS c
+    WHERE id > :after_id::bigint ORDER BY id LIMIT :limit::integer""",
+    step=True,
+)
 
 # The sweep: pending workflow tasks after ``after_id`` in id order, a bounded batch, with
 # what deciding whether to name them takes.
@@ -428,17 +449,42 @@ class PostgresWorkflow(WorkflowStatements):
             dependents=[json.dumps(list(p)) for _, _, p in patches],
         )
 
-    def workflow_promote_ids(
-        self, finalized_ids: list[int], candidate_ids: list[int], lazy_commit: bool
-    ) -> Statement:
+    def workflow_promote_ids(self, finalized_ids: list[int], candidate_ids: list[int]) -> Statement:
         return self.stmt(
-            "workflow_promote_lazy" if lazy_commit else "workflow_promote",
+            "workflow_promote",
             finalized_ids=finalized_ids,
             candidate_ids=candidate_ids,
             pivot=max(finalized_ids, default=0),
             finalized_json=json.dumps(finalized_ids),
             schema=self.schema,
         )
+
+    def workflow_promote_step(
+        self,
+        finalized_ids: Sequence[int],
+        candidate_ids: Sequence[int],
+        after_id: int,
+        limit: int,
+    ) -> Statement:
+        finalized = list(finalized_ids)
+        return self.stmt(
+            "workflow_promote_step",
+            finalized_ids=finalized,
+            candidate_ids=list(candidate_ids),
+            pivot=max(finalized, default=0),
+            finalized_json=json.dumps(finalized),
+            after_id=after_id,
+            limit=limit,
+            schema=self.schema,
+        )
+
+    def decode_promoted_step(
+        self, rows: Sequence[Sequence[Any]], limit: int
+    ) -> tuple[list[tuple[int, str, str]], int | None]:
+        changed = [(int(r[0]), str(r[1]), str(r[2])) for r in rows if r[0] is not None]
+        if not rows or rows[0][4] < limit:
+            return changed, None
+        return changed, int(rows[0][3])
 
     def workflow_dep_states(self, ids: Sequence[int]) -> Statement:
         return self.stmt("workflow_dep_states", ids=list(ids))

@@ -268,10 +268,10 @@ class SqliteWorkflow(WorkflowStatements):
         ]
         return self.stmt("workflow_link", patches=json.dumps(encoded))
 
-    def workflow_promote_ids(
-        self, finalized_ids: list[int], candidate_ids: list[int], lazy_commit: bool
-    ) -> Statement:
-        # SQLite's durability is its connection's synchronous pragma: nothing to relax.
+    def workflow_promote_ids(self, finalized_ids: list[int], candidate_ids: list[int]) -> Statement:
+        # One statement for every promotion, the runtime's too (workflow_promote_step):
+        # SQLite's durability is its connection's synchronous pragma, nothing to relax,
+        # and its one writer at a time gains nothing from steps.
         params = {
             "finalized_ids": json.dumps(finalized_ids),
             "candidate_ids": json.dumps(candidate_ids),

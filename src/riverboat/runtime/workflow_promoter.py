@@ -1,6 +1,7 @@
 """Promoting workflow tasks (see :mod:`riverboat.workflow`) from the runtime.
 
-Two paths, both one statement per step and by primary key:
+Two paths, both by primary key, a bounded number of candidates (PROMOTE_STEP) per
+statement on Postgres:
 
 * after the completer wrote outcomes that finalized workflow tasks, their dependents are
   decided at once (:meth:`WorkflowPromoter.after_finalized`), so a chain moves at the
@@ -29,7 +30,6 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
 
 from riverboat._job import FAILED_STATES, FINALIZED_STATES
 from riverboat.dialect._workflow_common import PendingTask
@@ -51,6 +51,10 @@ CASCADE_MAX = WORKFLOW_TASKS_MAX
 STOP_WAIT = 2.0  # seconds a stop lets a sweep under way finish
 # Pending task ids a sweep pass keeps (known unfinished when another task names them).
 SEEN_PENDING_MAX = 100_000
+# Candidates decided per promotion statement (Postgres): a fan-out's first tasks start
+# after one short statement, while the rest are promoted. More steps cost a statement
+# each (a 1,000-task fan-out takes 8); fewer made its first tasks wait for all.
+PROMOTE_STEP = 128
 
 
 def _decidable(task: PendingTask, states: dict[int, str], seen_pending: set[int]) -> bool:
@@ -99,12 +103,12 @@ class WorkflowPromoter:
 
     async def after_finalized(self, job_ids: Sequence[int]) -> None:
         """Decide the dependents of the workflow tasks ``job_ids`` just finalized."""
-        stmt = self._dialect.workflow_promote(job_ids, lazy_commit=True)
+        finalized = list(job_ids)
         for _ in range(CASCADE_MAX):
-            cancelled, _ = await self._run(stmt)
+            cancelled, _ = await self._promote(finalized, ())
             if not cancelled:
                 return
-            stmt = self._dialect.workflow_promote(cancelled, lazy_commit=True)
+            finalized = cancelled
 
     async def sweep(self) -> int:
         """One pass over every pending workflow task; returns how many changed.
@@ -135,23 +139,35 @@ class WorkflowPromoter:
             decidable = [task.id for task in tasks if _decidable(task, states, seen_pending)]
             if decidable:
                 # Cancellations found here cascade like a completer's.
-                stmt = dialect.workflow_promote((), decidable, lazy_commit=True)
-                promoted = await self._run(stmt)
-                changed += len(promoted[1])
-                if promoted[0]:
-                    await self.after_finalized(promoted[0])
+                cancelled, promoted = await self._promote((), decidable)
+                changed += promoted
+                if cancelled:
+                    await self.after_finalized(cancelled)
             if len(tasks) < SWEEP_BATCH:
                 return changed
             after = tasks[-1].id
 
-    async def _run(self, stmt: Any) -> tuple[list[int], list[tuple[int, str, str]]]:
-        """Run one promotion statement; returns (the tasks it cancelled, all it changed)."""
-        async with self._one_statement:
-            rows = await self._driver.fetch(stmt)
-        self.statements += 1
-        promoted: list[tuple[int, str, str]] = self._dialect.decode_promoted(rows)
-        await self._handle(promoted)
-        return [job_id for job_id, state, _ in promoted if state == "cancelled"], promoted
+    async def _promote(
+        self, finalized_ids: Sequence[int], candidate_ids: Sequence[int]
+    ) -> tuple[list[int], int]:
+        """Decide the pending dependents of ``finalized_ids`` and the pending
+        ``candidate_ids``, PROMOTE_STEP candidates per statement where the dialect
+        bounds them, each step's tasks handed to the producers before the next runs;
+        returns (the tasks cancelled, how many changed)."""
+        dialect = self._dialect
+        cancelled: list[int] = []
+        changed = 0
+        after: int | None = 0
+        while after is not None:
+            stmt = dialect.workflow_promote_step(finalized_ids, candidate_ids, after, PROMOTE_STEP)
+            async with self._one_statement:
+                rows = await self._driver.fetch(stmt)
+            self.statements += 1
+            promoted, after = dialect.decode_promoted_step(rows, PROMOTE_STEP)
+            await self._handle(promoted)
+            changed += len(promoted)
+            cancelled += [job_id for job_id, state, _ in promoted if state == "cancelled"]
+        return cancelled, changed
 
     async def _handle(self, promoted: list[tuple[int, str, str]]) -> None:
         if not promoted:
