@@ -42,6 +42,7 @@ from riverboat.errors import DriverError
 from riverboat.runtime._waiting import end_within, wait_event
 from riverboat.runtime.events import Event, EventKind, JobStatistics
 from riverboat.runtime.outcomes import persisted_event_kind
+from riverboat.runtime.supervise import supervised
 from riverboat.wait import FinalizedSignals
 from riverboat.workflow import WORKFLOW_METADATA_KEY
 
@@ -245,7 +246,11 @@ class Completer:
         return not self._buffer and not self._locked and self._drained.is_set()
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="riverboat-completer")
+        # Run again after any failure, stopping or not: a stop waits for the buffer to
+        # drain (bounded by its drain_timeout).
+        self._task = asyncio.create_task(
+            supervised("completer", self._run, lambda: False), name="riverboat-completer"
+        )
 
     async def add(self, pending: PendingCompletion) -> None:
         """Buffer one outcome; waits only when the backlog is past the high-water mark."""
@@ -329,6 +334,12 @@ class Completer:
                     _first_line(exc),
                 )
                 await asyncio.sleep(delay)
+            except Exception:
+                # Not the database's: a bug or an error no driver translated. Still
+                # unwritten, so kept; the loop's supervisor logs it and runs it again.
+                for part, _ in parts:
+                    self._put_back(part)
+                raise
         self._has_items.clear()
         self._full.clear()
 

@@ -27,6 +27,7 @@ from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import CALLBACK_FAILURES, DriverError, InvalidInputError
 from riverboat.runtime._waiting import backoff_delay, wait_any
 from riverboat.runtime.health import PathHealth, bounded
+from riverboat.runtime.supervise import supervised
 
 if TYPE_CHECKING:
     from riverboat.runtime.notifier import Notifier
@@ -155,7 +156,10 @@ class Elector:
 
     def start(self) -> None:
         self._stopping.clear()
-        self._task = asyncio.create_task(self._run(), name="riverboat-elector")
+        self._task = asyncio.create_task(
+            supervised("elector", self._run, self._stopping.is_set, self._stopping),
+            name="riverboat-elector",
+        )
 
     async def stop(self) -> None:
         """Stop running; a leader resigns (with a notification) before this returns."""

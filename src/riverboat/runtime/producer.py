@@ -57,7 +57,7 @@ from riverboat._sql import Statement
 from riverboat.dialect._rows import QUEUE_INDEX
 from riverboat.dialect.base import MAX_ATTEMPTED_BY, is_plain_completion
 from riverboat.drivers.base import AsyncDriver
-from riverboat.errors import DriverError
+from riverboat.errors import CALLBACK_FAILURES, DriverError
 from riverboat.flow import ConcurrencyLimit, FlowControl, RateLimit
 from riverboat.runtime._waiting import wait_event
 from riverboat.runtime.completer import Completer, PendingCompletion
@@ -72,6 +72,7 @@ from riverboat.runtime.executor import (
 )
 from riverboat.runtime.health import DEFAULT_CALL_TIMEOUT, PathHealth, bounded
 from riverboat.runtime.process_pool import ProcessPool, usable_cores
+from riverboat.runtime.supervise import supervised
 from riverboat.runtime.threads import DaemonThreadPool
 from riverboat.workflow import WORKFLOW_METADATA_KEY
 
@@ -422,7 +423,10 @@ class Producer:
             self._paused = True
         if self.process_pool is not None and self._exec_config.default_executor == "process":
             self.process_pool.warm(usable_cores())
-        self._task = asyncio.create_task(self._run(), name=f"riverboat-producer-{self.queue}")
+        self._task = asyncio.create_task(
+            supervised(f"producer {self.queue}", self._run, lambda: self._stopping),
+            name=f"riverboat-producer-{self.queue}",
+        )
 
     async def _run(self) -> None:
         last_fetch = 0.0
@@ -506,7 +510,12 @@ class Producer:
             if self.fetch_metrics is not None:
                 self.fetch_metrics(self.queue, time.monotonic() - last_fetch, len(rows))
             for listener in self.claim_listeners:
-                listener(self.queue, len(rows))
+                try:
+                    listener(self.queue, len(rows))
+                except CALLBACK_FAILURES:
+                    # An exporter's failure must not strand the jobs just claimed
+                    # (running in the table, never started) nor end this loop.
+                    log.exception("producer %s: claim listener %r failed", self.queue, listener)
             # Set before the jobs start: with eager task start (Python 3.12+) a short job
             # finishes inside _start_job, and its slot must already count toward a refill.
             # Under flow control a short claim means "held back" as often as "no

@@ -38,6 +38,7 @@ from riverboat.errors import DriverError, InvalidInputError
 from riverboat.flow import FlowControl
 from riverboat.runtime._waiting import cancel_and_wait
 from riverboat.runtime.health import bounded
+from riverboat.runtime.supervise import supervised
 
 if TYPE_CHECKING:
     from riverboat.drivers.base import AsyncDriver
@@ -174,7 +175,10 @@ class ClientRegistry:
         self.enabled = True
         self._last_ok = sent
         self._apply(rows)
-        self._task = asyncio.create_task(self._run(), name="riverboat-heartbeat")
+        # Stopped by cancellation (stop), which supervised() never catches.
+        self._task = asyncio.create_task(
+            supervised("registry heartbeat", self._run, lambda: False), name="riverboat-heartbeat"
+        )
 
     def _register(self, *, rejoin: bool) -> Any:
         return self._dialect.client_register(

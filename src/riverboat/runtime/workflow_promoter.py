@@ -36,6 +36,7 @@ from riverboat.dialect._workflow_common import PendingTask
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
 from riverboat.runtime._waiting import end_within, wait_event
+from riverboat.runtime.supervise import supervised
 from riverboat.workflow import WORKFLOW_TASKS_MAX
 
 __all__ = ["FOLLOWER_SWEEP_INTERVAL", "SWEEP_BATCH", "SWEEP_INTERVAL", "WorkflowPromoter"]
@@ -189,7 +190,12 @@ class WorkflowPromoter:
     # -- the sweep loop ----------------------------------------------------------------
     def start(self, interval: float = SWEEP_INTERVAL) -> None:
         self._stop.clear()
-        self._task = asyncio.create_task(self._loop(interval), name="riverboat-workflow-sweep")
+        self._task = asyncio.create_task(
+            supervised(
+                "workflow sweep", lambda: self._loop(interval), self._stop.is_set, self._stop
+            ),
+            name="riverboat-workflow-sweep",
+        )
 
     async def _loop(self, interval: float) -> None:
         last_pass = -math.inf
