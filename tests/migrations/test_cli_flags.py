@@ -193,6 +193,14 @@ def test_lines_form_a_stack(db: Db) -> None:
     refused = cli_in_process("migrate", "down", "--line", "main", *db.args, "--target-version", "4")
     assert "while the riverboat line is applied" in one_line_error(refused)
     assert _version(db) == LATEST_VERSION
+    # Nothing to revert on main (its target reached, or no steps) is a no-op, not that.
+    for no_op in (
+        ("--target-version", str(LATEST_VERSION)),
+        ("--max-steps", "-1"),
+        ("--target-version", str(LATEST_VERSION), "--dry-run"),
+    ):
+        assert db.migrate("down", "--line", "main", *no_op)[0] == 0, no_op
+    assert _version(db) == LATEST_VERSION
     latest = riverboat_step(RIVERBOAT_LATEST)
     code, lines = db.migrate("down")
     assert code == 0 and lines[0] == f"reverted {latest}"

@@ -367,7 +367,13 @@ class Migrator:
         target = self._check_target(target_version, direction)
         self._check_max_steps(max_steps)
         planned = self._select(self._known_state(self._driver), direction, target, max_steps)
-        if direction == "down" and self._line == LINE and planned[-1:] <= [_LINE_COLUMN_ADDED]:
+        # An empty plan (a target already reached, no steps) reverts nothing: a no-op.
+        if (
+            direction == "down"
+            and self._line == LINE
+            and planned
+            and planned[-1] <= _LINE_COLUMN_ADDED
+        ):
             self._refuse_below_line_column()
         return planned
 
