@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -82,3 +82,33 @@ def test_a_stored_template_that_is_not_an_object_reads_as_none() -> None:
         assert dialect.decode_json_object("hello") is None
         assert dialect.decode_json_object('"hello"') is None
         assert dialect.decode_json_object('{"kind": "k"}') == {"kind": "k"}
+
+
+def test_stored_text_does_not_drive_the_terminal(any_db: Db) -> None:  # noqa: F811
+    """A job's error (user data in an exception message) with escape sequences, a bell
+    and a carriage return is printed with each control character escaped: raw, it
+    cleared the operator's screen, retitled the window and faked output."""
+    hostile = "x@y\x1b[2J\x1b]0;owned\x07\rAll jobs completed OK\x9b"
+    workers = riverboat.Workers()
+
+    @workers.register("signup")
+    def signup(job: riverboat.Job[Any]) -> None:
+        raise ValueError(f"invalid email {job.args['email']}")
+
+    with riverboat.Client(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": riverboat.QueueConfig(max_workers=1)},
+        workers=workers,
+    ) as client:
+        job = client.insert(
+            {"email": hostile}, riverboat.InsertOpts(max_attempts=1), kind="signup"
+        ).job
+        client.run_until_idle()
+    for argv in (("jobs", "list", "--state", "discarded"), ("jobs", "get", str(job.id))):
+        out = any_db.cli(*argv)
+        assert out.returncode == 0, out.stderr
+        assert not any(c in out.stdout for c in "\x1b\x07\r\x9b"), argv
+        assert "x@y\\x1b[2J\\x1b]0;owned\\x07" in out.stdout, argv
+    # The detail keeps the carriage return, escaped (the list's one line folds it).
+    assert "\\x07\\x0dAll jobs completed OK\\x9b" in out.stdout

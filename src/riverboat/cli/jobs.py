@@ -31,6 +31,7 @@ from riverboat._admin import JobListCursor
 from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, JobRow, JobState
 from riverboat._seconds import is_seconds
 from riverboat.cli._database import add_database_options, checked_driver, database_url
+from riverboat.cli._terminal import printable
 from riverboat.client import Client
 from riverboat.errors import InvalidInputError, NotFoundError, WaitTimeoutError
 
@@ -145,12 +146,14 @@ def print_table(
 ) -> None:
     """Rows under their headers in aligned columns; ``empty``: a line printed after the
     headers when there is no row, saying why."""
+    # Stored text (a kind, an error) must not drive the terminal: see cli/_terminal.py.
+    cells = [[printable(cell) for cell in row] for row in rows]
     widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
-    for row in (headers, *rows):
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-    if not rows and empty is not None:
+    for cell_row in cells:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, cell_row, strict=True)]
+    for line in (headers, *cells):
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+    if not cells and empty is not None:
         print(empty)
 
 
@@ -281,19 +284,19 @@ def print_job_detail(job: JobRow) -> None:
     ]
     width = max(len(name) for name, _ in fields)
     for name, value in fields:
-        print(f"{name.ljust(width)}  {value}")
+        print(f"{name.ljust(width)}  {printable(value)}")
     print("args:")
-    print(_indented(_pretty(_args_of(job))))
+    print(_indented(printable(_pretty(_args_of(job)), lines=True)))
     print("metadata:")
-    print(_indented(_pretty(job.metadata)))
+    print(_indented(printable(_pretty(job.metadata), lines=True)))
     if not job.errors:
         print("errors: none")
         return
     print(f"errors ({len(job.errors)}):")
     for entry in job.errors:
-        print(f"  attempt {entry.attempt} at {_when(entry.at)}: {entry.error}")
+        print(f"  attempt {entry.attempt} at {_when(entry.at)}: {printable(entry.error)}")
         if entry.trace:
-            print(_indented(entry.trace.rstrip(), "      "))
+            print(_indented(printable(entry.trace.rstrip(), lines=True), "      "))
 
 
 # The oldest age a filter takes: now minus more went past year 1 (an OverflowError).
@@ -538,7 +541,7 @@ def _outcome_line(job: JobRow) -> str:
     )
     if job.state in (JobState.DISCARDED, JobState.RETRYABLE, JobState.CANCELLED) and job.errors:
         text += f"  error: {last_error(job, 200)}"
-    return text
+    return printable(text)
 
 
 def _tail(client: Client, args: argparse.Namespace) -> int:

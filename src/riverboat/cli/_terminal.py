@@ -1,0 +1,28 @@
+"""Text from the database, made safe for an operator's terminal.
+
+A job's args, errors and traces hold whatever its code, its callers or another client
+wrote: an escape sequence printed raw clears the screen, retitles the window or fakes
+output ("all jobs completed OK"), and a carriage return overwrites the line it is on.
+The CLI's text output writes every control character as an escape instead (``\\x1b``).
+``--json`` output needs nothing: JSON escapes them itself.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["printable"]
+
+# C0 controls, DEL and C1 controls; tab and newline are kept where lines are allowed.
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROLS_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` with its control characters written as ``\\xNN`` escapes; with
+    ``lines``, newlines and tabs are kept (a trace, indented JSON)."""
+    return (_CONTROLS_BUT_LINES if lines else _CONTROLS).sub(_escape, text)
