@@ -195,6 +195,27 @@ async def test_changes_are_checked_and_results_required(sqlite_url: str) -> None
         with pytest.raises(InvalidInputError, match="must return call_next"):
             await client.insert({}, kind="job_a")
 
+    class Drops:
+        async def insert_many(self, jobs: list[InsertingJob], call_next: Any) -> Any:
+            del jobs[1:]
+            return await call_next()
+
+    class DropsSync:
+        def insert_many_sync(self, jobs: list[InsertingJob], call_next: Any) -> Any:
+            jobs.append(jobs[0])
+            return call_next()
+
+    batch = [InsertManyParams({"n": n}, kind="job_b") for n in range(3)]
+    for dropping in (Drops(), DropsSync()):
+        async with AsyncClient(sqlite_url, middleware=[dropping]) as client:
+            # Was a ValueError from zip(); each result answers one job given.
+            with pytest.raises(InvalidInputError, match="not add or remove any"):
+                await client.insert_many(batch)
+            assert (await client.job_list(kinds=["job_b"])).jobs == []
+    with Client(sqlite_url, middleware=[DropsSync()]) as sync_client:
+        with pytest.raises(InvalidInputError, match="not add or remove any"):
+            sync_client.insert_many(batch)
+
     class SyncNamedAsync:
         def insert_many(self, jobs: Any, call_next: Any) -> Any: ...
 

@@ -346,6 +346,7 @@ class MiddlewareStack:
 
         async def call(index: int) -> list[InsertResult]:
             if index == len(layers):
+                _check_same_batch(views, len(jobs))
                 for job, view in zip(jobs, views, strict=True):
                     _apply_view(job, view, "middleware insert_many")
                 return await inner()
@@ -382,6 +383,7 @@ class MiddlewareStack:
 
         def call(index: int) -> list[InsertResult]:
             if index == len(layers):
+                _check_same_batch(views, len(jobs))
                 for job, view in zip(jobs, views, strict=True):
                     _apply_view(job, view, "middleware insert_many")
                 return inner()
@@ -454,6 +456,18 @@ def _apply_view(job: InsertParams, view: InsertingJob, field: str) -> None:
         or view.tags != job.tags
     ):
         _write_back(job, view, field)
+
+
+def _check_same_batch(views: list[InsertingJob], count: int) -> None:
+    """The batch an ``insert_many`` middleware hands on has the jobs it was given: it may
+    change them, not add or remove any (each result answers one job given; a dropped
+    job's insert would be reported as another's)."""
+    if len(views) != count:
+        raise InvalidInputError(
+            "middleware insert_many",
+            f"may change the jobs of the batch but not add or remove any ({count} given,"
+            f" {len(views)} handed on): filter the jobs before the insert instead",
+        )
 
 
 def _checked(results: object, count: int, rows: bool) -> list[InsertResult]:
