@@ -53,6 +53,40 @@ def test_retry_many_by_kind_in_batches(any_db: Db) -> None:  # noqa: F811
         assert [states[i] for i in ids["email"]] == [JobState.CANCELLED] * 2
 
 
+def test_retry_many_leaves_alone_unique_jobs_whose_key_is_taken(any_db: Db) -> None:  # noqa: F811
+    """A cancelled unique job whose key another job holds now, and the second of two
+    cancelled twins, would each take the key on retry: the statement failed on River's
+    unique index and retried nothing (the dashboard's "Retry all" answered 503). They
+    are left alone, counted out of the dry run; the others are retried."""
+    once = InsertOpts(unique_opts=riverboat.UniqueOpts(by_args=True))
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        ids = [client.insert({"n": n}, once, kind="blocker").job.id for n in range(3)]
+        for job_id in ids:
+            _discard(client, job_id)
+        holder = client.insert({"n": 1}, once, kind="blocker").job  # holds ids[1]'s key
+        twin = client.job_list(ids=[ids[2]]).jobs[0]
+        # A second cancelled job with ids[2]'s key (as a Go client could leave it).
+        any_db.execute(
+            "UPDATE river_job SET unique_key = (SELECT unique_key FROM river_job WHERE id = %s)"
+            " WHERE id = %s",
+            ids[2],
+            ids[0],
+        )
+        filters = {"kinds": ["blocker"], "states": ["cancelled"]}
+        assert client.job_count_matching(**filters) == 3
+        assert client.job_count_matching(action="retry", **filters) == 1
+        retried = client.job_retry_many(**filters)
+        assert [j.id for j in retried.jobs] == [ids[0]]
+        states = {j.id: j.state for j in client.job_list(kinds=["blocker"]).jobs}
+        assert states == {
+            ids[0]: JobState.AVAILABLE,
+            ids[1]: JobState.CANCELLED,
+            ids[2]: JobState.CANCELLED,
+            holder.id: JobState.AVAILABLE,
+        }
+        assert twin.unique_key is not None
+
+
 def test_retry_many_forgets_an_earlier_cancel_as_job_retry_does(any_db: Db) -> None:  # noqa: F811
     # A cancel records cancel_attempted_at; a retried job keeping it would be cancelled
     # again by its next run's completer (River 0.51 clears it on JobRetry).

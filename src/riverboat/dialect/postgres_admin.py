@@ -288,6 +288,19 @@ updated AS (
 )"""
 
 
+# A unique job whose key another job holds now (River's unique index covers that job's
+# state), or whose twin with a lower id (the same key, not holding it) a batch would
+# retry first: retried, it would take the key too and the statement would fail on the
+# index, failing the whole batch. A bulk retry leaves it alone, and counts it out of a
+# dry run; retried alone (job_retry) it fails as River's JobRetry does.
+_UNIQUE_KEY_HELD = """(river_job.unique_key IS NOT NULL AND river_job.unique_states IS NOT NULL
+         AND EXISTS (
+             SELECT 1 FROM <schema>river_job held
+             WHERE held.unique_key = river_job.unique_key AND held.id <> river_job.id
+               AND (held.id < river_job.id OR (
+                   held.unique_states IS NOT NULL
+                   AND <schema>river_job_state_in_bitmask(held.unique_states, held.state)))))"""
+
 # A batch of River's JobRetry (see job_retry): rows another transaction holds are skipped
 # (SKIP LOCKED), and the update goes by an array of ids, as delete_many's.
 _RETRY_MANY = f"""{_update_picked(_RETRY_SET)}
@@ -324,7 +337,8 @@ class PostgresAdminSql(AdminSql):
     def time_key(expression: str) -> str:
         return expression
 
-    retry_eligible = "state <> 'running' AND NOT (state = 'available' AND scheduled_at < now())"
+    retry_eligible = f"""state <> 'running' AND NOT (state = 'available' AND scheduled_at < now())
+    AND NOT {_UNIQUE_KEY_HELD}"""
 
     retry_many_sql = _RETRY_MANY
     cancel_many_sql = _CANCEL_MANY

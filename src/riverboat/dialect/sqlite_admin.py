@@ -36,6 +36,7 @@ from riverboat.dialect._sqlite_common import (
     job_columns,
     metadata_merge,
     parse_timestamp,
+    state_in_bitmask,
     ts_exact,
     ts_key,
     valid_json_or,
@@ -313,9 +314,16 @@ class SqliteAdminSql(AdminSql):
         # ts_exact reads them all.
         return ts_exact(expression)
 
+    # A unique job whose key another job holds, or a lower-id twin may take, is left
+    # alone (postgres_admin's _UNIQUE_KEY_HELD: it would fail the whole batch).
     retry_eligible = (
         "state <> 'running' AND NOT (state = 'available'"
         f" AND {ts_key('scheduled_at', unreadable_first=False)} < {NOW})"
+        " AND NOT (river_job.unique_key IS NOT NULL AND river_job.unique_states IS NOT NULL"
+        " AND EXISTS (SELECT 1 FROM <schema>river_job held"
+        " WHERE held.unique_key = river_job.unique_key AND held.id <> river_job.id"
+        " AND (held.id < river_job.id OR (held.unique_states IS NOT NULL"
+        f" AND {state_in_bitmask('held.unique_states', 'held.state')}))))"
     )
 
     retry_many_sql = _RETRY_MANY
