@@ -72,10 +72,10 @@ def test_retry_many_leaves_alone_unique_jobs_whose_key_is_taken(any_db: Db) -> N
             ids[2],
             ids[0],
         )
-        filters = {"kinds": ["blocker"], "states": ["cancelled"]}
-        assert client.job_count_matching(**filters) == 3
-        assert client.job_count_matching(action="retry", **filters) == 1
-        retried = client.job_retry_many(**filters)
+        kinds, cancelled = ["blocker"], ["cancelled"]
+        assert client.job_count_matching(kinds=kinds, states=cancelled) == 3
+        assert client.job_count_matching(action="retry", kinds=kinds, states=cancelled) == 1
+        retried = client.job_retry_many(kinds=kinds, states=cancelled)
         assert [j.id for j in retried.jobs] == [ids[0]]
         states = {j.id: j.state for j in client.job_list(kinds=["blocker"]).jobs}
         assert states == {

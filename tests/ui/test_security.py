@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import unquote_plus, urlencode, urlsplit
 
 import pytest
 
@@ -297,6 +297,27 @@ def test_an_action_that_changes_nothing_says_so(seeded: SeededDb, serve: Any) ->
     status, headers, _ = browser.request("POST", f"/jobs/{done}/cancel", {"csrf": token})
     assert status == 303 and "already+completed" in headers["location"]
     assert "msgkind=error" in headers["location"]
+
+    def message(path: str, form: dict[str, str] | list[tuple[str, str]]) -> str:
+        body = urlencode(form)
+        conn = http.client.HTTPConnection(browser.host, browser.port, timeout=10)
+        headers = {"Cookie": browser.cookie, "Content-Type": "application/x-www-form-urlencoded"}
+        conn.request("POST", path, body=body, headers=headers)
+        response = conn.getresponse()
+        assert response.status == 303
+        location = response.getheader("location") or ""
+        conn.close()
+        return unquote_plus(location.split("msg=", 1)[1])
+
+    # Each used to say it acted: "job N retried", "job N cancelled", "3 jobs cancelled".
+    due = seeded.jobs.available[0]
+    said = message(f"/jobs/{due}/retry", {"csrf": token})
+    assert said.startswith(f"job {due} is available and due already; nothing to retry"), said
+    assert message(f"/jobs/{due}/cancel", {"csrf": token}).startswith(f"job {due} cancelled")
+    said = message(f"/jobs/{due}/cancel", {"csrf": token})
+    assert said.startswith(f"job {due} is already cancelled; nothing to cancel"), said
+    said = message("/jobs/bulk", [("csrf", token), ("action", "cancel")] + [("job", str(done))] * 3)
+    assert said.startswith("0 jobs cancelled; ") and said.count("already completed") == 1, said
 
 
 def test_unknown_host_is_refused_even_for_a_valid_action(seeded: SeededDb, serve: Any) -> None:

@@ -43,7 +43,13 @@ from riverboat._job import (
 from riverboat.client import AsyncClient
 from riverboat.dialect._rows import PREVIEW_ARGS_MAX
 from riverboat.dialect._workflow_common import WORKFLOW_LIST_WINDOW
-from riverboat.errors import InvalidInputError, JobRunningError, NotFoundError, RiverboatError
+from riverboat.errors import (
+    DriverError,
+    InvalidInputError,
+    JobRunningError,
+    NotFoundError,
+    RiverboatError,
+)
 from riverboat.ui.graph import layout, table_tasks
 from riverboat.ui.line_tables import read_line_table
 from riverboat.workflow import WorkflowInfo, workflow_meta
@@ -836,7 +842,18 @@ def create_app(
         returns a job it left alone unchanged, e.g. cancelling a completed job)."""
         try:
             if action == "retry":
-                job = await client.job_retry(job_id)
+                # Read first: River's JobRetry returns a job it left alone (available and
+                # due already) as it is, and the page must not say "retried".
+                before = await client.job_get(job_id)
+                if before.state == JobState.AVAILABLE and before.scheduled_at <= datetime.now(UTC):
+                    return f"job {job_id} is available and due already; nothing to retry"
+                try:
+                    job = await client.job_retry(job_id)
+                except DriverError as exc:
+                    if before.unique_key is None:
+                        raise
+                    # River's unique index refused it (another job holds its key).
+                    return f"job {job_id} was not retried: {exc}"
                 if job.state == JobState.RUNNING:
                     return f"job {job_id} is running; a running job is not retried"
                 meta = workflow_meta(job)
@@ -847,6 +864,9 @@ def create_app(
                         f"{meta['cancelled_by']!r} failed (retry that task, or the workflow)"
                     )
             elif action == "cancel":
+                before = await client.job_get(job_id)
+                if before.state in FINALIZED_STATES:
+                    return f"job {job_id} is already {before.state.value}; nothing to cancel"
                 job = await client.job_cancel(job_id)
                 if job.state in (JobState.COMPLETED, JobState.DISCARDED):
                     return f"job {job_id} is already {job.state.value}; nothing to cancel"
@@ -916,7 +936,8 @@ def create_app(
         root = request.scope.get("root_path", "")
         if action not in JOB_ACTIONS:
             return error_page(request, 400, f"{action!r} is not a job action")
-        ids = [str(v) for v in form.getlist("job")]
+        # Each job once, in the order given (a form can post one id twice).
+        ids = list(dict.fromkeys(str(v) for v in form.getlist("job")))
         if not ids:
             return RedirectResponse(
                 _with_message(root + back, "no job selected", "error"), status_code=303
