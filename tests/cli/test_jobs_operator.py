@@ -230,6 +230,29 @@ def test_a_mistyped_sqlite_path_is_an_error_not_a_new_file(
     assert not missing.exists()
 
 
+@pytest.mark.parametrize("command", [["jobs", "count"], ["queues", "list"], ["ui"]])
+def test_a_mistyped_sqlite_schema_is_an_error_not_a_new_file(
+    sqlite_url: str, command: list[str]
+) -> None:
+    """On SQLite a schema is a file beside the database, which opening it attached (and
+    so created, empty): a mistyped --schema left litter and said "not migrated"."""
+    database = Path(sqlite_url.removeprefix("sqlite:///"))
+    sibling = database.with_name(f"{database.stem}-typo{database.suffix}")
+    argv = [*command, "--database-url", sqlite_url, "--schema", "typo"]
+    done = subprocess.run(
+        [sys.executable, "-m", "riverboat.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "RIVERBOAT_TRACEBACK": ""},
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith(
+        f"riverboat: error: schema: no SQLite file for schema 'typo' at {sibling}"
+    ), done.stderr
+    assert not sibling.exists()
+
+
 @pytest.mark.parametrize(
     ("flag", "value"),
     [("--interval", "0"), ("--interval", "nan"), ("--interval", "inf"), ("--timeout", "nan")],

@@ -48,25 +48,34 @@ def database_url(args: argparse.Namespace) -> str:
     return url
 
 
-def require_existing_sqlite_file(url: str) -> None:
+def require_existing_sqlite_file(url: str, schema: str | None = None) -> None:
     """Refuse a ``sqlite:///`` URL naming no file: opening it would create an empty one
     (a typo in the path then reads as "no jobs", or "not migrated", and leaves litter).
-    Only ``riverboat migrate`` (and the demo) create the file."""
+    The same for ``schema``'s file, the sibling SQLite attaches for it
+    (``app-<schema>.sqlite3``): a mistyped ``--schema`` left an empty one behind. Only
+    ``riverboat migrate`` (and the demo) create the files."""
     from riverboat._url import is_sqlite_url
 
     if not is_sqlite_url(url):
         return
-    from riverboat.drivers.sqlite import sqlite_path_from_url
+    from riverboat.drivers.sqlite import sqlite_path_from_url, sqlite_schema_path
 
     path = sqlite_path_from_url(url)
-    if path == ":memory:" or os.path.isfile(path):
-        return
-    where = os.path.abspath(path)
-    raise InvalidInputError(
-        "database_url",
-        f"no SQLite file at {where}: check the path, or create and migrate it with "
-        f"`riverboat migrate up --database-url {url}`",
-    )
+    migrate = f"`riverboat migrate up --database-url {url}"
+    if path != ":memory:" and not os.path.isfile(path):
+        raise InvalidInputError(
+            "database_url",
+            f"no SQLite file at {os.path.abspath(path)}: check the path, or create and "
+            f"migrate it with {migrate}`",
+        )
+    attached = sqlite_schema_path(path, schema)
+    if attached is not None and attached != ":memory:" and not os.path.isfile(attached):
+        raise InvalidInputError(
+            "schema",
+            f"no SQLite file for schema {schema!r} at {os.path.abspath(attached)} (on "
+            f"SQLite a schema is a file beside the database): check the name, or create "
+            f"and migrate it with {migrate} --schema {schema}`",
+        )
 
 
 @contextmanager
@@ -78,8 +87,9 @@ def checked_driver(url: str, schema: str | None) -> Iterator[Any]:
     from riverboat._url import driver_from_url
     from riverboat.migrations import require_current
 
-    require_existing_sqlite_file(url)
-    driver = driver_from_url(url, schema=validate_schema_name(schema))
+    schema = validate_schema_name(schema)
+    require_existing_sqlite_file(url, schema)
+    driver = driver_from_url(url, schema=schema)
     try:
         require_current(driver)
         yield driver

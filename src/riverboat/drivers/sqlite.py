@@ -41,7 +41,13 @@ from riverboat.drivers.base import (
 )
 from riverboat.errors import DriverError, InvalidInputError
 
-__all__ = ["AsyncSqliteDriver", "SqliteDriver", "SqliteListener", "sqlite_path_from_url"]
+__all__ = [
+    "AsyncSqliteDriver",
+    "SqliteDriver",
+    "SqliteListener",
+    "sqlite_path_from_url",
+    "sqlite_schema_path",
+]
 
 T = TypeVar("T")
 
@@ -360,6 +366,12 @@ class _Connection:
             self.conn.close()
         except self.module.Error as exc:
             raise _translate(exc) from exc
+
+
+def sqlite_schema_path(path: str, schema: str | None) -> str | None:
+    """The file a driver opened on ``path`` attaches for ``schema`` (None: no file of
+    its own, the main database's): ``app-<schema>.sqlite3`` beside ``app.sqlite3``."""
+    return _attach_path(path, schema, None)
 
 
 def _attach_path(path: str, schema: str | None, attach: Mapping[str, str] | None) -> str | None:
