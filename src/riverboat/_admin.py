@@ -375,8 +375,12 @@ def _filters(options: JobFilters) -> dict[str, Any]:
         if not isinstance(args_text, str) or not args_text.strip():
             raise InvalidInputError("args_text", "must be a non-empty string")
         check_text_param(args_text, "args_text")
-        # A LIKE pattern: the text itself, its wildcards escaped, anywhere in the args.
-        escaped = args_text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        # A LIKE pattern: the text itself, its wildcards escaped, anywhere in the args,
+        # with JSON's separators written compactly, as the dialects write the args'
+        # text they search (Postgres prints jsonb with a space after ':' and ',',
+        # SQLite without: "order":1 and "order": 1 each found on one only).
+        compact = args_text.replace(": ", ":").replace(", ", ",")
+        escaped = compact.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         out["args_text"] = f"%{escaped}%"
     if (created_before := options.get("created_before")) is not None:
         if not isinstance(created_before, datetime) or created_before.tzinfo is None:

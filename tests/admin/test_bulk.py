@@ -140,6 +140,12 @@ def test_filters_by_args_key_text_and_age(any_db: Db) -> None:  # noqa: F811
         assert listed(created_before=datetime.now(UTC) - timedelta(minutes=1)) == []
         assert client.job_count_matching(args_text="ada", queues=["mail"]) == 1
 
+        # The same answers on both databases: Postgres searched jsonb's text ("a": 1),
+        # SQLite the stored text (Go's escapes \u003c for <, and "a":1).
+        odd = client.insert({"query": "a<b && c>d", "name": "Élodie", "order": 1}, kind="odd")
+        for text in ("a<b", "c>d", "&&", '"order":1', '"order": 1', '"name": "É', "ÉLODIE"):
+            assert listed(args_text=text) == [odd.job.id], text
+
         with pytest.raises(InvalidInputError, match="created_before"):
             client.job_list(created_before=datetime(2020, 1, 1))
         with pytest.raises(InvalidInputError, match="args_text"):

@@ -249,7 +249,14 @@ _FILTER_SQL: dict[str, str] = {
         " WHERE NOT EXISTS (SELECT 1 FROM json_each(river_job.args) AS have"
         " WHERE have.key = wanted.value))"
     ),
-    "args_text": "json(args) LIKE :args_text ESCAPE '\\'",
+    # The args' JSON as Postgres prints it, but compact (see _admin's args_text): the
+    # <, > and & that riverboat and Go write escaped (\u003c, as Go's encoder does) read
+    # as themselves, and no space after ':' or ','. SQLite folds case for ASCII only.
+    "args_text": (
+        "replace(replace(replace(replace(replace(json(args), '\\u003c', '<'),"
+        " '\\u003e', '>'), '\\u0026', '&'), ': ', ':'), ', ', ',')"
+        " LIKE :args_text ESCAPE '\\'"
+    ),
     "created_before": f"{ts_exact('created_at')} < :created_before",
 }
 JOB_LIST_FILTERS = (*_FILTER_SQL, "metadata")
