@@ -51,6 +51,11 @@ def test_ids_act_on_each_and_name_the_missing(any_db: Db) -> None:  # noqa: F811
     assert [line.split()[0] for line in out.stdout.splitlines()[1:]] == [str(i) for i in ids]
     with riverboat.Client(any_db.url, schema=any_db.schema) as client:
         assert client.job_list(ids=ids).jobs == []
+        again = client.insert({"n": 3}, kind="tidy").job.id
+    # An id given twice acts once: it was deleted, then "not found", exit 1.
+    out = any_db.cli("jobs", "delete", str(again), str(again))
+    assert out.returncode == 0, out.stderr
+    assert [line.split()[0] for line in out.stdout.splitlines()[1:]] == [str(again)]
 
 
 @pytest.mark.parametrize(

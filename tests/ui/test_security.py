@@ -238,6 +238,9 @@ def test_bad_input_is_a_page_not_a_500(seeded: SeededDb, serve: Any) -> None:
         # Digits str.isdigit() accepts and int() refuses ("²"), and a NUL in a workflow id.
         ("/jobs/%C2%B2", 404, "is not a job id"),
         ("/jobs?state=available&q=%C2%B2", 200, "match these filters"),
+        # A number past int64 in the search box is text to look for (was a 400).
+        ("/jobs?state=available&q=9999999999999999999", 200, "match these filters"),
+        ("/jobs/9999999999999999999", 404, "is not a job id"),
         ("/workflows/%00", 404, "not found"),
     ):
         status, _, text = browser.request("GET", path)

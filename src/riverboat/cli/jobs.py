@@ -614,6 +614,9 @@ def _tail(client: Client, args: argparse.Namespace) -> int:
 
 def _act(client: Client, args: argparse.Namespace) -> int:
     action = args.action
+    # Each job once, in the order given: `delete 35 35` deleted it, then failed with
+    # "job 35 not found" (exit 1); `retry 2 2 2` printed it three times.
+    args.job_ids = list(dict.fromkeys(args.job_ids))
     filters = _filters(args)
     if args.job_ids and not filters and not args.all:
         if args.dry_run:

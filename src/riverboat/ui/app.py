@@ -145,8 +145,9 @@ def _workflow_badge(state: str) -> str:
 
 def _is_id_text(text: str) -> bool:
     """Whether ``text`` reads as a job id: ASCII digits only (``str.isdigit`` also says
-    yes to "²", which ``int`` refuses), at most 19 of them (int64's width)."""
-    return text.isascii() and text.isdigit() and len(text) <= 19
+    yes to "²", which ``int`` refuses), within int64 (a longer number, in the search
+    box, is text to look for in the args, not an error)."""
+    return text.isascii() and text.isdigit() and len(text) <= 19 and int(text) < 2**63
 
 
 def _iso(moment: datetime | None) -> str:
