@@ -91,8 +91,15 @@ class FleetStatements(DialectPart, ABC):
     def client_list(self) -> Statement:
         return self.stmt("client_list")
 
-    def client_delete_dead(self, client_ids: list[str]) -> Statement:
-        return self.stmt("client_delete_dead", ids=self.fleet_ids_param(client_ids))
+    def client_delete_dead(self, client_ids: list[str], recent: float) -> Statement:
+        """Remove the rows of ``client_ids`` whose lease ran out, returning their ids. On
+        SQLite only while some client heartbeat within ``recent`` seconds (see its
+        statement); Postgres ignores it."""
+        return self.stmt(
+            "client_delete_dead",
+            ids=self.fleet_ids_param(client_ids),
+            recent=self.fleet_interval_param(-recent),
+        )
 
     def client_sweeper(self) -> Statement:
         """The id of the live client with queues that sweeps workflows (the smallest),

@@ -40,12 +40,17 @@ ON CONFLICT (id) DO NOTHING
 RETURNING json(queue_settings)
 """
 
+# Renews a lease that ran out as long as the row is there (Postgres: only a live one).
+# On SQLite a lease runs out while the client lives only when another connection held
+# the database's write lock, which stopped every heartbeat and every rescue alike; the
+# leader removes a dead client's row before it rescues that client's jobs
+# (runtime/maintenance/rescuer.py), so while the row exists, none was handed out.
 QUERIES["client_heartbeat"] = f"""
 UPDATE <schema>riverboat_client
 SET queues = jsonb(:queues), job_ids = jsonb(:job_ids), slots_in_use = :slots,
     heartbeat_at = {NOW},
     expires_at = {_EXPIRES}
-WHERE id = :id AND expires_at > {NOW}
+WHERE id = :id
 RETURNING json(queue_settings)
 """
 
@@ -57,9 +62,15 @@ QUERIES["client_sweeper"] = f"""
 SELECT min(id) FROM <schema>riverboat_client WHERE expires_at > {NOW} AND json(queues) <> '{{}}'
 """
 
+# Only while some client's heartbeat is recent: just after another connection held the
+# write lock for longer than dead_after, every lease has run out, the live clients' too,
+# and none could renew yet (the leader's own rescue also waits dead_after after its
+# writes last waited for the lock; this covers a lock that began after it decided).
 QUERIES["client_delete_dead"] = f"""
 DELETE FROM <schema>riverboat_client
 WHERE id IN (SELECT value FROM json_each(:ids)) AND expires_at <= {NOW}
+  AND EXISTS (SELECT 1 FROM <schema>riverboat_client recent
+              WHERE recent.heartbeat_at > datetime({NOW}, :recent))
 RETURNING id
 """
 

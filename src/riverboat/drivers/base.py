@@ -133,6 +133,10 @@ class DriverStats:
     resets: int = 0
     connections_opened: int = 0
     by_query: dict[str, int] = field(default_factory=dict)
+    # time.monotonic() when a write of this driver last finished waiting for another
+    # connection's write lock (SQLite, whose writers share one lock); 0: never. The
+    # leader's dead-client rescue waits after it (runtime/maintenance/rescuer.py).
+    blocked_at: float = 0.0
 
     def count(self, name: str) -> None:
         self.statements += 1

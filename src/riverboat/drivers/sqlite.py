@@ -56,6 +56,9 @@ _RETRY_FOR = 60.0  # seconds of "database is locked" retries before giving up
 # A statement still waiting for the write lock after this long says so, once: another
 # process holds it (a stopped or hung one keeps it until it resumes or dies).
 _WARN_AFTER = 5.0
+# A write this slow waited for another connection's write lock (DriverStats.blocked_at):
+# SQLite's own ones take milliseconds.
+_BLOCKED_AFTER = 0.5
 _MEMORY = ":memory:"
 
 log = logging.getLogger("riverboat.sqlite")
@@ -239,9 +242,11 @@ class _Connection:
         warned = False
         while True:
             try:
-                return operation()
+                result = operation()
             except self.module.Error as exc:
                 now = time.monotonic()
+                if _is_busy(exc):
+                    self.stats.blocked_at = now
                 if not _is_busy(exc) or now >= deadline:
                     raise _translate(exc) from exc
                 if not warned and now - started >= _WARN_AFTER:
@@ -253,6 +258,13 @@ class _Connection:
                         now - started,
                         _RETRY_FOR,
                     )
+            else:
+                ended = time.monotonic()
+                if ended - started >= _BLOCKED_AFTER:
+                    # Waited inside SQLite's busy handler (up to busy_timeout) for
+                    # another connection's write lock, most likely.
+                    self.stats.blocked_at = ended
+                return result
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.1)
 

@@ -8,13 +8,16 @@ ran out belongs to a dead client: the leader's rescuer makes that client's runni
 available again (runtime/maintenance/rescuer.py), and leaves alone every job whose
 claiming client (the last entry of ``attempted_by``) holds a live lease.
 
-The heartbeat only extends a lease that is still valid. A client that was frozen
-(SIGSTOP, a VM pause) or cut off from the database longer than ``dead_after`` learns
-that it lost its place (no row updated, or no heartbeat written for ``dead_after`` by
-its own clock): it stops claiming, drops the outcomes of the jobs it was running (async
-ones are cancelled; a sync job's thread can't be stopped, so it keeps its slot until the
-body returns and what it returns is discarded), and joins again only once the leader
-has removed its old row, i.e. once those jobs were handed to others.
+On Postgres the heartbeat only extends a lease that is still valid. A client that was
+frozen (SIGSTOP, a VM pause) or cut off from the database longer than ``dead_after``
+learns that it lost its place (no row updated, no heartbeat attempted for ``dead_after``
+by its own clock, or, on Postgres, none written for that long): it stops claiming,
+drops the outcomes of the jobs it was running (async ones are cancelled; a sync job's
+thread can't be stopped, so it keeps its slot until the body returns and what it returns
+is discarded), and joins again only once the leader has removed its old row, i.e. once
+those jobs were handed to others. On SQLite a heartbeat waits or fails only while
+another connection holds the database's one write lock, which also stops every rescue,
+so it renews a lease that ran out meanwhile as long as the row exists (docs/fleet.md).
 
 Without riverboat's migration line (``riverboat migrate up``) there is no registry: the
 client logs one warning and runs as River's clients do.
@@ -121,6 +124,17 @@ class ClientRegistry:
         self.enabled = False
         self.lost = False  # the lease ran out: jobs may run elsewhere, don't claim
         self._last_ok = 0.0  # monotonic time a heartbeat that was written was sent
+        # Monotonic time the last heartbeat attempt ended, written or not: a gap of
+        # dead_after since then means this process did not run (frozen), not that its
+        # statements were waiting.
+        self._last_attempt = 0.0
+        # Whether a heartbeat that fails means the lease may be lost. Not on SQLite:
+        # there a write fails (or waits) only while another connection holds the
+        # database's one write lock, and no one, the leader's rescue included, can write
+        # then; its heartbeat renews a lease that ran out meanwhile (the leader removes a
+        # dead client's row before it rescues the client's jobs, so a row that still
+        # exists means they were not handed out).
+        self._fail_loses = bool(self._dialect.row_locks)
         self._task: asyncio.Task[None] | None = None
         self._failing = False
         self.heartbeats = 0
@@ -245,11 +259,18 @@ class ClientRegistry:
 
     async def _beat(self) -> None:
         sent = time.monotonic()
-        if not self.lost and sent - self._last_ok >= self.dead_after:
+        quiet = sent - max(self._last_ok, self._last_attempt)
+        if not self.lost and quiet >= self.dead_after:
             # Checked before anything awaits: asyncio runs the timers that expired
             # during a freeze (SIGSTOP) oldest first, so every job waiting on a timer set
             # after this one's is cancelled here before it runs another line.
-            self._lose(f"no heartbeat written for {sent - self._last_ok:.1f}s")
+            self._lose(f"no heartbeat attempted for {quiet:.1f}s")
+        try:
+            await self._send(sent)
+        finally:
+            self._last_attempt = time.monotonic()
+
+    async def _send(self, sent: float) -> None:
         try:
             # Bounded like every call of the runtime (runtime/health.py): a silent
             # connection is dropped, not waited on past dead_after.
@@ -266,7 +287,7 @@ class ClientRegistry:
                     "registry: heartbeat failed (retrying every %gs): %s", self.interval, exc
                 )
                 self._failing = True
-            if time.monotonic() - self._last_ok >= self.dead_after:
+            if self._fail_loses and time.monotonic() - self._last_ok >= self.dead_after:
                 self._lose(f"no heartbeat written for {self.dead_after:g}s")
             return
         if self._failing:

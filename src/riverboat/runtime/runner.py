@@ -496,6 +496,7 @@ class Runtime:
             middleware=cfg.middleware,
             clock=self.clock,
             notify_limiter=cfg.notify_limiter,
+            dead_after=cfg.dead_after,
         )
         self._maintenance_ctx = ctx
         elector = Elector(self.driver, self.client_id, mcfg.elector, notifier=self.notifier)

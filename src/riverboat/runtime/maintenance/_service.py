@@ -54,6 +54,9 @@ class MaintenanceContext:
     clock: Clock = field(default_factory=Clock)
     # The client's: periodic runs notify their queues as the client's own inserts do.
     notify_limiter: NotifyLimiter = field(default_factory=NotifyLimiter)
+    # The client's registry dead_after (runtime/registry.py): on SQLite the dead-client
+    # rescue waits this long after this client's writes last waited for the lock.
+    dead_after: float = 30.0
 
     @property
     def dialect(self) -> Dialect:

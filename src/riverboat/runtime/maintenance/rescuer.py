@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -170,22 +171,54 @@ class JobRescuer(Service):
 
 
 class DeadClientRescuer(JobRescuer):
-    """Every ``dead_client_check_interval``: the running jobs of clients whose registry
-    lease ran out are rescued as :class:`JobRescuer` rescues (retryable with backoff, or
-    discarded when attempts are exhausted; cancelled if a cancel was asked), whatever
-    their age, and the dead clients' rows are removed, which lets a client that was only
-    frozen join again. Idle (one small read) while every client is alive."""
+    """Every ``dead_client_check_interval``: the rows of clients whose registry lease ran
+    out are removed (which lets a client that was only frozen join again, and tells it
+    its jobs are gone), then those clients' running jobs are rescued as
+    :class:`JobRescuer` rescues (retryable with backoff, or discarded when attempts are
+    exhausted; cancelled if a cancel was asked), whatever their age. A leader that dies
+    between the two leaves those jobs to River's rule (``rescue_stuck_jobs_after``).
+    Idle (one small read) while every client is alive.
+
+    On SQLite a lease also runs out when another connection holds the database's write
+    lock past ``dead_after`` (it stops every heartbeat), so nothing is removed until
+    ``dead_after`` after this client's writes last waited for that lock, nor while no
+    client has heartbeat within ``dead_after`` (the statement checks): the live clients
+    renew their leases first, and only the dead ones' jobs run again."""
 
     name = "dead_client_rescuer"
 
     def __init__(self, ctx: MaintenanceContext) -> None:
         super().__init__(ctx, ctx.config.dead_client_check_interval)
         self.dead_clients = 0
+        self.deferred = 0  # runs that left expired leases alone after a lock wait (SQLite)
 
     async def run_once(self) -> None:
         live, dead = await self._liveness()
         if not dead:
             return
+        ctx = self.ctx
+        if not ctx.dialect.row_locks:
+            # SQLite: a lease also runs out while another connection holds the write
+            # lock, which stops every heartbeat; live clients renew theirs once it is
+            # released. Give them dead_after from this client's own last wait for it.
+            waited = time.monotonic() - ctx.driver.stats.blocked_at
+            if waited < ctx.dead_after:
+                self.deferred += 1
+                log.info(
+                    "maintenance: %d client(s) with expired leases are left for now: "
+                    "this client's writes waited for the SQLite write lock %.1fs ago",
+                    len(dead),
+                    waited,
+                )
+                return
+        # The rows first: a client whose row is gone can't renew its lease (on SQLite a
+        # row still there can be renewed, after a lock), so the jobs rescued below are
+        # those of clients that know they lost them.
+        rows = await ctx.driver.fetch(ctx.dialect.client_delete_dead(sorted(dead), ctx.dead_after))
+        dead = {str(row[0]) for row in rows}
+        if not dead:
+            return
+        self.dead_clients += len(dead)
         log.warning(
             "maintenance: %d client(s) stopped sending heartbeats: %s; making their running "
             "jobs available again",
@@ -195,8 +228,6 @@ class DeadClientRescuer(JobRescuer):
         before = dict(self.rescued)
         # Every running job is looked at, not only old ones: the horizon is now.
         await self.rescue(datetime.now(UTC), live, dead)
-        rows = await self.ctx.driver.fetch(self.ctx.dialect.client_delete_dead(sorted(dead)))
-        self.dead_clients += len(rows)
         rescued = {k: v - before.get(k, 0) for k, v in self.rescued.items()}
         log.warning(
             "maintenance: jobs of dead clients rescued: %s",
