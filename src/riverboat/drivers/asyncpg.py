@@ -17,6 +17,8 @@ transaction pooling mode.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -46,6 +48,8 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncpgDriver", "connect_listener"]
 
+log = logging.getLogger("riverboat.asyncpg")
+
 
 def _import_asyncpg() -> Any:
     return import_optional("asyncpg", "asyncpg")
@@ -53,8 +57,29 @@ def _import_asyncpg() -> Any:
 
 def _errors(asyncpg: Any) -> tuple[type[BaseException], ...]:
     # PostgresError: the server said no. InterfaceError (and its DataError): asyncpg
-    # refused an argument or the connection is gone. OSError: the socket failed.
-    return (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+    # refused an argument or the connection is gone. InternalClientError: a statement
+    # sent on a connection the server had just ended, before asyncpg saw it close
+    # ("cannot switch to state 12; another operation (2) is in progress"). OSError: the
+    # socket failed.
+    return (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError)
+
+
+def _connection_broken(exc: BaseException, asyncpg: Any) -> bool:
+    """Whether ``exc`` (or what it was translated from) leaves its connection unusable:
+    anything but the server's refusal of a statement. asyncpg's pool never takes back
+    a connection left in InternalClientError's state: its slot stayed checked out, and
+    once all were, every call waited for the pool for ever."""
+    cause = exc.__cause__ if isinstance(exc, DriverError) and exc.__cause__ else exc
+    if isinstance(cause, asyncpg.PostgresError):
+        return isinstance(cause, asyncpg.exceptions.ConnectionDoesNotExistError)
+    return isinstance(cause, (asyncpg.InterfaceError, asyncpg.InternalClientError, OSError))
+
+
+# Seconds a call waits for a connection from the pool when it has no deadline of its own
+# (the psycopg driver's pool_timeout), and that close() waits for the pool's connections
+# to be handed back before it terminates them.
+POOL_TIMEOUT = 30.0
+CLOSE_TIMEOUT = 10.0
 
 
 _translate = translate_error
@@ -267,8 +292,10 @@ class AsyncpgDriver(AsyncStatementRunner):
         statement_cache_size: int = 100,
         tcp: TcpSettings | None = DEFAULT_TCP,
         lock_timeout: float | None = LOCK_TIMEOUT,
+        pool_timeout: float = POOL_TIMEOUT,
     ) -> None:
         asyncpg = _import_asyncpg()
+        self._pool_timeout = pool_timeout
         self.dialect = PostgresDialect(schema)
         self.stats = DriverStats()
         self.url: str | None = None
@@ -342,8 +369,15 @@ class AsyncpgDriver(AsyncStatementRunner):
         pool = self._pool if self._pool is not None else await self._owned()
         asyncpg = _import_asyncpg()
         try:
-            conn = await pool.acquire(timeout=timeout)
+            conn = await pool.acquire(
+                timeout=timeout if timeout is not None else self._pool_timeout
+            )
         except TimeoutError:
+            if timeout is None:
+                raise DriverError(
+                    f"no connection free after {self._pool_timeout:g} s: all of the pool's "
+                    "connections are in use (max_pool_size)"
+                ) from None
             raise DeadlineExceededError(
                 f"no connection from the pool within the call's deadline of {timeout:g}s"
             ) from None
@@ -351,6 +385,10 @@ class AsyncpgDriver(AsyncStatementRunner):
             raise _translate(exc) from exc
         try:
             yield conn
+        except BaseException as exc:
+            if getattr(conn, "_con", conn) is not None and _connection_broken(exc, asyncpg):
+                conn.terminate()  # the pool replaces it, and takes the slot back
+            raise
         finally:
             # A connection terminated at its deadline has already left the pool's
             # proxy (asyncpg releases it); the pool replaces it and release is a no-op.
@@ -384,7 +422,10 @@ class AsyncpgDriver(AsyncStatementRunner):
                 yield _Executor(conn, self.stats)
             except BaseException:
                 if not conn.is_closed():
-                    await tx.rollback()
+                    # A connection the server ended can't roll back either: the block's
+                    # own error is the one to raise (the lease then terminates it).
+                    with contextlib.suppress(*_errors(asyncpg)):
+                        await tx.rollback()
                 raise
             try:
                 await tx.commit()
@@ -421,8 +462,18 @@ class AsyncpgDriver(AsyncStatementRunner):
         raise DriverError("LISTEN needs a driver built from a URL or a pool, not a connection")
 
     async def close(self) -> None:
-        """Close an owned pool; a caller's pool or connection stays open."""
+        """Close an owned pool; a caller's pool or connection stays open. Connections
+        not handed back within CLOSE_TIMEOUT seconds are terminated (asyncpg's own
+        close waits for them for ever)."""
         self._closed = True
         if self._owned_pool and self._pool is not None:
             pool, self._pool = self._pool, None
-            await pool.close()
+            try:
+                await asyncio.wait_for(pool.close(), CLOSE_TIMEOUT)
+            except TimeoutError:
+                log.warning(
+                    "asyncpg: the pool's connections were not handed back within %gs of "
+                    "close(); terminated",
+                    CLOSE_TIMEOUT,
+                )
+                pool.terminate()
