@@ -312,14 +312,20 @@ class ClientRegistry:
             return
         self.lost = True
         orphaned = sum(p.orphan_running() for p in self._runtime.producers.values())
+        completer = self._runtime.completer
+        # Jobs that ended but whose outcome is not written yet are handed out again too
+        # (after a freeze, the timers of jobs that were waiting fire before this one).
+        unwritten = len(completer.pending_ids()) if completer is not None else 0
         log.warning(
-            "registry: client %s counts as dead (%s): its %d running jobs may already run "
-            "elsewhere, so their outcomes here are dropped (async jobs cancelled; a sync "
-            "job's thread runs on with its slot held); no new claims until the leader has "
-            "made them available again",
+            "registry: client %s counts as dead (%s): its %d running jobs and %d ended "
+            "ones whose outcomes are not written yet may already run elsewhere, so their "
+            "outcomes here are dropped (async jobs cancelled; a sync job's thread runs on "
+            "with its slot held); no new claims until the leader has made them available "
+            "again",
             self._runtime.client_id,
             why,
             orphaned,
+            unwritten,
         )
 
     def _apply(self, rows: Any) -> None:
