@@ -91,12 +91,16 @@ class FleetStatements(DialectPart, ABC):
     def client_list(self) -> Statement:
         return self.stmt("client_list")
 
-    def client_delete_dead(self, client_ids: list[str], recent: float) -> Statement:
-        """Remove the rows of ``client_ids`` whose lease ran out, returning their ids. On
+    def client_delete_dead(self, client_ids: list[str]) -> Statement:
+        return self.stmt("client_delete_dead", ids=self.fleet_ids_param(client_ids))
+
+    def client_condemn(self, client_ids: list[str], recent: float) -> Statement:
+        """Mark the rows of ``client_ids`` whose lease ran out as a rescue's, before it
+        rescues their jobs: a condemned lease is never renewed. Returns their ids. On
         SQLite only while some client heartbeat within ``recent`` seconds (see its
         statement); Postgres ignores it."""
         return self.stmt(
-            "client_delete_dead",
+            "client_condemn",
             ids=self.fleet_ids_param(client_ids),
             recent=self.fleet_interval_param(-recent),
         )

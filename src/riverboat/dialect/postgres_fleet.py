@@ -72,6 +72,14 @@ WHERE id = ANY(:ids::text[]) AND expires_at <= now()
 RETURNING id
 """
 
+# Before a dead client's jobs are rescued (see sqlite_fleet: only there can a lease
+# that ran out be renewed, so here it only marks the row as the rescue's).
+QUERIES["client_condemn"] = """
+UPDATE <schema>riverboat_client SET expires_at = 'epoch'
+WHERE id = ANY(:ids::text[]) AND expires_at <= now()
+RETURNING id
+"""
+
 # An operator's request to live clients (all, or one): merge :patch into the queue's
 # settings; clients apply them at their next heartbeat.
 QUERIES["client_set_queue_settings"] = """

@@ -40,17 +40,30 @@ ON CONFLICT (id) DO NOTHING
 RETURNING json(queue_settings)
 """
 
-# Renews a lease that ran out as long as the row is there (Postgres: only a live one).
-# On SQLite a lease runs out while the client lives only when another connection held
-# the database's write lock, which stopped every heartbeat and every rescue alike; the
-# leader removes a dead client's row before it rescues that client's jobs
-# (runtime/maintenance/rescuer.py), so while the row exists, none was handed out.
+# What a leader's dead-client rescue writes into a dead client's expires_at before it
+# rescues the client's jobs (client_condemn): the row then can't be renewed.
+_CONDEMNED = "'1970-01-01 00:00:00.000'"
+
+# On SQLite a lease runs out while its client lives when another connection held the
+# database's one write lock past dead_after: that stopped every heartbeat, and every
+# rescue too. So a lease that ran out is renewed (Postgres renews only a live one)
+# unless the row was condemned by a leader's dead-client rescue, or a job the row listed
+# was handed out since (rescued by River's rule, or by a leader of an earlier release,
+# which rescued before removing the row): it is no longer this client's, or no longer
+# running or finished.
 QUERIES["client_heartbeat"] = f"""
 UPDATE <schema>riverboat_client
 SET queues = jsonb(:queues), job_ids = jsonb(:job_ids), slots_in_use = :slots,
     heartbeat_at = {NOW},
     expires_at = {_EXPIRES}
 WHERE id = :id
+  AND (expires_at > {NOW}
+       OR (expires_at > {_CONDEMNED}
+           AND NOT EXISTS (
+               SELECT 1 FROM json_each(riverboat_client.job_ids) AS held
+               JOIN <schema>river_job j ON j.id = held.value
+               WHERE coalesce(json_extract(j.attempted_by, '$[#-1]'), '') <> :id
+                  OR j.state NOT IN ('running', 'completed', 'cancelled', 'discarded'))))
 RETURNING json(queue_settings)
 """
 
@@ -62,12 +75,18 @@ QUERIES["client_sweeper"] = f"""
 SELECT min(id) FROM <schema>riverboat_client WHERE expires_at > {NOW} AND json(queues) <> '{{}}'
 """
 
+QUERIES["client_delete_dead"] = f"""
+DELETE FROM <schema>riverboat_client
+WHERE id IN (SELECT value FROM json_each(:ids)) AND expires_at <= {NOW}
+RETURNING id
+"""
+
 # Only while some client's heartbeat is recent: just after another connection held the
 # write lock for longer than dead_after, every lease has run out, the live clients' too,
 # and none could renew yet (the leader's own rescue also waits dead_after after its
 # writes last waited for the lock; this covers a lock that began after it decided).
-QUERIES["client_delete_dead"] = f"""
-DELETE FROM <schema>riverboat_client
+QUERIES["client_condemn"] = f"""
+UPDATE <schema>riverboat_client SET expires_at = {_CONDEMNED}
 WHERE id IN (SELECT value FROM json_each(:ids)) AND expires_at <= {NOW}
   AND EXISTS (SELECT 1 FROM <schema>riverboat_client recent
               WHERE recent.heartbeat_at > datetime({NOW}, :recent))

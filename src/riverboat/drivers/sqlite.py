@@ -57,8 +57,8 @@ _RETRY_FOR = 60.0  # seconds of "database is locked" retries before giving up
 # process holds it (a stopped or hung one keeps it until it resumes or dies).
 _WARN_AFTER = 5.0
 # A write this slow waited for another connection's write lock (DriverStats.blocked_at):
-# SQLite's own ones take milliseconds.
-_BLOCKED_AFTER = 0.5
+# riverboat's own writes take milliseconds, a large batch well under this.
+_BLOCKED_AFTER = 1.0
 _MEMORY = ":memory:"
 
 log = logging.getLogger("riverboat.sqlite")
@@ -219,7 +219,7 @@ class _Connection:
 
     def _configure(self, schema: str | None, attach_path: str | None, timeout: float) -> None:
         def run(sql: str, *args: Any) -> None:
-            self.retrying(lambda: self.conn.execute(sql, args).fetchall())
+            self.retrying(lambda: self.conn.execute(sql, args).fetchall(), wrote=False)
 
         run(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
         run("PRAGMA foreign_keys = ON")
@@ -231,11 +231,13 @@ class _Connection:
             run(f'PRAGMA "{db}".journal_mode = WAL')
             run(f'PRAGMA "{db}".synchronous = NORMAL')
 
-    def retrying(self, operation: Callable[[], T]) -> T:
+    def retrying(self, operation: Callable[[], T], wrote: bool | Callable[[], bool] = True) -> T:
         """Run ``operation``, retrying while SQLite reports the database busy.
 
         Only for operations that leave nothing behind when they fail: a single
-        autocommit statement, BEGIN, or COMMIT."""
+        autocommit statement, BEGIN, or COMMIT. ``wrote`` (or what it returns once the
+        operation succeeded): whether it took the write lock, so that a slow success
+        means it waited for another connection's (``DriverStats.blocked_at``)."""
         started = time.monotonic()
         deadline = started + _RETRY_FOR
         delay = 0.001
@@ -260,9 +262,10 @@ class _Connection:
                     )
             else:
                 ended = time.monotonic()
-                if ended - started >= _BLOCKED_AFTER:
-                    # Waited inside SQLite's busy handler (up to busy_timeout) for
-                    # another connection's write lock, most likely.
+                if ended - started >= _BLOCKED_AFTER and (wrote() if callable(wrote) else wrote):
+                    # A write this slow waited inside SQLite's busy handler (up to
+                    # busy_timeout) for another connection's write lock; a slow read
+                    # (a big list) is not that.
                     self.stats.blocked_at = ended
                 return result
             time.sleep(delay * (0.5 + random.random()))
@@ -290,7 +293,8 @@ class _Connection:
             return changed
 
         if retry:
-            result = self.retrying(once)
+            # rowcount is -1 for a statement that wrote nothing (a SELECT).
+            result = self.retrying(once, wrote=lambda: changed != -1)
         else:
             try:
                 result = once()

@@ -265,10 +265,7 @@ class ClientRegistry:
             # during a freeze (SIGSTOP) oldest first, so every job waiting on a timer set
             # after this one's is cancelled here before it runs another line.
             self._lose(f"no heartbeat attempted for {quiet:.1f}s")
-        try:
-            await self._send(sent)
-        finally:
-            self._last_attempt = time.monotonic()
+        await self._send(sent)
 
     async def _send(self, sent: float) -> None:
         try:
@@ -282,6 +279,9 @@ class ClientRegistry:
                         self._dialect.client_heartbeat(id=self._runtime.client_id, **self._row())
                     )
         except DriverError as exc:
+            # Only a reply or the database's error counts as an attempt: a bug that
+            # raised here (the loop is then run again) must leave the clock check on.
+            self._last_attempt = time.monotonic()
             if not self._failing:
                 log.warning(
                     "registry: heartbeat failed (retrying every %gs): %s", self.interval, exc
@@ -290,6 +290,7 @@ class ClientRegistry:
             if self._fail_loses and time.monotonic() - self._last_ok >= self.dead_after:
                 self._lose(f"no heartbeat written for {self.dead_after:g}s")
             return
+        self._last_attempt = time.monotonic()
         if self._failing:
             log.warning("registry: the database answers heartbeats again")
             self._failing = False

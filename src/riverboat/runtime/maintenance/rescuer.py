@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -82,13 +83,23 @@ class JobRescuer(Service):
         return live, dead
 
     async def run_once(self) -> None:
-        live, _dead = await self._liveness()
+        live, dead = await self._liveness()
         now = datetime.now(UTC)
-        await self.rescue(now - timedelta(seconds=self.rescue_after), live, set())
+        await self.rescue(now - timedelta(seconds=self.rescue_after), live, set(), leave=dead)
 
-    async def rescue(self, horizon: datetime, live: dict[str, WorkerInfo], dead: set[str]) -> None:
+    async def rescue(
+        self,
+        horizon: datetime,
+        live: dict[str, WorkerInfo],
+        dead: set[str],
+        leave: Collection[str] = (),
+    ) -> None:
         """Rescue running jobs attempted before ``horizon`` (River's rule), except those
-        of ``live`` clients; with ``dead``, only those of ``dead`` clients."""
+        of ``live`` clients and of clients in ``leave`` (those whose lease ran out are
+        :class:`DeadClientRescuer`'s, which condemns their rows first: rescued here, a
+        job of a client on SQLite whose lease a lock let run out would be handed out
+        while that client renews its lease and runs it on); with ``dead``, only those
+        of ``dead`` clients."""
         ctx = self.ctx
         dialect = ctx.dialect
         after_id = 0
@@ -109,6 +120,8 @@ class JobRescuer(Service):
                 if dead:
                     if claimant in dead:
                         chosen.append(self.decide(job, now, claimant_dead=True))
+                elif claimant in leave:
+                    continue
                 elif claimant in live and (
                     job.id in held[claimant]
                     or job.attempted_at is None
@@ -172,15 +185,15 @@ class JobRescuer(Service):
 
 class DeadClientRescuer(JobRescuer):
     """Every ``dead_client_check_interval``: the rows of clients whose registry lease ran
-    out are removed (which lets a client that was only frozen join again, and tells it
-    its jobs are gone), then those clients' running jobs are rescued as
-    :class:`JobRescuer` rescues (retryable with backoff, or discarded when attempts are
-    exhausted; cancelled if a cancel was asked), whatever their age. A leader that dies
-    between the two leaves those jobs to River's rule (``rescue_stuck_jobs_after``).
-    Idle (one small read) while every client is alive.
+    out are condemned (their lease can no longer be renewed), those clients' running
+    jobs are rescued as :class:`JobRescuer` rescues (retryable with backoff, or
+    discarded when attempts are exhausted; cancelled if a cancel was asked), whatever
+    their age, and then the rows are removed, which lets a client that was only frozen
+    join again. A rescue that fails half way is done again on the next run. Idle (one
+    small read) while every client is alive.
 
     On SQLite a lease also runs out when another connection holds the database's write
-    lock past ``dead_after`` (it stops every heartbeat), so nothing is removed until
+    lock past ``dead_after`` (it stops every heartbeat), so nothing is condemned until
     ``dead_after`` after this client's writes last waited for that lock, nor while no
     client has heartbeat within ``dead_after`` (the statement checks): the live clients
     renew their leases first, and only the dead ones' jobs run again."""
@@ -204,21 +217,21 @@ class DeadClientRescuer(JobRescuer):
             waited = time.monotonic() - ctx.driver.stats.blocked_at
             if waited < ctx.dead_after:
                 self.deferred += 1
-                log.info(
+                log.debug(
                     "maintenance: %d client(s) with expired leases are left for now: "
                     "this client's writes waited for the SQLite write lock %.1fs ago",
                     len(dead),
                     waited,
                 )
                 return
-        # The rows first: a client whose row is gone can't renew its lease (on SQLite a
-        # row still there can be renewed, after a lock), so the jobs rescued below are
-        # those of clients that know they lost them.
-        rows = await ctx.driver.fetch(ctx.dialect.client_delete_dead(sorted(dead), ctx.dead_after))
+        # Condemned first: a condemned lease is never renewed (on SQLite one that ran
+        # out can be, after a lock), so the jobs rescued below are those of clients
+        # that know they lost them. Removed last: a rescue that fails half way is done
+        # again on the next run, the rows still there and still dead.
+        rows = await ctx.driver.fetch(ctx.dialect.client_condemn(sorted(dead), ctx.dead_after))
         dead = {str(row[0]) for row in rows}
         if not dead:
             return
-        self.dead_clients += len(dead)
         log.warning(
             "maintenance: %d client(s) stopped sending heartbeats: %s; making their running "
             "jobs available again",
@@ -228,6 +241,8 @@ class DeadClientRescuer(JobRescuer):
         before = dict(self.rescued)
         # Every running job is looked at, not only old ones: the horizon is now.
         await self.rescue(datetime.now(UTC), live, dead)
+        rows = await ctx.driver.fetch(ctx.dialect.client_delete_dead(sorted(dead)))
+        self.dead_clients += len(rows)
         rescued = {k: v - before.get(k, 0) for k, v in self.rescued.items()}
         log.warning(
             "maintenance: jobs of dead clients rescued: %s",
