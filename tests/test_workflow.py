@@ -1563,3 +1563,25 @@ def test_a_workflow_survives_its_leader_worker_killed_mid_task(
         for line in path.read_text().splitlines()
     ]
     assert sorted(runs) == sorted(str(t.job.id) for t in done.tasks)
+
+
+def _child_takes_fresh(wf: Workflow, answer: Any) -> None:
+    answer.send(wf.take_fresh())
+
+
+def test_a_forked_copy_of_a_workflow_does_not_skip_the_check() -> None:
+    """A child made by fork() shares the Workflow object, freshness included: only the
+    process whose constructor made it may skip the check that its id is new."""
+    import multiprocessing
+
+    wf = Workflow("forked")
+    _step(wf, "only")
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_child_takes_fresh, args=(wf, send))
+    child.start()
+    assert receive.recv() is False
+    child.join(30)
+    assert child.exitcode == 0
+    assert wf.take_fresh() is True
+    assert wf.take_fresh() is False

@@ -33,6 +33,7 @@ River workers, and tasks added to a running workflow.
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -128,10 +129,11 @@ class Workflow:
         self.on_dep_failure = _check_policy(on_dep_failure, "on_dep_failure")
         self._tasks: dict[str, WorkflowTask] = {}
         if not self.adding:
-            self._fresh = True
+            self._fresh = os.getpid()
 
-    # Not fresh: a Workflow copied, unpickled, or handed to an insert before.
-    _fresh = False
+    # Not fresh: a Workflow copied, unpickled, or handed to an insert before (0); else
+    # the id of the process whose constructor made it (a fork's child shares the object).
+    _fresh = 0
 
     def __getstate__(self) -> dict[str, Any]:
         # A copy (copy.copy, deepcopy, pickle) may be inserted beside the original, so
@@ -147,8 +149,9 @@ class Workflow:
         added since the index was last cleaned up, 8 to 15 ms for a 1,000-task
         fan-out). Any later insert of the same object (a retry after an error that did
         not say whether the first committed) checks. One atomic dict operation, so
-        two threads or tasks inserting one object at once can't both skip it."""
-        return bool(self.__dict__.pop("_fresh", False))
+        two threads or tasks inserting one object at once can't both skip it; nor can
+        a child process that got it by fork(), its process id not the maker's."""
+        return bool(self.__dict__.pop("_fresh", 0) == os.getpid())
 
     @property
     def tasks(self) -> list[WorkflowTask]:

@@ -114,8 +114,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RiverboatError as exc:
         if os.environ.get("RIVERBOAT_TRACEBACK"):
             raise
-        # Server messages can span lines (HINT, DETAIL); keep the error on one.
-        print(f"riverboat: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        # Server messages can span lines (HINT, DETAIL); keep the error on one, and
+        # write the control characters of text it quotes as escapes (cli/_terminal.py).
+        from riverboat.cli._terminal import printable
+
+        print(f"riverboat: error: {printable(' '.join(str(exc).split()))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

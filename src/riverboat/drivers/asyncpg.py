@@ -72,6 +72,8 @@ def _connection_broken(exc: BaseException, asyncpg: Any) -> bool:
     cause = exc.__cause__ if isinstance(exc, DriverError) and exc.__cause__ else exc
     if isinstance(cause, asyncpg.PostgresError):
         return isinstance(cause, asyncpg.exceptions.ConnectionDoesNotExistError)
+    if isinstance(cause, TimeoutError):  # an OSError, but the caller's, not the socket's
+        return False
     return isinstance(cause, (asyncpg.InterfaceError, asyncpg.InternalClientError, OSError))
 
 

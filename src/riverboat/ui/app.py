@@ -143,6 +143,13 @@ def _workflow_badge(state: str) -> str:
     return _WORKFLOW_BADGES.get(state, "running")
 
 
+def _unique_violation(exc: DriverError) -> bool:
+    """Whether the database refused a write on a unique index (Postgres's SQLSTATE
+    23505, SQLite's "UNIQUE constraint failed"), not a connection that dropped."""
+    cause = exc.__cause__
+    return getattr(cause, "sqlstate", None) == "23505" or "UNIQUE constraint failed" in str(cause)
+
+
 def _is_id_text(text: str) -> bool:
     """Whether ``text`` reads as a job id: ASCII digits only (``str.isdigit`` also says
     yes to "²", which ``int`` refuses), within int64 (a longer number, in the search
@@ -851,7 +858,7 @@ def create_app(
                 try:
                     job = await client.job_retry(job_id)
                 except DriverError as exc:
-                    if before.unique_key is None:
+                    if before.unique_key is None or not _unique_violation(exc):
                         raise
                     # River's unique index refused it (another job holds its key).
                     return f"job {job_id} was not retried: {exc}"
