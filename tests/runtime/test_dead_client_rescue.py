@@ -12,6 +12,7 @@ import pytest
 
 import riverboat
 from riverboat import Job, JobState, RetryPolicy, Workers
+from riverboat._job import RESCUE_ERROR
 from riverboat.errors import DriverError
 from riverboat.runtime.maintenance._service import MaintenanceContext
 from riverboat.runtime.maintenance.config import MaintenanceConfig
@@ -129,8 +130,23 @@ async def test_sqlite_renews_a_lease_that_ran_out_only_while_its_jobs_are_its_ow
 
         await _dead_client_with_a_running_job(db, client, "w_mine")
         assert len(await heartbeat("w_mine")) == 1  # its job still runs under it
+        # A job it ended itself (failed, to be retried; or snoozed) is still its own.
+        failed = await _dead_client_with_a_running_job(db, client, "w_failed")
+        db.execute(
+            "UPDATE river_job SET state = 'retryable', errors = jsonb(%s) WHERE id = %s",
+            '[{"at": "2026-01-01T00:00:00Z", "attempt": 1, "error": "boom", "trace": ""}]',
+            failed,
+        )
+        assert len(await heartbeat("w_failed")) == 1
+        # Rescued meanwhile (River's rule, a Go leader): its attempt's last error says so.
         handed_out = await _dead_client_with_a_running_job(db, client, "w_gone")
-        db.execute("UPDATE river_job SET state = 'available' WHERE id = %s", handed_out)
+        db.execute(
+            "UPDATE river_job SET state = 'retryable', errors = jsonb(%s) WHERE id = %s",
+            '[{"at": "2026-01-01T00:00:00Z", "attempt": 1, "error": "'
+            + RESCUE_ERROR
+            + '", "trace": ""}]',
+            handed_out,
+        )
         assert await heartbeat("w_gone") == []
         taken = await _dead_client_with_a_running_job(db, client, "w_taken")
         db.execute(

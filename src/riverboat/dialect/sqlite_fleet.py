@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from riverboat._job import RESCUE_ERROR
 from riverboat.dialect._fleet_common import FleetStatements
 from riverboat.dialect._sqlite_common import NOW, parse_timestamp, seconds_modifier
 
@@ -48,9 +49,10 @@ _CONDEMNED = "'1970-01-01 00:00:00.000'"
 # database's one write lock past dead_after: that stopped every heartbeat, and every
 # rescue too. So a lease that ran out is renewed (Postgres renews only a live one)
 # unless the row was condemned by a leader's dead-client rescue, or a job the row listed
-# was handed out since (rescued by River's rule, or by a leader of an earlier release,
-# which rescued before removing the row): it is no longer this client's, or no longer
-# running or finished.
+# was handed out since (rescued by River's rule, by a Go leader, or by a leader of an
+# earlier release, which rescued before removing the row): claimed by another client
+# since, or its attempt's last error is the rescuer's. A job this client ended itself
+# (completed, failed and retryable, snoozed) is still its own.
 QUERIES["client_heartbeat"] = f"""
 UPDATE <schema>riverboat_client
 SET queues = jsonb(:queues), job_ids = jsonb(:job_ids), slots_in_use = :slots,
@@ -63,7 +65,9 @@ WHERE id = :id
                SELECT 1 FROM json_each(riverboat_client.job_ids) AS held
                JOIN <schema>river_job j ON j.id = held.value
                WHERE coalesce(json_extract(j.attempted_by, '$[#-1]'), '') <> :id
-                  OR j.state NOT IN ('running', 'completed', 'cancelled', 'discarded'))))
+                  OR (j.state <> 'running'
+                      AND json_extract(j.errors, '$[#-1].error') = '{RESCUE_ERROR}'
+                      AND json_extract(j.errors, '$[#-1].attempt') = j.attempt))))
 RETURNING json(queue_settings)
 """
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from riverboat._job import AttemptError, JobRow, JobState
+from riverboat._job import RESCUE_ERROR, AttemptError, JobRow, JobState
 from riverboat._json import go_json_storable
 from riverboat._seconds import GO_DURATION_MAX, is_seconds
 from riverboat.dialect.base import JobStateUpdate, RescueUpdate
@@ -81,8 +81,6 @@ SCHEDULER_INTERVAL = timedelta(seconds=5)
 # Go's time.Duration tops out near 292 years; River caps the backoff there.
 _MAX_BACKOFF_SECONDS = (2**63 - 1) / 1e9
 
-# The error entry River's rescuer gives every job it rescues.
-RESCUE_ERROR = "Stuck job rescued by JobRescuer"
 
 # What one attempt's error entry keeps of a failure's text (characters). River keeps
 # it all: an exception carrying a 50 MB response body stored 100 MB per attempt (the
