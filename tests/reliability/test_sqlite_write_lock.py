@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -91,3 +92,52 @@ async def test_a_write_lock_held_past_dead_after_runs_no_job_twice(sqlite_url: s
         await client.stop()
         await client.close()
     assert runs == [1]
+
+
+async def test_a_lone_sqlite_client_that_counted_itself_dead_joins_again(
+    sqlite_url: str,
+) -> None:
+    """One client whose event loop did not run for longer than ``dead_after`` (an async
+    job that blocked it here; a SIGSTOP or a VM pause alike) counts itself dead. On
+    SQLite the leader condemns a dead row only while some client heartbeat recently,
+    and this client, alone, had no one else's: it stayed out for good, its job
+    ``running`` and every new job ``available``. Its rejoin attempts now mark its row
+    as heard from, so its own leadership rescues the job and it joins again."""
+    ran: list[int] = []
+    workers = Workers()
+
+    @workers.register("blocks_the_loop")
+    async def blocks_the_loop(job: Job[Any]) -> None:
+        ran.append(job.attempt)
+        if job.attempt == 1:
+            time.sleep(DEAD_AFTER + 1)  # the fault: the event loop stops for a while
+
+    @workers.register("short")
+    async def short(job: Job[Any]) -> None:
+        return None
+
+    client = riverboat.AsyncClient(
+        sqlite_url,
+        queues={"default": QueueConfig(max_workers=2)},
+        workers=workers,
+        fetch_cooldown=0.01,
+        fetch_poll_interval=0.1,
+        heartbeat_interval=0.3,
+        dead_after=DEAD_AFTER,
+        maintenance=MaintenanceConfig(dead_client_check_interval=0.2),
+    )
+    await client.start()
+    try:
+        blocked = (await client.insert({}, kind="blocks_the_loop")).job
+        done = await client.job_wait(blocked.id, timeout=30)
+        # Its first outcome was dropped (the client could not know whether its jobs
+        # had been handed out); the rescue ran it again, as for any frozen process.
+        assert done.state is JobState.COMPLETED and done.attempt == 2
+        after = (await client.insert({}, kind="short")).job
+        assert (await client.job_wait(after.id, timeout=30)).state is JobState.COMPLETED
+        registry = client.runtime.registry
+        assert registry is not None and not registry.lost
+    finally:
+        await client.stop()
+        await client.close()
+    assert ran == [1, 2]

@@ -85,6 +85,11 @@ class FleetStatements(DialectPart, ABC):
             "dead_after": self.fleet_interval_param(float(dead_after)),
         }
 
+    def client_touch_lost(self, client_id: str) -> Statement:
+        """For a client that counts itself dead: its expired row's ``heartbeat_at`` is
+        brought to now, the lease left as it is (see client_condemn's recent check)."""
+        return self.stmt("client_touch_lost", id=client_id)
+
     def client_delete(self, client_id: str) -> Statement:
         return self.stmt("client_delete", id=client_id)
 

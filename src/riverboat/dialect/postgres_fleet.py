@@ -66,6 +66,12 @@ QUERIES["client_sweeper"] = """
 SELECT min(id) FROM <schema>riverboat_client WHERE expires_at > now() AND queues <> '{}'::jsonb
 """
 
+# See sqlite_fleet (nothing here waits for a recent heartbeat; kept alike).
+QUERIES["client_touch_lost"] = """
+UPDATE <schema>riverboat_client SET heartbeat_at = now()
+WHERE id = :id AND expires_at <= now()
+"""
+
 QUERIES["client_delete_dead"] = """
 DELETE FROM <schema>riverboat_client
 WHERE id = ANY(:ids::text[]) AND expires_at <= now()

@@ -71,6 +71,14 @@ WHERE id = :id
 RETURNING json(queue_settings)
 """
 
+# A client that counts itself dead, before each attempt to join again: its old row
+# says it is still there (heartbeat_at) without renewing the lease. The condemn step
+# needs some recent heartbeat, and a lone client that lost its place has no one else's.
+QUERIES["client_touch_lost"] = f"""
+UPDATE <schema>riverboat_client SET heartbeat_at = {NOW}
+WHERE id = :id AND expires_at <= {NOW}
+"""
+
 QUERIES["client_delete"] = "DELETE FROM <schema>riverboat_client WHERE id = :id"
 
 QUERIES["client_list"] = f"SELECT {_LIST} FROM <schema>riverboat_client ORDER BY host, pid, id"

@@ -273,6 +273,12 @@ class ClientRegistry:
             # connection is dropped, not waited on past dead_after.
             async with bounded(self._runtime.config.db_call_timeout, "heartbeat"):
                 if self.lost:
+                    # Heard from, not renewed: on SQLite the leader condemns (then
+                    # removes) a dead row only while some client heartbeat recently,
+                    # and a lone client that lost its place has no one else's.
+                    await self._driver.execute(
+                        self._dialect.client_touch_lost(self._runtime.client_id)
+                    )
                     rows = await self._driver.fetch(self._register(rejoin=True))
                 else:
                     rows = await self._driver.fetch(
