@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -32,6 +32,7 @@ __all__ = [
     "compact_json",
     "control_payload",
     "queue_activity_sql",
+    "unique_key_taken_sql",
 ]
 
 # Columns a list can be ordered by (besides id, always the tiebreak). scheduled_at is NOT
@@ -61,6 +62,23 @@ SELECT coalesce(waiting.queue, done.queue), waiting.oldest,
        coalesce(discarded_1h, 0), coalesce(discarded_24h, 0), coalesce(discarded_7d, 0)
 FROM waiting FULL JOIN done ON waiting.queue = done.queue
 ORDER BY 1"""
+
+
+def unique_key_taken_sql(in_bitmask: Callable[[str, str], str]) -> str:
+    """The condition, on a ``river_job`` row a bulk retry looks at, that its unique key
+    is another job's now: a job whose state River's unique index covers holds it, or a
+    twin with a lower id (the same key, not holding it) that a batch would retry first.
+    Retried, the row would take the key too and the statement would fail on the index,
+    failing the whole batch; a bulk retry leaves it alone, and a dry run counts it out
+    (retried alone, by job_retry, it fails as River's JobRetry does). ``in_bitmask``
+    spells River's ``river_job_state_in_bitmask(states, state)`` for the dialect."""
+    return f"""(river_job.unique_key IS NOT NULL AND river_job.unique_states IS NOT NULL
+         AND EXISTS (
+             SELECT 1 FROM <schema>river_job held
+             WHERE held.unique_key = river_job.unique_key AND held.id <> river_job.id
+               AND (held.id < river_job.id OR (
+                   held.unique_states IS NOT NULL
+                   AND {in_bitmask("held.unique_states", "held.state")}))))"""
 
 
 def compact_json(value: Any) -> str:

@@ -16,6 +16,7 @@ __all__ = [
     "UNIQUE_CONFLICT",
     "clamped",
     "job_columns",
+    "state_in_bitmask",
     "unnest_arrays",
 ]
 
@@ -100,6 +101,14 @@ QUEUE_SELECT = select_list(QUEUE_COLUMNS, {"metadata": _cast("text")})
 # The NOTIFY channel for a topic: River's "<schema>.<topic>", with current_schema() when
 # no schema is configured.
 CHANNEL = "concat(coalesce(:schema::text, current_schema()), '.{topic}')"
+
+
+def state_in_bitmask(states: str, state: str) -> str:
+    """River's ``river_job_state_in_bitmask(states, state)`` (the twin of
+    _sqlite_common's, which SQLite spells out)."""
+    return f"<schema>river_job_state_in_bitmask({states}, {state})"
+
+
 UNIQUE_CONFLICT = """ON CONFLICT (unique_key)
     WHERE unique_key IS NOT NULL
       AND unique_states IS NOT NULL

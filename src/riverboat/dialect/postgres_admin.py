@@ -17,7 +17,13 @@ from typing import Any, ClassVar
 
 from riverboat._queue import QueueRow
 from riverboat._sql import Query, Statement
-from riverboat.dialect._admin_common import ALL_STATES, AdminSql, compact_json, queue_activity_sql
+from riverboat.dialect._admin_common import (
+    ALL_STATES,
+    AdminSql,
+    compact_json,
+    queue_activity_sql,
+    unique_key_taken_sql,
+)
 from riverboat.dialect._part import DialectPart
 from riverboat.dialect._pg_common import (
     CHANNEL,
@@ -25,6 +31,7 @@ from riverboat.dialect._pg_common import (
     QUEUE_SELECT,
     clamped,
     job_columns,
+    state_in_bitmask,
 )
 from riverboat.dialect._rows import JobReader
 from riverboat.dialect.postgres_workflow import RETRIED_METADATA, RETRIED_STATE, cancel_orphans
@@ -289,19 +296,6 @@ updated AS (
 )"""
 
 
-# A unique job whose key another job holds now (River's unique index covers that job's
-# state), or whose twin with a lower id (the same key, not holding it) a batch would
-# retry first: retried, it would take the key too and the statement would fail on the
-# index, failing the whole batch. A bulk retry leaves it alone, and counts it out of a
-# dry run; retried alone (job_retry) it fails as River's JobRetry does.
-_UNIQUE_KEY_HELD = """(river_job.unique_key IS NOT NULL AND river_job.unique_states IS NOT NULL
-         AND EXISTS (
-             SELECT 1 FROM <schema>river_job held
-             WHERE held.unique_key = river_job.unique_key AND held.id <> river_job.id
-               AND (held.id < river_job.id OR (
-                   held.unique_states IS NOT NULL
-                   AND <schema>river_job_state_in_bitmask(held.unique_states, held.state)))))"""
-
 # A batch of River's JobRetry (see job_retry): rows another transaction holds are skipped
 # (SKIP LOCKED), and the update goes by an array of ids, as delete_many's.
 _RETRY_MANY = f"""{_update_picked(_RETRY_SET)}
@@ -339,7 +333,7 @@ class PostgresAdminSql(AdminSql):
         return expression
 
     retry_eligible = f"""state <> 'running' AND NOT (state = 'available' AND scheduled_at < now())
-    AND NOT {_UNIQUE_KEY_HELD}"""
+    AND NOT {unique_key_taken_sql(state_in_bitmask)}"""
 
     retry_many_sql = _RETRY_MANY
     cancel_many_sql = _CANCEL_MANY

@@ -449,15 +449,21 @@ class PostgresWorkflow(WorkflowStatements):
             dependents=[json.dumps(list(p)) for _, _, p in patches],
         )
 
+    def _promote_params(
+        self, finalized_ids: Sequence[int], candidate_ids: Sequence[int]
+    ) -> dict[str, Any]:
+        """What both promotion statements (whole, or one step) are given."""
+        finalized = list(finalized_ids)
+        return {
+            "finalized_ids": finalized,
+            "candidate_ids": list(candidate_ids),
+            "pivot": max(finalized, default=0),
+            "finalized_json": json.dumps(finalized),
+            "schema": self.schema,
+        }
+
     def workflow_promote_ids(self, finalized_ids: list[int], candidate_ids: list[int]) -> Statement:
-        return self.stmt(
-            "workflow_promote",
-            finalized_ids=finalized_ids,
-            candidate_ids=candidate_ids,
-            pivot=max(finalized_ids, default=0),
-            finalized_json=json.dumps(finalized_ids),
-            schema=self.schema,
-        )
+        return self.stmt("workflow_promote", **self._promote_params(finalized_ids, candidate_ids))
 
     def workflow_promote_step(
         self,
@@ -466,16 +472,11 @@ class PostgresWorkflow(WorkflowStatements):
         after_id: int,
         limit: int,
     ) -> Statement:
-        finalized = list(finalized_ids)
         return self.stmt(
             "workflow_promote_step",
-            finalized_ids=finalized,
-            candidate_ids=list(candidate_ids),
-            pivot=max(finalized, default=0),
-            finalized_json=json.dumps(finalized),
             after_id=after_id,
             limit=limit,
-            schema=self.schema,
+            **self._promote_params(finalized_ids, candidate_ids),
         )
 
     def decode_promoted_step(

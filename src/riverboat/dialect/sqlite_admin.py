@@ -25,7 +25,12 @@ from typing import Any, ClassVar
 
 from riverboat._queue import QueueRow
 from riverboat._sql import Query, Statement
-from riverboat.dialect._admin_common import ALL_STATES, AdminSql, queue_activity_sql
+from riverboat.dialect._admin_common import (
+    ALL_STATES,
+    AdminSql,
+    queue_activity_sql,
+    unique_key_taken_sql,
+)
 from riverboat.dialect._part import DialectPart
 from riverboat.dialect._rows import JobReader
 from riverboat.dialect._sqlite_common import (
@@ -321,16 +326,10 @@ class SqliteAdminSql(AdminSql):
         # ts_exact reads them all.
         return ts_exact(expression)
 
-    # A unique job whose key another job holds, or a lower-id twin may take, is left
-    # alone (postgres_admin's _UNIQUE_KEY_HELD: it would fail the whole batch).
     retry_eligible = (
         "state <> 'running' AND NOT (state = 'available'"
         f" AND {ts_key('scheduled_at', unreadable_first=False)} < {NOW})"
-        " AND NOT (river_job.unique_key IS NOT NULL AND river_job.unique_states IS NOT NULL"
-        " AND EXISTS (SELECT 1 FROM <schema>river_job held"
-        " WHERE held.unique_key = river_job.unique_key AND held.id <> river_job.id"
-        " AND (held.id < river_job.id OR (held.unique_states IS NOT NULL"
-        f" AND {state_in_bitmask('held.unique_states', 'held.state')}))))"
+        f" AND NOT {unique_key_taken_sql(state_in_bitmask)}"
     )
 
     retry_many_sql = _RETRY_MANY
