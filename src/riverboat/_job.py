@@ -39,6 +39,7 @@ class JobState(StrEnum):
 # The error entry River's rescuer (and riverboat's) gives every job it rescues: River's
 # own text, so either's rescue is recognised (runtime/outcomes.py, dialect/sqlite_fleet.py).
 RESCUE_ERROR = "Stuck job rescued by JobRescuer"
+
 FINALIZED_STATES = frozenset({JobState.CANCELLED, JobState.COMPLETED, JobState.DISCARDED})
 # The ends that are not a success: what a workflow's dependency failing means, what a
 # retry of a workflow takes up again.

@@ -26,6 +26,21 @@ DEAD_AFTER = 2.0
 LOCK_HELD = DEAD_AFTER + 1.5  # the fault: longer than dead_after
 
 
+def _fast_fleet_client(sqlite_url: str, workers: Workers) -> riverboat.AsyncClient:
+    """A client whose lease runs out DEAD_AFTER after its last heartbeat, and whose
+    leader looks for dead clients every 0.2 s."""
+    return riverboat.AsyncClient(
+        sqlite_url,
+        queues={"default": QueueConfig(max_workers=2)},
+        workers=workers,
+        fetch_cooldown=0.01,
+        fetch_poll_interval=0.1,
+        heartbeat_interval=0.3,
+        dead_after=DEAD_AFTER,
+        maintenance=MaintenanceConfig(dead_client_check_interval=0.2),
+    )
+
+
 async def test_a_write_lock_held_past_dead_after_runs_no_job_twice(sqlite_url: str) -> None:
     path = sqlite_url.removeprefix("sqlite:///")
     runs: list[int] = []
@@ -37,16 +52,7 @@ async def test_a_write_lock_held_past_dead_after_runs_no_job_twice(sqlite_url: s
         runs.append(job.attempt)
         returned.set()
 
-    client = riverboat.AsyncClient(
-        sqlite_url,
-        queues={"default": QueueConfig(max_workers=2)},
-        workers=workers,
-        fetch_cooldown=0.01,
-        fetch_poll_interval=0.1,
-        heartbeat_interval=0.3,
-        dead_after=DEAD_AFTER,
-        maintenance=MaintenanceConfig(dead_client_check_interval=0.2),
-    )
+    client = _fast_fleet_client(sqlite_url, workers)
     locked = threading.Event()
     release = threading.Event()
 
@@ -116,16 +122,7 @@ async def test_a_lone_sqlite_client_that_counted_itself_dead_joins_again(
     async def short(job: Job[Any]) -> None:
         return None
 
-    client = riverboat.AsyncClient(
-        sqlite_url,
-        queues={"default": QueueConfig(max_workers=2)},
-        workers=workers,
-        fetch_cooldown=0.01,
-        fetch_poll_interval=0.1,
-        heartbeat_interval=0.3,
-        dead_after=DEAD_AFTER,
-        maintenance=MaintenanceConfig(dead_client_check_interval=0.2),
-    )
+    client = _fast_fleet_client(sqlite_url, workers)
     await client.start()
     try:
         blocked = (await client.insert({}, kind="blocks_the_loop")).job

@@ -131,9 +131,9 @@ class ClientRegistry:
         # Whether a heartbeat that fails means the lease may be lost. Not on SQLite:
         # there a write fails (or waits) only while another connection holds the
         # database's one write lock, and no one, the leader's rescue included, can write
-        # then; its heartbeat renews a lease that ran out meanwhile (the leader removes a
-        # dead client's row before it rescues the client's jobs, so a row that still
-        # exists means they were not handed out).
+        # then; its heartbeat renews a lease that ran out meanwhile, unless the leader
+        # condemned the row (before rescuing the client's jobs) or a job it listed was
+        # handed out since (dialect/sqlite_fleet.py's client_heartbeat).
         self._fail_loses = bool(self._dialect.row_locks)
         self._task: asyncio.Task[None] | None = None
         self._failing = False

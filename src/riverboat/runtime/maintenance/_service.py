@@ -23,6 +23,7 @@ from riverboat.dialect.base import Dialect
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
 from riverboat.runtime._waiting import backoff_delay, wait_any
+from riverboat.runtime.registry import DEAD_AFTER
 
 if TYPE_CHECKING:
     from riverboat.runtime.maintenance.config import MaintenanceConfig
@@ -56,7 +57,7 @@ class MaintenanceContext:
     notify_limiter: NotifyLimiter = field(default_factory=NotifyLimiter)
     # The client's registry dead_after (runtime/registry.py): on SQLite the dead-client
     # rescue waits this long after this client's writes last waited for the lock.
-    dead_after: float = 30.0
+    dead_after: float = DEAD_AFTER
 
     @property
     def dialect(self) -> Dialect:
