@@ -195,6 +195,10 @@ dep_rows AS (
     WHERE d.id = ANY(ARRAY(
         SELECT DISTINCT e.dep_id::bigint
         FROM candidates c CROSS JOIN LATERAL jsonb_array_elements_text(c.dep_ids) AS e(dep_id)))
+      -- Only the rows that say more than a missing row would (completed, nothing to
+      -- copy in): a fan-in's join otherwise built and searched an object of its
+      -- hundreds of completed dependencies, 10 of the 14 ms of its promotion.
+      AND (d.state::text <> 'completed' OR d.metadata ? 'output')
 ),
 deps AS (
     SELECT c.id AS cid, c.policy,
