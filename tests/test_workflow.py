@@ -566,13 +566,15 @@ def test_promotion_costs_one_statement_per_completer_batch(any_db: Db) -> None: 
 
 
 def test_a_wide_fan_out_is_promoted_in_bounded_steps(any_db: Db) -> None:  # noqa: F811
-    """On Postgres the runtime decides a fan-out's dependents PROMOTE_STEP at a time, in
-    id order, and hands each step's tasks to the producers before the next statement
-    runs: the first of them start after one short statement. A failure cancels every
-    step's tasks and cascades past them. SQLite decides them in one statement."""
+    """On Postgres the runtime decides a fan-out's dependents PROMOTE_STEP at first, then
+    twice as many each step, in id order, and hands each step's tasks to the producers
+    before the next statement runs: the first of them start after one short statement.
+    A failure cancels every step's tasks and cascades past them. SQLite decides them in
+    one statement."""
     from riverboat.runtime.workflow_promoter import PROMOTE_STEP, WorkflowPromoter
 
-    leaves = [f"leaf{i}" for i in range(2 * PROMOTE_STEP + 44)]
+    # Steps of PROMOTE_STEP, then 2 * PROMOTE_STEP, then the last 44.
+    leaves = [f"leaf{i}" for i in range(3 * PROMOTE_STEP + 44)]
 
     def fan(name: str) -> Workflow:
         wf = Workflow(name)
