@@ -31,6 +31,7 @@ from riverboat import (
     WaitTimeoutError,
     Workers,
     Workflow,
+    WorkflowInfo,
     dep_outputs,
     record_output,
 )
@@ -163,10 +164,10 @@ def test_the_insert_links_tasks_by_id_as_it_writes_them(any_db: Db) -> None:  # 
     every row is written once, already naming its dependencies and dependents (no link
     statement after it); SQLite links after its insert. Either way the stored metadata,
     and the WorkflowInfo returned without a read-back, say the same."""
-    wf = Workflow("links")
+    wf = Workflow("links", on_dep_failure="run")
     _step(wf, "a")
     _step(wf, "b", ["a"])
-    _step(wf, "c", ["a"])
+    _step(wf, "c", ["a"], on_dep_failure="cancel")
     _step(wf, "d", ["b", "c"])
     with riverboat.Client(any_db.url, schema=any_db.schema) as client:
         stats = client.driver.stats
@@ -180,6 +181,17 @@ def test_the_insert_links_tasks_by_id_as_it_writes_them(any_db: Db) -> None:  # 
         added = client.workflow_insert(more)
     ids = {t.name: t.job.id for t in info.tasks}
     assert ids["a"] < ids["b"] < ids["c"] < ids["d"]  # in the order added
+    # The returned workflow is built from the Workflow, the stored one read back.
+    assert (info.id, info.name) == (stored.id, stored.name) == (wf.id, "links")
+
+    def described(got: WorkflowInfo) -> list[tuple[Any, ...]]:
+        return [
+            (t.name, t.job.id, t.job.state, t.deps, t.on_dep_failure, t.cancelled_by)
+            for t in got.tasks
+        ]
+
+    assert described(info) == described(stored)
+    assert [t.on_dep_failure for t in info.tasks] == ["run", "run", "cancel", "run"]
     postgres = any_db.url.startswith("postgres")
     assert ("workflow_link" in ran) is not postgres
     assert ("workflow_reserve_ids" in ran) is postgres

@@ -238,9 +238,7 @@ class ClientBase(SyncAdmin):
             executor.execute(dialect.workflow_link(targets, dep_ids, dependents))
         if not workflow.adding:
             # The rows as inserted, with the links just written: no read-back.
-            return WorkflowInfo.linked(
-                workflow.id, inserted, targets, dep_ids, dependents
-            ), plan.jobs
+            return WorkflowInfo.linked(workflow, inserted, targets, dep_ids, dependents), plan.jobs
         # A new task whose dependencies already finished has nothing left to wake it.
         waiting = [i for i, task in zip(ids, workflow.tasks, strict=True) if task.deps]
         if waiting:

@@ -438,15 +438,18 @@ class WorkflowInfo:
     @classmethod
     def linked(
         cls,
-        workflow_id: str,
+        workflow: Workflow,
         jobs: Sequence[JobRow],
         ids: Sequence[int],
         dep_ids: Sequence[Sequence[int] | None],
         dependents: Sequence[Sequence[int]],
     ) -> WorkflowInfo:
-        """The workflow of freshly inserted ``jobs`` once ``workflow_link(ids, dep_ids,
-        dependents)`` ran: the links written into their metadata here as the statement
-        wrote them in the table, so the insert needs no read-back."""
+        """The new ``workflow`` whose tasks are the freshly inserted ``jobs`` (in task
+        order) once ``workflow_link(ids, dep_ids, dependents)`` ran: the links written
+        into their metadata here as the statement wrote them in the table, so the
+        insert needs no read-back. Names, dependencies and policies come from
+        ``workflow`` itself, not parsed back out of the metadata just written (a
+        fan-in's join lists its hundreds of dependencies there by id)."""
         by_id = {job.id: job for job in jobs}
         for job_id, deps, more in zip(ids, dep_ids, dependents, strict=True):
             job = by_id.get(job_id)
@@ -456,7 +459,12 @@ class WorkflowInfo:
             if deps is not None:
                 meta["dep_ids"] = list(deps)
             meta["dependent_ids"] = [*meta.get("dependent_ids", []), *more]
-        return cls.from_jobs(workflow_id, jobs)
+        default = workflow.on_dep_failure
+        tasks = [
+            WorkflowTaskInfo(task.name, job, list(task.deps), task.on_dep_failure or default, None)
+            for task, job in zip(workflow.tasks, jobs, strict=True)
+        ]
+        return cls(workflow.id, workflow.name, tasks)
 
     @classmethod
     def from_jobs(cls, workflow_id: str, jobs: Sequence[JobRow]) -> WorkflowInfo:
