@@ -577,6 +577,81 @@ def test_promotion_costs_one_statement_per_completer_batch(any_db: Db) -> None: 
     asyncio.run(scenario())
 
 
+def test_a_fan_ins_leaves_are_written_together_and_a_chain_at_once(any_db: Db) -> None:  # noqa: F811
+    """A finalized task's outcome is written at once (and its dependents promoted) when
+    a dependent may be waiting on it alone: a chain step beside a fan-in's running
+    leaves is not held back. A fan-in's leaf whose join also waits on other leaves
+    running in this client waits for the completer's batch instead, and the last one
+    is written at once: one write for the leaves, not one each. The flush delay is
+    made longer than the test may take, so an outcome held back wrongly never lands."""
+    leaves = [f"leaf{i}" for i in range(12)]
+    gates = {leaf: asyncio.Event() for leaf in leaves}
+    finished = {leaf: asyncio.Event() for leaf in leaves}
+    workers = Workers()
+
+    @workers.register("gated")
+    async def gated(job: Job[Any]) -> None:
+        await gates[job.args["name"]].wait()
+        finished[job.args["name"]].set()
+
+    @workers.register("step")
+    async def step(job: Job[Any]) -> None:
+        return None
+
+    wf = Workflow("batched")
+    _step(wf, "root")
+    for leaf in leaves:
+        wf.add(leaf, {"name": leaf}, kind="gated", deps=["root"])
+    _step(wf, "join", leaves)
+    _step(wf, "chain1")
+    _step(wf, "chain2", ["chain1"])
+
+    async def scenario() -> None:
+        client = riverboat.AsyncClient(
+            any_db.url,
+            schema=any_db.schema,
+            queues={"default": QueueConfig(max_workers=20)},
+            workers=workers,
+            fetch_poll_interval=0.1,
+        )
+        client.runtime.config.completer_flush_delay = 120.0
+        client.runtime.config.completer_batch_threshold = 1000
+        await client.start()
+        try:
+            info = await client.workflow_insert(wf)
+            ids = {task.name: task.job.id for task in info.tasks}
+            # The chain moves while every leaf is running.
+            assert (await client.job_wait(ids["chain2"], timeout=30)).state is JobState.COMPLETED
+
+            async def running() -> bool:
+                jobs = [await client.job_get(ids[leaf]) for leaf in leaves]
+                return all(job.state is JobState.RUNNING for job in jobs)
+
+            await wait_until_async(running, what="every leaf running")
+            completer = client.runtime.completer
+            assert completer is not None
+            before = completer.flushes
+            for leaf in leaves[:-1]:
+                gates[leaf].set()
+                await asyncio.wait_for(finished[leaf].wait(), 30)
+            # Every leaf but the last finished: their outcomes wait in the completer.
+            await wait_until_async(
+                lambda: completer.backlog == len(leaves) - 1, what="the leaves' outcomes held"
+            )
+            assert completer.flushes == before
+            gates[leaves[-1]].set()
+            assert (await client.job_wait(ids["join"], timeout=30)).state is JobState.COMPLETED
+            # The leaves' outcomes in one write, the join's in another.
+            assert completer.flushes - before <= 2
+        finally:
+            for gate in gates.values():
+                gate.set()
+            await client.stop()
+            await client.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_wide_fan_out_is_promoted_in_bounded_steps(any_db: Db) -> None:  # noqa: F811
     """On Postgres the runtime decides a fan-out's dependents PROMOTE_STEP at first, then
     twice as many each step, in id order, and hands each step's tasks to the producers

@@ -188,6 +188,15 @@ def _still_claimed(
     ]
 
 
+def _dependent_ids(meta: object) -> list[int]:
+    """The dependents' job ids a workflow task's metadata lists (none for a malformed
+    one: then its outcome is written at once, as for a task without dependents)."""
+    ids = meta.get("dependent_ids") if isinstance(meta, dict) else None
+    if not isinstance(ids, list):
+        return []
+    return [i for i in ids if type(i) is int]
+
+
 class Completer:
     def __init__(
         self,
@@ -230,6 +239,8 @@ class Completer:
         # client lost its lease, so outcomes may belong to runs handed to others.
         self.may_write: Callable[[], Awaitable[bool]] | None = None
         self.dropped = 0
+        # Per workflow task id: how many of this client's running tasks depend on it.
+        self._running_deps: dict[int, int] = {}
 
     @property
     def backlog(self) -> int:
@@ -269,11 +280,50 @@ class Completer:
         self._has_items.set()
         if len(buffer) >= self._batch_threshold:
             self._full.set()
-        elif WORKFLOW_METADATA_KEY in pending.job.metadata and pending.update.finalized:
-            # Tasks wait on this outcome: write it (and promote them) now, not after
-            # the flush delay, so a chain moves at the speed of pick-up.
+        elif (
+            pending.update.finalized
+            and (meta := pending.job.metadata.get(WORKFLOW_METADATA_KEY)) is not None
+            and self._may_promote(meta)
+        ):
+            # Tasks may be waiting on this outcome alone: write it (and promote them)
+            # now, not after the flush delay, so a chain moves at the speed of pick-up.
             self._full.set()
         return True
+
+    def workflow_task_started(self, job: JobRow) -> None:
+        """``job`` started running in this client (the producers tell it): while it
+        runs, its dependents can't become available."""
+        if (meta := job.metadata.get(WORKFLOW_METADATA_KEY)) is not None:
+            counts = self._running_deps
+            for dependent in _dependent_ids(meta):
+                counts[dependent] = counts.get(dependent, 0) + 1
+
+    def workflow_task_ended(self, job: JobRow) -> None:
+        """``job``, started before, no longer runs: its outcome was handed to
+        :meth:`add_nowait`, or dropped."""
+        if (meta := job.metadata.get(WORKFLOW_METADATA_KEY)) is not None:
+            counts = self._running_deps
+            for dependent in _dependent_ids(meta):
+                left = counts.get(dependent, 0) - 1
+                if left > 0:
+                    counts[dependent] = left
+                else:
+                    counts.pop(dependent, None)
+
+    def _may_promote(self, meta: object) -> bool:
+        """Whether writing a workflow task's final outcome (its own job still counted
+        as running) may make one of its dependents available: not when every dependent
+        also waits on another task running in this client. A fan-in's leaves then
+        go out in batches, as plain jobs do (one write and one promotion statement per
+        leaf, each looking at a join still waiting for the others, cost a 1,000-task
+        fan-out/fan-in about 20 ms), and the last of them is written at once. Only
+        latency rides on this: a deferred outcome is still written within the flush
+        delay. A task without dependents may end its workflow: written at once."""
+        dependents = _dependent_ids(meta)
+        if not dependents:
+            return True
+        counts = self._running_deps
+        return any(counts.get(dependent, 0) <= 1 for dependent in dependents)
 
     def buffered(self) -> Iterable[PendingCompletion]:
         """The outcomes waiting to be written (a view: read it before awaiting)."""

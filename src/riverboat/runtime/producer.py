@@ -834,6 +834,7 @@ class Producer:
         self._slots_held += 1
         self._idle.clear()
         self.jobs_started += 1
+        self._completer.workflow_task_started(row)
         task = _start_task(self._work(row, state))
         if not task.done():
             self._active[row.id] = (task, state)
@@ -936,6 +937,7 @@ class Producer:
         except Exception:  # pragma: no cover - execute_job turns user errors into outcomes
             log.exception("producer %s: job %d failed outside its worker", self.queue, row.id)
         finally:
+            self._completer.workflow_task_ended(row)
             self._orphaned.discard(row.id)
             self._active.pop(row.id, None)
             self._release_slot()
