@@ -20,7 +20,7 @@ from riverboat.bench.env import (
 from riverboat.bench.measure import PostgresBench
 from riverboat.bench.process import CPU_JOB_SECONDS
 
-__all__ = ["BenchConfig", "environment", "run_bench"]
+__all__ = ["DEFAULT_PARTS", "PARTS", "BenchConfig", "environment", "run_bench"]
 
 E2E_FLOOR_ROUNDS = 4
 
@@ -43,6 +43,29 @@ def environment() -> dict[str, Any]:
     return out
 
 
+# The parts of a run, by the names ``riverboat bench --only`` takes, in the order its help
+# lists them.
+PARTS = (
+    "ops",
+    "e2e",
+    "defaults",
+    "inserts",
+    "latency",
+    "job-kinds",
+    "river",
+    "floor",
+    "scenarios",
+    "scale",
+    "workflow",
+    "flow",
+    "process",
+)
+# What a default run leaves out, as costly or needing more than the database: River 0.51.2
+# itself (the Go interop program), 'scale' (worker processes, 1,000,000 rows), 'workflow',
+# 'flow' (worker processes) and 'process' (child processes).
+DEFAULT_PARTS = frozenset(PARTS) - {"river", "scale", "workflow", "flow", "process"}
+
+
 @dataclass(slots=True)
 class BenchConfig:
     database_url: str | None
@@ -53,29 +76,12 @@ class BenchConfig:
     # Count the end-to-end phase's completions from a subscription, as River's bench does
     # (the event path's cost then counts too); by default no subscriber (see bench/e2e.py).
     e2e_events: bool = False
-    include_ops: bool = True
-    include_e2e: bool = True
-    include_floor: bool = True
-    include_scenarios: bool = True
-    include_defaults: bool = True
-    include_inserts: bool = True
-    # Pick-up latency and a burst of single inserts (Postgres, and SQLite on a temp file).
-    include_latency: bool = True
-    # Jobs/s of sync no-op, async no-op and 10 ms I/O jobs at max_workers=100 (Postgres).
-    include_job_kinds: bool = True
+    # Which PARTS run. 'latency' is pick-up latency and a burst of single inserts
+    # (Postgres, and SQLite on a temp file); 'job-kinds' the jobs/s of sync no-op, async
+    # no-op and 10 ms I/O jobs at max_workers=100 (Postgres).
+    parts: frozenset[str] = DEFAULT_PARTS
     latency_jobs: int = 200
-    # River 0.51.2 itself (the Go interop program) beside riverboat: only when asked.
-    include_river: bool = False
     burst_jobs: int = 10_000
-    # Not in a default run: starts worker processes and writes 1,000,000 rows.
-    include_scale: bool = False
-    # Not in a default run either: the workflow part (riverboat.bench.workflow) and
-    # the flow-control part (riverboat.bench.flow, Postgres: worker processes).
-    include_workflow: bool = False
-    include_flow: bool = False
-    # Not in a default run: the process executor against the thread executor
-    # (riverboat.bench.process: starts child processes).
-    include_process: bool = False
     # How long each CPU-bound job of the process part runs (seconds).
     process_cpu_job_seconds: float = CPU_JOB_SECONDS
     scale_finalized_rows: int = 1_000_000
@@ -163,7 +169,7 @@ async def _run(
 
     # The parts that need Postgres (and the scratch schema) share these.
     pg = PostgresBench(target.url, target.schema or "", make_client, progress)
-    if config.include_ops:
+    if "ops" in config.parts:
         from riverboat.bench.ops import run_ops
 
         client = make_client()
@@ -182,10 +188,10 @@ async def _run(
     # measured in interleaved rounds and the best of each is kept (as the insert and
     # scale figures are). The order alternates (e2e first, then the floor first...): a
     # process warming up would otherwise favour whichever always runs second.
-    with_floor = config.include_floor and target.dialect == "postgres" and bool(target.schema)
-    rounds = E2E_FLOOR_ROUNDS if config.include_e2e and with_floor else 1
+    with_floor = "floor" in config.parts and target.dialect == "postgres" and bool(target.schema)
+    rounds = E2E_FLOOR_ROUNDS if "e2e" in config.parts and with_floor else 1
     floor: Any = None
-    if config.include_e2e:
+    if "e2e" in config.parts:
         from riverboat.bench.e2e import run_e2e
 
         best: Any = None
@@ -213,7 +219,7 @@ async def _run(
                 floor = await _best_floor(floor, config, target, server_cpu, progress)
         report["end_to_end"] = best.to_dict()
         report["end_to_end"]["rounds"] = rounds
-    if config.include_inserts and target.dialect == "postgres" and target.schema:
+    if "inserts" in config.parts and target.dialect == "postgres" and target.schema:
         from riverboat.bench.inserts import run_inserts
 
         await reset()
@@ -228,17 +234,17 @@ async def _run(
             if vs_pgqueuer is None
             else [figure.to_dict() for figure in vs_pgqueuer]
         )
-    if config.include_defaults and target.dialect == "postgres" and target.schema:
+    if "defaults" in config.parts and target.dialect == "postgres" and target.schema:
         from riverboat.bench.defaults import run_defaults
 
         defaults = await run_defaults(pg, config.jobs)
         report["defaults"] = [result.to_dict() for result in defaults]
-    if config.include_job_kinds and target.dialect == "postgres" and target.schema:
+    if "job-kinds" in config.parts and target.dialect == "postgres" and target.schema:
         from riverboat.bench.jobkinds import run_job_kinds
 
         kinds = await run_job_kinds(pg, config.jobs)
         report["job_kinds"] = [figure.to_dict() for figure in kinds]
-    if config.include_river:
+    if "river" in config.parts:
         from riverboat.bench.river import (
             run_compare_river,
             run_compare_river_sqlite,
@@ -251,9 +257,9 @@ async def _run(
             )
             report["river_bench"] = await run_river_bench(pg, config.jobs)
         report["compare_river_sqlite"] = await run_compare_river_sqlite(config.jobs, progress)
-    if config.include_latency:
+    if "latency" in config.parts:
         report["latency"] = await _latency(config, target, make_client, progress)
-    if config.include_scale and target.dialect == "postgres" and target.schema:
+    if "scale" in config.parts and target.dialect == "postgres" and target.schema:
         from riverboat.bench import scale
 
         report["scale"] = {
@@ -262,16 +268,16 @@ async def _run(
                 pg, config.jobs, config.scale_finalized_rows
             ),
         }
-    if config.include_flow and target.dialect == "postgres" and target.schema:
+    if "flow" in config.parts and target.dialect == "postgres" and target.schema:
         from riverboat.bench.flow import run_flow_bench
 
         report["flow"] = await asyncio.to_thread(run_flow_bench, pg, config.jobs)
-    if config.include_workflow:
+    if "workflow" in config.parts:
         from riverboat.bench.workflow import run_workflow_bench
 
         await reset()
         report["workflow"] = await run_workflow_bench(make_client, progress)
-    if config.include_process:
+    if "process" in config.parts:
         from riverboat.bench.process import run_process_bench
 
         await reset()
@@ -289,7 +295,7 @@ async def _run(
         e2e_total = report.get("end_to_end", {}).get("total_cpu_ms_per_job")
         if e2e_total and floor.total_cpu_ms_per_job:
             report["overhead_ratio"] = round(e2e_total / floor.total_cpu_ms_per_job, 2)
-    if config.include_scenarios:
+    if "scenarios" in config.parts:
         from riverboat.bench import scenarios
 
         report["scenarios"] = {}

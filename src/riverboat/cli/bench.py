@@ -11,6 +11,7 @@ from typing import Any
 
 from riverboat._seconds import is_seconds
 from riverboat.bench.env import DRIVERS
+from riverboat.bench.runner import DEFAULT_PARTS, PARTS
 from riverboat.errors import InvalidInputError
 
 __all__ = ["add_arguments", "run"]
@@ -40,21 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--only",
-        choices=[
-            "ops",
-            "e2e",
-            "defaults",
-            "inserts",
-            "latency",
-            "job-kinds",
-            "river",
-            "floor",
-            "scenarios",
-            "scale",
-            "workflow",
-            "flow",
-            "process",
-        ],
+        choices=PARTS,
         action="append",
         help="run only these parts (repeatable); 'scale' (worker processes 1 vs 2, and "
         "1,000,000 finalized rows), 'workflow' (what dependencies cost), 'flow' (a "
@@ -127,32 +114,18 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError("--output", f"{args.output}: no such directory")
     if args.output and os.path.isdir(args.output):
         raise InvalidInputError("--output", f"{args.output} is a directory, not a file")
-    only = set(args.only or [])
-    url = args.database_url
-    if args.driver == "sqlite":
-        url = None
+    # --only names the parts to run, else a default run's; --compare-river adds River's.
+    parts = frozenset(args.only or DEFAULT_PARTS) | ({"river"} if args.compare_river else set())
     config = BenchConfig(
-        database_url=url,
+        database_url=None if args.driver == "sqlite" else args.database_url,
         driver=args.driver,
         jobs=args.jobs,
         op_calls=args.calls,
         duration=args.duration,
         e2e_events=args.e2e_events,
-        include_ops=not only or "ops" in only,
-        include_e2e=not only or "e2e" in only,
-        include_floor=not only or "floor" in only,
-        include_scenarios=not only or "scenarios" in only,
-        include_defaults=not only or "defaults" in only,
-        include_inserts=not only or "inserts" in only,
-        include_latency=not only or "latency" in only,
-        include_river=args.compare_river or "river" in only,
-        include_job_kinds=not only or "job-kinds" in only,
+        parts=parts,
         latency_jobs=args.latency_jobs or min(200, max(10, args.jobs // 100)),
         burst_jobs=args.burst_jobs or min(10_000, max(1, args.jobs // 2)),
-        include_scale="scale" in only,
-        include_workflow="workflow" in only,
-        include_flow="flow" in only,
-        include_process="process" in only,
         scale_finalized_rows=args.finalized_rows,
     )
     if args.cpu_job_ms is not None:
