@@ -1,7 +1,7 @@
 """The Python half of riverboat's durable periodic jobs (``riverboat_periodic_job``),
-shared by both dialects: rows encoded and decoded once. A dialect's SQL lives in
-``dialect/<name>_periodic.py``, with the two hooks below saying how it passes a batch of
-rows and reads a stored time."""
+shared by both dialects: rows encoded and decoded once, and the upserts' rules written
+once (the ``*_sql`` builders). A dialect's SQL lives in ``dialect/<name>_periodic.py``,
+with the hooks below saying how it passes a batch of rows and reads a stored time."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ __all__ = [
     "PeriodicJobDeclaration",
     "PeriodicJobWrite",
     "PeriodicStatements",
+    "periodic_job_declare_sql",
     "periodic_job_list_sql",
+    "periodic_job_save_sql",
 ]
 
 
@@ -32,6 +34,49 @@ SELECT id, schedule, catch_up, next_run_at, last_run_at, created_at, updated_at,
     {template}, removed_at
 FROM <schema>riverboat_periodic_job
 ORDER BY id
+"""
+
+
+def periodic_job_save_sql(rows: str, now: str) -> str:
+    """The ``periodic_job_save`` upsert, ``rows`` the dialect's SELECT of the batch's
+    (id, schedule, catch_up, next_run_at, last_run_at) and ``now`` its current time.
+
+    One row per periodic job the leader advanced. Under an unchanged schedule next_run_at
+    only moves forward, and last_run_at is kept when this write inserted nothing. A new
+    schedule from the leader's own code (a deploy) replaces the stored one; but a row with
+    a template was declared at runtime by a client (periodic_job_declare), maybe after the
+    leader read it: that declaration wins, and the leader's write under the schedule it
+    read is dropped (it starts the declared schedule at its next read). Stored times
+    compare as times on both dialects (SQLite's are fixed-width UTC text)."""
+    return f"""
+INSERT INTO <schema>riverboat_periodic_job AS stored
+    (id, schedule, catch_up, next_run_at, last_run_at)
+{rows}
+ON CONFLICT (id) DO UPDATE
+SET schedule = excluded.schedule, catch_up = excluded.catch_up,
+    next_run_at = excluded.next_run_at,
+    last_run_at = coalesce(excluded.last_run_at, stored.last_run_at),
+    updated_at = {now}
+WHERE CASE WHEN stored.schedule <> excluded.schedule THEN stored.template IS NULL
+           ELSE stored.next_run_at IS NULL
+                OR excluded.next_run_at IS NULL
+                OR stored.next_run_at <= excluded.next_run_at END
+"""
+
+
+def periodic_job_declare_sql(rows: str, now: str) -> str:
+    """The ``periodic_job_declare`` upsert, ``rows`` the dialect's SELECT of the batch's
+    (id, schedule, catch_up, template) and ``now`` its current time.
+
+    A client's periodic jobs, at its start or added at runtime: the latest declaration of
+    an id defines it (schedule, catch-up, template), and clears a removal."""
+    return f"""
+INSERT INTO <schema>riverboat_periodic_job AS stored (id, schedule, catch_up, template)
+{rows}
+ON CONFLICT (id) DO UPDATE
+SET schedule = excluded.schedule, catch_up = excluded.catch_up, template = excluded.template,
+    removed_at = NULL, updated_at = {now},
+    next_run_at = CASE WHEN stored.schedule = excluded.schedule THEN stored.next_run_at END
 """
 
 

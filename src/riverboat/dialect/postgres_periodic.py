@@ -14,7 +14,9 @@ from riverboat.dialect._periodic_common import (
     PeriodicJobDeclaration,
     PeriodicJobWrite,
     PeriodicStatements,
+    periodic_job_declare_sql,
     periodic_job_list_sql,
+    periodic_job_save_sql,
 )
 
 __all__ = ["PostgresPeriodic"]
@@ -23,40 +25,18 @@ QUERIES: dict[str, str] = {}
 
 QUERIES["periodic_job_list"] = periodic_job_list_sql("template")
 
-# One row per periodic job the leader advanced. Under an unchanged schedule next_run_at
-# only moves forward, and last_run_at is kept when this write inserted nothing. A new
-# schedule from the leader's own code (a deploy) replaces the stored one; but a row with a
-# template was declared at runtime by a client (periodic_job_declare), maybe after the
-# leader read it: that declaration wins, and the leader's write under the schedule it read
-# is dropped (it starts the declared schedule at its next read).
-QUERIES["periodic_job_save"] = """
-INSERT INTO <schema>riverboat_periodic_job AS stored
-    (id, schedule, catch_up, next_run_at, last_run_at)
-SELECT * FROM unnest(:ids::text[], :schedules::text[], :catch_ups::text[],
-                     :next_run_ats::timestamptz[], :last_run_ats::timestamptz[])
-ON CONFLICT (id) DO UPDATE
-SET schedule = excluded.schedule, catch_up = excluded.catch_up,
-    next_run_at = excluded.next_run_at,
-    last_run_at = coalesce(excluded.last_run_at, stored.last_run_at),
-    updated_at = now()
-WHERE CASE WHEN stored.schedule <> excluded.schedule THEN stored.template IS NULL
-           ELSE stored.next_run_at IS NULL
-                OR excluded.next_run_at IS NULL
-                OR stored.next_run_at <= excluded.next_run_at END
-"""
+QUERIES["periodic_job_save"] = periodic_job_save_sql(
+    """SELECT * FROM unnest(:ids::text[], :schedules::text[], :catch_ups::text[],
+                     :next_run_ats::timestamptz[], :last_run_ats::timestamptz[])""",
+    now="now()",
+)
 
-# A client's periodic jobs, at its start or added at runtime: the latest declaration of
-# an id defines it (schedule, catch-up, template), and clears a removal.
-QUERIES["periodic_job_declare"] = """
-INSERT INTO <schema>riverboat_periodic_job AS stored (id, schedule, catch_up, template)
-SELECT id, schedule, catch_up, template::jsonb
+QUERIES["periodic_job_declare"] = periodic_job_declare_sql(
+    """SELECT id, schedule, catch_up, template::jsonb
 FROM unnest(:ids::text[], :schedules::text[], :catch_ups::text[], :templates::text[])
-    AS t (id, schedule, catch_up, template)
-ON CONFLICT (id) DO UPDATE
-SET schedule = excluded.schedule, catch_up = excluded.catch_up, template = excluded.template,
-    removed_at = NULL, updated_at = now(),
-    next_run_at = CASE WHEN stored.schedule = excluded.schedule THEN stored.next_run_at END
-"""
+    AS t (id, schedule, catch_up, template)""",
+    now="now()",
+)
 
 QUERIES["periodic_job_remove"] = """
 UPDATE <schema>riverboat_periodic_job SET removed_at = now(), updated_at = now()

@@ -14,7 +14,9 @@ from riverboat.dialect._periodic_common import (
     PeriodicJobDeclaration,
     PeriodicJobWrite,
     PeriodicStatements,
+    periodic_job_declare_sql,
     periodic_job_list_sql,
+    periodic_job_save_sql,
 )
 from riverboat.dialect._sqlite_common import NOW, parse_timestamp
 
@@ -24,37 +26,23 @@ QUERIES: dict[str, str] = {}
 
 QUERIES["periodic_job_list"] = periodic_job_list_sql("json(template)")
 
-# See the Postgres twin. Stored times are fixed-width text, so they compare as times.
-QUERIES["periodic_job_save"] = f"""
-INSERT INTO <schema>riverboat_periodic_job AS stored
-    (id, schedule, catch_up, next_run_at, last_run_at)
-SELECT value ->> '$.id', value ->> '$.schedule', value ->> '$.catch_up',
+# The rows come as one JSON array (see _rows_json). "WHERE true" keeps SQLite's parser
+# from reading the ON CONFLICT of the upsert as a join constraint of the SELECT.
+QUERIES["periodic_job_save"] = periodic_job_save_sql(
+    """SELECT value ->> '$.id', value ->> '$.schedule', value ->> '$.catch_up',
        value ->> '$.next_run_at', value ->> '$.last_run_at'
 FROM json_each(:rows)
-WHERE true
-ON CONFLICT (id) DO UPDATE
-SET schedule = excluded.schedule, catch_up = excluded.catch_up,
-    next_run_at = excluded.next_run_at,
-    last_run_at = coalesce(excluded.last_run_at, stored.last_run_at),
-    updated_at = {NOW}
-WHERE CASE WHEN stored.schedule <> excluded.schedule THEN stored.template IS NULL
-           ELSE stored.next_run_at IS NULL
-                OR excluded.next_run_at IS NULL
-                OR stored.next_run_at <= excluded.next_run_at END
-"""
+WHERE true""",
+    now=NOW,
+)
 
-# See the Postgres twin.
-QUERIES["periodic_job_declare"] = f"""
-INSERT INTO <schema>riverboat_periodic_job AS stored (id, schedule, catch_up, template)
-SELECT value ->> '$.id', value ->> '$.schedule', value ->> '$.catch_up',
+QUERIES["periodic_job_declare"] = periodic_job_declare_sql(
+    """SELECT value ->> '$.id', value ->> '$.schedule', value ->> '$.catch_up',
        CASE WHEN value ->> '$.template' IS NOT NULL THEN jsonb(value -> '$.template') END
 FROM json_each(:rows)
-WHERE true
-ON CONFLICT (id) DO UPDATE
-SET schedule = excluded.schedule, catch_up = excluded.catch_up, template = excluded.template,
-    removed_at = NULL, updated_at = {NOW},
-    next_run_at = CASE WHEN stored.schedule = excluded.schedule THEN stored.next_run_at END
-"""
+WHERE true""",
+    now=NOW,
+)
 
 QUERIES["periodic_job_remove"] = f"""
 UPDATE <schema>riverboat_periodic_job SET removed_at = {NOW}, updated_at = {NOW}
