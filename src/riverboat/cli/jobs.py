@@ -166,7 +166,7 @@ def print_records(
     headers: Sequence[str],
     row: Callable[[Record], Sequence[str]],
     *,
-    empty: str,
+    empty: str | None = None,
     derived: Callable[[Record], dict[str, Any]] | None = None,
 ) -> None:
     """A listing of dataclass records: with ``--json`` a JSON list, datetimes in ISO 8601,

@@ -12,38 +12,24 @@ import json
 from collections.abc import Sequence
 
 from riverboat._queue import QueueRow
-from riverboat.cli.jobs import add_actions, add_common, open_client, print_table
+from riverboat.cli.jobs import add_actions, add_common, open_client, print_records, print_table
 from riverboat.flow import LimitUse
 
 __all__ = ["add_arguments", "run"]
 
 
 def _print_queues(queues: Sequence[QueueRow], as_json: bool) -> None:
-    if as_json:
-        out = [
-            {
-                "name": q.name,
-                "created_at": q.created_at.isoformat(),
-                "metadata": q.metadata,
-                "paused_at": q.paused_at.isoformat() if q.paused_at else None,
-                "updated_at": q.updated_at.isoformat(),
-            }
-            for q in queues
-        ]
-        print(json.dumps(out, indent=2))
-        return
     fmt = "%Y-%m-%d %H:%M:%S"
-    print_table(
+    print_records(
+        queues,
+        as_json,
         ("NAME", "PAUSED_AT", "UPDATED_AT", "CREATED_AT"),
-        [
-            (
-                q.name,
-                q.paused_at.strftime(fmt) if q.paused_at else "-",
-                q.updated_at.strftime(fmt),
-                q.created_at.strftime(fmt),
-            )
-            for q in queues
-        ],
+        lambda q: (
+            q.name,
+            q.paused_at.strftime(fmt) if q.paused_at else "-",
+            q.updated_at.strftime(fmt),
+            q.created_at.strftime(fmt),
+        ),
     )
 
 
@@ -124,12 +110,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run one ``queues`` action; returns the exit code."""
     with open_client(args) as client:
-        if args.action == "list":
-            _print_queues(client.queue_list(limit=args.limit), args.json)
-        elif args.action == "limits":
+        if args.action == "limits":
             _print_limits(client.queue_limits(args.queue), args.json)
+            return 0
+        # Every other action shows the queues it listed or changed.
+        if args.action == "list":
+            queues = client.queue_list(limit=args.limit)
         elif args.action == "pause":
-            _print_queues(client.queue_pause(args.name), args.json)
+            queues = client.queue_pause(args.name)
         else:
-            _print_queues(client.queue_resume(args.name), args.json)
+            queues = client.queue_resume(args.name)
+        _print_queues(queues, args.json)
     return 0
