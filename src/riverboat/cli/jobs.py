@@ -215,17 +215,22 @@ def add_listing(parser: argparse.ArgumentParser, help: str) -> Any:
     return sub
 
 
-def add_actions(
-    sub: Any, actions: Sequence[tuple[str, str]], argument: str, metavar: str, *, worker: bool
+def add_worker_option(parser: argparse.ArgumentParser) -> None:
+    """``--worker ID``: a fleet command sent to one live worker instead of all."""
+    parser.add_argument("--worker", metavar="ID", help="only this worker (default: all)")
+
+
+def add_queue_actions(
+    sub: Any, actions: Sequence[tuple[str, str]], *, worker: bool = False
 ) -> None:
-    """Subcommands that each take one ``argument`` (and with ``worker``, ``--worker``),
-    as (name, help) pairs."""
+    """Subcommands that each take a QUEUE (and with ``worker``, ``--worker``), as
+    (name, help) pairs."""
     for action, text in actions:
         command = sub.add_parser(action, help=text, description=text)
         add_common(command)
-        command.add_argument(argument, metavar=metavar)
+        command.add_argument("queue", metavar="QUEUE")
         if worker:
-            command.add_argument("--worker", metavar="ID", help="only this worker (default: all)")
+            add_worker_option(command)
 
 
 def print_jobs(jobs: Sequence[JobRow], as_json: bool) -> None:

@@ -12,7 +12,13 @@ import json
 from collections.abc import Sequence
 
 from riverboat._queue import QueueRow
-from riverboat.cli.jobs import add_actions, add_common, open_client, print_records, print_table
+from riverboat.cli.jobs import (
+    add_common,
+    add_queue_actions,
+    open_client,
+    print_records,
+    print_table,
+)
 from riverboat.flow import LimitUse
 
 __all__ = ["add_arguments", "run"]
@@ -95,15 +101,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_common(limits)
     limits.add_argument("queue", nargs="?", metavar="QUEUE", help="only this queue")
-    add_actions(
+    add_queue_actions(
         sub,
         (
             ("pause", "pause a queue, or every queue with '*'"),
             ("resume", "resume a queue, or every queue with '*'"),
         ),
-        "name",
-        "QUEUE",
-        worker=False,
     )
 
 
@@ -117,8 +120,8 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "list":
             queues = client.queue_list(limit=args.limit)
         elif args.action == "pause":
-            queues = client.queue_pause(args.name)
+            queues = client.queue_pause(args.queue)
         else:
-            queues = client.queue_resume(args.name)
+            queues = client.queue_resume(args.queue)
         _print_queues(queues, args.json)
     return 0

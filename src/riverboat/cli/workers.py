@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 
 from riverboat._fleet import WorkerInfo
 from riverboat.cli.jobs import (
-    add_actions,
     add_common,
     add_listing,
+    add_queue_actions,
+    add_worker_option,
     open_client,
     print_records,
 )
@@ -60,15 +61,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(scale)
     scale.add_argument("queue", metavar="QUEUE")
     scale.add_argument("max_workers", type=int, metavar="N")
-    scale.add_argument("--worker", metavar="ID", help="only this worker (default: all)")
-    add_actions(
+    add_worker_option(scale)
+    add_queue_actions(
         sub,
         (
             ("stop", "stop claiming from a queue on its live workers (running jobs finish)"),
             ("start", "start claiming from a queue again after `workers stop`"),
         ),
-        "queue",
-        "QUEUE",
         worker=True,
     )
 
