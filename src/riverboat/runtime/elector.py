@@ -111,14 +111,14 @@ class Elector:
         self,
         driver: AsyncDriver,
         client_id: str,
-        config: ElectorConfig | None = None,
+        config: ElectorConfig,
         *,
-        notifier: Notifier | None = None,
+        notifier: Notifier | None,
     ) -> None:
         self._driver = driver
         self._dialect = driver.dialect
         self.client_id = client_id
-        self.config = config or ElectorConfig()
+        self.config = config
         self._notifier = notifier
         self.stats = ElectorStats()
         self.leader = asyncio.Event()
