@@ -127,3 +127,17 @@ def test_sigusr1_prints_every_task_and_thread_and_the_worker_carries_on(sqlite_u
             worker.wait()
         reader.join(timeout=30)  # the pipe's end ends its loop
         stderr.close()
+
+
+def test_a_jobs_error_is_logged_with_its_control_characters_escaped(
+    tmp_path: Path, db: tuple[str, str | None]
+) -> None:
+    """A failed attempt's error is the job's own text: an escape sequence in it must not
+    clear the operator's screen or retitle the window, nor a carriage return overwrite
+    the line (cli/_terminal.py)."""
+    url, schema = db
+    hostile = "bad\x1b[2J\x1b]0;owned\x07\rAll jobs completed OK\x9b"
+    insert_jobs(url, schema, "drain_flaky", [{"fail_first": True, "error": hostile}])
+    text = "\n".join(_drain(tmp_path, url, schema, "INFO"))
+    assert not any(c in text for c in "\x1b\x07\r\x9b"), repr(text)
+    assert "bad\\x1b[2J\\x1b]0;owned\\x07\\x0dAll jobs completed OK\\x9b" in text, text

@@ -21,7 +21,7 @@ workers = Workers()
 def drain_flaky(job: Job[Any]) -> None:
     """Fails its first attempt when ``args.fail_first``; records itself on success."""
     if job.args.get("fail_first") and job.attempt == 1:
-        raise RuntimeError("first attempt fails")
+        raise RuntimeError(job.args.get("error", "first attempt fails"))
     _record(f"{job.id} {job.attempt}\n")
 
 

@@ -3,15 +3,17 @@
 A job's args, errors and traces hold whatever its code, its callers or another client
 wrote: an escape sequence printed raw clears the screen, retitles the window or fakes
 output ("all jobs completed OK"), and a carriage return overwrites the line it is on.
-The CLI's text output writes every control character as an escape instead (``\\x1b``).
+The CLI's text output writes every control character as an escape instead (``\\x1b``),
+and so do ``riverboat worker``'s log lines, which quote jobs' errors.
 ``--json`` output needs nothing: JSON escapes them itself.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 
-__all__ = ["printable"]
+__all__ = ["PrintableFormatter", "printable"]
 
 # C0 controls, DEL and C1 controls; tab and newline are kept where lines are allowed.
 _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -26,3 +28,11 @@ def printable(text: str, *, lines: bool = False) -> str:
     """``text`` with its control characters written as ``\\xNN`` escapes; with
     ``lines``, newlines and tabs are kept (a trace, indented JSON)."""
     return (_CONTROLS_BUT_LINES if lines else _CONTROLS).sub(_escape, text)
+
+
+class PrintableFormatter(logging.Formatter):
+    """Log lines with their control characters escaped, newlines and tabs kept (a
+    traceback): a failed job's message or trace is the job's own text."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record), lines=True)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from riverboat._imports import import_attribute
+from riverboat.cli._terminal import PrintableFormatter
 from riverboat.client import AsyncClient, Client
 from riverboat.errors import InvalidInputError
 from riverboat.runtime.collector import tune_collector
@@ -260,9 +261,11 @@ def _run_one(
     soft_stop_timeout: float | None = None,
     stops_before_ready: Callable[[], int] | None = None,
 ) -> int:
+    handler = logging.StreamHandler()
+    handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(
         level=int(log_level) if log_level.isascii() and log_level.isdigit() else log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=[handler],
     )
     client = load_client(target)
     if soft_stop_timeout is not None:
