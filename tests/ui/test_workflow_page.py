@@ -145,3 +145,30 @@ def test_retry_and_cancel_a_workflow_from_its_page(seeded: SeededDb, serve: Any,
         f"job {info.task('pay').job.id} was cancelled again: its dependency 'charge' failed "
         "(retry that task, or the workflow)"
     )
+
+
+def test_a_workflow_name_in_a_confirmation_is_text_not_code(
+    seeded: SeededDb, serve: Any, page: Any
+) -> None:
+    """Workflow names are data any client writes: the cancel button's confirmation shows
+    one as it is, and dismissing it cancels nothing (it once sat in an inline onclick
+    script, where a quote in the name ran code as soon as the button was clicked)."""
+    name = "x'+(window.PWNED='yes')+'\"><img src=x onerror=\"window.PWNED='img'\">"
+    wf = Workflow(name)
+    wf.add("only", {}, kind="report_step")
+    with seeded.client() as client:
+        client.workflow_insert(wf)
+    base = _open(seeded, serve)
+    page.goto(f"{base}/workflows/{wf.id}")
+    messages: list[str] = []
+
+    def dismiss(dialog: Any) -> None:
+        messages.append(dialog.message)
+        dialog.dismiss()
+
+    page.once("dialog", dismiss)
+    page.click("#workflow-cancel")
+    expect(page.locator("#workflow-cancel")).to_be_visible()
+    assert messages == [f"Cancel every unfinished task of workflow {name}?"]
+    assert page.evaluate("window.PWNED === undefined")
+    expect(page.locator("#workflow-state")).to_have_text("running")
