@@ -81,10 +81,20 @@ def test_actions_need_the_csrf_token_and_our_origin(seeded: SeededDb, serve: Any
         "POST", "/queues/email/pause", {"csrf": token}, Origin="http://evil.example"
     )
     assert status == 403 and "another origin" in text
+    # A page on another port of this host (cookies ignore ports) can set the cookie to
+    # a value of its own and post it: after its cross-origin redirect the browser says
+    # Origin: null, and Sec-Fetch-Site says the request is not this origin's.
+    tossed = Http(base)
+    tossed.cookie = "riverboat_csrf=" + "A" * 43
+    for headers in ({"Origin": "null"}, {"Sec_Fetch_Site": "same-site"}):
+        status, _, text = tossed.request(
+            "POST", "/queues/email/pause", {"csrf": "A" * 43}, **headers
+        )
+        assert status == 403 and "refused a request from another" in text, headers
     assert not _paused(seeded, "email")
 
     status, headers, _ = browser.request(
-        "POST", "/queues/email/pause", {"csrf": token}, Origin=base
+        "POST", "/queues/email/pause", {"csrf": token}, Origin=base, Sec_Fetch_Site="same-origin"
     )
     assert status == 303 and headers["location"].startswith("/?msg=queue+email+paused")
     assert _paused(seeded, "email")

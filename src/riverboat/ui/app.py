@@ -571,16 +571,26 @@ def _csrf_token(request: Request) -> str:
 
 def _check_csrf(request: Request, form: FormData) -> str | None:
     """Double-submit check: the form's token must equal the cookie's (another site can
-    make the browser send the cookie, not read it), and a browser's Origin must be ours."""
+    make the browser send the cookie, not read it), and a browser's request must come
+    from this origin.
+
+    The token alone is not enough: cookies ignore ports, and a sibling subdomain can set
+    one for the parent domain, so a page on another port of the same host (or on a
+    sibling subdomain) can replace the cookie with a value it knows and post it. What a
+    browser says of the request's origin can't be forged by a page: ``Origin`` (sent
+    with every cross-origin POST, ``null`` after a cross-origin redirect or from a
+    sandboxed frame) must name this host, and ``Sec-Fetch-Site``, where sent, must say
+    ``same-origin``. Tools that send neither (curl with the cookie and the token) pass."""
     cookie = request.cookies.get(CSRF_COOKIE, "")
     sent = str(form.get("csrf", ""))
     if not cookie or not hmac.compare_digest(cookie.encode(), sent.encode()):
         return "the form's CSRF token is missing or stale: reload the page and try again"
     origin = request.headers.get("origin")
-    if origin and origin != "null":
-        host = request.headers.get("host", "")
-        if urlsplit(origin).netloc != host:
-            return f"refused a request from another origin ({origin})"
+    if origin is not None and urlsplit(origin).netloc != request.headers.get("host", ""):
+        return f"refused a request from another origin ({origin[:100]})"
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return f"refused a request from another site (Sec-Fetch-Site: {site[:40]})"
     return None
 
 
