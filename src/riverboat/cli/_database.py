@@ -24,14 +24,18 @@ RIVER_SCHEMA_HELP = "River's schema (default: the search_path's)"
 
 
 def add_database_options(
-    parser: argparse.ArgumentParser, *, schema_help: str = RIVER_SCHEMA_HELP
+    parser: argparse.ArgumentParser,
+    *,
+    schema_help: str = RIVER_SCHEMA_HELP,
+    default: Any = None,
 ) -> None:
     parser.add_argument(
         "--database-url",
         metavar="URL",
+        default=default,
         help="postgresql://... or sqlite:///path (default: $DATABASE_URL)",
     )
-    parser.add_argument("--schema", metavar="S", help=schema_help)
+    parser.add_argument("--schema", metavar="S", default=default, help=schema_help)
 
 
 def database_url_or_none(args: argparse.Namespace) -> str | None:

@@ -47,9 +47,19 @@ _DURATION_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 ERROR_WIDTH = 60
 
 
-def add_common(parser: argparse.ArgumentParser) -> None:
-    add_database_options(parser)
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+def add_common(parser: argparse.ArgumentParser, *, after_action: bool = False) -> None:
+    """``--database-url``, ``--schema`` and ``--json``. ``after_action``: on an action
+    of a command that also takes them before its action (:func:`add_listing`): one not
+    given after the action leaves the value given before it alone, where argparse
+    would write the action's default over it (and act on $DATABASE_URL's database)."""
+    default = argparse.SUPPRESS if after_action else None
+    add_database_options(parser, default=default)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS if after_action else False,
+        help="print JSON instead of a table",
+    )
 
 
 @contextmanager
@@ -211,7 +221,7 @@ def add_listing(parser: argparse.ArgumentParser, help: str) -> Any:
     the common options on both; returns the subparsers, for the other actions."""
     add_common(parser)
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
-    add_common(sub.add_parser("list", help=help))
+    add_common(sub.add_parser("list", help=help), after_action=True)
     return sub
 
 
@@ -221,13 +231,17 @@ def add_worker_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_queue_actions(
-    sub: Any, actions: Sequence[tuple[str, str]], *, worker: bool = False
+    sub: Any,
+    actions: Sequence[tuple[str, str]],
+    *,
+    worker: bool = False,
+    after_action: bool = False,
 ) -> None:
     """Subcommands that each take a QUEUE (and with ``worker``, ``--worker``), as
-    (name, help) pairs."""
+    (name, help) pairs; ``after_action`` as for :func:`add_common`."""
     for action, text in actions:
         command = sub.add_parser(action, help=text, description=text)
-        add_common(command)
+        add_common(command, after_action=after_action)
         command.add_argument("queue", metavar="QUEUE")
         if worker:
             add_worker_option(command)

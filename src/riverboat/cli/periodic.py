@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     forget = sub.add_parser(
         "forget", help="delete the stored times of periodic jobs no client defines any more"
     )
-    add_common(forget)
+    add_common(forget, after_action=True)
     forget.add_argument("ids", nargs="+", metavar="ID")
 
 

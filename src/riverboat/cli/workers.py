@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``workers``' subcommands on its parser (``list`` by default)."""
     sub = add_listing(parser, "list the live workers (the default)")
     scale = sub.add_parser("scale", help="set a queue's max_workers on its live workers")
-    add_common(scale)
+    add_common(scale, after_action=True)
     scale.add_argument("queue", metavar="QUEUE")
     scale.add_argument("max_workers", type=int, metavar="N")
     add_worker_option(scale)
@@ -69,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             ("start", "start claiming from a queue again after `workers stop`"),
         ),
         worker=True,
+        after_action=True,
     )
 
 
