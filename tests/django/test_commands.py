@@ -68,6 +68,19 @@ def test_migrate_errors_become_command_errors(empty_schema: str) -> None:
         _run("migrate", "up", "--target-version", "99")
 
 
+def test_a_mistyped_down_target_is_refused_before_anything_is_reverted(
+    empty_schema: str, pg_url: str
+) -> None:
+    """riverboat's own line is unwound first on the way down: a target only River's line
+    knows to refuse was checked after every riverboat_* table was dropped."""
+    _run("migrate")
+    with pytest.raises(CommandError, match="9 is not a valid migration version"):
+        _run("migrate", "down", "--target-version", "9")
+    assert "current version: 8" in _run("migrate", "list")
+    own = rows(pg_url, empty_schema, "SELECT to_regclass('riverboat_client')")
+    assert own != [(None,)]
+
+
 def test_worker_works_the_configured_queues(dj: str, pg_url: str, pg_schema: str) -> None:
     from tests.django.testapp.models import Counter
 

@@ -61,6 +61,10 @@ class Command(BaseCommand):  # type: ignore[misc]
         migrator = Migrator(driver)
         names = migrator.names
         action = options["action"]
+        if action in ("up", "down"):
+            # A mistyped target is refused before anything runs: down unwinds riverboat's
+            # own line first, which a target only River's line checks came too late for.
+            migrator.check_target(options["target_version"], action)
         if action == "up":
             done = migrator.up(options["target_version"])
             for version in done:
