@@ -240,6 +240,13 @@ User.objects.create_user("staff", password="pw", is_staff=True)
 User.objects.create_user("plain", password="pw")
 job = get_client().insert({"n": 1}, kind="sqlite_probe").job
 get_client().job_cancel(job.id)
+# Django's SQLite connection turns columns declared timestamp into datetimes: read as
+# such, not as year 1 (nor None).
+from datetime import UTC, datetime, timedelta
+
+stored = get_client().job_get(job.id)
+for moment in (job.created_at, job.scheduled_at, stored.created_at, stored.finalized_at):
+    assert moment is not None and abs(moment - datetime.now(UTC)) < timedelta(minutes=5), moment
 
 anonymous = Client().get("/ops/riverboat/")
 assert anonymous.status_code == 302, anonymous.status_code

@@ -132,7 +132,8 @@ def parse_timestamp(value: Any) -> datetime | None:
     no zone: UTC) on a fast path, and every other form Go River's drivers write (see
     docs/river-go.md, "Timestamps on SQLite"): Go's ``Time.String()`` (``... +0000 UTC``,
     with or without `` m=+0.0013``), ``+00:00``/``-07:00``/``Z`` suffixes, a ``T``
-    separator, nanoseconds (truncated to microseconds). Numbers are Unix seconds.
+    separator, nanoseconds (truncated to microseconds). Numbers are Unix seconds; a
+    datetime (a connection's own converter parsed it) is taken as it is, naive as UTC.
     Raises ValueError for anything else, and for years Python cannot hold (before 1 or
     after 9999)."""
     if value is None:
@@ -151,6 +152,11 @@ def parse_timestamp(value: Any) -> datetime | None:
         return _parse_timestamp_text(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return datetime.fromtimestamp(value, UTC)
+    if isinstance(value, datetime):
+        # Already parsed by the connection: Django's SQLite backend registers converters
+        # for columns declared timestamp (DjangoDriver reads through its connection).
+        # Naive is UTC, as River's text is.
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     raise ValueError(f"unrecognised SQLite timestamp: {value!r}")
 
 
