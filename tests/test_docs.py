@@ -32,6 +32,11 @@ KNOWN_FRAGMENTS = {
     ("django.md", "# myapp/tasks.py"),
 }
 
+
+def _known_fragment(where: str, code: str) -> bool:
+    return (where.split(":")[0], code.split("\n", 1)[0]) in KNOWN_FRAGMENTS
+
+
 BLOCKS = [
     (f"{path.name}:{line}", code)
     for path in sorted(DOCS.glob("*.md"))
@@ -58,7 +63,7 @@ def test_no_run_blocks_are_rare() -> None:
 def test_docs_python_block_runs(
     where: str, code: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    if (where.split(":")[0], code.split("\n", 1)[0]) in KNOWN_FRAGMENTS:
+    if _known_fragment(where, code):
         request.applymarker(pytest.mark.xfail(reason="a project fragment", strict=True))
     script = tmp_path / f"{where.replace('.md:', '_')}.py"
     if target_of(code) == "postgres":
@@ -78,7 +83,7 @@ def test_sqlite_blocks_run_one_after_another_on_one_file(tmp_path: Path, sqlite_
     blocks = [
         (where, code)
         for where, code in BLOCKS
-        if where not in KNOWN_FRAGMENTS
+        if not _known_fragment(where, code)
         and target_of(code) == "sqlite"
         and SQLITE_PLACEHOLDER in code
     ]

@@ -14,7 +14,7 @@ from urllib.parse import unquote_plus, urlencode, urlsplit
 
 import pytest
 
-from riverboat import InvalidInputError
+from riverboat import InsertOpts, InvalidInputError
 from riverboat.ui import create_app
 from tests.ui.conftest import SeededDb
 
@@ -202,19 +202,15 @@ def test_a_token_past_ascii_works_as_bearer_and_basic(seeded: SeededDb, serve: A
     assert _status_with_bearer(base, "passwörd-✓".encode()) == 401
 
 
-def test_a_job_page_with_odd_error_entries(seeded: SeededDb, serve: Any) -> None:
-    """Error entries another client wrote without a readable time: the page shows them,
-    their time as "-"."""
-    with seeded.client() as client:
-        job = client.insert({}, kind="odd_errors").job
-    errors = ["{}", '"a string"', "null", '{"at": "yesterday", "attempt": 2, "error": "boom"}']
+def _write_errors(seeded: SeededDb, job_id: int, errors: list[str]) -> None:
+    """Store ``errors`` (JSON texts) as the job's error entries, as another client can."""
     if seeded.name == "postgres":
         import psycopg
 
         with psycopg.connect(seeded.url, autocommit=True) as conn:
             conn.execute(
                 f'UPDATE "{seeded.schema}".river_job SET errors = %s::jsonb[] WHERE id = %s',
-                (errors, job.id),
+                (errors, job_id),
             )
     else:
         from riverboat.drivers._sqlite_module import sqlite_module
@@ -224,14 +220,62 @@ def test_a_job_page_with_odd_error_entries(seeded: SeededDb, serve: Any) -> None
         with conn:
             conn.execute(
                 "UPDATE river_job SET errors = jsonb(?) WHERE id = ?",
-                (json.dumps(errors), job.id),
+                (json.dumps(errors), job_id),
             )
         conn.close()
+
+
+def test_a_job_page_with_odd_error_entries(seeded: SeededDb, serve: Any) -> None:
+    """Error entries another client wrote without a readable time: the page shows them,
+    their time as "-"."""
+    with seeded.client() as client:
+        job = client.insert({}, kind="odd_errors").job
+    errors = ["{}", '"a string"', "null", '{"at": "yesterday", "attempt": 2, "error": "boom"}']
+    _write_errors(seeded, job.id, errors)
     status, _, text = Http(serve(create_app(seeded.url, schema=seeded.schema)).url).request(
         "GET", f"/jobs/{job.id}"
     )
     assert status == 200, text[-600:]
     assert "boom" in text and "a string" in text
+
+
+def test_a_job_page_cuts_megabytes_of_errors(seeded: SeededDb, serve: Any) -> None:
+    """Go River stores errors and traces uncut, one entry per attempt: the page (which
+    refreshes itself) shows the newest attempts' errors, each cut, and says so."""
+    from riverboat.ui.app import SHOW_ERROR_MAX, SHOW_ERRORS_MAX
+
+    with seeded.client() as client:
+        job = client.insert({}, kind="loud_errors").job
+    entry = {"at": "2026-01-01T00:00:00Z", "error": "e" * 500_000, "trace": "t" * 500_000}
+    attempts = SHOW_ERRORS_MAX + 3
+    _write_errors(
+        seeded, job.id, [json.dumps({**entry, "attempt": n}) for n in range(1, attempts + 1)]
+    )
+    status, _, text = Http(serve(create_app(seeded.url, schema=seeded.schema)).url).request(
+        "GET", f"/jobs/{job.id}"
+    )
+    assert status == 200
+    assert len(text) < 2 * SHOW_ERRORS_MAX * SHOW_ERROR_MAX + 100_000
+    assert f'Errors <span class="muted">({attempts})</span>' in text
+    assert "3 older attempts not shown" in text
+    assert (
+        f"<strong>Attempt {attempts}</strong>" in text and "<strong>Attempt 3</strong>" not in text
+    )
+    assert "more characters not shown" in text
+
+
+def test_a_job_page_with_a_workflow_id_that_is_not_text(seeded: SeededDb, serve: Any) -> None:
+    """Metadata is any client's to write: a workflow id that is a list is shown as
+    metadata, without the workflow link (its urlencode failed the page with a 500)."""
+    with seeded.client() as client:
+        job = client.insert(
+            {}, InsertOpts(metadata={"riverboat_workflow": {"id": ["x"]}}), kind="odd_meta"
+        )
+    status, _, text = Http(serve(create_app(seeded.url, schema=seeded.schema)).url).request(
+        "GET", f"/jobs/{job.job.id}"
+    )
+    assert status == 200, text[-600:]
+    assert 'id="job-workflow"' not in text
 
 
 def test_bad_input_is_a_page_not_a_500(seeded: SeededDb, serve: Any) -> None:

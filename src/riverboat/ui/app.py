@@ -169,17 +169,38 @@ def _iso(moment: datetime | None) -> str:
 # shows: the page refreshes itself every few seconds, and a job with 20 MB of args sent
 # them, decoded and indented, at every refresh.
 SHOW_JSON_MAX = 64 * 1024
+# A job page shows the errors of this many newest attempts, each message and trace cut
+# to SHOW_ERROR_MAX characters (riverboat's own cap on a message; Go River stores them
+# uncut, and a retried job has one per attempt): at most some 320 KiB at each refresh.
+SHOW_ERRORS_MAX = 10
+SHOW_ERROR_MAX = 16 * 1024
 
 
-def _shown(text: str, job_id: int) -> str:
-    """``text`` cut to SHOW_JSON_MAX characters, saying what was left out and where to
-    read it all."""
-    if len(text) <= SHOW_JSON_MAX:
+def _shown(text: str, job_id: int, limit: int = SHOW_JSON_MAX) -> str:
+    """``text`` cut to ``limit`` characters, saying what was left out and where to read
+    it all."""
+    if len(text) <= limit:
         return text
     return (
-        f"{text[:SHOW_JSON_MAX]}\n… ({len(text) - SHOW_JSON_MAX:,} more characters not "
+        f"{text[:limit]}\n… ({len(text) - limit:,} more characters not "
         f"shown; `riverboat jobs get {job_id} --json` prints them all)"
     )
+
+
+def _workflow_link(job: JobRow) -> dict[str, str] | None:
+    """What the job page says of the workflow a task belongs to, as text; None for a
+    job outside any workflow, or whose workflow id is not text (metadata any client
+    can write: a list there made the link's urlencode fail the whole page)."""
+    meta = workflow_meta(job)
+    if meta is None or not isinstance(meta.get("id"), str):
+        return None
+    cancelled_by = meta.get("cancelled_by")
+    return {
+        "id": meta["id"],
+        "name": str(meta.get("name") or ""),
+        "task": str(meta.get("task", "")),
+        "cancelled_by": "" if cancelled_by is None else str(cancelled_by),
+    }
 
 
 def _json_block(raw: str, decoded: Callable[[], Any], job_id: int) -> str:
@@ -810,9 +831,18 @@ def create_app(
                 ("Attempted", job.attempted_at),
                 ("Finalized", job.finalized_at),
             ],
-            errors=list(reversed(job.errors)),
+            errors=[
+                {
+                    "attempt": error.attempt,
+                    "at": error.at,
+                    "error": _shown(error.error, job.id, SHOW_ERROR_MAX),
+                    "trace": _shown(error.trace, job.id, SHOW_ERROR_MAX),
+                }
+                for error in reversed(job.errors[-SHOW_ERRORS_MAX:])
+            ],
+            errors_left_out=max(0, len(job.errors) - SHOW_ERRORS_MAX),
             here=_app_path(request).split("?", 1)[0],
-            workflow=workflow_meta(job),
+            workflow=_workflow_link(job),
         )
 
     async def workflows(request: Request) -> Response:
