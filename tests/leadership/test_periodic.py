@@ -133,16 +133,22 @@ class _Failing:
             raise ConnectionError("the calendar service is down")
         if self.how == "exits":
             sys.exit(2)
+        if self.how == "stuck":
+            return after  # ">=" where next() must be ">": asked again at once, forever
+        if self.how == "past":
+            return datetime(2026, 1, 1, tzinfo=UTC)
         return datetime.now()  # naive: refused
 
 
-@pytest.mark.parametrize("how", ["raises", "exits", "naive"])
+@pytest.mark.parametrize("how", ["raises", "exits", "naive", "stuck", "past"])
 async def test_a_failing_custom_schedule_stops_only_its_own_runs(
     apg_driver: AsyncPsycopgDriver, pg_url: str, pg_schema: str, how: str
 ) -> None:
-    """A custom schedule's next() that raises (sys.exit too) or returns a naive datetime
-    has no runs until it is asked again (SCHEDULE_RETRY later); the other periodic jobs
-    run on. It stopped every periodic job: each run of the service failed on it."""
+    """A custom schedule's next() that raises (sys.exit too), returns a naive datetime
+    or a time not after the one it was given has no runs until it is asked again
+    (SCHEDULE_RETRY later); the other periodic jobs run on. It stopped every periodic
+    job: each run of the service failed on it. One that did not advance was asked again
+    at once, thousands of times a second."""
     import riverboat.runtime.maintenance.periodic as periodic
 
     failing = _Failing(how)

@@ -600,13 +600,24 @@ class PeriodicJobEnqueuer(Service):
 
     def _next(self, entry: _Entry, after: datetime) -> datetime | None:
         """The entry's first tick after ``after``. A custom schedule whose next() fails
-        (raises, even SystemExit, or returns what is not an aware datetime) has no tick
+        (raises, even SystemExit, returns what is not an aware datetime, or a time not
+        after ``after``) has no tick
         until it is asked again SCHEDULE_RETRY later: the other periodic jobs run on, as
         they do past a constructor that fails."""
         try:
             tick = entry.job.next_after(after)
         except CALLBACK_FAILURES as exc:
             self._schedule_failed(entry, exc)
+            return None
+        if tick is not None and tick <= after:
+            # A tick that does not advance (">=" where next() must be ">") was asked
+            # for again at once, forever: thousands of runs a second, nothing logged.
+            self._schedule_failed(
+                entry,
+                ValueError(
+                    f"next({after.isoformat()}) returned {tick.isoformat()}, not a later time"
+                ),
+            )
             return None
         entry.schedule_retry_at = None
         return tick
