@@ -96,6 +96,9 @@ def test_descriptors_and_fixed_offsets() -> None:
     assert daily.next_after(_utc(2026, 1, 1)) == _utc(2026, 1, 1, 5)
     offset = PeriodicJob("0 9 * * 1-5", lambda: None, tz=timezone(timedelta(hours=9)))
     assert offset.next_after(_utc(2026, 1, 2)) == _utc(2026, 1, 5, 0)  # Monday 09:00 +09
+    # Stored under its IANA name (POSIX's reversed sign), which a leader reads back.
+    assert offset.schedule_text == "CRON_TZ=Etc/GMT-9 0 9 * * 1-5"
+    assert PeriodicJob("0 9 * * *", lambda: None, tz=UTC).schedule_text.startswith("CRON_TZ=UTC ")
 
 
 @pytest.mark.parametrize(
@@ -111,10 +114,20 @@ def test_descriptors_and_fixed_offsets() -> None:
         # Valid fields that never meet were accepted; the leader logged an error each run.
         ("0 0 30 2 *", None, "never comes"),
         ("0 0 31 4 *", None, "never comes"),
+        # croniter reads these, River's robfig parser refuses them; R picked a new
+        # random minute at each question (an hourly job ran dozens of times a day).
+        ("R * * * *", None, "syntax River's cron parser refuses"),
+        ("0 0 L * *", None, "syntax River's cron parser refuses"),
+        ("0 0 15W * *", None, "syntax River's cron parser refuses"),
+        ("0 0 * * MON#2", None, "syntax River's cron parser refuses"),
+        ("59-1 * * * *", None, "runs backwards"),
+        # Stored as CRON_TZ=<name> for a leader to read back: a zone with no IANA name
+        # was stored as text no leader could read.
+        ("0 * * * *", timezone(timedelta(hours=5, minutes=30)), "no IANA name"),
     ],
 )
 def test_bad_schedules_are_refused_when_declared(
-    schedule: str, tz: str | None, message: str
+    schedule: str, tz: str | timezone | None, message: str
 ) -> None:
     with pytest.raises(InvalidInputError, match=message):
         PeriodicJob(schedule, lambda: None, tz=tz)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -36,14 +36,53 @@ _TZ_PREFIX = re.compile(r"\A(?:CRON_TZ|TZ)=(\S+)\s+(.*)\Z", re.S)
 
 
 def _zone(value: object, field: str) -> tzinfo:
-    if isinstance(value, tzinfo):
+    """An IANA time zone: its name, a ZoneInfo, or UTC. The schedule is stored as
+    ``CRON_TZ=<name> ...`` for the leader (maybe another process) to read back, so a
+    zone without an IANA name (a fixed offset) is refused here, not left for a leader
+    that can't run it."""
+    if isinstance(value, ZoneInfo):
         return value
+    if isinstance(value, tzinfo):
+        # A fixed offset (datetime.timezone) of whole hours has an IANA name: Etc/GMT-9
+        # is UTC+09:00 (the sign is POSIX's, reversed).
+        offset = value.utcoffset(None)
+        if (
+            isinstance(value, timezone)
+            and offset is not None
+            and offset % timedelta(hours=1) == timedelta(0)
+        ):
+            hours = int(offset / timedelta(hours=1))
+            if -12 <= hours <= 14:
+                return ZoneInfo("UTC" if hours == 0 else f"Etc/GMT{-hours:+d}")
+        raise InvalidInputError(
+            field,
+            f"{value!r} has no IANA name to store the schedule under, for a leader to read "
+            "back: pass a name such as 'Asia/Kolkata', or a ZoneInfo",
+        )
     if not isinstance(value, str) or not value:
         raise InvalidInputError(field, "must be a time zone name (IANA, e.g. Europe/Paris)")
     try:
         return ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError):
         raise InvalidInputError(field, f"{value!r} is not a known time zone") from None
+
+
+# What croniter reads and River's robfig parser refuses: L (last), W (weekday), # (nth
+# weekday) and R (random: croniter picks a new minute at every question, so an hourly
+# job ran dozens of times a day).
+_NOT_ROBFIG = re.compile(r"(?:\A|[,/\-])(?:L|LW|R|\d*W)(?:\Z|[,/\-])|#|\A\d*L\Z", re.I)
+_RANGE = re.compile(r"\A(\d+)-(\d+)\Z")
+
+
+def _robfig_refuses(field: str) -> str | None:
+    """Why River's robfig parser refuses one cron field croniter accepted, or None."""
+    if _NOT_ROBFIG.search(field):
+        return f"{field!r} uses syntax River's cron parser refuses (L, W, # or R)"
+    for part in field.split(","):
+        bounds = _RANGE.match(part.split("/", 1)[0])
+        if bounds is not None and int(bounds.group(1)) > int(bounds.group(2)):
+            return f"the range {part!r} runs backwards (River's cron parser refuses it)"
+    return None
 
 
 def _parse_cron(text: str) -> tuple[str, bool, tzinfo | None]:
@@ -64,6 +103,10 @@ def _parse_cron(text: str) -> tuple[str, bool, tzinfo | None]:
         valid = False
     if not valid or len(expression.split(" ")) not in (1, 5, 6):
         raise InvalidInputError("schedule", f"{text!r} is not a cron expression")
+    if not expression.startswith("@"):
+        for field in expression.split(" "):
+            if (problem := _robfig_refuses(field)) is not None:
+                raise InvalidInputError("schedule", f"{text!r}: {problem}")
     try:
         croniter(expression, datetime.now(UTC), second_at_beginning=seconds_first).get_next(
             datetime
