@@ -23,8 +23,11 @@ SCAN_MAX = 1000
 
 
 def _path(key: str) -> str:
-    # A JSON path naming one top-level key, as an SQL literal.
-    return "'$.\"" + key.replace("'", "''") + "\"'"
+    # A JSON path naming one top-level key, as an SQL literal. Inside the path's quoted
+    # label a quote or backslash is escaped: unescaped, a key holding one named no key,
+    # every job's value read as null and all of them shared one partition.
+    label = key.replace("\\", "\\\\").replace('"', '\\"')
+    return "'$.\"" + label.replace("'", "''") + "\"'"
 
 
 def _partition(table: str, by_kind: bool, by_args: tuple[str, ...]) -> str:
