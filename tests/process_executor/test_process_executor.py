@@ -547,3 +547,15 @@ async def test_workers_choose_their_executor_on_a_thread_queue(any_db: Db, tmp_p
     # first attempt's child.
     assert steps.attempt == 2 and steps.errors[0].error == "RuntimeError: step two fails once"
     assert (tmp_path / "step-one-1").exists() and not (tmp_path / "step-one-2").exists()
+
+
+@pytest.mark.parametrize("limit", [True, 1024, 2**63, 2**64, 1.5e9])
+async def test_a_memory_limit_setrlimit_cannot_take_is_refused_when_declared(limit: Any) -> None:
+    """2**63 bytes and more were accepted, then every child failed to start
+    (setrlimit's OverflowError) and every process job was discarded."""
+    with pytest.raises(riverboat.InvalidInputError, match="process_memory_limit"):
+        riverboat.AsyncClient(
+            "sqlite:///unused.sqlite3",
+            queues={"default": QueueConfig(executor="process", process_memory_limit=limit)},
+            workers=_workers(),
+        )

@@ -192,6 +192,9 @@ class RuntimeConfig:
 
 
 MIN_PROCESS_MEMORY_LIMIT = 64 * 1024 * 1024  # a child's interpreter needs about 30 MiB
+# setrlimit's largest: past it every child failed to start (OverflowError) and every
+# process job was discarded.
+MAX_PROCESS_MEMORY_LIMIT = 2**63 - 1
 
 
 def validate_executor(name: str, cfg: QueueConfig, workers: Workers, where: str) -> None:
@@ -207,10 +210,13 @@ def validate_executor(name: str, cfg: QueueConfig, workers: Workers, where: str)
         raise InvalidInputError(f"{where}.process_pool_size", f"must be 1..{MAX_WORKERS_LIMIT}")
     limit = cfg.process_memory_limit
     if limit is not None and (
-        isinstance(limit, bool) or not isinstance(limit, int) or limit < MIN_PROCESS_MEMORY_LIMIT
+        isinstance(limit, bool)
+        or not isinstance(limit, int)
+        or not MIN_PROCESS_MEMORY_LIMIT <= limit <= MAX_PROCESS_MEMORY_LIMIT
     ):
         raise InvalidInputError(
-            f"{where}.process_memory_limit", "must be bytes, at least 64 MiB (or None)"
+            f"{where}.process_memory_limit",
+            "must be bytes, at least 64 MiB and below 2**63 (or None)",
         )
     if cfg.executor != "process":
         return
