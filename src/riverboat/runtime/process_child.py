@@ -25,6 +25,7 @@ import signal
 import struct
 import sys
 import threading
+import time
 import traceback
 import types
 from collections.abc import Callable
@@ -323,15 +324,27 @@ def main() -> None:
     root.handlers[:] = [_ForwardLogs(send)]
     root.setLevel(hello.get("log_level", logging.WARNING))
     jobs: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+    lease: float | None = hello.get("lease")
+    heard_at = [time.monotonic()]  # the parent's last message
+    working = threading.Event()  # set while a job runs
 
     def read_jobs() -> None:
         while True:
             message = read_message(inbox)
             if message is None:  # the parent closed the pipe or died: go too
                 os._exit(0)
-            jobs.put(message)
+            heard_at[0] = time.monotonic()
+            if "ping" not in message:
+                jobs.put(message)
 
     threading.Thread(target=read_jobs, name="riverboat-child-reader", daemon=True).start()
+    if lease is not None:
+        threading.Thread(
+            target=_outlive_no_frozen_parent,
+            args=(lease, heard_at, working),
+            name="riverboat-child-lease",
+            daemon=True,
+        ).start()
     resolver = _Resolver(hello.get("main_path"), hello.get("main_module"))
     for module in hello.get("preload", ()):
         try:
@@ -341,8 +354,40 @@ def main() -> None:
     send({"ready": os.getpid()})
     while True:
         message = jobs.get()
+        heard_at[0] = time.monotonic()
+        working.set()
         # A fresh context per job, as a thread pool's copy_context gives each job.
-        send(contextvars.Context().run(_work, resolver, message))
+        outcome = contextvars.Context().run(_work, resolver, message)
+        working.clear()
+        send(outcome)
+
+
+# The exit status of a child that left its job because its parent stopped answering
+# (process_pool.LEASE_EXPIRED_EXIT).
+LEASE_EXPIRED_EXIT = 75
+
+
+def _outlive_no_frozen_parent(
+    lease: float, heard_at: list[float], working: threading.Event
+) -> None:
+    """Exit when a job runs and the parent said nothing for ``lease`` seconds.
+
+    PR_SET_PDEATHSIG and the pipe's EOF cover a parent that died; not one that is
+    frozen (SIGSTOP, a VM paused, swapped out), whose pipe stays open. Its registry row
+    goes stale, the leader rescues its jobs after dead_after, and another worker runs
+    them: this child, not frozen, ran its attempt beside the new one for as long as the
+    parent stayed frozen."""
+    while True:
+        time.sleep(min(1.0, lease / 4))
+        silent = time.monotonic() - heard_at[0]
+        if working.is_set() and silent > lease:
+            print(
+                f"riverboat: this child's worker process said nothing for {silent:.0f}s "
+                "(frozen?): leaving the job, which is rescued and run again elsewhere",
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(LEASE_EXPIRED_EXIT)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,10 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 _HEADER = struct.Struct(">I")
 CHILD_MODULE = "riverboat.runtime.process_child"
+# runtime.process_child's exit status when it left a job its parent stopped answering for
+# (not imported from there: the pool must not import the child's module and its worker
+# machinery at import time).
+LEASE_EXPIRED_EXIT = 75
 # A child's first message; its interpreter and riverboat import take ~0.1 s.
 CHILD_START_TIMEOUT = 60.0
 
@@ -146,6 +150,11 @@ def describe_exit(returncode: int | None) -> str:
         return "ended without an exit status"
     if returncode < 0:
         return f"killed by signal {_signal_name(-returncode)}"
+    if returncode == LEASE_EXPIRED_EXIT:
+        return (
+            f"exited with code {returncode}: this worker process said nothing to it for "
+            "half of dead_after (frozen?), so it left the job"
+        )
     return f"exited with code {returncode}"
 
 
@@ -262,8 +271,14 @@ class ProcessPool:
         memory_limit: int | None = None,
         name: str = "",
         preload: tuple[str, ...] = (),
+        lease: float | None = None,
     ) -> None:
         self.size = size
+        # While a child works a job the pool tells it every lease / 4 seconds that this
+        # process still runs; a child told nothing for ``lease`` seconds exits (a frozen
+        # worker's job is rescued and run elsewhere after the registry's dead_after: its
+        # child must not go on running it beside the new attempt). None: no lease.
+        self.lease = lease
         # Modules a child imports before it says it is ready (the process workers'), so
         # a job's timeout doesn't pay for its module's first import.
         self.preload = preload
@@ -317,6 +332,7 @@ class ProcessPool:
                     "memory_limit": self.memory_limit,
                     "log_level": logging.getLogger().getEffectiveLevel(),
                     "preload": list(self.preload),
+                    "lease": self.lease,
                 }
             )
             async with asyncio.timeout(CHILD_START_TIMEOUT):
@@ -400,7 +416,14 @@ class ProcessPool:
                 if on_start is not None:  # the job's timeout counts from here
                     on_start()
                 child.send(message)
-                outcome = await self._outcome(child)
+                renewing = (
+                    asyncio.create_task(self._renew(child)) if self.lease is not None else None
+                )
+                try:
+                    outcome = await self._outcome(child)
+                finally:
+                    if renewing is not None:
+                        renewing.cancel()
                 keep = "memory" not in outcome.get("error", {})
             except (asyncio.IncompleteReadError, ConnectionError):
                 await _reap(child.process)
@@ -416,6 +439,14 @@ class ProcessPool:
         error = outcome.get("error")
         if error is not None:
             raise self._error(error)
+
+    async def _renew(self, child: _Child) -> None:
+        """Tell ``child`` this process still runs, every lease / 4 seconds."""
+        assert self.lease is not None
+        while True:
+            await asyncio.sleep(self.lease / 4)
+            with contextlib.suppress(ConnectionError, RuntimeError):  # dying: seen by run()
+                child.send({"ping": True})
 
     def _idle_child(self) -> _Child | None:
         while self._idle:

@@ -195,6 +195,7 @@ class Producer:
         emit: Callable[[Event], None],
         refill_without_cooldown: bool = False,
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
+        child_lease: float | None = None,
     ) -> None:
         self.queue = queue
         # Every statement of this producer answers within call_timeout or its connection
@@ -241,6 +242,7 @@ class Producer:
                 memory_limit=config.process_memory_limit,
                 name=queue,
                 preload=tuple(sorted(modules)),
+                lease=child_lease,
             )
         self._exec_config = ExecutorConfig(
             workers,

@@ -434,6 +434,9 @@ class Runtime:
             emit=self._emit,
             refill_without_cooldown=qcfg.fetch_cooldown is None and cfg.fetch_cooldown is None,
             call_timeout=cfg.db_call_timeout,
+            # Half the registry's horizon: a child of a frozen worker leaves its job well
+            # before the leader hands the job to another worker.
+            child_lease=cfg.dead_after / 2,
         )
         if cfg.middleware is not None:  # metric_emit hooks (River's HookMetricEmit)
             producer.fetch_metrics = cfg.middleware.fetch_metrics()
