@@ -202,6 +202,23 @@ def test_a_token_past_ascii_works_as_bearer_and_basic(seeded: SeededDb, serve: A
     assert _status_with_bearer(base, "passwörd-✓".encode()) == 401
 
 
+def _execute(seeded: SeededDb, statement: str, *params: Any) -> None:
+    """One statement (``?`` placeholders) on the seeded database, as another client."""
+    if seeded.name == "postgres":
+        import psycopg
+
+        with psycopg.connect(seeded.url, autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "{seeded.schema}"')
+            conn.execute(statement.replace("?", "%s"), params)
+    else:
+        from riverboat.drivers._sqlite_module import sqlite_module
+
+        conn = sqlite_module().connect(seeded.url.removeprefix("sqlite:///"))
+        with conn:
+            conn.execute(statement, params)
+        conn.close()
+
+
 def _write_errors(seeded: SeededDb, job_id: int, errors: list[str]) -> None:
     """Store ``errors`` (JSON texts) as the job's error entries, as another client can."""
     if seeded.name == "postgres":
@@ -375,6 +392,11 @@ def test_an_action_that_changes_nothing_says_so(seeded: SeededDb, serve: Any) ->
     assert said.startswith(f"job {due} is already cancelled; nothing to cancel"), said
     said = message("/jobs/bulk", [("csrf", token), ("action", "cancel")] + [("job", str(done))] * 3)
     assert said.startswith("0 jobs cancelled; ") and said.count("already completed") == 1, said
+    # A running job is cancelled by its worker, asked: the row stays running until then.
+    running = seeded.jobs.available[1]
+    _execute(seeded, "UPDATE river_job SET state = 'running', attempt = 1 WHERE id = ?", running)
+    said = message(f"/jobs/{running}/cancel", {"csrf": token})
+    assert said.startswith(f"cancel requested for job {running}: it is running"), said
 
 
 def test_unknown_host_is_refused_even_for_a_valid_action(seeded: SeededDb, serve: Any) -> None:

@@ -887,7 +887,8 @@ def create_app(
 
     async def _act_on_job(client: AsyncClient, action: str, job_id: int) -> str:
         """Run one action; returns "" when it took effect, else why not (the admin API
-        returns a job it left alone unchanged, e.g. cancelling a completed job)."""
+        returns a job it left alone unchanged, e.g. cancelling a completed job). A
+        running job's cancel took effect as a request: see :func:`_cancel_note`."""
         try:
             if action == "retry":
                 # Read first: River's JobRetry returns a job it left alone (available and
@@ -926,6 +927,18 @@ def create_app(
             return f"job {job_id} not found"
         return ""
 
+    async def _cancel_note(client: AsyncClient, job_id: int) -> str:
+        """What a cancel that took effect did, when the job is still running: River
+        cancels a running job by asking its worker, which stops it (the row stays
+        running until the worker writes the outcome)."""
+        with contextlib.suppress(NotFoundError):
+            if (await client.job_get(job_id)).state is JobState.RUNNING:
+                return (
+                    f"cancel requested for job {job_id}: it is running, and is cancelled "
+                    "when its worker stops it"
+                )
+        return ""
+
     async def job_action(request: Request) -> Response:
         _form_data, refused = await _form(request)
         if refused is not None:
@@ -943,6 +956,8 @@ def create_app(
                 back = "/jobs"
         past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
         message = problem or f"job {job_id} {past}"
+        if action == "cancel" and not problem:
+            message = await _cancel_note(client, job_id) or message
         return RedirectResponse(
             _with_message(
                 request.scope.get("root_path", "") + back, message, "error" if problem else "ok"
