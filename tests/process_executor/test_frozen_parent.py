@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import riverboat
+from tests.process_executor.test_process_executor import _alive
 from tests.reliability._support import REPO
 from tests.runtime.dbs import Db, any_db  # noqa: F401  (the fixture)
 from tests.waiting import wait_until
@@ -46,18 +47,6 @@ WORKER = textwrap.dedent(
     asyncio.run(main())
     """
 )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie (exited, not yet reaped by its frozen parent) has left its job too.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_a_frozen_workers_child_leaves_its_job(any_db: Db, tmp_path: Path) -> None:  # noqa: F811
