@@ -79,6 +79,8 @@ RAISES: dict[str, BaseException] = {
     "timeout": TimeoutError("upstream took too long"),
     "surrogate": ValueError("cannot parse report_\udcff.csv"),
     "group": ExceptionGroup("two steps failed", [ValueError("a"), KeyError("b")]),
+    "sys_exit": SystemExit(3),
+    "keyboard_interrupt": KeyboardInterrupt(),
 }
 
 

@@ -173,8 +173,11 @@ async def _discarded(
         ("timeout", "TimeoutError: upstream took too long", TimeoutError),
         ("surrogate", "ValueError: cannot parse report_\ufffd.csv", ValueError),
         ("group", "ExceptionGroup: two steps failed (2 sub-exceptions)", Exception),
+        # Re-raised in the child, they ended it: "exited with code 3", the error lost.
+        ("sys_exit", "SystemExit: 3", BaseException),
+        ("keyboard_interrupt", "KeyboardInterrupt", BaseException),
     ],
-    ids=["missing_file", "timeout", "surrogate", "group"],
+    ids=["missing_file", "timeout", "surrogate", "group", "sys_exit", "keyboard_interrupt"],
 )
 async def test_errors_python_makes_hard_to_rebuild_are_recorded_as_raised(
     any_db: Db,

@@ -254,9 +254,11 @@ def _work(resolver: _Resolver, message: dict[str, Any]) -> dict[str, Any]:
             if callable(close):
                 close()
             raise TypeError("the process executor runs plain def workers; this one is async")
-    except (KeyboardInterrupt, SystemExit):
-        raise
     except BaseException as exc:
+        # SystemExit and KeyboardInterrupt raised by the job's code too, as the thread
+        # executor records them: re-raised, they ended the child, and the attempt failed
+        # as "exited with code 3" with the job's own error lost. (The child ignores the
+        # signals; only the job raises these.)
         error = exc
     if ctx.resumable is not None:  # what the parent would do, done where the state is
         error = ctx.resumable.finish(error, False, ctx.metadata_updates)
