@@ -140,6 +140,8 @@ class AsyncClientBase(AsyncAdmin):
         )
         if not rows:
             raise NotFoundError(f"job {row.id} not found, or no longer running")
+        if isinstance(job, Job) and job._ctx is not None:
+            job._ctx.completed_in_tx = True
         return dialect.decode_job(rows[0])
 
     # -- workflows and waiting ---------------------------------------------------------

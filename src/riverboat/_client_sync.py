@@ -142,6 +142,8 @@ class ClientBase(SyncAdmin):
         )
         if not rows:
             raise NotFoundError(f"job {row.id} not found, or no longer running")
+        if isinstance(job, Job) and job._ctx is not None:
+            job._ctx.completed_in_tx = True
         return dialect.decode_job(rows[0])
 
     # -- workflows and waiting ---------------------------------------------------------

@@ -3,6 +3,7 @@ effects, on Postgres and SQLite (River's ``JobCompleteTx``)."""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 
@@ -23,7 +24,11 @@ def _client(db: Db, workers: Workers) -> riverboat.Client:
     )
 
 
-def test_completion_commits_with_side_effects(any_db: Db) -> None:  # noqa: F811
+def test_completion_commits_with_side_effects(
+    any_db: Db,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="riverboat.executor")
     db = any_db
     db.execute("CREATE TABLE side_effects (job_id bigint, note text)")
     workers = Workers()
@@ -71,6 +76,11 @@ def test_completion_commits_with_side_effects(any_db: Db) -> None:  # noqa: F811
     assert [e.error for e in rows[rolled].errors] == ["RuntimeError: payment failed after all"]
     effects = sorted(tuple(r) for r in db.execute("SELECT job_id, note FROM side_effects"))
     assert effects == sorted([(ok, "ok"), (after, "raise_after")])
+    # The error after the commit is logged as what it may be, not as a job discarded or
+    # to be retried (alerts fired for jobs that succeeded).
+    about = [r.getMessage() for r in caplog.records if f"job {after} " in r.getMessage()]
+    assert len(about) == 1 and "raised after job_complete_tx" in about[0], about
+    assert "stays completed if that transaction committed" in about[0]
 
 
 def test_refuses_a_job_that_is_not_running(any_db: Db) -> None:  # noqa: F811

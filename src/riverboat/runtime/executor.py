@@ -344,7 +344,7 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
         update = outcomes.failed(row, entry, datetime.now(UTC), outcomes.RetryPolicy())
         kind, error = EventKind.JOB_FAILED, exc
     if kind is EventKind.JOB_FAILED and error is not None:
-        _log_failure(row, error, update)
+        _log_failure(row, error, update, ctx.completed_in_tx)
     elif log.isEnabledFor(logging.DEBUG):
         log.debug(
             "job %d (%s) attempt %d/%d %s in %.3fs",
@@ -363,12 +363,30 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
     return PendingCompletion(update, row, kind, started_at, finished - started_mono, finished)
 
 
-def _log_failure(row: JobRow, error: BaseException, update: JobStateUpdate) -> None:
+def _log_failure(
+    row: JobRow, error: BaseException, update: JobStateUpdate, completed_in_tx: bool = False
+) -> None:
     """One line per failed attempt (kind, id, attempt, error): WARNING when it will be
     retried, ERROR when the job is discarded. The traceback goes with the final failure
     only, and to DEBUG for the others (a job retried 25 times would otherwise print its
     stack 25 times; River 0.33 demoted job errors for the same reason). A timeout or
-    an unknown kind has none worth showing (it would only show riverboat)."""
+    an unknown kind has none worth showing (it would only show riverboat).
+
+    After ``job_complete_tx`` the failure decides nothing if that transaction
+    committed (the row is completed; the outcome only changes rows still running), so
+    it is one WARNING that says so, not an alert that the job was discarded."""
+    if completed_in_tx:
+        log.warning(
+            "job %d (%s) attempt %d/%d raised after job_complete_tx: %s: %s; the job stays "
+            "completed if that transaction committed, else this failure is its outcome",
+            row.id,
+            row.kind,
+            row.attempt,
+            row.max_attempts,
+            type(error).__name__,
+            storable_text(outcomes.error_message(error)),
+        )
+        return
     discarded = update.state is JobState.DISCARDED
     trace = not isinstance(error, (JobTimeoutError, UnknownJobKindError))
     log.log(

@@ -49,6 +49,9 @@ OUTPUT_MAX_BYTES = 32 * 1024 * 1024  # River's limit for recorded output
 class _WorkContext:
     metadata_updates: dict[str, Any] = dataclasses.field(default_factory=dict)
     resumable: Any = None  # riverboat.resumable.ResumableState, made by the first step
+    # job_complete_tx wrote the job completed in the caller's transaction (which may
+    # have committed): a failure after it is logged as what it may be.
+    completed_in_tx: bool = False
 
 
 _work_context: contextvars.ContextVar[_WorkContext | None] = contextvars.ContextVar(
