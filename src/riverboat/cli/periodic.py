@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run one ``periodic`` action; returns the exit code."""
-    with open_client(args) as client:
+    with open_client(args, riverboat_line=True) as client:
         if args.action == "forget":
             gone = client.periodic_job_forget(args.ids)
             unknown = sorted(set(args.ids) - set(gone))

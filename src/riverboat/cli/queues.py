@@ -112,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run one ``queues`` action; returns the exit code."""
-    with open_client(args) as client:
+    with open_client(args, riverboat_line=args.action == "limits") as client:
         if args.action == "limits":
             _print_limits(client.queue_limits(args.queue), args.json)
             return 0

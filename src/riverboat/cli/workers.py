@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run one ``workers`` action; returns the exit code."""
     action = args.action or "list"
-    with open_client(args) as client:
+    with open_client(args, riverboat_line=True) as client:
         if action == "list":
             _print_workers(client.workers_list(), args.json)
             return 0
