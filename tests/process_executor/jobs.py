@@ -187,3 +187,12 @@ class Reporter(Worker[dict[str, Any]]):
 
 def in_thread(job: Job[Any]) -> None:
     record_output(os.getpid())
+
+
+def hold_gil(job: Job[Any]) -> None:
+    """Sleeps ``args["seconds"]`` in C code that keeps the GIL (libc's sleep through
+    ctypes.PyDLL, which does not release it): no other thread of the child runs."""
+    import ctypes
+
+    ctypes.PyDLL(None).sleep(int(job.args["seconds"]))
+    record_output(os.getpid())

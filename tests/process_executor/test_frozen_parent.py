@@ -82,3 +82,30 @@ def test_the_pool_and_the_child_agree_on_the_lease_exit_status() -> None:
 
     assert process_child.LEASE_EXPIRED_EXIT == process_pool.LEASE_EXPIRED_EXIT
     assert "frozen?" in process_pool.describe_exit(process_pool.LEASE_EXPIRED_EXIT)
+
+
+async def test_a_job_holding_the_gil_past_the_lease_is_not_left(any_db: Db) -> None:  # noqa: F811
+    """Its worker is alive and sent its messages; the child's threads could not read
+    them while the job held the GIL. They wait in the pipe: the child does not leave."""
+    from riverboat import JobState, QueueConfig, Workers
+    from tests.process_executor import jobs
+
+    workers = Workers()
+    workers.register("hold_gil")(jobs.hold_gil)
+    client = riverboat.AsyncClient(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": QueueConfig(executor="process", max_workers=1)},
+        workers=workers,
+        heartbeat_interval=0.3,
+        dead_after=2.0,  # the child's lease: 1 s, a third of the job's hold
+        fetch_poll_interval=0.1,
+    )
+    async with client:
+        job = (await client.insert({"seconds": 3}, kind="hold_gil")).job
+        await client.start()
+        try:
+            done = await client.job_wait(job.id, timeout=60)
+        finally:
+            await client.stop()
+    assert done.state is JobState.COMPLETED and done.attempt == 1, done.errors

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import queue
+import select
 import signal
 import struct
 import sys
@@ -343,7 +344,7 @@ def main() -> None:
     if lease is not None:
         threading.Thread(
             target=_outlive_no_frozen_parent,
-            args=(lease, heard_at, working),
+            args=(lease, heard_at, working, inbox.fileno()),
             name="riverboat-child-lease",
             daemon=True,
         ).start()
@@ -370,7 +371,7 @@ LEASE_EXPIRED_EXIT = 75
 
 
 def _outlive_no_frozen_parent(
-    lease: float, heard_at: list[float], working: threading.Event
+    lease: float, heard_at: list[float], working: threading.Event, inbox: int
 ) -> None:
     """Exit when a job runs and the parent said nothing for ``lease`` seconds.
 
@@ -378,11 +379,15 @@ def _outlive_no_frozen_parent(
     frozen (SIGSTOP, a VM paused, swapped out), whose pipe stays open. Its registry row
     goes stale, the leader rescues its jobs after dead_after, and another worker runs
     them: this child, not frozen, ran its attempt beside the new one for as long as the
-    parent stayed frozen."""
+    parent stayed frozen.
+
+    A job that holds the GIL (C code that doesn't release it) keeps the reader thread
+    from reading the parent's messages, and this one from running: when it lets go,
+    messages still waiting in the pipe say the parent is there."""
     while True:
         time.sleep(min(1.0, lease / 4))
         silent = time.monotonic() - heard_at[0]
-        if working.is_set() and silent > lease:
+        if working.is_set() and silent > lease and not select.select([inbox], [], [], 0)[0]:
             print(
                 f"riverboat: this child's worker process said nothing for {silent:.0f}s "
                 "(frozen?): leaving the job, which is rescued and run again elsewhere",
