@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlencode, urlsplit
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -185,6 +185,14 @@ def _shown(text: str, job_id: int, limit: int = SHOW_JSON_MAX) -> str:
         f"{text[:limit]}\n… ({len(text) - limit:,} more characters not "
         f"shown; `riverboat jobs get {job_id} --json` prints them all)"
     )
+
+
+class _Acted(NamedTuple):
+    """One job action's result, as the dashboard says it: why it did not take effect,
+    or what it did when the action's past tense would not be true."""
+
+    problem: str = ""
+    note: str = ""
 
 
 def _workflow_link(job: JobRow) -> dict[str, str] | None:
@@ -885,59 +893,55 @@ def create_app(
             return None, error_page(request, 403, problem)
         return form, None
 
-    async def _act_on_job(client: AsyncClient, action: str, job_id: int) -> str:
-        """Run one action; returns "" when it took effect, else why not (the admin API
-        returns a job it left alone unchanged, e.g. cancelling a completed job). A
-        running job's cancel took effect as a request: see :func:`_cancel_note`."""
+    async def _act_on_job(client: AsyncClient, action: str, job_id: int) -> _Acted:
+        """Run one action; says why it did not take effect (the admin API returns a job
+        it left alone unchanged, e.g. cancelling a completed job), or, where "job N
+        cancelled" would not be true, what it did: River cancels a running job by
+        asking its worker, and the row stays running until the worker stops it."""
         try:
             if action == "retry":
                 # Read first: River's JobRetry returns a job it left alone (available and
                 # due already) as it is, and the page must not say "retried".
                 before = await client.job_get(job_id)
                 if before.state == JobState.AVAILABLE and before.scheduled_at <= datetime.now(UTC):
-                    return f"job {job_id} is available and due already; nothing to retry"
+                    return _Acted(f"job {job_id} is available and due already; nothing to retry")
                 try:
                     job = await client.job_retry(job_id)
                 except DriverError as exc:
                     if before.unique_key is None or not _unique_violation(exc):
                         raise
                     # River's unique index refused it (another job holds its key).
-                    return f"job {job_id} was not retried: {exc}"
+                    return _Acted(f"job {job_id} was not retried: {exc}")
                 if job.state == JobState.RUNNING:
-                    return f"job {job_id} is running; a running job is not retried"
+                    return _Acted(f"job {job_id} is running; a running job is not retried")
                 meta = workflow_meta(job)
                 if job.state == JobState.CANCELLED and meta and meta.get("cancelled_by"):
                     # A workflow task is decided at once: its dependency still failed.
-                    return (
+                    return _Acted(
                         f"job {job_id} was cancelled again: its dependency "
                         f"{meta['cancelled_by']!r} failed (retry that task, or the workflow)"
                     )
             elif action == "cancel":
                 before = await client.job_get(job_id)
                 if before.state in FINALIZED_STATES:
-                    return f"job {job_id} is already {before.state.value}; nothing to cancel"
+                    return _Acted(
+                        f"job {job_id} is already {before.state.value}; nothing to cancel"
+                    )
                 job = await client.job_cancel(job_id)
                 if job.state in (JobState.COMPLETED, JobState.DISCARDED):
-                    return f"job {job_id} is already {job.state.value}; nothing to cancel"
+                    return _Acted(f"job {job_id} is already {job.state.value}; nothing to cancel")
+                if job.state is JobState.RUNNING:
+                    return _Acted(
+                        note=f"cancel requested for job {job_id}: it is running, and is "
+                        "cancelled when its worker stops it"
+                    )
             else:
                 await client.job_delete(job_id)
         except JobRunningError:
-            return f"job {job_id} is running and cannot be deleted"
+            return _Acted(f"job {job_id} is running and cannot be deleted")
         except NotFoundError:
-            return f"job {job_id} not found"
-        return ""
-
-    async def _cancel_note(client: AsyncClient, job_id: int) -> str:
-        """What a cancel that took effect did, when the job is still running: River
-        cancels a running job by asking its worker, which stops it (the row stays
-        running until the worker writes the outcome)."""
-        with contextlib.suppress(NotFoundError):
-            if (await client.job_get(job_id)).state is JobState.RUNNING:
-                return (
-                    f"cancel requested for job {job_id}: it is running, and is cancelled "
-                    "when its worker stops it"
-                )
-        return ""
+            return _Acted(f"job {job_id} not found")
+        return _Acted()
 
     async def job_action(request: Request) -> Response:
         _form_data, refused = await _form(request)
@@ -948,16 +952,15 @@ def create_app(
         if job_id is None or action not in JOB_ACTIONS:
             return error_page(request, 404, "no such job action")
         client = await holder.get()
-        problem = await _act_on_job(client, action, job_id)
+        acted = await _act_on_job(client, action, job_id)
+        problem = acted.problem
         back = _safe_back(request, f"/jobs/{job_id}")
         if action == "delete" and not problem:
             back = _safe_back(request, "/jobs")
             if back.startswith(f"/jobs/{job_id}"):
                 back = "/jobs"
         past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
-        message = problem or f"job {job_id} {past}"
-        if action == "cancel" and not problem:
-            message = await _cancel_note(client, job_id) or message
+        message = problem or acted.note or f"job {job_id} {past}"
         return RedirectResponse(
             _with_message(
                 request.scope.get("root_path", "") + back, message, "error" if problem else "ok"
@@ -1008,7 +1011,8 @@ def create_app(
         if not all(_is_id_text(v) for v in ids):
             return error_page(request, 400, "job ids must be numbers")
         client = await holder.get()
-        problems = [p for p in [await _act_on_job(client, action, int(v)) for v in ids] if p]
+        acts = [await _act_on_job(client, action, int(v)) for v in ids]
+        problems = [acted.problem for acted in acts if acted.problem]
         past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
         done = len(ids) - len(problems)
         message = f"{done} job{'s' if done != 1 else ''} {past}"
