@@ -378,14 +378,21 @@ def orphaned_dependents(deleted: Iterable[JobRow]) -> list[tuple[int, str]]:
         meta = workflow_meta(job)
         if meta is None or job.state in FINALIZED_STATES:
             continue
-        dependents = meta.get("dependent_ids")
-        if not isinstance(dependents, list):
-            continue
         name = meta.get("task")
-        for dependent in dependents:
-            if isinstance(dependent, int) and not isinstance(dependent, bool):
-                orphans.append((dependent, name if isinstance(name, str) else ""))
+        orphans += [
+            (dependent, name if isinstance(name, str) else "") for dependent in dependent_ids(meta)
+        ]
     return orphans
+
+
+def dependent_ids(meta: object) -> list[int]:
+    """The job ids of the tasks waiting on a task, from the workflow part of its
+    metadata (:func:`workflow_meta`); none from a malformed one (another client wrote
+    the row)."""
+    ids = meta.get("dependent_ids") if isinstance(meta, dict) else None
+    if not isinstance(ids, list):
+        return []
+    return [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
 
 
 @dataclass(slots=True, frozen=True)

@@ -44,7 +44,7 @@ from riverboat.runtime.events import Event, EventKind, JobStatistics
 from riverboat.runtime.outcomes import persisted_event_kind
 from riverboat.runtime.supervise import supervised
 from riverboat.wait import FinalizedSignals
-from riverboat.workflow import WORKFLOW_METADATA_KEY
+from riverboat.workflow import WORKFLOW_METADATA_KEY, dependent_ids
 
 __all__ = ["Completer", "PendingCompletion"]
 
@@ -188,15 +188,6 @@ def _still_claimed(
     ]
 
 
-def _dependent_ids(meta: object) -> list[int]:
-    """The dependents' job ids a workflow task's metadata lists (none for a malformed
-    one: then its outcome is written at once, as for a task without dependents)."""
-    ids = meta.get("dependent_ids") if isinstance(meta, dict) else None
-    if not isinstance(ids, list):
-        return []
-    return [i for i in ids if type(i) is int]
-
-
 class Completer:
     def __init__(
         self,
@@ -293,18 +284,18 @@ class Completer:
     def workflow_task_started(self, job: JobRow) -> None:
         """``job`` started running in this client (the producers tell it): while it
         runs, its dependents can't become available."""
-        if (meta := job.metadata.get(WORKFLOW_METADATA_KEY)) is not None:
-            counts = self._running_deps
-            for dependent in _dependent_ids(meta):
-                counts[dependent] = counts.get(dependent, 0) + 1
+        self._count_running(job, 1)
 
     def workflow_task_ended(self, job: JobRow) -> None:
         """``job``, started before, no longer runs: its outcome was handed to
         :meth:`add_nowait`, or dropped."""
+        self._count_running(job, -1)
+
+    def _count_running(self, job: JobRow, step: int) -> None:
         if (meta := job.metadata.get(WORKFLOW_METADATA_KEY)) is not None:
             counts = self._running_deps
-            for dependent in _dependent_ids(meta):
-                left = counts.get(dependent, 0) - 1
+            for dependent in dependent_ids(meta):
+                left = counts.get(dependent, 0) + step
                 if left > 0:
                     counts[dependent] = left
                 else:
@@ -319,7 +310,7 @@ class Completer:
         fan-out/fan-in about 20 ms), and the last of them is written at once. Only
         latency rides on this: a deferred outcome is still written within the flush
         delay. A task without dependents may end its workflow: written at once."""
-        dependents = _dependent_ids(meta)
+        dependents = dependent_ids(meta)
         if not dependents:
             return True
         counts = self._running_deps
