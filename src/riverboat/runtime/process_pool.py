@@ -54,9 +54,10 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 _HEADER = struct.Struct(">I")
 CHILD_MODULE = "riverboat.runtime.process_child"
-# runtime.process_child's exit status when it left a job its parent stopped answering for
-# (not imported from there: the pool must not import the child's module and its worker
-# machinery at import time).
+# runtime.process_child's exit status when it left a job its parent stopped answering
+# for. Written here again, not imported: the child runs as ``python -m`` that module,
+# and a module runpy finds imported already (by this one, through the runtime package)
+# is run in a state Python warns about (tests/process_executor checks the two agree).
 LEASE_EXPIRED_EXIT = 75
 # A child's first message; its interpreter and riverboat import take ~0.1 s.
 CHILD_START_TIMEOUT = 60.0
