@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from riverboat.dialect.base import validate_schema_name
-from riverboat.errors import InvalidInputError
+from riverboat.errors import InvalidInputError, MigrationError
 
 __all__ = [
     "add_database_options",
@@ -83,19 +83,29 @@ def require_existing_sqlite_file(url: str, schema: str | None = None) -> None:
 
 
 @contextmanager
-def checked_driver(url: str, schema: str | None) -> Iterator[Any]:
+def checked_driver(url: str, schema: str | None, *, riverboat_line: bool = False) -> Iterator[Any]:
     """A sync driver for ``url``, closed on exit. A SQLite file that does not exist, or a
     schema newer than riverboat knows (or not migrated), is refused in one line before
-    anything is created, read or written."""
+    anything is created, read or written. ``riverboat_line``: the command reads
+    riverboat's own tables (the registry, periodic records, flow records), so that
+    migration line must be applied too, or it says so in one line (not a driver error
+    naming a missing table)."""
     # Imported here: `riverboat --help` and commands that don't connect stay fast.
     from riverboat._url import driver_from_url
-    from riverboat.migrations import require_current
+    from riverboat.migrations import Migrator, applied_version, require_current
 
     schema = validate_schema_name(schema)
     require_existing_sqlite_file(url, schema)
     driver = driver_from_url(url, schema=schema)
     try:
         require_current(driver)
+        if riverboat_line:
+            latest = Migrator(driver, "riverboat").latest_version
+            if (version := applied_version(driver, "riverboat")) < latest:
+                raise MigrationError(
+                    f"riverboat's own tables are at version {version} of {latest} here "
+                    "(this command reads them): run `riverboat migrate up`"
+                )
         yield driver
     finally:
         driver.close()

@@ -33,7 +33,7 @@ from riverboat._seconds import is_seconds
 from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.cli._terminal import printable
 from riverboat.client import Client
-from riverboat.errors import InvalidInputError, MigrationError, NotFoundError, WaitTimeoutError
+from riverboat.errors import InvalidInputError, NotFoundError, WaitTimeoutError
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -64,20 +64,9 @@ def add_common(parser: argparse.ArgumentParser, *, after_action: bool = False) -
 
 @contextmanager
 def open_client(args: argparse.Namespace, *, riverboat_line: bool = False) -> Iterator[Client]:
-    """A client on the command's database, checked as migrated; ``riverboat_line``: the
-    command reads riverboat's own tables (the registry, periodic records, flow records),
-    so riverboat's migration line must be applied too, or it says so in one line (not a
-    driver error naming a missing table)."""
-    with checked_driver(database_url(args), args.schema) as driver:
-        if riverboat_line:
-            from riverboat.migrations import Migrator, applied_version
-
-            latest = Migrator(driver, "riverboat").latest_version
-            if (version := applied_version(driver, "riverboat")) < latest:
-                raise MigrationError(
-                    f"riverboat's own tables are at version {version} of {latest} here "
-                    "(this command reads them): run `riverboat migrate up`"
-                )
+    """A client on the command's database, checked as migrated (with riverboat's own
+    line too, for ``riverboat_line``: :func:`checked_driver`)."""
+    with checked_driver(database_url(args), args.schema, riverboat_line=riverboat_line) as driver:
         yield Client(driver)
 
 
