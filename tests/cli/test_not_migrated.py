@@ -5,36 +5,22 @@ driver error naming a missing table."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.reliability._support import REPO
-
-
-def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "riverboat.cli", *argv],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+from tests.migrations.test_cli import cli
 
 
 @pytest.mark.parametrize("argv", [("periodic", "list"), ("workers", "list"), ("queues", "limits")])
 def test_riverboats_own_tables_missing_is_one_line(tmp_path: Path, argv: tuple[str, ...]) -> None:
     url = f"sqlite:///{tmp_path / 'river-only.sqlite3'}"
-    migrated = _cli("migrate", "up", "--line", "main", "--database-url", url)
+    migrated = cli("migrate", "up", "--line", "main", "--database-url", url)
     assert migrated.returncode == 0, migrated.stderr
-    done = _cli(*argv, "--database-url", url)
+    done = cli(*argv, "--database-url", url)
     assert done.returncode == 1
     (line,) = done.stderr.splitlines()
     assert line.startswith("riverboat: error: riverboat's own tables are at version 0 of ")
     assert line.endswith("run `riverboat migrate up`"), line
     # River's own commands still work there.
-    assert _cli("queues", "list", "--database-url", url).returncode == 0
+    assert cli("queues", "list", "--database-url", url).returncode == 0
