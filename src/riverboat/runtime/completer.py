@@ -284,22 +284,24 @@ class Completer:
     def workflow_task_started(self, job: JobRow) -> None:
         """``job`` started running in this client (the producers tell it): while it
         runs, its dependents can't become available."""
-        self._count_running(job, 1)
+        # Called for every job: a plain one costs one dict lookup.
+        if (meta := job.metadata.get(WORKFLOW_METADATA_KEY)) is not None:
+            self._count_running(meta, 1)
 
     def workflow_task_ended(self, job: JobRow) -> None:
         """``job``, started before, no longer runs: its outcome was handed to
         :meth:`add_nowait`, or dropped."""
-        self._count_running(job, -1)
-
-    def _count_running(self, job: JobRow, step: int) -> None:
         if (meta := job.metadata.get(WORKFLOW_METADATA_KEY)) is not None:
-            counts = self._running_deps
-            for dependent in dependent_ids(meta):
-                left = counts.get(dependent, 0) + step
-                if left > 0:
-                    counts[dependent] = left
-                else:
-                    counts.pop(dependent, None)
+            self._count_running(meta, -1)
+
+    def _count_running(self, meta: object, step: int) -> None:
+        counts = self._running_deps
+        for dependent in dependent_ids(meta):
+            left = counts.get(dependent, 0) + step
+            if left > 0:
+                counts[dependent] = left
+            else:
+                counts.pop(dependent, None)
 
     def _may_promote(self, meta: object) -> bool:
         """Whether writing a workflow task's final outcome (its own job still counted
