@@ -652,6 +652,99 @@ def test_a_fan_ins_leaves_are_written_together_and_a_chain_at_once(any_db: Db) -
     asyncio.run(scenario())
 
 
+def test_a_fan_ins_join_is_looked_at_after_its_last_leaf_or_a_failed_one(
+    any_db: Db,  # noqa: F811
+) -> None:
+    """A leaf's outcome written while another leaf of the same join still runs in this
+    client runs no promotion statement: the join can't be decided before that leaf's
+    outcome is written, and that write decides it. So only the last leaf's write looks
+    at the join. A leaf that failed is looked at at once: under the ``cancel`` policy its
+    join is cancelled while the other leaves still run. Every outcome is written as soon
+    as it arrives (batch threshold 1), and the sweep is stopped, so every statement
+    counted is a completer's promotion."""
+    leaves = [f"leaf{i}" for i in range(5)]
+    gates = {leaf: asyncio.Event() for leaf in [*leaves, "bad", "late"]}
+    workers = Workers()
+
+    @workers.register("gated")
+    async def gated(job: Job[Any]) -> None:
+        await gates[job.args["name"]].wait()
+        if job.args["name"] == "bad":
+            raise RuntimeError("this leaf fails")
+
+    @workers.register("step")
+    async def step(job: Job[Any]) -> None:
+        return None
+
+    def fan(name: str, leaf_names: list[str]) -> Workflow:
+        wf = Workflow(name)
+        _step(wf, "root")
+        for leaf in leaf_names:
+            wf.add(leaf, {"name": leaf}, InsertOpts(max_attempts=1), kind="gated", deps=["root"])
+        _step(wf, "join", leaf_names)
+        return wf
+
+    async def scenario() -> None:
+        client = riverboat.AsyncClient(
+            any_db.url,
+            schema=any_db.schema,
+            queues={"default": QueueConfig(max_workers=20)},
+            workers=workers,
+            fetch_poll_interval=0.1,
+        )
+        client.runtime.config.completer_batch_threshold = 1
+        await client.start()
+        completer, promoter = client.runtime.completer, client.runtime.workflow_promoter
+        assert completer is not None and promoter is not None
+        await promoter.stop()  # the sweep loop only
+        try:
+
+            async def all_running(ids: list[int]) -> bool:
+                jobs = [await client.job_get(i) for i in ids]
+                return all(job.state is JobState.RUNNING for job in jobs)
+
+            async def release(leaf: str) -> None:
+                flushes = completer.flushes
+                gates[leaf].set()
+                await wait_until_async(
+                    lambda: completer.flushes > flushes and completer.idle,
+                    what=f"{leaf}'s outcome written",
+                )
+
+            info = await client.workflow_insert(fan("looked-at-once", leaves))
+            ids = {task.name: task.job.id for task in info.tasks}
+            await wait_until_async(
+                lambda: all_running([ids[leaf] for leaf in leaves]), what="every leaf running"
+            )
+            before = promoter.statements
+            for leaf in leaves[:-1]:
+                await release(leaf)
+                assert (await client.job_get(ids[leaf])).state is JobState.COMPLETED
+                assert promoter.statements == before, f"{leaf}'s write looked at the join"
+            await release(leaves[-1])
+            assert (await client.job_wait(ids["join"], timeout=30)).state is JobState.COMPLETED
+            # The last leaf's write, and the join's own (a task that names no dependents
+            # is looked at: a task added to the workflow later may depend on it).
+            assert promoter.statements == before + 2
+
+            info = await client.workflow_insert(fan("failed-leaf", ["bad", "late"]))
+            ids = {task.name: task.job.id for task in info.tasks}
+            await wait_until_async(
+                lambda: all_running([ids["bad"], ids["late"]]), what="both leaves running"
+            )
+            await release("bad")
+            assert (await client.job_get(ids["bad"])).state is JobState.DISCARDED
+            assert (await client.job_get(ids["join"])).state is JobState.CANCELLED
+            assert (await client.job_get(ids["late"])).state is JobState.RUNNING
+        finally:
+            for gate in gates.values():
+                gate.set()
+            await client.stop()
+            await client.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_wide_fan_out_is_promoted_in_bounded_steps(any_db: Db) -> None:  # noqa: F811
     """On Postgres the runtime decides a fan-out's dependents PROMOTE_STEP at first, then
     twice as many each step, in id order, and hands each step's tasks to the producers

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from riverboat._job import AttemptError, JobRow, JobState
+from riverboat._job import FAILED_STATES, AttemptError, JobRow, JobState
 from riverboat.dialect.base import JobStateUpdate, is_plain_completion
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
@@ -317,6 +317,34 @@ class Completer:
             return True
         counts = self._running_deps
         return any(counts.get(dependent, 0) <= 1 for dependent in dependents)
+
+    def _dependents_of_buffered(self) -> set[int]:
+        """The dependents of the workflow tasks whose outcomes are buffered, not written:
+        their rows are still running."""
+        return {
+            dependent
+            for pending in self._buffer.values()
+            if (meta := pending.job.metadata.get(WORKFLOW_METADATA_KEY)) is not None
+            for dependent in dependent_ids(meta)
+        }
+
+    def _dependents_wait_here(self, meta: object, unwritten: set[int]) -> bool:
+        """Whether every dependent of a workflow task whose completion was just written
+        also depends on a task whose row this client still holds running: one it runs,
+        or one whose outcome is buffered (``unwritten``: those dependents). None of them
+        can become available yet, and the write of that task's outcome promotes them,
+        so the promotion statement is skipped. A fan-in's join was otherwise looked at
+        after every batch of its leaves, each look probing its hundreds of dependencies
+        for nothing (1.5 ms alone, 5 to 9 ms beside the leaves' claims on two cores). A
+        failed task is never skipped (its dependents may be cancelled), nor one that
+        names no dependents: a task added to the running workflow may depend on it, and
+        only the row knows (a dependent added that way to a task skipped here waits for
+        the sweep)."""
+        dependents = dependent_ids(meta)
+        counts = self._running_deps
+        return bool(dependents) and all(
+            counts.get(dependent, 0) > 0 or dependent in unwritten for dependent in dependents
+        )
 
     def buffered(self) -> Iterable[PendingCompletion]:
         """The outcomes waiting to be written (a view: read it before awaiting)."""
@@ -615,11 +643,20 @@ class Completer:
         """Decide the dependents of the workflow tasks this batch finalized (see
         riverboat.workflow). The outcomes are written already: a failure here is left
         to the runtime's sweep of pending tasks, never retried with the batch."""
-        finalized = [
-            p.update.id
-            for p in batch
-            if p.update.finalized and WORKFLOW_METADATA_KEY in p.job.metadata
-        ]
+        unwritten: set[int] | None = None  # dependents of the outcomes still buffered
+        finalized = []
+        for p in batch:
+            if not p.update.finalized:
+                continue
+            meta = p.job.metadata.get(WORKFLOW_METADATA_KEY)
+            if meta is None:
+                continue
+            if p.update.state not in FAILED_STATES:
+                if unwritten is None:
+                    unwritten = self._dependents_of_buffered()
+                if self._dependents_wait_here(meta, unwritten):
+                    continue
+            finalized.append(p.update.id)
         if not finalized:
             return
         assert self._on_workflow_finalized is not None
