@@ -14,6 +14,7 @@ import fcntl
 import logging
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -196,3 +197,28 @@ def hold_gil(job: Job[Any]) -> None:
 
     ctypes.PyDLL(None).sleep(int(job.args["seconds"]))
     record_output(os.getpid())
+
+
+_leftover_go = threading.Event()
+_leftover_logged = threading.Event()
+
+
+def leave_a_logging_thread(job: Job[Any]) -> None:
+    """Returns with a thread of its own still running, which logs once the next job in
+    the same child lets it (:func:`release_the_leftover_thread`)."""
+
+    def later() -> None:
+        _leftover_go.wait()
+        log.warning("leftover thread of job %d", job.id)
+        _leftover_logged.set()
+
+    threading.Thread(target=later, daemon=True).start()
+    log.warning("job %d started a thread", job.id)
+
+
+def release_the_leftover_thread(job: Job[Any]) -> None:
+    """Lets the thread :func:`leave_a_logging_thread` left log, and waits until it has."""
+    _leftover_go.set()
+    if not _leftover_logged.wait(30):
+        raise RuntimeError("no thread left by an earlier job in this child")
+    log.warning("job %d ran after it", job.id)

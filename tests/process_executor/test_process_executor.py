@@ -521,6 +521,37 @@ async def test_a_timeout_counts_from_when_a_child_takes_the_job(any_db: Db, tmp_
     assert [row.errors for row in rows] == [[], []]
 
 
+async def test_a_thread_left_by_a_job_does_not_log_into_the_next_jobs_log(any_db: Db) -> None:
+    """A record made in the child by a thread an earlier job left running is logged by
+    the parent outside every job: the job running then keeps only its own lines (the
+    child's one process works both, one after the other)."""
+    workers = Workers()
+    workers.register("leave", executor="process")(jobs.leave_a_logging_thread)
+    workers.register("release", executor="process")(jobs.release_the_leftover_thread)
+    async with riverboat.AsyncClient(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": QueueConfig(max_workers=1)},
+        workers=workers,
+        fetch_cooldown=0.01,
+        fetch_poll_interval=0.05,
+        middleware=[RiverLog()],
+    ) as client:
+        await client.start()
+        try:
+            first = (await client.insert({}, kind="leave")).job.id
+            left = await _finished(client, first, JobState.COMPLETED)
+            second = (await client.insert({}, kind="release")).job.id
+            after = await _finished(client, second, JobState.COMPLETED)
+        finally:
+            await client.stop()
+    (entry,) = left.metadata[METADATA_KEY]
+    assert entry["log"].strip().endswith(f"job {first} started a thread")
+    (entry,) = after.metadata[METADATA_KEY]
+    assert f"job {second} ran after it" in entry["log"]
+    assert "leftover thread" not in entry["log"]
+
+
 async def test_workers_choose_their_executor_on_a_thread_queue(any_db: Db, tmp_path: Path) -> None:
     workers = Workers()
     workers.register("steps", executor="process")(jobs.steps)

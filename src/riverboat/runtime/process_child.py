@@ -84,9 +84,20 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(0)
 
 
+# The id of the job whose work function runs in this context (set in _work, in the
+# fresh context each job runs in): a record is the job's only when made in it.
+_current_job: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "riverboat_child_job", default=None
+)
+
+
 class _ForwardLogs(logging.Handler):
     """Sends every record made in this child to the parent, which logs it there (so its
-    handlers print it and riverlog's RiverLog stores it with the attempt)."""
+    handlers print it and riverlog's RiverLog stores it with the attempt). Each names
+    the job it was made by, or none: a thread the job started, still logging after
+    the job returned, would otherwise put its lines into the next job's log (the
+    parent logs what arrives while a job runs in that job's context). As with the
+    thread executor, only records made in the job's own context count as the job's."""
 
     def __init__(self, send: Callable[[dict[str, Any]], None]) -> None:
         super().__init__(logging.NOTSET)
@@ -114,7 +125,8 @@ class _ForwardLogs(logging.Handler):
                         "exc_text": exc_text,
                         "process": record.process,
                         "threadName": record.threadName,
-                    }
+                    },
+                    "job": _current_job.get(),
                 }
             )
         except Exception:
@@ -244,6 +256,7 @@ def _work(resolver: _Resolver, message: dict[str, Any]) -> dict[str, Any]:
     try:
         fn = resolver.function(message["fn"])
         row = _row(message["row"])
+        _current_job.set(row.id)
         job = Job(row, resolver.decoder(message["args_type"])(row), ctx)
         token = _work_context.set(ctx)
         try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import signal
@@ -358,13 +359,22 @@ class ProcessPool:
                 return
             self._log(message)
 
-    def _log(self, message: dict[str, Any]) -> None:
+    def _log(self, message: dict[str, Any], job_id: int | None = None) -> None:
+        """Log a record the child sent. One made by job ``job_id`` is logged here, in
+        the job's context (handlers print it, RiverLog keeps it with the attempt); any
+        other (made between jobs, or by a thread an earlier job left running) outside
+        every job's context: printed, kept by no attempt."""
         record = message.get("log")
-        if record is not None:
-            # Logged here, in the job's context: handlers print it, RiverLog keeps it.
-            logger = logging.getLogger(record["name"])
-            if logger.isEnabledFor(record["levelno"]):
-                logger.handle(logging.makeLogRecord(record))
+        if record is None:
+            return
+        logger = logging.getLogger(record["name"])
+        if not logger.isEnabledFor(record["levelno"]):
+            return
+        made = logging.makeLogRecord(record)
+        if job_id is not None and message.get("job") == job_id:
+            logger.handle(made)
+        else:
+            contextvars.Context().run(logger.handle, made)
 
     def warm(self, count: int) -> None:
         """Start ``count`` children in the background (at most ``size`` in all), so the
@@ -421,7 +431,7 @@ class ProcessPool:
                     asyncio.create_task(self._renew(child)) if self.lease is not None else None
                 )
                 try:
-                    outcome = await self._outcome(child)
+                    outcome = await self._outcome(child, job.id)
                 finally:
                     if renewing is not None:
                         renewing.cancel()
@@ -465,14 +475,14 @@ class ProcessPool:
             self.replaced += 1
         return None
 
-    async def _outcome(self, child: _Child) -> dict[str, Any]:
+    async def _outcome(self, child: _Child, job_id: int) -> dict[str, Any]:
         while True:
             message = await child.receive()
             done = message.get("done")
             if done is not None:
                 outcome: dict[str, Any] = done
                 return outcome
-            self._log(message)
+            self._log(message, job_id)
 
     def _died(self, child: _Child, job: Job[Any]) -> ChildProcessDied:
         how = describe_exit(child.process.returncode)
