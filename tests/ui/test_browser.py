@@ -172,6 +172,58 @@ def test_pages_refresh_themselves(seeded: SeededDb, serve: Any, page: Any) -> No
     assert page.evaluate("window.__sameDocument") is True
 
 
+def test_scripts_run_under_a_strict_policy_and_a_ticked_list_holds_still(
+    seeded: SeededDb, serve: Any, page: Any
+) -> None:
+    """Every response says ``script-src 'self'``, and the pages' scripts run under it
+    without a violation (no inline script, no eval: htmx's trigger filter needed one).
+    The jobs list does not refresh while a box is ticked in it (the swap would untick
+    it): the refreshes that come are held, and once no box is ticked the next one
+    shows a job inserted meanwhile."""
+    base = _open(seeded, serve)
+    problems: list[str] = []
+    # (A page's missing favicon is a console error too, and not one of these.)
+    page.on(
+        "console",
+        lambda message: problems.append(message.text)
+        if message.type == "error" and not message.text.startswith("Failed to load resource")
+        else None,
+    )
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    response = page.goto(base + "/jobs?state=available")
+    assert response is not None
+    assert "script-src 'self'" in response.headers["content-security-policy"]
+    page.evaluate(
+        """() => {
+            window.__sameDocument = true;
+            window.__held = 0;
+            document.addEventListener("htmx:beforeRequest", (event) => {
+                if (event.defaultPrevented) window.__held += 1;
+            });
+        }"""
+    )
+    rows = page.locator("table.jobs tbody tr")
+    expect(rows).to_have_count(len(seeded.jobs.available))
+    first = seeded.jobs.available[0]
+    page.check(f'tr[data-job="{first}"] input.pick')
+    client = seeded.client()
+    try:
+        client.insert({"to": "held@example.com"}, kind="send_email")
+    finally:
+        client.driver.close()
+    page.wait_for_function("() => window.__held >= 1", timeout=10_000)
+    expect(rows).to_have_count(len(seeded.jobs.available))
+    expect(page.locator(f'tr[data-job="{first}"] input.pick')).to_be_checked()
+    page.uncheck(f'tr[data-job="{first}"] input.pick')
+    expect(rows).to_have_count(len(seeded.jobs.available) + 1, timeout=10_000)
+    assert page.evaluate("window.__sameDocument") is True
+    for path in ("/", "/workflows", "/workers", "/periodic", f"/jobs/{first}"):
+        response = page.goto(base + path)
+        assert response is not None and response.status == 200, path
+        expect(page.locator("#live")).to_be_attached()
+    assert problems == []
+
+
 def test_job_content_is_escaped(seeded: SeededDb, serve: Any, page: Any) -> None:
     base = _open(seeded, serve)
     page.goto(f"{base}/jobs/{seeded.jobs.xss}")

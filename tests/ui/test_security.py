@@ -463,13 +463,23 @@ def test_every_response_forbids_framing_and_sniffing(seeded: SeededDb, serve: An
     assert status == 401 and headers["x-frame-options"] == "DENY"
 
 
-def test_an_existing_policy_keeps_its_directives() -> None:
+@pytest.mark.parametrize(
+    ("existing", "sent_policy"),
+    [
+        (b"default-src 'self';", b"default-src 'self'; frame-ancestors 'none'; script-src 'self'"),
+        (
+            b"script-src 'self' https://cdn.example",
+            b"script-src 'self' https://cdn.example; frame-ancestors 'none'",
+        ),
+    ],
+)
+def test_an_existing_policy_keeps_its_directives(existing: bytes, sent_policy: bytes) -> None:
     import asyncio
 
     from riverboat.ui.app import _SecurityHeadersMiddleware
 
     async def inner(scope: Any, receive: Any, send: Any) -> None:
-        headers = [(b"content-security-policy", b"default-src 'self';")]
+        headers = [(b"content-security-policy", existing)]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": b""})
 
@@ -483,7 +493,7 @@ def test_an_existing_policy_keeps_its_directives() -> None:
 
     asyncio.run(_SecurityHeadersMiddleware(inner)({"type": "http"}, receive, send))
     headers = dict(sent[0]["headers"])
-    assert headers[b"content-security-policy"] == b"default-src 'self'; frame-ancestors 'none'"
+    assert headers[b"content-security-policy"] == sent_policy
     assert headers[b"x-frame-options"] == b"DENY"
 
 
