@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -652,18 +653,19 @@ def test_a_fan_ins_leaves_are_written_together_and_a_chain_at_once(any_db: Db) -
     asyncio.run(scenario())
 
 
-def test_a_fan_ins_join_is_looked_at_after_its_last_leaf_or_a_failed_one(
+def test_a_fan_ins_join_is_skipped_until_its_last_leaf_or_a_failed_one(
     any_db: Db,  # noqa: F811
 ) -> None:
     """A leaf's outcome written while another leaf of the same join still runs in this
-    client runs no promotion statement: the join can't be decided before that leaf's
-    outcome is written, and that write decides it. So only the last leaf's write looks
-    at the join. A leaf that failed is looked at at once: under the ``cancel`` policy its
-    join is cancelled while the other leaves still run. Every outcome is written as soon
-    as it arrives (batch threshold 1), and the sweep is stopped, so every statement
-    counted is a completer's promotion."""
+    client names the join as one to skip: it can't be decided before that leaf's outcome
+    is written, and that write decides it. The last leaf's write does not skip it. A
+    leaf that failed never has its join skipped: under the ``cancel`` policy the join is
+    cancelled while the other leaves still run. And a task added to the running workflow
+    after its dependency was claimed (the copy claimed doesn't name it) starts once that
+    dependency completes, not after the sweep (stopped here) nor the join's other leaf.
+    Every outcome is written as soon as it arrives (batch threshold 1)."""
     leaves = [f"leaf{i}" for i in range(5)]
-    gates = {leaf: asyncio.Event() for leaf in [*leaves, "bad", "late"]}
+    gates = {leaf: asyncio.Event() for leaf in [*leaves, "bad", "late", "first", "slow"]}
     workers = Workers()
 
     @workers.register("gated")
@@ -697,45 +699,61 @@ def test_a_fan_ins_join_is_looked_at_after_its_last_leaf_or_a_failed_one(
         completer, promoter = client.runtime.completer, client.runtime.workflow_promoter
         assert completer is not None and promoter is not None
         await promoter.stop()  # the sweep loop only
+        asked: list[tuple[list[int], list[int]]] = []
+        promote = promoter.after_finalized
+
+        async def recorded(job_ids: Sequence[int], skip_ids: Sequence[int] = ()) -> None:
+            asked.append((list(job_ids), list(skip_ids)))
+            await promote(job_ids, skip_ids)
+
+        completer._on_workflow_finalized = recorded
         try:
 
             async def all_running(ids: list[int]) -> bool:
                 jobs = [await client.job_get(i) for i in ids]
                 return all(job.state is JobState.RUNNING for job in jobs)
 
-            async def release(leaf: str) -> None:
-                flushes = completer.flushes
+            async def release(leaf: str) -> tuple[list[int], list[int]]:
+                flushes, before = completer.flushes, len(asked)
                 gates[leaf].set()
                 await wait_until_async(
                     lambda: completer.flushes > flushes and completer.idle,
                     what=f"{leaf}'s outcome written",
                 )
+                return asked[before]  # this leaf's write (the join's may follow)
 
-            info = await client.workflow_insert(fan("looked-at-once", leaves))
+            info = await client.workflow_insert(fan("skipped", leaves))
             ids = {task.name: task.job.id for task in info.tasks}
             await wait_until_async(
                 lambda: all_running([ids[leaf] for leaf in leaves]), what="every leaf running"
             )
-            before = promoter.statements
             for leaf in leaves[:-1]:
-                await release(leaf)
-                assert (await client.job_get(ids[leaf])).state is JobState.COMPLETED
-                assert promoter.statements == before, f"{leaf}'s write looked at the join"
-            await release(leaves[-1])
+                assert await release(leaf) == ([ids[leaf]], [ids["join"]])
+                assert (await client.job_get(ids["join"])).state is JobState.PENDING
+            assert await release(leaves[-1]) == ([ids[leaves[-1]]], [])
             assert (await client.job_wait(ids["join"], timeout=30)).state is JobState.COMPLETED
-            # The last leaf's write, and the join's own (a task that names no dependents
-            # is looked at: a task added to the workflow later may depend on it).
-            assert promoter.statements == before + 2
 
             info = await client.workflow_insert(fan("failed-leaf", ["bad", "late"]))
             ids = {task.name: task.job.id for task in info.tasks}
             await wait_until_async(
                 lambda: all_running([ids["bad"], ids["late"]]), what="both leaves running"
             )
-            await release("bad")
-            assert (await client.job_get(ids["bad"])).state is JobState.DISCARDED
+            assert await release("bad") == ([ids["bad"]], [])
             assert (await client.job_get(ids["join"])).state is JobState.CANCELLED
             assert (await client.job_get(ids["late"])).state is JobState.RUNNING
+
+            wf = fan("added-to", ["first", "slow"])
+            info = await client.workflow_insert(wf)
+            ids = {task.name: task.job.id for task in info.tasks}
+            await wait_until_async(
+                lambda: all_running([ids["first"], ids["slow"]]), what="both leaves running"
+            )
+            more = Workflow(id=wf.id)
+            _step(more, "added", ["first"])
+            added = (await client.workflow_insert(more)).task("added").job.id
+            assert await release("first") == ([ids["first"]], [ids["join"]])
+            assert (await client.job_wait(added, timeout=30)).state is JobState.COMPLETED
+            assert (await client.job_get(ids["slow"])).state is JobState.RUNNING
         finally:
             for gate in gates.values():
                 gate.set()

@@ -125,13 +125,17 @@ class WorkflowStatements(DialectPart, ABC):
         candidate_ids: Sequence[int],
         after_id: int,
         limit: int,
+        skip_ids: Sequence[int] = (),
     ) -> Statement:
         """The runtime's promotion, one step of it: as :meth:`workflow_promote`, over
         at most ``limit`` of the candidates (dependents and named ones) whose ids are
         above ``after_id``, in id order, where the dialect can bound it; and a statement
         of its own that may commit without waiting for the disk (a promotion can be
         recomputed from outcomes already durable). :meth:`decode_promoted_step` reads
-        its rows and says where the next step starts. Default: every candidate at once."""
+        its rows and says where the next step starts. ``skip_ids``: dependents the
+        caller knows can't be decided yet (another of their dependencies still runs),
+        which the dialect may leave out rather than look at. Default: every candidate
+        at once, none skipped."""
         return self.workflow_promote_ids(list(finalized_ids), list(candidate_ids))
 
     def decode_promoted_step(

@@ -291,7 +291,8 @@ _DEPENDENTS_AND_CANDIDATES = f"""SELECT (jsonb_array_elements_text(
 QUERIES["workflow_promote"] = _promote(_DEPENDENTS_AND_CANDIDATES)
 QUERIES["workflow_promote_step"] = _promote(
     f"""SELECT id FROM ({_DEPENDENTS_AND_CANDIDATES}) AS c
-    WHERE id > :after_id::bigint ORDER BY id LIMIT :limit::integer""",
+    WHERE id > :after_id::bigint AND id <> ALL(:skip_ids::bigint[])
+    ORDER BY id LIMIT :limit::integer""",
     step=True,
 )
 
@@ -475,11 +476,13 @@ class PostgresWorkflow(WorkflowStatements):
         candidate_ids: Sequence[int],
         after_id: int,
         limit: int,
+        skip_ids: Sequence[int] = (),
     ) -> Statement:
         return self.stmt(
             "workflow_promote_step",
             after_id=after_id,
             limit=limit,
+            skip_ids=list(skip_ids),
             **self._promote_params(finalized_ids, candidate_ids),
         )
 

@@ -198,7 +198,8 @@ class Completer:
         batch_threshold: int = 100,
         flush_delay: float = 0.05,
         retry_backoff: tuple[float, ...] = (0.1, 0.5, 1.0, 2.0, 4.0),
-        on_workflow_finalized: Callable[[Sequence[int]], Awaitable[None]] | None = None,
+        on_workflow_finalized: Callable[[Sequence[int], Sequence[int]], Awaitable[None]]
+        | None = None,
         finalized_signals: FinalizedSignals | None = None,
     ) -> None:
         self._driver = driver
@@ -327,24 +328,6 @@ class Completer:
             if (meta := pending.job.metadata.get(WORKFLOW_METADATA_KEY)) is not None
             for dependent in dependent_ids(meta)
         }
-
-    def _dependents_wait_here(self, meta: object, unwritten: set[int]) -> bool:
-        """Whether every dependent of a workflow task whose completion was just written
-        also depends on a task whose row this client still holds running: one it runs,
-        or one whose outcome is buffered (``unwritten``: those dependents). None of them
-        can become available yet, and the write of that task's outcome promotes them,
-        so the promotion statement is skipped. A fan-in's join was otherwise looked at
-        after every batch of its leaves, each look probing its hundreds of dependencies
-        for nothing (1.5 ms alone, 5 to 9 ms beside the leaves' claims on two cores). A
-        failed task is never skipped (its dependents may be cancelled), nor one that
-        names no dependents: a task added to the running workflow may depend on it, and
-        only the row knows (a dependent added that way to a task skipped here waits for
-        the sweep)."""
-        dependents = dependent_ids(meta)
-        counts = self._running_deps
-        return bool(dependents) and all(
-            counts.get(dependent, 0) > 0 or dependent in unwritten for dependent in dependents
-        )
 
     def buffered(self) -> Iterable[PendingCompletion]:
         """The outcomes waiting to be written (a view: read it before awaiting)."""
@@ -642,26 +625,43 @@ class Completer:
     async def _promote_workflow_tasks(self, batch: list[PendingCompletion]) -> None:
         """Decide the dependents of the workflow tasks this batch finalized (see
         riverboat.workflow). The outcomes are written already: a failure here is left
-        to the runtime's sweep of pending tasks, never retried with the batch."""
-        unwritten: set[int] | None = None  # dependents of the outcomes still buffered
-        finalized = []
+        to the runtime's sweep of pending tasks, never retried with the batch.
+
+        The dependents known to wait on a task whose row this client still holds
+        running (one it runs, or one whose outcome is buffered) are named to be skipped:
+        they can't be decided yet, and that task's own write decides them. A fan-in's
+        join was otherwise looked at after every batch of its leaves, each look probing
+        its hundreds of dependencies for nothing (1.5 ms alone, 5 to 9 ms beside the
+        leaves' claims on two cores). The statement still runs: a task added to the
+        running workflow may depend on these, which only their rows (not the copies
+        claimed) name. A dependent of a task that failed is never skipped: it may be
+        cancelled now."""
+        finalized: list[int] = []
+        known: set[int] = set()
+        failed_dependents: set[int] = set()
         for p in batch:
             if not p.update.finalized:
                 continue
             meta = p.job.metadata.get(WORKFLOW_METADATA_KEY)
             if meta is None:
                 continue
-            if p.update.state not in FAILED_STATES:
-                if unwritten is None:
-                    unwritten = self._dependents_of_buffered()
-                if self._dependents_wait_here(meta, unwritten):
-                    continue
             finalized.append(p.update.id)
+            dependents = dependent_ids(meta)
+            (failed_dependents if p.update.state in FAILED_STATES else known).update(dependents)
         if not finalized:
             return
+        skip: list[int] = []
+        if known:
+            counts = self._running_deps
+            unwritten = self._dependents_of_buffered()
+            skip = sorted(
+                dependent
+                for dependent in known - failed_dependents
+                if counts.get(dependent, 0) > 0 or dependent in unwritten
+            )
         assert self._on_workflow_finalized is not None
         try:
-            await self._on_workflow_finalized(finalized)
+            await self._on_workflow_finalized(finalized, skip)
         except DriverError as exc:
             log.warning(
                 "completer: promoting the dependents of %d workflow tasks failed (the "

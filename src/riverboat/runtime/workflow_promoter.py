@@ -114,14 +114,16 @@ class WorkflowPromoter:
         # it, and the task waited for the next poll (1 s).
         self._one_statement = asyncio.Lock()
 
-    async def after_finalized(self, job_ids: Sequence[int]) -> None:
-        """Decide the dependents of the workflow tasks ``job_ids`` just finalized."""
+    async def after_finalized(self, job_ids: Sequence[int], skip_ids: Sequence[int] = ()) -> None:
+        """Decide the dependents of the workflow tasks ``job_ids`` just finalized, but
+        those of ``skip_ids``: known to wait on a task still running in this client (see
+        :meth:`WorkflowStatements.workflow_promote_step`)."""
         finalized = list(job_ids)
         for _ in range(CASCADE_MAX):
-            cancelled, _ = await self._promote(finalized, ())
+            cancelled, _ = await self._promote(finalized, (), skip_ids)
             if not cancelled:
                 return
-            finalized = cancelled
+            finalized, skip_ids = cancelled, ()
 
     async def sweep(self) -> int:
         """One pass over every pending workflow task; returns how many changed.
@@ -161,7 +163,10 @@ class WorkflowPromoter:
             after = tasks[-1].id
 
     async def _promote(
-        self, finalized_ids: Sequence[int], candidate_ids: Sequence[int]
+        self,
+        finalized_ids: Sequence[int],
+        candidate_ids: Sequence[int],
+        skip_ids: Sequence[int] = (),
     ) -> tuple[list[int], int]:
         """Decide the pending dependents of ``finalized_ids`` and the pending
         ``candidate_ids``, PROMOTE_STEP candidates per statement where the dialect
@@ -173,7 +178,9 @@ class WorkflowPromoter:
         after: int | None = 0
         step = PROMOTE_STEP
         while after is not None:
-            stmt = dialect.workflow_promote_step(finalized_ids, candidate_ids, after, step)
+            stmt = dialect.workflow_promote_step(
+                finalized_ids, candidate_ids, after, step, skip_ids
+            )
             async with self._one_statement:
                 rows = await self._driver.fetch(stmt)
             self.statements += 1
