@@ -185,9 +185,11 @@ def test_scripts_run_under_a_strict_policy_and_a_ticked_list_holds_still(
     # (A page's missing favicon is a console error too, and not one of these.)
     page.on(
         "console",
-        lambda message: problems.append(message.text)
-        if message.type == "error" and not message.text.startswith("Failed to load resource")
-        else None,
+        lambda message: (
+            problems.append(message.text)
+            if message.type == "error" and not message.text.startswith("Failed to load resource")
+            else None
+        ),
     )
     page.on("pageerror", lambda error: problems.append(str(error)))
     response = page.goto(base + "/jobs?state=available")
