@@ -117,3 +117,17 @@ def test_stored_text_does_not_drive_the_terminal(any_db: Db) -> None:  # noqa: F
         assert "x@y\\x1b[2J\\x1b]0;owned\\x07" in out.stdout, argv
     # The detail keeps the carriage return, escaped (the list's one line folds it).
     assert "\\x07\\x0dAll jobs completed OK\\x9b" in out.stdout
+
+
+def test_a_stored_workflow_name_does_not_drive_the_terminal(any_db: Db) -> None:  # noqa: F811
+    """The header line of ``workflows get|wait|retry|cancel`` names the stored workflow:
+    its control characters are escaped as the task table's are (raw, a name could fake
+    a line of output or clear the screen)."""
+    wf = riverboat.Workflow("report\rFAKE: all good\x1b[2J\nworkflow wf_x: completed")
+    wf.add("only", {}, kind="never_worked")
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        client.workflow_insert(wf)
+    for argv in (("get", wf.id), ("wait", wf.id, "--timeout", "0"), ("cancel", wf.id)):
+        out = any_db.cli("workflows", *argv)
+        assert not any(c in out.stdout for c in "\x1b\r"), argv
+        assert "report\\x0dFAKE: all good\\x1b[2J\\x0aworkflow wf_x" in out.stdout, argv

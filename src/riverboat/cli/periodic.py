@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from riverboat._periodic import PeriodicJobRecord
+from riverboat.cli._terminal import printable
 from riverboat.cli.jobs import add_common, add_listing, open_client, print_records
 
 __all__ = ["add_arguments", "run"]
@@ -73,9 +74,9 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "forget":
             gone = client.periodic_job_forget(args.ids)
             unknown = sorted(set(args.ids) - set(gone))
-            print(f"forgot {len(gone)} periodic job(s): {', '.join(gone) or '-'}")
+            print(printable(f"forgot {len(gone)} periodic job(s): {', '.join(gone) or '-'}"))
             if unknown:
-                print(f"not stored: {', '.join(unknown)}")
+                print(printable(f"not stored: {', '.join(unknown)}"))
                 return 1
             return 0
         _print(client.periodic_job_list(), args.json)

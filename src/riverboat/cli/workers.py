@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from riverboat._fleet import WorkerInfo
+from riverboat.cli._terminal import printable
 from riverboat.cli.jobs import (
     add_common,
     add_listing,
@@ -89,5 +90,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             ids = client.workers_start(args.queue, worker_id=args.worker)
             done = f"{args.queue!r} started"
-        print(f"{done} on {len(ids)} worker(s), at their next heartbeat: {', '.join(ids)}")
+        print(
+            printable(f"{done} on {len(ids)} worker(s), at their next heartbeat: {', '.join(ids)}")
+        )
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from riverboat.cli._terminal import printable
 from riverboat.cli.jobs import (
     add_common,
     job_dict,
@@ -44,7 +45,9 @@ def _print(info: WorkflowInfo, as_json: bool) -> None:
         }
         print(json.dumps(body, indent=2))
         return
-    print(f"workflow {info.id} ({info.name}): {info.state}, {len(info.tasks)} tasks")
+    # The id and name are stored text (any client may have written them): escaped as
+    # the tables' cells are.
+    print(printable(f"workflow {info.id} ({info.name}): {info.state}, {len(info.tasks)} tasks"))
     print_table(
         ("TASK", "STATE", "JOB", "KIND", "DEPS", "NOTE"),
         [
