@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 
 import riverboat
@@ -128,3 +129,29 @@ async def test_run_until_idle_does_not_wait_out_the_poll_interval(
         async with asyncio.timeout(60):  # a deadline for a hang, not a speed target
             await client.run_until_idle()
     assert len(ran) == 3
+
+
+def test_a_job_scheduled_past_the_year_9999_does_not_stop_a_drain(
+    pg_url: str, pg_schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job scheduled at Postgres' ``infinity`` (another client wrote it) is left for
+    later, and the drain says so: the first scheduled_at it reports is clamped as every
+    timestamp read is (psycopg raised reading it, and the drain failed every time)."""
+    with riverboat.Client(
+        pg_url,
+        schema=pg_schema,
+        queues={"default": QueueConfig(max_workers=1)},
+        workers=_workers([]),
+        fetch_poll_interval=0.1,
+    ) as client:
+        when = riverboat.InsertOpts(scheduled_at=datetime(2100, 1, 1, tzinfo=UTC))
+        far = client.insert({}, when, kind="flaky").job.id
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                f'UPDATE "{pg_schema}".river_job SET scheduled_at = %s WHERE id = %s',
+                ("infinity", far),
+            )
+        caplog.set_level(logging.INFO, "riverboat")
+        client.run_until_idle()
+        assert client.job_get(far).state is JobState.SCHEDULED
+    assert "left for later: 1 scheduled (next at 9999-" in caplog.text

@@ -21,6 +21,7 @@ from riverboat.dialect._pg_common import (
     JOB_READER,
     QUEUE_SELECT,
     UNIQUE_CONFLICT,
+    clamped,
     job_columns,
     unnest_arrays,
 )
@@ -297,7 +298,7 @@ QUERIES["job_count_upcoming"] = f"""
 SELECT state::text,
        count(*) FILTER (WHERE {_DUE_SOON}),
        count(*),
-       min(scheduled_at)
+       {clamped("min(scheduled_at)")}
 FROM <schema>river_job
 WHERE {_UPCOMING}
 GROUP BY state
