@@ -131,3 +131,28 @@ def test_a_stored_workflow_name_does_not_drive_the_terminal(any_db: Db) -> None:
         out = any_db.cli("workflows", *argv)
         assert not any(c in out.stdout for c in "\x1b\r"), argv
         assert "report\\x0dFAKE: all good\\x1b[2J\\x0aworkflow wf_x" in out.stdout, argv
+
+
+def test_a_job_detail_shows_null_array_items_and_escapes_separators(
+    pg_url: str, pg_schema: str
+) -> None:
+    """``jobs get`` of a row another client wrote: a NULL among its tags or attempted_by
+    is shown as ``null`` (it was a traceback), a line separator in its args can't start
+    a line of its own that looks like a field, and a right-to-left override in its kind
+    is escaped."""
+    import psycopg
+
+    from tests.runtime.dbs import Db
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        job_id = conn.execute(
+            f'INSERT INTO "{pg_schema}".river_job (args, kind, queue, tags, attempted_by) '
+            "VALUES (%s, %s, 'default', ARRAY[NULL, 'a']::varchar[], ARRAY['host', NULL]) "
+            "RETURNING id",
+            ('{"note": "abc\u2028state  completed"}', "evil\u202ekind"),
+        ).fetchone()[0]  # type: ignore[index]
+    out = Db("postgres", pg_url, pg_schema).cli("jobs", "get", str(job_id))
+    assert out.returncode == 0, out.stderr
+    assert "null, a" in out.stdout and "host, null" in out.stdout
+    assert "\u2028" not in out.stdout and "abc\\u2028state  completed" in out.stdout
+    assert "evil\\u202ekind" in out.stdout

@@ -16,12 +16,16 @@ import re
 __all__ = ["PrintableFormatter", "printable"]
 
 # C0 controls, DEL and C1 controls; tab and newline are kept where lines are allowed.
-_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_CONTROLS_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Also the line and paragraph separators (str.splitlines breaks there, so a value could
+# fake a line of output) and the bidirectional controls (an override shows text backwards).
+_OTHERS = "\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_CONTROLS = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_OTHERS}]")
+_CONTROLS_BUT_LINES = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_OTHERS}]")
 
 
 def _escape(match: re.Match[str]) -> str:
-    return f"\\x{ord(match.group()):02x}"
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def printable(text: str, *, lines: bool = False) -> str:

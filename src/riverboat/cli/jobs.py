@@ -283,7 +283,13 @@ def print_jobs(jobs: Sequence[JobRow], as_json: bool) -> None:
 
 
 def _indented(text: str, prefix: str = "    ") -> str:
-    return "\n".join(prefix + line for line in text.splitlines())
+    """``text`` (made printable: its only line breaks are newlines) indented."""
+    return "\n".join(prefix + line for line in text.rstrip("\n").split("\n"))
+
+
+def _listed(items: list[str]) -> str:
+    """A text array's items (another client may have stored a NULL among them)."""
+    return ", ".join("null" if item is None else item for item in items) or "-"
 
 
 def print_job_detail(job: JobRow) -> None:
@@ -296,12 +302,12 @@ def print_job_detail(job: JobRow) -> None:
         ("state", job.state.value),
         ("attempt", f"{job.attempt}/{job.max_attempts}"),
         ("priority", str(job.priority)),
-        ("tags", ", ".join(job.tags) or "-"),
+        ("tags", _listed(job.tags)),
         ("created_at", _when(job.created_at)),
         ("scheduled_at", _when(job.scheduled_at)),
         ("attempted_at", _when(job.attempted_at)),
         ("finalized_at", _when(job.finalized_at)),
-        ("attempted_by", ", ".join(job.attempted_by or []) or "-"),
+        ("attempted_by", _listed(job.attempted_by or [])),
     ]
     width = max(len(name) for name, _ in fields)
     for name, value in fields:
