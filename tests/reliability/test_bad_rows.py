@@ -680,3 +680,34 @@ def test_null_timestamps_compare_as_in_river(sqlite_conn: Any) -> None:
             f"SELECT {ts_key('?1')} <= '2026-12-02 16:57:15.092'", (value,)
         ).fetchall()
         assert result == due, value
+
+
+def test_text_that_is_not_utf8_is_read_with_replacement_characters(sqlite_url: str) -> None:
+    """A row whose args hold bytes that are not UTF-8 (SQLite stores what another
+    program gives it) is read with U+FFFD in their place, as Go's JSON decoding reads it:
+    the claim that took it beside a good job runs both (a decode error had left both
+    running, for the rescuer), and the CLI lists the table."""
+    bad = _river_insert(sqlite_url, kind="go_job")
+    query(
+        sqlite_url,
+        "UPDATE river_job SET args = CAST(X'7B2261223A2280FF227D' AS TEXT) WHERE id = ?",
+        bad,
+    )
+    seen: list[Any] = []
+    workers = Workers()
+
+    @workers.register("go_job")
+    def go_job(job: Job[Any]) -> None:
+        seen.append(job.args)
+
+    with riverboat.Client(
+        sqlite_url, queues={"default": QueueConfig(max_workers=5)}, workers=workers
+    ) as client:
+        good = client.insert({"a": "fine"}, kind="go_job").job.id
+        client.run_until_idle()
+        states = {job_id: client.job_get(job_id).state for job_id in (bad, good)}
+    assert states == {bad: "completed", good: "completed"}
+    assert sorted(args["a"] for args in seen) == ["fine", "\ufffd\ufffd"]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert cli_main(["jobs", "list", "--database-url", sqlite_url]) == 0
+    assert f"{bad} " in out.getvalue()
