@@ -16,6 +16,7 @@ from riverboat import DriverError
 from riverboat._sql import Query, Statement
 from riverboat.drivers import psycopg as psycopg_driver
 from riverboat.drivers.psycopg import AsyncPsycopgDriver, PsycopgDriver
+from tests.waiting import wait_until
 
 BACKEND_PID = Statement(Query("backend_pid", "SELECT pg_backend_pid()"), {})
 
@@ -87,6 +88,43 @@ async def test_async_pool_checks_an_idle_connection_before_use(
         assert driver.stats.connections_opened == 2
     finally:
         await driver.close()
+
+
+def _terminate(pg_url: str, pid: int) -> None:
+    """End backend ``pid`` and wait until the server no longer lists it."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        wait_until(
+            lambda: (
+                not conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+            ),
+            what=f"backend {pid} gone",
+        )
+
+
+@pytest.mark.parametrize("idle_after", [0.0, None])
+def test_sync_pool_checks_an_idle_connection_before_use(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, idle_after: float | None
+) -> None:
+    """The sync driver's pool (psycopg_pool) checks a connection idle for
+    CHECK_IDLE_AFTER before handing it out, as the async pool does: a connection the
+    server ended while it sat in the pool costs no DriverError (it cost one per pooled
+    connection, after a server restart). One used just before (the hot path) is not
+    checked, and its next statement fails as it would have."""
+    if idle_after is not None:
+        monkeypatch.setattr(psycopg_driver, "CHECK_IDLE_AFTER", idle_after)
+    else:
+        monkeypatch.setattr(psycopg_driver, "CHECK_IDLE_AFTER", 3600.0)
+    driver = PsycopgDriver(pg_url, max_pool_size=1)
+    try:
+        pid = driver.fetch(BACKEND_PID)[0][0]
+        _terminate(pg_url, pid)
+        if idle_after is None:
+            with pytest.raises(DriverError):
+                driver.fetch(BACKEND_PID)
+        assert driver.fetch(BACKEND_PID)[0][0] != pid
+    finally:
+        driver.close()
 
 
 async def test_async_pool_retires_connections_past_their_lifetime(

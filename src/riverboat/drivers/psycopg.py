@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -264,8 +265,12 @@ class PsycopgDriver(
                 },
                 open=False,
                 configure=self._on_connect,
+                check=self._check_idle,
+                reset=self._note_idle,
                 timeout=pool_timeout,
             )
+            # When each pooled connection was last returned (or opened), for _check_idle.
+            self._idle_since: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
             self._owned_pool = True
             self._pool_opened = False
         elif isinstance(source, psycopg.Connection):
@@ -307,6 +312,20 @@ class PsycopgDriver(
         _binary_arrays(conn)
         if self._prepare:
             conn.execute(self._session_sql)
+        self._note_idle(conn)
+
+    def _note_idle(self, conn: Any) -> None:
+        self._idle_since[conn] = time.monotonic()
+
+    def _check_idle(self, conn: Any) -> None:
+        """Before the owned pool hands out a connection idle for CHECK_IDLE_AFTER or
+        more: an empty statement, which raises if the server or a firewall cut it
+        meanwhile (the pool then drops it and takes another). A restarted server made
+        the next statement on every pooled connection fail instead, one DriverError per
+        connection."""
+        since = self._idle_since.get(conn)
+        if since is None or time.monotonic() - since >= CHECK_IDLE_AFTER:
+            conn.execute("")
 
     @contextmanager
     def _lease(self) -> Iterator[Any]:
@@ -477,9 +496,10 @@ class _Pooled:
 #: proxies that cut long-lived connections, as psycopg_pool's ``max_lifetime`` (1 h).
 MAX_LIFETIME = 3600.0
 #: An idle connection is checked with an empty statement before use once it has sat
-#: this long (seconds): a firewall or server restart may have cut it meanwhile. Busy
-#: connections (the hot path) are never idle that long, so they pay nothing.
-CHECK_IDLE_AFTER = 30.0
+#: this long (seconds), as pgx's pool does: a firewall or server restart may have cut it
+#: meanwhile. Busy connections (the hot path) are never idle that long, so they pay
+#: nothing; a quiet client pays one round trip on its first statement after a pause.
+CHECK_IDLE_AFTER = 1.0
 
 
 def _left(deadline: float) -> float:
