@@ -56,6 +56,10 @@ def test_ids_act_on_each_and_name_the_missing(any_db: Db) -> None:  # noqa: F811
     out = any_db.cli("jobs", "delete", str(again), str(again))
     assert out.returncode == 0, out.stderr
     assert [line.split()[0] for line in out.stdout.splitlines()[1:]] == [str(again)]
+    # Only missing ids: the errors, and no empty table above them.
+    out = any_db.cli("jobs", "retry", "424242")
+    assert (out.returncode, out.stdout) == (1, "")
+    assert out.stderr.strip() == "riverboat: error: job 424242 not found"
 
 
 @pytest.mark.parametrize(

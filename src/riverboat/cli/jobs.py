@@ -661,7 +661,8 @@ def _act(client: Client, args: argparse.Namespace) -> int:
                     done.append(op(job_id))
                 except NotFoundError as exc:
                     missing.append(str(exc))
-            print_jobs(done, args.json)
+            if done or args.json:  # no table of nothing above the errors (JSON: [])
+                print_jobs(done, args.json)
             for problem in missing:
                 print(f"riverboat: error: {problem}", file=sys.stderr)
             return 1 if missing else 0
