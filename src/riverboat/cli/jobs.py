@@ -287,7 +287,7 @@ def _indented(text: str, prefix: str = "    ") -> str:
     return "\n".join(prefix + line for line in text.rstrip("\n").split("\n"))
 
 
-def _listed(items: list[str]) -> str:
+def _listed(items: Sequence[str | None]) -> str:
     """A text array's items (another client may have stored a NULL among them)."""
     return ", ".join("null" if item is None else item for item in items) or "-"
 

@@ -651,14 +651,15 @@ class Completer:
         if not finalized:
             return
         skip: list[int] = []
-        if known:
-            counts = self._running_deps
-            unwritten = self._dependents_of_buffered()
-            skip = sorted(
-                dependent
-                for dependent in known - failed_dependents
-                if counts.get(dependent, 0) > 0 or dependent in unwritten
-            )
+        counts = self._running_deps
+        unwritten: set[int] | None = None  # read from the buffer only when needed
+        for dependent in sorted(known - failed_dependents):
+            if counts.get(dependent, 0) == 0:
+                if unwritten is None:
+                    unwritten = self._dependents_of_buffered()
+                if dependent not in unwritten:
+                    continue
+            skip.append(dependent)
         assert self._on_workflow_finalized is not None
         try:
             await self._on_workflow_finalized(finalized, skip)
