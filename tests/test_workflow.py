@@ -657,12 +657,13 @@ def test_a_fan_ins_join_is_skipped_until_its_last_leaf_or_a_failed_one(
     any_db: Db,  # noqa: F811
 ) -> None:
     """A leaf's outcome written while another leaf of the same join still runs in this
-    client names the join as one to skip: it can't be decided before that leaf's outcome
-    is written, and that write decides it. The last leaf's write does not skip it. A
-    leaf that failed never has its join skipped: under the ``cancel`` policy the join is
+    client runs no promotion: the join can't be decided before that leaf's outcome is
+    written, and that write decides it. The last leaf's write does decide it. A leaf
+    that failed never has its join skipped: under the ``cancel`` policy the join is
     cancelled while the other leaves still run. And a task added to the running workflow
-    after its dependency was claimed (the copy claimed doesn't name it) starts once that
-    dependency completes, not after the sweep (stopped here) nor the join's other leaf.
+    after its dependency was claimed (the copy claimed doesn't name it, the row as
+    written does) starts once that dependency completes, not after the sweep (stopped
+    here) nor the join's other leaf: that write promotes, naming only the join to skip.
     Every outcome is written as soon as it arrives (batch threshold 1)."""
     leaves = [f"leaf{i}" for i in range(5)]
     gates = {leaf: asyncio.Event() for leaf in [*leaves, "bad", "late", "first", "slow"]}
@@ -713,14 +714,16 @@ def test_a_fan_ins_join_is_skipped_until_its_last_leaf_or_a_failed_one(
                 jobs = [await client.job_get(i) for i in ids]
                 return all(job.state is JobState.RUNNING for job in jobs)
 
-            async def release(leaf: str) -> tuple[list[int], list[int]]:
+            async def release(leaf: str) -> tuple[list[int], list[int]] | None:
+                """What this leaf's write asked the promoter (the join's may follow), or
+                None when it ran no promotion."""
                 flushes, before = completer.flushes, len(asked)
                 gates[leaf].set()
                 await wait_until_async(
                     lambda: completer.flushes > flushes and completer.idle,
                     what=f"{leaf}'s outcome written",
                 )
-                return asked[before]  # this leaf's write (the join's may follow)
+                return asked[before] if len(asked) > before else None
 
             info = await client.workflow_insert(fan("skipped", leaves))
             ids = {task.name: task.job.id for task in info.tasks}
@@ -728,7 +731,9 @@ def test_a_fan_ins_join_is_skipped_until_its_last_leaf_or_a_failed_one(
                 lambda: all_running([ids[leaf] for leaf in leaves]), what="every leaf running"
             )
             for leaf in leaves[:-1]:
-                assert await release(leaf) == ([ids[leaf]], [ids["join"]])
+                not_run = completer.promotions_skipped
+                assert await release(leaf) is None
+                assert completer.promotions_skipped == not_run + 1
                 assert (await client.job_get(ids["join"])).state is JobState.PENDING
             assert await release(leaves[-1]) == ([ids[leaves[-1]]], [])
             assert (await client.job_wait(ids["join"], timeout=30)).state is JobState.COMPLETED

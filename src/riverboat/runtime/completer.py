@@ -231,6 +231,8 @@ class Completer:
         # client lost its lease, so outcomes may belong to runs handed to others.
         self.may_write: Callable[[], Awaitable[bool]] | None = None
         self.dropped = 0
+        # Workflow promotions not run: every dependent waits on a task still running here.
+        self.promotions_skipped = 0
         # Per workflow task id: how many of this client's running tasks depend on it.
         self._running_deps: dict[int, int] = {}
 
@@ -591,14 +593,17 @@ class Completer:
     ) -> list[PendingCompletion]:
         """:meth:`_write_outcomes`, then the dependents of the workflow tasks it
         finalized; returns the outcomes skipped because their rows were locked."""
-        skipped = await self._write_outcomes(batch, plain)
+        promote = self._on_workflow_finalized is not None and any(
+            p.update.finalized and WORKFLOW_METADATA_KEY in p.job.metadata for p in batch
+        )
+        skipped, current = await self._write_outcomes(batch, plain, want_current=promote)
         signals = self._finalized_signals
         watched = signals is not None and signals.watching()
-        if self._on_workflow_finalized is not None or watched:
+        if promote or watched:
             waiting = {p.update.id for p in skipped}
             written = [p for p in batch if p.update.id not in waiting] if waiting else batch
-            if self._on_workflow_finalized is not None:
-                await self._promote_workflow_tasks(written)
+            if promote:
+                await self._promote_workflow_tasks(written, current)
             if watched:
                 await self._signal_finalized(written)
         return skipped
@@ -622,32 +627,40 @@ class Completer:
                 "completer: notifying waiters of %d finalized jobs failed: %s", len(done), exc
             )
 
-    async def _promote_workflow_tasks(self, batch: list[PendingCompletion]) -> None:
+    async def _promote_workflow_tasks(
+        self, batch: list[PendingCompletion], current: dict[int, JobRow] | None
+    ) -> None:
         """Decide the dependents of the workflow tasks this batch finalized (see
         riverboat.workflow). The outcomes are written already: a failure here is left
         to the runtime's sweep of pending tasks, never retried with the batch.
+        ``current``: the batch's rows as the write left them, when it returned them.
 
         The dependents known to wait on a task whose row this client still holds
         running (one it runs, or one whose outcome is buffered) are named to be skipped:
         they can't be decided yet, and that task's own write decides them. A fan-in's
         join was otherwise looked at after every batch of its leaves, each look probing
         its hundreds of dependencies for nothing (1.5 ms alone, 5 to 9 ms beside the
-        leaves' claims on two cores). The statement still runs: a task added to the
+        leaves' claims on two cores). When every dependent is skipped, no statement
+        runs at all, but only if the rows as written say so: a task added to the
         running workflow may depend on these, which only their rows (not the copies
         claimed) name. A dependent of a task that failed is never skipped: it may be
         cancelled now."""
         finalized: list[int] = []
         known: set[int] = set()
         failed_dependents: set[int] = set()
+        as_claimed = False  # some dependents were read from the claimed copy only
         for p in batch:
             if not p.update.finalized:
                 continue
-            meta = p.job.metadata.get(WORKFLOW_METADATA_KEY)
+            row = current.get(p.update.id) if current is not None else None
+            meta = (row or p.job).metadata.get(WORKFLOW_METADATA_KEY)
             if meta is None:
                 continue
+            as_claimed = as_claimed or row is None
             finalized.append(p.update.id)
             dependents = dependent_ids(meta)
-            (failed_dependents if p.update.state in FAILED_STATES else known).update(dependents)
+            state = row.state if row is not None else p.update.state
+            (failed_dependents if state in FAILED_STATES else known).update(dependents)
         if not finalized:
             return
         skip: list[int] = []
@@ -660,6 +673,9 @@ class Completer:
                 if dependent not in unwritten:
                     continue
             skip.append(dependent)
+        if not as_claimed and not failed_dependents and len(skip) == len(known):
+            self.promotions_skipped += 1
+            return
         assert self._on_workflow_finalized is not None
         try:
             await self._on_workflow_finalized(finalized, skip)
@@ -672,12 +688,15 @@ class Completer:
             )
 
     async def _write_outcomes(
-        self, batch: list[PendingCompletion], plain: bool = False
-    ) -> list[PendingCompletion]:
+        self, batch: list[PendingCompletion], plain: bool = False, *, want_current: bool = False
+    ) -> tuple[list[PendingCompletion], dict[int, JobRow] | None]:
         """One statement for ``batch``; returns the outcomes it skipped because their
-        rows were locked (still ``running`` at the claimed attempt afterwards). Raises
-        :class:`_Unstorable` when the database refused the values."""
-        want_rows = self._emit is not None and self._want_events()
+        rows were locked (still ``running`` at the claimed attempt afterwards), and, when
+        events are wanted or ``want_current`` asks for them, the batch's rows as the write
+        left them (None when not read). Raises :class:`_Unstorable` when the database
+        refused the values."""
+        want_events = self._emit is not None and self._want_events()
+        want_rows = want_events or want_current
         try:
             if plain and any(p.ended is not None for p in batch):
                 stmt = self._dialect.flow_complete_many(
@@ -713,7 +732,7 @@ class Completer:
         self.flushes += 1
         if not want_rows:
             if count >= len(batch):
-                return []
+                return [], None
             # Fewer rows changed than outcomes sent: some jobs were no longer running
             # (rescued, cancelled...), or their rows were locked and skipped. Only the
             # latter are still running at the attempt this client claimed. (A failed
@@ -725,7 +744,7 @@ class Completer:
                 )
             ]
             _log_superseded(batch, current)
-            return _still_claimed(batch, current)
+            return _still_claimed(batch, current), None
         by_id = {p.update.id: p for p in batch}
         decode = self._dialect.decode_job
         jobs: list[JobRow] = []
@@ -755,6 +774,9 @@ class Completer:
             skipped = _still_claimed([by_id[i] for i in missing], others)
             skipped_ids = {p.update.id for p in skipped}
             jobs.extend(job for job in others if job.id not in skipped_ids)
+        written = {job.id: job for job in jobs}
+        if not want_events:
+            return skipped, written
         now = time.monotonic()
         assert self._emit is not None
         for job in jobs:
@@ -773,7 +795,7 @@ class Completer:
                     ),
                 )
             )
-        return skipped
+        return skipped, written
 
     async def stop(self, drain_timeout: float | None = DRAIN_TIMEOUT) -> None:
         """Flush everything buffered, then end the loop. A flush that can't finish in
