@@ -112,16 +112,22 @@ def _promote(candidates: str, *, step: bool = False) -> str:
     once all are finalized when it says ``run``. A dependency row that no longer exists
     was finalized and then removed by the cleaner: it counts as completed.
 
-    A candidate is only locked and decided when it can be: every dependency among the
-    tasks just finalized (a fan-out's tasks: no probe), no dependency still unfinished,
-    or, under the ``cancel`` policy, one of the tasks just finalized failed (for a
-    candidate named directly, the sweep's or a retry's: any dependency failed). Two
-    promoters looking at one task then never leave it to the next sweep: rows are
-    locked with ``SKIP LOCKED``, and the one that locked it decides it. The unfinished
-    dependency is looked for by index probes, those after ``pivot`` (the newest task
-    just finalized) first, stopping at the first unfinished one: tasks finish roughly
-    in id order, so a fan-in's join costs about one probe, not its whole decision,
-    after every batch.
+    A candidate is only decided when it may be decidable: every dependency among the
+    tasks just finalized (a fan-out's tasks: no probe), no dependency after ``pivot``
+    (the newest task just finalized) still unfinished, or, under the ``cancel`` policy,
+    one of the tasks just finalized failed (for a candidate named directly, the sweep's
+    or a retry's: any dependency failed). The unfinished dependency after ``pivot`` is
+    looked for by index probes, stopping at the first: tasks finish roughly in id
+    order, so a fan-in's join costs about one probe, not its whole decision, after a
+    batch of its leaves that is not the last. The decision reads every dependency once
+    (those before ``pivot`` too); probing them first as well doubled the join's last
+    promotion (about 2.5 of 7 ms for 998 dependencies).
+
+    A row is locked only once it is decided, with ``SKIP LOCKED``, and only while still
+    pending (rechecked under the lock): two promoters deciding one task never leave it
+    to the next sweep, the one that locked it writes it, and a promoter never holds a
+    lock on a task it leaves pending (a sweep that did made a completer's promotion of
+    the same task skip it, and the task waited for the next sweep, 2 s).
 
     Every row is found by primary key through ``id = ANY(ARRAY(...))``, which the planner
     serves from the index whatever the table's statistics say; joins on ``river_job``
@@ -153,9 +159,6 @@ candidates AS (
       AND j.state::text = 'pending'
       AND j.metadata->'{_KEY}' IS NOT NULL
       {"AND set_config('synchronous_commit', 'off', true) = 'off'" if step else ""}
-      -- A row is locked only when it will be decided: a promoter that locked every
-      -- candidate named to it (the sweep) made a completer's promotion of the same
-      -- task skip it, and the task waited for the next sweep (2 s).
       AND ((j.id = ANY(:candidate_ids::bigint[])
             -- Named directly (the sweep, a retry, tasks just added): decided by the
             -- probes below, or cancelled for any failed dependency.
@@ -170,18 +173,16 @@ candidates AS (
            -- Every dependency is a task just finalized (a fan-out's tasks after their
            -- one dependency): nothing to probe.
            OR j.metadata->'{_KEY}'->'dep_ids' <@ :finalized_json::jsonb
-           -- No dependency still unfinished: those after the newest task just
-           -- finalized first, since tasks finish roughly in id order (then a fan-in's
-           -- join is passed over at the first probe, not after probing the hundreds
-           -- that finished before), then the others.
-           OR ({_no_unfinished_dep("> :pivot::bigint")}
-               AND {_no_unfinished_dep("<= :pivot::bigint")})
+           -- No dependency after the newest task just finalized still unfinished
+           -- (tasks finish roughly in id order: a fan-in's join is passed over at the
+           -- first probe, not after the hundreds that finished before); the decision
+           -- below reads the others.
+           OR {_no_unfinished_dep("> :pivot::bigint")}
            OR (coalesce(j.metadata->'{_KEY}'->>'on_dep_failure', 'cancel') <> 'run' AND EXISTS (
                SELECT 1 FROM <schema>river_job f
                WHERE f.id = ANY(:finalized_ids::bigint[])
                  AND f.state::text IN ('cancelled', 'discarded')
                  AND j.metadata->'{_KEY}'->'dep_ids' @> to_jsonb(f.id))))
-    FOR UPDATE OF j SKIP LOCKED
 ),
 dep_rows AS (
     SELECT jsonb_object_agg(
@@ -227,6 +228,12 @@ verdict AS (
            (NOT all_completed AND failed_task IS NOT NULL AND policy <> 'run') AS cancel
     FROM decided
 ),
+locked AS (
+    SELECT l.id FROM <schema>river_job l
+    WHERE l.id = ANY(ARRAY(SELECT cid FROM verdict WHERE run OR cancel))
+      AND l.state::text = 'pending'
+    FOR UPDATE OF l SKIP LOCKED
+),
 updated AS (
     UPDATE <schema>river_job
     SET state = CASE WHEN v.cancel THEN 'cancelled'
@@ -240,9 +247,10 @@ updated AS (
             WHEN v.outputs = '{{}}'::jsonb THEN river_job.metadata
             ELSE jsonb_set(river_job.metadata, '{{{_KEY},dep_outputs}}', v.outputs) END
     FROM verdict v
-    -- Still pending: its row is locked since the candidates were chosen. (No state
-    -- test here, which could lead the planner to scan every pending row per verdict.)
+    -- Still pending: its row is locked since. (No state test here, which could lead
+    -- the planner to scan every pending row per verdict.)
     WHERE river_job.id = v.cid AND (v.run OR v.cancel)
+      AND v.cid = ANY(ARRAY(SELECT id FROM locked))
     RETURNING river_job.id, river_job.state::text AS state, river_job.queue
 ),
 notified AS (
