@@ -208,7 +208,9 @@ class AsyncClientBase(AsyncAdmin):
         links = workflow.links(given, existing) if given is not None else None
 
         def prepare(jobs: list[InsertParams]) -> None:
-            add_workflow_metadata(workflow, jobs, given, links, stored_name)
+            add_workflow_metadata(
+                workflow, jobs, given, links, stored_name, dialect.workflow_ids_as_text
+            )
             if given is not None:
                 for job, job_id in zip(jobs, given, strict=True):
                     job.id = job_id

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from riverboat._sql import Statement
 from riverboat.dialect._part import DialectPart
+from riverboat.workflow import ids_in
 
 # workflow_list finds workflows among this many newest workflow tasks. Written into the
 # statement's text, not bound: a bound LIMIT left Postgres planning for an unknown one,
@@ -54,9 +55,10 @@ RETURNING {columns}
 
 
 def _ids_from_json_text(text: str | None) -> tuple[int, ...] | None:
-    """``[1, 2]`` as ``(1, 2)``, read without a JSON parser on the way riverboat writes
-    them (the sweep reads thousands per batch); anything else through one."""
-    if not text or text == "[]":
+    """``"1,2"`` or ``[1, 2]`` (see :func:`riverboat.workflow.ids_in`) as ``(1, 2)``,
+    read without a JSON parser on the way riverboat writes them (the sweep reads
+    thousands per batch); anything else through one."""
+    if not text or text in ("[]", '""'):
         return ()
     try:
         return tuple(map(int, text[1:-1].split(",")))
@@ -66,11 +68,8 @@ def _ids_from_json_text(text: str | None) -> tuple[int, ...] | None:
         value = json.loads(text)
     except ValueError:
         return None
-    if not isinstance(value, list):
-        return None
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return None
-    return tuple(value)
+    ids = ids_in(value)
+    return None if ids is None else tuple(ids)
 
 
 class WorkflowStatements(DialectPart, ABC):
@@ -83,6 +82,10 @@ class WorkflowStatements(DialectPart, ABC):
     #: tasks they delete unfinished themselves (Postgres, in the same statement); else
     #: :meth:`workflow_cancel_orphans` follows them in their transaction (SQLite).
     delete_cancels_orphans: bool = False
+    #: Whether a task's id lists are written as one string of comma-separated ids
+    #: (Postgres: River's GIN index on metadata holds an entry per array element) or as
+    #: JSON arrays; both are read (riverboat.workflow).
+    workflow_ids_as_text: bool = False
 
     def workflow_link(
         self,

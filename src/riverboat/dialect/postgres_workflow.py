@@ -8,7 +8,6 @@ through River's ``(state, queue, priority, scheduled_at, id)`` index.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -28,6 +27,17 @@ _INSERT_CHANNEL = CHANNEL.format(topic="river_insert")
 
 QUERIES: dict[str, str] = {}
 
+
+def _ids(value: str) -> str:
+    """The job ids the jsonb ``value`` (a task's ``dep_ids`` or ``dependent_ids``) lists,
+    as a bigint[]: one string of comma-separated ids as this release writes them, or a
+    JSON array as earlier ones did (riverboat.workflow); NULL for anything else. No
+    braces: RETRIED_STATE goes through str.format."""
+    return f"""(CASE jsonb_typeof({value})
+        WHEN 'string' THEN string_to_array({value} #>> ARRAY[]::text[], ',')::bigint[]
+        WHEN 'array' THEN ARRAY(SELECT jsonb_array_elements_text({value})::bigint) END)"""
+
+
 # How a retried task's row changes, one task's (job_retry, dialect/postgres_admin.py) or
 # a workflow's (workflow_retry below): a task with dependencies goes back to pending, not
 # available (it runs only once they completed: promotion decides it); the cancelled_by
@@ -35,22 +45,25 @@ QUERIES: dict[str, str] = {}
 # cancellation asked of an earlier attempt must not cancel the next). No braces: the
 # bulk retry's statement goes through str.format.
 RETRIED_STATE = f"""CASE
-            WHEN jsonb_typeof(river_job.metadata->'{_KEY}'->'dep_ids') = 'array'
-                 AND river_job.metadata->'{_KEY}'->'dep_ids' <> '[]'::jsonb
+            WHEN cardinality({_ids(f"river_job.metadata->'{_KEY}'->'dep_ids'")}) > 0
             THEN 'pending' ELSE 'available' END::<schema>river_job_state"""
 RETRIED_METADATA = f"""(river_job.metadata - 'cancel_attempted_at')
                    #- ARRAY['{_KEY}', 'cancelled_by']"""
 
-# After a workflow's tasks are inserted: each task learns its dependencies' job ids and
-# each dependency (possibly inserted earlier, when tasks are added) its new dependents.
+# When tasks are added to a workflow: each task inserted earlier learns its new
+# dependents (and, given them, its dependencies' job ids), each list written as one
+# string of ids, an array written by an earlier release converted on the way.
+_DEPENDENT_IDS = f"river_job.metadata->'{_KEY}'->'dependent_ids'"
 QUERIES["workflow_link"] = f"""
 UPDATE <schema>river_job
 SET metadata = jsonb_set(
-        jsonb_set(river_job.metadata, '{{{_KEY},dep_ids}}',
-                  coalesce(p.dep_ids, river_job.metadata->'{_KEY}'->'dep_ids', '[]'::jsonb)),
+        CASE WHEN p.dep_ids IS NULL THEN river_job.metadata
+             ELSE jsonb_set(river_job.metadata, '{{{_KEY},dep_ids}}', to_jsonb(p.dep_ids)) END,
         '{{{_KEY},dependent_ids}}',
-        coalesce(river_job.metadata->'{_KEY}'->'dependent_ids', '[]'::jsonb) || p.dependents)
-FROM unnest(:ids::bigint[], :dep_ids::jsonb[], :dependents::jsonb[]) AS p(id, dep_ids, dependents)
+        to_jsonb(array_to_string(
+            coalesce({_ids(_DEPENDENT_IDS)}, '{{}}'::bigint[])
+            || string_to_array(p.dependents, ',')::bigint[], ',')))
+FROM unnest(:ids::bigint[], :dep_ids::text[], :dependents::text[]) AS p(id, dep_ids, dependents)
 WHERE river_job.id = p.id AND river_job.metadata->'{_KEY}' IS NOT NULL
 """
 
@@ -81,10 +94,7 @@ def _no_unfinished_dep(ids: str) -> str:
     by primary key in id order, stopping at the first unfinished one."""
     return f"""NOT EXISTS (
                SELECT 1 FROM <schema>river_job d
-               WHERE d.id = ANY(ARRAY(
-                         SELECT e.dep_id::bigint
-                         FROM jsonb_array_elements_text(j.metadata->'{_KEY}'->'dep_ids')
-                              AS e(dep_id)))
+               WHERE d.id = ANY({_ids(f"j.metadata->'{_KEY}'->'dep_ids'")})
                  AND d.id {ids}
                  AND d.state NOT IN ('completed', 'cancelled', 'discarded'))"""
 
@@ -150,7 +160,7 @@ WITH candidate_ids AS ({candidates}),
 candidates AS (
     -- Only what the decision needs: a fan-in's whole metadata (its dependency names and
     -- ids) carried on each of its dependencies' rows made a sort spill to disk.
-    SELECT j.id, j.metadata->'{_KEY}'->'dep_ids' AS dep_ids,
+    SELECT j.id, {_ids(f"j.metadata->'{_KEY}'->'dep_ids'")} AS dep_ids,
            coalesce(j.metadata->'{_KEY}'->>'on_dep_failure', 'cancel') AS policy
     FROM <schema>river_job j
     WHERE j.id = ANY(ARRAY(SELECT id FROM candidate_ids))
@@ -165,14 +175,11 @@ candidates AS (
             AND coalesce(j.metadata->'{_KEY}'->>'on_dep_failure', 'cancel') <> 'run'
             AND EXISTS (
                 SELECT 1 FROM <schema>river_job d
-                WHERE d.id = ANY(ARRAY(
-                          SELECT e.dep_id::bigint
-                          FROM jsonb_array_elements_text(j.metadata->'{_KEY}'->'dep_ids')
-                               AS e(dep_id)))
+                WHERE d.id = ANY({_ids(f"j.metadata->'{_KEY}'->'dep_ids'")})
                   AND d.state::text IN ('cancelled', 'discarded')))
            -- Every dependency is a task just finalized (a fan-out's tasks after their
            -- one dependency): nothing to probe.
-           OR j.metadata->'{_KEY}'->'dep_ids' <@ :finalized_json::jsonb
+           OR {_ids(f"j.metadata->'{_KEY}'->'dep_ids'")} <@ :finalized_ids::bigint[]
            -- No dependency after the newest task just finalized still unfinished
            -- (tasks finish roughly in id order: a fan-in's join is passed over at the
            -- first probe, not after the hundreds that finished before); the decision
@@ -182,7 +189,9 @@ candidates AS (
                SELECT 1 FROM <schema>river_job f
                WHERE f.id = ANY(:finalized_ids::bigint[])
                  AND f.state::text IN ('cancelled', 'discarded')
-                 AND j.metadata->'{_KEY}'->'dep_ids' @> to_jsonb(f.id))))
+                 -- Not "f.id = ANY(...)": a second condition on id let the planner
+                 -- prefer another index (the unique jobs') to the primary key.
+                 AND {_ids(f"j.metadata->'{_KEY}'->'dep_ids'")} @> ARRAY[f.id])))
 ),
 dep_rows AS (
     SELECT jsonb_object_agg(
@@ -194,8 +203,8 @@ dep_rows AS (
                END) AS by_id
     FROM <schema>river_job d
     WHERE d.id = ANY(ARRAY(
-        SELECT DISTINCT e.dep_id::bigint
-        FROM candidates c CROSS JOIN LATERAL jsonb_array_elements_text(c.dep_ids) AS e(dep_id)))
+        SELECT DISTINCT e.dep_id
+        FROM candidates c CROSS JOIN LATERAL unnest(c.dep_ids) AS e(dep_id)))
       -- Only the rows that say more than a missing row would (completed, nothing to
       -- copy in): a fan-in's join otherwise built and searched an object of its
       -- hundreds of completed dependencies, 10 of the 14 ms of its promotion.
@@ -208,7 +217,7 @@ deps AS (
            r.by_id->e.dep_id->2 AS output
     FROM candidates c
     CROSS JOIN dep_rows r
-    CROSS JOIN LATERAL jsonb_array_elements_text(c.dep_ids) AS e(dep_id)
+    CROSS JOIN LATERAL unnest(c.dep_ids::text[]) AS e(dep_id)
 ),
 decided AS (
     SELECT cid,
@@ -271,10 +280,8 @@ def cancel_orphans(deleted: str) -> str:
     return f"""orphans AS (
     SELECT e.dep_id::bigint AS id, x.metadata::jsonb->'{_KEY}'->>'task' AS task
     FROM {deleted} x
-    CROSS JOIN LATERAL jsonb_array_elements_text(
-        CASE WHEN jsonb_typeof(x.metadata::jsonb->'{_KEY}'->'dependent_ids') = 'array'
-             THEN x.metadata::jsonb->'{_KEY}'->'dependent_ids' ELSE '[]'::jsonb END)
-        AS e(dep_id)
+    CROSS JOIN LATERAL unnest(
+        {_ids(f"(x.metadata::jsonb->'{_KEY}'->'dependent_ids')")}::text[]) AS e(dep_id)
     WHERE x.state NOT IN ('completed', 'cancelled', 'discarded')
 ),
 orphans_cancelled AS (
@@ -290,8 +297,8 @@ orphans_cancelled AS (
 
 
 # The dependents of tasks that were just finalized, plus any named directly.
-_DEPENDENTS_AND_CANDIDATES = f"""SELECT (jsonb_array_elements_text(
-        f.metadata->'{_KEY}'->'dependent_ids'))::bigint AS id
+_FINALIZED_DEPENDENTS = f"f.metadata->'{_KEY}'->'dependent_ids'"
+_DEPENDENTS_AND_CANDIDATES = f"""SELECT unnest({_ids(_FINALIZED_DEPENDENTS)}) AS id
     FROM <schema>river_job f
     WHERE f.id = ANY(:finalized_ids::bigint[]) AND f.metadata->'{_KEY}' IS NOT NULL
     UNION
@@ -440,6 +447,7 @@ class PostgresWorkflow(WorkflowStatements):
     _queries: ClassVar[dict[str, str]] = QUERIES
     delete_cancels_orphans = True
     waits_notified = True
+    workflow_ids_as_text = True
 
     def job_wait_announce(self, payload: str) -> Statement:
         return self.stmt("job_wait_announce", payload=payload, schema=self.schema)
@@ -458,8 +466,8 @@ class PostgresWorkflow(WorkflowStatements):
         return self.stmt(
             "workflow_link",
             ids=[i for i, _, _ in patches],
-            dep_ids=[None if d is None else json.dumps(list(d)) for _, d, _ in patches],
-            dependents=[json.dumps(list(p)) for _, _, p in patches],
+            dep_ids=[None if d is None else ",".join(map(str, d)) for _, d, _ in patches],
+            dependents=[",".join(map(str, p)) for _, _, p in patches],
         )
 
     def _promote_params(
@@ -471,7 +479,6 @@ class PostgresWorkflow(WorkflowStatements):
             "finalized_ids": finalized,
             "candidate_ids": list(candidate_ids),
             "pivot": max(finalized, default=0),
-            "finalized_json": json.dumps(finalized),
             "schema": self.schema,
         }
 
