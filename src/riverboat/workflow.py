@@ -37,6 +37,7 @@ River workers, and tasks added to a running workflow.
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -411,12 +412,26 @@ def orphaned_dependents(deleted: Iterable[JobRow]) -> list[tuple[int, str]]:
     return orphans
 
 
-def dependent_ids(meta: object) -> list[int]:
+def dependent_ids(meta: object) -> Sequence[int]:
     """The job ids of the tasks waiting on a task, from the workflow part of its
     metadata (:func:`workflow_meta`); none from a malformed one (another client wrote
     the row)."""
-    ids = ids_in(meta.get("dependent_ids")) if isinstance(meta, dict) else None
-    return ids or []
+    value = meta.get("dependent_ids") if isinstance(meta, dict) else None
+    if isinstance(value, str) and len(value) <= _CACHED_IDS_TEXT_MAX:
+        return _ids_in_text(value)
+    return ids_in(value) or ()
+
+
+# The longest stored list of ids parsed once and kept (a few dozen ids; 256 are kept).
+_CACHED_IDS_TEXT_MAX = 400
+
+
+@functools.lru_cache(maxsize=256)
+def _ids_in_text(value: str) -> tuple[int, ...]:
+    """:func:`ids_in` of one stored string, parsed once: the completer reads a task's
+    dependents when it starts, ends and is written, and a fan-in's leaves all name the
+    same join."""
+    return tuple(ids_in(value) or ())
 
 
 @dataclass(slots=True, frozen=True)
