@@ -314,6 +314,36 @@ def test_tasks_stored_in_the_earlier_form_still_run(any_db: Db) -> None:  # noqa
     assert ids_in(stored_b["dependent_ids"]) == [ids["cleanup"], late.job.id]
 
 
+def test_an_id_list_written_by_hand_does_not_stop_the_others(any_db: Db) -> None:  # noqa: F811
+    """On Postgres, a task whose stored dependency ids are not a list of ids (metadata
+    written by hand, a number past bigint) is never decided, and the statement that
+    looks at it still decides the tasks beside it: a failed cast would have failed it
+    whole, at every completion and every sweep."""
+    if any_db.dialect != "postgres":
+        pytest.skip("SQLite compares ids without a cast: an id no row has is a missing row")
+    rec = Recorder()
+    wf = Workflow("hand-written")
+    _step(wf, "root")
+    for leaf in ("good", "letters", "huge", "spaced"):
+        _step(wf, leaf, ["root"])
+    with _client(any_db, rec) as client:
+        ids = {t.name: t.job.id for t in client.workflow_insert(wf).tasks}
+        bad = {"letters": "x1", "huge": "9" * 25, "spaced": f" {ids['root']}"}
+        for name, text in bad.items():
+            any_db.execute(
+                "UPDATE river_job SET metadata = jsonb_set(metadata,"
+                " '{riverboat_workflow,dep_ids}', %s::jsonb) WHERE id = %s",
+                json.dumps(text),
+                ids[name],
+            )
+        client.start()
+        good = client.job_wait(ids["good"], timeout=30)
+        client.stop()
+        left = {name: client.job_get(ids[name]).state for name in bad}
+    assert good.state is JobState.COMPLETED
+    assert left == dict.fromkeys(bad, JobState.PENDING)
+
+
 def test_a_dependency_whose_row_is_gone_is_named_by_its_job_id(any_db: Db) -> None:  # noqa: F811
     """Dependencies are named from their own rows; once the cleaner deleted one (only a
     finished task can be), the listing names it by job id. The workflow's name is also on

@@ -31,10 +31,14 @@ QUERIES: dict[str, str] = {}
 def _ids(value: str) -> str:
     """The job ids the jsonb ``value`` (a task's ``dep_ids`` or ``dependent_ids``) lists,
     as a bigint[]: one string of comma-separated ids as this release writes them, or a
-    JSON array as earlier ones did (riverboat.workflow); NULL for anything else. No
-    braces: RETRIED_STATE goes through str.format."""
+    JSON array as earlier ones did (riverboat.workflow); NULL for anything else,
+    including a string that is not such a list (metadata written by hand): a cast
+    error would fail the whole statement, every task it decides with it, at each try."""
+    text = f"({value} #>> ARRAY[]::text[])"
     return f"""(CASE jsonb_typeof({value})
-        WHEN 'string' THEN string_to_array({value} #>> ARRAY[]::text[], ',')::bigint[]
+        WHEN 'string' THEN CASE WHEN {text} = '' THEN ARRAY[]::bigint[]
+                                WHEN {text} ~ '^[0-9]{{1,18}}(,[0-9]{{1,18}})*$'
+                                THEN string_to_array({text}, ',')::bigint[] END
         WHEN 'array' THEN ARRAY(SELECT jsonb_array_elements_text({value})::bigint) END)"""
 
 
@@ -44,8 +48,12 @@ def _ids(value: str) -> str:
 # of an earlier failure goes, and so does River's cancel_attempted_at (River 0.51: a
 # cancellation asked of an earlier attempt must not cancel the next). No braces: the
 # bulk retry's statement goes through str.format.
+_RETRIED_DEP_IDS = f"river_job.metadata->'{_KEY}'->'dep_ids'"
 RETRIED_STATE = f"""CASE
-            WHEN cardinality({_ids(f"river_job.metadata->'{_KEY}'->'dep_ids'")}) > 0
+            WHEN (jsonb_typeof({_RETRIED_DEP_IDS}) = 'array'
+                  AND {_RETRIED_DEP_IDS} <> '[]'::jsonb)
+              OR (jsonb_typeof({_RETRIED_DEP_IDS}) = 'string'
+                  AND {_RETRIED_DEP_IDS} <> '""'::jsonb)
             THEN 'pending' ELSE 'available' END::<schema>river_job_state"""
 RETRIED_METADATA = f"""(river_job.metadata - 'cancel_attempted_at')
                    #- ARRAY['{_KEY}', 'cancelled_by']"""
