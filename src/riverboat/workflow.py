@@ -22,8 +22,9 @@ stored: every key and value is an entry in River's GIN index on ``metadata`` at 
 the row's writes, so a dependency's name is read from its own row's ``task`` and empty
 lists and defaults are left out. For the same reason the id lists are one string of
 comma-separated ids on Postgres, not a JSON array: an array is an index entry per id,
-and a fan-in's join or a fan-out's root lists hundreds (about 1 ms of the server's time
-at each write of a row listing 1,000, against 0.05 ms as one string). SQLite, which
+and a fan-in's join or a fan-out's root lists hundreds (0.7 to 1.4 ms of the server's
+time at each write of a row listing 1,000, against 0.03 to 0.15 ms as one string,
+docs/workflows.md). SQLite, which
 has no such index, writes arrays. Tasks stored by earlier builds of riverboat list ids
 as arrays on Postgres too, and some also ``"deps"`` (names), ``"name"`` and
 ``"on_dep_failure"`` on every task; every form is read.
