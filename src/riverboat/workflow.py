@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -96,16 +97,24 @@ def _json_ints(ids: Sequence[int], as_text: bool) -> str:
     return f'"{joined}"' if as_text else f"[{joined}]"
 
 
+# What the promotion statement reads as a list of ids (postgres_workflow._ids): up to 18
+# digits each, so that every one fits a bigint; the same rule here, or the sweep would
+# name a task the statement never decides, or bind an id past bigint and fail its batch.
+_ID_LIST_TEXT = re.compile(r"[0-9]{1,18}(?:,[0-9]{1,18})*")
+_ID_MAX = 10**18 - 1
+
+
 def ids_in(value: object) -> list[int] | None:
     """The job ids a task's ``dep_ids`` or ``dependent_ids`` lists, in either stored
     form (``"1,2"`` or ``[1, 2]``); None when it is neither (another client wrote it)."""
     if isinstance(value, str):
-        try:
-            return [int(i) for i in value.split(",")] if value else []
-        except ValueError:
+        if not value:
+            return []
+        if not _ID_LIST_TEXT.fullmatch(value):
             return None
+        return [int(i) for i in value.split(",")]
     if isinstance(value, list) and all(
-        isinstance(i, int) and not isinstance(i, bool) for i in value
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= _ID_MAX for i in value
     ):
         return value
     return None
@@ -418,6 +427,9 @@ def dependent_ids(meta: object) -> Sequence[int]:
     metadata (:func:`workflow_meta`); none from a malformed one (another client wrote
     the row)."""
     value = meta.get("dependent_ids") if isinstance(meta, dict) else None
+    if isinstance(value, list):
+        # The ids among what another client wrote: orphans and running counts use them.
+        return [i for i in value if ids_in([i]) is not None]
     if isinstance(value, str) and len(value) <= _CACHED_IDS_TEXT_MAX:
         return _ids_in_text(value)
     return ids_in(value) or ()

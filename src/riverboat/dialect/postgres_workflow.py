@@ -32,14 +32,19 @@ def _ids(value: str) -> str:
     """The job ids the jsonb ``value`` (a task's ``dep_ids`` or ``dependent_ids``) lists,
     as a bigint[]: one string of comma-separated ids as this release writes them, or a
     JSON array as earlier ones did (riverboat.workflow); NULL for anything else,
-    including a string that is not such a list (metadata written by hand): a cast
-    error would fail the whole statement, every task it decides with it, at each try."""
+    including a string or an array that is not such a list (metadata written by hand):
+    a cast error would fail the whole statement, every task it decides with it, at
+    each try. riverboat.workflow.ids_in keeps the same rule (up to 18 digits an id)."""
     text = f"({value} #>> ARRAY[]::text[])"
     return f"""(CASE jsonb_typeof({value})
         WHEN 'string' THEN CASE WHEN {text} = '' THEN ARRAY[]::bigint[]
                                 WHEN {text} ~ '^[0-9]{{1,18}}(,[0-9]{{1,18}})*$'
                                 THEN string_to_array({text}, ',')::bigint[] END
-        WHEN 'array' THEN ARRAY(SELECT jsonb_array_elements_text({value})::bigint) END)"""
+        WHEN 'array' THEN CASE WHEN NOT EXISTS (
+                                   SELECT 1 FROM jsonb_array_elements_text({value}) AS x(id)
+                                   WHERE x.id !~ '^[0-9]{{1,18}}$')
+                               THEN ARRAY(SELECT jsonb_array_elements_text({value})::bigint)
+                          END END)"""
 
 
 # How a retried task's row changes, one task's (job_retry, dialect/postgres_admin.py) or
@@ -97,13 +102,21 @@ FROM s CROSS JOIN generate_series(1, :count::integer)
 """
 
 
-def _no_unfinished_dep(ids: str) -> str:
-    """No dependency of candidate ``j`` whose id is ``ids`` is unfinished: index probes
-    by primary key in id order, stopping at the first unfinished one."""
+_CANDIDATE_DEPS = _ids(f"j.metadata->'{_KEY}'->'dep_ids'")
+
+
+def _no_unfinished_dep_after_pivot() -> str:
+    """No dependency of candidate ``j`` after its pivot is unfinished: index probes by
+    primary key in id order, stopping at the first unfinished one. Its pivot is the
+    newest of its own dependencies among the tasks just finalized (none: all are
+    probed); not the newest of the whole batch, which a task of another workflow
+    finalized with it would make newer than every dependency of an older join."""
+    pivot = f"""(SELECT coalesce(max(p.id), 0) FROM unnest({_CANDIDATE_DEPS}) AS p(id)
+                 WHERE p.id = ANY(:finalized_ids::bigint[]))"""
     return f"""NOT EXISTS (
                SELECT 1 FROM <schema>river_job d
-               WHERE d.id = ANY({_ids(f"j.metadata->'{_KEY}'->'dep_ids'")})
-                 AND d.id {ids}
+               WHERE d.id = ANY({_CANDIDATE_DEPS})
+                 AND d.id > {pivot}
                  AND d.state NOT IN ('completed', 'cancelled', 'discarded'))"""
 
 
@@ -131,15 +144,15 @@ def _promote(candidates: str, *, step: bool = False) -> str:
     was finalized and then removed by the cleaner: it counts as completed.
 
     A candidate is only decided when it may be decidable: every dependency among the
-    tasks just finalized (a fan-out's tasks: no probe), no dependency after ``pivot``
-    (the newest task just finalized) still unfinished, or, under the ``cancel`` policy,
-    one of the tasks just finalized failed (for a candidate named directly, the sweep's
-    or a retry's: any dependency failed). The unfinished dependency after ``pivot`` is
-    looked for by index probes, stopping at the first: tasks finish roughly in id
-    order, so a fan-in's join costs about one probe, not its whole decision, after a
-    batch of its leaves that is not the last. The decision reads every dependency once
-    (those before ``pivot`` too); probing them first as well doubled the join's last
-    promotion (about 2.5 of 7 ms for 998 dependencies).
+    tasks just finalized (a fan-out's tasks: no probe), no dependency after its pivot
+    (the newest of its dependencies just finalized) still unfinished, or, under the
+    ``cancel`` policy, one of the tasks just finalized failed (for a candidate named
+    directly, the sweep's or a retry's: any dependency failed). The unfinished
+    dependency after the pivot is looked for by index probes, stopping at the first:
+    tasks finish roughly in id order, so a fan-in's join costs about one probe, not its
+    whole decision, after a batch of its leaves that is not the last. The decision
+    reads every dependency once (those before the pivot too); probing them first as
+    well doubled the join's last promotion (about 2.5 of 7 ms for 998 dependencies).
 
     A row is locked only once it is decided, with ``SKIP LOCKED``, and only while still
     pending (rechecked under the lock): two promoters deciding one task never leave it
@@ -192,7 +205,7 @@ candidates AS (
            -- (tasks finish roughly in id order: a fan-in's join is passed over at the
            -- first probe, not after the hundreds that finished before); the decision
            -- below reads the others.
-           OR {_no_unfinished_dep("> :pivot::bigint")}
+           OR {_no_unfinished_dep_after_pivot()}
            OR (coalesce(j.metadata->'{_KEY}'->>'on_dep_failure', 'cancel') <> 'run' AND EXISTS (
                SELECT 1 FROM <schema>river_job f
                WHERE f.id = ANY(:finalized_ids::bigint[])
@@ -486,7 +499,6 @@ class PostgresWorkflow(WorkflowStatements):
         return {
             "finalized_ids": finalized,
             "candidate_ids": list(candidate_ids),
-            "pivot": max(finalized, default=0),
             "schema": self.schema,
         }
 

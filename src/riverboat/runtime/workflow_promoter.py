@@ -135,7 +135,8 @@ class WorkflowPromoter:
         without a look; naming every pending task made the statement probe each one's
         dependencies, about 0.5 s a pass for 20,000 tasks waiting on their root, in
         every runtime every SWEEP_INTERVAL. The statement decides the named tasks
-        again under their row locks, so what was read here only picks candidates."""
+        again from the rows as they are then, and writes only those still pending once
+        it holds their locks, so what was read here only picks candidates."""
         after, changed = 0, 0
         seen_pending: set[int] = set()
         dialect = self._dialect
