@@ -55,6 +55,7 @@ RENAMES: dict[str, str] = {
     "_insert_async": "_insert_sync",
     "wrap_insert_async": "wrap_insert",
     "AsyncFinalizedWaiter": "FinalizedWaiter",
+    "applied_version_async": "applied_version",
 }
 
 _WORDS = re.compile(r"\b(" + "|".join(map(re.escape, RENAMES)) + r")\b")

@@ -316,6 +316,73 @@ def test_tasks_stored_in_the_earlier_form_still_run(any_db: Db) -> None:  # noqa
     assert isinstance(stored_b["dependent_ids"], str) is (any_db.dialect == "postgres")
 
 
+def test_id_lists_are_text_only_once_the_schema_says_every_process_reads_them(
+    pg_url: str, pg_schema: str
+) -> None:
+    """Releases before riverboat's line version 7 read a task's id lists only as JSON
+    arrays: below it (such a release may share the schema, in a rolling upgrade) this
+    one writes arrays, also when it adds tasks to a workflow; from it, one string of
+    ids each. Migrating down to 6 turns every string back into the array of the same
+    ids, so the earlier release reads them all."""
+    from riverboat.drivers.psycopg import PsycopgDriver
+    from riverboat.migrations import Migrator
+    from riverboat.workflow import WORKFLOW_IDS_TEXT_LINE_VERSION
+
+    def stored(client: riverboat.Client, workflow_id: str) -> dict[str, dict[str, Any]]:
+        tasks = client.workflow_get(workflow_id).tasks
+        return {t.name: t.job.metadata["riverboat_workflow"] for t in tasks}
+
+    def fan(name: str) -> Workflow:
+        wf = Workflow(name)
+        _step(wf, "a")
+        _step(wf, "b", ["a"])
+        _step(wf, "c", ["a", "b"])
+        return wf
+
+    driver = PsycopgDriver(pg_url, schema=pg_schema)
+    line = Migrator(driver, "riverboat")
+    try:
+        line.down(WORKFLOW_IDS_TEXT_LINE_VERSION - 1)
+        db = Db("postgres", pg_url, pg_schema)
+        with _client(db, Recorder()) as client:
+            before = client.workflow_insert(fan("before")).id
+            more = Workflow(id=before)
+            _step(more, "d", ["c"])
+            client.workflow_insert(more)
+            meta = stored(client, before)
+            assert all(
+                isinstance(m.get(key, []), list)
+                for m in meta.values()
+                for key in ("dep_ids", "dependent_ids")
+            )
+            assert meta["c"]["dependent_ids"] == [client.workflow_get(before).task("d").job.id]
+        line.up()
+        with _client(db, Recorder()) as client:
+            after = client.workflow_insert(fan("after")).id
+            assert isinstance(stored(client, after)["c"]["dep_ids"], str)
+            more = Workflow(id=before)
+            _step(more, "e", ["a"])
+            client.workflow_insert(more)
+            # The array it had is read, and written anew as a string.
+            a = stored(client, before)["a"]
+            assert (
+                isinstance(a["dependent_ids"], str) and len(ids_in(a["dependent_ids"]) or []) == 3
+            )
+            client.start()
+            done = [client.workflow_wait(w, timeout=30) for w in (before, after)]
+            client.stop()
+        assert [w.state for w in done] == ["completed", "completed"]
+        line.down(WORKFLOW_IDS_TEXT_LINE_VERSION - 1)
+        with _client(db, Recorder()) as client:
+            for workflow_id in (before, after):
+                for m in stored(client, workflow_id).values():
+                    for key in ("dep_ids", "dependent_ids"):
+                        assert isinstance(m.get(key, []), list), (workflow_id, m)
+    finally:
+        line.up()
+        driver.close()
+
+
 def test_an_id_list_written_by_hand_does_not_stop_the_others(any_db: Db) -> None:  # noqa: F811
     """On Postgres, a task whose stored dependency ids are not a list of ids (metadata
     written by hand, a number past bigint) is never decided, and the statements that
@@ -990,14 +1057,14 @@ def test_sqlite_workflows_work_beside_a_job_whose_metadata_is_not_json(sqlite_ur
     with riverboat.Client(sqlite_url) as plain:
         bad = plain.insert({"name": "bad"}, kind="other").job.id
     query(sqlite_url, "UPDATE river_job SET metadata = '{oops' WHERE id = ?", bad)
-    for action in ("down", "up"):  # riverboat's line version 6 (its indexes) again
+    for action in ("down", "up"):  # riverboat's line from version 6 (its indexes) again
         migrated = cli_in_process(
             "migrate",
             action,
             "--line",
             "riverboat",
             "--max-steps",
-            "1",
+            "2",
             "--database-url",
             sqlite_url,
         )

@@ -6,6 +6,7 @@ from this module by ``scripts/async_to_sync.py``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -25,10 +26,12 @@ from riverboat._job import (
 )
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import InvalidInputError, NotFoundError, WaitTimeoutError
+from riverboat.migrations import applied_version_async
 from riverboat.runtime import outcomes
 from riverboat.runtime.worker import Job
 from riverboat.wait import AsyncFinalizedWaiter, check_timeout
 from riverboat.workflow import (
+    WORKFLOW_IDS_TEXT_LINE_VERSION,
     WORKFLOW_LIST_MAX,
     WORKFLOW_TASKS_MAX,
     Workflow,
@@ -40,6 +43,10 @@ from riverboat.workflow import (
 )
 
 __all__ = ["AsyncClientBase"]
+
+# Seconds between reads of riverboat's migration line while it is below the version from
+# which workflows' id lists are written as text.
+IDS_TEXT_RECHECK = 60.0
 
 
 class AsyncClientBase(AsyncAdmin):
@@ -160,6 +167,23 @@ class AsyncClientBase(AsyncAdmin):
         info, _ = await self._workflow_insert(self.driver.wrap(conn), workflow)
         return info
 
+    async def _writes_ids_as_text(self) -> bool:
+        """Whether workflows' id lists are written as text here: where the dialect does
+        (Postgres), once riverboat's migration line is at WORKFLOW_IDS_TEXT_LINE_VERSION,
+        which says that every process sharing the schema reads them (docs/workflows.md,
+        "Upgrading"). Until it is, arrays, and the version is read again at most once
+        every IDS_TEXT_RECHECK seconds."""
+        core = self._core
+        if not core.dialect.workflow_ids_as_text:
+            return False
+        if core.workflow_ids_as_text is None or (
+            not core.workflow_ids_as_text and time.monotonic() >= core.workflow_ids_as_text_after
+        ):
+            version = await applied_version_async(self.driver, "riverboat")
+            core.workflow_ids_as_text = version >= WORKFLOW_IDS_TEXT_LINE_VERSION
+            core.workflow_ids_as_text_after = time.monotonic() + IDS_TEXT_RECHECK
+        return core.workflow_ids_as_text
+
     async def _workflow_insert(
         self, executor: Any, workflow: Workflow
     ) -> tuple[WorkflowInfo, list[InsertParams]]:
@@ -203,14 +227,13 @@ class AsyncClientBase(AsyncAdmin):
                 f"{workflow.id} is in the database already: a Workflow is inserted once"
                 " (add tasks to it with Workflow(id=...))",
             )
+        as_text = await self._writes_ids_as_text()
         reserve = dialect.workflow_reserve_ids(len(workflow.tasks))
         given = sorted(int(row[0]) for row in await executor.fetch(reserve)) if reserve else None
         links = workflow.links(given, existing) if given is not None else None
 
         def prepare(jobs: list[InsertParams]) -> None:
-            add_workflow_metadata(
-                workflow, jobs, given, links, stored_name, dialect.workflow_ids_as_text
-            )
+            add_workflow_metadata(workflow, jobs, given, links, stored_name, as_text)
             if given is not None:
                 for job, job_id in zip(jobs, given, strict=True):
                     job.id = job_id
@@ -237,7 +260,9 @@ class AsyncClientBase(AsyncAdmin):
                     dep_ids.append(None)
                     dependents.append(more)
         if targets:
-            await executor.execute(dialect.workflow_link(targets, dep_ids, dependents))
+            await executor.execute(
+                dialect.workflow_link(targets, dep_ids, dependents, as_text=as_text)
+            )
         if not workflow.adding:
             # The rows as inserted, with the links just written: no read-back.
             return WorkflowInfo.linked(workflow, inserted, targets, dep_ids, dependents), plan.jobs

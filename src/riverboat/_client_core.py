@@ -93,6 +93,10 @@ class _ClientCore:
         # that can be switched off. The runtime shares this clock object.
         self.clock = Clock()
         self.unique_enforcement = True
+        # Whether workflows' id lists are written as text (see the client's
+        # _writes_ids_as_text), and when to look again while they are not.
+        self.workflow_ids_as_text: bool | None = None
+        self.workflow_ids_as_text_after = 0.0
 
     def set_flow_args_keys(self, queue: str, config: object | None) -> None:
         """Follow a queue added (``config``) or removed (None) at run time."""

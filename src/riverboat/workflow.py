@@ -72,6 +72,10 @@ _POLICIES = ("cancel", "run")
 TASK_NAME_MAX = 200
 WORKFLOW_TASKS_MAX = 10_000
 WORKFLOW_LIST_MAX = 100
+# The version of riverboat's migration line from which a workflow's id lists are written
+# as text where the dialect does (Postgres): every process that shares the schema reads
+# them by then (docs/workflows.md, "Upgrading").
+WORKFLOW_IDS_TEXT_LINE_VERSION = 7
 _FINALIZED = (JobState.CANCELLED, JobState.COMPLETED, JobState.DISCARDED)
 
 

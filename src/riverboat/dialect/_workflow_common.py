@@ -89,9 +89,10 @@ class WorkflowStatements(DialectPart, ABC):
     #: tasks they delete unfinished themselves (Postgres, in the same statement); else
     #: :meth:`workflow_cancel_orphans` follows them in their transaction (SQLite).
     delete_cancels_orphans: bool = False
-    #: Whether a task's id lists are written as one string of comma-separated ids
-    #: (Postgres: River's GIN index on metadata holds an entry per array element) or as
-    #: JSON arrays; both are read (riverboat.workflow).
+    #: Whether a task's id lists may be written as one string of comma-separated ids
+    #: (Postgres: River's GIN index on metadata holds an entry per array element), once
+    #: riverboat's migration line is at WORKFLOW_IDS_TEXT_LINE_VERSION; otherwise, and
+    #: before, JSON arrays. Both are read (riverboat.workflow).
     workflow_ids_as_text: bool = False
 
     def workflow_link(
@@ -99,12 +100,17 @@ class WorkflowStatements(DialectPart, ABC):
         ids: Sequence[int],
         dep_ids: Sequence[Sequence[int] | None],
         dependents: Sequence[Sequence[int]],
+        *,
+        as_text: bool = False,
     ) -> Statement:
-        """Write each task's dependency ids (None: keep) and append dependents."""
-        return self.workflow_link_patches(list(zip(ids, dep_ids, dependents, strict=True)))
+        """Write each task's dependency ids (None: keep) and append dependents, the
+        lists as text when ``as_text`` (where the dialect writes text at all)."""
+        return self.workflow_link_patches(
+            list(zip(ids, dep_ids, dependents, strict=True)), as_text=as_text
+        )
 
     @abstractmethod
-    def workflow_link_patches(self, patches: list[Patch]) -> Statement:
+    def workflow_link_patches(self, patches: list[Patch], *, as_text: bool = False) -> Statement:
         """:meth:`workflow_link`'s statement from ``(id, dep_ids, dependents)`` each."""
 
     def workflow_reserve_ids(self, count: int) -> Statement | None:

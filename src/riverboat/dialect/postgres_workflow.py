@@ -63,19 +63,31 @@ RETRIED_STATE = f"""CASE
 RETRIED_METADATA = f"""(river_job.metadata - 'cancel_attempted_at')
                    #- ARRAY['{_KEY}', 'cancelled_by']"""
 
+
+def _stored_ids(ids: str) -> str:
+    """The bigint[] ``ids`` as a task's metadata stores them: one string of ids with
+    ``:as_text`` (riverboat's line at WORKFLOW_IDS_TEXT_LINE_VERSION), else an array."""
+    return f"""(CASE WHEN :as_text::boolean THEN to_jsonb(array_to_string({ids}, ','))
+             ELSE to_jsonb({ids}) END)"""
+
+
 # When tasks are added to a workflow: each task inserted earlier learns its new
-# dependents (and, given them, its dependencies' job ids), each list written as one
-# string of ids, an array written by an earlier release converted on the way.
+# dependents (and, given them, its dependencies' job ids), each list written in the
+# form the schema's version says, the list already there read in either.
 _DEPENDENT_IDS = f"river_job.metadata->'{_KEY}'->'dependent_ids'"
 QUERIES["workflow_link"] = f"""
 UPDATE <schema>river_job
 SET metadata = jsonb_set(
         CASE WHEN p.dep_ids IS NULL THEN river_job.metadata
-             ELSE jsonb_set(river_job.metadata, '{{{_KEY},dep_ids}}', to_jsonb(p.dep_ids)) END,
+             ELSE jsonb_set(river_job.metadata, '{{{_KEY},dep_ids}}',
+                            {_stored_ids("string_to_array(p.dep_ids, ',')::bigint[]")}) END,
         '{{{_KEY},dependent_ids}}',
-        to_jsonb(array_to_string(
-            coalesce({_ids(_DEPENDENT_IDS)}, '{{}}'::bigint[])
-            || string_to_array(p.dependents, ',')::bigint[], ',')))
+        {
+    _stored_ids(
+        f"(coalesce({_ids(_DEPENDENT_IDS)}, '{{}}'::bigint[])"
+        " || string_to_array(p.dependents, ',')::bigint[])"
+    )
+})
 FROM unnest(:ids::bigint[], :dep_ids::text[], :dependents::text[]) AS p(id, dep_ids, dependents)
 WHERE river_job.id = p.id AND river_job.metadata->'{_KEY}' IS NOT NULL
 """
@@ -483,9 +495,10 @@ class PostgresWorkflow(WorkflowStatements):
         table = render_schema("<schema>river_job", self.schema)
         return self.stmt("workflow_reserve_ids", table=table, count=count)
 
-    def workflow_link_patches(self, patches: list[Patch]) -> Statement:
+    def workflow_link_patches(self, patches: list[Patch], *, as_text: bool = False) -> Statement:
         return self.stmt(
             "workflow_link",
+            as_text=as_text,
             ids=[i for i, _, _ in patches],
             dep_ids=[None if d is None else ",".join(map(str, d)) for _, d, _ in patches],
             dependents=[",".join(map(str, p)) for _, _, p in patches],

@@ -261,7 +261,7 @@ class SqliteWorkflow(WorkflowStatements):
 
     _queries: ClassVar[dict[str, str]] = QUERIES
 
-    def workflow_link_patches(self, patches: list[Patch]) -> Statement:
+    def workflow_link_patches(self, patches: list[Patch], *, as_text: bool = False) -> Statement:
         encoded = [
             {"id": i, "dep_ids": None if d is None else list(d), "dependents": list(p)}
             for i, d, p in patches
