@@ -596,7 +596,10 @@ class Completer:
         promote = self._on_workflow_finalized is not None and any(
             p.update.finalized and WORKFLOW_METADATA_KEY in p.job.metadata for p in batch
         )
-        skipped, current = await self._write_outcomes(batch, plain, want_current=promote)
+        # The rows as written are read only when the copies claimed say that no
+        # promotion may be needed (a fan-in's leaves but the last): they confirm it.
+        may_skip = promote and self._promotion_plan(batch, None)[2]
+        skipped, current = await self._write_outcomes(batch, plain, want_current=may_skip)
         signals = self._finalized_signals
         watched = signals is not None and signals.watching()
         if promote or watched:
@@ -627,6 +630,40 @@ class Completer:
                 "completer: notifying waiters of %d finalized jobs failed: %s", len(done), exc
             )
 
+    def _promotion_plan(
+        self, batch: list[PendingCompletion], current: dict[int, JobRow] | None
+    ) -> tuple[list[int], list[int], bool]:
+        """For the workflow tasks ``batch`` finalized: their ids, the dependents to
+        skip (see :meth:`_promote_workflow_tasks`), and whether every dependent is
+        skipped and none has a failed dependency. Each task's dependents are read from
+        its row in ``current`` (the rows as the write left them) when there, else from
+        the copy claimed."""
+        finalized: list[int] = []
+        known: set[int] = set()
+        failed_dependents: set[int] = set()
+        for p in batch:
+            if not p.update.finalized:
+                continue
+            row = current.get(p.update.id) if current is not None else None
+            meta = (row or p.job).metadata.get(WORKFLOW_METADATA_KEY)
+            if meta is None:
+                continue
+            finalized.append(p.update.id)
+            dependents = dependent_ids(meta)
+            state = row.state if row is not None else p.update.state
+            (failed_dependents if state in FAILED_STATES else known).update(dependents)
+        skip: list[int] = []
+        counts = self._running_deps
+        unwritten: set[int] | None = None  # read from the buffer only when needed
+        for dependent in sorted(known - failed_dependents):
+            if counts.get(dependent, 0) == 0:
+                if unwritten is None:
+                    unwritten = self._dependents_of_buffered()
+                if dependent not in unwritten:
+                    continue
+            skip.append(dependent)
+        return finalized, skip, not failed_dependents and len(skip) == len(known)
+
     async def _promote_workflow_tasks(
         self, batch: list[PendingCompletion], current: dict[int, JobRow] | None
     ) -> None:
@@ -645,35 +682,10 @@ class Completer:
         running workflow may depend on these, which only their rows (not the copies
         claimed) name. A dependent of a task that failed is never skipped: it may be
         cancelled now."""
-        finalized: list[int] = []
-        known: set[int] = set()
-        failed_dependents: set[int] = set()
-        as_claimed = False  # some dependents were read from the claimed copy only
-        for p in batch:
-            if not p.update.finalized:
-                continue
-            row = current.get(p.update.id) if current is not None else None
-            meta = (row or p.job).metadata.get(WORKFLOW_METADATA_KEY)
-            if meta is None:
-                continue
-            as_claimed = as_claimed or row is None
-            finalized.append(p.update.id)
-            dependents = dependent_ids(meta)
-            state = row.state if row is not None else p.update.state
-            (failed_dependents if state in FAILED_STATES else known).update(dependents)
+        finalized, skip, all_skipped = self._promotion_plan(batch, current)
         if not finalized:
             return
-        skip: list[int] = []
-        counts = self._running_deps
-        unwritten: set[int] | None = None  # read from the buffer only when needed
-        for dependent in sorted(known - failed_dependents):
-            if counts.get(dependent, 0) == 0:
-                if unwritten is None:
-                    unwritten = self._dependents_of_buffered()
-                if dependent not in unwritten:
-                    continue
-            skip.append(dependent)
-        if not as_claimed and not failed_dependents and len(skip) == len(known):
+        if all_skipped and current is not None and all(i in current for i in finalized):
             self.promotions_skipped += 1
             return
         assert self._on_workflow_finalized is not None
