@@ -394,7 +394,7 @@ def test_an_id_list_written_by_hand_does_not_stop_the_others(any_db: Db) -> None
     rec = Recorder()
     wf = Workflow("hand-written")
     _step(wf, "root")
-    for leaf in ("good", "letters", "huge", "spaced"):
+    for leaf in ("good", "letters", "huge", "spaced", "nulled"):
         _step(wf, leaf, ["root"])
     later = Workflow("swept")
     _step(later, "first")
@@ -402,7 +402,12 @@ def test_an_id_list_written_by_hand_does_not_stop_the_others(any_db: Db) -> None
     with _client(any_db, rec) as client:
         ids = {t.name: t.job.id for t in client.workflow_insert(wf).tasks}
         swept = {t.name: t.job.id for t in client.workflow_insert(later).tasks}
-        bad = {"letters": "x1", "huge": "9" * 25, "spaced": f" {ids['root']}"}
+        bad: dict[str, object] = {
+            "letters": "x1",
+            "huge": "9" * 25,
+            "spaced": f" {ids['root']}",
+            "nulled": [None],  # the earlier array form: a null is not a finished dependency
+        }
         for name, text in bad.items():
             any_db.execute(
                 "UPDATE river_job SET metadata = jsonb_set(metadata,"

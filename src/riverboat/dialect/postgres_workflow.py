@@ -41,8 +41,9 @@ def _ids(value: str) -> str:
                                 WHEN {text} ~ '^[0-9]{{1,18}}(,[0-9]{{1,18}})*$'
                                 THEN string_to_array({text}, ',')::bigint[] END
         WHEN 'array' THEN CASE WHEN NOT EXISTS (
-                                   SELECT 1 FROM jsonb_array_elements_text({value}) AS x(id)
-                                   WHERE x.id !~ '^[0-9]{{1,18}}$')
+                                   SELECT 1 FROM jsonb_array_elements({value}) AS x(id)
+                                   WHERE jsonb_typeof(x.id) <> 'number'
+                                      OR x.id::text !~ '^[0-9]{{1,18}}$')
                                THEN ARRAY(SELECT jsonb_array_elements_text({value})::bigint)
                           END END)"""
 
