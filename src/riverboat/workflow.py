@@ -108,6 +108,10 @@ _ID_LIST_TEXT = re.compile(r"[0-9]{1,18}(?:,[0-9]{1,18})*")
 _ID_MAX = 10**18 - 1
 
 
+def _is_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _ID_MAX
+
+
 def ids_in(value: object) -> list[int] | None:
     """The job ids a task's ``dep_ids`` or ``dependent_ids`` lists, in either stored
     form (``"1,2"`` or ``[1, 2]``); None when it is neither (another client wrote it)."""
@@ -117,9 +121,7 @@ def ids_in(value: object) -> list[int] | None:
         if not _ID_LIST_TEXT.fullmatch(value):
             return None
         return [int(i) for i in value.split(",")]
-    if isinstance(value, list) and all(
-        isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= _ID_MAX for i in value
-    ):
+    if isinstance(value, list) and all(_is_id(i) for i in value):
         return value
     return None
 
@@ -433,7 +435,7 @@ def dependent_ids(meta: object) -> Sequence[int]:
     value = meta.get("dependent_ids") if isinstance(meta, dict) else None
     if isinstance(value, list):
         # The ids among what another client wrote: orphans and running counts use them.
-        return [i for i in value if ids_in([i]) is not None]
+        return [i for i in value if _is_id(i)]
     if isinstance(value, str) and len(value) <= _CACHED_IDS_TEXT_MAX:
         return _ids_in_text(value)
     return ids_in(value) or ()

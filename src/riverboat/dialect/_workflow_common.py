@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -58,23 +59,19 @@ def _ids_from_json_text(text: str | None) -> tuple[int, ...] | None:
     """``"1,2"`` or ``[1, 2]`` (see :func:`riverboat.workflow.ids_in`, whose rule this
     keeps) as ``(1, 2)``, read without a JSON parser on the way riverboat writes them
     (the sweep reads thousands per batch); anything else through one."""
-    if not text or text in ("[]", '""'):
+    if not text:
         return ()
+    value: object = None
     if text[0] == '"' and "\\" not in text:
-        ids = ids_in(text[1:-1])
-        return None if ids is None else tuple(ids)
-    if text[0] == "[":
+        value = text[1:-1]  # a string's content, without escapes to undo
+    elif text[0] == "[":
+        with contextlib.suppress(ValueError):
+            value = [int(i) for i in text[1:-1].split(",")]
+    if value is None:
         try:
-            fast = [int(i) for i in text[1:-1].split(",")]
+            value = json.loads(text)
         except ValueError:
-            pass
-        else:
-            ids = ids_in(fast)
-            return None if ids is None else tuple(ids)
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
+            return None
     ids = ids_in(value)
     return None if ids is None else tuple(ids)
 
