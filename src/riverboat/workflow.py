@@ -101,10 +101,13 @@ def _json_ints(ids: Sequence[int], as_text: bool) -> str:
     return f'"{joined}"' if as_text else f"[{joined}]"
 
 
-# What the promotion statement reads as a list of ids (postgres_workflow._ids): up to 18
-# digits each, so that every one fits a bigint; the same rule here, or the sweep would
-# name a task the statement never decides, or bind an id past bigint and fail its batch.
-_ID_LIST_TEXT = re.compile(r"[0-9]{1,18}(?:,[0-9]{1,18})*")
+# A stored id and a stored list of ids, as ids_in and the promotion statement
+# (postgres_workflow._ids) both read them: up to 18 digits each, so that every one fits
+# a bigint. One rule for both, or the sweep would name a task the statement never
+# decides, or bind an id past bigint and fail its batch.
+ID_TEXT = "[0-9]{1,18}"
+ID_LIST_TEXT = f"{ID_TEXT}(?:,{ID_TEXT})*"
+_ID_LIST = re.compile(ID_LIST_TEXT)
 _ID_MAX = 10**18 - 1
 
 
@@ -118,7 +121,7 @@ def ids_in(value: object) -> list[int] | None:
     if isinstance(value, str):
         if not value:
             return []
-        if not _ID_LIST_TEXT.fullmatch(value):
+        if not _ID_LIST.fullmatch(value):
             return None
         return [int(i) for i in value.split(",")]
     if isinstance(value, list) and all(_is_id(i) for i in value):

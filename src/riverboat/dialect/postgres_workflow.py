@@ -19,6 +19,7 @@ from riverboat.dialect._workflow_common import (
     WorkflowStatements,
     workflow_retry_sql,
 )
+from riverboat.workflow import ID_LIST_TEXT, ID_TEXT
 
 __all__ = ["PostgresWorkflow"]
 
@@ -34,16 +35,17 @@ def _ids(value: str) -> str:
     JSON array as earlier ones did (riverboat.workflow); NULL for anything else,
     including a string or an array that is not such a list (metadata written by hand):
     a cast error would fail the whole statement, every task it decides with it, at
-    each try. riverboat.workflow.ids_in keeps the same rule (up to 18 digits an id)."""
+    each try. The rule is riverboat.workflow's, which ids_in keeps too (up to 18 digits
+    an id)."""
     text = f"({value} #>> ARRAY[]::text[])"
     return f"""(CASE jsonb_typeof({value})
         WHEN 'string' THEN CASE WHEN {text} = '' THEN ARRAY[]::bigint[]
-                                WHEN {text} ~ '^[0-9]{{1,18}}(,[0-9]{{1,18}})*$'
+                                WHEN {text} ~ '^{ID_LIST_TEXT}$'
                                 THEN string_to_array({text}, ',')::bigint[] END
         WHEN 'array' THEN CASE WHEN NOT EXISTS (
                                    SELECT 1 FROM jsonb_array_elements({value}) AS x(id)
                                    WHERE jsonb_typeof(x.id) <> 'number'
-                                      OR x.id::text !~ '^[0-9]{{1,18}}$')
+                                      OR x.id::text !~ '^{ID_TEXT}$')
                                THEN ARRAY(SELECT jsonb_array_elements_text({value})::bigint)
                           END END)"""
 
@@ -76,19 +78,17 @@ def _stored_ids(ids: str) -> str:
 # dependents (and, given them, its dependencies' job ids), each list written in the
 # form the schema's version says, the list already there read in either.
 _DEPENDENT_IDS = f"river_job.metadata->'{_KEY}'->'dependent_ids'"
+_LINKED_DEPENDENTS = _stored_ids(
+    f"(coalesce({_ids(_DEPENDENT_IDS)}, '{{}}'::bigint[])"
+    " || string_to_array(p.dependents, ',')::bigint[])"
+)
 QUERIES["workflow_link"] = f"""
 UPDATE <schema>river_job
 SET metadata = jsonb_set(
         CASE WHEN p.dep_ids IS NULL THEN river_job.metadata
              ELSE jsonb_set(river_job.metadata, '{{{_KEY},dep_ids}}',
                             {_stored_ids("string_to_array(p.dep_ids, ',')::bigint[]")}) END,
-        '{{{_KEY},dependent_ids}}',
-        {
-    _stored_ids(
-        f"(coalesce({_ids(_DEPENDENT_IDS)}, '{{}}'::bigint[])"
-        " || string_to_array(p.dependents, ',')::bigint[])"
-    )
-})
+        '{{{_KEY},dependent_ids}}', {_LINKED_DEPENDENTS})
 FROM unnest(:ids::bigint[], :dep_ids::text[], :dependents::text[]) AS p(id, dep_ids, dependents)
 WHERE river_job.id = p.id AND river_job.metadata->'{_KEY}' IS NOT NULL
 """
