@@ -20,38 +20,43 @@ __all__ = [
     "PeriodicJobDeclaration",
     "PeriodicJobWrite",
     "PeriodicStatements",
-    "periodic_job_declare_sql",
-    "periodic_job_list_sql",
-    "periodic_job_save_sql",
+    "periodic_queries",
 ]
 
 
-def periodic_job_list_sql(template: str) -> str:
-    """The ``periodic_job_list`` statement, ``template`` the dialect's expression reading
-    the template column as JSON text (the columns' order is what decoding expects)."""
-    return f"""
+def periodic_queries(
+    *, template: str, save_rows: str, declare_rows: str, now: str, in_ids: str
+) -> dict[str, str]:
+    """Every statement of the durable periodic jobs, from the dialect's pieces:
+    ``template`` reads the template column as JSON text; ``save_rows`` selects a
+    batch's (id, schedule, catch_up, next_run_at, last_run_at), ``declare_rows`` a
+    batch's (id, schedule, catch_up, template); ``now`` is the current time and
+    ``in_ids`` tests ``id`` against the ``:ids`` parameter.
+
+    ``periodic_job_save``: one row per periodic job the leader advanced. Under an
+    unchanged schedule next_run_at only moves forward, and last_run_at is kept when this
+    write inserted nothing. A new schedule from the leader's own code (a deploy) replaces
+    the stored one; but a row with a template was declared at runtime by a client
+    (periodic_job_declare), maybe after the leader read it: that declaration wins, and
+    the leader's write under the schedule it read is dropped (it starts the declared
+    schedule at its next read). Stored times compare as times on both dialects (SQLite's
+    are fixed-width UTC text).
+
+    ``periodic_job_declare``: a client's periodic jobs, at its start or added at
+    runtime: the latest declaration of an id defines it (schedule, catch-up, template),
+    and clears a removal."""
+    return {
+        # The columns' order is what decoding expects.
+        "periodic_job_list": f"""
 SELECT id, schedule, catch_up, next_run_at, last_run_at, created_at, updated_at,
     {template}, removed_at
 FROM <schema>riverboat_periodic_job
 ORDER BY id
-"""
-
-
-def periodic_job_save_sql(rows: str, now: str) -> str:
-    """The ``periodic_job_save`` upsert, ``rows`` the dialect's SELECT of the batch's
-    (id, schedule, catch_up, next_run_at, last_run_at) and ``now`` its current time.
-
-    One row per periodic job the leader advanced. Under an unchanged schedule next_run_at
-    only moves forward, and last_run_at is kept when this write inserted nothing. A new
-    schedule from the leader's own code (a deploy) replaces the stored one; but a row with
-    a template was declared at runtime by a client (periodic_job_declare), maybe after the
-    leader read it: that declaration wins, and the leader's write under the schedule it
-    read is dropped (it starts the declared schedule at its next read). Stored times
-    compare as times on both dialects (SQLite's are fixed-width UTC text)."""
-    return f"""
+""",
+        "periodic_job_save": f"""
 INSERT INTO <schema>riverboat_periodic_job AS stored
     (id, schedule, catch_up, next_run_at, last_run_at)
-{rows}
+{save_rows}
 ON CONFLICT (id) DO UPDATE
 SET schedule = excluded.schedule, catch_up = excluded.catch_up,
     next_run_at = excluded.next_run_at,
@@ -61,23 +66,23 @@ WHERE CASE WHEN stored.schedule <> excluded.schedule THEN stored.template IS NUL
            ELSE stored.next_run_at IS NULL
                 OR excluded.next_run_at IS NULL
                 OR stored.next_run_at <= excluded.next_run_at END
-"""
-
-
-def periodic_job_declare_sql(rows: str, now: str) -> str:
-    """The ``periodic_job_declare`` upsert, ``rows`` the dialect's SELECT of the batch's
-    (id, schedule, catch_up, template) and ``now`` its current time.
-
-    A client's periodic jobs, at its start or added at runtime: the latest declaration of
-    an id defines it (schedule, catch-up, template), and clears a removal."""
-    return f"""
+""",
+        "periodic_job_declare": f"""
 INSERT INTO <schema>riverboat_periodic_job AS stored (id, schedule, catch_up, template)
-{rows}
+{declare_rows}
 ON CONFLICT (id) DO UPDATE
 SET schedule = excluded.schedule, catch_up = excluded.catch_up, template = excluded.template,
     removed_at = NULL, updated_at = {now},
     next_run_at = CASE WHEN stored.schedule = excluded.schedule THEN stored.next_run_at END
-"""
+""",
+        "periodic_job_remove": f"""
+UPDATE <schema>riverboat_periodic_job SET removed_at = {now}, updated_at = {now}
+WHERE {in_ids} AND removed_at IS NULL
+""",
+        "periodic_job_delete": f"""
+DELETE FROM <schema>riverboat_periodic_job WHERE {in_ids} RETURNING id
+""",
+    }
 
 
 @dataclass(frozen=True, slots=True)

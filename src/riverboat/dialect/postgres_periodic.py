@@ -14,38 +14,21 @@ from riverboat.dialect._periodic_common import (
     PeriodicJobDeclaration,
     PeriodicJobWrite,
     PeriodicStatements,
-    periodic_job_declare_sql,
-    periodic_job_list_sql,
-    periodic_job_save_sql,
+    periodic_queries,
 )
 
 __all__ = ["PostgresPeriodic"]
 
-QUERIES: dict[str, str] = {}
-
-QUERIES["periodic_job_list"] = periodic_job_list_sql("template")
-
-QUERIES["periodic_job_save"] = periodic_job_save_sql(
-    """SELECT * FROM unnest(:ids::text[], :schedules::text[], :catch_ups::text[],
+QUERIES = periodic_queries(
+    template="template",
+    save_rows="""SELECT * FROM unnest(:ids::text[], :schedules::text[], :catch_ups::text[],
                      :next_run_ats::timestamptz[], :last_run_ats::timestamptz[])""",
-    now="now()",
-)
-
-QUERIES["periodic_job_declare"] = periodic_job_declare_sql(
-    """SELECT id, schedule, catch_up, template::jsonb
+    declare_rows="""SELECT id, schedule, catch_up, template::jsonb
 FROM unnest(:ids::text[], :schedules::text[], :catch_ups::text[], :templates::text[])
     AS t (id, schedule, catch_up, template)""",
     now="now()",
+    in_ids="id = any(:ids::text[])",
 )
-
-QUERIES["periodic_job_remove"] = """
-UPDATE <schema>riverboat_periodic_job SET removed_at = now(), updated_at = now()
-WHERE id = any(:ids::text[]) AND removed_at IS NULL
-"""
-
-QUERIES["periodic_job_delete"] = """
-DELETE FROM <schema>riverboat_periodic_job WHERE id = any(:ids::text[]) RETURNING id
-"""
 
 
 class PostgresPeriodic(PeriodicStatements):

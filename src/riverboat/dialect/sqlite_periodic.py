@@ -14,46 +14,27 @@ from riverboat.dialect._periodic_common import (
     PeriodicJobDeclaration,
     PeriodicJobWrite,
     PeriodicStatements,
-    periodic_job_declare_sql,
-    periodic_job_list_sql,
-    periodic_job_save_sql,
+    periodic_queries,
 )
 from riverboat.dialect._sqlite_common import NOW, parse_timestamp
 
 __all__ = ["SqlitePeriodic"]
 
-QUERIES: dict[str, str] = {}
-
-QUERIES["periodic_job_list"] = periodic_job_list_sql("json(template)")
-
 # The rows come as one JSON array (see _rows_json). "WHERE true" keeps SQLite's parser
 # from reading the ON CONFLICT of the upsert as a join constraint of the SELECT.
-QUERIES["periodic_job_save"] = periodic_job_save_sql(
-    """SELECT value ->> '$.id', value ->> '$.schedule', value ->> '$.catch_up',
+QUERIES = periodic_queries(
+    template="json(template)",
+    save_rows="""SELECT value ->> '$.id', value ->> '$.schedule', value ->> '$.catch_up',
        value ->> '$.next_run_at', value ->> '$.last_run_at'
 FROM json_each(:rows)
 WHERE true""",
-    now=NOW,
-)
-
-QUERIES["periodic_job_declare"] = periodic_job_declare_sql(
-    """SELECT value ->> '$.id', value ->> '$.schedule', value ->> '$.catch_up',
+    declare_rows="""SELECT value ->> '$.id', value ->> '$.schedule', value ->> '$.catch_up',
        CASE WHEN value ->> '$.template' IS NOT NULL THEN jsonb(value -> '$.template') END
 FROM json_each(:rows)
 WHERE true""",
     now=NOW,
+    in_ids="id IN (SELECT value FROM json_each(:ids))",
 )
-
-QUERIES["periodic_job_remove"] = f"""
-UPDATE <schema>riverboat_periodic_job SET removed_at = {NOW}, updated_at = {NOW}
-WHERE id IN (SELECT value FROM json_each(:ids)) AND removed_at IS NULL
-"""
-
-QUERIES["periodic_job_delete"] = """
-DELETE FROM <schema>riverboat_periodic_job
-WHERE id IN (SELECT value FROM json_each(:ids))
-RETURNING id
-"""
 
 
 def _stored(value: Any) -> Any:
