@@ -18,7 +18,7 @@ from riverboat.workflow import ids_in
 # against 50 ms along the primary key).
 WORKFLOW_LIST_WINDOW = 10_000
 
-__all__ = ["Patch", "PendingTask", "WorkflowStatements", "workflow_retry_sql"]
+__all__ = ["Patch", "PendingTask", "PromoteStep", "WorkflowStatements", "workflow_retry_sql"]
 
 # One task's links for workflow_link: its id, its dependency ids (None: keep them) and
 # the dependents to append.
@@ -31,6 +31,15 @@ class PendingTask(NamedTuple):
     id: int
     dep_ids: tuple[int, ...]
     runs_after_failure: bool  # its policy is "run": a failed dependency does not cancel it
+
+
+class PromoteStep(NamedTuple):
+    """Where one step of the runtime's promotion starts, how many candidates it decides,
+    and the dependents it may leave out (see WorkflowStatements.workflow_promote_step)."""
+
+    after_id: int
+    limit: int
+    skip_ids: list[int]
 
 
 def workflow_retry_sql(
@@ -149,7 +158,8 @@ class WorkflowStatements(DialectPart, ABC):
         caller knows can't be decided yet (another of their dependencies still runs),
         which the dialect may leave out rather than look at. Default: every candidate
         at once, none skipped."""
-        return self.workflow_promote_ids(list(finalized_ids), list(candidate_ids))
+        step = PromoteStep(after_id, limit, list(skip_ids))
+        return self.workflow_promote_ids(list(finalized_ids), list(candidate_ids), step)
 
     def decode_promoted_step(
         self, rows: Sequence[Sequence[Any]], limit: int
@@ -160,8 +170,11 @@ class WorkflowStatements(DialectPart, ABC):
         return self.decode_promoted(rows), None
 
     @abstractmethod
-    def workflow_promote_ids(self, finalized_ids: list[int], candidate_ids: list[int]) -> Statement:
-        """:meth:`workflow_promote`'s statement."""
+    def workflow_promote_ids(
+        self, finalized_ids: list[int], candidate_ids: list[int], step: PromoteStep | None = None
+    ) -> Statement:
+        """:meth:`workflow_promote`'s statement, or with ``step``
+        :meth:`workflow_promote_step`'s (a dialect that can't bound it ignores it)."""
 
     def workflow_cancel_orphans(self, orphans: Sequence[tuple[int, str]]) -> Statement:
         """Cancel, as a failed dependency would, the pending ``(task id, the deleted

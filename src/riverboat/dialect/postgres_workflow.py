@@ -16,6 +16,7 @@ from riverboat.dialect._pg_common import CHANNEL, clamped, job_columns
 from riverboat.dialect._workflow_common import (
     WORKFLOW_LIST_WINDOW,
     Patch,
+    PromoteStep,
     WorkflowStatements,
     workflow_retry_sql,
 )
@@ -511,34 +512,22 @@ class PostgresWorkflow(WorkflowStatements):
             dependents=[",".join(map(str, p)) for _, _, p in patches],
         )
 
-    def _promote_params(
-        self, finalized_ids: Sequence[int], candidate_ids: Sequence[int]
-    ) -> dict[str, Any]:
-        """What both promotion statements (whole, or one step) are given."""
-        finalized = list(finalized_ids)
-        return {
-            "finalized_ids": finalized,
-            "candidate_ids": list(candidate_ids),
+    def workflow_promote_ids(
+        self, finalized_ids: list[int], candidate_ids: list[int], step: PromoteStep | None = None
+    ) -> Statement:
+        params = {
+            "finalized_ids": finalized_ids,
+            "candidate_ids": candidate_ids,
             "schema": self.schema,
         }
-
-    def workflow_promote_ids(self, finalized_ids: list[int], candidate_ids: list[int]) -> Statement:
-        return self.stmt("workflow_promote", **self._promote_params(finalized_ids, candidate_ids))
-
-    def workflow_promote_step(
-        self,
-        finalized_ids: Sequence[int],
-        candidate_ids: Sequence[int],
-        after_id: int,
-        limit: int,
-        skip_ids: Sequence[int] = (),
-    ) -> Statement:
+        if step is None:
+            return self.stmt("workflow_promote", **params)
         return self.stmt(
             "workflow_promote_step",
-            after_id=after_id,
-            limit=limit,
-            skip_ids=list(skip_ids),
-            **self._promote_params(finalized_ids, candidate_ids),
+            after_id=step.after_id,
+            limit=step.limit,
+            skip_ids=step.skip_ids,
+            **params,
         )
 
     def decode_promoted_step(

@@ -21,6 +21,7 @@ from riverboat.dialect._sqlite_common import NOW, job_columns
 from riverboat.dialect._workflow_common import (
     WORKFLOW_LIST_WINDOW,
     Patch,
+    PromoteStep,
     WorkflowStatements,
     workflow_retry_sql,
 )
@@ -268,8 +269,10 @@ class SqliteWorkflow(WorkflowStatements):
         ]
         return self.stmt("workflow_link", patches=json.dumps(encoded))
 
-    def workflow_promote_ids(self, finalized_ids: list[int], candidate_ids: list[int]) -> Statement:
-        # One statement for every promotion, the runtime's too (workflow_promote_step):
+    def workflow_promote_ids(
+        self, finalized_ids: list[int], candidate_ids: list[int], step: PromoteStep | None = None
+    ) -> Statement:
+        # One statement for every promotion, the runtime's too (``step`` is ignored):
         # SQLite's durability is its connection's synchronous pragma, nothing to relax,
         # and its one writer at a time gains nothing from steps.
         params = {
