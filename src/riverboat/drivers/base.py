@@ -43,6 +43,7 @@ __all__ = [
     "Watchdog",
     "call_deadline",
     "call_timeout",
+    "caller_connection",
     "import_optional",
     "plain_postgres_url",
     "shut_socket",
@@ -68,6 +69,14 @@ def import_optional(module: str, extra: str) -> Any:
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingDependencyError(module.partition(".")[0], extra, exc) from exc
+
+
+def caller_connection(conn: Any, types: type | tuple[type, ...], expected: str) -> Any:
+    """``conn``, the connection a caller hands to ``wrap`` (for the ``*_tx`` methods),
+    checked to be one of ``types``: otherwise a TypeError naming ``expected``."""
+    if not isinstance(conn, types):
+        raise TypeError(f"expected {expected}, got {type(conn).__name__}")
+    return conn
 
 
 def plain_postgres_url(url: str, prefixes: Sequence[str]) -> str:

@@ -36,6 +36,7 @@ from riverboat.drivers.base import (
     TcpSettings,
     Watchdog,
     call_timeout,
+    caller_connection,
     import_optional,
     plain_postgres_url,
     shut_socket,
@@ -371,9 +372,9 @@ class PsycopgDriver(
     def wrap(self, conn: Any) -> _SyncExecutor:
         """An executor over the caller's connection; their transaction stays theirs."""
         psycopg = _import_psycopg()
-        if not isinstance(conn, psycopg.Connection):
-            raise TypeError(f"expected a psycopg.Connection, got {type(conn).__name__}")
-        return _SyncExecutor(conn, self.stats)
+        return _SyncExecutor(
+            caller_connection(conn, psycopg.Connection, "a psycopg.Connection"), self.stats
+        )
 
     def execute_script(self, sql: str) -> None:
         psycopg = _import_psycopg()
@@ -793,9 +794,10 @@ class AsyncPsycopgDriver(
     def wrap(self, conn: Any) -> _AsyncExecutor:
         """An executor over the caller's async connection; their transaction stays theirs."""
         psycopg = _import_psycopg()
-        if not isinstance(conn, psycopg.AsyncConnection):
-            raise TypeError(f"expected a psycopg.AsyncConnection, got {type(conn).__name__}")
-        return _AsyncExecutor(conn, self.stats)
+        return _AsyncExecutor(
+            caller_connection(conn, psycopg.AsyncConnection, "a psycopg.AsyncConnection"),
+            self.stats,
+        )
 
     async def execute_script(self, sql: str) -> None:
         psycopg = _import_psycopg()
