@@ -779,6 +779,121 @@ def test_a_fan_ins_leaves_are_written_together_and_a_chain_at_once(any_db: Db) -
     asyncio.run(scenario())
 
 
+def test_a_promotion_claims_the_tasks_it_makes_ready_for_its_own_producer(
+    any_db: Db,  # noqa: F811
+) -> None:
+    """On Postgres, the promotion after a task's completion moves the dependents it
+    makes ready straight to running for this client's producer of that queue, as a
+    claim writes them (attempt 1, attempted_by this client): no notification, no claim
+    of their own. SQLite's promotion makes them available, and the producer claims
+    them as any job."""
+    workers = Workers()
+
+    @workers.register("step")
+    async def step(job: Job[Any]) -> None:
+        return None
+
+    wf = Workflow("claimed-chain")
+    _step(wf, "s0")
+    for i in range(1, 6):
+        _step(wf, f"s{i}", [f"s{i - 1}"])
+    wf.add("fan", {"name": "fan"}, kind="step", deps=["s5"])
+    wf.add("fan2", {"name": "fan2"}, kind="step", deps=["s5"])
+
+    async def scenario() -> None:
+        client = riverboat.AsyncClient(
+            any_db.url,
+            schema=any_db.schema,
+            queues={"default": QueueConfig(max_workers=20)},
+            workers=workers,
+            fetch_poll_interval=0.1,
+        )
+        await client.start()
+        try:
+            await client.workflow_insert(wf)
+            done = await client.workflow_wait(wf.id, timeout=30)
+            promoter = client.runtime.workflow_promoter
+            producer = client.runtime.producers["default"]
+            assert promoter is not None
+            claimed = promoter.claimed
+            assert producer.promotion_claimed == claimed
+        finally:
+            await client.stop()
+            await client.close()
+        assert done.state == "completed"
+        for task in done.tasks:
+            assert task.job.attempt == 1 and task.job.attempted_by == [client.id]
+        # s1..s5, fan and fan2: every task but the first was made ready by a promotion.
+        assert claimed == (7 if any_db.dialect == "postgres" else 0)
+
+    asyncio.run(scenario())
+
+
+def test_a_promotion_claims_only_what_the_producer_would(any_db: Db) -> None:  # noqa: F811
+    """A promotion's claim is the producer's offer: nothing for another queue, no kind
+    the client does not work under fetch_only_known_kinds, nothing while the queue is
+    paused. Those tasks become available, as without a claim."""
+    gates = {"root": asyncio.Event(), "root2": asyncio.Event()}
+    workers = Workers()
+
+    @workers.register("gated")
+    async def gated(job: Job[Any]) -> None:
+        await gates[job.args["name"]].wait()
+
+    @workers.register("step")
+    async def step(job: Job[Any]) -> None:
+        return None
+
+    wf = Workflow("offers")
+    wf.add("root", {"name": "root"}, kind="gated")
+    wf.add("elsewhere", {}, kind="step", deps=["root"], opts=InsertOpts(queue="other"))
+    wf.add("unknown", {}, kind="go_only", deps=["root"])
+    wf.add("root2", {"name": "root2"}, kind="gated")
+    wf.add("paused", {}, kind="step", deps=["root2"])
+
+    async def scenario() -> None:
+        client = riverboat.AsyncClient(
+            any_db.url,
+            schema=any_db.schema,
+            queues={"default": QueueConfig(max_workers=20)},
+            workers=workers,
+            fetch_poll_interval=0.1,
+            fetch_only_known_kinds=True,
+            skip_unknown_job_check=True,  # "go_only" is some other client's kind
+        )
+        await client.start()
+        try:
+            info = await client.workflow_insert(wf)
+            ids = {task.name: task.job.id for task in info.tasks}
+            producer = client.runtime.producers["default"]
+            promoter = client.runtime.workflow_promoter
+            assert promoter is not None
+
+            async def available(*names: str) -> bool:
+                jobs = [await client.job_get(ids[name]) for name in names]
+                return all(job.state is JobState.AVAILABLE for job in jobs)
+
+            await wait_until_async(lambda: producer.active == 2, what="both roots running")
+            gates["root"].set()
+            await wait_until_async(lambda: available("elsewhere", "unknown"), what="decided")
+            assert promoter.claimed == 0
+            await client.queue_pause("default")
+            await wait_until_async(lambda: producer.paused, what="the queue paused")
+            gates["root2"].set()
+            await wait_until_async(lambda: available("paused"), what="decided while paused")
+            assert promoter.claimed == 0
+            await client.queue_resume("default")
+            assert (await client.job_wait(ids["paused"], timeout=30)).state is JobState.COMPLETED
+            assert await available("elsewhere", "unknown")
+        finally:
+            for gate in gates.values():
+                gate.set()
+            await client.stop()
+            await client.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_fan_ins_join_is_skipped_until_its_last_leaf_or_a_failed_one(
     any_db: Db,  # noqa: F811
 ) -> None:
@@ -829,9 +944,11 @@ def test_a_fan_ins_join_is_skipped_until_its_last_leaf_or_a_failed_one(
         asked: list[tuple[list[int], list[int]]] = []
         promote = promoter.after_finalized
 
-        async def recorded(job_ids: Sequence[int], skip_ids: Sequence[int] = ()) -> None:
+        async def recorded(
+            job_ids: Sequence[int], skip_ids: Sequence[int] = (), queue: str | None = None
+        ) -> None:
             asked.append((list(job_ids), list(skip_ids)))
-            await promote(job_ids, skip_ids)
+            await promote(job_ids, skip_ids, queue)
 
         completer._on_workflow_finalized = recorded
         try:

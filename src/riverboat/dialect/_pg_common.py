@@ -11,6 +11,7 @@ from riverboat.dialect._rows import PREVIEW_ARGS_MAX, QUEUE_COLUMNS, JobReader, 
 
 __all__ = [
     "CHANNEL",
+    "CLAIM_SET",
     "JOB_READER",
     "QUEUE_SELECT",
     "UNIQUE_CONFLICT",
@@ -101,6 +102,23 @@ QUEUE_SELECT = select_list(QUEUE_COLUMNS, {"metadata": _cast("text")})
 # The NOTIFY channel for a topic: River's "<schema>.<topic>", with current_schema() when
 # no schema is configured.
 CHANNEL = "concat(coalesce(:schema::text, current_schema()), '.{topic}')"
+
+
+# What a claim writes to each row it takes (River's JobGetAvailable): the next attempt,
+# when (the client's clock when :now is given) and by whom, keeping the last
+# :max_attempted_by names. Column name to expression, for the claim's SET and for a
+# workflow promotion that claims the tasks it makes ready (postgres_workflow.py).
+CLAIM_SET = {
+    "attempt": "least(river_job.attempt::integer + 1, 32767)",
+    "attempted_at": "coalesce(:now::timestamptz, now())",
+    "attempted_by": """array_append(
+        CASE WHEN array_length(river_job.attempted_by, 1) >= :max_attempted_by::integer
+             THEN river_job.attempted_by[
+                array_length(river_job.attempted_by, 1) + 2 - :max_attempted_by::integer:]
+             ELSE river_job.attempted_by
+        END,
+        :attempted_by::text)""",
+}
 
 
 def state_in_bitmask(states: str, state: str) -> str:

@@ -174,16 +174,26 @@ class Read:
     check_null: bool = False
 
 
-def select_list(columns: Sequence[Column], reads: Mapping[str, Read], table: str = "") -> str:
+def select_list(
+    columns: Sequence[Column],
+    reads: Mapping[str, Read],
+    table: str = "",
+    *,
+    when: str = "",
+    alias_prefix: str = "",
+) -> str:
     """``expression AS column`` for each of ``columns``, in order; ``reads`` says how a
-    dialect reads the ones it doesn't read as stored."""
+    dialect reads the ones it doesn't read as stored. With ``when``, each is NULL
+    unless that condition holds; ``alias_prefix`` goes before each column's name."""
     prefix = f"{table}." if table else ""
     out = []
     for column in columns:
         qualified = prefix + column.name
         read = reads.get(column.name)
         sql = read.sql.format(c=qualified) if read is not None else qualified
-        out.append(f"{sql} AS {column.name}")
+        if when:
+            sql = f"CASE WHEN {when} THEN {sql} END"
+        out.append(f"{sql} AS {alias_prefix}{column.name}")
     return ", ".join(out)
 
 
@@ -208,17 +218,26 @@ class JobReader:
         self.strict = tuple(r.strict for r in self.reads.values())
         self.decode_job = self._generate_decoder(namespace)
 
-    def columns(self, table: str = "", only: Sequence[str] = (), *, preview: bool = False) -> str:
+    def columns(
+        self,
+        table: str = "",
+        only: Sequence[str] = (),
+        *,
+        preview: bool = False,
+        when: str = "",
+        alias_prefix: str = "",
+    ) -> str:
         """The SELECT/RETURNING list of every job-returning statement; with ``only``,
         of just those columns (in that order); with ``preview``, the heavy columns read
-        as a listing reads them (see :data:`PREVIEW_ARGS_MAX`)."""
+        as a listing reads them (see :data:`PREVIEW_ARGS_MAX`); ``when`` and
+        ``alias_prefix`` as :func:`select_list` takes them."""
         columns = [JOB_COLUMNS[JOB_INDEX[name]] for name in only] if only else JOB_COLUMNS
         reads = self.reads
         if preview:
             reads = {**reads}
             for name, sql in self.preview.items():
                 reads[name] = dataclasses.replace(reads[name], sql=sql)
-        return select_list(columns, reads, table)
+        return select_list(columns, reads, table, when=when, alias_prefix=alias_prefix)
 
     def row_type(self) -> str:
         """The columns with the types read (``id bigint, args text, ...``): the column

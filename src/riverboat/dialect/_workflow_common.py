@@ -6,6 +6,7 @@ import contextlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from riverboat._sql import Statement
@@ -18,7 +19,14 @@ from riverboat.workflow import ids_in
 # against 50 ms along the primary key).
 WORKFLOW_LIST_WINDOW = 10_000
 
-__all__ = ["Patch", "PendingTask", "PromoteStep", "WorkflowStatements", "workflow_retry_sql"]
+__all__ = [
+    "Patch",
+    "PendingTask",
+    "PromoteClaim",
+    "PromoteStep",
+    "WorkflowStatements",
+    "workflow_retry_sql",
+]
 
 # One task's links for workflow_link: its id, its dependency ids (None: keep them) and
 # the dependents to append.
@@ -33,13 +41,29 @@ class PendingTask(NamedTuple):
     runs_after_failure: bool  # its policy is "run": a failed dependency does not cancel it
 
 
+class PromoteClaim(NamedTuple):
+    """What a promotion step that claims is given (a producer's offer, see
+    runtime/workflow_promoter.py): the tasks it makes ready in ``queue`` go straight to
+    running for ``client_id``, at most ``max_to_lock``, as the producer's own claim would
+    take them (due by ``now``, the database's clock when None; of ``kinds`` only when
+    given)."""
+
+    queue: str
+    max_to_lock: int
+    client_id: str
+    now: datetime | None = None
+    kinds: Sequence[str] | None = None
+
+
 class PromoteStep(NamedTuple):
     """Where one step of the runtime's promotion starts, how many candidates it decides,
-    and the dependents it may leave out (see WorkflowStatements.workflow_promote_step)."""
+    the dependents it may leave out (see WorkflowStatements.workflow_promote_step), and
+    the claim it may make (dialects with ``promotion_claims``)."""
 
     after_id: int
     limit: int
     skip_ids: list[int]
+    claim: PromoteClaim | None = None
 
 
 def workflow_retry_sql(
@@ -100,6 +124,10 @@ class WorkflowStatements(DialectPart, ABC):
     #: riverboat's migration line is at WORKFLOW_IDS_TEXT_LINE_VERSION; otherwise, and
     #: before, JSON arrays. Both are read (riverboat.workflow).
     workflow_ids_as_text: bool = False
+    #: Whether a step of the runtime's promotion can also claim the tasks it makes
+    #: ready, for a producer of the client that promotes (see
+    #: :meth:`workflow_promote_step`'s ``claim``).
+    promotion_claims: bool = False
 
     def workflow_link(
         self,
@@ -148,6 +176,7 @@ class WorkflowStatements(DialectPart, ABC):
         after_id: int,
         limit: int,
         skip_ids: Sequence[int] = (),
+        claim: PromoteClaim | None = None,
     ) -> Statement:
         """The runtime's promotion, one step of it: as :meth:`workflow_promote`, over
         at most ``limit`` of the candidates (dependents and named ones) whose ids are
@@ -156,9 +185,11 @@ class WorkflowStatements(DialectPart, ABC):
         recomputed from outcomes already durable). :meth:`decode_promoted_step` reads
         its rows and says where the next step starts. ``skip_ids``: dependents the
         caller knows can't be decided yet (another of their dependencies still runs),
-        which the dialect may leave out rather than look at. Default: every candidate
-        at once, none skipped."""
-        step = PromoteStep(after_id, limit, list(skip_ids))
+        which the dialect may leave out rather than look at. ``claim``: where the
+        dialect has ``promotion_claims``, the tasks it makes ready that the claim can
+        take go straight to running (:meth:`decode_promotion_claims` reads their rows).
+        Default: every candidate at once, none skipped, nothing claimed."""
+        step = PromoteStep(after_id, limit, list(skip_ids), claim)
         return self.workflow_promote_ids(list(finalized_ids), list(candidate_ids), step)
 
     def decode_promoted_step(
@@ -168,6 +199,11 @@ class WorkflowStatements(DialectPart, ABC):
         as ``(id, state, queue)``, and the ``after_id`` of the next step (None: this
         one looked at the last candidates)."""
         return self.decode_promoted(rows), None
+
+    def decode_promotion_claims(self, rows: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
+        """The rows of the tasks a :meth:`workflow_promote_step` with a claim took, as
+        the producer's claim returns them (undecoded: the producer decodes them)."""
+        return []
 
     @abstractmethod
     def workflow_promote_ids(

@@ -18,6 +18,7 @@ from riverboat._job import InsertResult
 from riverboat._sql import Statement
 from riverboat.dialect._pg_common import (
     CHANNEL,
+    CLAIM_SET,
     JOB_READER,
     QUEUE_SELECT,
     UNIQUE_CONFLICT,
@@ -142,6 +143,7 @@ SELECT inserted.* FROM inserted CROSS JOIN notified
 # attempt is a smallint: a row some other client left at 32767 would make "+ 1" overflow
 # and fail the whole claim, on every poll, stalling the queue. The increment saturates
 # at 32767 instead (that job then runs past max_attempts and fails or completes alone).
+_CLAIM_ASSIGNMENTS = ",\n    ".join(f"{column} = {value}" for column, value in CLAIM_SET.items())
 QUERIES["job_get_available"] = f"""
 WITH locked_jobs AS (
     SELECT id
@@ -155,15 +157,7 @@ WITH locked_jobs AS (
 )
 UPDATE <schema>river_job
 SET state = 'running',
-    attempt = least(river_job.attempt::integer + 1, 32767),
-    attempted_at = coalesce(:now::timestamptz, now()),
-    attempted_by = array_append(
-        CASE WHEN array_length(river_job.attempted_by, 1) >= :max_attempted_by::integer
-             THEN river_job.attempted_by[
-                array_length(river_job.attempted_by, 1) + 2 - :max_attempted_by::integer:]
-             ELSE river_job.attempted_by
-        END,
-        :attempted_by::text)
+    {_CLAIM_ASSIGNMENTS}
 WHERE river_job.id = ANY(ARRAY(SELECT id FROM locked_jobs))
 RETURNING {job_columns("river_job")}
 """

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from riverboat._sql import Statement, render_schema
-from riverboat.dialect._pg_common import CHANNEL, clamped, job_columns
+from riverboat.dialect._pg_common import CHANNEL, CLAIM_SET, clamped, job_columns
+from riverboat.dialect._rows import JOB_COLUMNS
 from riverboat.dialect._workflow_common import (
     WORKFLOW_LIST_WINDOW,
     Patch,
@@ -20,6 +21,7 @@ from riverboat.dialect._workflow_common import (
     WorkflowStatements,
     workflow_retry_sql,
 )
+from riverboat.dialect.base import MAX_ATTEMPTED_BY
 from riverboat.workflow import ID_LIST_TEXT, ID_TEXT
 
 __all__ = ["PostgresWorkflow"]
@@ -133,6 +135,7 @@ def _no_unfinished_dep_after_pivot() -> str:
 
 
 # What a promotion returns: the rows it changed.
+_CHANGED_COLUMNS = "river_job.id, river_job.state::text AS state, river_job.queue"
 _CHANGED = """SELECT updated.id, updated.state, updated.queue FROM updated CROSS JOIN notified
 ORDER BY updated.id
 """
@@ -146,8 +149,42 @@ LEFT JOIN updated u ON true
 ORDER BY u.id
 """
 
+# A promotion that claims (the runtime's, for a queue of its own with free slots, see
+# runtime/workflow_promoter.py): of the tasks it makes ready in :queue, due by :now and
+# of :kinds when given, the first :max_to_lock in claim order go straight to running
+# for :attempted_by, as a claim would write them (CLAIM_SET); their full rows come back
+# after the usual columns, the others' as NULLs.
+_CLAIM_COLUMNS = ", l.queue, l.priority, l.scheduled_at, l.kind"
+_CLAIMED = """
+claimed AS (
+    SELECT cid FROM locked
+    WHERE NOT cancel
+      AND queue = :queue::text
+      AND scheduled_at <= coalesce(:now::timestamptz, now())
+      AND (:kinds::text[] IS NULL OR kind = ANY(:kinds::text[]))
+    ORDER BY priority, scheduled_at, cid
+    LIMIT :max_to_lock::integer
+),"""
+_RUNNING_IF_CLAIMED = """
+                     WHEN c.cid IS NOT NULL THEN 'running'"""
+_CLAIM_SET = "".join(
+    f"""
+        {column} = CASE WHEN c.cid IS NOT NULL THEN {value} ELSE river_job.{column} END,"""
+    for column, value in CLAIM_SET.items()
+)
+# The claimed rows' columns, read only for them: NULLs for the others.
+_CLAIMED_COLUMNS = ", " + job_columns(
+    "river_job", when="c.cid IS NOT NULL", alias_prefix="claimed_"
+)
+_CLAIMED_AND_LAST_CANDIDATE = _CHANGED_AND_LAST_CANDIDATE.replace(
+    "SELECT u.id, u.state, u.queue, s.last_candidate, s.candidates",
+    "SELECT u.id, u.state, u.queue, s.last_candidate, s.candidates, "
+    + ", ".join(f"u.claimed_{c.name}" for c in JOB_COLUMNS),
+)
+assert _CLAIMED_AND_LAST_CANDIDATE != _CHANGED_AND_LAST_CANDIDATE
 
-def _promote(candidates: str, *, step: bool = False) -> str:
+
+def _promote(candidates: str, *, step: bool = False, claim: bool = False) -> str:
     """The promotion statement over the pending tasks chosen by the ``candidates``
     query (one ``id`` column): a task whose dependencies all completed becomes available
     (scheduled if its scheduled_at is still ahead) with their outputs copied in; one with
@@ -279,17 +316,17 @@ verdict AS (
 ),
 locked AS (
     -- Each decided row by primary key (one probe per verdict), locked with its verdict.
-    SELECT v.cid, v.outputs, v.failed_task, v.cancel
+    SELECT v.cid, v.outputs, v.failed_task, v.cancel{_CLAIM_COLUMNS if claim else ""}
     FROM verdict v
     JOIN <schema>river_job l ON l.id = v.cid
     WHERE (v.run OR v.cancel) AND l.state::text = 'pending'
     FOR UPDATE OF l SKIP LOCKED
-),
+),{_CLAIMED if claim else ""}
 updated AS (
     UPDATE <schema>river_job
-    SET state = CASE WHEN v.cancel THEN 'cancelled'
+    SET state = CASE WHEN v.cancel THEN 'cancelled'{_RUNNING_IF_CLAIMED if claim else ""}
                      WHEN river_job.scheduled_at > now() THEN 'scheduled'
-                     ELSE 'available' END::<schema>river_job_state,
+                     ELSE 'available' END::<schema>river_job_state,{_CLAIM_SET if claim else ""}
         finalized_at = CASE WHEN v.cancel THEN now() ELSE NULL END,
         metadata = CASE WHEN v.cancel
             THEN jsonb_set(river_job.metadata, '{{{_KEY},cancelled_by}}', to_jsonb(v.failed_task))
@@ -297,17 +334,17 @@ updated AS (
             -- fewer in the GIN index for this and every later write of the row).
             WHEN v.outputs = '{{}}'::jsonb THEN river_job.metadata
             ELSE jsonb_set(river_job.metadata, '{{{_KEY},dep_outputs}}', v.outputs) END
-    FROM locked v
+    FROM locked v{" LEFT JOIN claimed c ON c.cid = v.cid" if claim else ""}
     -- Still pending: its row is locked since. (No state test here, which could lead
     -- the planner to scan every pending row per verdict.)
     WHERE river_job.id = v.cid
-    RETURNING river_job.id, river_job.state::text AS state, river_job.queue
+    RETURNING {_CHANGED_COLUMNS}{_CLAIMED_COLUMNS if claim else ""}
 ),
 notified AS (
     SELECT count(pg_notify({_INSERT_CHANNEL}, '{{"queue": ' || to_json(q.queue)::text || '}}'))
     FROM (SELECT DISTINCT queue FROM updated WHERE state = 'available') AS q
 )
-{_CHANGED_AND_LAST_CANDIDATE if step else _CHANGED}"""
+{_CLAIMED_AND_LAST_CANDIDATE if claim else _CHANGED_AND_LAST_CANDIDATE if step else _CHANGED}"""
 
 
 def cancel_orphans(deleted: str) -> str:
@@ -345,12 +382,11 @@ _DEPENDENTS_AND_CANDIDATES = f"""SELECT unnest({_ids(_FINALIZED_DEPENDENTS)}) AS
     UNION
     SELECT unnest(:candidate_ids::bigint[])"""
 QUERIES["workflow_promote"] = _promote(_DEPENDENTS_AND_CANDIDATES)
-QUERIES["workflow_promote_step"] = _promote(
-    f"""SELECT id FROM ({_DEPENDENTS_AND_CANDIDATES}) AS c
+_STEP_CANDIDATES = f"""SELECT id FROM ({_DEPENDENTS_AND_CANDIDATES}) AS c
     WHERE id > :after_id::bigint AND id <> ALL(:skip_ids::bigint[])
-    ORDER BY id LIMIT :limit::integer""",
-    step=True,
-)
+    ORDER BY id LIMIT :limit::integer"""
+QUERIES["workflow_promote_step"] = _promote(_STEP_CANDIDATES, step=True)
+QUERIES["workflow_promote_claim_step"] = _promote(_STEP_CANDIDATES, step=True, claim=True)
 
 # The sweep: pending workflow tasks after ``after_id`` in id order, a bounded batch, with
 # what deciding whether to name them takes.
@@ -489,6 +525,7 @@ class PostgresWorkflow(WorkflowStatements):
     delete_cancels_orphans = True
     waits_notified = True
     workflow_ids_as_text = True
+    promotion_claims = True
 
     def job_wait_announce(self, payload: str) -> Statement:
         return self.stmt("job_wait_announce", payload=payload, schema=self.schema)
@@ -515,20 +552,30 @@ class PostgresWorkflow(WorkflowStatements):
     def workflow_promote_ids(
         self, finalized_ids: list[int], candidate_ids: list[int], step: PromoteStep | None = None
     ) -> Statement:
-        params = {
+        params: dict[str, Any] = {
             "finalized_ids": finalized_ids,
             "candidate_ids": candidate_ids,
             "schema": self.schema,
         }
         if step is None:
             return self.stmt("workflow_promote", **params)
+        params.update(after_id=step.after_id, limit=step.limit, skip_ids=step.skip_ids)
+        if (claim := step.claim) is None:
+            return self.stmt("workflow_promote_step", **params)
         return self.stmt(
-            "workflow_promote_step",
-            after_id=step.after_id,
-            limit=step.limit,
-            skip_ids=step.skip_ids,
+            "workflow_promote_claim_step",
+            queue=claim.queue,
+            max_to_lock=claim.max_to_lock,
+            attempted_by=claim.client_id,
+            max_attempted_by=MAX_ATTEMPTED_BY,
+            now=self.time_param(claim.now),
+            kinds=self.text_list_param(claim.kinds),
             **params,
         )
+
+    def decode_promotion_claims(self, rows: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
+        # After (id, state, queue, last candidate, candidates): the claimed rows' columns.
+        return [row[5:] for row in rows if row[1] == "running"]
 
     def decode_promoted_step(
         self, rows: Sequence[Sequence[Any]], limit: int

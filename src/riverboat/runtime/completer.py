@@ -198,7 +198,7 @@ class Completer:
         batch_threshold: int = 100,
         flush_delay: float = 0.05,
         retry_backoff: tuple[float, ...] = (0.1, 0.5, 1.0, 2.0, 4.0),
-        on_workflow_finalized: Callable[[Sequence[int], Sequence[int]], Awaitable[None]]
+        on_workflow_finalized: Callable[[Sequence[int], Sequence[int], str | None], Awaitable[None]]
         | None = None,
         finalized_signals: FinalizedSignals | None = None,
     ) -> None:
@@ -689,8 +689,11 @@ class Completer:
             self.promotions_skipped += 1
             return
         assert self._on_workflow_finalized is not None
+        # Where the dependents made ready may be claimed at once by this client: the
+        # queue of the tasks just finalized (the first one's, when they differ).
+        queue = next(p.job.queue for p in batch if p.update.id == finalized[0])
         try:
-            await self._on_workflow_finalized(finalized, skip)
+            await self._on_workflow_finalized(finalized, skip, queue)
         except DriverError as exc:
             log.warning(
                 "completer: promoting the dependents of %d workflow tasks failed (the "

@@ -55,6 +55,7 @@ from riverboat._clock import Clock
 from riverboat._job import JobRow
 from riverboat._sql import Statement
 from riverboat.dialect._rows import QUEUE_INDEX
+from riverboat.dialect._workflow_common import PromoteClaim
 from riverboat.dialect.base import MAX_ATTEMPTED_BY, is_plain_completion
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import CALLBACK_FAILURES, DriverError
@@ -288,6 +289,13 @@ class Producer:
         # read every QUEUE_POLL_INTERVAL instead of every NOTIFICATION_POLL_INTERVAL.
         self._fetching = False
         self._cancelled_while_fetching: set[int] = set()
+        # A workflow promotion claiming for this queue (promotion_claim), until its rows
+        # are taken; set when none is in flight.
+        self._promotion_claim: PromoteClaim | None = None
+        self._promotion_claim_done = asyncio.Event()
+        self._promotion_claim_done.set()
+        self.promotion_claimed = 0  # jobs a workflow promotion claimed for this queue
+        self._adding: set[asyncio.Task[None]] = set()
         self.poll_queue_state = False
         # Set by the runtime for fetch_only_known_kinds: claim only these kinds.
         self.fetch_kinds: list[str] | None = None
@@ -332,7 +340,11 @@ class Producer:
         if action == "cancel":
             if queue == self.queue:
                 job_id = payload.get("job_id")
-                if isinstance(job_id, int) and not self.cancel_job(job_id) and self._fetching:
+                if (
+                    isinstance(job_id, int)
+                    and not self.cancel_job(job_id)
+                    and (self._fetching or self._promotion_claim is not None)
+                ):
                     # Perhaps a job the fetch in flight is claiming (River 0.48, PR #1397):
                     # cancelled as soon as it starts.
                     self._cancelled_while_fetching.add(job_id)
@@ -525,38 +537,110 @@ class Producer:
             # by the cooldown; at once when half the slots are free).
             self._last_fetch_full = len(rows) == free
             self._fetch_when_slots_free = self._last_fetch_full or self._flow is not None
-            if rows:
-                decode = self._dialect.decode_job
-                for raw in rows:
-                    # One row that fails to decode must not kill this loop (the queue
-                    # would stop) nor strand the rest of the batch as running.
-                    try:
-                        row = decode(raw)
-                    except Exception:
-                        log.exception(
-                            "producer %s: job %r could not be decoded; left running for "
-                            "the rescuer",
-                            self.queue,
-                            raw[0] if raw else None,
-                        )
-                        continue
-                    if row.decode_errors:  # failed by id, not run (runtime/outcomes.py)
-                        if self._counting_in_flight:
-                            self._others_unwritten += 1  # running in the table until written
-                        await self._completer.add(
-                            undecodable_completion(row, self._exec_config.retry_policy, self.queue)
-                        )
-                        continue
-                    if self._ahead or self._slots_held >= self.max_workers:
-                        self._hold(row)
-                    else:
-                        self._start_job(row)
-                if self._ahead and self._slots_held < self.max_workers:
-                    self._start_ahead()
-            if self._cancelled_while_fetching:
-                for job_id in self._cancelled_while_fetching:
-                    self.cancel_job(job_id)
-                self._cancelled_while_fetching.clear()
+            for pending in self._take_rows(rows):
+                await self._completer.add(pending)
+            self._apply_cancels_while_claiming()
+
+    def _take_rows(
+        self, rows: Sequence[Sequence[Any]], *, hand_back: bool = False
+    ) -> list[PendingCompletion]:
+        """Run the rows a claim took (or hold them until a slot frees); with
+        ``hand_back``, give them back unrun instead (a stop starts nothing new).
+        Returns the outcomes of the rows that could not be read, for the completer."""
+        unreadable: list[PendingCompletion] = []
+        decode = self._dialect.decode_job
+        for raw in rows:
+            # One row that fails to decode must not kill the loop (the queue would stop)
+            # nor strand the rest of the batch as running.
+            try:
+                row = decode(raw)
+            except Exception:
+                log.exception(
+                    "producer %s: job %r could not be decoded; left running for the rescuer",
+                    self.queue,
+                    raw[0] if raw else None,
+                )
+                continue
+            if row.decode_errors:  # failed by id, not run (runtime/outcomes.py)
+                if self._counting_in_flight:
+                    self._others_unwritten += 1  # running in the table until written
+                unreadable.append(
+                    undecodable_completion(row, self._exec_config.retry_policy, self.queue)
+                )
+                continue
+            if hand_back:
+                self._hand_back(row)
+            elif self._ahead or self._slots_held >= self.max_workers:
+                self._hold(row)
+            else:
+                self._start_job(row)
+        if self._ahead and self._slots_held < self.max_workers and not hand_back:
+            self._start_ahead()
+        return unreadable
+
+    def _apply_cancels_while_claiming(self) -> None:
+        """Cancel the jobs whose cancellation arrived while a claim was in flight, once
+        none is: those it took have started (or are held), the others are no concern."""
+        if self._fetching or self._promotion_claim is not None:
+            return
+        if self._cancelled_while_fetching:
+            for job_id in self._cancelled_while_fetching:
+                self.cancel_job(job_id)
+            self._cancelled_while_fetching.clear()
+
+    # -- claims by workflow promotions (runtime/workflow_promoter.py) --------------------
+    def promotion_claim(self) -> PromoteClaim | None:
+        """This queue's free slots, offered to a workflow promotion about to make tasks
+        ready here: it moves them straight to running for this client (one write, no
+        notification, no claim) and hands them to :meth:`take_promoted`.
+
+        Offered only when this producer could claim now, plainly: not paused or
+        stopping, no flow control (whose claim counts limits), allowed to claim by the
+        registry, no jobs held, no other offer in flight; and only when its last claim
+        found the queue empty (took fewer than it asked for). A promoted task then
+        passes no job that was waiting in the queue when last looked; one inserted since
+        may wait one claim longer, as it would behind any job claimed a moment before."""
+        if (
+            self._stopping
+            or self._paused
+            or self.operator_stopped
+            or self._flow is not None
+            or self._promotion_claim is not None
+            or self._last_fetch_full
+            or self._ahead
+            or (self.may_claim is not None and not self.may_claim())
+        ):
+            return None
+        free = self.max_workers - self._slots_held
+        if free <= 0:
+            return None
+        claim = PromoteClaim(
+            self.queue, free, self._client_id, now=self.clock.now(), kinds=self.fetch_kinds
+        )
+        self._promotion_claim = claim
+        self._promotion_claim_done.clear()
+        return claim
+
+    def take_promoted(self, claim: PromoteClaim, rows: Sequence[Sequence[Any]]) -> None:
+        """The rows the promotion offered ``claim`` took (none when it failed)."""
+        if claim is not self._promotion_claim:
+            log.error("producer %s: rows of a promotion claim it did not offer", self.queue)
+        self._promotion_claim = None
+        self._promotion_claim_done.set()
+        if rows:
+            self.promotion_claimed += len(rows)
+            for listener in self.claim_listeners:
+                try:
+                    listener(self.queue, len(rows))
+                except CALLBACK_FAILURES:
+                    log.exception("producer %s: claim listener %r failed", self.queue, listener)
+            # Taken while this producer stops: handed back unrun, like jobs claimed ahead.
+            for pending in self._take_rows(rows, hand_back=self._stopping):
+                if not self._completer.add_nowait(pending):  # past the high-water mark
+                    adding = _start_task(self._completer.add(pending))
+                    self._adding.add(adding)  # a task only weakly referenced may vanish
+                    adding.add_done_callback(self._adding.discard)
+        self._apply_cancels_while_claiming()
 
     async def _claim_with_flow_control(self, flow: FlowControl, free: int) -> list[Any]:
         """The claim of a queue with limits or sequences (riverboat.flow): one statement
@@ -992,6 +1076,9 @@ class Producer:
         if self._task is not None:
             await self._task
             self._task = None
+        # A promotion claiming for this queue hands its rows over (back, unrun) before the
+        # wait for running jobs below; its statement is bounded by the call deadline.
+        await self._promotion_claim_done.wait()
         # Claimed ahead, not started: handed back, not run (a stop starts nothing new).
         self._hand_back_ahead()
         if self._ahead_timer is not None:

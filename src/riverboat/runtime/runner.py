@@ -96,6 +96,10 @@ class RuntimeConfig:
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
     completer_batch_threshold: int = 100
     completer_flush_delay: float = 0.05
+    # Whether a workflow promotion after this client's completions may claim the tasks it
+    # makes ready for this client's producer of their queue (runtime/workflow_promoter.py;
+    # Postgres). Off: they become available and are claimed as any job.
+    promotion_claims: bool = True
     # How long a stop keeps trying to write buffered outcomes (River: 1 minute).
     completer_drain_timeout: float | None = 60.0
     # Leader election and maintenance (riverboat.runtime.elector / .maintenance).
@@ -357,7 +361,10 @@ class Runtime:
                 rows = await self.driver.fetch(dialect.stmt("current_schema"))
             self.schema_name = rows[0][0] if rows else "public"
         self.workflow_promoter = WorkflowPromoter(
-            self.driver, self.wake_queues_now, self._sweeps_workflows_here
+            self.driver,
+            self.wake_queues_now,
+            self._sweeps_workflows_here,
+            claimer=self.producers.get if cfg.promotion_claims else None,
         )
         self.finalized_signals = FinalizedSignals(self.driver)
         self.completer = Completer(

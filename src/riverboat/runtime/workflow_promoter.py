@@ -21,6 +21,15 @@ Postgres (PROMOTE_STEP, then twice as many each step, up to PROMOTE_STEP_MAX):
 
 A task cancelled because a dependency failed is finalized too, so its own dependents
 are decided in the next step of the same cascade (bounded by the graph's depth).
+
+Promoting and claiming at once (Postgres, ``promotion_claims``): after the completer's
+write, the producer of the finalized tasks' queue in this client may offer its free
+slots (:meth:`PromotionClaimer.promotion_claim`); the step then moves the tasks it
+makes ready straight to running for this client, as its claim would, and hands their
+rows over (:meth:`PromotionClaimer.take_promoted`). A task then waits for no
+notification and no claim, and is written once less. The producer offers only when its
+own last claim emptied the queue, so a task ready now does not pass older jobs waiting
+in it (see ``Producer.promotion_claim``).
 """
 
 from __future__ import annotations
@@ -30,9 +39,10 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 from riverboat._job import FAILED_STATES, FINALIZED_STATES
-from riverboat.dialect._workflow_common import PendingTask
+from riverboat.dialect._workflow_common import PendingTask, PromoteClaim
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
 from riverboat.runtime._waiting import end_within, wait_event
@@ -45,6 +55,7 @@ __all__ = [
     "PROMOTE_STEP_MAX",
     "SWEEP_BATCH",
     "SWEEP_INTERVAL",
+    "PromotionClaimer",
     "WorkflowPromoter",
 ]
 
@@ -89,16 +100,31 @@ def _decidable(task: PendingTask, states: dict[int, str], seen_pending: set[int]
     return not unfinished or (failed and not task.runs_after_failure)
 
 
+class PromotionClaimer(Protocol):
+    """A queue's producer, as a promotion that claims for it sees it."""
+
+    def promotion_claim(self) -> PromoteClaim | None:
+        """The claim a promotion step may make now (None: none). Each offer is answered
+        by one :meth:`take_promoted`, whatever the step's fate."""
+
+    def take_promoted(self, claim: PromoteClaim, rows: Sequence[Sequence[Any]]) -> None:
+        """The rows the step claimed under ``claim`` (none when it failed): run them."""
+
+
 class WorkflowPromoter:
     def __init__(
         self,
         driver: AsyncDriver,
         wake_queues: Callable[[Iterable[str]], None],
         sweeps_here: Callable[[], Awaitable[bool]] | None = None,
+        claimer: Callable[[str], PromotionClaimer | None] | None = None,
     ) -> None:
         self._driver = driver
         self._dialect = driver.dialect
         self._wake_queues = wake_queues
+        # The producer of a queue in this client, to claim for (None: never claims).
+        self._claimer = claimer if self._dialect.promotion_claims else None
+        self.claimed = 0  # tasks promoted straight to running here
         # Whether this client is the fleet's sweeper now (None: always).
         self._sweeps_here = sweeps_here
         self.passes = 0  # sweep passes run
@@ -114,16 +140,19 @@ class WorkflowPromoter:
         # it, and the task waited for the next poll (1 s).
         self._one_statement = asyncio.Lock()
 
-    async def after_finalized(self, job_ids: Sequence[int], skip_ids: Sequence[int] = ()) -> None:
+    async def after_finalized(
+        self, job_ids: Sequence[int], skip_ids: Sequence[int] = (), queue: str | None = None
+    ) -> None:
         """Decide the dependents of the workflow tasks ``job_ids`` just finalized, but
         those of ``skip_ids``: known to wait on a task still running in this client (see
-        :meth:`WorkflowStatements.workflow_promote_step`)."""
+        :meth:`WorkflowStatements.workflow_promote_step`). ``queue``: where those tasks
+        ran; this client's producer of it may claim the dependents made ready there."""
         finalized = list(job_ids)
         for _ in range(CASCADE_MAX):
-            cancelled, _ = await self._promote(finalized, (), skip_ids)
+            cancelled, _ = await self._promote(finalized, (), skip_ids, queue)
             if not cancelled:
                 return
-            finalized, skip_ids = cancelled, ()
+            finalized, skip_ids, queue = cancelled, (), None
 
     async def sweep(self) -> int:
         """One pass over every pending workflow task; returns how many changed.
@@ -168,22 +197,39 @@ class WorkflowPromoter:
         finalized_ids: Sequence[int],
         candidate_ids: Sequence[int],
         skip_ids: Sequence[int] = (),
+        queue: str | None = None,
     ) -> tuple[list[int], int]:
         """Decide the pending dependents of ``finalized_ids`` and the pending
         ``candidate_ids``, PROMOTE_STEP candidates per statement where the dialect
-        bounds them, each step's tasks handed to the producers before the next runs;
-        returns (the tasks cancelled, how many changed)."""
+        bounds them, each step's tasks handed to the producers before the next runs
+        (those claimed for ``queue``'s producer, when it offers, to it); returns (the
+        tasks cancelled, how many changed)."""
         dialect = self._dialect
+        claimer = None
+        if queue is not None and self._claimer is not None:
+            claimer = self._claimer(queue)
         cancelled: list[int] = []
         changed = 0
         after: int | None = 0
         step = PROMOTE_STEP
         while after is not None:
+            # The first step only: it takes at most PROMOTE_STEP tasks, as many as a
+            # queue's free slots usually are; later ones find the slots taken.
+            claim = claimer.promotion_claim() if claimer is not None and after == 0 else None
             stmt = dialect.workflow_promote_step(
-                finalized_ids, candidate_ids, after, step, skip_ids
+                finalized_ids, candidate_ids, after, step, skip_ids, claim
             )
-            async with self._one_statement:
-                rows = await self._driver.fetch(stmt)
+            claimed: list[Sequence[Any]] = []
+            try:
+                async with self._one_statement:
+                    rows = await self._driver.fetch(stmt)
+                if claim is not None:
+                    claimed = dialect.decode_promotion_claims(rows)
+            finally:
+                if claimer is not None and claim is not None:
+                    # Before anything else: the producer runs them, and its offer ends.
+                    claimer.take_promoted(claim, claimed)
+                    self.claimed += len(claimed)
             self.statements += 1
             promoted, after = dialect.decode_promoted_step(rows, step)
             step = min(2 * step, PROMOTE_STEP_MAX)
