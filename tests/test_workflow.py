@@ -74,6 +74,18 @@ def _client(db: Db, rec: Recorder | Workers, **kw: Any) -> riverboat.Client:
     )
 
 
+def _async_client(db: Db, workers: Workers, **kw: Any) -> riverboat.AsyncClient:
+    """A running-capable async client: 20 slots on the default queue, a short poll."""
+    return riverboat.AsyncClient(
+        db.url,
+        schema=db.schema,
+        queues={"default": QueueConfig(max_workers=20)},
+        workers=workers,
+        fetch_poll_interval=0.1,
+        **kw,
+    )
+
+
 def _step(wf: Workflow, name: str, deps: list[str] = [], **kw: Any) -> None:  # noqa: B006
     wf.add(name, {"name": name}, kind="step", deps=deps, **kw)
 
@@ -734,13 +746,7 @@ def test_a_fan_ins_leaves_are_written_together_and_a_chain_at_once(any_db: Db) -
     _step(wf, "chain2", ["chain1"])
 
     async def scenario() -> None:
-        client = riverboat.AsyncClient(
-            any_db.url,
-            schema=any_db.schema,
-            queues={"default": QueueConfig(max_workers=20)},
-            workers=workers,
-            fetch_poll_interval=0.1,
-        )
+        client = _async_client(any_db, workers)
         client.runtime.config.completer_flush_delay = 120.0
         client.runtime.config.completer_batch_threshold = 1000
         await client.start()
@@ -801,13 +807,7 @@ def test_a_promotion_claims_the_tasks_it_makes_ready_for_its_own_producer(
     wf.add("fan2", {"name": "fan2"}, kind="step", deps=["s5"])
 
     async def scenario() -> None:
-        client = riverboat.AsyncClient(
-            any_db.url,
-            schema=any_db.schema,
-            queues={"default": QueueConfig(max_workers=20)},
-            workers=workers,
-            fetch_poll_interval=0.1,
-        )
+        client = _async_client(any_db, workers)
         await client.start()
         try:
             await client.workflow_insert(wf)
@@ -852,12 +852,9 @@ def test_a_promotion_claims_only_what_the_producer_would(any_db: Db) -> None:  #
     wf.add("paused", {}, kind="step", deps=["root2"])
 
     async def scenario() -> None:
-        client = riverboat.AsyncClient(
-            any_db.url,
-            schema=any_db.schema,
-            queues={"default": QueueConfig(max_workers=20)},
-            workers=workers,
-            fetch_poll_interval=0.1,
+        client = _async_client(
+            any_db,
+            workers,
             fetch_only_known_kinds=True,
             skip_unknown_job_check=True,  # "go_only" is some other client's kind
         )
@@ -929,13 +926,7 @@ def test_a_fan_ins_join_is_skipped_until_its_last_leaf_or_a_failed_one(
         return wf
 
     async def scenario() -> None:
-        client = riverboat.AsyncClient(
-            any_db.url,
-            schema=any_db.schema,
-            queues={"default": QueueConfig(max_workers=20)},
-            workers=workers,
-            fetch_poll_interval=0.1,
-        )
+        client = _async_client(any_db, workers)
         client.runtime.config.completer_batch_threshold = 1
         await client.start()
         completer, promoter = client.runtime.completer, client.runtime.workflow_promoter
