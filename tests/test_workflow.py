@@ -36,6 +36,7 @@ from riverboat import (
     dep_outputs,
     record_output,
 )
+from riverboat.drivers.base import call_timeout
 from riverboat.workflow import WORKFLOW_TASKS_MAX, ids_in
 from tests.reliability._support import OutputReader, spawn_worker
 from tests.runtime.dbs import Db, any_db  # noqa: F401
@@ -74,15 +75,17 @@ def _client(db: Db, rec: Recorder | Workers, **kw: Any) -> riverboat.Client:
     )
 
 
-def _async_client(db: Db, workers: Workers, **kw: Any) -> riverboat.AsyncClient:
-    """A running-capable async client: 20 slots on the default queue, a short poll."""
+def _async_client(
+    db: Db, workers: Workers, max_workers: int = 20, **kw: Any
+) -> riverboat.AsyncClient:
+    """A running-capable async client: ``max_workers`` slots on the default queue, a
+    short poll."""
     return riverboat.AsyncClient(
         db.url,
         schema=db.schema,
-        queues={"default": QueueConfig(max_workers=20)},
+        queues={"default": QueueConfig(max_workers=max_workers)},
         workers=workers,
-        fetch_poll_interval=0.1,
-        **kw,
+        **{"fetch_poll_interval": 0.1, **kw},
     )
 
 
@@ -807,7 +810,9 @@ def test_a_promotion_claims_the_tasks_it_makes_ready_for_its_own_producer(
     wf.add("fan2", {"name": "fan2"}, kind="step", deps=["s5"])
 
     async def scenario() -> None:
-        client = _async_client(any_db, workers)
+        # No polls: a claim of the producer's own in flight when a step finishes would
+        # rightly keep the promotion from claiming (it waits for notifications only).
+        client = _async_client(any_db, workers, fetch_poll_interval=30.0)
         await client.start()
         try:
             await client.workflow_insert(wf)
@@ -889,6 +894,109 @@ def test_a_promotion_claims_only_what_the_producer_would(any_db: Db) -> None:  #
             await client.close()
 
     asyncio.run(scenario())
+
+
+def test_a_promoted_task_does_not_pass_a_job_waiting_in_its_queue(any_db: Db) -> None:  # noqa: F811
+    """A job inserted into a full queue (its notification heard) is claimed before a
+    task made ready afterwards, by priority, as River would: the promotion does not
+    claim the task past it. (Here the queue's slots were last filled by a promotion's
+    claim, after a claim of the producer's own that found the queue empty.) Promoted
+    tasks also run as claimed ones do, outside the completer's database call deadline."""
+    gates = {"b1": asyncio.Event(), "b2": asyncio.Event()}
+    order: list[str] = []
+    deadlines: list[float | None] = []
+    workers = Workers()
+
+    @workers.register("step")
+    async def step(job: Job[Any]) -> None:
+        name = job.args["name"]
+        order.append(name)
+        deadlines.append(call_timeout())
+        if name in gates:
+            await gates[name].wait()
+
+    wf = Workflow("priorities")
+    low = InsertOpts(priority=4)
+    wf.add("a", {"name": "a"}, kind="step", opts=low)
+    wf.add("b1", {"name": "b1"}, kind="step", deps=["a"], opts=low)
+    wf.add("b2", {"name": "b2"}, kind="step", deps=["a"], opts=low)
+    wf.add("c1", {"name": "c1"}, kind="step", deps=["b1"], opts=low)
+
+    async def scenario() -> None:
+        client = _async_client(any_db, workers, max_workers=2)
+        inserter = riverboat.AsyncClient(any_db.url, schema=any_db.schema)
+        await client.start()
+        try:
+            info = await client.workflow_insert(wf)
+            await wait_until_async(lambda: {"b1", "b2"} <= set(order), what="b1, b2 running")
+            producer = client.runtime.producers["default"]
+            wakes = producer._wakes
+            urgent = await inserter.insert(
+                {"name": "urgent"}, kind="step", opts=InsertOpts(priority=1)
+            )
+            await wait_until_async(lambda: producer._wakes > wakes, what="the insert heard")
+            gates["b1"].set()
+            assert (await client.job_wait(urgent.job.id, timeout=30)).state is JobState.COMPLETED
+            gates["b2"].set()
+            done = await client.workflow_wait(info.id, timeout=30)
+            assert done.state == "completed"
+        finally:
+            for gate in gates.values():
+                gate.set()
+            await client.stop()
+            await client.close()
+            await inserter.close()
+        assert order.index("urgent") < order.index("c1")
+        assert deadlines == [None] * 5
+
+    asyncio.run(scenario())
+
+
+def test_a_producer_does_not_claim_beside_a_promotion_claiming_for_it(
+    pg_url: str, pg_schema: str
+) -> None:
+    """While a promotion's claim has the queue's free slots, the producer's own claim
+    waits for it to end, so the two never take the same slots (the one beyond would be
+    held unstarted); it claims as soon as the promotion hands its rows over."""
+    workers = Workers()
+
+    @workers.register("step")
+    async def step(job: Job[Any]) -> None:
+        return None
+
+    async def scenario() -> None:
+        db = Db("postgres", pg_url, pg_schema)
+        client = _async_client(db, workers, max_workers=1)
+        await client.start()
+        producer = client.runtime.producers["default"]
+        try:
+            await wait_until_async(lambda: producer.fetches > 0, what="the first claim")
+            claim = producer.promotion_claim()
+            assert claim is not None and claim.max_to_lock == 1
+            inserted = await client.insert({"name": "plain"}, kind="step")
+            await wait_until_async(lambda: producer._fetch_passed_over, what="a claim passed over")
+            assert (await client.job_get(inserted.job.id)).state is JobState.AVAILABLE
+            assert producer.promotion_claim() is None  # one offer at a time
+            producer.take_promoted(claim, [])
+            job = await client.job_wait(inserted.job.id, timeout=30)
+            assert job.state is JobState.COMPLETED
+        finally:
+            if producer._promotion_claim is not None:  # a stop waits for the offer's end
+                producer.take_promoted(producer._promotion_claim, [])
+            await client.stop()
+            await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_claiming_promotion_commits_as_a_claim_does() -> None:
+    """A promotion step that does not claim may commit without waiting for the disk (it
+    can be done again from durable outcomes); one that claims is the tasks' claim, and a
+    job must not start on a claim a crash could undo."""
+    from riverboat.dialect.postgres_workflow import QUERIES
+
+    assert "synchronous_commit" in QUERIES["workflow_promote_step"]
+    assert "synchronous_commit" not in QUERIES["workflow_promote_claim_step"]
 
 
 def test_a_fan_ins_join_is_skipped_until_its_last_leaf_or_a_failed_one(

@@ -184,6 +184,9 @@ _CLAIMED_AND_LAST_CANDIDATE = _CHANGED_AND_LAST_CANDIDATE.replace(
 assert _CLAIMED_AND_LAST_CANDIDATE != _CHANGED_AND_LAST_CANDIDATE
 
 
+_NO_DISK_WAIT = "AND set_config('synchronous_commit', 'off', true) = 'off'"
+
+
 def _promote(candidates: str, *, step: bool = False, claim: bool = False) -> str:
     """The promotion statement over the pending tasks chosen by the ``candidates``
     query (one ``id`` column): a task whose dependencies all completed becomes available
@@ -220,7 +223,10 @@ def _promote(candidates: str, *, step: bool = False, claim: bool = False) -> str
     for that transaction only). A promotion is derived from outcomes that are durable
     already; one lost in a crash is done again by the sweep, and any later durable
     commit (the promoted task's claim) flushes it anyway. It saves a chain one disk
-    flush per step. Never inside a caller's transaction. Its ``candidates`` query takes
+    flush per step. Never inside a caller's transaction. Not with ``claim``: that
+    statement is the tasks' claim, and a job must not start on a claim a crash could
+    undo (the sweep would promote it again and it would run twice), so it commits as
+    River's claim does. Its ``candidates`` query takes
     a bounded part of them (the promoter's PROMOTE_STEP, in id order), and it returns
     where the next part starts: a fan-out's first tasks are claimed after one short
     statement (6 ms for 128 of them), not after its whole promotion (34 ms for 1,000),
@@ -243,7 +249,7 @@ candidates AS (
           -- index of every pending job (which stale statistics can make look cheaper).
           AND j.state::text = 'pending'
           AND j.metadata->'{_KEY}' IS NOT NULL
-          {"AND set_config('synchronous_commit', 'off', true) = 'off'" if step else ""}
+          {_NO_DISK_WAIT if step and not claim else ""}
         OFFSET 0
     ) AS c
     WHERE (c.id = ANY(:candidate_ids::bigint[])

@@ -41,6 +41,7 @@ finishes it cancelled without running it.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import math
 import random
@@ -292,6 +293,15 @@ class Producer:
         # A workflow promotion claiming for this queue (promotion_claim), until its rows
         # are taken; set when none is in flight.
         self._promotion_claim: PromoteClaim | None = None
+        # Whether the queue was empty as far as this client knows: its last claim took
+        # fewer jobs than it asked for, and no insert or promotion woke it since (counted
+        # by _wakes, so one that arrives while a claim is in flight counts).
+        self._drained = False
+        self._wakes = 0
+        self._fetch_passed_over = False
+        # Set when the producer starts: the context its jobs run in, whoever starts them
+        # (a promotion's claim runs in the completer's task, under its call deadline).
+        self._job_context = contextvars.copy_context()
         self._promotion_claim_done = asyncio.Event()
         self._promotion_claim_done.set()
         self.promotion_claimed = 0  # jobs a workflow promotion claimed for this queue
@@ -321,18 +331,27 @@ class Producer:
 
     # -- external signals ------------------------------------------------------------
     def wake(self) -> None:
+        self._jobs_may_wait()
         self._wake.set()
 
     def wake_now(self) -> None:
         """Fetch without waiting out the cooldown: for workflow tasks just promoted (at
         most one wake-up per completer flush, so no storm to collapse), which are the
         next step of work already under way."""
+        self._jobs_may_wait()
         self._wake.set()
         self._refill.set()
 
     def handle_insert(self, payload: dict[str, Any]) -> None:
         if payload.get("queue") == self.queue:
+            self._jobs_may_wait()
             self._wake.set()
+
+    def _jobs_may_wait(self) -> None:
+        """Jobs may be waiting in the queue (an insert, a promotion made some available):
+        no promotion claims for this queue until a claim of its own finds it empty."""
+        self._wakes += 1
+        self._drained = False
 
     def handle_control(self, payload: dict[str, Any]) -> None:
         action = payload.get("action")
@@ -437,9 +456,11 @@ class Producer:
             self._paused = True
         if self.process_pool is not None and self._exec_config.default_executor == "process":
             self.process_pool.warm(usable_cores())
+        self._job_context = contextvars.copy_context()
         self._task = asyncio.create_task(
             supervised(f"producer {self.queue}", self._run, lambda: self._stopping),
             name=f"riverboat-producer-{self.queue}",
+            context=self._job_context.copy(),
         )
 
     async def _run(self) -> None:
@@ -496,7 +517,14 @@ class Producer:
             if free <= 0:
                 self._fetch_when_slots_free = True
                 continue
+            if self._promotion_claim is not None:
+                # A promotion is claiming with this queue's free slots: claiming beside it
+                # would take them twice. take_promoted wakes this loop again.
+                self._fetch_passed_over = True
+                continue
             last_fetch = now
+            wakes_before = self._wakes
+            self._drained = False
             self._fetching = True
             try:
                 async with bounded(self._call_timeout, "claim"):
@@ -536,6 +564,7 @@ class Producer:
             # backlog": ending jobs refill the same way (a wake-up per release, debounced
             # by the cooldown; at once when half the slots are free).
             self._last_fetch_full = len(rows) == free
+            self._drained = len(rows) < free and self._wakes == wakes_before
             self._fetch_when_slots_free = self._last_fetch_full or self._flow is not None
             for pending in self._take_rows(rows):
                 await self._completer.add(pending)
@@ -596,17 +625,20 @@ class Producer:
 
         Offered only when this producer could claim now, plainly: not paused or
         stopping, no flow control (whose claim counts limits), allowed to claim by the
-        registry, no jobs held, no other offer in flight; and only when its last claim
-        found the queue empty (took fewer than it asked for). A promoted task then
-        passes no job that was waiting in the queue when last looked; one inserted since
-        may wait one claim longer, as it would behind any job claimed a moment before."""
+        registry, no jobs held, no claim of its own or other offer in flight; and only
+        while the queue is empty as far as this client knows (its last claim took fewer
+        jobs than it asked for, and no insert notification or promotion woke it since).
+        A promoted task then passes no job this client knows to be waiting; one inserted
+        by a client that does not notify (poll-only) may wait for the next poll, as it
+        would anyway."""
         if (
             self._stopping
             or self._paused
             or self.operator_stopped
             or self._flow is not None
             or self._promotion_claim is not None
-            or self._last_fetch_full
+            or self._fetching
+            or not self._drained
             or self._ahead
             or (self.may_claim is not None and not self.may_claim())
         ):
@@ -627,6 +659,9 @@ class Producer:
             log.error("producer %s: rows of a promotion claim it did not offer", self.queue)
         self._promotion_claim = None
         self._promotion_claim_done.set()
+        if self._fetch_passed_over:  # the fetch passed over while the offer was out
+            self._fetch_passed_over = False
+            self._wake.set()
         if rows:
             self.promotion_claimed += len(rows)
             for listener in self.claim_listeners:
@@ -635,7 +670,9 @@ class Producer:
                 except CALLBACK_FAILURES:
                     log.exception("producer %s: claim listener %r failed", self.queue, listener)
             # Taken while this producer stops: handed back unrun, like jobs claimed ahead.
-            for pending in self._take_rows(rows, hand_back=self._stopping):
+            # In the producer's context: this runs in the completer's task.
+            unreadable = self._job_context.run(self._take_rows, rows, hand_back=self._stopping)
+            for pending in unreadable:
                 if not self._completer.add_nowait(pending):  # past the high-water mark
                     adding = _start_task(self._completer.add(pending))
                     self._adding.add(adding)  # a task only weakly referenced may vanish

@@ -213,23 +213,25 @@ class WorkflowPromoter:
         after: int | None = 0
         step = PROMOTE_STEP
         while after is not None:
-            # The first step only: it takes at most PROMOTE_STEP tasks, as many as a
-            # queue's free slots usually are; later ones find the slots taken.
-            claim = claimer.promotion_claim() if claimer is not None and after == 0 else None
-            stmt = dialect.workflow_promote_step(
-                finalized_ids, candidate_ids, after, step, skip_ids, claim
-            )
+            claim: PromoteClaim | None = None
             claimed: list[Sequence[Any]] = []
             try:
+                # The first step only: it takes at most PROMOTE_STEP tasks, as many as a
+                # queue's free slots usually are; later ones find the slots taken.
+                if claimer is not None and after == 0:
+                    claim = claimer.promotion_claim()
+                stmt = dialect.workflow_promote_step(
+                    finalized_ids, candidate_ids, after, step, skip_ids, claim
+                )
                 async with self._one_statement:
                     rows = await self._driver.fetch(stmt)
                 if claim is not None:
                     claimed = dialect.decode_promotion_claims(rows)
             finally:
                 if claimer is not None and claim is not None:
-                    # Before anything else: the producer runs them, and its offer ends.
-                    claimer.take_promoted(claim, claimed)
-                    self.claimed += len(claimed)
+                    # Whatever happened: the producer runs what was claimed, and its offer
+                    # ends (its stop waits for that).
+                    self._hand_over(claimer, claim, claimed)
             self.statements += 1
             promoted, after = dialect.decode_promoted_step(rows, step)
             step = min(2 * step, PROMOTE_STEP_MAX)
@@ -237,6 +239,19 @@ class WorkflowPromoter:
             changed += len(promoted)
             cancelled += [job_id for job_id, state, _ in promoted if state == "cancelled"]
         return cancelled, changed
+
+    def _hand_over(
+        self, claimer: PromotionClaimer, claim: PromoteClaim, rows: list[Sequence[Any]]
+    ) -> None:
+        self.claimed += len(rows)
+        try:
+            claimer.take_promoted(claim, rows)
+        except Exception:  # the completer that called us handles driver errors only
+            log.exception(
+                "workflow: starting %d tasks claimed by a promotion failed (they are "
+                "running in the table; the rescuer will retry them)",
+                len(rows),
+            )
 
     async def _handle(self, promoted: list[tuple[int, str, str]]) -> None:
         if not promoted:
