@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import unquote_plus, urlencode, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
@@ -20,13 +20,39 @@ from tests.ui.conftest import SeededDb
 
 
 class Http:
-    """A tiny client that keeps the CSRF cookie and never follows redirects."""
+    """A tiny client that keeps the cookies it is given and never follows redirects;
+    ``flash`` and ``flash_kind``: the message the last response left for the next page
+    (its riverboat_flash cookie), if it set one."""
 
     def __init__(self, base: str, headers: dict[str, str] | None = None) -> None:
         parts = urlsplit(base)
         self.host, self.port = parts.hostname or "", parts.port or 80
-        self.cookie = ""
+        self.cookies: dict[str, str] = {}
         self.headers = headers or {}
+        self.flash: str | None = None
+        self.flash_kind: str | None = None
+
+    @property
+    def cookie(self) -> str:
+        return "; ".join(f"{name}={value}" for name, value in self.cookies.items())
+
+    @cookie.setter
+    def cookie(self, header: str) -> None:
+        """Replace every cookie with the one of ``header`` (``name=value``)."""
+        name, _, value = header.partition("=")
+        self.cookies = {name: value}
+
+    def _keep(self, set_cookie: str) -> None:
+        name, _, rest = set_cookie.partition("=")
+        value = rest.split(";", 1)[0]
+        if "max-age=0" in set_cookie.lower():
+            self.cookies.pop(name, None)
+            return
+        self.cookies[name] = value
+        if name == "riverboat_flash":
+            fields = parse_qs(value.strip('"'))
+            self.flash = fields["msg"][0]
+            self.flash_kind = fields["kind"][0]
 
     def request(
         self, method: str, path: str, body: dict[str, str] | None = None, **headers: str
@@ -44,8 +70,10 @@ class Http:
         response = conn.getresponse()
         text = response.read().decode()
         got = {k.lower(): v for k, v in response.getheaders()}
-        if "set-cookie" in got:
-            self.cookie = got["set-cookie"].split(";", 1)[0]
+        self.flash = self.flash_kind = None
+        for name, value in response.getheaders():
+            if name.lower() == "set-cookie":
+                self._keep(value)
         conn.close()
         return response.status, got, text
 
@@ -96,13 +124,32 @@ def test_actions_need_the_csrf_token_and_our_origin(seeded: SeededDb, serve: Any
     status, headers, _ = browser.request(
         "POST", "/queues/email/pause", {"csrf": token}, Origin=base, Sec_Fetch_Site="same-origin"
     )
-    assert status == 303 and headers["location"].startswith("/?msg=queue+email+paused")
+    assert status == 303 and headers["location"] == "/"
+    assert browser.flash == "queue email paused" and browser.flash_kind == "ok"
     assert _paused(seeded, "email")
     # "back" only ever points inside the app.
     status, headers, _ = browser.request(
         "POST", "/queues/email/resume?back=//evil.example/x", {"csrf": token}
     )
-    assert status == 303 and headers["location"].startswith("/?msg=")
+    assert status == 303 and headers["location"] == "/" and browser.flash is not None
+
+
+def test_a_link_cannot_put_words_in_the_dashboard(seeded: SeededDb, serve: Any) -> None:
+    """An action's message reaches the next page in a cookie the app sets, shown once;
+    text in a link's query string (the old ?msg=) shows nothing."""
+    browser = Http(serve(create_app(seeded.url, schema=seeded.schema)).url)
+    spoof = "Your session expired: sign in again at evil.example"
+    status, _, page = browser.request("GET", "/?" + urlencode({"msg": spoof, "msgkind": "error"}))
+    assert status == 200 and "evil.example" not in page and 'class="flash' not in page
+    token = browser.csrf()
+    status, headers, _ = browser.request("POST", "/queues/email/pause", {"csrf": token})
+    assert status == 303 and browser.flash == "queue email paused"
+    status, _, page = browser.request("GET", headers["location"])
+    assert status == 200 and "queue email paused" in page
+    # Shown once: the page cleared it.
+    assert "riverboat_flash" not in browser.cookies
+    status, _, page = browser.request("GET", "/")
+    assert status == 200 and "queue email paused" not in page
 
 
 def test_read_only_refuses_every_action(seeded: SeededDb, serve: Any) -> None:
@@ -155,8 +202,8 @@ def test_bulk_by_filter_needs_the_token_and_our_host(seeded: SeededDb, serve: An
         assert client.job_count_matching(states=["discarded"]) == 3
     finally:
         client.driver.close()
-    status, headers, _ = browser.request("POST", "/jobs/bulk-filter", {**form, "csrf": token})
-    assert status == 303 and "3+jobs+deleted" in headers["location"]
+    status, _, _ = browser.request("POST", "/jobs/bulk-filter", {**form, "csrf": token})
+    assert status == 303 and browser.flash is not None and "3 jobs deleted" in browser.flash
     client = seeded.client()
     try:
         assert client.job_count_matching(states=["discarded"]) == 0
@@ -319,10 +366,10 @@ def test_bad_input_is_a_page_not_a_500(seeded: SeededDb, serve: Any) -> None:
     token = browser.csrf()
     status, _, text = browser.request("POST", "/jobs/bulk", {"csrf": token, "action": "explode"})
     assert status == 400 and "is not a job action" in text
-    status, headers, _ = browser.request("POST", "/jobs/bulk", {"csrf": token, "action": "retry"})
-    assert status == 303 and "no+job+selected" in headers["location"]
-    status, headers, _ = browser.request("POST", "/queues/nope/pause", {"csrf": token})
-    assert status == 303 and "not+found" in headers["location"]
+    status, _, _ = browser.request("POST", "/jobs/bulk", {"csrf": token, "action": "retry"})
+    assert status == 303 and browser.flash == "no job selected"
+    status, _, _ = browser.request("POST", "/queues/nope/pause", {"csrf": token})
+    assert status == 303 and browser.flash is not None and "not found" in browser.flash
 
 
 def test_create_app_checks_its_arguments() -> None:
@@ -354,23 +401,24 @@ def test_mounted_under_a_prefix(seeded: SeededDb, serve: Any) -> None:
     assert browser.request("GET", "/riverboat/static/htmx.min.js")[0] == 200
     token = browser.csrf("/riverboat/")
     status, headers, _ = browser.request("POST", "/riverboat/queues/email/pause", {"csrf": token})
-    assert status == 303 and headers["location"].startswith("/riverboat/?msg=")
+    assert status == 303 and headers["location"] == "/riverboat/" and browser.flash
     job = seeded.jobs.discarded[0]
     status, _, page = browser.request("GET", f"/riverboat/jobs/{job}")
     action = re.search(r'action="([^"]+/retry[^"]*)"', page)
     assert status == 200 and action is not None
     path = action.group(1).replace("&amp;", "&")
     status, headers, _ = browser.request("POST", path, {"csrf": token})
-    assert status == 303 and headers["location"].startswith(f"/riverboat/jobs/{job}?msg=")
+    assert status == 303 and headers["location"].startswith(f"/riverboat/jobs/{job}")
+    assert browser.flash is not None and "msg=" not in headers["location"]
 
 
 def test_an_action_that_changes_nothing_says_so(seeded: SeededDb, serve: Any) -> None:
     browser = Http(serve(create_app(seeded.url, schema=seeded.schema)).url)
     token = browser.csrf()
     done = seeded.jobs.completed[0]
-    status, headers, _ = browser.request("POST", f"/jobs/{done}/cancel", {"csrf": token})
-    assert status == 303 and "already+completed" in headers["location"]
-    assert "msgkind=error" in headers["location"]
+    status, _, _ = browser.request("POST", f"/jobs/{done}/cancel", {"csrf": token})
+    assert status == 303 and browser.flash is not None and "already completed" in browser.flash
+    assert browser.flash_kind == "error"
 
     def message(path: str, form: dict[str, str] | list[tuple[str, str]]) -> str:
         body = urlencode(form)
@@ -379,9 +427,10 @@ def test_an_action_that_changes_nothing_says_so(seeded: SeededDb, serve: Any) ->
         conn.request("POST", path, body=body, headers=headers)
         response = conn.getresponse()
         assert response.status == 303
-        location = response.getheader("location") or ""
+        flash = next(v for k, v in response.getheaders() if v.startswith("riverboat_flash="))
         conn.close()
-        return unquote_plus(location.split("msg=", 1)[1])
+        value = flash.split(";", 1)[0].split("=", 1)[1]
+        return parse_qs(value.strip('"'))["msg"][0]
 
     # Each used to say it acted: "job N retried", "job N cancelled", "3 jobs cancelled".
     due = seeded.jobs.available[0]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
@@ -58,6 +58,11 @@ __all__ = ["LOCAL_HOSTS", "Dashboard", "create_app"]
 
 HERE = Path(__file__).parent
 CSRF_COOKIE = "riverboat_csrf"
+# The message an action leaves for the page it redirects to ("queue email paused"): a
+# cookie the app sets, read and cleared by the next page. It was a ?msg= parameter, so a
+# link from anywhere could put any text in an operator's dashboard.
+FLASH_COOKIE = "riverboat_flash"
+FLASH_MAX = 1000  # characters of a message kept (a cookie holds about 4 KB)
 PAGE_SIZE = 50
 REFRESH_SECONDS = 2
 # Latency and throughput per queue read a week of finalized jobs: computed at most this
@@ -446,9 +451,22 @@ def _app_path(request: Request) -> str:
     return path + ("?" + request.url.query if request.url.query else "")
 
 
-def _with_message(url: str, message: str, kind: str = "ok") -> str:
-    sep = "&" if "?" in url else "?"
-    return f"{url}{sep}{urlencode({'msg': message, 'msgkind': kind})}"
+def _redirect_with_message(url: str, message: str, kind: str = "ok") -> RedirectResponse:
+    """A redirect to ``url`` whose page shows ``message`` (``kind`` "ok" or "error")."""
+    response = RedirectResponse(url, status_code=303)
+    value = urlencode({"msg": message[:FLASH_MAX], "kind": kind})
+    response.set_cookie(FLASH_COOKIE, value, max_age=60, httponly=True, samesite="strict", path="/")
+    return response
+
+
+def _flash(request: Request) -> tuple[str | None, str]:
+    """The message an action left for this page, and its kind."""
+    value = request.cookies.get(FLASH_COOKIE)
+    if not value:
+        return None, "ok"
+    fields = parse_qs(value)
+    message = fields.get("msg", [""])[0] or None
+    return message, "error" if fields.get("kind", ["ok"])[0] == "error" else "ok"
 
 
 # -- security middleware ------------------------------------------------------------------
@@ -676,6 +694,7 @@ def create_app(
 
     def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         now = datetime.now(UTC)
+        message, message_kind = _flash(request)
         context.update(
             request=request,
             now=now,
@@ -683,14 +702,16 @@ def create_app(
             read_only=config.read_only,
             csrf=_csrf_token(request),
             refresh=REFRESH_SECONDS,
-            message=request.query_params.get("msg"),
-            message_kind=request.query_params.get("msgkind", "ok"),
+            message=message,
+            message_kind=message_kind,
             base=request.scope.get("root_path", ""),
         )
         response = HTMLResponse(env.get_template(name).render(**context), status_code=status)
         new = getattr(request.state, "new_csrf", None)
         if new:
             response.set_cookie(CSRF_COOKIE, new, httponly=True, samesite="strict", path="/")
+        if message is not None:  # shown once
+            response.delete_cookie(FLASH_COOKIE, path="/", httponly=True, samesite="strict")
         response.headers["Cache-Control"] = "no-store"
         return response
 
@@ -966,11 +987,8 @@ def create_app(
                 back = "/jobs"
         past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
         message = problem or acted.note or f"job {job_id} {past}"
-        return RedirectResponse(
-            _with_message(
-                request.scope.get("root_path", "") + back, message, "error" if problem else "ok"
-            ),
-            status_code=303,
+        return _redirect_with_message(
+            request.scope.get("root_path", "") + back, message, "error" if problem else "ok"
         )
 
     async def workflow_action(request: Request) -> Response:
@@ -992,10 +1010,7 @@ def create_app(
             return error_page(request, 404, f"workflow {workflow_id!r} not found")
         message, kind = workflow_action_message(action, before, after)
         back = _safe_back(request, f"/workflows/{workflow_id}")
-        return RedirectResponse(
-            _with_message(request.scope.get("root_path", "") + back, message, kind),
-            status_code=303,
-        )
+        return _redirect_with_message(request.scope.get("root_path", "") + back, message, kind)
 
     async def jobs_bulk(request: Request) -> Response:
         form, refused = await _form(request)
@@ -1010,9 +1025,7 @@ def create_app(
         # Each job once, in the order given (a form can post one id twice).
         ids = list(dict.fromkeys(str(v) for v in form.getlist("job")))
         if not ids:
-            return RedirectResponse(
-                _with_message(root + back, "no job selected", "error"), status_code=303
-            )
+            return _redirect_with_message(root + back, "no job selected", "error")
         if not all(_is_id_text(v) for v in ids):
             return error_page(request, 400, "job ids must be numbers")
         client = await holder.get()
@@ -1023,9 +1036,7 @@ def create_app(
         message = f"{done} job{'s' if done != 1 else ''} {past}"
         if problems:
             message += "; " + "; ".join(problems[:5])
-        return RedirectResponse(
-            _with_message(root + back, message, "error" if problems else "ok"), status_code=303
-        )
+        return _redirect_with_message(root + back, message, "error" if problems else "ok")
 
     async def jobs_confirm(request: Request) -> Response:
         """Before acting on everything a filter matches: how many jobs that is, and a
@@ -1087,9 +1098,7 @@ def create_app(
         past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
         root = request.scope.get("root_path", "")
         message = f"{done:,} job{'s' if done != 1 else ''} {past} ({filters.describe()})"
-        return RedirectResponse(
-            _with_message(f"{root}/jobs?{filters.query()}", message), status_code=303
-        )
+        return _redirect_with_message(f"{root}/jobs?{filters.query()}", message)
 
     async def queue_action(request: Request) -> Response:
         _form_data, refused = await _form(request)
@@ -1107,12 +1116,9 @@ def create_app(
             else:
                 await client.queue_resume(name)
         except (NotFoundError, InvalidInputError) as exc:
-            return RedirectResponse(_with_message(root + "/", str(exc), "error"), status_code=303)
+            return _redirect_with_message(root + "/", str(exc), "error")
         past = "paused" if action == "pause" else "resumed"
-        return RedirectResponse(
-            _with_message(root + _safe_back(request, "/"), f"queue {name} {past}"),
-            status_code=303,
-        )
+        return _redirect_with_message(root + _safe_back(request, "/"), f"queue {name} {past}")
 
     async def workers(request: Request) -> Response:
         from riverboat.ui.workers import workers_context
