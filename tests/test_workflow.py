@@ -1339,6 +1339,44 @@ def test_a_sweep_locks_only_the_tasks_it_decides(pg_url: str, pg_schema: str) ->
     asyncio.run(scenario())
 
 
+def test_a_task_found_locked_is_looked_at_again_soon(pg_url: str, pg_schema: str) -> None:
+    """A task whose dependency finished while another session held its row locked (a
+    transaction adding tasks to the workflow rewrites their dependents until it
+    commits) is skipped by that promotion, which looks at it again shortly after, not
+    at the next sweep (2 s later). No sweep runs here: only the look again can promote."""
+    from riverboat.runtime.workflow_promoter import WorkflowPromoter
+
+    wf = Workflow("locked")
+    _step(wf, "a")
+    _step(wf, "b", ["a"])
+
+    async def scenario() -> None:
+        client = riverboat.AsyncClient(pg_url, schema=pg_schema)
+        promoter = WorkflowPromoter(client.driver, lambda queues: None)
+        try:
+            info = await client.workflow_insert(wf)
+            a, b = info.task("a").job.id, info.task("b").job.id
+            with psycopg.connect(pg_url) as adding:  # its transaction stays open
+                adding.execute(
+                    f'SELECT 1 FROM "{pg_schema}".river_job WHERE id = %s FOR UPDATE', (b,)
+                )
+                _finish(Db("postgres", pg_url, pg_schema), [a])
+                await promoter.after_finalized([a])
+                assert (await client.job_get(b)).state is JobState.PENDING
+                adding.rollback()
+
+            async def promoted() -> bool:
+                return (await client.job_get(b)).state is JobState.AVAILABLE
+
+            await wait_until_async(promoted, what="b promoted once its row is free")
+            assert promoter.locked_retries >= 1
+        finally:
+            await promoter.stop()
+            await client.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_sweep_names_only_the_tasks_it_can_decide(any_db: Db) -> None:  # noqa: F811
     """The sweep reads pending tasks with their dependency ids, looks each batch's
     dependencies up once, and names to the promotion statement only the tasks whose

@@ -200,6 +200,11 @@ class WorkflowStatements(DialectPart, ABC):
         one looked at the last candidates)."""
         return self.decode_promoted(rows), None
 
+    def decode_promotion_locked_elsewhere(self, rows: Sequence[Sequence[Any]]) -> list[int]:
+        """The tasks a :meth:`workflow_promote_step` decided but could not change because
+        another session held their rows locked (none where writers take turns)."""
+        return []
+
     def decode_promotion_claims(self, rows: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
         """The rows of the tasks a :meth:`workflow_promote_step` with a claim took, as
         the producer's claim returns them (undecoded: the producer decodes them)."""

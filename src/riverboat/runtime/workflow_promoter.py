@@ -51,6 +51,7 @@ from riverboat.workflow import WORKFLOW_TASKS_MAX
 
 __all__ = [
     "FOLLOWER_SWEEP_INTERVAL",
+    "LOCKED_RETRY",
     "PROMOTE_STEP",
     "PROMOTE_STEP_MAX",
     "SWEEP_BATCH",
@@ -79,6 +80,8 @@ SEEN_PENDING_MAX = 100_000
 # locking and rewriting thousands of rows at once.
 PROMOTE_STEP = 128
 PROMOTE_STEP_MAX = 1024
+# Seconds before each look again at tasks a promotion found locked by another session.
+LOCKED_RETRY = (0.05, 0.2, 0.5)
 
 
 def _decidable(task: PendingTask, states: dict[int, str], seen_pending: set[int]) -> bool:
@@ -132,6 +135,10 @@ class WorkflowPromoter:
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self.statements = 0  # promotion statements run (tests count them)
+        # Tasks decided but found locked by another session, to look at again soon.
+        self._locked_elsewhere: set[int] = set()
+        self._retrying: asyncio.Task[None] | None = None
+        self.locked_retries = 0  # looks at tasks found locked
         self.promoted = 0
         # One promotion statement at a time in this runtime. A sweep that ran beside a
         # completer's promotion could lock a task the other had just made available (a
@@ -151,8 +158,9 @@ class WorkflowPromoter:
         for _ in range(CASCADE_MAX):
             cancelled, _ = await self._promote(finalized, (), skip_ids, queue)
             if not cancelled:
-                return
+                break
             finalized, skip_ids, queue = cancelled, (), None
+        self._look_again_soon()
 
     async def sweep(self) -> int:
         """One pass over every pending workflow task; returns how many changed.
@@ -234,11 +242,41 @@ class WorkflowPromoter:
                     self._hand_over(claimer, claim, claimed)
             self.statements += 1
             promoted, after = dialect.decode_promoted_step(rows, step)
+            self._locked_elsewhere.update(dialect.decode_promotion_locked_elsewhere(rows))
             step = min(2 * step, PROMOTE_STEP_MAX)
             await self._handle(promoted)
             changed += len(promoted)
             cancelled += [job_id for job_id, state, _ in promoted if state == "cancelled"]
         return cancelled, changed
+
+    # -- tasks found locked ------------------------------------------------------------
+    def _look_again_soon(self) -> None:
+        """Tasks a promotion decided but found locked by another session (a transaction
+        adding tasks to the workflow rewrites their dependents until it commits) are
+        looked at again after LOCKED_RETRY delays, not left to the next sweep (up to
+        SWEEP_INTERVAL later; the sweep stays the net if they are still locked)."""
+        if not self._locked_elsewhere or self._retrying is not None or self._stop.is_set():
+            return
+        self._retrying = asyncio.create_task(self._retry_locked(), name="riverboat-workflow-retry")
+
+    async def _retry_locked(self) -> None:
+        try:
+            for delay in LOCKED_RETRY:
+                await wait_event(self._stop, delay)
+                if self._stop.is_set():
+                    return
+                ids, self._locked_elsewhere = sorted(self._locked_elsewhere), set()
+                self.locked_retries += 1
+                cancelled, _ = await self._promote((), ids)
+                if cancelled:
+                    await self.after_finalized(cancelled)
+                if not self._locked_elsewhere:
+                    return
+        except DriverError as exc:
+            log.warning("workflow: deciding tasks found locked failed (the sweep will): %s", exc)
+        finally:
+            self._retrying = None
+            self._locked_elsewhere.clear()  # still locked: the sweep's
 
     def _hand_over(
         self, claimer: PromotionClaimer, claim: PromoteClaim, rows: list[Sequence[Any]]
@@ -302,6 +340,8 @@ class WorkflowPromoter:
         under the call deadline), then the loop sees the stop; cancelled only if it
         has not ended within STOP_WAIT seconds."""
         self._stop.set()
+        if self._retrying is not None:
+            await end_within(self._retrying, STOP_WAIT)
         task, self._task = self._task, None
         if task is None:
             return
