@@ -812,13 +812,20 @@ def test_a_promotion_claims_the_tasks_it_makes_ready_for_its_own_producer(
     async def scenario() -> None:
         # No polls: a claim of the producer's own in flight when a step finishes would
         # rightly keep the promotion from claiming (it waits for notifications only).
-        client = _async_client(any_db, workers, fetch_poll_interval=30.0)
+        # Poll-only, and no polls: nothing but this client's own wake-ups moves the
+        # producer. (With LISTEN, the echo of this client's own insert notification can
+        # arrive after the claim that took s0; the producer then can't tell it from
+        # another client's insert and rightly lets the next steps go through the queue
+        # until a claim of its own finds it empty. A 100-step chain with notifications
+        # had 95 to 99 of its 99 steps claimed this way.)
+        client = _async_client(any_db, workers, fetch_poll_interval=30.0, poll_only=True)
         await client.start()
+        producer = client.runtime.producers["default"]
         try:
+            await wait_until_async(lambda: producer.fetches > 0, what="the first claim")
             await client.workflow_insert(wf)
             done = await client.workflow_wait(wf.id, timeout=30)
             promoter = client.runtime.workflow_promoter
-            producer = client.runtime.producers["default"]
             assert promoter is not None
             claimed = promoter.claimed
             assert producer.promotion_claimed == claimed
