@@ -1384,6 +1384,102 @@ def test_a_task_found_locked_is_looked_at_again_soon(pg_url: str, pg_schema: str
     asyncio.run(scenario())
 
 
+def test_a_task_found_locked_during_the_last_look_gets_a_look_of_its_own(
+    pg_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another promotion finding a task locked while the look again is on its last look
+    starts a new one once it ends: the task is not dropped with those the last look
+    still found locked (those are the sweep's)."""
+    import riverboat.runtime.workflow_promoter as promoter_module
+    from riverboat.runtime.workflow_promoter import WorkflowPromoter
+
+    monkeypatch.setattr(promoter_module, "LOCKED_RETRY", (0.05,))  # one look: the last
+    wf = Workflow("locked-twice")
+    _step(wf, "a")
+    _step(wf, "b", ["a"])
+    _step(wf, "c")
+    _step(wf, "d", ["c"])
+
+    async def scenario() -> None:
+        client = riverboat.AsyncClient(pg_url, schema=pg_schema)
+        promoter = WorkflowPromoter(client.driver, lambda queues: None)
+        try:
+            info = await client.workflow_insert(wf)
+            ids = {task.name: task.job.id for task in info.tasks}
+            db = Db("postgres", pg_url, pg_schema)
+            with psycopg.connect(pg_url) as adding:  # its transaction stays open
+                for name in ("b", "d"):
+                    adding.execute(
+                        f'SELECT 1 FROM "{pg_schema}".river_job WHERE id = %s FOR UPDATE',
+                        (ids[name],),
+                    )
+                _finish(db, [ids["a"], ids["c"]])
+                look = promoter._promote
+
+                async def look_while_another_finds_d_locked(*args: Any, **kw: Any) -> Any:
+                    result = await look(*args, **kw)
+                    if kw.get("locked_into") is not None and adding.info.transaction_status:
+                        await look([ids["c"]], ())  # the completer of c, meanwhile
+                        adding.rollback()  # both rows free from now on
+                    return result
+
+                monkeypatch.setattr(promoter, "_promote", look_while_another_finds_d_locked)
+                await promoter.after_finalized([ids["a"]])
+
+                async def d_promoted() -> bool:
+                    return (await client.job_get(ids["d"])).state is JobState.AVAILABLE
+
+                await wait_until_async(d_promoted, what="d promoted by a look of its own")
+        finally:
+            await promoter.stop()
+            await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_look_again_that_fails_says_so(
+    pg_url: str, pg_schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing awaits the look again at tasks found locked: an error in it is logged
+    there, not left in a task nobody reads."""
+    from riverboat.runtime.workflow_promoter import WorkflowPromoter
+
+    wf = Workflow("locked-fails")
+    _step(wf, "a")
+    _step(wf, "b", ["a"])
+
+    async def scenario() -> None:
+        client = riverboat.AsyncClient(pg_url, schema=pg_schema)
+        promoter = WorkflowPromoter(client.driver, lambda queues: None)
+        try:
+            info = await client.workflow_insert(wf)
+            a, b = info.task("a").job.id, info.task("b").job.id
+            with psycopg.connect(pg_url) as adding:
+                adding.execute(
+                    f'SELECT 1 FROM "{pg_schema}".river_job WHERE id = %s FOR UPDATE', (b,)
+                )
+                _finish(Db("postgres", pg_url, pg_schema), [a])
+                await promoter.after_finalized([a])
+                retry = promoter._retrying
+                assert retry is not None
+
+                async def broken(*args: Any, **kw: Any) -> Any:
+                    raise RuntimeError("a bug in the look again")
+
+                promoter._promote = broken  # type: ignore[method-assign]
+                await asyncio.wait_for(retry, 10)
+        finally:
+            await promoter.stop()
+            await client.close()
+
+    with caplog.at_level("ERROR", logger="riverboat.workflow"):
+        asyncio.run(scenario())
+    assert any(
+        r.exc_info is not None and "a bug in the look again" in str(r.exc_info[1])
+        for r in caplog.records
+    )
+
+
 def test_a_sweep_names_only_the_tasks_it_can_decide(any_db: Db) -> None:  # noqa: F811
     """The sweep reads pending tasks with their dependency ids, looks each batch's
     dependencies up once, and names to the promotion statement only the tasks whose

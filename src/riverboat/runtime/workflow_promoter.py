@@ -206,6 +206,8 @@ class WorkflowPromoter:
         candidate_ids: Sequence[int],
         skip_ids: Sequence[int] = (),
         queue: str | None = None,
+        *,
+        locked_into: set[int] | None = None,
     ) -> tuple[list[int], int]:
         """Decide the pending dependents of ``finalized_ids`` and the pending
         ``candidate_ids``, PROMOTE_STEP candidates per statement where the dialect
@@ -242,7 +244,8 @@ class WorkflowPromoter:
                     self._hand_over(claimer, claim, claimed)
             self.statements += 1
             promoted, after = dialect.decode_promoted_step(rows, step)
-            self._locked_elsewhere.update(dialect.decode_promotion_locked_elsewhere(rows))
+            locked = dialect.decode_promotion_locked_elsewhere(rows)
+            (self._locked_elsewhere if locked_into is None else locked_into).update(locked)
             step = min(2 * step, PROMOTE_STEP_MAX)
             await self._handle(promoted)
             changed += len(promoted)
@@ -261,22 +264,29 @@ class WorkflowPromoter:
 
     async def _retry_locked(self) -> None:
         try:
+            again: set[int] = set()  # found locked by this task's own last look
             for delay in LOCKED_RETRY:
                 await wait_event(self._stop, delay)
                 if self._stop.is_set():
                     return
-                ids, self._locked_elsewhere = sorted(self._locked_elsewhere), set()
+                ids = sorted(again | self._locked_elsewhere)
+                self._locked_elsewhere.clear()
+                again = set()
                 self.locked_retries += 1
-                cancelled, _ = await self._promote((), ids)
+                cancelled, _ = await self._promote((), ids, locked_into=again)
                 if cancelled:
                     await self.after_finalized(cancelled)
-                if not self._locked_elsewhere:
+                if not again and not self._locked_elsewhere:
                     return
+            # Still locked after the last look: the sweep's (those found meanwhile by
+            # other promotions stay, for the next look below).
         except DriverError as exc:
             log.warning("workflow: deciding tasks found locked failed (the sweep will): %s", exc)
+        except Exception:  # nothing awaits this task: say what happened here
+            log.exception("workflow: deciding tasks found locked failed (the sweep will)")
         finally:
             self._retrying = None
-            self._locked_elsewhere.clear()  # still locked: the sweep's
+        self._look_again_soon()  # tasks other promotions found locked meanwhile
 
     def _hand_over(
         self, claimer: PromotionClaimer, claim: PromoteClaim, rows: list[Sequence[Any]]

@@ -62,7 +62,7 @@ CSRF_COOKIE = "riverboat_csrf"
 # cookie the app sets, read and cleared by the next page. It was a ?msg= parameter, so a
 # link from anywhere could put any text in an operator's dashboard.
 FLASH_COOKIE = "riverboat_flash"
-FLASH_MAX = 1000  # characters of a message kept (a cookie holds about 4 KB)
+FLASH_MAX_BYTES = 3800  # of the encoded cookie value: browsers drop a cookie past 4 KB
 PAGE_SIZE = 50
 REFRESH_SECONDS = 2
 # Latency and throughput per queue read a week of finalized jobs: computed at most this
@@ -451,12 +451,28 @@ def _app_path(request: Request) -> str:
     return path + ("?" + request.url.query if request.url.query else "")
 
 
-def _redirect_with_message(url: str, message: str, kind: str = "ok") -> RedirectResponse:
-    """A redirect to ``url`` whose page shows ``message`` (``kind`` "ok" or "error")."""
+def _redirect_with_message(
+    request: Request, url: str, message: str, kind: str = "ok"
+) -> RedirectResponse:
+    """A redirect to ``url`` whose page shows ``message`` (``kind`` "ok" or "error"),
+    cut to what a cookie holds once encoded (text outside ASCII takes up to 9 bytes a
+    character)."""
     response = RedirectResponse(url, status_code=303)
-    value = urlencode({"msg": message[:FLASH_MAX], "kind": kind})
-    response.set_cookie(FLASH_COOKIE, value, max_age=60, httponly=True, samesite="strict", path="/")
+    value = urlencode({"msg": message, "kind": kind})
+    while len(value) > FLASH_MAX_BYTES:
+        message = message[: len(message) * 3 // 4] + "…"
+        value = urlencode({"msg": message, "kind": kind})
+    path = _flash_path(request)
+    response.set_cookie(
+        FLASH_COOKIE, value, max_age=60, httponly=True, samesite="strict", path=path
+    )
     return response
+
+
+def _flash_path(request: Request) -> str:
+    """The flash cookie's path: the dashboard's own (two mounted under different
+    prefixes of one host don't see each other's messages)."""
+    return str(request.scope.get("root_path", "")) or "/"
 
 
 def _flash(request: Request) -> tuple[str | None, str]:
@@ -711,7 +727,8 @@ def create_app(
         if new:
             response.set_cookie(CSRF_COOKIE, new, httponly=True, samesite="strict", path="/")
         if message is not None:  # shown once
-            response.delete_cookie(FLASH_COOKIE, path="/", httponly=True, samesite="strict")
+            path = _flash_path(request)
+            response.delete_cookie(FLASH_COOKIE, path=path, httponly=True, samesite="strict")
         response.headers["Cache-Control"] = "no-store"
         return response
 
@@ -988,7 +1005,10 @@ def create_app(
         past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
         message = problem or acted.note or f"job {job_id} {past}"
         return _redirect_with_message(
-            request.scope.get("root_path", "") + back, message, "error" if problem else "ok"
+            request,
+            request.scope.get("root_path", "") + back,
+            message,
+            "error" if problem else "ok",
         )
 
     async def workflow_action(request: Request) -> Response:
@@ -1010,7 +1030,9 @@ def create_app(
             return error_page(request, 404, f"workflow {workflow_id!r} not found")
         message, kind = workflow_action_message(action, before, after)
         back = _safe_back(request, f"/workflows/{workflow_id}")
-        return _redirect_with_message(request.scope.get("root_path", "") + back, message, kind)
+        return _redirect_with_message(
+            request, request.scope.get("root_path", "") + back, message, kind
+        )
 
     async def jobs_bulk(request: Request) -> Response:
         form, refused = await _form(request)
@@ -1025,7 +1047,7 @@ def create_app(
         # Each job once, in the order given (a form can post one id twice).
         ids = list(dict.fromkeys(str(v) for v in form.getlist("job")))
         if not ids:
-            return _redirect_with_message(root + back, "no job selected", "error")
+            return _redirect_with_message(request, root + back, "no job selected", "error")
         if not all(_is_id_text(v) for v in ids):
             return error_page(request, 400, "job ids must be numbers")
         client = await holder.get()
@@ -1036,7 +1058,7 @@ def create_app(
         message = f"{done} job{'s' if done != 1 else ''} {past}"
         if problems:
             message += "; " + "; ".join(problems[:5])
-        return _redirect_with_message(root + back, message, "error" if problems else "ok")
+        return _redirect_with_message(request, root + back, message, "error" if problems else "ok")
 
     async def jobs_confirm(request: Request) -> Response:
         """Before acting on everything a filter matches: how many jobs that is, and a
@@ -1098,7 +1120,7 @@ def create_app(
         past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
         root = request.scope.get("root_path", "")
         message = f"{done:,} job{'s' if done != 1 else ''} {past} ({filters.describe()})"
-        return _redirect_with_message(f"{root}/jobs?{filters.query()}", message)
+        return _redirect_with_message(request, f"{root}/jobs?{filters.query()}", message)
 
     async def queue_action(request: Request) -> Response:
         _form_data, refused = await _form(request)
@@ -1116,9 +1138,11 @@ def create_app(
             else:
                 await client.queue_resume(name)
         except (NotFoundError, InvalidInputError) as exc:
-            return _redirect_with_message(root + "/", str(exc), "error")
+            return _redirect_with_message(request, root + "/", str(exc), "error")
         past = "paused" if action == "pause" else "resumed"
-        return _redirect_with_message(root + _safe_back(request, "/"), f"queue {name} {past}")
+        return _redirect_with_message(
+            request, root + _safe_back(request, "/"), f"queue {name} {past}"
+        )
 
     async def workers(request: Request) -> Response:
         from riverboat.ui.workers import workers_context
