@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,22 @@ def _async_client(
         workers=workers,
         **{"fetch_poll_interval": 0.1, **kw},
     )
+
+
+@contextlib.asynccontextmanager
+async def _running(
+    client: riverboat.AsyncClient, gates: Iterable[asyncio.Event] = ()
+) -> AsyncIterator[riverboat.AsyncClient]:
+    """``client`` started; on the way out, its gated jobs released, then it is stopped
+    and closed."""
+    await client.start()
+    try:
+        yield client
+    finally:
+        for gate in gates:
+            gate.set()
+        await client.stop()
+        await client.close()
 
 
 def _step(wf: Workflow, name: str, deps: list[str] = [], **kw: Any) -> None:  # noqa: B006
@@ -752,8 +768,7 @@ def test_a_fan_ins_leaves_are_written_together_and_a_chain_at_once(any_db: Db) -
         client = _async_client(any_db, workers)
         client.runtime.config.completer_flush_delay = 120.0
         client.runtime.config.completer_batch_threshold = 1000
-        await client.start()
-        try:
+        async with _running(client, gates.values()):
             info = await client.workflow_insert(wf)
             ids = {task.name: task.job.id for task in info.tasks}
             # The chain moves while every leaf is running.
@@ -779,11 +794,6 @@ def test_a_fan_ins_leaves_are_written_together_and_a_chain_at_once(any_db: Db) -
             assert (await client.job_wait(ids["join"], timeout=30)).state is JobState.COMPLETED
             # The leaves' outcomes in one write, the join's in another.
             assert completer.flushes - before <= 2
-        finally:
-            for gate in gates.values():
-                gate.set()
-            await client.stop()
-            await client.close()
 
     asyncio.run(scenario())
 
@@ -819,9 +829,8 @@ def test_a_promotion_claims_the_tasks_it_makes_ready_for_its_own_producer(
         # until a claim of its own finds it empty. A 100-step chain with notifications
         # had 95 to 99 of its 99 steps claimed this way.)
         client = _async_client(any_db, workers, fetch_poll_interval=30.0, poll_only=True)
-        await client.start()
-        producer = client.runtime.producers["default"]
-        try:
+        async with _running(client):
+            producer = client.runtime.producers["default"]
             await wait_until_async(lambda: producer.fetches > 0, what="the first claim")
             await client.workflow_insert(wf)
             done = await client.workflow_wait(wf.id, timeout=30)
@@ -829,9 +838,6 @@ def test_a_promotion_claims_the_tasks_it_makes_ready_for_its_own_producer(
             assert promoter is not None
             claimed = promoter.claimed
             assert producer.promotion_claimed == claimed
-        finally:
-            await client.stop()
-            await client.close()
         assert done.state == "completed"
         for task in done.tasks:
             assert task.job.attempt == 1 and task.job.attempted_by == [client.id]
@@ -870,8 +876,7 @@ def test_a_promotion_claims_only_what_the_producer_would(any_db: Db) -> None:  #
             fetch_only_known_kinds=True,
             skip_unknown_job_check=True,  # "go_only" is some other client's kind
         )
-        await client.start()
-        try:
+        async with _running(client, gates.values()):
             info = await client.workflow_insert(wf)
             ids = {task.name: task.job.id for task in info.tasks}
             producer = client.runtime.producers["default"]
@@ -894,11 +899,6 @@ def test_a_promotion_claims_only_what_the_producer_would(any_db: Db) -> None:  #
             await client.queue_resume("default")
             assert (await client.job_wait(ids["paused"], timeout=30)).state is JobState.COMPLETED
             assert await available("elsewhere", "unknown")
-        finally:
-            for gate in gates.values():
-                gate.set()
-            await client.stop()
-            await client.close()
 
     asyncio.run(scenario())
 
@@ -1346,6 +1346,16 @@ def test_a_sweep_locks_only_the_tasks_it_decides(pg_url: str, pg_schema: str) ->
     asyncio.run(scenario())
 
 
+@contextlib.contextmanager
+def _rows_held(pg_url: str, schema: str, *job_ids: int) -> Iterator[psycopg.Connection[Any]]:
+    """A session holding the rows of ``job_ids`` locked, as a transaction adding tasks to
+    their workflow does, until it rolls back or the block ends."""
+    with psycopg.connect(pg_url) as conn:
+        for job_id in job_ids:
+            conn.execute(f'SELECT 1 FROM "{schema}".river_job WHERE id = %s FOR UPDATE', (job_id,))
+        yield conn
+
+
 def test_a_task_found_locked_is_looked_at_again_soon(pg_url: str, pg_schema: str) -> None:
     """A task whose dependency finished while another session held its row locked (a
     transaction adding tasks to the workflow rewrites their dependents until it
@@ -1363,10 +1373,7 @@ def test_a_task_found_locked_is_looked_at_again_soon(pg_url: str, pg_schema: str
         try:
             info = await client.workflow_insert(wf)
             a, b = info.task("a").job.id, info.task("b").job.id
-            with psycopg.connect(pg_url) as adding:  # its transaction stays open
-                adding.execute(
-                    f'SELECT 1 FROM "{pg_schema}".river_job WHERE id = %s FOR UPDATE', (b,)
-                )
+            with _rows_held(pg_url, pg_schema, b) as adding:
                 _finish(Db("postgres", pg_url, pg_schema), [a])
                 await promoter.after_finalized([a])
                 assert (await client.job_get(b)).state is JobState.PENDING
@@ -1407,12 +1414,7 @@ def test_a_task_found_locked_during_the_last_look_gets_a_look_of_its_own(
             info = await client.workflow_insert(wf)
             ids = {task.name: task.job.id for task in info.tasks}
             db = Db("postgres", pg_url, pg_schema)
-            with psycopg.connect(pg_url) as adding:  # its transaction stays open
-                for name in ("b", "d"):
-                    adding.execute(
-                        f'SELECT 1 FROM "{pg_schema}".river_job WHERE id = %s FOR UPDATE',
-                        (ids[name],),
-                    )
+            with _rows_held(pg_url, pg_schema, ids["b"], ids["d"]) as adding:
                 _finish(db, [ids["a"], ids["c"]])
                 look = promoter._promote
 
@@ -1454,10 +1456,7 @@ def test_a_look_again_that_fails_says_so(
         try:
             info = await client.workflow_insert(wf)
             a, b = info.task("a").job.id, info.task("b").job.id
-            with psycopg.connect(pg_url) as adding:
-                adding.execute(
-                    f'SELECT 1 FROM "{pg_schema}".river_job WHERE id = %s FOR UPDATE', (b,)
-                )
+            with _rows_held(pg_url, pg_schema, b):
                 _finish(Db("postgres", pg_url, pg_schema), [a])
                 await promoter.after_finalized([a])
                 retry = promoter._retrying

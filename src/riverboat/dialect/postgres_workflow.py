@@ -141,11 +141,10 @@ ORDER BY updated.id
 """
 # What a step of the runtime's promotion returns: the rows it changed, each with the
 # largest candidate id it looked at and how many (one row of NULLs and those two when it
-# changed none), so that the next step starts after them.
-#
-# And the tasks it decided but found locked by another session (SKIP LOCKED: a
-# transaction adding tasks to the workflow rewrites their dependents until it commits),
-# for the runtime to look at again soon rather than leave to the next sweep.
+# changed none), so that the next step starts after them; and the tasks it decided but
+# found locked by another session (SKIP LOCKED: a transaction adding tasks to the
+# workflow rewrites their dependents until it commits), for the runtime to look at
+# again soon rather than leave to the next sweep.
 _CHANGED_AND_LAST_CANDIDATE = """SELECT u.id, u.state, u.queue, s.last_candidate, s.candidates,
        s.locked_elsewhere
 FROM (SELECT max(id) AS last_candidate, count(*) AS candidates,
