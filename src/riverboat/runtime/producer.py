@@ -50,6 +50,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from riverboat._clock import Clock
@@ -577,6 +578,7 @@ class Producer:
         ``hand_back``, give them back unrun instead (a stop starts nothing new).
         Returns the outcomes of the rows that could not be read, for the completer."""
         unreadable: list[PendingCompletion] = []
+        readable: list[JobRow] = []
         decode = self._dialect.decode_job
         for raw in rows:
             # One row that fails to decode must not kill the loop (the queue would stop)
@@ -597,6 +599,14 @@ class Producer:
                     undecodable_completion(row, self._exec_config.retry_policy, self.queue)
                 )
                 continue
+            readable.append(row)
+        if not hand_back and (self._ahead or len(readable) > self.max_workers - self._slots_held):
+            # Some wait for a slot (claimed ahead): they start in the claim's order
+            # (priority, scheduled_at, id), not in the order the statement returned
+            # them (id order on both databases), or a job of priority 1 claimed with
+            # one of priority 4 could wait behind it.
+            readable.sort(key=_claim_order)
+        for row in readable:
             if hand_back:
                 self._hand_back(row)
             elif self._ahead or self._slots_held >= self.max_workers:
@@ -1137,6 +1147,11 @@ class Producer:
 
     async def wait_idle(self) -> None:
         await self._idle.wait()
+
+
+def _claim_order(row: JobRow) -> tuple[int, datetime, int]:
+    """River's claim order: priority, then scheduled_at, then id."""
+    return row.priority, row.scheduled_at, row.id
 
 
 def _ask_to_stop(task: asyncio.Task[Any], state: RunState) -> None:
