@@ -40,6 +40,14 @@ class SeededDb:
         return riverboat.Client(driver_from_url(self.url, schema=self.schema))
 
 
+# For a browser test whose subject is the page's own behaviour (scripts, refreshes,
+# escaping, headers, styles), the same on either database: it runs on SQLite only. Each
+# browser test costs chromium one to four seconds of CPU, and the suite is bound by the
+# 2-core VM's CPU. What each page reads from the database stays checked on both, by
+# the other browser tests (each page has one) and the HTTP tests of test_security.py.
+same_on_every_database = pytest.mark.parametrize("seeded", ["sqlite"], indirect=True)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def seeded(request: pytest.FixtureRequest) -> SeededDb:
     if request.param == "sqlite":

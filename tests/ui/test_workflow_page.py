@@ -9,7 +9,7 @@ from typing import Any
 from playwright.sync_api import expect
 
 from riverboat import InsertOpts, Workflow
-from tests.ui.conftest import SeededDb
+from tests.ui.conftest import SeededDb, same_on_every_database
 from tests.ui.test_browser import _open, _shot
 
 
@@ -147,6 +147,7 @@ def test_retry_and_cancel_a_workflow_from_its_page(seeded: SeededDb, serve: Any,
     )
 
 
+@same_on_every_database
 def test_a_workflow_name_in_a_confirmation_is_text_not_code(
     seeded: SeededDb, serve: Any, page: Any
 ) -> None:
