@@ -97,27 +97,51 @@ LONGEST = (
 )
 
 
+# The modules that drive chromium (the ``browser`` fixture, one browser per module and
+# worker: playwright's sync API must be gone before an async test starts its loop).
+# They sat at the back of the collection, where the other workers stole them at the
+# end, one or two tests each: each thief started its own chromium (one to two seconds
+# of CPU, up to nine of wall time under the suite's load; 43 s of setup for the 8 tests
+# of test_workflow_page.py). Under xdist they run together at the front of one slice
+# (``_spread_longest``), as one block of BROWSER_SECONDS.
+BROWSER_MODULES = (
+    "tests/ui/test_browser.py::",
+    "tests/ui/test_limits_view.py::",
+    "tests/ui/test_periodic_page.py::",
+    "tests/ui/test_workers_page.py::",
+    "tests/ui/test_workflow_page.py::",
+    "tests/interop/test_river_ui.py::",
+)
+BROWSER_SECONDS = 80
+
+
 def _spread_longest(items: list[pytest.Item], workers: int) -> None:
     """Reorders ``items`` so that each of ``workers`` contiguous slices (cut as xdist's
-    worksteal cuts its first distribution) starts with its share of LONGEST, assigned
-    longest first to the slice with the least time so far. Deterministic, so every
-    worker collects the same order, as xdist requires."""
+    worksteal cuts its first distribution) starts with its share of LONGEST, and one of
+    them with the BROWSER_MODULES' tests (in collection order), assigned longest first
+    to the slice with the least time so far. Deterministic, so every worker collects the
+    same order, as xdist requires."""
     weight = {
         item.nodeid: w for item in items for prefix, w in LONGEST if item.nodeid.startswith(prefix)
     }
-    if workers < 2 or not weight:
+    browser = [item for item in items if item.nodeid.startswith(BROWSER_MODULES)]
+    if workers < 2 or not (weight or browser):
         return
     sizes, left = [], len(items)
     for slot in range(workers):
         sizes.append(left // (workers - slot))
         left -= sizes[-1]
+    blocks = [([item], weight[item.nodeid]) for item in items if item.nodeid in weight]
+    if browser:
+        blocks.append((browser, BROWSER_SECONDS))
     fronts: list[list[pytest.Item]] = [[] for _ in range(workers)]
     load = [0] * workers
-    for item in sorted((i for i in items if i.nodeid in weight), key=lambda i: -weight[i.nodeid]):
+    for block, seconds in sorted(blocks, key=lambda b: -b[1]):
         slot = min(range(workers), key=lambda k: (load[k], k))
-        fronts[slot].append(item)
-        load[slot] += weight[item.nodeid]
-    rest = iter([item for item in items if item.nodeid not in weight])
+        fronts[slot] += block
+        load[slot] += seconds
+    placed = {id(item) for front in fronts for item in front}
+    rest = iter([item for item in items if id(item) not in placed])
     ordered: list[pytest.Item] = []
     for slot, size in enumerate(sizes):
         ordered += fronts[slot]

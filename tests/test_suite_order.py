@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from tests.conftest import LONGEST, _spread_longest
+from tests.conftest import BROWSER_MODULES, LONGEST, _spread_longest
 
 
 @dataclass
@@ -47,3 +47,19 @@ def test_without_xdist_the_order_is_the_collections() -> None:
     items = [_Item(nodeid) for nodeid in ids]
     _spread_longest(cast(Any, items), 0)
     assert [item.nodeid for item in items] == ids
+
+
+def test_the_browser_tests_run_together_at_the_front_of_one_slice() -> None:
+    """One chromium per browser module on one worker, not one per worker that stole a
+    test or two of them at the end."""
+    browser = [f"{prefix}t{n}" for prefix in BROWSER_MODULES for n in range(3)]
+    longest = [f"{prefix}[x]" for prefix, _ in LONGEST]
+    ids = [f"tests/a.py::t{n}" for n in range(300)] + longest + browser
+    items = [_Item(nodeid) for nodeid in ids]
+    _spread_longest(cast(Any, items), 6)
+    assert sorted(item.nodeid for item in items) == sorted(ids)
+    holding = [s for s in _slices(items, 6) if any(nodeid in browser for nodeid in s)]
+    assert len(holding) == 1
+    at_front = [nodeid for nodeid in holding[0] if nodeid in browser or nodeid in longest]
+    assert holding[0][: len(at_front)] == at_front
+    assert [nodeid for nodeid in at_front if nodeid in browser] == browser  # in order
