@@ -959,6 +959,55 @@ def test_a_promoted_task_does_not_pass_a_job_waiting_in_its_queue(any_db: Db) ->
     asyncio.run(scenario())
 
 
+def test_a_promotion_does_not_claim_past_a_job_its_producer_has_not_heard_of(
+    pg_url: str, pg_schema: str
+) -> None:
+    """The producer offers its slots while it knows of no job waiting, but a poll-only
+    one hears of no other process's insert until its next poll (here 30 s away). The
+    claiming statement looks for itself: with a job available in the queue it claims
+    nothing, the task is made available, and the producer, woken by the promotion,
+    claims both in River's order. (Before, the task was claimed and the urgent job
+    waited for the poll.)"""
+    gate = asyncio.Event()
+    order: list[str] = []
+    workers = Workers()
+
+    @workers.register("step")
+    async def step(job: Job[Any]) -> None:
+        order.append(job.args["name"])
+        if job.args["name"] == "a":
+            await gate.wait()
+
+    wf = Workflow("unheard")
+    wf.add("a", {"name": "a"}, kind="step", opts=InsertOpts(priority=4))
+    wf.add("b", {"name": "b"}, kind="step", deps=["a"], opts=InsertOpts(priority=4))
+
+    async def scenario() -> None:
+        db = Db("postgres", pg_url, pg_schema)
+        client = _async_client(db, workers, max_workers=2, fetch_poll_interval=30.0, poll_only=True)
+        inserter = riverboat.AsyncClient(pg_url, schema=pg_schema)
+        try:
+            async with _running(client, [gate]):
+                producer = client.runtime.producers["default"]
+                await wait_until_async(lambda: producer.fetches > 0, what="the first claim")
+                info = await client.workflow_insert(wf)
+                await wait_until_async(lambda: order == ["a"], what="a running")
+                urgent = await inserter.insert(
+                    {"name": "urgent"}, kind="step", opts=InsertOpts(priority=1)
+                )
+                gate.set()
+                job = await client.job_wait(urgent.job.id, timeout=10)
+                assert job.state is JobState.COMPLETED
+                assert (await client.workflow_wait(info.id, timeout=10)).state == "completed"
+                promoter = client.runtime.workflow_promoter
+                assert promoter is not None and promoter.claimed == 0
+        finally:
+            await inserter.close()
+        assert order[0] == "a" and set(order[1:]) == {"urgent", "b"}
+
+    asyncio.run(scenario())
+
+
 def test_a_producer_does_not_claim_beside_a_promotion_claiming_for_it(
     pg_url: str, pg_schema: str
 ) -> None:

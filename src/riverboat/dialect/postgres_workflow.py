@@ -166,7 +166,13 @@ ORDER BY u.id
 # runtime/workflow_promoter.py): of the tasks it makes ready in :queue, due by :now and
 # of :kinds when given, the first :max_to_lock in claim order go straight to running
 # for :attempted_by, as a claim would write them (CLAIM_SET); their full rows come back
-# after the usual columns, the others' as NULLs.
+# after the usual columns, the others' as NULLs. Only while no job the producer would
+# claim is waiting in the queue (available, due, of :kinds): the producer offers only
+# when it knows of none, but it may not have heard of one yet (an insert by another
+# process whose notification is on its way, or any insert at all when it polls), and a
+# claim here would start the tasks ahead of it. Then the tasks are only made available,
+# and the producer's own claim takes them in River's order. (One probe of the index
+# River's claim reads, (state, queue, priority, scheduled_at, id).)
 _CLAIM_COLUMNS = ", l.queue, l.priority, l.scheduled_at, l.kind"
 _CLAIMED = """
 claimed AS (
@@ -175,6 +181,12 @@ claimed AS (
       AND queue = :queue::text
       AND scheduled_at <= coalesce(:now::timestamptz, now())
       AND (:kinds::text[] IS NULL OR kind = ANY(:kinds::text[]))
+      AND NOT EXISTS (
+          SELECT 1 FROM <schema>river_job w
+          WHERE w.state = 'available'
+            AND w.queue = :queue::text
+            AND w.scheduled_at <= coalesce(:now::timestamptz, now())
+            AND (:kinds::text[] IS NULL OR w.kind = ANY(:kinds::text[])))
     ORDER BY priority, scheduled_at, cid
     LIMIT :max_to_lock::integer
 ),"""

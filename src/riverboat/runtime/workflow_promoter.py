@@ -29,7 +29,9 @@ makes ready straight to running for this client, as its claim would, and hands t
 rows over (:meth:`PromotionClaimer.take_promoted`). A task then waits for no
 notification and no claim, and is written once less. The producer offers only while
 the queue is empty as far as it knows, so a task ready now does not pass a job it knows
-to be waiting (see ``Producer.promotion_claim``). Tasks a step decided but found locked
+to be waiting (see ``Producer.promotion_claim``); the statement claims nothing while a
+job is available in the queue, so it does not pass one the producer has not heard of
+yet either (``poll_only``, or a notification on its way). Tasks a step decided but found locked
 by another session are looked at again soon (LOCKED_RETRY), not left to the sweep.
 """
 
