@@ -638,9 +638,9 @@ class Producer:
         registry, no jobs held, no claim of its own or other offer in flight; and only
         while the queue is empty as far as this client knows (its last claim took fewer
         jobs than it asked for, and no insert notification or promotion woke it since).
-        A promoted task then passes no job this client knows to be waiting; one inserted
-        by a client that does not notify (poll-only) may wait for the next poll, as it
-        would anyway."""
+        A promoted task then passes no job this client knows to be waiting; nor one it
+        has not heard of yet (poll-only, or a notification on its way): the statement
+        claims nothing while any job is available and due in the queue."""
         if (
             self._stopping
             or self._paused
