@@ -121,10 +121,13 @@ def _spread_longest(items: list[pytest.Item], workers: int) -> None:
     them with the BROWSER_MODULES' tests (in collection order), assigned longest first
     to the slice with the least time so far. Deterministic, so every worker collects the
     same order, as xdist requires."""
-    weight = {
-        item.nodeid: w for item in items for prefix, w in LONGEST if item.nodeid.startswith(prefix)
-    }
     browser = [item for item in items if item.nodeid.startswith(BROWSER_MODULES)]
+    weight = {  # a browser test is placed with its block (once), whatever LONGEST says
+        item.nodeid: w
+        for item in items
+        for prefix, w in LONGEST
+        if item.nodeid.startswith(prefix) and not item.nodeid.startswith(BROWSER_MODULES)
+    }
     if workers < 2 or not (weight or browser):
         return
     sizes, left = [], len(items)

@@ -63,3 +63,14 @@ def test_the_browser_tests_run_together_at_the_front_of_one_slice() -> None:
     at_front = [nodeid for nodeid in holding[0] if nodeid in browser or nodeid in longest]
     assert holding[0][: len(at_front)] == at_front
     assert [nodeid for nodeid in at_front if nodeid in browser] == browser  # in order
+
+
+def test_a_browser_test_named_in_longest_is_placed_once(monkeypatch: Any) -> None:
+    import tests.conftest
+
+    slow = f"{BROWSER_MODULES[0]}slow"
+    monkeypatch.setattr(tests.conftest, "LONGEST", (*LONGEST, (slow, 30)))
+    ids = [f"tests/a.py::t{n}" for n in range(300)] + [slow, f"{BROWSER_MODULES[1]}t"]
+    items = [_Item(nodeid) for nodeid in ids]
+    _spread_longest(cast(Any, items), 6)
+    assert sorted(item.nodeid for item in items) == sorted(ids)

@@ -1,6 +1,8 @@
 """The dashboard in a real browser (Debian's chromium through playwright), on SQLite and
-Postgres: every page loads, filters and pagination work, actions change the database and
-the page shows it, pages refresh themselves, and job content is shown as text.
+Postgres: every page loads, filters and pagination work, and actions change the database
+and the page shows it. On SQLite only (``same_on_every_database``): pages refresh
+themselves, scripts run under the strict policy, job content is shown as text, read-only
+hides actions, framing is refused, and dark mode and a phone's width work.
 
 With RIVERBOAT_UI_SCREENSHOTS=1 the SQLite run writes the screenshots in docs/ui/ that
 docs/ui.md shows."""
