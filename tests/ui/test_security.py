@@ -17,6 +17,7 @@ import pytest
 from riverboat import InsertOpts, InvalidInputError
 from riverboat.ui import create_app
 from tests.ui.conftest import SeededDb
+from tests.ui.seed import XSS_ARGS
 
 
 class Http:
@@ -584,6 +585,23 @@ def test_a_job_with_megabytes_of_args_is_previewed_without_decoding(
     assert preview is not None
     shown = html.unescape(preview.group(1))  # Postgres's jsonb text has spaces, SQLite's not
     assert re.fullmatch(r'\{"a": ?"<b>", ?"blob": ?"y+…', shown) and len(shown) == 90, shown
+
+
+def test_a_job_page_shows_stored_markup_as_text(seeded: SeededDb, serve: Any) -> None:
+    """The seeded job whose args, output, metadata and log hold markup and a closing
+    script tag, on both databases (the browser checks it on SQLite): each block has it
+    escaped, and none of it reaches the page as markup."""
+    base = serve(create_app(seeded.url, schema=seeded.schema)).url
+    status, _, text = Http(base).request("GET", f"/jobs/{seeded.jobs.xss}")
+    assert status == 200
+    for raw in (*XSS_ARGS.values(), "<b>bold</b>", "rendering <i>page</i>"):
+        assert raw not in text, raw
+    # As text: the args and the output (the same object), the metadata's title, the log.
+    unescaped = html.unescape(text)
+    for value in (*XSS_ARGS.values(), "<b>bold</b>"):  # in the JSON blocks
+        assert json.dumps(value) in unescaped, value
+    assert "rendering <i>page</i>\nwrote 3 files" in unescaped  # the log, as written
+    assert text.count("&lt;/script&gt;&lt;script&gt;") >= 2  # the args and the output
 
 
 def test_a_job_page_shows_at_most_64_kib_of_each_json_block(seeded: SeededDb, serve: Any) -> None:
