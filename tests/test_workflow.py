@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
@@ -41,6 +41,9 @@ from riverboat.workflow import WORKFLOW_TASKS_MAX, ids_in
 from tests.reliability._support import OutputReader, spawn_worker
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 from tests.waiting import wait_until, wait_until_async
+
+if TYPE_CHECKING:
+    from riverboat.runtime.workflow_promoter import WorkflowPromoter
 
 
 class Recorder:
@@ -1405,37 +1408,49 @@ def _rows_held(pg_url: str, schema: str, *job_ids: int) -> Iterator[psycopg.Conn
         yield conn
 
 
+@contextlib.asynccontextmanager
+async def _b_found_locked(
+    pg_url: str, schema: str, name: str
+) -> AsyncIterator[tuple[riverboat.AsyncClient, WorkflowPromoter, int, psycopg.Connection[Any]]]:
+    """A workflow ``name`` of a and b (after a) whose promotion, once a finished, found
+    b's row locked by another session: (the client, the WorkflowPromoter that ran it,
+    b's id, that session, holding the row until it rolls back or the block ends). The
+    promoter is stopped and the client closed afterwards."""
+    from riverboat.runtime.workflow_promoter import WorkflowPromoter
+
+    wf = Workflow(name)
+    _step(wf, "a")
+    _step(wf, "b", ["a"])
+    client = riverboat.AsyncClient(pg_url, schema=schema)
+    promoter = WorkflowPromoter(client.driver, lambda queues: None)
+    try:
+        info = await client.workflow_insert(wf)
+        a, b = info.task("a").job.id, info.task("b").job.id
+        with _rows_held(pg_url, schema, b) as adding:
+            _finish(Db("postgres", pg_url, schema), [a])
+            await promoter.after_finalized([a])
+            yield client, promoter, b, adding
+    finally:
+        await promoter.stop()
+        await client.close()
+
+
 def test_a_task_found_locked_is_looked_at_again_soon(pg_url: str, pg_schema: str) -> None:
     """A task whose dependency finished while another session held its row locked (a
     transaction adding tasks to the workflow rewrites their dependents until it
     commits) is skipped by that promotion, which looks at it again shortly after, not
     at the next sweep (2 s later). No sweep runs here: only the look again can promote."""
-    from riverboat.runtime.workflow_promoter import WorkflowPromoter
-
-    wf = Workflow("locked")
-    _step(wf, "a")
-    _step(wf, "b", ["a"])
 
     async def scenario() -> None:
-        client = riverboat.AsyncClient(pg_url, schema=pg_schema)
-        promoter = WorkflowPromoter(client.driver, lambda queues: None)
-        try:
-            info = await client.workflow_insert(wf)
-            a, b = info.task("a").job.id, info.task("b").job.id
-            with _rows_held(pg_url, pg_schema, b) as adding:
-                _finish(Db("postgres", pg_url, pg_schema), [a])
-                await promoter.after_finalized([a])
-                assert (await client.job_get(b)).state is JobState.PENDING
-                adding.rollback()
+        async with _b_found_locked(pg_url, pg_schema, "locked") as (client, promoter, b, adding):
+            assert (await client.job_get(b)).state is JobState.PENDING
+            adding.rollback()
 
             async def promoted() -> bool:
                 return (await client.job_get(b)).state is JobState.AVAILABLE
 
             await wait_until_async(promoted, what="b promoted once its row is free")
             assert promoter.locked_retries >= 1
-        finally:
-            await promoter.stop()
-            await client.close()
 
     asyncio.run(scenario())
 
@@ -1493,32 +1508,17 @@ def test_a_look_again_that_fails_says_so(
 ) -> None:
     """Nothing awaits the look again at tasks found locked: an error in it is logged
     there, not left in a task nobody reads."""
-    from riverboat.runtime.workflow_promoter import WorkflowPromoter
-
-    wf = Workflow("locked-fails")
-    _step(wf, "a")
-    _step(wf, "b", ["a"])
 
     async def scenario() -> None:
-        client = riverboat.AsyncClient(pg_url, schema=pg_schema)
-        promoter = WorkflowPromoter(client.driver, lambda queues: None)
-        try:
-            info = await client.workflow_insert(wf)
-            a, b = info.task("a").job.id, info.task("b").job.id
-            with _rows_held(pg_url, pg_schema, b):
-                _finish(Db("postgres", pg_url, pg_schema), [a])
-                await promoter.after_finalized([a])
-                retry = promoter._retrying
-                assert retry is not None
+        async with _b_found_locked(pg_url, pg_schema, "locked-fails") as (_, promoter, _, _):
+            retry = promoter._retrying
+            assert retry is not None
 
-                async def broken(*args: Any, **kw: Any) -> Any:
-                    raise RuntimeError("a bug in the look again")
+            async def broken(*args: Any, **kw: Any) -> Any:
+                raise RuntimeError("a bug in the look again")
 
-                promoter._promote = broken  # type: ignore[method-assign]
-                await asyncio.wait_for(retry, 10)
-        finally:
-            await promoter.stop()
-            await client.close()
+            promoter._promote = broken  # type: ignore[method-assign]
+            await asyncio.wait_for(retry, 10)
 
     with caplog.at_level("ERROR", logger="riverboat.workflow"):
         asyncio.run(scenario())
