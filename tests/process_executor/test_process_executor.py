@@ -10,6 +10,7 @@ import asyncio
 import logging
 import os
 import signal
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from riverboat import (
     Job,
     JobState,
     QueueConfig,
+    RetryPolicy,
     Workers,
 )
 from riverboat.riverlog import METADATA_KEY, RiverLog
@@ -66,7 +68,17 @@ class SeenErrors:
         self.errors.append(exc)
 
 
-def _client(db: Db, *middleware: Any, **queue: Any) -> riverboat.AsyncClient:
+class RetryInAnHour(RetryPolicy):
+    """A failed attempt's next one out of a test's reach: River's first backoff (1 s)
+    let a loaded machine run it again before the test stopped its client."""
+
+    def next_retry(self, job: Any, now: datetime) -> datetime:
+        return now + timedelta(hours=1)
+
+
+def _client(
+    db: Db, *middleware: Any, retry_policy: RetryPolicy | None = None, **queue: Any
+) -> riverboat.AsyncClient:
     queue.setdefault("max_workers", 2)
     return riverboat.AsyncClient(
         db.url,
@@ -77,6 +89,7 @@ def _client(db: Db, *middleware: Any, **queue: Any) -> riverboat.AsyncClient:
         fetch_poll_interval=0.05,
         middleware=[RiverLog(), *middleware],
         soft_stop_timeout=10,
+        retry_policy=retry_policy,
     )
 
 
@@ -100,7 +113,8 @@ async def test_outcomes_output_and_logs_come_back_from_the_child(
     any_db: Db, tmp_path: Path
 ) -> None:
     seen = SeenErrors()
-    async with _client(any_db, seen) as client:
+    # One failed attempt, one error handled (two when the retry ran before the stop).
+    async with _client(any_db, seen, retry_policy=RetryInAnHour()) as client:
         args = {"dir": str(tmp_path), "value": 7}
         ids = {
             kind: (await client.insert(args, kind=kind)).job.id
