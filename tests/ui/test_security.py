@@ -151,6 +151,21 @@ def test_a_link_cannot_put_words_in_the_dashboard(seeded: SeededDb, serve: Any) 
     assert "riverboat_flash" not in browser.cookies
     status, _, page = browser.request("GET", "/")
     assert status == 200 and "queue email paused" not in page
+    # Nor can a cookie written by someone else (a sibling subdomain may set one for the
+    # host): only messages this app signed are shown, and a signed one edited is not.
+    forged = urlencode({"msg": spoof, "kind": "error"})
+    browser.cookies["riverboat_flash"] = forged
+    status, _, page = browser.request("GET", "/")
+    assert status == 200 and "evil.example" not in page and 'class="flash' not in page
+    status, headers, _ = browser.request("POST", "/queues/email/resume", {"csrf": token})
+    signed = browser.cookies["riverboat_flash"]
+    browser.cookies["riverboat_flash"] = signed.replace("resumed", "deleted")
+    assert browser.cookies["riverboat_flash"] != signed
+    status, _, page = browser.request("GET", "/")
+    assert status == 200 and "queue email" not in page
+    browser.cookies["riverboat_flash"] = signed
+    status, _, page = browser.request("GET", "/")
+    assert status == 200 and "queue email resumed" in page
 
 
 def test_a_long_message_still_fits_its_cookie() -> None:
@@ -158,16 +173,20 @@ def test_a_long_message_still_fits_its_cookie() -> None:
     character once encoded: a long message is cut to fit, not lost."""
     from starlette.requests import Request
 
-    from riverboat.ui.app import FLASH_MAX_BYTES, _redirect_with_message
+    from riverboat.ui.app import FLASH_MAX_BYTES, _Flash
 
     request = Request({"type": "http", "method": "POST", "root_path": "/riverboat", "headers": []})
     message = "重試" * 1000
-    response = _redirect_with_message(request, "/riverboat/jobs", message, "error")
+    flash = _Flash()
+    response = flash.redirect(request, "/riverboat/jobs", message, "error")
     cookie = response.headers["set-cookie"]
     value = cookie.split(";", 1)[0].split("=", 1)[1].strip('"')
     assert len(value) <= FLASH_MAX_BYTES
     shown = parse_qs(value)["msg"][0]
     assert message.startswith(shown[:-1]) and shown.endswith("…") and len(shown) > 100
+    # The message as cut is the one signed: the next page shows it.
+    page = Request({"type": "http", "headers": [(b"cookie", f"riverboat_flash={value}".encode())]})
+    assert flash.read(page) == (shown, "error")
     # The dashboard's own path: another one mounted on the same host doesn't see it.
     assert "Path=/riverboat" in cookie
 

@@ -12,6 +12,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import hashlib
 import hmac
 import json
 import secrets
@@ -451,38 +452,61 @@ def _app_path(request: Request) -> str:
     return path + ("?" + request.url.query if request.url.query else "")
 
 
-def _redirect_with_message(
-    request: Request, url: str, message: str, kind: str = "ok"
-) -> RedirectResponse:
-    """A redirect to ``url`` whose page shows ``message`` (``kind`` "ok" or "error"),
-    cut to what a cookie holds once encoded (text outside ASCII takes up to 9 bytes a
-    character)."""
-    response = RedirectResponse(url, status_code=303)
-    value = urlencode({"msg": message, "kind": kind})
-    while len(value) > FLASH_MAX_BYTES:
-        message = message[: len(message) * 3 // 4] + "…"
-        value = urlencode({"msg": message, "kind": kind})
-    path = _flash_path(request)
-    response.set_cookie(
-        FLASH_COOKIE, value, max_age=60, httponly=True, samesite="strict", path=path
-    )
-    return response
+class _Flash:
+    """The message an action leaves for the page it redirects to, in a short-lived
+    cookie signed with this app's own random key: a cookie set by anyone else (a
+    sibling subdomain, a script on another app of the host) is not shown, so a page
+    never says "3 jobs deleted" because someone else wrote it there. The key lives as
+    long as the app, so a message set by another dashboard process (several behind one
+    balancer) is not shown either; the action itself is done all the same."""
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+
+    def _signature(self, message: str, kind: str) -> str:
+        text = f"{kind}\n{message}".encode()
+        return hmac.new(self._key, text, hashlib.sha256).hexdigest()[:32]
+
+    def redirect(
+        self, request: Request, url: str, message: str, kind: str = "ok"
+    ) -> RedirectResponse:
+        """A redirect to ``url`` whose page shows ``message`` (``kind`` "ok" or "error"),
+        cut to what a cookie holds once encoded (text outside ASCII takes up to 9 bytes
+        a character)."""
+        response = RedirectResponse(url, status_code=303)
+
+        def encoded(text: str) -> str:
+            return urlencode({"msg": text, "kind": kind, "sig": self._signature(text, kind)})
+
+        value = encoded(message)
+        while len(value) > FLASH_MAX_BYTES:
+            message = message[: len(message) * 3 // 4] + "…"
+            value = encoded(message)
+        path = _flash_path(request)
+        response.set_cookie(
+            FLASH_COOKIE, value, max_age=60, httponly=True, samesite="strict", path=path
+        )
+        return response
+
+    def read(self, request: Request) -> tuple[str | None, str]:
+        """The message an action of this app left for this page, and its kind; (None,
+        "ok") for none, or for a cookie this app did not sign."""
+        value = request.cookies.get(FLASH_COOKIE)
+        if not value:
+            return None, "ok"
+        fields = parse_qs(value)
+        message = fields.get("msg", [""])[0]
+        kind = fields.get("kind", ["ok"])[0]
+        signature = fields.get("sig", [""])[0]
+        if not message or not hmac.compare_digest(signature, self._signature(message, kind)):
+            return None, "ok"
+        return message, "error" if kind == "error" else "ok"
 
 
 def _flash_path(request: Request) -> str:
     """The flash cookie's path: the dashboard's own (two mounted under different
     prefixes of one host don't see each other's messages)."""
     return str(request.scope.get("root_path", "")) or "/"
-
-
-def _flash(request: Request) -> tuple[str | None, str]:
-    """The message an action left for this page, and its kind."""
-    value = request.cookies.get(FLASH_COOKIE)
-    if not value:
-        return None, "ok"
-    fields = parse_qs(value)
-    message = fields.get("msg", [""])[0] or None
-    return message, "error" if fields.get("kind", ["ok"])[0] == "error" else "ok"
 
 
 # -- security middleware ------------------------------------------------------------------
@@ -695,6 +719,7 @@ def create_app(
     if token is not None and not token:
         raise InvalidInputError("token", "must not be empty")
     config = UiConfig(read_only=read_only, token=token, count_cap=count_cap)
+    flash = _Flash()
     holder = _ClientHolder(client, database_url, schema)
     env = Environment(
         loader=FileSystemLoader(HERE / "templates"),
@@ -710,7 +735,7 @@ def create_app(
 
     def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         now = datetime.now(UTC)
-        message, message_kind = _flash(request)
+        message, message_kind = flash.read(request)
         context.update(
             request=request,
             now=now,
@@ -1004,7 +1029,7 @@ def create_app(
                 back = "/jobs"
         past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
         message = problem or acted.note or f"job {job_id} {past}"
-        return _redirect_with_message(
+        return flash.redirect(
             request,
             request.scope.get("root_path", "") + back,
             message,
@@ -1030,9 +1055,7 @@ def create_app(
             return error_page(request, 404, f"workflow {workflow_id!r} not found")
         message, kind = workflow_action_message(action, before, after)
         back = _safe_back(request, f"/workflows/{workflow_id}")
-        return _redirect_with_message(
-            request, request.scope.get("root_path", "") + back, message, kind
-        )
+        return flash.redirect(request, request.scope.get("root_path", "") + back, message, kind)
 
     async def jobs_bulk(request: Request) -> Response:
         form, refused = await _form(request)
@@ -1047,7 +1070,7 @@ def create_app(
         # Each job once, in the order given (a form can post one id twice).
         ids = list(dict.fromkeys(str(v) for v in form.getlist("job")))
         if not ids:
-            return _redirect_with_message(request, root + back, "no job selected", "error")
+            return flash.redirect(request, root + back, "no job selected", "error")
         if not all(_is_id_text(v) for v in ids):
             return error_page(request, 400, "job ids must be numbers")
         client = await holder.get()
@@ -1058,7 +1081,7 @@ def create_app(
         message = f"{done} job{'s' if done != 1 else ''} {past}"
         if problems:
             message += "; " + "; ".join(problems[:5])
-        return _redirect_with_message(request, root + back, message, "error" if problems else "ok")
+        return flash.redirect(request, root + back, message, "error" if problems else "ok")
 
     async def jobs_confirm(request: Request) -> Response:
         """Before acting on everything a filter matches: how many jobs that is, and a
@@ -1120,7 +1143,7 @@ def create_app(
         past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
         root = request.scope.get("root_path", "")
         message = f"{done:,} job{'s' if done != 1 else ''} {past} ({filters.describe()})"
-        return _redirect_with_message(request, f"{root}/jobs?{filters.query()}", message)
+        return flash.redirect(request, f"{root}/jobs?{filters.query()}", message)
 
     async def queue_action(request: Request) -> Response:
         _form_data, refused = await _form(request)
@@ -1138,11 +1161,9 @@ def create_app(
             else:
                 await client.queue_resume(name)
         except (NotFoundError, InvalidInputError) as exc:
-            return _redirect_with_message(request, root + "/", str(exc), "error")
+            return flash.redirect(request, root + "/", str(exc), "error")
         past = "paused" if action == "pause" else "resumed"
-        return _redirect_with_message(
-            request, root + _safe_back(request, "/"), f"queue {name} {past}"
-        )
+        return flash.redirect(request, root + _safe_back(request, "/"), f"queue {name} {past}")
 
     async def workers(request: Request) -> Response:
         from riverboat.ui.workers import workers_context
