@@ -17,7 +17,7 @@ import pytest
 from tests.interop.river_go import RiverGo, Target, build_river_go, find_go
 
 # River UI's browser check drives Debian's chromium with the dashboard tests' fixtures.
-from tests.ui.conftest import browser, page  # noqa: F401
+from tests.ui.conftest import browser, browser_context, page  # noqa: F401
 
 NO_GO = "no Go toolchain on PATH: the River interop tests need Go 1.26 (see README, Development)"
 
