@@ -416,8 +416,9 @@ class AsyncClient(AsyncClientBase):
     async def close(self) -> None:
         """Stop the runtime if it runs (a soft stop, as ``Client.close()`` does), then
         close the driver when the client made it from a URL."""
-        if self._runtime is not None and self._runtime.started:
-            await self._runtime.stop()
+        runtime = self._runtime
+        if runtime is not None and (runtime.started or runtime.stopping):
+            await runtime.stop()  # or waits for the stop under way
         if self._core.owns_driver:
             await self.driver.close()
 

@@ -61,6 +61,59 @@ async def test_hard_stop_interrupts_async_jobs(apg_driver: Any) -> None:
     assert job.finalized_at is None
 
 
+async def test_a_stop_whose_caller_gave_up_still_finishes(apg_driver: Any) -> None:
+    """``wait_for(client.stop(), ...)`` timing out cancels the caller, not the stop: a
+    later hard stop hands the job back and the client ends whole. Cancelling the caller
+    used to leave the completer, registry and notifier running and the row running for
+    good, and the later stop returned at once without doing anything."""
+    started = asyncio.Event()
+    workers = Workers()
+
+    @workers.register("long_job")
+    async def long_job(job: Job[Any]) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    client = make_client(apg_driver, workers)
+    inserted = (await client.insert({}, kind="long_job")).job
+    await client.start()
+    await asyncio.wait_for(started.wait(), 10)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(client.stop(), 0.2)
+    await asyncio.wait_for(client.stop_and_cancel(), 10)
+    await asyncio.wait_for(client.runtime.wait_stopped(), 1)
+    job = await client.job_get(inserted.id)
+    assert job.state == JobState.AVAILABLE and job.attempt == 0  # handed back
+    assert client.runtime.completer is not None and client.runtime.completer.idle
+
+
+async def test_a_job_that_stops_its_own_client(apg_driver: Any) -> None:
+    """A job awaiting its client's stop is handed back by that stop at the soft stop
+    timeout (the stop waits for it): the stop goes on to the end, and the client can be
+    started again to work the job."""
+    runs: list[int] = []
+    workers = Workers()
+    client: riverboat.AsyncClient
+
+    @workers.register("stopper")
+    async def stopper(job: Job[Any]) -> None:
+        runs.append(job.attempt)
+        if len(runs) == 1:
+            await client.stop()
+
+    client = make_client(apg_driver, workers, soft_stop_timeout=0.3)
+    inserted = (await client.insert({}, kind="stopper")).job
+    completed = client.subscribe(EventKind.JOB_COMPLETED)
+    await client.start()
+    await asyncio.wait_for(client.runtime.wait_stopped(), 10)
+    job = await client.job_get(inserted.id)
+    assert job.state == JobState.AVAILABLE and runs == [1]
+    await client.start()
+    (event,) = await next_events(completed, 1)
+    assert event.job is not None and event.job.id == inserted.id and runs == [1, 1]
+    await client.stop()
+
+
 async def test_nothing_left_running_after_a_clean_stop(
     apg_driver: Any, pg_url: str, pg_schema: str
 ) -> None:

@@ -274,6 +274,8 @@ class Runtime:
         self.producers: dict[str, Producer] = {}
         self.started = False
         self._stopped = asyncio.Event()
+        # The stop under way or done (see stop()), until the next start.
+        self._stopping: asyncio.Future[None] | None = None
         self.schema_name = ""
         self._extra_services: list[Service] = []
         self.on_start: list[Callable[[Runtime], Any]] = []
@@ -330,6 +332,9 @@ class Runtime:
 
     # -- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
+        if self._stopping is not None and not self._stopping.done():
+            await asyncio.shield(self._stopping)  # a stop its caller gave up on: ends first
+        self._stopping = None
         try:
             await self._start()
         except Exception:
@@ -573,10 +578,31 @@ class Runtime:
 
         With a ``soft_stop_timeout`` the whole stop ends within it plus
         :data:`STOP_GRACE` whatever the database does: what can't be written by then
-        (outcomes, a claim in flight) is left ``running`` for the rescuer and logged."""
-        if not self.started:
-            return
-        self.started = False
+        (outcomes, a claim in flight) is left ``running`` for the rescuer and logged.
+
+        The stop runs in a task of its own, which a caller that stops waiting (a
+        ``wait_for(client.stop(), 5)`` that times out, a job stopping its own client
+        and handed back by that stop) does not cancel: a cancelled caller used to leave
+        the stop half done for good (the completer, registry and notifier running, the
+        jobs' rows running), with every later stop returning at once. A later stop or
+        close waits for the same task; with ``cancel_running``, after handing the
+        running jobs back."""
+        stopping = self._stopping
+        if stopping is None or stopping.done():
+            if not self.started:
+                return
+            self.started = False
+            stopping = self._stopping = asyncio.ensure_future(self._stop(cancel_running))
+        elif cancel_running:
+            self.interrupt_running()
+        await asyncio.shield(stopping)
+
+    @property
+    def stopping(self) -> bool:
+        """A stop is under way (one whose caller may have stopped waiting for it)."""
+        return self._stopping is not None and not self._stopping.done()
+
+    async def _stop(self, cancel_running: bool) -> None:
         loop = asyncio.get_running_loop()
         limit = self.config.soft_stop_timeout
         # As River's, the soft stop's clock starts when the stop does.
