@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from riverboat._json import json_loads, storable_json
+from riverboat._json import date_time_text, json_loads, storable_json
 
 __all__ = [
     "AttemptError",
@@ -63,7 +63,7 @@ STATE_BY_NAME: dict[str, JobState] = {s.value: s for s in JobState}
 def format_rfc3339_nano(moment: datetime) -> str:
     """Format like Go's time.RFC3339Nano in UTC: trailing fractional zeros are dropped."""
     moment = moment.astimezone(UTC)
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    text = date_time_text(moment)
     if moment.microsecond:
         text += f".{moment.microsecond:06d}".rstrip("0")
     return text + "Z"
@@ -131,9 +131,17 @@ class AttemptError:
         return cls(
             at=at,
             attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else 0,
-            error=str(data.get("error", "")),
-            trace=str(data.get("trace", "")),
+            error=_text(data.get("error")),
+            trace=_text(data.get("trace")),
         )
+
+
+def _text(value: object) -> str:
+    """An error entry's text field as stored: a string, "" for a missing or null one
+    (not "None"), other JSON as its text."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def decode_metadata(raw: str | bytes) -> dict[str, Any]:

@@ -89,11 +89,21 @@ def json_loads(text: str | bytes) -> Any:
         raise JSONTooDeepError() from None
 
 
+def date_time_text(moment: datetime, sep: str = "T") -> str:
+    """``moment``'s date and time of day as ``YYYY-MM-DD<sep>HH:MM:SS``, the year in four
+    digits as Go and RFC3339 write it: strftime("%Y") writes year 999 as "999" (glibc),
+    which no RFC3339 parser reads back and which sorts wrongly as text."""
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}"
+        f"{sep}{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}"
+    )
+
+
 def _format_go_time(moment: datetime) -> str:
     # Go encodes time.Time as RFC3339Nano with its own offset.
     if moment.tzinfo is None:
         raise TypeError("naive datetime in job args; attach a timezone")
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    text = date_time_text(moment)
     if moment.microsecond:
         text += f".{moment.microsecond:06d}".rstrip("0")
     offset = moment.utcoffset()

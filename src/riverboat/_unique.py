@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from riverboat._job import STATE_BY_NAME, JobState, RawArgs, UniqueOpts
-from riverboat._json import go_json_canonical, split_object
+from riverboat._json import date_time_text, go_json_canonical, split_object
 from riverboat.errors import InvalidInputError
 
 __all__ = [
@@ -120,7 +120,7 @@ def _truncate(moment: datetime, period: timedelta) -> datetime:
 def _format_rfc3339(moment: datetime) -> str:
     # Go's time.RFC3339 layout has no fractional seconds at all (only RFC3339Nano does), so a
     # bound that falls on a fraction (a 1.5s period) still prints whole seconds.
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return date_time_text(moment) + "Z"
 
 
 def _sjson_key(key: str) -> str:

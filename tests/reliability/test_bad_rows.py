@@ -484,6 +484,98 @@ def test_out_of_range_timestamps_in_the_overview_pg(pg_url: str, pg_schema: str)
         assert workflow.created_at is not None and workflow.created_at.year == 1
 
 
+def _every_page(client: riverboat.Client, descending: bool, limit: int) -> list[int]:
+    seen: list[int] = []
+    cursor = None
+    for _ in range(30):
+        page = client.job_list(
+            limit=limit, order_by="scheduled_at", descending=descending, cursor=cursor
+        )
+        seen += [job.id for job in page.jobs]
+        # The cursor as the CLI hands it out and takes it back.
+        cursor = None if page.next_cursor is None else str(page.next_cursor)
+        if cursor is None:
+            return seen
+    raise AssertionError(f"the pages never ended: {seen}")
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_pages_by_time_pass_rows_read_clamped_pg(pg_url: str, pg_schema: str, limit: int) -> None:
+    """Rows written by raw SQL with 'infinity', '-infinity' or a year BC are read clamped
+    (9999-12-29, 0001-01-03) but ordered as stored: each is listed once, in order, by
+    keyset pages. A cursor at the clamp was compared as the clamp: the infinite rows came
+    back on every page, which never ended, and descending skipped one; ascending from
+    -infinity, the cursor's year 1 was written "1-01-03" and refused when given back."""
+    stored = ["'infinity'", "'infinity'", "now()", "'-infinity'", "'0044-03-15 BC'", "now()"]
+    ids = [
+        sql(
+            pg_url,
+            pg_schema,
+            "INSERT INTO river_job (kind, args, state, scheduled_at)"
+            f" VALUES ('pg_job', '{{}}', 'scheduled', {value}) RETURNING id",
+        )[0][0]
+        for value in stored
+    ]
+    inf_a, inf_b, now_a, neg_inf, bc, now_b = ids
+    ascending = [neg_inf, bc, now_a, now_b, inf_a, inf_b]
+    with riverboat.Client(pg_url, schema=pg_schema) as client:
+        assert _every_page(client, False, limit) == ascending
+        assert _every_page(client, True, limit) == ascending[::-1]
+
+
+def test_pages_by_time_pass_years_below_1000_sqlite(sqlite_url: str) -> None:
+    """A row another program wrote with a year below 1000 (riverboat refuses them): the
+    cursor after it was written with an unpadded year and refused when given back."""
+    early = _river_insert(sqlite_url, state="scheduled", scheduled_at="0001-01-01 00:00:00.000")
+    later = _river_insert(sqlite_url, state="scheduled", scheduled_at="0999-06-01 12:00:00.000")
+    now = _river_insert(sqlite_url, state="scheduled", scheduled_at="2026-12-01 00:00:00.000")
+    with riverboat.Client(sqlite_url) as client:
+        assert _every_page(client, False, 1) == [early, later, now]
+        assert _every_page(client, True, 1) == [now, later, early]
+
+
+def test_times_at_the_edges_are_written_with_four_digit_years() -> None:
+    """Every text form of a time: four-digit years (glibc's strftime wrote year 999 as
+    "999", which no RFC3339 parser reads back), and SQLite's rounding to the millisecond
+    stops at datetime.max (a worker's next_retry may return it: the overflow failed the
+    job's outcome, and the completer discarded a job with attempts left)."""
+    from riverboat._job import format_rfc3339_nano, parse_rfc3339
+    from riverboat._json import go_json_dumps
+
+    early = datetime(999, 5, 6, 7, 8, 9, 120, tzinfo=UTC)
+    assert format_rfc3339_nano(early) == "0999-05-06T07:08:09.00012Z"
+    assert parse_rfc3339(format_rfc3339_nano(early)) == early
+    assert go_json_dumps({"at": early}) == '{"at":"0999-05-06T07:08:09.00012Z"}'
+    assert format_timestamp(early) == "0999-05-06 07:08:09.000"
+    assert format_timestamp(datetime.max.replace(tzinfo=UTC)) == "9999-12-31 23:59:59.999"
+    assert format_timestamp(datetime(2026, 1, 2, 3, 4, 5, 999_500)) == "2026-01-02 03:04:06.000"
+
+
+def test_error_entries_without_a_time_or_a_trace_show_neither_pg(
+    pg_url: str, pg_schema: str
+) -> None:
+    """An error entry another client wrote with "at": "infinity" and "trace": null is
+    shown without a time ("-", not year 1) and without a trace line ("None")."""
+    entry = '{"at": "infinity", "attempt": 1, "error": "boom", "trace": null}'
+    (job_id,) = sql(
+        pg_url,
+        pg_schema,
+        "INSERT INTO river_job (kind, args, state, attempt, errors)"
+        " VALUES ('pg_job', '{}', 'retryable', 1, ARRAY[%s::jsonb]) RETURNING id",
+        entry,
+    )[0]
+    with riverboat.Client(pg_url, schema=pg_schema) as client:
+        (error,) = client.job_get(job_id).errors
+    assert (error.error, error.trace, error.at) == ("boom", "", datetime.min)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli_main(
+            ["jobs", "get", str(job_id), "--database-url", pg_url, "--schema", pg_schema]
+        )
+    assert code == 0 and "attempt 1 at -: boom" in out.getvalue(), out.getvalue()
+    assert "None" not in out.getvalue()
+
+
 YEAR_ZERO = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))
 BAD_TIMES = [
     YEAR_ZERO,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from riverboat._admin import JobListCursor
 from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, JobRow, JobState
+from riverboat._json import date_time_text
 from riverboat._seconds import is_seconds
 from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.cli._terminal import printable
@@ -142,7 +143,10 @@ def _printable(job: JobRow) -> dict[str, Any]:
 
 
 def _when(value: datetime | None) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+    # datetime.min: an error entry another client wrote without a readable "at".
+    if value is None or value == datetime.min:
+        return "-"
+    return date_time_text(value, " ")
 
 
 def last_error(job: JobRow, width: int = ERROR_WIDTH) -> str:

@@ -157,6 +157,11 @@ class AdminSql(ABC):
         return cls.cancel_many_sql.format(where=where)
 
     @classmethod
+    def cursor_bound(cls, column: str) -> str:
+        """The cursor's time as ``column``'s values are compared with it."""
+        return cls.time_key(cls.cursor_time)
+
+    @classmethod
     def keyset(cls, column: str, descending: bool, cursor_time_null: bool) -> str:
         """Rows strictly after the cursor ``(cursor_time, cursor_id)`` in list order:
         NULL times last ascending and first descending (Postgres's default order)."""
@@ -167,7 +172,7 @@ class AdminSql(ABC):
         # be read sorts with the NULLs, so it must page with them too.
         time = cls.time_key(column)
         key = f"({time}, id)"
-        after = f"({cls.time_key(cls.cursor_time)}, {cursor_id})"
+        after = f"({cls.cursor_bound(column)}, {cursor_id})"
         nullable = column not in NOT_NULL_COLUMNS
         if not descending:
             if cursor_time_null:  # in the NULL tail already

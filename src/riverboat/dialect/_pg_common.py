@@ -14,6 +14,8 @@ __all__ = [
     "CLAIM_SET",
     "JOB_READER",
     "QUEUE_SELECT",
+    "TIME_HIGH",
+    "TIME_LOW",
     "UNIQUE_CONFLICT",
     "clamped",
     "job_columns",
@@ -27,17 +29,17 @@ __all__ = [
 # every claim, rescue or listing that meets it fail. Each timestamp is therefore read
 # clamped to a range any session time zone can show ("long past" / "never" keep their
 # meaning); comparisons in WHERE clauses still see the stored value.
-_TIME_LOW = "'0001-01-03 00:00:00+00'::timestamptz"
-_TIME_HIGH = "'9999-12-29 00:00:00+00'::timestamptz"
+TIME_LOW = "'0001-01-03 00:00:00+00'::timestamptz"
+TIME_HIGH = "'9999-12-29 00:00:00+00'::timestamptz"
 _CLAMPED = (
     "CASE WHEN {c} < "
-    + _TIME_LOW
+    + TIME_LOW
     + " THEN "
-    + _TIME_LOW
+    + TIME_LOW
     + " WHEN {c} > "
-    + _TIME_HIGH
+    + TIME_HIGH
     + " THEN "
-    + _TIME_HIGH
+    + TIME_HIGH
     + " ELSE {c} END"
 )
 

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from riverboat._job import STATE_BY_NAME, AttemptError, JobState, decode_metadata
-from riverboat._json import json_loads
+from riverboat._json import date_time_text, json_loads
 from riverboat.dialect._rows import PREVIEW_ARGS_MAX, QUEUE_COLUMNS, JobReader, Read, select_list
 
 __all__ = [
@@ -99,14 +99,19 @@ def state_in_bitmask(states: str, state: str) -> str:
           END >= 1"""
 
 
+_ROUNDS_UP_TO_MAX = datetime.max - timedelta(microseconds=500)
+
+
 def format_timestamp(moment: datetime) -> str:
     """River's SQLite timestamp text: UTC, ``YYYY-MM-DD HH:MM:SS.sss``, rounded to the
     millisecond (naive datetimes are taken as UTC)."""
     if moment.tzinfo is not None:
         moment = moment.astimezone(UTC)
-    # Go's Round(time.Millisecond) rounds halves up.
-    moment = moment + timedelta(microseconds=500)
-    return f"{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond // 1000:03d}"
+    # Go's Round(time.Millisecond) rounds halves up (but not past datetime.max, which a
+    # worker's next_retry may return: its last millisecond is kept).
+    if moment.replace(tzinfo=None) < _ROUNDS_UP_TO_MAX:
+        moment = moment + timedelta(microseconds=500)
+    return f"{date_time_text(moment, ' ')}.{moment.microsecond // 1000:03d}"
 
 
 _fromisoformat = datetime.fromisoformat

@@ -29,6 +29,8 @@ from riverboat.dialect._pg_common import (
     CHANNEL,
     JOB_READER,
     QUEUE_SELECT,
+    TIME_HIGH,
+    TIME_LOW,
     clamped,
     job_columns,
     state_in_bitmask,
@@ -331,6 +333,20 @@ class PostgresAdminSql(AdminSql):
     @staticmethod
     def time_key(expression: str) -> str:
         return expression
+
+    @classmethod
+    def cursor_bound(cls, column: str) -> str:
+        # Timestamps are read clamped ('infinity' as 9999-12-29, '-infinity' and years BC
+        # as 0001-01-03: _pg_common) but ordered and compared as stored, so a cursor
+        # time at a clamp bound may stand for a value beyond it: the value its own row
+        # holds is the bound then. Compared with the clamp itself, the rows past it
+        # ('infinity' > 9999-12-29) came back on every page, which never ended (or, in
+        # descending order, the first of them was skipped).
+        cursor = cls.cursor_time
+        return f"""(CASE WHEN {cursor} IN ({TIME_LOW}, {TIME_HIGH})
+            THEN coalesce((SELECT c.{column} FROM <schema>river_job c
+                           WHERE c.id = {cls.cursor_id}), {cursor})
+            ELSE {cursor} END)"""
 
     retry_eligible = f"""state <> 'running' AND NOT (state = 'available' AND scheduled_at < now())
     AND NOT {unique_key_taken_sql(state_in_bitmask)}"""

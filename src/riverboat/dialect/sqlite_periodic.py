@@ -10,6 +10,7 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from riverboat._json import date_time_text
 from riverboat.dialect._periodic_common import (
     PeriodicJobDeclaration,
     PeriodicJobWrite,
@@ -40,7 +41,8 @@ WHERE true""",
 def _stored(value: Any) -> Any:
     # A time as the fixed-width UTC text the table holds; anything else as JSON has it.
     if isinstance(value, datetime):
-        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+        moment = value.astimezone(UTC)
+        return f"{date_time_text(moment, ' ')}.{moment.microsecond:06d}"
     return value
 
 

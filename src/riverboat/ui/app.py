@@ -41,6 +41,7 @@ from riverboat._job import (
     JobRow,
     JobState,
 )
+from riverboat._json import date_time_text
 from riverboat.client import AsyncClient
 from riverboat.dialect._rows import PREVIEW_ARGS_MAX
 from riverboat.dialect._workflow_common import WORKFLOW_LIST_WINDOW
@@ -171,7 +172,8 @@ def _iso(moment: datetime | None) -> str:
     # (AttemptError.from_json); naive, so it can't be converted to UTC.
     if moment is None or moment == datetime.min:
         return "-"
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    moment = moment.astimezone(UTC)
+    return f"{date_time_text(moment, ' ')}.{moment.microsecond // 1000:03d} UTC"
 
 
 # Characters of one JSON block (args, output, metadata, an attempt's log) a job's page
