@@ -62,3 +62,44 @@ async def test_async_waits_keep_their_timeout_while_listen_connects(
             with pytest.raises(WaitTimeoutError):
                 await asyncio.wait_for(wait(), 2 * BOUND)
             assert time.monotonic() - started < BOUND
+
+
+def test_a_forked_child_waits_without_its_parents_listen_thread(
+    pg_url: str, pg_schema: str
+) -> None:
+    """A process forked after a wait (gunicorn --preload, multiprocessing's fork) has no
+    listen thread, though it inherits the parent's record of one: each wait there gave
+    that thread's loop its LISTEN connection to open, which nothing ran, and waited out
+    the 10 s join before its first poll."""
+    import os
+
+    with riverboat.Client(pg_url, schema=pg_schema) as client:
+        first = client.insert({}, kind="nobody_works_it").job
+        with pytest.raises(WaitTimeoutError):
+            client.job_wait(first.id, timeout=0.2)  # the listen thread is up
+        job = client.insert({}, kind="nobody_works_it").job
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report through the exit code, never return to pytest
+            code = 1
+            try:
+                with riverboat.Client(pg_url, schema=pg_schema) as child:
+                    os.write(ready_w, b"w")
+                    started = time.monotonic()
+                    done = child.job_wait(job.id, timeout=2 * BOUND)
+                    quick = time.monotonic() - started < BOUND
+                    code = 0 if done.state == riverboat.JobState.CANCELLED and quick else 2
+            finally:
+                os._exit(code)
+        import psycopg
+
+        os.close(ready_w)
+        with psycopg.connect(pg_url, autocommit=True) as listener:
+            listener.execute(f'LISTEN "{pg_schema}.riverboat_wait"')
+            assert os.read(ready_r, 1) == b"w"
+            # Finalized once the child listens (it says so), or when it gave up joining.
+            for _ in listener.notifies(timeout=2 * BOUND, stop_after=1):
+                pass
+        client.job_cancel(job.id)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0

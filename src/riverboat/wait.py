@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
 import weakref
@@ -466,6 +467,23 @@ class _ListenThread:
 # A sync driver's async twin (it LISTENs for the sync waiters) and its schema name.
 _TWINS: weakref.WeakKeyDictionary[Any, tuple[Any, str]] = weakref.WeakKeyDictionary()
 JOIN_TIMEOUT = 10.0  # seconds a sync waiter waits for the LISTEN connection, then polls
+
+
+def _forget_after_fork() -> None:
+    """In a child made by fork() (gunicorn --preload, multiprocessing's fork): the
+    parent's listen thread did not come along, nor may its LISTEN connections' sockets
+    be read here, and a lock another thread held at the fork would stay held. Every
+    wait in the child started with the parent's loop, which never ran what it was given:
+    each waited out JOIN_TIMEOUT (10 s) before its first poll."""
+    global LOCAL
+    _ListenThread._lock = threading.Lock()
+    _ListenThread._loop = None
+    _LISTENERS.clear()
+    _TWINS.clear()
+    LOCAL = LocalWaits()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 class FinalizedWaiter(_WaiterBase):
