@@ -460,6 +460,69 @@ def test_an_id_list_written_by_hand_does_not_stop_the_others(any_db: Db) -> None
     assert left == dict.fromkeys(bad, JobState.PENDING)
 
 
+def _refuse_changes_to(db: Db, job_id: int) -> None:
+    """From now on the database refuses every change of row ``job_id`` but its discard,
+    for its data, as Postgres refuses a fan-in whose dependencies' outputs together pass
+    the 256 MB one jsonb value holds (``program_limit_exceeded``)."""
+    if db.dialect == "postgres":
+        db.execute(
+            "CREATE FUNCTION refuse_row() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " RAISE EXCEPTION 'total size of jsonb object elements exceeds the maximum'"
+            " USING ERRCODE = '54000'; END $$"
+        )
+        db.execute(
+            "CREATE TRIGGER refuse_row BEFORE UPDATE ON river_job FOR EACH ROW"
+            f" WHEN (NEW.id = {job_id} AND NEW.state <> 'discarded')"
+            " EXECUTE FUNCTION refuse_row()"
+        )
+    else:
+        db.execute(
+            "CREATE TRIGGER refuse_row BEFORE UPDATE ON river_job FOR EACH ROW"
+            f" WHEN NEW.id = {job_id} AND NEW.state <> 'discarded'"
+            " BEGIN SELECT RAISE(ABORT, 'string or blob too big'); END"
+        )
+
+
+def test_a_task_whose_promotion_is_refused_is_discarded_alone(any_db: Db) -> None:  # noqa: F811
+    """A task whose promotion the database refuses for its data failed every statement
+    that named it: the completer's promotions and every sweep, whose batches name the
+    decidable tasks of every workflow, so no task anywhere was promoted by a sweep again
+    (here both workflows can only be moved by the sweep: their first tasks were finished
+    behind the promoter's back). Now its statement's tasks are decided apart and it is
+    discarded with the error: the tasks beside it run, its dependent is cancelled (the
+    default policy), and the other workflow goes on."""
+    rec = Recorder()
+    wf = Workflow("refused")
+    _step(wf, "root")
+    _step(wf, "poison", ["root"])
+    _step(wf, "beside", ["root"])
+    _step(wf, "after", ["poison"])
+    other = Workflow("other")
+    _step(other, "first")
+    _step(other, "then", ["first"])
+    with _client(any_db, rec) as client:
+        ids = {t.name: t.job.id for t in client.workflow_insert(wf).tasks}
+        others = {t.name: t.job.id for t in client.workflow_insert(other).tasks}
+        _refuse_changes_to(any_db, ids["poison"])
+        _finish(any_db, [ids["root"], others["first"]])
+        client.start()
+        done = client.workflow_wait(wf.id, timeout=30)
+        then = client.job_wait(others["then"], timeout=30)
+        client.stop()
+    states = {task.name: task.job.state for task in done.tasks}
+    assert states == {
+        "root": JobState.COMPLETED,
+        "poison": JobState.DISCARDED,
+        "beside": JobState.COMPLETED,
+        "after": JobState.CANCELLED,
+    }
+    (error,) = done.task("poison").job.errors
+    said = "exceeds the maximum" if any_db.dialect == "postgres" else "too big"
+    assert "refused its promotion" in error.error and said in error.error
+    assert error.attempt == 0
+    assert then.state is JobState.COMPLETED and sorted(rec.ran) == ["beside", "then"]
+
+
 def test_a_dependency_whose_row_is_gone_is_named_by_its_job_id(any_db: Db) -> None:  # noqa: F811
     """Dependencies are named from their own rows; once the cleaner deleted one (only a
     finished task can be), the listing names it by job id. The workflow's name is also on

@@ -210,6 +210,36 @@ class WorkflowStatements(DialectPart, ABC):
         the producer's claim returns them (undecoded: the producer decodes them)."""
         return []
 
+    def workflow_step_candidates(
+        self,
+        finalized_ids: Sequence[int],
+        candidate_ids: Sequence[int],
+        after_id: int,
+        limit: int,
+        skip_ids: Sequence[int] = (),
+    ) -> Statement:
+        """The ids, one per row, of the candidates :meth:`workflow_promote_step` with
+        these arguments looks at (pending or not: it decides only pending ones)."""
+        return self.stmt(
+            "workflow_step_candidates",
+            **self.promote_params(finalized_ids, candidate_ids),
+            after_id=after_id,
+            limit=limit,
+            skip_ids=list(skip_ids),
+        )
+
+    @abstractmethod
+    def promote_params(
+        self, finalized_ids: Sequence[int], candidate_ids: Sequence[int]
+    ) -> dict[str, Any]:
+        """The finalized and candidate ids as the promote statements bind them."""
+
+    def workflow_task_refused(self, job_id: int, error: str) -> Statement:
+        """Discard pending task ``job_id``, ``error`` (an error entry's JSON) appended to
+        its errors with its attempt: the database refused the statements that would
+        decide it (see WorkflowPromoter); rows as :meth:`workflow_promote`'s."""
+        return self.stmt("workflow_task_refused", id=job_id, error=error)
+
     @abstractmethod
     def workflow_promote_ids(
         self, finalized_ids: list[int], candidate_ids: list[int], step: PromoteStep | None = None

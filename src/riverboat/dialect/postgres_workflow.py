@@ -418,6 +418,16 @@ _STEP_CANDIDATES = f"""SELECT id FROM ({_DEPENDENTS_AND_CANDIDATES}) AS c
     ORDER BY id LIMIT :limit::integer"""
 QUERIES["workflow_promote_step"] = _promote(_STEP_CANDIDATES, step=True)
 QUERIES["workflow_promote_claim_step"] = _promote(_STEP_CANDIDATES, step=True, claim=True)
+QUERIES["workflow_step_candidates"] = _STEP_CANDIDATES
+
+QUERIES["workflow_task_refused"] = """
+UPDATE <schema>river_job
+SET state = 'discarded', finalized_at = now(),
+    errors = array_append(river_job.errors,
+                          jsonb_set(:error::jsonb, '{attempt}', to_jsonb(river_job.attempt)))
+WHERE id = :id::bigint AND state::text = 'pending'
+RETURNING id, state::text, queue
+"""
 
 # The sweep: pending workflow tasks after ``after_id`` in id order, a bounded batch, with
 # what deciding whether to name them takes.
@@ -580,12 +590,16 @@ class PostgresWorkflow(WorkflowStatements):
             dependents=[",".join(map(str, p)) for _, _, p in patches],
         )
 
+    def promote_params(
+        self, finalized_ids: Sequence[int], candidate_ids: Sequence[int]
+    ) -> dict[str, Any]:
+        return {"finalized_ids": list(finalized_ids), "candidate_ids": list(candidate_ids)}
+
     def workflow_promote_ids(
         self, finalized_ids: list[int], candidate_ids: list[int], step: PromoteStep | None = None
     ) -> Statement:
         params: dict[str, Any] = {
-            "finalized_ids": finalized_ids,
-            "candidate_ids": candidate_ids,
+            **self.promote_params(finalized_ids, candidate_ids),
             "schema": self.schema,
         }
         if step is None:

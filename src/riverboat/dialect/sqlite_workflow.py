@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from riverboat._sql import Statement
-from riverboat.dialect._sqlite_common import NOW, job_columns
+from riverboat.dialect._sqlite_common import NOW, errors_append, job_columns
 from riverboat.dialect._workflow_common import (
     WORKFLOW_LIST_WINDOW,
     Patch,
@@ -141,6 +141,21 @@ _DEPENDENTS_AND_CANDIDATES = f"""SELECT e.value FROM <schema>river_job f,
             UNION
             SELECT value FROM json_each(:candidate_ids)"""
 QUERIES["workflow_promote"] = _promote(_DEPENDENTS_AND_CANDIDATES)
+# Every candidate at once (SQLite's promotion takes no steps: after_id, limit and
+# skip_ids are bound but not read).
+QUERIES["workflow_step_candidates"] = f"""
+SELECT DISTINCT value FROM ({_DEPENDENTS_AND_CANDIDATES})
+WHERE :after_id IS NOT NULL AND :limit IS NOT NULL AND :skip_ids IS NOT NULL
+ORDER BY 1
+"""
+
+QUERIES["workflow_task_refused"] = f"""
+UPDATE <schema>river_job
+SET state = 'discarded', finalized_at = {NOW},
+    errors = {errors_append("river_job.errors", "json_set(:error, '$.attempt', river_job.attempt)")}
+WHERE id = :id AND state = 'pending'
+RETURNING id, state, queue
+"""
 
 # Run after the promotion, in its transaction: River's insert notification (an outbox
 # row) for each queue where a candidate is now available, so workers in other processes
@@ -275,12 +290,33 @@ class SqliteWorkflow(WorkflowStatements):
         # One statement for every promotion, the runtime's too (``step`` is ignored):
         # SQLite's durability is its connection's synchronous pragma, nothing to relax,
         # and its one writer at a time gains nothing from steps.
-        params = {
-            "finalized_ids": json.dumps(finalized_ids),
-            "candidate_ids": json.dumps(candidate_ids),
-        }
+        params = self.promote_params(finalized_ids, candidate_ids)
         notify = self.stmt("workflow_promote_notify", **params)
         return Statement(self.q["workflow_promote"], params, (notify,))
+
+    def promote_params(
+        self, finalized_ids: Sequence[int], candidate_ids: Sequence[int]
+    ) -> dict[str, Any]:
+        return {
+            "finalized_ids": json.dumps(list(finalized_ids)),
+            "candidate_ids": json.dumps(list(candidate_ids)),
+        }
+
+    def workflow_step_candidates(
+        self,
+        finalized_ids: Sequence[int],
+        candidate_ids: Sequence[int],
+        after_id: int,
+        limit: int,
+        skip_ids: Sequence[int] = (),
+    ) -> Statement:
+        return self.stmt(
+            "workflow_step_candidates",
+            **self.promote_params(finalized_ids, candidate_ids),
+            after_id=after_id,
+            limit=limit,
+            skip_ids=json.dumps(list(skip_ids)),
+        )
 
     def workflow_dep_states(self, ids: Sequence[int]) -> Statement:
         return self.stmt("workflow_dep_states", ids=json.dumps(list(ids)))

@@ -40,6 +40,8 @@ from riverboat.dialect.base import JobStateUpdate, is_plain_completion
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
 from riverboat.runtime._waiting import end_within, wait_event
+from riverboat.runtime.data_errors import PYTHON_DATA_ERRORS, is_data_error
+from riverboat.runtime.data_errors import first_line as _first_line
 from riverboat.runtime.events import Event, EventKind, JobStatistics
 from riverboat.runtime.outcomes import persisted_event_kind
 from riverboat.runtime.supervise import supervised
@@ -58,42 +60,6 @@ DRAIN_TIMEOUT = 60.0
 # Retry delays for an outcome whose row another session holds locked.
 LOCKED_RETRY_BACKOFF = (0.05, 0.1, 0.25, 0.5, 1.0)
 
-# SQLSTATE classes of errors about the data a statement carries, not about the connection
-# or the server: 22 data exception (jsonb refusing \u0000 is 22P05), 23 integrity
-# constraint violation, 54 program limit exceeded (a value too large).
-_DATA_SQLSTATE_CLASSES = frozenset({"22", "23", "54"})
-# What encoding a parameter raises in drivers that don't translate it.
-_PYTHON_DATA_ERRORS = (UnicodeError, ValueError, TypeError, OverflowError)
-
-
-def is_data_error(exc: BaseException) -> bool:
-    """Whether the database (or the driver, encoding a parameter) refused a statement for
-    the values it carries, so retrying the same values can only fail again. Looks through
-    the causes a driver keeps (``__cause__``, SQLAlchemy's ``.orig``) for a SQLSTATE of
-    class 22/23/54, a DB-API ``DataError``/``IntegrityError``, SQLite's constraint and
-    too-big codes or its JSON functions' "malformed JSON", or a Python encoding error."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        sqlstate = getattr(current, "sqlstate", None) or getattr(current, "pgcode", None)
-        if isinstance(sqlstate, str) and sqlstate[:2] in _DATA_SQLSTATE_CLASSES:
-            return True
-        name = getattr(current, "sqlite_errorname", None)
-        if isinstance(name, str) and name.startswith(
-            ("SQLITE_CONSTRAINT", "SQLITE_TOOBIG", "SQLITE_MISMATCH")
-        ):
-            return True
-        if type(current).__name__ in ("DataError", "IntegrityError"):
-            return True
-        if isinstance(current, _PYTHON_DATA_ERRORS) and not isinstance(current, DriverError):
-            return True
-        if "malformed JSON" in str(current):
-            return True
-        orig = getattr(current, "orig", None)
-        current = current.__cause__ or (orig if isinstance(orig, BaseException) else None)
-    return False
-
 
 class _Unstorable(Exception):
     """A write the database refused for the values it carries (see is_data_error)."""
@@ -101,11 +67,6 @@ class _Unstorable(Exception):
     def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.cause = cause
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 @dataclass(slots=True)
@@ -742,7 +703,7 @@ class Completer:
             if is_data_error(exc):
                 raise _Unstorable(exc) from exc
             raise
-        except _PYTHON_DATA_ERRORS as exc:  # a driver that let an encoding error through
+        except PYTHON_DATA_ERRORS as exc:  # a driver that let an encoding error through
             raise _Unstorable(exc) from exc
         self.flushes += 1
         if not want_rows:

@@ -42,13 +42,15 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from riverboat._job import FAILED_STATES, FINALIZED_STATES
+from riverboat._job import FAILED_STATES, FINALIZED_STATES, AttemptError
 from riverboat.dialect._workflow_common import PendingTask, PromoteClaim
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
 from riverboat.runtime._waiting import end_within, wait_event
+from riverboat.runtime.data_errors import first_line, is_data_error
 from riverboat.runtime.supervise import supervised
 from riverboat.workflow import WORKFLOW_TASKS_MAX
 
@@ -228,6 +230,8 @@ class WorkflowPromoter:
         while after is not None:
             claim: PromoteClaim | None = None
             claimed: list[Sequence[Any]] = []
+            refused: DriverError | None = None
+            rows: Sequence[Sequence[Any]] = ()
             try:
                 # The first step only: it takes at most PROMOTE_STEP tasks, as many as a
                 # queue's free slots usually are; later ones find the slots taken.
@@ -236,8 +240,13 @@ class WorkflowPromoter:
                 stmt = dialect.workflow_promote_step(
                     finalized_ids, candidate_ids, after, step, skip_ids, claim
                 )
-                async with self._one_statement:
-                    rows = await self._driver.fetch(stmt)
+                try:
+                    async with self._one_statement:
+                        rows = await self._driver.fetch(stmt)
+                except DriverError as exc:
+                    if not is_data_error(exc):
+                        raise
+                    refused = exc
                 if claim is not None:
                     claimed = dialect.decode_promotion_claims(rows)
             finally:
@@ -246,14 +255,97 @@ class WorkflowPromoter:
                     # ends (its stop waits for that).
                     self._hand_over(claimer, claim, claimed)
             self.statements += 1
-            promoted, after = dialect.decode_promoted_step(rows, step)
-            locked = dialect.decode_promotion_locked_elsewhere(rows)
-            (self._locked_elsewhere if locked_into is None else locked_into).update(locked)
+            into = self._locked_elsewhere if locked_into is None else locked_into
+            if refused is None:
+                promoted, next_after = dialect.decode_promoted_step(rows, step)
+                into.update(dialect.decode_promotion_locked_elsewhere(rows))
+            else:
+                promoted, next_after = await self._decide_apart(
+                    finalized_ids, candidate_ids, after, step, skip_ids, into, refused
+                )
+            after = next_after
             step = min(2 * step, PROMOTE_STEP_MAX)
             await self._handle(promoted)
             changed += len(promoted)
-            cancelled += [job_id for job_id, state, _ in promoted if state == "cancelled"]
+            # A task discarded here (refused, below) is failed like a cancelled one.
+            cancelled += [job_id for job_id, state, _ in promoted if state in FAILED_STATES]
         return cancelled, changed
+
+    # -- a step the database refused for its data -------------------------------------
+    async def _decide_apart(
+        self,
+        finalized_ids: Sequence[int],
+        candidate_ids: Sequence[int],
+        after: int,
+        limit: int,
+        skip_ids: Sequence[int],
+        locked_into: set[int],
+        refused: DriverError,
+    ) -> tuple[list[tuple[int, str, str]], int | None]:
+        """A step the database refused for the data it carries: a fan-in whose
+        dependencies' outputs together pass what one jsonb value holds (256 MB on
+        Postgres), say. Its candidates are decided again in halves, each half apart,
+        until the refused task is alone; that task is discarded with the error
+        (:meth:`_refuse`). Left as it was, it failed every statement that named it: the
+        completer's promotions and every sweep, whose batches name up to SWEEP_BATCH
+        tasks of every workflow, so no task anywhere in the schema was promoted by a
+        sweep again. Returns what changed and where the next step starts."""
+        log.warning(
+            "workflow: a promotion was refused for its data (%s); deciding its tasks apart",
+            first_line(refused),
+        )
+        dialect = self._dialect
+        rows = await self._driver.fetch(
+            dialect.workflow_step_candidates(finalized_ids, candidate_ids, after, limit, skip_ids)
+        )
+        self.statements += 1
+        ids = sorted({int(row[0]) for row in rows})
+        changed = await self._split(ids, locked_into)
+        # Where the dialect takes steps, the next starts after this one's last candidate.
+        more = dialect.promotion_claims and len(ids) >= limit
+        return changed, (ids[-1] if more and ids else None)
+
+    async def _split(self, ids: list[int], locked_into: set[int]) -> list[tuple[int, str, str]]:
+        if not ids:
+            return []
+        dialect = self._dialect
+        stmt = dialect.workflow_promote_step((), ids, 0, len(ids))
+        try:
+            async with self._one_statement:
+                rows = await self._driver.fetch(stmt)
+        except DriverError as exc:
+            if not is_data_error(exc):
+                raise
+            if len(ids) == 1:
+                return await self._refuse(ids[0], exc)
+            half = len(ids) // 2
+            return await self._split(ids[:half], locked_into) + await self._split(
+                ids[half:], locked_into
+            )
+        finally:
+            self.statements += 1
+        promoted, _ = dialect.decode_promoted_step(rows, len(ids))
+        locked_into.update(dialect.decode_promotion_locked_elsewhere(rows))
+        return promoted
+
+    async def _refuse(self, task_id: int, exc: DriverError) -> list[tuple[int, str, str]]:
+        """Discard task ``task_id``, whose promotion the database refuses whatever it is
+        decided with, the error recorded on it (as a failed attempt's): the workflow
+        goes on as for any failed task (its dependents are cancelled, or run under the
+        ``run`` policy), and ``job_retry`` can try it again once what was refused is
+        fixed (a dependency's output made smaller)."""
+        error = AttemptError(
+            datetime.now(UTC),
+            0,
+            "riverboat could not make this workflow task available: the database refused "
+            f"its promotion ({first_line(exc)}); it is discarded so that the rest of "
+            "the workflow, and every other one, is decided",
+            "",
+        ).to_json()
+        rows = await self._driver.fetch(self._dialect.workflow_task_refused(task_id, error))
+        self.statements += 1
+        log.error("workflow: task %d discarded, its promotion refused: %s", task_id, exc)
+        return self._dialect.decode_promoted(rows)
 
     # -- tasks found locked ------------------------------------------------------------
     def _look_again_soon(self) -> None:
