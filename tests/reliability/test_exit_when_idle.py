@@ -80,3 +80,37 @@ def test_exit_when_idle_leaves_later_work_and_says_so(
     assert {table[j][:2] for j in flaky} == {("completed", 2)}, table
     assert table[later][:2] == ("retryable", 1)
     assert "left for later: 1 retryable" in out.text()
+
+
+async def test_a_database_call_failing_during_the_drain_check_is_asked_again(
+    pg_url: str, pg_schema: str
+) -> None:
+    """The drain check's question fails (here the network stops answering, and the
+    question runs into the runtime's call deadline: without one it waited for ever):
+    the check says "not drained" and the next asks again. It raised, so
+    ``run_until_idle`` and ``riverboat worker --exit-when-idle`` ended with the error
+    though every job was done (a dropped connection did it too)."""
+    import riverboat
+    from tests.reliability._support import FreezingProxy
+    from tests.waiting import wait_until_async
+
+    port = int(pg_url.rsplit(":", 1)[1].split("/", 1)[0])
+    proxy = FreezingProxy("127.0.0.1", port).start()
+    try:
+        client = riverboat.AsyncClient(
+            proxy.url(pg_url),
+            schema=pg_schema,
+            queues={"default": riverboat.QueueConfig()},
+            db_call_timeout=1.0,
+        )
+        async with client:
+            await client.start()
+            runtime = client.runtime
+            await wait_until_async(runtime.drained, timeout=20, what="drained at first")
+            proxy.freeze(new_too=True)
+            assert await runtime.drained() is False
+            proxy.thaw()
+            await wait_until_async(runtime.drained, timeout=20, what="drained, the network back")
+            await client.stop()
+    finally:
+        proxy.close()

@@ -20,7 +20,7 @@ from riverboat._insert import InsertDefaults, validate_queue
 from riverboat._insert_plan import NotifyLimiter
 from riverboat._seconds import is_seconds
 from riverboat.drivers.base import AsyncDriver, call_deadline
-from riverboat.errors import InvalidInputError, MigrationError, NotFoundError
+from riverboat.errors import DriverError, InvalidInputError, MigrationError, NotFoundError
 from riverboat.flow import FlowControl
 from riverboat.runtime._waiting import wait_event
 from riverboat.runtime.completer import Completer
@@ -276,6 +276,7 @@ class Runtime:
         self._stopped = asyncio.Event()
         # The stop under way or done (see stop()), until the next start.
         self._stopping: asyncio.Future[None] | None = None
+        self._drain_check_failing = False  # drained()'s last question failed
         self.schema_name = ""
         self._extra_services: list[Service] = []
         self.on_start: list[Callable[[Runtime], Any]] = []
@@ -713,17 +714,32 @@ class Runtime:
     async def drained(self, horizon: float = IDLE_HORIZON) -> bool:
         """True when :meth:`is_idle` and no job of this client's queues is available, or
         will be within ``horizon`` seconds (retries and snoozes due soon). Logs what is
-        left for later when it says True with jobs still waiting."""
+        left for later when it says True with jobs still waiting.
+
+        A database error is a "no" (said once in the log until a question succeeds):
+        the caller asks again soon, as the runtime's other loops retry theirs. Raised,
+        one connection dropped during the check ended ``riverboat worker
+        --exit-when-idle`` and ``run_until_idle`` with an error, every job done. Its
+        questions have the runtime's ``db_call_timeout``, as its other calls: a network
+        that stopped answering held the check (and the worker's exit) for ever."""
         if not self.is_idle():
             return False
         dialect = self.driver.dialect
         queues = list(self.producers)
-        # A cheap question first: an idle client held back by a flow limit asks every
-        # poll, and the count reads the whole backlog.
-        [(due,)] = await self.driver.fetch(dialect.job_due_exists(queues, horizon))
-        if due or not self.is_idle():
+        try:
+            with call_deadline(self.config.db_call_timeout):
+                # A cheap question first: an idle client held back by a flow limit asks
+                # every poll, and the count reads the whole backlog.
+                [(due,)] = await self.driver.fetch(dialect.job_due_exists(queues, horizon))
+                if due or not self.is_idle():
+                    return False
+                rows = await self.driver.fetch(dialect.job_count_upcoming(queues, horizon))
+        except DriverError as exc:
+            if not self._drain_check_failing:
+                log.warning("drained: checking for jobs left failed (asking again): %s", exc)
+            self._drain_check_failing = True
             return False
-        rows = await self.driver.fetch(dialect.job_count_upcoming(queues, horizon))
+        self._drain_check_failing = False
         if any(due for _, due, _, _ in rows) or not self.is_idle():
             return False
         later = [(state, total, first) for state, _, total, first in rows if total]
