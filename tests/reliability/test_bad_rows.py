@@ -27,6 +27,7 @@ from riverboat import (
     InsertOpts,
     InvalidInputError,
     Job,
+    JobState,
     MaintenanceConfig,
     QueueConfig,
     RetryPolicy,
@@ -40,6 +41,7 @@ from riverboat.runtime.maintenance._service import MaintenanceContext
 from riverboat.runtime.maintenance.rescuer import JobRescuer
 from riverboat.runtime.maintenance.scheduler import JobScheduler
 from tests.reliability._support import sql
+from tests.runtime.dbs import Db, any_db  # noqa: F401
 from tests.sqlite.helpers import query
 from tests.waiting import wait_until_async
 
@@ -532,6 +534,34 @@ def test_pages_by_time_pass_years_below_1000_sqlite(sqlite_url: str) -> None:
     with riverboat.Client(sqlite_url) as client:
         assert _every_page(client, False, 1) == [early, later, now]
         assert _every_page(client, True, 1) == [now, later, early]
+
+
+def test_a_job_that_used_all_32767_attempts_is_retried_beside_the_others(any_db: Db) -> None:  # noqa: F811
+    """Retrying gives a job that used its last attempt one more, but River's attempts
+    are a smallint: at 32767 the "+ 1" overflowed and Postgres failed the statement, so
+    a bulk retry retried none of its jobs (SQLite stored 32768, a value no insert may
+    write). The count stays at 32767 and the job runs once more."""
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        worn, plain = (client.insert({}, kind="edge_job").job.id for _ in range(2))
+        now = "now()" if any_db.dialect == "postgres" else "datetime('now', 'subsec')"
+        any_db.execute(
+            f"UPDATE river_job SET state = 'discarded', finalized_at = {now},"
+            " attempt = 32767, max_attempts = 32767 WHERE id = %s",
+            worn,
+        )
+        any_db.execute(
+            f"UPDATE river_job SET state = 'discarded', finalized_at = {now},"
+            " attempt = 1, max_attempts = 1 WHERE id = %s",
+            plain,
+        )
+        result = client.job_retry_many(states=["discarded"])
+        assert sorted(job.id for job in result.jobs) == [worn, plain]
+        again = client.job_get(worn)
+        assert again.state is JobState.AVAILABLE and again.max_attempts == 32767
+        any_db.execute(
+            f"UPDATE river_job SET state = 'discarded', finalized_at = {now} WHERE id = %s", worn
+        )
+        assert client.job_retry(worn).max_attempts == 32767
 
 
 def test_times_at_the_edges_are_written_with_four_digit_years() -> None:

@@ -67,18 +67,26 @@ class PromoteStep(NamedTuple):
 
 
 def workflow_retry_sql(
-    *, retried_state: str, retried_metadata: str, now: str, in_workflow: str, columns: str
+    *,
+    retried_state: str,
+    retried_metadata: str,
+    now: str,
+    in_workflow: str,
+    columns: str,
+    least: str = "least",
 ) -> str:
     """Retry a workflow's discarded and cancelled tasks: those without dependencies
     become available, the others pending (the client then promotes those whose
     dependencies are all completed), so the tasks a failure cancelled wait for it again.
-    An exhausted task gets one more attempt. Each dialect brings its own spelling of
-    the state, the metadata clean-up, now, the workflow filter and the columns."""
+    An exhausted task gets one more attempt (at most 32767, River's smallint). Each
+    dialect brings its own spelling of the state, the metadata clean-up, now, the
+    workflow filter, the columns and the smaller of two values (``least``)."""
     return f"""
 UPDATE <schema>river_job
 SET state = {retried_state},
     max_attempts = CASE WHEN river_job.attempt >= river_job.max_attempts
-                        THEN river_job.attempt + 1 ELSE river_job.max_attempts END,
+                        THEN {least}(river_job.attempt + 1, 32767)
+                        ELSE river_job.max_attempts END,
     finalized_at = NULL,
     scheduled_at = {now},
     metadata = {retried_metadata}

@@ -62,7 +62,9 @@ SELECT * FROM locked WHERE NOT EXISTS (SELECT 1 FROM updated)"""
 # job that used its last; see postgres_workflow.RETRIED_STATE and RETRIED_METADATA.
 _RETRY_SET = f"""SET state = {RETRIED_STATE},
         max_attempts = CASE WHEN river_job.attempt = river_job.max_attempts
-                            THEN river_job.max_attempts + 1
+                            -- At most smallint's 32767: past it the whole statement
+                            -- (a bulk retry: every job of it) failed.
+                            THEN least(river_job.max_attempts + 1, 32767)
                             ELSE river_job.max_attempts END,
         finalized_at = NULL,
         metadata = {RETRIED_METADATA},
@@ -152,7 +154,7 @@ QUERIES["queue_get"] = f"SELECT {QUEUE_SELECT} FROM <schema>river_queue WHERE na
 QUERIES["job_set_running"] = f"""
 UPDATE <schema>river_job
 SET state = 'running',
-    attempt = river_job.attempt + 1,
+    attempt = least(river_job.attempt + 1, 32767),
     attempted_at = now(),
     attempted_by = array_append(river_job.attempted_by, :attempted_by::text)
 WHERE id = :id::bigint AND state IN ('available', 'pending', 'retryable', 'scheduled')
