@@ -102,7 +102,7 @@ def date_time_text(moment: datetime, sep: str = "T") -> str:
 def _format_go_time(moment: datetime) -> str:
     # Go encodes time.Time as RFC3339Nano with its own offset.
     if moment.tzinfo is None:
-        raise TypeError("naive datetime in job args; attach a timezone")
+        raise TypeError("a naive datetime: attach a timezone")
     text = date_time_text(moment)
     if moment.microsecond:
         text += f".{moment.microsecond:06d}".rstrip("0")

@@ -66,7 +66,8 @@ def _staged_value(key: object, value: Any) -> Any:
     # surrogates) is replaced once, here, so what is staged is what will be stored.
     try:
         return json.loads(go_json_storable(value, check_depth=True))
-    except ValueError as exc:  # a circular or too deeply nested value
+    # A circular or too deeply nested value; bytes, a set, a naive datetime (TypeError).
+    except (ValueError, TypeError) as exc:
         raise InvalidInputError(f"metadata[{key!r}]", str(exc)) from None
 
 
@@ -88,7 +89,7 @@ def record_output(value: Any) -> None:
         raise RuntimeError("record_output() can only be called while a job is being worked")
     try:
         encoded = go_json_storable(value, check_depth=True)
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:  # TypeError: bytes, a set, a naive datetime
         raise InvalidInputError("output", str(exc)) from None
     if len(encoded.encode()) > OUTPUT_MAX_BYTES:
         raise InvalidInputError("output", "must encode to at most 32 MB of JSON")
