@@ -626,6 +626,27 @@ def test_retrying_one_task_waits_for_its_dependencies(any_db: Db) -> None:  # no
     assert sorted(rec.ran) == ["a", "c", "d", "d"]  # b never ran; d ran again
 
 
+def test_a_bulk_retry_returns_what_the_cascade_decided(any_db: Db) -> None:  # noqa: F811
+    """Retrying b and c of a chain a -> b -> c whose a was cancelled: b is cancelled
+    again (its dependency failed), and so, in the same call's cascade, is c. The call
+    returned c as the ``pending`` the retry wrote: only the first decision's rows were
+    read again."""
+    wf = Workflow("chain")
+    _step(wf, "a")
+    _step(wf, "b", ["a"])
+    _step(wf, "c", ["b"])
+    with _client(any_db, Recorder()) as client:
+        ids = {t.name: t.job.id for t in client.workflow_insert(wf).tasks}
+        client.job_cancel(ids["a"])
+        retried = client.job_retry_many(ids=[ids["b"], ids["c"]])
+        stored = {t.name: t.state for t in client.workflow_get(wf.id).tasks}
+    assert {job.id: job.state for job in retried.jobs} == {
+        ids["b"]: JobState.CANCELLED,
+        ids["c"]: JobState.CANCELLED,
+    }
+    assert stored == dict.fromkeys("abc", JobState.CANCELLED)
+
+
 def test_a_retry_whose_follow_up_fails_is_still_a_retry(
     sqlite_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -105,15 +105,19 @@ class SyncAdmin:
     @staticmethod
     def _follow(executor: Any, plan: _Plan[T], first: Statement, result: T) -> T:
         """A plan's ``after`` statement and the steps of its ``cascade``; returns
-        ``result`` with the rows ``after`` changed read again (the plan's ``reread``)."""
+        ``result`` with the rows ``after`` and the cascade changed read again (the plan's
+        ``reread``): a retried task the cascade cancelled (its retried dependency
+        cancelled again) was returned as the ``pending`` the retry wrote."""
         rows = executor.fetch(first)
-        reread = plan.reread(result, rows) if plan.reread is not None else None
+        changed = list(rows)
         stmt = plan.cascade(rows) if plan.cascade is not None else None
         for _ in range(WORKFLOW_TASKS_MAX - 1):
             if stmt is None:
                 break
             more = executor.fetch(stmt)
+            changed += more
             stmt = plan.cascade(more) if plan.cascade is not None else None
+        reread = plan.reread(result, changed) if plan.reread is not None else None
         if reread is not None and plan.refresh is not None:
             result = plan.refresh(result, executor.fetch(reread))
         return result
