@@ -569,6 +569,9 @@ def test_deleting_an_unfinished_task_cancels_what_waits_on_it(any_db: Db) -> Non
             assert now["c"].state == JobState.PENDING  # "run": promotion decides it
             if "b" in now:  # deleted along with a by job_delete_many
                 assert now["b"].state == JobState.CANCELLED and now["b"].cancelled_by == "a"
+            # Down the cascade in the same call (d waited for the sweep: for ever, with
+            # no client working the queues).
+            assert now["d"].state == JobState.CANCELLED and now["d"].cancelled_by == "b"
         assert [t.state for t in client.workflow_get(undone.id).tasks] == [
             JobState.AVAILABLE,
             *[JobState.PENDING] * 3,

@@ -511,7 +511,13 @@ class _Ops:
                 raise JobRunningError(f"job {jid} is running; running jobs cannot be deleted")
             return job
 
-        return _Plan(stmt, finish, then=self._orphans_of(lambda job: [job]))
+        return _Plan(
+            stmt,
+            finish,
+            then=self._orphans_of(lambda job: [job]),
+            after=self._orphans_decided(lambda job: [job]),
+            cascade=self.dialect.workflow_cascade,
+        )
 
     def job_delete_many(self, options: JobDeleteManyOptions) -> _Plan[list[JobRow]]:
         check_option_names(options, JobDeleteManyOptions.__optional_keys__, "a job filter")
@@ -529,7 +535,13 @@ class _Ops:
             limit=_limit(limit, JOB_LIST_LIMIT_DEFAULT),
             **({"where": fragment} if fragment is not None else {}),
         )
-        return _Plan(stmt, self.dialect.decode_jobs, then=self._orphans_of(lambda jobs: jobs))
+        return _Plan(
+            stmt,
+            self.dialect.decode_jobs,
+            then=self._orphans_of(lambda jobs: jobs),
+            after=self._orphans_decided(lambda jobs: jobs),
+            cascade=self.dialect.workflow_cascade,
+        )
 
     def _orphans_of(
         self, deleted: Callable[[T], Iterable[JobRow]]
@@ -545,6 +557,21 @@ class _Ops:
             return dialect.workflow_cancel_orphans(orphans) if orphans else None
 
         return cancel
+
+    def _orphans_decided(
+        self, deleted: Callable[[T], Iterable[JobRow]]
+    ) -> Callable[[T], Statement | None]:
+        """For a delete's plan: once the dependents of the tasks it deleted unfinished
+        are cancelled (the orphans), their own dependents are decided, and so on down
+        the cascade, as when a completer's promotion cancels a task. They waited for the
+        runtime's sweep (for ever, with no client working the queues)."""
+        dialect = self.dialect
+
+        def decide(result: T) -> Statement | None:
+            orphans = sorted({task_id for task_id, _ in orphaned_dependents(deleted(result))})
+            return dialect.workflow_promote(orphans) if orphans else None
+
+        return decide
 
     def _bulk_filters(
         self, options: JobFilters, allowed: Iterable[str], operation: str
