@@ -230,6 +230,16 @@ def test_a_mistyped_sqlite_path_is_an_error_not_a_new_file(
     assert not missing.exists()
 
 
+def test_a_sqlite_url_naming_a_directory_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from riverboat.cli import main as cli_main
+
+    code = cli_main(["jobs", "list", "--database-url", f"sqlite:///{tmp_path}"])
+    err = capsys.readouterr().err
+    assert code == 1 and f"{tmp_path} is a directory, not a SQLite file" in err, err
+
+
 @pytest.mark.parametrize("command", [["jobs", "count"], ["queues", "list"], ["ui"]])
 def test_a_mistyped_sqlite_schema_is_an_error_not_a_new_file(
     sqlite_url: str, command: list[str]

@@ -66,6 +66,12 @@ def require_existing_sqlite_file(url: str, schema: str | None = None) -> None:
 
     path = sqlite_path_from_url(url)
     migrate = f"`riverboat migrate up --database-url {url}"
+    if path != ":memory:" and os.path.isdir(path):
+        raise InvalidInputError(
+            "database_url",
+            f"{os.path.abspath(path)} is a directory, not a SQLite file: name the file "
+            "(sqlite:///path/to/app.sqlite3)",
+        )
     if path != ":memory:" and not os.path.isfile(path):
         raise InvalidInputError(
             "database_url",
