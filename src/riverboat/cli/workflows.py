@@ -4,7 +4,7 @@ workflows from the shell (see docs/workflows.md).
 ``list`` prints the newest workflows with their task counts; ``get`` prints each task
 with its dependencies, state and job id (``--json`` adds the jobs' rows); ``wait`` blocks
 until every task is finalized (exit 0 when all completed, 1 when one failed, 3 on
-``--timeout``); ``retry`` and ``cancel`` print the tasks they changed.
+``--timeout``); ``retry`` and ``cancel`` act, then print the workflow as ``get`` does.
 """
 
 from __future__ import annotations
