@@ -219,28 +219,32 @@ class WorkflowStatements(DialectPart, ABC):
         return []
 
     def workflow_step_candidates(
+        self, finalized_ids: Sequence[int], candidate_ids: Sequence[int], step: PromoteStep
+    ) -> Statement:
+        """The ids, one per row, of the candidates the :meth:`workflow_promote_step` of
+        ``step`` looks at (pending or not: it decides only pending ones)."""
+        params = self.promote_params(finalized_ids, candidate_ids, step.skip_ids)
+        return self.stmt(
+            "workflow_step_candidates", **params, after_id=step.after_id, limit=step.limit
+        )
+
+    def promote_params(
         self,
         finalized_ids: Sequence[int],
         candidate_ids: Sequence[int],
-        after_id: int,
-        limit: int,
         skip_ids: Sequence[int] = (),
-    ) -> Statement:
-        """The ids, one per row, of the candidates :meth:`workflow_promote_step` with
-        these arguments looks at (pending or not: it decides only pending ones)."""
-        return self.stmt(
-            "workflow_step_candidates",
-            **self.promote_params(finalized_ids, candidate_ids),
-            after_id=after_id,
-            limit=limit,
-            skip_ids=list(skip_ids),
-        )
+    ) -> dict[str, Any]:
+        """The finalized, candidate and skipped ids as the promote statements bind them."""
+        ids = self.id_list_param
+        return {
+            "finalized_ids": ids(finalized_ids),
+            "candidate_ids": ids(candidate_ids),
+            "skip_ids": ids(skip_ids),
+        }
 
     @abstractmethod
-    def promote_params(
-        self, finalized_ids: Sequence[int], candidate_ids: Sequence[int]
-    ) -> dict[str, Any]:
-        """The finalized and candidate ids as the promote statements bind them."""
+    def id_list_param(self, ids: Sequence[int]) -> Any:
+        """Job ids as the dialect's statements bind a list of them."""
 
     def workflow_task_refused(self, job_id: int, error: str) -> Statement:
         """Discard pending task ``job_id``, ``error`` (an error entry's JSON) appended to

@@ -590,10 +590,8 @@ class PostgresWorkflow(WorkflowStatements):
             dependents=[",".join(map(str, p)) for _, _, p in patches],
         )
 
-    def promote_params(
-        self, finalized_ids: Sequence[int], candidate_ids: Sequence[int]
-    ) -> dict[str, Any]:
-        return {"finalized_ids": list(finalized_ids), "candidate_ids": list(candidate_ids)}
+    def id_list_param(self, ids: Sequence[int]) -> Any:
+        return list(ids)
 
     def workflow_promote_ids(
         self, finalized_ids: list[int], candidate_ids: list[int], step: PromoteStep | None = None

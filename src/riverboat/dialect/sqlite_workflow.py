@@ -295,29 +295,8 @@ class SqliteWorkflow(WorkflowStatements):
         notify = self.stmt("workflow_promote_notify", **params)
         return Statement(self.q["workflow_promote"], params, (notify,))
 
-    def promote_params(
-        self, finalized_ids: Sequence[int], candidate_ids: Sequence[int]
-    ) -> dict[str, Any]:
-        return {
-            "finalized_ids": json.dumps(list(finalized_ids)),
-            "candidate_ids": json.dumps(list(candidate_ids)),
-        }
-
-    def workflow_step_candidates(
-        self,
-        finalized_ids: Sequence[int],
-        candidate_ids: Sequence[int],
-        after_id: int,
-        limit: int,
-        skip_ids: Sequence[int] = (),
-    ) -> Statement:
-        return self.stmt(
-            "workflow_step_candidates",
-            **self.promote_params(finalized_ids, candidate_ids),
-            after_id=after_id,
-            limit=limit,
-            skip_ids=json.dumps(list(skip_ids)),
-        )
+    def id_list_param(self, ids: Sequence[int]) -> Any:
+        return json.dumps(list(ids))
 
     def workflow_dep_states(self, ids: Sequence[int]) -> Statement:
         return self.stmt("workflow_dep_states", ids=json.dumps(list(ids)))

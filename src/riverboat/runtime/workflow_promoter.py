@@ -46,7 +46,8 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from riverboat._job import FAILED_STATES, FINALIZED_STATES, AttemptError
-from riverboat.dialect._workflow_common import PendingTask, PromoteClaim
+from riverboat._sql import Statement
+from riverboat.dialect._workflow_common import PendingTask, PromoteClaim, PromoteStep
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
 from riverboat.runtime._waiting import end_within, wait_event
@@ -240,13 +241,7 @@ class WorkflowPromoter:
                 stmt = dialect.workflow_promote_step(
                     finalized_ids, candidate_ids, after, step, skip_ids, claim
                 )
-                try:
-                    async with self._one_statement:
-                        rows = await self._driver.fetch(stmt)
-                except DriverError as exc:
-                    if not is_data_error(exc):
-                        raise
-                    refused = exc
+                rows, refused = await self._fetch_unless_refused(stmt)
                 if claim is not None:
                     claimed = dialect.decode_promotion_claims(rows)
             finally:
@@ -270,6 +265,19 @@ class WorkflowPromoter:
             # A task discarded here (refused, below) is failed like a cancelled one.
             cancelled += [job_id for job_id, state, _ in promoted if state in FAILED_STATES]
         return cancelled, changed
+
+    async def _fetch_unless_refused(
+        self, stmt: Statement
+    ) -> tuple[Sequence[Sequence[Any]], DriverError | None]:
+        """``stmt``'s rows, one promotion statement at a time in this runtime; or no rows
+        and the error, when the database refused it for its data (see _decide_apart)."""
+        try:
+            async with self._one_statement:
+                return await self._driver.fetch(stmt), None
+        except DriverError as exc:
+            if not is_data_error(exc):
+                raise
+            return (), exc
 
     # -- a step the database refused for its data -------------------------------------
     async def _decide_apart(
@@ -296,7 +304,9 @@ class WorkflowPromoter:
         )
         dialect = self._dialect
         rows = await self._driver.fetch(
-            dialect.workflow_step_candidates(finalized_ids, candidate_ids, after, limit, skip_ids)
+            dialect.workflow_step_candidates(
+                finalized_ids, candidate_ids, PromoteStep(after, limit, list(skip_ids))
+            )
         )
         self.statements += 1
         ids = sorted({int(row[0]) for row in rows})
@@ -309,21 +319,17 @@ class WorkflowPromoter:
         if not ids:
             return []
         dialect = self._dialect
-        stmt = dialect.workflow_promote_step((), ids, 0, len(ids))
-        try:
-            async with self._one_statement:
-                rows = await self._driver.fetch(stmt)
-        except DriverError as exc:
-            if not is_data_error(exc):
-                raise
+        rows, refused = await self._fetch_unless_refused(
+            dialect.workflow_promote_step((), ids, 0, len(ids))
+        )
+        self.statements += 1
+        if refused is not None:
             if len(ids) == 1:
-                return await self._refuse(ids[0], exc)
+                return await self._refuse(ids[0], refused)
             half = len(ids) // 2
             return await self._split(ids[:half], locked_into) + await self._split(
                 ids[half:], locked_into
             )
-        finally:
-            self.statements += 1
         promoted, _ = dialect.decode_promoted_step(rows, len(ids))
         locked_into.update(dialect.decode_promotion_locked_elsewhere(rows))
         return promoted
