@@ -3,9 +3,12 @@ batches as large as the unlimited producer's when a limit does not bind."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from typing import Any
+
+import pytest
 
 import riverboat
 from riverboat import ConcurrencyLimit, InsertManyParams
@@ -15,6 +18,7 @@ from riverboat.flow import FlowControl
 from riverboat.runtime.events import EventKind
 from riverboat.runtime.producer import QueueConfig
 from tests.runtime.helpers import fetch_row, next_events, noop_workers
+from tests.waiting import wait_until_async
 
 JOBS = 200
 MAX_WORKERS = 10
@@ -318,3 +322,83 @@ async def test_a_client_unsure_of_its_jobs_drops_its_record_and_is_counted_by_ro
     assert len(await _flow_claim(apg_driver, 3, "a", 5, in_flight=None)) == 1
     assert _records(pg_url, pg_schema) == {}
     assert await _flow_claim(apg_driver, 3, "b", 5, in_flight=0) == []
+
+
+def _limited_client(
+    pg_url: str, pg_schema: str, client_id: str, workers: riverboat.Workers
+) -> riverboat.AsyncClient:
+    queue = QueueConfig(
+        max_workers=4,
+        concurrency=ConcurrencyLimit(global_limit=2),
+        fetch_cooldown=0.01,
+        fetch_poll_interval=0.1,
+    )
+    return riverboat.AsyncClient(
+        pg_url,
+        schema=pg_schema,
+        id=client_id,
+        queues={"default": queue},
+        workers=workers,
+        heartbeat_interval=0.3,
+    )
+
+
+def _gated_workers() -> tuple[riverboat.Workers, dict[str, asyncio.Event], list[str]]:
+    """Kind ``gated``: each job waits for its args' gate; ``started`` lists who ran it."""
+    workers = riverboat.Workers()
+    gates: dict[str, asyncio.Event] = {}
+    started: list[str] = []
+
+    @workers.register("gated")
+    async def gated(job: riverboat.Job[Any]) -> None:
+        started.append(job.row.attempted_by[-1])
+        await gates.setdefault(job.args["gate"], asyncio.Event()).wait()
+
+    return workers, gates, started
+
+
+@pytest.mark.parametrize("how", ["operator stop", "soft stop"])
+async def test_a_client_that_stops_claiming_leaves_the_limits_room_to_the_others(
+    pg_url: str, pg_schema: str, how: str
+) -> None:
+    """Limit 2 on the whole queue, both taken by client a, which then stops claiming:
+    stopped by an operator (riverboat workers stop), or soft-stopping with one job
+    still running. Its record of jobs in flight changed only at its next claim, which
+    never came: b, counting a's record, started nothing while a lived (an operator stop:
+    for ever; a soft stop: until a's last job ended). Now a forgets its record when it
+    stops claiming, and b takes the room a's finished jobs left."""
+    workers, gates, started = _gated_workers()
+    for gate in ("a1", "a2", "new"):
+        gates[gate] = asyncio.Event()
+    a = _limited_client(pg_url, pg_schema, "client-a", workers)
+    b = _limited_client(pg_url, pg_schema, "client-b", workers)
+    admin = riverboat.AsyncClient(pg_url, schema=pg_schema)
+    await admin.insert_many([InsertManyParams({"gate": g}, kind="gated") for g in ("a1", "a2")])
+    await a.start()
+    await wait_until_async(lambda: len(started) == 2, what="a runs both jobs")
+    await b.start()
+    stopping = None
+    if how == "operator stop":
+        assert await admin.workers_stop("default", worker_id="client-a") == ["client-a"]
+        await wait_until_async(
+            lambda: a.runtime.producers["default"].operator_stopped, what="a stopped"
+        )
+        gates["a1"].set()
+        gates["a2"].set()
+    else:
+        stopping = asyncio.ensure_future(a.stop())
+        gates["a1"].set()  # a2 keeps a's soft stop waiting
+    # Its claims are over once it has forgotten its record (it claimed nothing since).
+    await wait_until_async(
+        lambda: "client-a" not in _records(pg_url, pg_schema), what="a's record forgotten"
+    )
+    gates["new"].set()
+    new = (await admin.insert({"gate": "new"}, kind="gated")).job
+    done = await admin.job_wait(new.id, timeout=10)
+    assert done.attempted_by[-1] == "client-b"
+    gates["a2"].set()
+    if stopping is not None:
+        await stopping
+    await b.stop()
+    for client in (a, b, admin):
+        await client.close()

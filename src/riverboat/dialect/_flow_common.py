@@ -41,6 +41,13 @@ class FlowStatements(DialectPart, ABC):
     # live client by its record of it instead of by its rows.
     flow_claim_counts_in_flight: ClassVar[bool] = False
 
+    def flow_forget_record(self, queue: str, client_id: str) -> Statement | None:
+        """Delete the record of in-flight jobs ``client_id`` keeps for ``queue`` (where the
+        dialect's claim counts by records), so that every claim counts its rows: what a
+        producer that stops claiming leaves (its record would only change at its next
+        claim). None where there are no records."""
+        return None
+
     def job_get_available_flow(
         self,
         *,

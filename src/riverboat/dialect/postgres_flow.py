@@ -137,6 +137,11 @@ QUERIES["flow_complete_many"] = (
 )
 QUERIES["flow_complete_many_no_return"] = _FLOW_COMPLETE_BODY
 
+QUERIES["flow_forget_record"] = """
+DELETE FROM <schema>riverboat_flow_client
+WHERE queue = :queue::text AND client_id = :client_id::text
+"""
+
 # FlowStatements.flow_ended_prune: a bounded batch, rows another session holds skipped
 # (a claim recording them, a completer deleting them), so it never waits on either.
 FLOW_ENDED_PRUNE_MAX = 1000
@@ -223,6 +228,9 @@ class PostgresFlow(DialectPart):
     _queries: ClassVar[dict[str, str]] = QUERIES
     flow_claim_excludes_finished: ClassVar[bool] = True
     flow_claim_counts_in_flight: ClassVar[bool] = True
+
+    def flow_forget_record(self, queue: str, client_id: str) -> Statement | None:
+        return self.stmt("flow_forget_record", queue=queue, client_id=client_id)
 
     def _flow_claim(self, claim: FlowClaim) -> Statement:
         flow, params, finished = claim.flow, claim.params, claim.finished

@@ -226,6 +226,9 @@ class Producer:
         )
         self._others_unwritten = 0  # outcomes other than plain completions, not written
         self._client_id = client_id
+        # This client's record in riverboat_flow_client is written (a claim counting in
+        # flight committed): forgotten when claims stop (_forget_flow_record).
+        self._flow_record_held = False
         self._completer = completer
         self._cooldown = fetch_cooldown
         self._poll = fetch_poll_interval
@@ -502,6 +505,7 @@ class Producer:
                 await self._poll_queue_state()
                 await self._poll_cancellations()
             if self._paused or self.operator_stopped:
+                await self._forget_flow_record()
                 continue
             if self.may_claim is not None and not self.may_claim():
                 continue
@@ -792,6 +796,8 @@ class Producer:
         stmt = self._flow_claim(
             flow, free, in_flight=self._slots_held + len(self._ahead) + self._others_unwritten
         )
+        # Held from here: a claim whose answer never came may have committed it.
+        self._flow_record_held = True
         try:
             rows = list(await self._driver.fetch(stmt))
         except asyncio.CancelledError:  # a stop: nothing to say
@@ -807,6 +813,32 @@ class Producer:
             raise
         await self._prune_flow_ended()
         return rows
+
+    async def _forget_flow_record(self) -> None:
+        """A producer that stops claiming (an operator's stop, a pause, a queue removed,
+        the client stopping) deletes its record of jobs in flight (Postgres, a queue
+        limited as a whole): the record changes only at its owner's next claim, so every
+        other client of the queue kept counting the jobs it named, finished long since,
+        for as long as this client lived (an operator-stopped queue: for ever; a soft
+        stop: until its last job ended). Without the record its rows count, as they
+        finish. A failure is logged and tried again at the next turn of the loop."""
+        if not self._flow_record_held:
+            return
+        stmt = self._dialect.flow_forget_record(self.queue, self._client_id)
+        if stmt is None:
+            self._flow_record_held = False
+            return
+        try:
+            async with bounded(self._call_timeout, "riverboat_flow_client"):
+                await self._driver.execute(stmt)
+        except DriverError as exc:
+            log.warning(
+                "producer %s: forgetting this client's flow record failed (tried again): %s",
+                self.queue,
+                exc,
+            )
+            return
+        self._flow_record_held = False
 
     async def _prune_flow_ended(self) -> None:
         """At most every FLOW_ENDED_PRUNE_INTERVAL, after a claim: the stale records of
@@ -1123,6 +1155,8 @@ class Producer:
         if self._task is not None:
             await self._task
             self._task = None
+        # Claims are over (a soft stop's running jobs may take a while yet).
+        await self._forget_flow_record()
         # A promotion claiming for this queue hands its rows over (back, unrun) before the
         # wait for running jobs below; its statement is bounded by the call deadline.
         await self._promotion_claim_done.wait()
