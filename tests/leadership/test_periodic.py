@@ -13,10 +13,13 @@ import pytest
 
 from riverboat import (
     NEVER,
+    ConcurrencyLimit,
+    InsertManyParams,
     InsertOpts,
     InvalidInputError,
     MissingDependencyError,
     PeriodicJob,
+    QueueConfig,
     RetryPolicy,
 )
 from riverboat.drivers.psycopg import AsyncPsycopgDriver
@@ -274,6 +277,36 @@ async def test_a_constructor_calling_sys_exit_skips_its_run(pg_url: str, pg_sche
     await _lead_until_the_first_run(client)
     rows = _ticks(pg_url, pg_schema)
     assert [m for _, m in rows] == [{"periodic": True, "river:periodic_job_id": "boot"}]
+
+
+async def test_a_run_without_its_queues_partition_key_is_refused(
+    pg_url: str, pg_schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A queue whose limits are partitioned by an args key refuses a client's insert
+    without it; a periodic run of the same args went in silently, into the partition of
+    null shared by every such job. Now its run is skipped and said so, as for any
+    refused run, and the other periodic jobs run."""
+    queue = QueueConfig(
+        max_workers=5, concurrency=ConcurrencyLimit(global_limit=1, by_args=["customer_id"])
+    )
+    periodic = [
+        PeriodicJob(
+            NEVER, lambda: InsertManyParams({"n": 1}, kind="billing"), run_on_start=True, id="bare"
+        ),
+        PeriodicJob(
+            NEVER,
+            lambda: InsertManyParams({"customer_id": 7}, kind="billing"),
+            run_on_start=True,
+            id="keyed",
+        ),
+    ]
+    client = make_client(
+        pg_url, pg_schema, "partitioned", queues={"default": queue}, periodic_jobs=periodic
+    )
+    await _lead_until_the_first_run(client)
+    rows = sql(pg_url, pg_schema, "SELECT metadata FROM river_job WHERE kind = 'billing'")
+    assert [m["river:periodic_job_id"] for (m,) in rows] == ["keyed"]
+    assert "periodic job 'bare': its run at" in caplog.text and "customer_id" in caplog.text
 
 
 def test_schedules_and_validation(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,7 +21,7 @@ from riverboat._insert_plan import NotifyLimiter
 from riverboat._seconds import is_seconds
 from riverboat.drivers.base import AsyncDriver, call_deadline
 from riverboat.errors import DriverError, InvalidInputError, MigrationError, NotFoundError
-from riverboat.flow import FlowControl
+from riverboat.flow import FlowControl, partition_args_keys
 from riverboat.runtime._waiting import wait_event
 from riverboat.runtime.completer import Completer
 from riverboat.runtime.events import Event, EventKind, Subscription
@@ -519,6 +519,7 @@ class Runtime:
             clock=self.clock,
             notify_limiter=cfg.notify_limiter,
             dead_after=cfg.dead_after,
+            args_keys=lambda: partition_args_keys(self.config.queues),
         )
         self._maintenance_ctx = ctx
         elector = Elector(self.driver, self.client_id, mcfg.elector, notifier=self.notifier)

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -58,6 +58,10 @@ class MaintenanceContext:
     # The client's registry dead_after (runtime/registry.py): on SQLite the dead-client
     # rescue waits this long after this client's writes last waited for the lock.
     dead_after: float = DEAD_AFTER
+    # Per queue of the client, the args keys its limits are partitioned by (by_args;
+    # riverboat.flow.partition_args_keys), as they are now: periodic runs must have
+    # them, as the client's inserts must.
+    args_keys: Callable[[], Mapping[str, tuple[str, ...]]] = dict
 
     @property
     def dialect(self) -> Dialect:

@@ -65,6 +65,7 @@ from riverboat.errors import (
     InvalidInputError,
     MissingDependencyError,
 )
+from riverboat.flow import check_args_keys
 from riverboat.runtime._waiting import cancel_and_wait
 from riverboat.runtime.maintenance._service import MaintenanceContext, Service
 from riverboat.runtime.maintenance.periodic_job import NEVER, PeriodicJob
@@ -760,6 +761,10 @@ class PeriodicJobEnqueuer(Service):
             ident = job.id if job.id is not None else f"{params.kind}&{params.encoded_args}"
             params.unique_key = periodic_unique_key(ident, tick)
             params.unique_states = unique_states_bitmask(None)
+        # As the client's inserts: a run whose args lack a key its queue's limits are
+        # partitioned by is refused (it went into the partition of null, shared with
+        # every other such job, without a word).
+        check_args_keys(self.ctx.args_keys(), [params], many=False)
         return params, args
 
 
