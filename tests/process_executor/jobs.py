@@ -72,6 +72,10 @@ def fail_unprintably(job: Job[Any]) -> None:
     raise Unprintable()
 
 
+def fail_hugely(job: Job[Any]) -> None:
+    raise ValueError("x" * job.args["size"])
+
+
 # What a job raises that Python's own exception classes make hard to carry across a
 # process: an OSError subclass (its own __new__), a text with a lone surrogate (a file
 # name decoded with surrogateescape), an ExceptionGroup (its __new__ needs arguments).

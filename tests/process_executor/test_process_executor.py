@@ -28,6 +28,7 @@ from riverboat import (
     Workers,
 )
 from riverboat.riverlog import METADATA_KEY, RiverLog
+from riverboat.runtime.outcomes import ERROR_MESSAGE_MAX, ERROR_TRACE_MAX
 from riverboat.runtime.process_pool import ChildJobError, ProcessPool
 from tests.process_executor import jobs
 from tests.runtime.dbs import Db
@@ -40,6 +41,7 @@ KINDS = (
     "succeed",
     "fail",
     "fail_unprintably",
+    "fail_hugely",
     "fail_with",
     "snooze",
     "cancel",
@@ -153,8 +155,25 @@ async def test_an_error_whose_str_raises_is_still_the_jobs_error(any_db: Db, exe
     assert failed.errors[-1].error == "Unprintable: <str() of the error raised RuntimeError>"
 
 
+async def test_an_error_of_megabytes_is_cut_in_the_child(any_db: Db) -> None:
+    """A child sent its error whole, message and traceback (which repeats it): 30 MB of
+    message took seconds to cross, past the job's timeout, and the job was recorded as
+    a JobTimeoutError. The child cuts the text as the parent stores it."""
+    size = 30_000_000
+    failed = await _discarded(any_db, "process", "fail_hugely", {"size": size}, timeout=5.0)
+    (error,) = failed.errors
+    assert error.error.startswith("ValueError: xxx")
+    assert error.error.endswith(f"({size - ERROR_MESSAGE_MAX + 512:,} more characters not stored)")
+    assert len(error.error) <= ERROR_MESSAGE_MAX and len(error.trace) < ERROR_TRACE_MAX + 100
+
+
 async def _discarded(
-    db: Db, executor: str, kind: str, args: dict[str, Any], *middleware: Any
+    db: Db,
+    executor: str,
+    kind: str,
+    args: dict[str, Any],
+    *middleware: Any,
+    timeout: float | None = None,
 ) -> Any:
     """One job of ``kind`` with one attempt, on a one-slot ``executor`` queue: its row
     once discarded."""
@@ -166,6 +185,7 @@ async def _discarded(
         fetch_cooldown=0.01,
         fetch_poll_interval=0.05,
         middleware=list(middleware),
+        job_timeout=timeout,
     )
     async with client:
         job = (await client.insert(args, InsertOpts(max_attempts=1), kind=kind)).job

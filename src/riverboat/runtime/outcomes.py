@@ -100,16 +100,23 @@ def error_message(exc: BaseException) -> str:
         return f"<str() of the error raised {type(failure).__name__}>"
 
 
-def attempt_error(at: datetime, attempt: int, message: str, trace: str) -> str:
-    """An attempt's error entry (JSON), its text capped: the message keeps its start,
-    the trace its end (the innermost frames and the exception), each saying what was
-    cut."""
-    if len(message) > ERROR_MESSAGE_MAX:
-        cut = len(message) - ERROR_MESSAGE_MAX
-        message = f"{message[:ERROR_MESSAGE_MAX]}… ({cut:,} more characters not stored)"
+def capped_error_text(
+    message: str, trace: str, message_max: int = ERROR_MESSAGE_MAX
+) -> tuple[str, str]:
+    """An error's message and trace as stored: the message keeps its start, the trace
+    its end (the innermost frames and the exception), each saying what was cut."""
+    if len(message) > message_max:
+        cut = len(message) - message_max
+        message = f"{message[:message_max]}… ({cut:,} more characters not stored)"
     if len(trace) > ERROR_TRACE_MAX:
         cut = len(trace) - ERROR_TRACE_MAX
         trace = f"({cut:,} characters of the trace not stored) …{trace[-ERROR_TRACE_MAX:]}"
+    return message, trace
+
+
+def attempt_error(at: datetime, attempt: int, message: str, trace: str) -> str:
+    """An attempt's error entry (JSON), its text capped (:func:`capped_error_text`)."""
+    message, trace = capped_error_text(message, trace)
     return AttemptError(at, attempt, message, trace).to_json()
 
 

@@ -35,7 +35,13 @@ from typing import IO, Any
 
 from riverboat._job import AttemptError, JobRow, JobState
 from riverboat._json import go_json_storable
-from riverboat.runtime.outcomes import JobCancel, JobSnooze, error_message
+from riverboat.runtime.outcomes import (
+    ERROR_MESSAGE_MAX,
+    JobCancel,
+    JobSnooze,
+    capped_error_text,
+    error_message,
+)
 from riverboat.runtime.parent_death import parent_gone, signal_at_parent_death
 from riverboat.runtime.worker import Job, Worker, _decoder_for, _work_context, _WorkContext
 
@@ -223,17 +229,30 @@ def _row(data: dict[str, Any]) -> JobRow:
     )
 
 
+# The parent stores "Type: message" cut at ERROR_MESSAGE_MAX: the child's cut leaves room
+# for the type's name, so that the note of what was cut is the one stored.
+_MESSAGE_SENT_MAX = ERROR_MESSAGE_MAX - 512
+
+
 def _describe_error(exc: BaseException) -> dict[str, Any]:
     tb = exc.__traceback__
     # Leave out this module's own frame above the work function.
     if tb is not None and tb.tb_frame.f_code.co_filename == __file__ and tb.tb_next is not None:
         tb = tb.tb_next
+    # Capped here as the parent stores them: a 50 MB message (and its traceback, which
+    # repeats it) crossed the pipe whole, 100 MB of JSON taking seconds, enough to pass
+    # the job's timeout and be recorded as a JobTimeoutError.
+    message, trace = capped_error_text(
+        error_message(exc),
+        "".join(traceback.format_exception(type(exc), exc, tb)),
+        _MESSAGE_SENT_MAX,
+    )
     described: dict[str, Any] = {
         "type": type(exc).__name__,
         "module": type(exc).__module__,
         "qualname": type(exc).__qualname__,
-        "message": error_message(exc),
-        "traceback": "".join(traceback.format_exception(type(exc), exc, tb)),
+        "message": message,
+        "traceback": trace,
     }
     if isinstance(exc, JobSnooze):
         described["snooze"] = exc.seconds
@@ -244,7 +263,7 @@ def _describe_error(exc: BaseException) -> dict[str, Any]:
         described["type"] = type(cause).__name__
         described["module"] = type(cause).__module__
         described["qualname"] = type(cause).__qualname__
-        described["message"] = error_message(cause)
+        described["message"] = capped_error_text(error_message(cause), "", _MESSAGE_SENT_MAX)[0]
     elif isinstance(exc, MemoryError):
         described["memory"] = True
     return described
