@@ -222,3 +222,25 @@ async def test_without_riverboats_line_a_client_runs_as_rivers_do(
         await worker.close()
     warned = [r for r in caplog.records if "migration line is not applied" in r.getMessage()]
     assert len(warned) == 1
+
+
+async def test_a_second_live_process_under_one_id_is_warned_of(
+    any_db: Db,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two live processes under one client id share a registry row, each counted as the
+    other (a limit of the queue then counts one of them): the second to start says so.
+    Here the first's row is made to name another process, as a twin's would."""
+    first = _client(any_db, "twin")
+    await first.start()
+    try:
+        any_db.execute("UPDATE riverboat_client SET pid = 1 WHERE id = 'twin'")
+        second = _client(any_db, "twin")
+        await second.start()
+        await second.stop()
+        await second.close()
+    finally:
+        await first.stop()
+        await first.close()
+    assert "client id 'twin' is held by a live client" in caplog.text
+    assert "pid 1" in caplog.text

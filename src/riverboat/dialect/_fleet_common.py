@@ -93,6 +93,11 @@ class FleetStatements(DialectPart, ABC):
     def client_delete(self, client_id: str) -> Statement:
         return self.stmt("client_delete", id=client_id)
 
+    def client_live_holder(self, client_id: str) -> Statement:
+        """``(host, pid)`` of the row of ``client_id`` while its lease runs (none: no
+        live client holds the id)."""
+        return self.stmt("client_live_holder", id=client_id)
+
     def client_list(self) -> Statement:
         return self.stmt("client_list")
 

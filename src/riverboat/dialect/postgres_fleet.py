@@ -57,6 +57,10 @@ RETURNING queue_settings
 
 QUERIES["client_delete"] = "DELETE FROM <schema>riverboat_client WHERE id = :id::text"
 
+QUERIES["client_live_holder"] = """
+SELECT host, pid FROM <schema>riverboat_client WHERE id = :id::text AND expires_at > now()
+"""
+
 QUERIES["client_list"] = f"SELECT {_LIST} FROM <schema>riverboat_client ORDER BY host, pid, id"
 
 

@@ -81,6 +81,10 @@ WHERE id = :id AND expires_at <= {NOW}
 
 QUERIES["client_delete"] = "DELETE FROM <schema>riverboat_client WHERE id = :id"
 
+QUERIES["client_live_holder"] = f"""
+SELECT host, pid FROM <schema>riverboat_client WHERE id = :id AND expires_at > {NOW}
+"""
+
 QUERIES["client_list"] = f"SELECT {_LIST} FROM <schema>riverboat_client ORDER BY host, pid, id"
 
 QUERIES["client_sweeper"] = f"""

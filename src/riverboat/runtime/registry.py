@@ -184,6 +184,7 @@ class ClientRegistry:
                 "are rescued by River's rule only (rescue_stuck_jobs_after) if it dies"
             )
             return
+        await self._warn_of_a_twin()
         sent = time.monotonic()
         rows = await self._driver.fetch(self._register(rejoin=False))
         self.enabled = True
@@ -193,6 +194,31 @@ class ClientRegistry:
         self._task = asyncio.create_task(
             supervised("registry heartbeat", self._run, lambda: False), name="riverboat-heartbeat"
         )
+
+    async def _warn_of_a_twin(self) -> None:
+        """Say so when another live process holds this client's id (a factory that sets
+        ``id=`` run with ``--processes 2``, two pods given one name): the two share one
+        registry row, each counted as the other, so a limit of the queue counts one of
+        them only (and runs up to twice as many jobs), and a killed twin's jobs wait for
+        River's rescue while the other keeps the row alive. It was silent, but for a
+        misleading "counts as dead" when their heartbeats crossed. A warning, not a
+        refusal: the holder may be this process's own previous run, killed within
+        ``dead_after``, whose lease has not run out yet."""
+        client_id = self._runtime.client_id
+        rows = await self._driver.fetch(self._dialect.client_live_holder(client_id))
+        here = (socket.gethostname(), os.getpid())
+        for host, pid in rows:
+            if (str(host), int(pid)) != here:
+                log.warning(
+                    "registry: client id %r is held by a live client (host %s, pid %s): "
+                    "give each process its own id (Client(id=...)); two live processes "
+                    "under one id break flow-control limits and delay each other's "
+                    "rescue. (If that process was this one's previous run, killed less "
+                    "than dead_after ago, ignore this.)",
+                    client_id,
+                    host,
+                    pid,
+                )
 
     def _register(self, *, rejoin: bool) -> Any:
         return self._dialect.client_register(
