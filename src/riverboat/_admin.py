@@ -562,14 +562,17 @@ class _Ops:
         self, deleted: Callable[[T], Iterable[JobRow]]
     ) -> Callable[[T], Statement | None]:
         """For a delete's plan: once the dependents of the tasks it deleted unfinished
-        are cancelled (the orphans), their own dependents are decided, and so on down
-        the cascade, as when a completer's promotion cancels a task. They waited for the
-        runtime's sweep (for ever, with no client working the queues)."""
+        are cancelled (the orphans under the ``cancel`` policy), those under ``run`` are
+        decided and the cancelled ones' own dependents too, and so on down the cascade,
+        as when a completer's promotion cancels a task. They waited for the runtime's
+        sweep (for ever, with no client working the queues)."""
         dialect = self.dialect
 
         def decide(result: T) -> Statement | None:
             orphans = sorted({task_id for task_id, _ in orphaned_dependents(deleted(result))})
-            return dialect.workflow_promote(orphans) if orphans else None
+            # Named too: those under the "run" policy are decided now (their deleted
+            # dependency counts as completed), and the cancelled ones' dependents next.
+            return dialect.workflow_promote(orphans, orphans) if orphans else None
 
         return decide
 

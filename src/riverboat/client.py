@@ -417,10 +417,12 @@ class AsyncClient(AsyncClientBase):
         """Stop the runtime if it runs (a soft stop, as ``Client.close()`` does), then
         close the driver when the client made it from a URL."""
         runtime = self._runtime
-        if runtime is not None and (runtime.started or runtime.stopping):
-            await runtime.stop()  # or waits for the stop under way
-        if self._core.owns_driver:
-            await self.driver.close()
+        try:
+            if runtime is not None and (runtime.started or runtime.stopping):
+                await runtime.stop()  # or waits for the stop under way
+        finally:
+            if self._core.owns_driver:
+                await self.driver.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -460,6 +462,7 @@ class _Embedded:
         self._thread: threading.Thread | None = None
         self.running = False
         self.stopped = threading.Event()
+        self._stop_lock = threading.Lock()
         # The sync client's subscriptions, registered with each runtime it starts.
         self.subscribers: list[SyncSubscription] = []
         self.base_queues: set[str] = set()  # the queues the client was made with
@@ -564,13 +567,17 @@ class _Embedded:
         self._shutdown()
 
     def stop(self, *, cancel_running: bool) -> None:
-        if not self.running or self.client is None:
-            return
-        if cancel_running:
-            self._call(self.client.stop_and_cancel())
-        else:
-            self._call(self.client.stop())
-        self._shutdown()
+        # One stop at a time: a job's thread stopping its own client beside the main
+        # thread's stop, both then shutting the loop down, could wait for ever on a
+        # loop the other had stopped. The second waits for the first, then finds it done.
+        with self._stop_lock:
+            if not self.running or self.client is None:
+                return
+            if cancel_running:
+                self._call(self.client.stop_and_cancel())
+            else:
+                self._call(self.client.stop())
+            self._shutdown()
 
     def _shutdown(self) -> None:
         if self.client is not None:

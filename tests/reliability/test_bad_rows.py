@@ -536,32 +536,29 @@ def test_pages_by_time_pass_years_below_1000_sqlite(sqlite_url: str) -> None:
         assert _every_page(client, True, 1) == [now, later, early]
 
 
-def test_a_job_that_used_all_32767_attempts_is_retried_beside_the_others(any_db: Db) -> None:  # noqa: F811
-    """Retrying gives a job that used its last attempt one more, but River's attempts
-    are a smallint: at 32767 the "+ 1" overflowed and Postgres failed the statement, so
-    a bulk retry retried none of its jobs (SQLite stored 32768, a value no insert may
-    write). The count stays at 32767 and the job runs once more."""
+def test_a_job_at_the_last_attempt_river_can_count_is_left_alone_by_a_retry(
+    any_db: Db,  # noqa: F811
+) -> None:
+    """River's attempts are a smallint: a retry of a job at 32767 overflowed and Postgres
+    failed the statement, so a bulk retry retried none of its jobs (SQLite stored a
+    max_attempts of 32768). Made available, its claim would overflow too, and Go River's
+    fails that client's whole fetch of the queue at every poll. Such a job is left as it
+    is, as one a retry can't change; the others are retried."""
     with riverboat.Client(any_db.url, schema=any_db.schema) as client:
         worn, plain = (client.insert({}, kind="edge_job").job.id for _ in range(2))
         now = "now()" if any_db.dialect == "postgres" else "datetime('now', 'subsec')"
-        any_db.execute(
-            f"UPDATE river_job SET state = 'discarded', finalized_at = {now},"
-            " attempt = 32767, max_attempts = 32767 WHERE id = %s",
-            worn,
-        )
-        any_db.execute(
-            f"UPDATE river_job SET state = 'discarded', finalized_at = {now},"
-            " attempt = 1, max_attempts = 1 WHERE id = %s",
-            plain,
-        )
+        for job_id, attempt in ((worn, 32767), (plain, 1)):
+            any_db.execute(
+                f"UPDATE river_job SET state = 'discarded', finalized_at = {now},"
+                " attempt = %s, max_attempts = %s WHERE id = %s",
+                attempt,
+                attempt,
+                job_id,
+            )
         result = client.job_retry_many(states=["discarded"])
-        assert sorted(job.id for job in result.jobs) == [worn, plain]
-        again = client.job_get(worn)
-        assert again.state is JobState.AVAILABLE and again.max_attempts == 32767
-        any_db.execute(
-            f"UPDATE river_job SET state = 'discarded', finalized_at = {now} WHERE id = %s", worn
-        )
-        assert client.job_retry(worn).max_attempts == 32767
+        assert [job.id for job in result.jobs] == [plain]
+        assert client.job_retry(worn).state is JobState.DISCARDED
+        assert client.job_get(plain).state is JobState.AVAILABLE
 
 
 def test_times_at_the_edges_are_written_with_four_digit_years() -> None:

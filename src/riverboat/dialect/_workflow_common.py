@@ -92,6 +92,8 @@ SET state = {retried_state},
     metadata = {retried_metadata}
 WHERE {in_workflow}
   AND state IN ('cancelled', 'discarded')
+  -- As job_retry: a task at River's last attempt (smallint) stays as it is.
+  AND attempt < 32767
 RETURNING {columns}
 """
 

@@ -115,6 +115,9 @@ updated AS (
       AND river_job.id = locked.id
       AND river_job.state <> 'running'
       AND NOT (river_job.state = 'available' AND river_job.scheduled_at < now())
+      -- Attempts are a smallint: Go River's claim of a job at 32767 overflows and fails
+      -- that client's whole fetch of the queue, at every poll. Left as it is.
+      AND river_job.attempt < 32767
     RETURNING {job_columns("river_job")}
 )
 {_UPDATED_ELSE_LOCKED}
@@ -351,7 +354,7 @@ class PostgresAdminSql(AdminSql):
             ELSE {cursor} END)"""
 
     retry_eligible = f"""state <> 'running' AND NOT (state = 'available' AND scheduled_at < now())
-    AND NOT {unique_key_taken_sql(state_in_bitmask)}"""
+    AND attempt < 32767 AND NOT {unique_key_taken_sql(state_in_bitmask)}"""
 
     retry_many_sql = _RETRY_MANY
     cancel_many_sql = _CANCEL_MANY

@@ -91,7 +91,7 @@ WHERE id = :id
 # or an available one already due, goes back to available now; a job that used its last
 # attempt gets one more. Every SET expression sees the row as it was before the statement.
 _RETRYABLE = (
-    "(river_job.state <> 'running'"
+    "(river_job.state <> 'running' AND river_job.attempt < 32767"
     " AND NOT (river_job.state = 'available'"
     f" AND {ts_key('river_job.scheduled_at', unreadable_first=False)} < {NOW}))"
 )
@@ -327,7 +327,7 @@ class SqliteAdminSql(AdminSql):
         return ts_exact(expression)
 
     retry_eligible = (
-        "state <> 'running' AND NOT (state = 'available'"
+        "state <> 'running' AND attempt < 32767 AND NOT (state = 'available'"
         f" AND {ts_key('scheduled_at', unreadable_first=False)} < {NOW})"
         f" AND NOT {unique_key_taken_sql(state_in_bitmask)}"
     )

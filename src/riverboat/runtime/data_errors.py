@@ -17,12 +17,15 @@ _DATA_SQLSTATE_CLASSES = frozenset({"22", "23", "54"})
 PYTHON_DATA_ERRORS = (UnicodeError, ValueError, TypeError, OverflowError)
 
 
-def is_data_error(exc: BaseException) -> bool:
+def is_data_error(exc: BaseException, *, python_errors: bool = True) -> bool:
     """Whether the database (or the driver, encoding a parameter) refused a statement for
     the values it carries, so retrying the same values can only fail again. Looks through
     the causes a driver keeps (``__cause__``, SQLAlchemy's ``.orig``) for a SQLSTATE of
     class 22/23/54, a DB-API ``DataError``/``IntegrityError``, SQLite's constraint and
-    too-big codes or its JSON functions' "malformed JSON", or a Python encoding error."""
+    too-big codes or its JSON functions' "malformed JSON", or (unless not
+    ``python_errors``) a Python encoding error: the promoter, which discards a task
+    refused this way, asks the database's word only, so that a driver's bug never
+    discards one."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
@@ -37,7 +40,11 @@ def is_data_error(exc: BaseException) -> bool:
             return True
         if type(current).__name__ in ("DataError", "IntegrityError"):
             return True
-        if isinstance(current, PYTHON_DATA_ERRORS) and not isinstance(current, DriverError):
+        if (
+            python_errors
+            and isinstance(current, PYTHON_DATA_ERRORS)
+            and not isinstance(current, DriverError)
+        ):
             return True
         if "malformed JSON" in str(current):
             return True

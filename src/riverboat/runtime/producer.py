@@ -1155,8 +1155,6 @@ class Producer:
         if self._task is not None:
             await self._task
             self._task = None
-        # Claims are over (a soft stop's running jobs may take a while yet).
-        await self._forget_flow_record()
         # A promotion claiming for this queue hands its rows over (back, unrun) before the
         # wait for running jobs below; its statement is bounded by the call deadline.
         await self._promotion_claim_done.wait()
@@ -1169,9 +1167,14 @@ class Producer:
             self._wake_when_written_task.cancel()
         if cancel_running:
             self.interrupt_running()
+        # Claims are over: the record goes while the running jobs finish (beside them, so
+        # a database that doesn't answer delays nothing here but itself).
+        forget = asyncio.ensure_future(self._forget_flow_record())
         tasks = [task for task, _ in self._active.values()]
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            await asyncio.gather(forget, *tasks, return_exceptions=True)
+        finally:
+            forget.cancel()
         if self._watch_handle is not None:
             self._watch_handle.cancel()
             self._watch_handle = None

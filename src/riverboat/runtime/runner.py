@@ -10,7 +10,9 @@ completer flushes, then the notifier closes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -76,6 +78,10 @@ STOP_GRACE = 4.0
 # that close `available` at once (its scheduler interval), and one due a little later
 # is promoted by the scheduler within another interval.
 IDLE_HORIZON = 5.0
+# drained(): seconds between its questions while they fail, and how long they may fail in
+# a row before the error is raised.
+DRAIN_RETRY = 1.0
+DRAIN_GIVE_UP = 60.0
 
 
 @dataclass(slots=True)
@@ -276,7 +282,10 @@ class Runtime:
         self._stopped = asyncio.Event()
         # The stop under way or done (see stop()), until the next start.
         self._stopping: asyncio.Future[None] | None = None
-        self._drain_check_failing = False  # drained()'s last question failed
+        # Since when drained()'s questions fail (None: the last one succeeded), and when
+        # it asks again.
+        self._drain_failing_since: float | None = None
+        self._drain_retry_at = 0.0
         self.schema_name = ""
         self._extra_services: list[Service] = []
         self.on_start: list[Callable[[Runtime], Any]] = []
@@ -334,7 +343,10 @@ class Runtime:
     # -- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
         if self._stopping is not None and not self._stopping.done():
-            await asyncio.shield(self._stopping)  # a stop its caller gave up on: ends first
+            # A stop its caller gave up on ends first; its failure was logged (below),
+            # and is not this start's.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._stopping)
         self._stopping = None
         try:
             await self._start()
@@ -595,6 +607,7 @@ class Runtime:
                 return
             self.started = False
             stopping = self._stopping = asyncio.ensure_future(self._stop(cancel_running))
+            stopping.add_done_callback(_log_stop_failure)
         elif cancel_running:
             self.interrupt_running()
         await asyncio.shield(stopping)
@@ -717,13 +730,19 @@ class Runtime:
         will be within ``horizon`` seconds (retries and snoozes due soon). Logs what is
         left for later when it says True with jobs still waiting.
 
-        A database error is a "no" (said once in the log until a question succeeds):
-        the caller asks again soon, as the runtime's other loops retry theirs. Raised,
+        A database error is a "no" (said once in the log), and the questions pause for
+        DRAIN_RETRY before the next, as the runtime's other loops retry theirs; raised,
         one connection dropped during the check ended ``riverboat worker
-        --exit-when-idle`` and ``run_until_idle`` with an error, every job done. Its
-        questions have the runtime's ``db_call_timeout``, as its other calls: a network
-        that stopped answering held the check (and the worker's exit) for ever."""
+        --exit-when-idle`` and ``run_until_idle`` with an error, every job done. Errors
+        for DRAIN_GIVE_UP seconds in a row are raised (a database that is gone, a
+        schema without the table). Its questions have the runtime's
+        ``db_call_timeout``, as its other calls: a network that stopped answering held
+        the check (and the worker's exit) for ever."""
         if not self.is_idle():
+            return False
+        failing_since = self._drain_failing_since
+        now = time.monotonic()
+        if failing_since is not None and now < self._drain_retry_at:
             return False
         dialect = self.driver.dialect
         queues = list(self.producers)
@@ -736,11 +755,14 @@ class Runtime:
                     return False
                 rows = await self.driver.fetch(dialect.job_count_upcoming(queues, horizon))
         except DriverError as exc:
-            if not self._drain_check_failing:
+            if failing_since is None:
                 log.warning("drained: checking for jobs left failed (asking again): %s", exc)
-            self._drain_check_failing = True
+                self._drain_failing_since = failing_since = now
+            elif now - failing_since >= DRAIN_GIVE_UP:
+                raise
+            self._drain_retry_at = time.monotonic() + DRAIN_RETRY
             return False
-        self._drain_check_failing = False
+        self._drain_failing_since = None
         if any(due for _, due, _, _ in rows) or not self.is_idle():
             return False
         later = [(state, total, first) for state, _, total, first in rows if total]
@@ -751,6 +773,13 @@ class Runtime:
                 ", ".join(f"{total} {state} (next at {first})" for state, total, first in later),
             )
         return True
+
+
+def _log_stop_failure(stopping: asyncio.Future[None]) -> None:
+    """A stop's failure, logged whether or not anyone still waits for it (a caller
+    that gave up would never see it: "Task exception was never retrieved")."""
+    if not stopping.cancelled() and (exc := stopping.exception()) is not None:
+        log.error("stop failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
 
 
 async def _flow_claim_needs_riverboat_line(

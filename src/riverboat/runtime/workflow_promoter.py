@@ -275,7 +275,7 @@ class WorkflowPromoter:
             async with self._one_statement:
                 return await self._driver.fetch(stmt), None
         except DriverError as exc:
-            if not is_data_error(exc):
+            if not is_data_error(exc, python_errors=False):
                 raise
             return (), exc
 

@@ -500,7 +500,10 @@ class _Flash:
         message = fields.get("msg", [""])[0]
         kind = fields.get("kind", ["ok"])[0]
         signature = fields.get("sig", [""])[0]
-        if not message or not hmac.compare_digest(signature, self._signature(message, kind)):
+        # As bytes: compare_digest raises TypeError for a str past ASCII, which a forged
+        # cookie may hold (every page then failed with a 500).
+        expected = self._signature(message, kind).encode()
+        if not message or not hmac.compare_digest(signature.encode(), expected):
             return None, "ok"
         return message, "error" if kind == "error" else "ok"
 
