@@ -224,11 +224,11 @@ class Producer:
             and self._flow.whole_queue_concurrency
             and self._dialect.flow_claim_counts_in_flight
         )
+        # This client's record in riverboat_flow_client may be written (a claim counting
+        # in flight was sent): forgotten when claims stop (_forget_flow_record).
+        self._flow_record_held = False
         self._others_unwritten = 0  # outcomes other than plain completions, not written
         self._client_id = client_id
-        # This client's record in riverboat_flow_client is written (a claim counting in
-        # flight committed): forgotten when claims stop (_forget_flow_record).
-        self._flow_record_held = False
         self._completer = completer
         self._cooldown = fetch_cooldown
         self._poll = fetch_poll_interval
