@@ -89,3 +89,12 @@ def test_local_limits_and_sequences_show_their_use_per_worker_and_key(
         rows = sorted(line.split()[1] for line in table[1:] if line.strip())
         assert rows[:2] == ["local", "local"] and rows[2] == "sequence"
         assert any(line.split()[1:3] == ["sequence", '["a"]'] for line in table[1:])
+
+
+def test_a_long_partition_is_cut_in_the_table_not_in_json() -> None:
+    """A 300-character args value widened every row of the table past 300 columns."""
+    from riverboat.cli.queues import PARTITION_WIDTH, _cut
+
+    long = json.dumps(["x" * 300])
+    assert len(_cut(long)) == PARTITION_WIDTH and _cut(long).endswith("…")
+    assert _cut("[1]") == "[1]"

@@ -76,7 +76,7 @@ def _print_limits(uses: Sequence[LimitUse], as_json: bool) -> None:
             (
                 u.queue,
                 _describe(u),
-                json.dumps(u.partition) if u.partition else "(queue)",
+                _cut(json.dumps(u.partition)) if u.partition else "(queue)",
                 str(u.in_use),
                 str(u.due),
                 str(u.held_back),
@@ -84,6 +84,15 @@ def _print_limits(uses: Sequence[LimitUse], as_json: bool) -> None:
             for u in uses
         ],
     )
+
+
+PARTITION_WIDTH = 60  # characters of a partition the table shows (--json: all of it)
+
+
+def _cut(text: str) -> str:
+    """A partition as the table shows it: a 300-character args value widened every row
+    past 300 columns."""
+    return text if len(text) <= PARTITION_WIDTH else text[: PARTITION_WIDTH - 1] + "…"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
