@@ -482,8 +482,14 @@ def test_an_action_that_changes_nothing_says_so(seeded: SeededDb, serve: Any) ->
     assert message(f"/jobs/{due}/cancel", {"csrf": token}).startswith(f"job {due} cancelled")
     said = message(f"/jobs/{due}/cancel", {"csrf": token})
     assert said.startswith(f"job {due} is already cancelled; nothing to cancel"), said
-    said = message("/jobs/bulk", [("csrf", token), ("action", "cancel")] + [("job", str(done))] * 3)
+    said = message(
+        "/jobs/bulk",
+        [("csrf", token), ("action", "cancel")] + [("job", str(done))] * 3 + [("job", f"0{done}")],
+    )
     assert said.startswith("0 jobs cancelled; ") and said.count("already completed") == 1, said
+    # River's '*' is every queue: said so, not "queue * paused".
+    assert message("/queues/*/pause", {"csrf": token}) == "every queue paused"
+    assert message("/queues/*/resume", {"csrf": token}) == "every queue resumed"
     # A running job is cancelled by its worker, asked: the row stays running until then.
     running = seeded.jobs.available[1]
     _execute(seeded, "UPDATE river_job SET state = 'running', attempt = 1 WHERE id = ?", running)
@@ -678,3 +684,25 @@ def test_a_job_page_shows_output_and_logs_once(seeded: SeededDb, serve: Any) -> 
     assert html.unescape(blocks["job-output"]).startswith('{\n  "a": "output-marker"')
     assert text.count("output-marker") == 1 and text.count("log-marker") == 1
     assert len(text) < 2 * SHOW_JSON_MAX
+
+
+def test_a_database_that_stops_answering_is_a_503_not_a_hung_page(
+    pg_url: str, pg_schema: str, serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database that stops answering without closing its connections (a stalled proxy,
+    a partitioned host): each page's database calls have a deadline, so the page says
+    so. The request hung for ever (240 s and counting in the probe that found it)."""
+    import riverboat.ui.app as ui_app
+    from tests.reliability._support import FreezingProxy
+
+    monkeypatch.setattr(ui_app, "CALL_TIMEOUT", 1.0)
+    port = int(pg_url.rsplit(":", 1)[1].split("/", 1)[0])
+    proxy = FreezingProxy("127.0.0.1", port).start()
+    try:
+        browser = Http(serve(create_app(proxy.url(pg_url), schema=pg_schema)).url)
+        assert browser.request("GET", "/")[0] == 200
+        proxy.freeze(new_too=True)
+        status, _, page = browser.request("GET", "/jobs")
+        assert status == 503 and "the database did not answer" in page
+    finally:
+        proxy.close()

@@ -45,7 +45,9 @@ from riverboat._json import date_time_text
 from riverboat.client import AsyncClient
 from riverboat.dialect._rows import PREVIEW_ARGS_MAX
 from riverboat.dialect._workflow_common import WORKFLOW_LIST_WINDOW
+from riverboat.drivers.base import call_deadline
 from riverboat.errors import (
+    DeadlineExceededError,
     DriverError,
     InvalidInputError,
     JobRunningError,
@@ -64,6 +66,7 @@ CSRF_COOKIE = "riverboat_csrf"
 # cookie the app sets, read and cleared by the next page. It was a ?msg= parameter, so a
 # link from anywhere could put any text in an operator's dashboard.
 FLASH_COOKIE = "riverboat_flash"
+CALL_TIMEOUT = 10.0  # seconds each database call of a page may take (then a 503)
 FLASH_MAX_BYTES = 3800  # of the encoded cookie value: browsers drop a cookie past 4 KB
 PAGE_SIZE = 50
 REFRESH_SECONDS = 2
@@ -1072,14 +1075,16 @@ def create_app(
         root = request.scope.get("root_path", "")
         if action not in JOB_ACTIONS:
             return error_page(request, 400, f"{action!r} is not a job action")
-        # Each job once, in the order given (a form can post one id twice).
-        ids = list(dict.fromkeys(str(v) for v in form.getlist("job")))
-        if not ids:
+        texts = [str(v) for v in form.getlist("job")]
+        if not texts:
             return flash.redirect(request, root + back, "no job selected", "error")
-        if not all(_is_id_text(v) for v in ids):
+        if not all(_is_id_text(v) for v in texts):
             return error_page(request, 400, "job ids must be numbers")
+        # Each job once, in the order given (a form can post one id twice, or spelled
+        # "1" and "01").
+        ids = list(dict.fromkeys(int(v) for v in texts))
         client = await holder.get()
-        acts = [await _act_on_job(client, action, int(v)) for v in ids]
+        acts = [await _act_on_job(client, action, v) for v in ids]
         problems = [acted.problem for acted in acts if acted.problem]
         past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
         done = len(ids) - len(problems)
@@ -1168,7 +1173,8 @@ def create_app(
         except (NotFoundError, InvalidInputError) as exc:
             return flash.redirect(request, root + "/", str(exc), "error")
         past = "paused" if action == "pause" else "resumed"
-        return flash.redirect(request, root + _safe_back(request, "/"), f"queue {name} {past}")
+        said = f"every queue {past}" if name == "*" else f"queue {name} {past}"  # River's '*'
+        return flash.redirect(request, root + _safe_back(request, "/"), said)
 
     async def workers(request: Request) -> Response:
         from riverboat.ui.workers import workers_context
@@ -1187,9 +1193,15 @@ def create_app(
     ) -> Callable[[Request], Awaitable[Response]]:
         async def run(request: Request) -> Response:
             try:
-                return await endpoint(request)
+                # Each database call must answer within CALL_TIMEOUT: a database that
+                # stopped answering without closing its connections (a stalled proxy, a
+                # partitioned host) held a page's request for ever.
+                with call_deadline(CALL_TIMEOUT):
+                    return await endpoint(request)
             except (InvalidInputError, BadFilter) as exc:
                 return error_page(request, 400, str(exc))
+            except DeadlineExceededError as exc:
+                return error_page(request, 503, f"the database did not answer: {exc}")
             except RiverboatError as exc:
                 return error_page(request, 503, f"the database answered: {exc}")
 
