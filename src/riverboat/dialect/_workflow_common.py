@@ -73,20 +73,18 @@ def workflow_retry_sql(
     now: str,
     in_workflow: str,
     columns: str,
-    least: str = "least",
 ) -> str:
     """Retry a workflow's discarded and cancelled tasks: those without dependencies
     become available, the others pending (the client then promotes those whose
     dependencies are all completed), so the tasks a failure cancelled wait for it again.
-    An exhausted task gets one more attempt (at most 32767, River's smallint). Each
-    dialect brings its own spelling of the state, the metadata clean-up, now, the
-    workflow filter, the columns and the smaller of two values (``least``)."""
+    An exhausted task gets one more attempt; one at River's last (32767, a smallint)
+    stays as it is. Each dialect brings its own spelling of the state, the metadata
+    clean-up, now, the workflow filter and the columns."""
     return f"""
 UPDATE <schema>river_job
 SET state = {retried_state},
     max_attempts = CASE WHEN river_job.attempt >= river_job.max_attempts
-                        THEN {least}(river_job.attempt + 1, 32767)
-                        ELSE river_job.max_attempts END,
+                        THEN river_job.attempt + 1 ELSE river_job.max_attempts END,
     finalized_at = NULL,
     scheduled_at = {now},
     metadata = {retried_metadata}

@@ -62,9 +62,7 @@ SELECT * FROM locked WHERE NOT EXISTS (SELECT 1 FROM updated)"""
 # job that used its last; see postgres_workflow.RETRIED_STATE and RETRIED_METADATA.
 _RETRY_SET = f"""SET state = {RETRIED_STATE},
         max_attempts = CASE WHEN river_job.attempt = river_job.max_attempts
-                            -- At most smallint's 32767: past it the whole statement
-                            -- (a bulk retry: every job of it) failed.
-                            THEN least(river_job.max_attempts + 1, 32767)
+                            THEN river_job.max_attempts + 1
                             ELSE river_job.max_attempts END,
         finalized_at = NULL,
         metadata = {RETRIED_METADATA},

@@ -99,7 +99,7 @@ QUERIES["job_retry"] = f"""
 UPDATE <schema>river_job
 SET state = CASE WHEN {_RETRYABLE} THEN {RETRIED_STATE} ELSE river_job.state END,
     max_attempts = CASE WHEN {_RETRYABLE} AND river_job.attempt = river_job.max_attempts
-                        THEN min(river_job.max_attempts + 1, 32767)
+                        THEN river_job.max_attempts + 1
                         ELSE river_job.max_attempts END,
     finalized_at = CASE WHEN {_RETRYABLE} THEN NULL ELSE river_job.finalized_at END,
     -- River 0.51: a cancellation asked of an earlier attempt must not cancel the next.
@@ -273,7 +273,7 @@ JOB_LIST_FILTERS = (*_FILTER_SQL, "metadata")
 _RETRY_MANY = f"""
 UPDATE <schema>river_job
 SET state = {RETRIED_STATE},
-    max_attempts = CASE WHEN attempt = max_attempts THEN min(max_attempts + 1, 32767)
+    max_attempts = CASE WHEN attempt = max_attempts THEN max_attempts + 1
                         ELSE max_attempts END,
     finalized_at = NULL,
     -- As job_retry: a cancellation asked of an earlier attempt must not cancel the next.

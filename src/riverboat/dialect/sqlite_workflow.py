@@ -249,7 +249,6 @@ QUERIES["workflow_retry"] = workflow_retry_sql(
     now=NOW,
     in_workflow=f"{WORKFLOW_ID} = :workflow_id",
     columns=job_columns(),
-    least="min",
 )
 
 QUERIES["workflow_cancel"] = f"""

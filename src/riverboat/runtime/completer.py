@@ -40,8 +40,7 @@ from riverboat.dialect.base import JobStateUpdate, is_plain_completion
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
 from riverboat.runtime._waiting import end_within, wait_event
-from riverboat.runtime.data_errors import PYTHON_DATA_ERRORS, is_data_error
-from riverboat.runtime.data_errors import first_line as _first_line
+from riverboat.runtime.data_errors import PYTHON_DATA_ERRORS, first_line, is_data_error
 from riverboat.runtime.events import Event, EventKind, JobStatistics
 from riverboat.runtime.outcomes import persisted_event_kind
 from riverboat.runtime.supervise import supervised
@@ -348,7 +347,7 @@ class Completer:
                     len(batch),
                     attempt,
                     delay,
-                    _first_line(exc),
+                    first_line(exc),
                 )
                 await asyncio.sleep(delay)
             except Exception:
@@ -402,7 +401,7 @@ class Completer:
         self.poisoned += 1
         update = pending.update
         job = pending.job
-        reason = _first_line(cause).encode("ascii", "backslashreplace").decode()[:300]
+        reason = first_line(cause).encode("ascii", "backslashreplace").decode()[:300]
         note = AttemptError(
             datetime.now(UTC),
             max(job.attempt, 0),
@@ -491,7 +490,7 @@ class Completer:
             log.warning(
                 "completer: retrying %d outcomes of locked rows failed: %s",
                 len(parts),
-                _first_line(exc),
+                first_line(exc),
             )
             return
         still = {pending.update.id for pending in skipped}

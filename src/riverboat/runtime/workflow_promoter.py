@@ -45,13 +45,14 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from riverboat._job import FAILED_STATES, FINALIZED_STATES, AttemptError
+from riverboat._job import FAILED_STATES, FINALIZED_STATES
 from riverboat._sql import Statement
 from riverboat.dialect._workflow_common import PendingTask, PromoteClaim, PromoteStep
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
 from riverboat.runtime._waiting import end_within, wait_event
 from riverboat.runtime.data_errors import first_line, is_data_error
+from riverboat.runtime.outcomes import attempt_error
 from riverboat.runtime.supervise import supervised
 from riverboat.workflow import WORKFLOW_TASKS_MAX
 
@@ -340,14 +341,14 @@ class WorkflowPromoter:
         goes on as for any failed task (its dependents are cancelled, or run under the
         ``run`` policy), and ``job_retry`` can try it again once what was refused is
         fixed (a dependency's output made smaller)."""
-        error = AttemptError(
+        error = attempt_error(
             datetime.now(UTC),
             0,
             "riverboat could not make this workflow task available: the database refused "
             f"its promotion ({first_line(exc)}); it is discarded so that the rest of "
             "the workflow, and every other one, is decided",
             "",
-        ).to_json()
+        )
         rows = await self._driver.fetch(self._dialect.workflow_task_refused(task_id, error))
         self.statements += 1
         log.error("workflow: task %d discarded, its promotion refused: %s", task_id, exc)
