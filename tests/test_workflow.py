@@ -112,6 +112,11 @@ def _step(wf: Workflow, name: str, deps: list[str] = [], **kw: Any) -> None:  # 
     wf.add(name, {"name": name}, kind="step", deps=deps, **kw)
 
 
+def _inserted(client: riverboat.Client, wf: Workflow) -> dict[str, int]:
+    """Insert ``wf``; its tasks' job ids by name."""
+    return {t.name: t.job.id for t in client.workflow_insert(wf).tasks}
+
+
 def test_diamond_runs_in_dependency_order_and_hands_outputs_on(any_db: Db) -> None:  # noqa: F811
     rec = Recorder()
     wf = Workflow("diamond")
@@ -434,8 +439,8 @@ def test_an_id_list_written_by_hand_does_not_stop_the_others(any_db: Db) -> None
     _step(later, "first")
     _step(later, "after", ["first"])
     with _client(any_db, rec) as client:
-        ids = {t.name: t.job.id for t in client.workflow_insert(wf).tasks}
-        swept = {t.name: t.job.id for t in client.workflow_insert(later).tasks}
+        ids = _inserted(client, wf)
+        swept = _inserted(client, later)
         bad: dict[str, object] = {
             "letters": "x1",
             "huge": "9" * 25,
@@ -501,8 +506,8 @@ def test_a_task_whose_promotion_is_refused_is_discarded_alone(any_db: Db) -> Non
     _step(other, "first")
     _step(other, "then", ["first"])
     with _client(any_db, rec) as client:
-        ids = {t.name: t.job.id for t in client.workflow_insert(wf).tasks}
-        others = {t.name: t.job.id for t in client.workflow_insert(other).tasks}
+        ids = _inserted(client, wf)
+        others = _inserted(client, other)
         _refuse_changes_to(any_db, ids["poison"])
         _finish(any_db, [ids["root"], others["first"]])
         client.start()
@@ -640,7 +645,7 @@ def test_a_bulk_retry_returns_what_the_cascade_decided(any_db: Db) -> None:  # n
     _step(wf, "b", ["a"])
     _step(wf, "c", ["b"])
     with _client(any_db, Recorder()) as client:
-        ids = {t.name: t.job.id for t in client.workflow_insert(wf).tasks}
+        ids = _inserted(client, wf)
         client.job_cancel(ids["a"])
         retried = client.job_retry_many(ids=[ids["b"], ids["c"]])
         stored = {t.name: t.state for t in client.workflow_get(wf.id).tasks}
