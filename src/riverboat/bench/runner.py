@@ -85,6 +85,9 @@ class BenchConfig:
     # How long each CPU-bound job of the process part runs (seconds).
     process_cpu_job_seconds: float = CPU_JOB_SECONDS
     scale_finalized_rows: int = 1_000_000
+    # The seed's scenarios: jobs claimed on SQLite, running rows under stale statistics.
+    claim_jobs: int = 5_000
+    stale_rows: int = 100_000
 
 
 def _progress_printer(enabled: bool) -> Callable[[str], None]:
@@ -306,12 +309,15 @@ async def _run(
         else:
             progress("scenario: SQLite batch claim")
             report["scenarios"]["sqlite_batch_claim"] = await asyncio.to_thread(
-                scenarios.sqlite_batch_claim
+                scenarios.sqlite_batch_claim, config.claim_jobs
             )
         if target.dialect == "postgres" and target.schema:
             progress("scenario: stale statistics completion plan")
             report["scenarios"]["stale_statistics_completion"] = await asyncio.to_thread(
-                scenarios.stale_statistics_completion, target.url, target.schema
+                scenarios.stale_statistics_completion,
+                target.url,
+                target.schema,
+                config.stale_rows,
             )
     return report
 

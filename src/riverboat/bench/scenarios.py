@@ -119,7 +119,7 @@ def stale_statistics_completion(url: str, schema: str, rows: int = 100_000) -> d
             conn.execute("ROLLBACK")
         text = json.dumps(plan)
         samples = []
-        for job_id in ids[1:]:
+        for job_id in ids:
             one = dialect.job_set_state_if_running_many(
                 [JobStateUpdate(job_id, JobState.COMPLETED, finalized=True)],
                 returning=False,

@@ -68,6 +68,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="single inserts in the latency part's burst (half of --jobs, at most 10,000)",
     )
     parser.add_argument(
+        "--claim-jobs",
+        type=int,
+        default=5_000,
+        help="jobs claimed in the SQLite batch-claim scenario (5,000)",
+    )
+    parser.add_argument(
+        "--stale-rows",
+        type=int,
+        default=100_000,
+        help="running jobs in the stale-statistics scenario's table (100,000)",
+    )
+    parser.add_argument(
         "--cpu-job-ms",
         type=float,
         default=None,
@@ -98,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs < 1 or args.calls < 1:
         raise InvalidInputError("--jobs/--calls", "must be positive")
-    for name in ("latency_jobs", "burst_jobs"):
+    for name in ("latency_jobs", "burst_jobs", "claim_jobs", "stale_rows"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise InvalidInputError("--" + name.replace("_", "-"), "must be positive")
@@ -127,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
         latency_jobs=args.latency_jobs or min(200, max(10, args.jobs // 100)),
         burst_jobs=args.burst_jobs or min(10_000, max(1, args.jobs // 2)),
         scale_finalized_rows=args.finalized_rows,
+        claim_jobs=args.claim_jobs,
+        stale_rows=args.stale_rows,
     )
     if args.cpu_job_ms is not None:
         config.process_cpu_job_seconds = args.cpu_job_ms / 1000
