@@ -18,17 +18,23 @@ from contextlib import redirect_stderr, redirect_stdout
 __all__ = ["cli_in_process"]
 
 
-def cli_in_process(*args: str) -> subprocess.CompletedProcess[str]:
+def cli_in_process(
+    *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``riverboat ARGS`` in this process: its exit code, stdout and stderr, as
     ``subprocess.run(..., capture_output=True, text=True)`` returns them, with
     ``DATABASE_URL`` and ``RIVERBOAT_TRACEBACK`` hidden from the command (a test passes
-    its database explicitly, and expects errors as one line)."""
+    its database explicitly, and expects errors as one line) unless ``env`` sets them;
+    ``env``'s variables are set for the call only."""
     from riverboat.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     hidden = {
-        k: os.environ.pop(k) for k in ("DATABASE_URL", "RIVERBOAT_TRACEBACK") if k in os.environ
+        k: os.environ.pop(k)
+        for k in {"DATABASE_URL", "RIVERBOAT_TRACEBACK", *(env or {})}
+        if k in os.environ
     }
+    os.environ.update(env or {})
     try:
         with redirect_stdout(out), redirect_stderr(err):
             try:
@@ -36,5 +42,7 @@ def cli_in_process(*args: str) -> subprocess.CompletedProcess[str]:
             except SystemExit as exc:  # argparse's usage errors
                 code = exc.code if isinstance(exc.code, int) else 1
     finally:
+        for k in env or {}:
+            os.environ.pop(k, None)
         os.environ.update(hidden)
     return subprocess.CompletedProcess(["riverboat", *args], code, out.getvalue(), err.getvalue())

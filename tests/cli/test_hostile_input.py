@@ -73,8 +73,9 @@ def test_ids_act_on_each_and_name_the_missing(any_db: Db) -> None:  # noqa: F811
     ids=["args-text", "workflow-id", "periodic-id", "worker-id"],
 )
 def test_bytes_that_are_not_utf8_are_one_line(any_db: Db, argv: tuple[str, ...]) -> None:  # noqa: F811
-    """Bytes argv can't decode arrive as lone surrogates (``$'\\xff'`` in a shell)."""
-    out = any_db.cli(*argv)
+    """Bytes argv can't decode arrive as lone surrogates (``$'\\xff'`` in a shell); a
+    real process, whose stdout refuses them."""
+    out = any_db.cli(*argv, process=True)
     assert out.returncode == 1, out.stderr
     assert out.stderr.startswith("riverboat: error: ") and "lone surrogate" in out.stderr
     assert "Traceback" not in out.stderr

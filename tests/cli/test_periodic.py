@@ -3,6 +3,7 @@ a table and as JSON, and ``forget``; a real leader wrote them. Postgres and SQLi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from datetime import UTC, datetime, timedelta
@@ -24,13 +25,13 @@ async def report(job: Any) -> None:
     return None
 
 
-def _cli(db: Db, *args: str) -> subprocess.CompletedProcess[str]:
-    return db.cli("periodic", *args)
+async def _cli(db: Db, *args: str) -> subprocess.CompletedProcess[str]:
+    return await asyncio.to_thread(db.cli, "periodic", *args)
 
 
 @pytest.mark.asyncio
 async def test_list_and_forget(any_db: Db) -> None:  # noqa: F811
-    empty = _cli(any_db)
+    empty = await _cli(any_db)
     assert empty.returncode == 0, empty.stderr
     assert "no durable periodic job stored" in empty.stdout
     client = riverboat.AsyncClient(
@@ -65,7 +66,7 @@ async def test_list_and_forget(any_db: Db) -> None:  # noqa: F811
         await client.stop()
     assert [r.id for r in stored] == ["morning_report"]
 
-    table = _cli(any_db, "list")
+    table = await _cli(any_db, "list")
     assert table.returncode == 0, table.stderr
     header, row = table.stdout.splitlines()
     assert header.split()[:4] == ["ID", "SCHEDULE", "CATCH", "UP"]
@@ -73,14 +74,14 @@ async def test_list_and_forget(any_db: Db) -> None:  # noqa: F811
     assert "(in " in row  # the next run, relative to now
     assert row.endswith("defined")  # by a client's own code, not added at runtime
 
-    listed = json.loads(_cli(any_db, "--json").stdout)
+    listed = json.loads((await _cli(any_db, "--json")).stdout)
     assert listed[0]["id"] == "morning_report" and listed[0]["last_run_at"] is None
     assert listed[0]["next_run_at"] == stored[0].next_run_at.isoformat()
 
-    forgot = _cli(any_db, "forget", "morning_report", "nothing_here")
+    forgot = await _cli(any_db, "forget", "morning_report", "nothing_here")
     assert forgot.returncode == 1
     assert forgot.stdout.splitlines() == [
         "forgot 1 periodic job(s): morning_report",
         "not stored: nothing_here",
     ]
-    assert "no durable periodic job stored" in _cli(any_db).stdout
+    assert "no durable periodic job stored" in (await _cli(any_db)).stdout

@@ -1,5 +1,6 @@
-"""``riverboat workflows``, run as a user runs it (a real process), on Postgres and
-SQLite: get, wait (with its exit codes), cancel, retry, and an unknown id."""
+"""``riverboat workflows`` on Postgres and SQLite: get, wait (with its exit codes),
+cancel, retry, and an unknown id. In this process (tests/cli_in_process.py): what the
+commands print and return, not the process that runs them."""
 
 from __future__ import annotations
 

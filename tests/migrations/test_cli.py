@@ -1,4 +1,6 @@
-"""``riverboat migrate`` run as a real subprocess against the test server."""
+"""``riverboat migrate`` against the test server: what the commands print, return and
+change, in this process (tests/cli_in_process.py); concurrent runs and the entry point in
+real subprocesses."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 import pytest
 
 from riverboat.migrations import LATEST_VERSION
+from tests.cli_in_process import cli_in_process
 from tests.migrations import RIVERBOAT_LATEST, RIVERBOAT_LINE
 from tests.migrations.catalog import expected, normalise_notify_body, rivers_part, snapshot
 
@@ -19,18 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {
-        k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "RIVERBOAT_TRACEBACK")
-    }
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "riverboat.cli", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        cwd=ROOT,
-        timeout=60,
-    )
+    return cli_in_process(*args, env=env)
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:

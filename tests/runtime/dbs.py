@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from riverboat.drivers._sqlite_module import sqlite_module
+from tests.cli_in_process import cli_in_process
 
 
 @dataclass
@@ -23,20 +24,19 @@ class Db:
     url: str
     schema: str | None
 
-    def cli(self, command: str, *args: str) -> subprocess.CompletedProcess[str]:
-        """``riverboat COMMAND ARGS`` in a subprocess, against this database."""
+    def cli(
+        self, command: str, *args: str, process: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """``riverboat COMMAND ARGS`` against this database: in this process
+        (tests/cli_in_process.py: only from synchronous code, so an async test calls it
+        through ``asyncio.to_thread``), or in a subprocess with ``process=True``, for what
+        only a real process shows (how its output is encoded, its exit)."""
         schema = ["--schema", self.schema] if self.schema else []
+        argv = [command, *args, "--database-url", self.url, *schema]
+        if not process:
+            return cli_in_process(*argv)
         return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "riverboat.cli",
-                command,
-                *args,
-                "--database-url",
-                self.url,
-                *schema,
-            ],
+            [sys.executable, "-m", "riverboat.cli", *argv],
             capture_output=True,
             text=True,
             timeout=60,

@@ -92,7 +92,11 @@ async def test_list_scale_stop_and_start_across_the_fleet(any_db: Db) -> None:  
         await wait_until_async(lambda: _all_completed(admin, [more]), timeout=20, what="done")
         assert (await admin.job_get(more)).attempted_by == ["fleet_a"]
 
-        # the CLI sees the same fleet and sends the same requests
+        # the CLI sees the same fleet (once fleet_b's registry row says it stopped) and
+        # sends the same requests
+        await wait_until_async(
+            lambda: _reported_stopped(admin, "fleet_b", "default"), timeout=10, what="stop"
+        )
         listing = await asyncio.to_thread(_cli, any_db)
         assert listing.returncode == 0, listing.stderr
         assert "fleet_a" in listing.stdout and "default 0/5 stopped" in listing.stdout
@@ -132,6 +136,13 @@ async def _reported(admin: riverboat.AsyncClient, worker: str, queue: str, n: in
     for w in await admin.workers_list():
         if w.id == worker:
             return any(q.name == queue and q.max_workers == n for q in w.queues)
+    return False
+
+
+async def _reported_stopped(admin: riverboat.AsyncClient, worker: str, queue: str) -> bool:
+    for w in await admin.workers_list():
+        if w.id == worker:
+            return any(q.name == queue and q.stopped for q in w.queues)
     return False
 
 
