@@ -223,11 +223,13 @@ class Completer:
             self._below_low.clear()
             await self._below_low.wait()
 
-    def add_nowait(self, pending: PendingCompletion) -> bool:
+    def add_nowait(self, pending: PendingCompletion, *, past_mark: bool = False) -> bool:
         """Buffer one outcome unless the backlog is past the high-water mark (then
-        False: await :meth:`add`). Saves a coroutine per job on the hot path."""
+        False: await :meth:`add`). Saves a coroutine per job on the hot path. With
+        ``past_mark``, buffer it whatever the backlog (a wait for room that was cancelled:
+        the outcome must not be lost)."""
         buffer = self._buffer
-        if len(buffer) >= BACKPRESSURE_HIGH:
+        if len(buffer) >= BACKPRESSURE_HIGH and not past_mark:
             return False
         buffer[pending.update.id] = pending
         self._drained.clear()

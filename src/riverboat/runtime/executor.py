@@ -113,6 +113,11 @@ class RunState:
     # Set once execute_job runs. A task cancelled before its first step never runs any
     # of its code (so no outcome would be written); such jobs get flags instead.
     started: bool = False
+    # Set once execute_job has returned: the attempt is over and its outcome decided, so
+    # nothing is left to stop or time out. The outcome may still wait for room in the
+    # completer (its backpressure); a cancel there would only drop it, and the job, run
+    # and finished, would be rescued and run again.
+    ended: bool = False
     # An async job's timeout watched by its producer (one timer for all its jobs, where
     # asyncio.timeout would cost a timer per job): the loop time it is due, its length,
     # and whether it fired.

@@ -1028,7 +1028,7 @@ class Producer:
         nearest = math.inf
         for task, state in self._active.values():
             deadline = state.deadline
-            if deadline is None or state.timed_out or state.stuck:
+            if deadline is None or state.timed_out or state.stuck or state.ended:
                 continue
             if deadline <= now:
                 if not state.cancellable:
@@ -1080,6 +1080,7 @@ class Producer:
     async def _work(self, row: JobRow, state: RunState) -> None:
         try:
             pending = await execute_job(row, self._exec_config, state)
+            state.ended = True
             if state.stuck and not state.interrupted and state.deadline is not None:
                 log.info(
                     "job %d (%s) became unstuck after %.1fs",
@@ -1098,7 +1099,7 @@ class Producer:
                 if self._counting_in_flight:
                     self._note_outcome(pending)
                 if not self._completer.add_nowait(pending):
-                    await self._completer.add(pending)
+                    await self._hand_over(pending)
         except Exception:  # pragma: no cover - execute_job turns user errors into outcomes
             log.exception("producer %s: job %d failed outside its worker", self.queue, row.id)
         finally:
@@ -1106,6 +1107,18 @@ class Producer:
             self._orphaned.discard(row.id)
             self._active.pop(row.id, None)
             self._release_slot()
+
+    async def _hand_over(self, pending: PendingCompletion) -> None:
+        """Wait for room in the completer (past its high-water mark), holding the slot
+        meanwhile so no more jobs are claimed. A cancel of the wait (a hard stop, a stop
+        that gives up on this producer) still buffers the outcome, past the mark: the job
+        ran, and an outcome dropped here would leave its row running for the rescuer,
+        which would run it again."""
+        try:
+            await self._completer.add(pending)
+        except asyncio.CancelledError:
+            self._completer.add_nowait(pending, past_mark=True)
+            raise
 
     def _note_outcome(self, pending: PendingCompletion) -> None:
         """A job of a queue counted by what is in flight ended; its slot goes next. A
@@ -1128,6 +1141,11 @@ class Producer:
         self._hand_back_ahead()
         for task, state in list(self._active.values()):
             if state.interrupted:
+                continue
+            if state.ended:
+                # Its outcome waits for room in the completer: buffered now, past the
+                # mark (_hand_over), not handed back.
+                task.cancel()
                 continue
             state.interrupted = True
             count += 1
@@ -1197,5 +1215,5 @@ def _ask_to_stop(task: asyncio.Task[Any], state: RunState) -> None:
     never runs, and its flags tell what to write)."""
     if state.job is not None:
         state.job._cancel_requested = True
-    if state.cancellable and state.started:
+    if state.cancellable and state.started and not state.ended:
         task.cancel()
