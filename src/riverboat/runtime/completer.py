@@ -175,6 +175,8 @@ class Completer:
         self._buffer: dict[int, PendingCompletion] = {}
         # Outcomes skipped because another session held their row locked, retried alone.
         self._locked: dict[int, _Locked] = {}
+        # The parts a write under way still holds unwritten (_write_parts' own list).
+        self._writing: list[tuple[list[PendingCompletion], bool]] = []
         self._has_items = asyncio.Event()
         self._full = asyncio.Event()
         self._drained = asyncio.Event()
@@ -201,8 +203,17 @@ class Completer:
         return len(self._buffer) + len(self._locked)
 
     def pending_ids(self) -> list[int]:
-        """Jobs whose outcome is buffered, not yet written (for the registry)."""
-        return list(self._buffer)
+        """Jobs whose outcome is not written yet (for the registry): buffered, in a write
+        under way, or waiting for another session's row lock. The leader's rescuer takes
+        a running job of a live client that a heartbeat written after the claim did not
+        list for one whose claim reply was lost: listing only the buffer let it rescue a
+        job whose outcome was being written (a write failing and retried across the
+        heartbeat) or held for a lock, and run it again though it had run here."""
+        ids = list(self._buffer)
+        for part, _ in self._writing:
+            ids.extend(pending.update.id for pending in part)
+        ids.extend(self._locked)
+        return ids
 
     @property
     def idle(self) -> bool:
@@ -369,27 +380,33 @@ class Completer:
         once written, so when this raises, ``parts`` holds exactly what is unwritten.
         Returns the outcomes skipped because their rows were locked."""
         skipped: list[PendingCompletion] = []
-        if self.may_write is not None and not await self.may_write():
-            dropped = sum(len(part) for part, _ in parts)
-            self.dropped += dropped
-            log.warning(
-                "completer: %d job outcomes not written (dropped): this client lost its "
-                "lease in the registry of live clients, so these jobs may run elsewhere "
-                "now; they stay running for the leader to rescue",
-                dropped,
-            )
-            parts.clear()
-        while parts:
-            part, plain = parts[0]
-            try:
-                skipped.extend(await self._write(part, plain))
-            except _Unstorable as exc:
-                if len(part) > 1:
-                    middle = len(part) // 2
-                    parts[0:1] = [(part[:middle], plain), (part[middle:], plain)]
-                    continue
-                skipped.extend(await self._write_poisoned(part[0], exc.cause))
-            parts.pop(0)
+        # pending_ids lists what this write still holds while it awaits (a heartbeat
+        # may run meanwhile); when it raises, the callers put back what is left.
+        self._writing = parts
+        try:
+            if self.may_write is not None and not await self.may_write():
+                dropped = sum(len(part) for part, _ in parts)
+                self.dropped += dropped
+                log.warning(
+                    "completer: %d job outcomes not written (dropped): this client lost its "
+                    "lease in the registry of live clients, so these jobs may run elsewhere "
+                    "now; they stay running for the leader to rescue",
+                    dropped,
+                )
+                parts.clear()
+            while parts:
+                part, plain = parts[0]
+                try:
+                    skipped.extend(await self._write(part, plain))
+                except _Unstorable as exc:
+                    if len(part) > 1:
+                        middle = len(part) // 2
+                        parts[0:1] = [(part[:middle], plain), (part[middle:], plain)]
+                        continue
+                    skipped.extend(await self._write_poisoned(part[0], exc.cause))
+                parts.pop(0)
+        finally:
+            self._writing = []
         return skipped
 
     async def _write_poisoned(
