@@ -69,3 +69,36 @@ def test_a_timeout_must_be_a_finite_number_of_seconds(value: float) -> None:
     assert registered is not None
     row_job = Job(row(), {"limit": value})
     assert call_timeout_fn(registered, row_job) is None
+
+
+def test_the_timeout_counts_from_the_jobs_start(any_db: Db) -> None:  # noqa: F811
+    """Two jobs claimed together: the first blocks the event loop (a sync call in an async
+    body) past the second's timeout. The second's timeout counts from its own start, as
+    River's from Work's call; counted from the claim, it was cancelled at its first
+    await and used an attempt without having had its time."""
+    workers = Workers()
+
+    @workers.register("blocks_the_loop")
+    async def blocks_the_loop(job: Job[dict[str, Any]]) -> None:
+        import time
+
+        time.sleep(0.6)  # the loop is blocked: nothing else starts meanwhile
+
+    @workers.register("waits_a_little")
+    async def waits_a_little(job: Job[dict[str, Any]]) -> None:
+        await asyncio.sleep(0.05)
+
+    with riverboat.Client(any_db.url, schema=any_db.schema) as admin:
+        admin.insert({}, kind="blocks_the_loop")
+        second = admin.insert({}, kind="waits_a_little").job.id
+    client = riverboat.Client(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": QueueConfig(max_workers=2)},
+        workers=workers,
+        job_timeout=0.3,
+    )
+    with client:
+        client.run_until_idle()
+        done = client.job_get(second)
+    assert (done.state, done.attempt, done.errors) == (JobState.COMPLETED, 1, [])

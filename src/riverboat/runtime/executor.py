@@ -127,8 +127,11 @@ class RunState:
     # A sync job still running past its timeout: logged once as stuck (River's
     # JobStuckHandler idea), and once more if it ever returns.
     stuck: bool = False
-    # A process job's deadline is set (and the producer's timer armed) by this, called
-    # once a child takes the job: waiting for a free child doesn't count.
+    # The job's deadline is set (and the producer's timer armed) by this, called when
+    # its body starts (execute_job), as River's timeout counts from Work's call; for a
+    # process job once a child takes it. A task that waited for its first step behind a
+    # busy event loop (another job blocking it) was otherwise timed out before it ran,
+    # or cancelled at its first await, having used an attempt.
     arm_deadline: Callable[[RunState], None] | None = None
 
 
@@ -245,6 +248,8 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
         is_async = worker.is_async
         in_process = runs_in_process(worker, config)
         state.cancellable = is_async or in_process
+        if state.arm_deadline is not None and not in_process:
+            state.arm_deadline(state)
         job = Job(row, worker.decode(row), ctx)
         state.job = job
         if (config.middleware is None or not config.middleware.has_work) and not worker.middleware:

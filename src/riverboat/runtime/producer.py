@@ -991,11 +991,10 @@ class Producer:
             state.cancellable = worker.is_async or in_process
             timeout = timeout_for(worker, self._exec_config.job_timeout, row)
             if timeout is not None:
+                # Armed when the job starts (execute_job), or when a child takes it
+                # (process_pool.py): the wait for the task's first step doesn't count.
                 state.timeout = timeout
-                if in_process:  # armed when a child takes it (process_pool.py)
-                    state.arm_deadline = self._arm_deadline
-                else:
-                    self._arm_deadline(state)
+                state.arm_deadline = self._arm_deadline
         self._slots_held += 1
         self._idle.clear()
         self.jobs_started += 1
