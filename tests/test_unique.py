@@ -616,10 +616,24 @@ def test_resolved_insert_carries_key_and_bitmask() -> None:
 
 
 def test_empty_opts_are_not_unique() -> None:
-    for opts in (UniqueOpts(), UniqueOpts(by_period=0)):
+    for opts in (UniqueOpts(), UniqueOpts(by_period=0), UniqueOpts(by_period=timedelta(0))):
         params = resolve_insert({}, InsertOpts(unique_opts=opts), "k1", InsertDefaults(), NOW)
         assert params.unique_key is None
         assert params.unique_states is None
+
+
+@pytest.mark.parametrize("zero", [0, 0.0, timedelta(0)])
+def test_a_zero_period_beside_other_options_means_no_period(zero: Any) -> None:
+    # River's ByPeriod 0 is "no period", whatever else is set; a zero timedelta was
+    # refused as "less than 1 second" next to by_args while a zero int was not.
+    params = resolve_insert(
+        {"a": 1},
+        InsertOpts(unique_opts=UniqueOpts(by_args=True, by_period=zero)),
+        "k1",
+        InsertDefaults(),
+        NOW,
+    )
+    assert params.unique_key == sha('&kind=k1&args={"a":1}')
 
 
 @pytest.mark.parametrize(

@@ -61,11 +61,17 @@ def _period_seconds(period: timedelta | float) -> timedelta:
     return timedelta(seconds=float(period))
 
 
+def _no_period(period: object) -> bool:
+    """A zero period: River's ByPeriod 0, "no period" (is_empty() and unique_key() skip
+    it too). timedelta(0) is one, not a period "less than 1 second"."""
+    return period == 0 or period == timedelta(0)
+
+
 def validate_unique_opts(opts: UniqueOpts, field: str = "opts.unique_opts") -> None:
     """Apply River's validation: period ≥ 1s, known states, the four required states."""
     if opts.is_empty():
         return
-    if opts.by_period is not None and opts.by_period != 0:
+    if opts.by_period is not None and not _no_period(opts.by_period):
         if isinstance(opts.by_period, bool) or not isinstance(
             opts.by_period, (timedelta, int, float)
         ):
