@@ -188,6 +188,11 @@ BAD_CASES: list[tuple[str, Any, Any, Any, str, type[Exception]]] = [
     ("metadata set", G, Op(metadata={"a": {1}}), None, "opts.metadata", IIE),
     ("metadata NaN", G, Op(metadata={"a": math.nan}), None, "opts.metadata", IIE),
     ("metadata surrogate", G, Op(metadata={"\udfff": 1}), None, "opts.metadata", IIE),
+    # sequence (riverboat's, stored in the metadata the caller didn't give)
+    ("sequence not str", G, Op(sequence=42), None, "opts.sequence", IIE),
+    ("sequence empty", G, Op(sequence=""), None, "opts.sequence", IIE),
+    ("sequence NUL", G, Op(sequence="a\x00b"), None, "opts.sequence", IIE),
+    ("sequence surrogate", G, Op(sequence="a\ud800"), None, "opts.sequence", IIE),
     # unique opts
     ("unique period <1s", G, Uq(by_period=0.5), None, U + ".by_period", IIE),
     ("unique unknown state", G, Uq(by_state=[*REQUIRED, "done"]), None, U + ".by_state", IIE),

@@ -213,12 +213,14 @@ def partition_of(by_kind: bool, by_args: Sequence[str], kind: str, args: Any) ->
     return out
 
 
-def check_sequence_key(value: object) -> str:
+def check_sequence_key(value: object, field: str = "opts.sequence") -> str:
+    """A sequence key a job may carry: refused naming ``field`` (the caller gave no
+    metadata, so a key with a NUL or a lone surrogate must not be blamed on it)."""
     if not isinstance(value, str) or not 0 < len(value) <= SEQUENCE_KEY_MAX:
         raise InvalidInputError(
-            "sequence", f"must be a str of 1 to {SEQUENCE_KEY_MAX} characters, not {value!r}"
+            field, f"must be a str of 1 to {SEQUENCE_KEY_MAX} characters, not {value!r:.80}"
         )
-    return value
+    return check_text_param(value, field)
 
 
 def partition_args_keys(queues: Mapping[str, Any] | None) -> dict[str, tuple[str, ...]]:
