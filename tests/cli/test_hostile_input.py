@@ -4,6 +4,7 @@ silently."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +162,34 @@ def test_a_job_detail_shows_null_array_items_and_escapes_separators(
     assert "null, a" in out.stdout and "host, null" in out.stdout
     assert "\u2028" not in out.stdout and "abc\\u2028state  completed" in out.stdout
     assert "evil\\u202ekind" in out.stdout
+
+
+def _strict_json(text: str) -> Any:
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_output_of_a_number_past_float_range_is_json(sqlite_url: str) -> None:
+    """A row River's Go client wrote on SQLite keeps a number such as ``1e400`` as it was
+    given (a ``json.RawMessage``); Python reads it as ``inf``. ``--json`` printed it as
+    ``Infinity``, which no JSON reader (``jq``) accepts: it is shown as its text, and
+    named in ``decode_errors``."""
+    from tests.runtime.dbs import Db
+
+    db = Db("sqlite", sqlite_url, None)
+    db.execute(
+        "INSERT INTO river_job (args, kind, metadata) VALUES (%s, 'go_wrote', %s)",
+        '{"big":1e400,"neg":-1e400,"ok":[1.5,2]}',
+        '{"m":1e999}',
+    )
+    (job_id,) = db.execute("SELECT id FROM river_job WHERE kind = 'go_wrote'")[0]
+    for argv in (("get", "--json", str(job_id)), ("list", "--json", "--kind", "go_wrote")):
+        out = db.cli("jobs", *argv)
+        assert out.returncode == 0, out.stderr
+        (job,) = _strict_json(out.stdout)
+        assert job["args"] == {"big": "1e400", "neg": "-1e400", "ok": [1.5, 2]}, argv
+        assert job["metadata"] == {"m": "Infinity"}, argv
+        assert any("args" in p for p in job["decode_errors"]), argv
+        assert any("metadata" in p for p in job["decode_errors"]), argv

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import time
@@ -94,13 +95,54 @@ def _args_of(job: JobRow) -> Any:
         return job.encoded_args
 
 
+def _number_text(text: str) -> float | str:
+    """A JSON number as Python reads it, or its text when it is past float's range."""
+    value = float(text)
+    return value if math.isfinite(value) else text
+
+
+def _finite(value: Any) -> tuple[Any, bool]:
+    """``value`` with each float JSON can't write (inf or NaN) as a string, and whether
+    there was one."""
+    if isinstance(value, float):
+        return (value, False) if math.isfinite(value) else (json.dumps(value), True)
+    if isinstance(value, dict):
+        pairs = [(k, _finite(v)) for k, v in value.items()]
+        return {k: v for k, (v, _) in pairs}, any(c for _, (_, c) in pairs)
+    if isinstance(value, list):
+        items = [_finite(v) for v in value]
+        return [v for v, _ in items], any(c for _, c in items)
+    return value, False
+
+
+def _json_writable(value: Any, name: str, problems: list[str], text: str | None) -> Any:
+    """``value`` as JSON can hold it. A row River's Go client wrote on SQLite keeps a
+    number such as ``1e400`` as given; Python reads it as ``inf``, which ``json.dumps``
+    writes as ``Infinity``, not JSON: it is shown as its stored ``text`` (or ``"Infinity"``
+    without one) and named in ``problems``."""
+    try:
+        value, changed = _finite(value)
+    except RecursionError:  # nested too deeply: _printable leaves it out
+        return value
+    if not changed:
+        return value
+    problems.append(f"{name}: a number past float's range is shown as a string")
+    if text is not None:
+        try:
+            return json.loads(text, parse_float=_number_text)
+        except (ValueError, RecursionError):
+            pass
+    return value
+
+
 def job_dict(job: JobRow) -> dict[str, Any]:
     problems = list(job.decode_errors)
     try:
-        args = job.args
+        args = _json_writable(job.args, "args", problems, job.encoded_args)
     except ValueError as exc:  # a row another client wrote: not JSON, or nested too deeply
         args = None
         problems.append(f"args: {exc}")
+    metadata = _json_writable(job.metadata, "metadata", problems, None)
     out = {
         "id": job.id,
         "kind": job.kind,
@@ -110,7 +152,7 @@ def job_dict(job: JobRow) -> dict[str, Any]:
         "max_attempts": job.max_attempts,
         "priority": job.priority,
         "args": args,
-        "metadata": job.metadata,
+        "metadata": metadata,
         "tags": job.tags,
         "created_at": _jsonable(job.created_at),
         "scheduled_at": _jsonable(job.scheduled_at),
