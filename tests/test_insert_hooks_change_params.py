@@ -62,3 +62,44 @@ def test_hooks_change_params(any_db: Db) -> None:  # noqa: F811
                 client.insert({}, InsertOpts(scheduled_at=LATER), kind="plain")
             # Refused before anything was written: still only the one plain job.
             assert [j.id for j in client.job_list(kinds=["plain"]).jobs] == [many[1].job.id]
+
+
+def test_hooks_may_not_take_away_riverboats_own_metadata(any_db: Db) -> None:  # noqa: F811
+    """A hook that replaces a job's metadata (``job.metadata = {...}``) dropped the
+    workflow part of a workflow task's metadata: the task waiting on another stayed
+    pending for ever, nothing left to promote it. A sequence job lost its sequence, and
+    ran out of order. Such a hook is refused, naming the key; one that adds to the
+    metadata keeps working."""
+    db = any_db
+
+    def replace_metadata(job: InsertingJob) -> None:
+        job.metadata = {"tenant": "acme"}
+
+    def add_tenant(job: InsertingJob) -> None:
+        job.metadata["tenant"] = "acme"
+
+    with riverboat.Client(
+        db.url, schema=db.schema, middleware=[insert_hook(replace_metadata)]
+    ) as client:
+        wf = riverboat.Workflow("hooked")
+        wf.add("a", {}, kind="wf_a")
+        wf.add("b", {}, kind="wf_b", deps=["a"])
+        with pytest.raises(InvalidInputError, match="riverboat_workflow") as info:
+            client.workflow_insert(wf)
+        assert info.value.field.startswith("middleware insert_begin")
+        with pytest.raises(InvalidInputError, match="riverboat_sequence"):
+            client.insert({}, InsertOpts(sequence="acct-1"), kind="seq_job")
+        assert client.job_list(kinds=["wf_a", "wf_b", "seq_job"]).jobs == []
+        # A job without riverboat's keys may have its metadata replaced.
+        plain = client.insert({}, InsertOpts(metadata={"x": 1}), kind="plain").job
+        assert plain.metadata == {"tenant": "acme"}
+    with riverboat.Client(db.url, schema=db.schema, middleware=[insert_hook(add_tenant)]) as client:
+        wf = riverboat.Workflow("hooked")
+        wf.add("a", {}, kind="wf_a")
+        wf.add("b", {}, kind="wf_b", deps=["a"])
+        stored = client.workflow_insert(wf)
+        task_b = next(t.job for t in stored.tasks if t.name == "b")
+        assert task_b.metadata["tenant"] == "acme"
+        assert task_b.metadata["riverboat_workflow"]["dep_ids"]
+        seq = client.insert({}, InsertOpts(sequence="acct-1"), kind="seq_job").job
+        assert seq.metadata == {"riverboat_sequence": {"key": "acct-1"}, "tenant": "acme"}

@@ -79,7 +79,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
@@ -154,7 +154,9 @@ class InsertingJob:
     ``insert_many`` middleware) sees it. ``metadata``, ``queue``,
     ``priority``, ``max_attempts``, ``scheduled_at`` and ``tags`` are written back
     (checked as ``InsertOpts`` would be; a unique job's queue can't change, as it is
-    part of its unique key); ``kind``, ``args`` and ``state`` are for reading."""
+    part of its unique key, and riverboat's own metadata keys, a workflow task's or a
+    sequence's, must stay as they are); ``kind``, ``args`` and ``state`` are for
+    reading."""
 
     kind: str
     args: object
@@ -444,9 +446,29 @@ def _view_of(job: InsertParams, job_args: object) -> InsertingJob:
     )
 
 
+def _check_own_metadata(before: str, after: object, field: str) -> None:
+    """Refuse metadata from a hook that lost or changed riverboat's own keys the job had
+    (a workflow task's part, a sequence key): a hook replacing the metadata dropped them
+    silently, leaving a task pending for ever, or a sequence job out of its sequence."""
+    from riverboat.flow import SEQUENCE_METADATA_KEY
+    from riverboat.workflow import WORKFLOW_METADATA_KEY
+
+    if WORKFLOW_METADATA_KEY not in before and SEQUENCE_METADATA_KEY not in before:
+        return  # the usual job: no need to decode what it had
+    had = json.loads(before)
+    for key in (WORKFLOW_METADATA_KEY, SEQUENCE_METADATA_KEY):
+        if key in had and (not isinstance(after, Mapping) or after.get(key) != had[key]):
+            raise InvalidInputError(
+                f"{field} metadata",
+                f"removed or changed {key!r}, riverboat's own key: add to the metadata"
+                " (job.metadata[name] = value) instead of replacing it",
+            )
+
+
 def _apply_view(job: InsertParams, view: InsertingJob, field: str) -> None:
     """Write what a hook or middleware changed in ``view`` back to ``job``."""
     if view.metadata or job.encoded_metadata != "{}":
+        _check_own_metadata(job.encoded_metadata, view.metadata, field)
         job.encoded_metadata = encode_metadata(view.metadata, "metadata")
     if (
         view.queue != job.queue
