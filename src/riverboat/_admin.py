@@ -30,6 +30,7 @@ from riverboat.errors import (
     JobRunningError,
     NotFoundError,
 )
+from riverboat.runtime.worker import OUTPUT_MAX_BYTES
 from riverboat.workflow import orphaned_dependents, workflow_meta
 
 if TYPE_CHECKING:
@@ -224,12 +225,20 @@ def _json_object(value: object, field: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise InvalidInputError(field, f"must be a dict, not {type(value).__name__}")
     try:
-        check_json_value(value)  # first: it refuses what would make json.dumps hang or recurse
-        text = json.dumps(value, ensure_ascii=False)
+        text = _json_text(value)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(field, f"cannot be encoded as JSON: {exc}") from exc
     check_text_param(text, field)
     return dict(value)
+
+
+def _json_text(value: object) -> str:
+    """``value`` as JSON text, or a ValueError (TypeError) for what a job's row can't
+    hold as either database and a Go worker read it back: check_json_value's refusals,
+    then NaN and infinities, which aren't JSON (Postgres refused them late, with a
+    driver error; SQLite stored them, as 9e999 and null)."""
+    check_json_value(value)  # first: it refuses what would make json.dumps hang or recurse
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
 def _queue_name(name: object, *, allow_all: bool) -> str:
@@ -722,10 +731,15 @@ class _Ops:
         jid = _job_id(job_id)
         merge = _json_object(metadata, "metadata") if metadata is not None else {}
         if output is not unset:
+            # What record_output() refuses in a job, refused here before any SQL: the
+            # output was stored as given (NaN, a NUL, nesting past what riverboat reads).
             try:
-                json.dumps(output)
+                text = _json_text(output)
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError("output", f"cannot be encoded as JSON: {exc}") from exc
+            check_text_param(text, "output")
+            if len(text.encode()) > OUTPUT_MAX_BYTES:  # River's JobUpdate limit too
+                raise InvalidInputError("output", "must encode to at most 32 MB of JSON")
             merge["output"] = output
         if not merge:  # nothing to write: read the row instead of rewriting it
             return _Plan(self.dialect.job_get_by_id(jid), self._one_job(jid))

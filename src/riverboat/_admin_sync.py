@@ -206,7 +206,9 @@ class SyncAdmin:
         self, job_id: int, *, output: Any = _UNSET, metadata: Mapping[str, Any] | None = None
     ) -> JobRow:
         """Merge ``metadata`` (shallow) and/or ``output`` (stored as ``metadata.output``, as
-        River's recorded output) into a job, whatever its state. Raises NotFoundError."""
+        River's recorded output) into a job, whatever its state. Raises NotFoundError;
+        InvalidInputError, before any SQL, for what ``record_output`` refuses too (NaN,
+        a NUL, integers outside int64, nesting past 128 levels, output over 32 MB)."""
         return self._run(
             _ops(self._core).job_update(job_id, output=output, metadata=metadata, unset=_UNSET)
         )

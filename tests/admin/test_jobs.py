@@ -5,6 +5,7 @@ tests/drivers/test_admin.py."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -43,3 +44,54 @@ def test_update_validation_and_missing(client: riverboat.Client) -> None:
         client.job_update(1, output=object())
     with pytest.raises(InvalidInputError):
         client.job_update(1, metadata=["not", "a", "dict"])  # type: ignore[arg-type]
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"output": math.nan}, "output"),
+        ({"output": {"x": math.inf}}, "output"),
+        ({"output": "a\x00b"}, "output"),
+        ({"output": "a\ud800"}, "output"),
+        ({"output": 2**64}, "output"),
+        ({"output": _nested(200)}, "output"),
+        ({"output": "x" * (32 * 1024 * 1024)}, "output"),
+        ({"metadata": {"a": math.inf}}, "metadata"),
+        ({"metadata": {"a": math.nan}}, "metadata"),
+    ],
+    ids=[
+        "nan",
+        "inf",
+        "nul",
+        "surrogate",
+        "past-int64",
+        "too-deep",
+        "over-32MB",
+        "md-inf",
+        "md-nan",
+    ],
+)
+def test_update_refuses_what_a_job_could_not_record_before_any_sql(
+    client: riverboat.Client, pg_driver: Any, kwargs: dict[str, Any], field: str
+) -> None:
+    """job_update(output=...) took what record_output() refuses: NaN and infinities
+    (Postgres failed with a raw driver error; SQLite stored them, as 9e999 and null), a
+    NUL (stored by SQLite), integers Go can't read, nesting past what riverboat reads
+    back, more than River's 32 MB; metadata took NaN and infinities. Each is refused,
+    naming the field, before any SQL."""
+    job = insert(client)
+    with counting(pg_driver) as seen, pytest.raises(InvalidInputError) as info:
+        client.job_update(job.id, **kwargs)
+    assert info.value.field == field
+    assert seen == {}
+    with pytest.raises(InvalidInputError) as info:
+        client.job_list(metadata={"a": math.nan})
+    assert info.value.field == "metadata"
+    assert client.job_get(job.id).metadata == {}
