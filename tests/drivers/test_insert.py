@@ -123,6 +123,63 @@ async def test_unique_duplicates_within_one_batch(h: Harness) -> None:
     assert await h.count_jobs("conf_unique_batch") == 2
 
 
+def test_unique_batches_take_their_keys_in_one_order(pg_url: str, pg_schema: str) -> None:
+    """Postgres: a batch writes its unique jobs in key order, so batches sharing keys
+    lock them in one order. Here a transaction holds the smaller key, a batch of both
+    (given larger first) waits for it, and the transaction then inserts the larger key.
+    Written in the order given, the batch held the larger key while it waited: the two
+    deadlocked and Postgres failed one (River's insert does the same). The batch's ids
+    and results still follow the order given."""
+    import threading
+
+    import psycopg
+
+    from riverboat import Client, InsertResult
+    from tests.waiting import wait_until
+
+    opts = InsertOpts(unique_opts=UniqueOpts(by_args=True))
+    jobs = [InsertManyParams({"n": n}, opts, kind="lock_order") for n in range(2)]
+    with Client(pg_url, schema=pg_schema) as client:
+        with psycopg.connect(pg_url) as scratch:  # the keys' order, from a rolled-back insert
+            keys = [r.job.unique_key or b"" for r in client.insert_many_tx(scratch, jobs)]
+            scratch.rollback()
+        smaller, larger = sorted(jobs, key=lambda j: keys[jobs.index(j)])
+        results: list[InsertResult] = []
+        errors: list[BaseException] = []
+
+        def batch() -> None:
+            try:
+                results.extend(client.insert_many([larger, smaller]))
+            except BaseException as exc:
+                errors.append(exc)
+
+        with (
+            psycopg.connect(pg_url) as holder,
+            psycopg.connect(pg_url, autocommit=True) as watcher,
+        ):
+            held = client.insert_many_tx(holder, [smaller])[0].job
+            waiter = threading.Thread(target=batch)
+            waiter.start()
+            wait_until(
+                lambda: (
+                    watcher.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND query LIKE '%river_job%'"
+                    ).fetchone()[0]  # type: ignore[index]
+                    == 1
+                ),
+                what="the batch waiting for the held key",
+            )
+            other = client.insert_many_tx(holder, [larger])[0].job
+            holder.commit()
+            waiter.join(30)
+    assert not errors, errors
+    assert [(r.job.id, r.unique_skipped_as_duplicate) for r in results] == [
+        (other.id, True),
+        (held.id, True),
+    ]
+
+
 async def test_insert_tx_commits_and_rolls_back_with_caller(h: Harness) -> None:
     client = h.client()
     for native_kind in h.native_kinds:

@@ -15,7 +15,7 @@ from typing import Any
 
 from riverboat._insert import InsertParams
 from riverboat._job import InsertResult
-from riverboat._sql import Statement
+from riverboat._sql import Statement, render_schema
 from riverboat.dialect._pg_common import (
     CHANNEL,
     CLAIM_SET,
@@ -102,6 +102,47 @@ SELECT inserted.* FROM inserted CROSS JOIN notified
 # NOTIFY inside it goes out at commit.
 QUERIES["job_insert_many"] = _insert_many(with_ids=False)
 QUERIES["job_insert_many_ids"] = _insert_many(with_ids=True)
+
+# A batch with several unique jobs: their rows are written in unique-key order, so two
+# batches sharing keys take the keys' index locks in one order. Written in the order
+# given, [A, B] beside [B, A] (or beside a transaction holding A that then inserts B)
+# deadlocked, and Postgres failed one of them (River's insert does the same). Ids are
+# drawn in the order given first, so the jobs still run in that order, and the rows come
+# back in it (a duplicate found by its key, a new row by its id).
+QUERIES["job_insert_many_unique"] = f"""
+WITH s AS MATERIALIZED (
+    SELECT pg_get_serial_sequence(:table::text, 'id')::regclass AS seq
+),
+raw AS MATERIALIZED (
+    SELECT nextval(s.seq) AS id, r.*
+    FROM s CROSS JOIN unnest(
+        :args::jsonb[], :kind::text[], :max_attempts::smallint[], :metadata::jsonb[],
+        :priority::smallint[], :queue::text[], :scheduled_at::timestamptz[], :state::text[],
+        :tags::text[], :unique_key::bytea[], :unique_states::integer[]
+    ) WITH ORDINALITY AS r(args, kind, max_attempts, metadata, priority, queue, scheduled_at,
+                           state, tags, unique_key, unique_states, ord)
+),
+inserted AS (
+    {_INSERT_INTO_JOBS_WITH_IDS}
+    SELECT id, args, coalesce(:now::timestamptz, now()), kind, max_attempts, metadata,
+           priority, queue, coalesce(scheduled_at, now()), state::<schema>river_job_state,
+           string_to_array(tags, ',')::varchar(255)[], unique_key, unique_states::bit(8)
+    FROM raw
+    ORDER BY unique_key NULLS LAST, ord
+    {_ON_CONFLICT_RETURNING}
+),
+notified AS (
+    SELECT {_notify_insert("q.queue")} AS n
+    FROM (
+        SELECT DISTINCT queue FROM inserted
+        WHERE state = 'available' AND queue = ANY(:notify_queues::text[])
+    ) AS q
+)
+SELECT inserted.* FROM inserted CROSS JOIN notified
+LEFT JOIN raw by_key ON by_key.unique_key = inserted.unique_key
+LEFT JOIN raw by_id ON by_id.id = inserted.id
+ORDER BY coalesce(by_key.ord, by_id.ord)
+"""
 
 # After a COPY (which can't call pg_notify): the insert notification for each queue the
 # client's limiter allows, in the COPY's transaction so it goes out at commit.
@@ -387,9 +428,14 @@ class PostgresDialect(
             return Statement(self.q["job_insert_one"], params)
         if with_ids and any(j.id is None for j in jobs):
             raise ValueError("job_insert_many: give every job an id, or none")
+        name = "job_insert_many_ids" if with_ids else "job_insert_many"
+        extra: dict[str, Any] = {"ids": [j.id for j in jobs]} if with_ids else {}
+        if not with_ids and sum(j.unique_key is not None for j in jobs) > 1:
+            name = "job_insert_many_unique"  # keys locked in one order (see its SQL)
+            extra = {"table": render_schema("<schema>river_job", self.schema)}
         return self.stmt(
-            "job_insert_many_ids" if with_ids else "job_insert_many",
-            **({"ids": [j.id for j in jobs]} if with_ids else {}),
+            name,
+            **extra,
             **unnest_arrays(_INSERT_ARRAYS, map(_insert_values, jobs)),
             tags=[_tags_packed(j.tags) for j in jobs],
             notify_queues=list(notify),
