@@ -154,3 +154,81 @@ def test_handle_error_must_be_callable() -> None:
 
     with pytest.raises(riverboat.InvalidInputError, match="handle_error is not callable"):
         riverboat.Client("sqlite:///:memory:", middleware=[NotCallable()])
+
+
+class Hangs:
+    """An async error handler that waits until told (a reporting service that does not
+    answer): the job's body is over, its error decided, while this runs."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def handle_error(self, job: JobRow, exc: BaseException) -> ErrorHandlerResult:
+        self.started.set()
+        await self.release.wait()
+        return ErrorHandlerResult(set_cancelled=True)
+
+
+@pytest.mark.parametrize("cut", ["timeout", "remote_cancel", "hard_stop"])
+async def test_error_handler_cut_short_keeps_the_outcome(
+    any_db: Db,  # noqa: F811
+    cut: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A cancel of the job's task while its error handlers run (its timeout, a remote
+    cancel, a hard stop) cuts them short, and the attempt's outcome is still written.
+    Before, the CancelledError ended the task without an outcome: the row stayed
+    ``running`` with nothing to write it, no line logged, and the rescuer ran the job
+    again, though it had failed (or been cancelled remotely) once."""
+    db = any_db
+    workers = Workers()
+    runs: list[int] = []
+
+    @workers.register("fails")
+    async def fails(job: Job[Any]) -> None:
+        runs.append(job.id)
+        raise ValueError("the body failed")
+
+    handler = Hangs()
+    client = riverboat.AsyncClient(
+        db.url,
+        schema=db.schema,
+        queues={"default": QueueConfig(max_workers=2)},
+        workers=workers,
+        middleware=[handler],
+        job_timeout=0.2 if cut == "timeout" else None,
+        fetch_poll_interval=0.1,
+    )
+    other = riverboat.AsyncClient(db.url, schema=db.schema)
+    sub = client.subscribe(riverboat.EventKind.JOB_FAILED, riverboat.EventKind.JOB_CANCELLED)
+    caplog.set_level(logging.WARNING, "riverboat")
+    job_id = (
+        await client.insert({}, kind="fails", opts=riverboat.InsertOpts(max_attempts=1))
+    ).job.id
+    await client.start()
+    try:
+        async with asyncio.timeout(10):
+            await handler.started.wait()
+        if cut == "remote_cancel":
+            await other.job_cancel(job_id)
+        if cut == "hard_stop":
+            await client.stop_and_cancel()
+        else:
+            async with asyncio.timeout(10):
+                event = await sub.get()
+            assert event.job is not None and event.job.id == job_id
+        row = await other.job_get(job_id)
+    finally:
+        handler.release.set()
+        await client.close()
+        await other.close()
+    assert runs == [job_id]
+    assert row.attempt == 1
+    if cut == "remote_cancel":
+        assert row.state is JobState.CANCELLED
+        assert row.errors[-1].error == "JobCancelledRemotely: job cancelled remotely"
+    else:
+        assert row.state is JobState.DISCARDED  # max_attempts 1: the failure stands
+        assert row.errors[-1].error == "ValueError: the body failed"
+    assert "its error handlers were cut short" in caplog.text

@@ -319,8 +319,31 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
         async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
             return await _in_thread(pool, contextvars.copy_context(), fn, *args)
 
-        if await run_error_handlers(config.middleware.error_handlers, row, error, in_thread):
-            error = JobCancel(error)
+        try:
+            if await run_error_handlers(config.middleware.error_handlers, row, error, in_thread):
+                error = JobCancel(error)
+        except asyncio.CancelledError:
+            # The body is over and its error decided: a cancel here (the job's timeout,
+            # a remote cancel, a hard stop, a stop giving up on the producer) cuts the
+            # handlers short but must not drop the outcome, or the row stays running
+            # with nothing to write it and the rescuer runs the job again, a job a
+            # handler (or a remote cancel) meant to cancel included.
+            task = asyncio.current_task()
+            if task is not None and task.cancelling() > 0:
+                task.uncancel()
+            log.warning(
+                "job %d (%s): its error handlers were cut short (%s); the attempt's "
+                "outcome is written without their verdict",
+                row.id,
+                row.kind,
+                "cancelled remotely"
+                if state.cancelled_remotely
+                else "its timeout passed"
+                if state.timed_out
+                else "the client is stopping",
+            )
+            if state.cancelled_remotely:
+                error = JobCancel(JobCancelledRemotely())
     finished = time.monotonic()
     if error is None and not state.interrupted and not ctx.metadata_updates:
         # A plain completion (most outcomes): nothing to merge, no clock to read.
