@@ -118,6 +118,10 @@ class RunState:
     # completer (its backpressure); a cancel there would only drop it, and the job, run
     # and finished, would be rescued and run again.
     ended: bool = False
+    # Set by a sync job's pool thread the moment its body returned or raised, before the
+    # loop hears of it (the outcome reaches the job's task a loop iteration or more
+    # later): a hard stop meanwhile must not hand the job back, as its body is over.
+    returned: bool = False
     # An async job's timeout watched by its producer (one timer for all its jobs, where
     # asyncio.timeout would cost a timer per job): the loop time it is due, its length,
     # and whether it fired.
@@ -217,7 +221,18 @@ async def _call(
     # logs it as stuck and sets job.cancel_requested for bodies that check it.
     context = contextvars.copy_context()
     context.run(_work_context.set, ctx)
-    await _in_thread(pool, context, worker.fn, job)
+    if state is None:
+        await _in_thread(pool, context, worker.fn, job)
+        return
+    await _in_thread(pool, context, _noting_return, worker.fn, job, state)
+
+
+def _noting_return(fn: Callable[..., Any], job: Job[Any], state: RunState) -> Any:
+    """``fn(job)`` on the pool thread; ``state.returned`` once it returned or raised."""
+    try:
+        return fn(job)
+    finally:
+        state.returned = True
 
 
 async def _in_thread(
