@@ -62,6 +62,18 @@ def _notify_insert(queue: str) -> str:
     return f"""count(pg_notify({channel}, '{{"queue": ' || to_json({queue})::text || '}}'))"""
 
 
+# The end of a batch insert: River's insert notification for each queue the client's
+# limiter allows that got an available job, sent at commit; then the inserted rows.
+_NOTIFIED_INSERTED = f"""notified AS (
+    SELECT {_notify_insert("q.queue")} AS n
+    FROM (
+        SELECT DISTINCT queue FROM inserted
+        WHERE state = 'available' AND queue = ANY(:notify_queues::text[])
+    ) AS q
+)
+SELECT inserted.* FROM inserted CROSS JOIN notified"""
+
+
 def _insert_many(*, with_ids: bool) -> str:
     """job_insert_many's text; ``with_ids``: the jobs' ids are given (``:ids``), as a
     workflow's tasks have them before the insert (from River's sequence), instead of
@@ -85,14 +97,7 @@ inserted AS (
     FROM raw
     {_ON_CONFLICT_RETURNING}
 ),
-notified AS (
-    SELECT {_notify_insert("q.queue")} AS n
-    FROM (
-        SELECT DISTINCT queue FROM inserted
-        WHERE state = 'available' AND queue = ANY(:notify_queues::text[])
-    ) AS q
-)
-SELECT inserted.* FROM inserted CROSS JOIN notified
+{_NOTIFIED_INSERTED}
 """
 
 
@@ -131,14 +136,7 @@ inserted AS (
     ORDER BY unique_key NULLS LAST, ord
     {_ON_CONFLICT_RETURNING}
 ),
-notified AS (
-    SELECT {_notify_insert("q.queue")} AS n
-    FROM (
-        SELECT DISTINCT queue FROM inserted
-        WHERE state = 'available' AND queue = ANY(:notify_queues::text[])
-    ) AS q
-)
-SELECT inserted.* FROM inserted CROSS JOIN notified
+{_NOTIFIED_INSERTED}
 LEFT JOIN raw by_key ON by_key.unique_key = inserted.unique_key
 LEFT JOIN raw by_id ON by_id.id = inserted.id
 ORDER BY coalesce(by_key.ord, by_id.ord)
