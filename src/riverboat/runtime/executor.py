@@ -118,10 +118,6 @@ class RunState:
     # completer (its backpressure); a cancel there would only drop it, and the job, run
     # and finished, would be rescued and run again.
     ended: bool = False
-    # Set by a sync job's pool thread the moment its body returned or raised, before the
-    # loop hears of it (the outcome reaches the job's task a loop iteration or more
-    # later): a hard stop meanwhile must not hand the job back, as its body is over.
-    returned: bool = False
     # An async job's timeout watched by its producer (one timer for all its jobs, where
     # asyncio.timeout would cost a timer per job): the loop time it is due, its length,
     # and whether it fired.
@@ -221,18 +217,7 @@ async def _call(
     # logs it as stuck and sets job.cancel_requested for bodies that check it.
     context = contextvars.copy_context()
     context.run(_work_context.set, ctx)
-    if state is None:
-        await _in_thread(pool, context, worker.fn, job)
-        return
-    await _in_thread(pool, context, _noting_return, worker.fn, job, state)
-
-
-def _noting_return(fn: Callable[..., Any], job: Job[Any], state: RunState) -> Any:
-    """``fn(job)`` on the pool thread; ``state.returned`` once it returned or raised."""
-    try:
-        return fn(job)
-    finally:
-        state.returned = True
+    await _in_thread(pool, context, worker.fn, job)
 
 
 async def _in_thread(
@@ -334,31 +319,8 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
         async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
             return await _in_thread(pool, contextvars.copy_context(), fn, *args)
 
-        try:
-            if await run_error_handlers(config.middleware.error_handlers, row, error, in_thread):
-                error = JobCancel(error)
-        except asyncio.CancelledError:
-            # The body is over and its error decided: a cancel here (the job's timeout,
-            # a remote cancel, a hard stop, a stop giving up on the producer) cuts the
-            # handlers short but must not drop the outcome, or the row stays running
-            # with nothing to write it and the rescuer runs the job again, a job a
-            # handler (or a remote cancel) meant to cancel included.
-            task = asyncio.current_task()
-            if task is not None and task.cancelling() > 0:
-                task.uncancel()
-            log.warning(
-                "job %d (%s): its error handlers were cut short (%s); the attempt's "
-                "outcome is written without their verdict",
-                row.id,
-                row.kind,
-                "cancelled remotely"
-                if state.cancelled_remotely
-                else "its timeout passed"
-                if state.timed_out
-                else "the client is stopping",
-            )
-            if state.cancelled_remotely:
-                error = JobCancel(JobCancelledRemotely())
+        if await run_error_handlers(config.middleware.error_handlers, row, error, in_thread):
+            error = JobCancel(error)
     finished = time.monotonic()
     if error is None and not state.interrupted and not ctx.metadata_updates:
         # A plain completion (most outcomes): nothing to merge, no clock to read.

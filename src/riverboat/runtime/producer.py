@@ -1146,11 +1146,6 @@ class Producer:
                 # mark (_hand_over), not handed back.
                 task.cancel()
                 continue
-            if state.returned and not state.cancellable:
-                # A sync job whose body has returned on its thread, the outcome not yet
-                # back on the loop: handing it back would run it again though it ran to
-                # its end. Its task resumes at once with the outcome.
-                continue
             state.interrupted = True
             count += 1
             if state.job is not None:
