@@ -30,7 +30,7 @@ from riverboat.errors import (
     JobRunningError,
     NotFoundError,
 )
-from riverboat.runtime.worker import OUTPUT_MAX_BYTES
+from riverboat.runtime.worker import check_output_size
 from riverboat.workflow import orphaned_dependents, workflow_meta
 
 if TYPE_CHECKING:
@@ -738,8 +738,7 @@ class _Ops:
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError("output", f"cannot be encoded as JSON: {exc}") from exc
             check_text_param(text, "output")
-            if len(text.encode()) > OUTPUT_MAX_BYTES:  # River's JobUpdate limit too
-                raise InvalidInputError("output", "must encode to at most 32 MB of JSON")
+            check_output_size(text)
             merge["output"] = output
         if not merge:  # nothing to write: read the row instead of rewriting it
             return _Plan(self.dialect.job_get_by_id(jid), self._one_job(jid))

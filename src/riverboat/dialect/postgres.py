@@ -74,6 +74,18 @@ _NOTIFIED_INSERTED = f"""notified AS (
 SELECT inserted.* FROM inserted CROSS JOIN notified"""
 
 
+# A batch's jobs as parallel arrays (``_INSERT_ARRAYS``), unnested into rows named
+# _INSERT_ROW; _INSERT_VALUES turns a row into river_job's insert columns.
+_INSERT_UNNEST = """:args::jsonb[], :kind::text[], :max_attempts::smallint[], :metadata::jsonb[],
+        :priority::smallint[], :queue::text[], :scheduled_at::timestamptz[], :state::text[],
+        :tags::text[], :unique_key::bytea[], :unique_states::integer[]"""
+_INSERT_ROW = """args, kind, max_attempts, metadata, priority, queue, scheduled_at, state,
+           tags, unique_key, unique_states"""
+_INSERT_VALUES = """args, coalesce(:now::timestamptz, now()), kind, max_attempts, metadata,
+           priority, queue, coalesce(scheduled_at, now()), state::<schema>river_job_state,
+           string_to_array(tags, ',')::varchar(255)[], unique_key, unique_states::bit(8)"""
+
+
 def _insert_many(*, with_ids: bool) -> str:
     """job_insert_many's text; ``with_ids``: the jobs' ids are given (``:ids``), as a
     workflow's tasks have them before the insert (from River's sequence), instead of
@@ -83,17 +95,12 @@ def _insert_many(*, with_ids: bool) -> str:
 WITH raw AS (
     SELECT *
     FROM unnest(
-        {ids_param}:args::jsonb[], :kind::text[], :max_attempts::smallint[], :metadata::jsonb[],
-        :priority::smallint[], :queue::text[], :scheduled_at::timestamptz[], :state::text[],
-        :tags::text[], :unique_key::bytea[], :unique_states::integer[]
-    ) AS r({ids_col}args, kind, max_attempts, metadata, priority, queue, scheduled_at, state,
-           tags, unique_key, unique_states)
+        {ids_param}{_INSERT_UNNEST}
+    ) AS r({ids_col}{_INSERT_ROW})
 ),
 inserted AS (
     {_INSERT_INTO_JOBS_WITH_IDS if with_ids else _INSERT_INTO_JOBS}
-    SELECT {ids_col}args, coalesce(:now::timestamptz, now()), kind, max_attempts, metadata,
-           priority, queue, coalesce(scheduled_at, now()), state::<schema>river_job_state,
-           string_to_array(tags, ',')::varchar(255)[], unique_key, unique_states::bit(8)
+    SELECT {ids_col}{_INSERT_VALUES}
     FROM raw
     {_ON_CONFLICT_RETURNING}
 ),
@@ -121,17 +128,12 @@ WITH s AS MATERIALIZED (
 raw AS MATERIALIZED (
     SELECT nextval(s.seq) AS id, r.*
     FROM s CROSS JOIN unnest(
-        :args::jsonb[], :kind::text[], :max_attempts::smallint[], :metadata::jsonb[],
-        :priority::smallint[], :queue::text[], :scheduled_at::timestamptz[], :state::text[],
-        :tags::text[], :unique_key::bytea[], :unique_states::integer[]
-    ) WITH ORDINALITY AS r(args, kind, max_attempts, metadata, priority, queue, scheduled_at,
-                           state, tags, unique_key, unique_states, ord)
+        {_INSERT_UNNEST}
+    ) WITH ORDINALITY AS r({_INSERT_ROW}, ord)
 ),
 inserted AS (
     {_INSERT_INTO_JOBS_WITH_IDS}
-    SELECT id, args, coalesce(:now::timestamptz, now()), kind, max_attempts, metadata,
-           priority, queue, coalesce(scheduled_at, now()), state::<schema>river_job_state,
-           string_to_array(tags, ',')::varchar(255)[], unique_key, unique_states::bit(8)
+    SELECT id, {_INSERT_VALUES}
     FROM raw
     ORDER BY unique_key NULLS LAST, ord
     {_ON_CONFLICT_RETURNING}

@@ -91,9 +91,15 @@ def record_output(value: Any) -> None:
         encoded = go_json_storable(value, check_depth=True)
     except (ValueError, TypeError) as exc:  # TypeError: bytes, a set, a naive datetime
         raise InvalidInputError("output", str(exc)) from None
+    check_output_size(encoded)
+    ctx.metadata_updates["output"] = json.loads(encoded)
+
+
+def check_output_size(encoded: str) -> None:
+    """Refuse an output whose JSON text passes River's limit for recorded output (its
+    JobUpdate's too): record_output's check, and the admin's job_update(output=)."""
     if len(encoded.encode()) > OUTPUT_MAX_BYTES:
         raise InvalidInputError("output", "must encode to at most 32 MB of JSON")
-    ctx.metadata_updates["output"] = json.loads(encoded)
 
 
 V = TypeVar("V")
