@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import riverboat
@@ -139,7 +139,13 @@ FAST_ELECTOR = ElectorConfig(
 
 class MaintenanceRecorder(Service):
     """A maintenance service that only records that it acted, with the leader's id and
-    the database clock, in ``rel_maintenance_log`` (created by the test)."""
+    when its run began, in ``rel_maintenance_log`` (created by the test).
+
+    The time is taken as the run begins, right after the leadership check and before
+    anything awaits, not by the database when the row arrives: a process frozen between
+    its check and its statement sends that statement when it wakes, and what the elector
+    promises is that no run *begins* once the term is gone (the host's clock, which the
+    database's clock_timestamp() also reads)."""
 
     name = "recorder"
 
@@ -152,12 +158,13 @@ class MaintenanceRecorder(Service):
     async def run_once(self) -> None:
         from riverboat._sql import Query, Statement
 
+        began = datetime.now(UTC).isoformat()
         table = f'"{ENV["RB_SCHEMA"]}".rel_maintenance_log'
         query = Query(
             "rel_maintenance_log",
-            f"INSERT INTO {table} (leader_id, at) VALUES (:leader_id, clock_timestamp())",
+            f"INSERT INTO {table} (leader_id, at) VALUES (:leader_id, :at::timestamptz)",
         )
-        await self._driver.execute(Statement(query, {"leader_id": self.client_id}))
+        await self._driver.execute(Statement(query, {"leader_id": self.client_id, "at": began}))
 
 
 def _add_recorder(runtime: Runtime) -> None:

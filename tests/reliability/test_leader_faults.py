@@ -2,11 +2,14 @@
 then the old leader wakes up (SIGCONT).
 
 Both processes run the maintenance services plus a recorder service that, on every
-run (every 50 ms), writes ``(leader_id, clock_timestamp())`` to
+run (every 50 ms), writes ``(leader_id, when the run began)`` to
 ``rel_maintenance_log``. The frozen leader's timers have all expired when it resumes;
 it must notice its term is gone and stop maintenance *before* any service acts again.
-So: no row from the old leader after the new leader's first row, none after the
-SIGCONT at all, and the old leader reports it lost leadership.
+So: no run of the old leader began after the new leader's first one, none after the
+SIGCONT at all, and the old leader reports it lost leadership. A run that began before
+the freeze may still write its row once the process wakes (the freeze came between its
+leadership check and its statement): its row carries the time it began, before the
+freeze, and passes: nothing fences a statement already decided on.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from tests.waiting import wait_until
 
 
 def _log_rows(url: str, schema: str) -> list[tuple[Any, ...]]:
-    """(leader_id, at) rows, oldest first."""
+    """(leader_id, at) rows, oldest first (``at``: when the run began)."""
     return sql(url, schema, "SELECT leader_id, at FROM rel_maintenance_log ORDER BY at, leader_id")
 
 
