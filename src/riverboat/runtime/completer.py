@@ -53,7 +53,7 @@ log = logging.getLogger("riverboat.completer")
 
 BATCH_MAX = 5000  # jobs per statement
 BACKPRESSURE_HIGH = 10_000  # new outcomes wait above this backlog...
-BACKPRESSURE_LOW = 5_000  # ...until it falls below this
+BACKPRESSURE_LOW = 5_000  # ...until it is down to this
 # How long a stop keeps trying to write buffered outcomes: River's DrainTimeoutDefault.
 DRAIN_TIMEOUT = 60.0
 # Retry delays for an outcome whose row another session holds locked.
@@ -544,7 +544,7 @@ class Completer:
             batch = []
             for job_id in list(self._buffer)[:limit]:
                 batch.append(self._buffer.pop(job_id))
-        if len(self._buffer) < BACKPRESSURE_LOW:
+        if len(self._buffer) <= BACKPRESSURE_LOW:
             self._below_low.set()
         if len(self._buffer) < self._batch_threshold:
             self._full.clear()
