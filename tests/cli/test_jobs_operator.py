@@ -142,6 +142,20 @@ def test_bulk_retry_cancel_delete_by_filter(any_db: Db) -> None:  # noqa: F811
     too_old = cli(any_db, "list", "--older-than", "99999999999d")
     assert too_old.returncode == 2 and "is more than 100 years (36500d)" in too_old.stderr
     assert cli(any_db, "list", "--older-than", "36500d").returncode == 0
+    # A page size out of range is a usage error too, as a malformed one is (it was exit
+    # 1, the API's refusal, after connecting).
+    for limit in ("-1", "0", "10001"):
+        bad_limit = cli(any_db, "list", "--limit", limit)
+        assert bad_limit.returncode == 2, (limit, bad_limit.stderr)
+        assert "is not between 1 and 10000" in bad_limit.stderr
+    assert cli(any_db, "list", "--limit", "10000").returncode == 0
+    for command in ("queues", "workflows"):
+        common = [
+            "--database-url",
+            any_db.url,
+            *(["--schema", any_db.schema] if any_db.schema else []),
+        ]
+        assert cli_in_process(command, "list", "--limit", "0", *common).returncode == 2
     with riverboat.Client(any_db.url, schema=any_db.schema) as client:
         states = [j.state for j in client.job_list(limit=50, kinds=["charge_card"]).jobs]
     assert states.count(JobState.AVAILABLE) == 4 and len(states) == 4

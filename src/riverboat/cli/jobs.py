@@ -28,10 +28,11 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from riverboat._admin import JobListCursor
+from riverboat._admin import JOB_LIST_LIMIT_MAX, JobListCursor
 from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, JobRow, JobState
 from riverboat._json import date_time_text
 from riverboat._seconds import is_seconds
+from riverboat.cli._arguments import page_size
 from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.cli._terminal import printable
 from riverboat.client import Client
@@ -447,7 +448,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--order-by", choices=("id", "time", "scheduled_at", "finalized_at"), default="id"
     )
     listing.add_argument("--desc", action="store_true", help="descending order")
-    listing.add_argument("--limit", type=int, default=100, help="page size (default 100)")
+    listing.add_argument(
+        "--limit",
+        type=page_size(JOB_LIST_LIMIT_MAX),
+        default=100,
+        help=f"page size (1-{JOB_LIST_LIMIT_MAX:,}, default 100)",
+    )
     listing.add_argument("--cursor", help="continue after this cursor (printed by a prior list)")
 
     get = sub.add_parser("get", help="show jobs: args, metadata, every error with its trace")

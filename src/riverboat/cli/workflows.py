@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from riverboat.cli._arguments import page_size
 from riverboat.cli._terminal import printable
 from riverboat.cli.jobs import (
     add_common,
@@ -21,7 +22,7 @@ from riverboat.cli.jobs import (
     print_table,
     wait_and_show,
 )
-from riverboat.workflow import WorkflowInfo, WorkflowSummary
+from riverboat.workflow import WORKFLOW_LIST_MAX, WorkflowInfo, WorkflowSummary
 
 __all__ = ["add_arguments", "run"]
 
@@ -91,7 +92,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     listing = sub.add_parser("list", help=text, description=text)
     add_common(listing)
     listing.add_argument(
-        "--limit", type=int, default=20, help="at most this many (1-100, default 20)"
+        "--limit",
+        type=page_size(WORKFLOW_LIST_MAX),
+        default=20,
+        help=f"at most this many (1-{WORKFLOW_LIST_MAX}, default 20)",
     )
     for action, text in (
         ("get", "show a workflow's tasks, their dependencies and states"),
