@@ -19,6 +19,7 @@ from riverboat.flow import SEQUENCE_METADATA_KEY, check_sequence_key
 __all__ = [
     "InsertDefaults",
     "InsertParams",
+    "chosen_unique_opts",
     "encode_args",
     "resolve_insert",
     "validate_kind",
@@ -302,6 +303,16 @@ def _pick(*values: Any) -> Any:
 _NO_OPTS = InsertOpts()  # frozen: shared by every job inserted without options
 
 
+def chosen_unique_opts(opts: InsertOpts | None, own: InsertOpts | None) -> object:
+    """The unique options a job is inserted with, from the insert's ``opts`` and the
+    args' own ``insert_opts()`` (``own``): River's rule, the per-insert UniqueOpts win
+    unless they are empty, then the args' own. Not checked here (anything given)."""
+    unique = opts.unique_opts if opts is not None else None
+    if unique is None or (isinstance(unique, UniqueOpts) and unique.is_empty()):
+        unique = own.unique_opts if own is not None else None
+    return unique
+
+
 def resolve_insert(
     args: object,
     opts: InsertOpts | None,
@@ -362,10 +373,7 @@ def resolve_insert(
 
     key = None
     states = None
-    # River: the per-insert UniqueOpts win unless they are empty, then the args' own.
-    unique = o.unique_opts
-    if unique is None or (isinstance(unique, UniqueOpts) and unique.is_empty()):
-        unique = a.unique_opts
+    unique = chosen_unique_opts(o, a)
     if unique is not None and not isinstance(unique, UniqueOpts):
         raise InvalidInputError(
             "opts.unique_opts", f"must be UniqueOpts, not {type(unique).__name__}"

@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import AsyncClient, InsertManyParams, PeriodicJob, QueueConfig
+from riverboat import (
+    AsyncClient,
+    InsertManyParams,
+    InsertOpts,
+    PeriodicJob,
+    QueueConfig,
+    UniqueOpts,
+)
 from riverboat.dialect._sqlite_common import parse_timestamp
 from tests.leadership._helpers import default_workers, elector_of, fast_maintenance, wait_any_leader
 from tests.runtime.dbs import Db, any_db  # noqa: F401
@@ -127,3 +134,44 @@ async def test_a_job_added_on_the_leader_outlives_it(any_db: Db) -> None:  # noq
     assert all(args == {"version": 7} for _, args in _runs(any_db))
     assert len(ticks) == len(set(ticks)), "a tick was inserted twice"
     assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(ticks)), ticks
+
+
+@pytest.mark.asyncio
+async def test_a_template_keeps_the_unique_options_of_its_runs(any_db: Db) -> None:  # noqa: F811
+    """A job added at runtime whose constructor makes its runs unique (here by args and
+    queue, so one run at a time whatever the tick) keeps that on a leader that lacks its
+    code: its template carries the options and the args as encoded, and the leader's
+    runs have the key the adding client's own insert has. (Before, the template dropped
+    them: the leader made its runs unique per tick only, one more every second; and on
+    Postgres the args' 1e21, read back from jsonb as an integer past int64, had every
+    run refused.)"""
+    args = {"report": "daily", "big": 1e21, "nested": {"b": 1, "a": [1.5, "x"]}}
+    opts = InsertOpts(unique_opts=UniqueOpts(by_args=True, by_queue=True))
+    clients = [_client(any_db, "unique_one"), _client(any_db, "unique_two")]
+    for client in clients:
+        await client.start()
+    try:
+        leader = await wait_any_leader(clients, 10)
+        follower = next(c for c in clients if c is not leader)
+        assert leader.runtime.maintainer is not None
+        service = leader.runtime.maintainer.services["periodic"]
+        follower.periodic_jobs.add(
+            PeriodicJob(
+                "* * * * * *", lambda: InsertManyParams(args, opts, kind="noop"), id="unique_run"
+            )
+        )
+        await wait_until_async(lambda: len(_runs(any_db)) >= 1, timeout=10, what="a first run")
+        # Three more runs of the enqueuer, at least two ticks: each finds the first run.
+        runs_seen = service.stats.successes
+        await service.wait_for(lambda stats: stats.successes >= runs_seen + 3)
+        runs = _runs(any_db)
+        assert len(runs) == 1, runs
+        again = await follower.insert(args, opts, kind="noop")
+        assert again.unique_skipped_as_duplicate, "the leader's run has another unique key"
+        records = await follower.periodic_job_list()
+        template = records[0].template
+        assert template is not None and template["unique_opts"]["by_args"] is True
+    finally:
+        for client in clients:
+            await client.stop()
+            await client.close()

@@ -52,10 +52,18 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from riverboat._insert import InsertDefaults, InsertParams, resolve_insert
+from riverboat._insert import InsertDefaults, InsertParams, chosen_unique_opts, resolve_insert
 from riverboat._insert_async import run_insert
 from riverboat._insert_plan import InsertPlan
-from riverboat._job import InsertManyParams, InsertOpts, JobState, format_rfc3339_nano
+from riverboat._job import (
+    InsertManyParams,
+    InsertOpts,
+    JobState,
+    RawArgs,
+    UniqueOpts,
+    format_rfc3339_nano,
+)
+from riverboat._json import json_loads
 from riverboat._periodic import CATCH_UP_LIMIT, CATCH_UP_POLICIES, PeriodicJobRecord
 from riverboat._unique import unique_states_bitmask
 from riverboat.dialect._periodic_common import PeriodicJobDeclaration, PeriodicJobWrite
@@ -335,7 +343,7 @@ async def _template_of(job: PeriodicJob, defaults: InsertDefaults) -> dict[str, 
     if args is None:
         return None
     params = resolve_insert(args, opts or InsertOpts(), kind, defaults)
-    return {
+    template: dict[str, Any] = {
         "kind": params.kind,
         "args": json.loads(params.encoded_args),
         "queue": params.queue,
@@ -344,6 +352,54 @@ async def _template_of(job: PeriodicJob, defaults: InsertDefaults) -> dict[str, 
         "tags": list(params.tags),
         "metadata": json.loads(params.encoded_metadata),
     }
+    # The args as encoded, in a JSON string: Postgres's jsonb keeps no number as written
+    # (1e21 came back as an integer past int64, and every run built from the parsed
+    # "args" above was refused). Args given as JSON text or as an object (a dataclass,
+    # a model) are used as that text, byte for byte, which is what a by_args unique key
+    # reads of them (an object's fields in their order, as a Go struct's); a dict's as
+    # the dict parsed from it (nested keys sorted for the key, as Go sorts a map's).
+    template["args_text"] = params.encoded_args
+    template["args_as_text"] = not isinstance(args, dict)
+    own = getattr(args, "insert_opts", None)
+    unique = chosen_unique_opts(opts, own() if callable(own) else None)
+    if isinstance(unique, UniqueOpts) and not unique.is_empty():
+        # Without them a leader lacking the job's code made its runs unique by the
+        # periodic job's id and tick only, where the client that added it used these.
+        template["unique_opts"] = _unique_template(unique)
+        fields = getattr(args, "unique_fields", None)
+        if fields is not None:
+            template["unique_fields"] = [f if isinstance(f, str) else list(f) for f in fields]
+    return template
+
+
+def _unique_template(unique: UniqueOpts) -> dict[str, Any]:
+    period = unique.by_period
+    return {
+        "by_args": unique.by_args,
+        "by_period": period.total_seconds() if isinstance(period, timedelta) else period,
+        "by_queue": unique.by_queue,
+        "by_state": None
+        if unique.by_state is None
+        else [str(getattr(state, "value", state)) for state in unique.by_state],
+        "exclude_kind": unique.exclude_kind,
+    }
+
+
+def _unique_of(template: dict[str, Any]) -> UniqueOpts | None:
+    """The unique options stored with a template (None: none, or not readable: the runs
+    are then unique by the periodic job's id and tick, as a template without them)."""
+    stored = template.get("unique_opts")
+    if not isinstance(stored, dict):
+        return None
+    by_state = stored.get("by_state")
+    period = stored.get("by_period")
+    return UniqueOpts(
+        by_args=stored.get("by_args") is True,
+        by_period=period if isinstance(period, (int, float)) and period > 0 else None,
+        by_queue=stored.get("by_queue") is True,
+        by_state=by_state if isinstance(by_state, list) else None,
+        exclude_kind=stored.get("exclude_kind") is True,
+    )
 
 
 def _job_of(record: PeriodicJobRecord) -> PeriodicJob | None:
@@ -352,14 +408,28 @@ def _job_of(record: PeriodicJobRecord) -> PeriodicJob | None:
     schedule = parse_schedule(record.schedule)
     if template is None or schedule is None:
         return None
+    args: Any = template.get("args") or {}
+    text, fields = template.get("args_text"), template.get("unique_fields")
+    if isinstance(text, str):
+        # As the client that added it encoded them, and keyed by the same fields.
+        if template.get("args_as_text") is True:
+            args = RawArgs(text, unique_fields=fields if isinstance(fields, list) else None)
+        else:
+            try:
+                parsed = json_loads(text)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, dict):
+                args = parsed
     insert = InsertManyParams(
-        template.get("args") or {},
+        args,
         InsertOpts(
             queue=template.get("queue"),
             priority=template.get("priority"),
             max_attempts=template.get("max_attempts"),
             tags=template.get("tags"),
             metadata=template.get("metadata"),
+            unique_opts=_unique_of(template),
         ),
         kind=template.get("kind"),
     )
