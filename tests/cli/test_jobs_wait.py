@@ -56,7 +56,7 @@ def test_jobs_wait(any_db: Db) -> None:  # noqa: F811
 
         cancelled = _cli(any_db, str(dropped.id))
         out, err = cancelled.communicate(timeout=60)
-        assert cancelled.returncode == 1, err
+        assert cancelled.returncode == 4, err
         assert client.job_get(dropped.id).state is JobState.CANCELLED
         client.stop()
 

@@ -37,7 +37,7 @@ def test_workflows_command(any_db: Db) -> None:  # noqa: F811
     body = json.loads(cancelled.stdout)
     assert body["state"] == "failed"
     assert [t["job"]["state"] for t in body["tasks"]] == ["cancelled", "cancelled"]
-    assert _cli(any_db, "wait", wf.id).returncode == 1
+    assert _cli(any_db, "wait", wf.id).returncode == 4
 
     retried = json.loads(_cli(any_db, "retry", wf.id, "--json").stdout)
     assert [t["job"]["state"] for t in retried["tasks"]] == ["available", "pending"]
@@ -52,7 +52,7 @@ def test_workflows_command(any_db: Db) -> None:  # noqa: F811
     [summary] = json.loads(_cli(any_db, "list", "--json").stdout)
     assert summary["id"] == wf.id and summary["unfinished"] == 2
     refused = _cli(any_db, "list", "--limit", "0")
-    assert refused.returncode == 1 and "limit" in refused.stderr
+    assert refused.returncode == 2 and "--limit: 0 is not between 1 and 100" in refused.stderr
 
     missing = _cli(any_db, "get", "wf_nope")
     assert missing.returncode == 1

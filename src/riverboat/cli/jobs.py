@@ -9,8 +9,9 @@ worked in bounded batches, with ``--dry-run`` to count them first.
 
 Exit codes: 0 done (a bulk action that matched nothing says so and exits 0), 1 an error
 (a job id that does not exist, a database that cannot be read; one ``riverboat: error:``
-line), 2 a usage error. ``wait`` also exits 1 for a job that ended discarded or
-cancelled, and 3 when ``--timeout`` passed first.
+line), 2 a usage error. ``wait`` also exits 4 for a job that ended discarded or
+cancelled (not 1: a script must tell a failed job from a job id that does not exist),
+and 3 when ``--timeout`` passed first.
 """
 
 from __future__ import annotations
@@ -246,7 +247,7 @@ def print_records(
 
 
 T = TypeVar("T")
-EXIT_FAILED = 1  # `wait`: what was waited for finished, but not completed
+EXIT_FAILED = 4  # `wait`: what was waited for finished, but not completed (1: an error)
 EXIT_TIMEOUT = 3  # `wait`: still unfinished after --timeout
 
 
@@ -462,7 +463,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     wait = sub.add_parser(
         "wait",
-        help="wait until a job is finalized and show it (exit 0 completed, 1 discarded or "
+        help="wait until a job is finalized and show it (exit 0 completed, 4 discarded or "
         "cancelled, 3 timeout)",
     )
     add_common(wait)
@@ -532,7 +533,7 @@ def _show_waited(job: JobRow, as_json: bool) -> None:
 
 def _wait(client: Any, args: argparse.Namespace) -> int:
     """``jobs wait``: the job once finalized (``job_wait``: woken by LISTEN/NOTIFY on
-    Postgres, see docs/workflows.md); exit 0 completed, 1 discarded or cancelled, 3
+    Postgres, see docs/workflows.md); exit 0 completed, 4 discarded or cancelled, 3
     still unfinished after ``--timeout``."""
     return wait_and_show(
         lambda: client.job_wait(args.job_id, timeout=args.timeout),

@@ -3,7 +3,7 @@ workflows from the shell (see docs/workflows.md).
 
 ``list`` prints the newest workflows with their task counts; ``get`` prints each task
 with its dependencies, state and job id (``--json`` adds the jobs' rows); ``wait`` blocks
-until every task is finalized (exit 0 when all completed, 1 when one failed, 3 on
+until every task is finalized (exit 0 when all completed, 4 when one failed, 3 on
 ``--timeout``); ``retry`` and ``cancel`` act, then print the workflow as ``get`` does.
 """
 
@@ -99,7 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     for action, text in (
         ("get", "show a workflow's tasks, their dependencies and states"),
-        ("wait", "wait until every task is finalized (exit 0 completed, 1 failed, 3 timeout)"),
+        ("wait", "wait until every task is finalized (exit 0 completed, 4 failed, 3 timeout)"),
         ("retry", "retry failed tasks; tasks they cancelled wait for them again"),
         ("cancel", "cancel every task that has not finished"),
     ):
