@@ -361,7 +361,8 @@ async def _template_of(job: PeriodicJob, defaults: InsertDefaults) -> dict[str, 
     template["args_text"] = params.encoded_args
     template["args_as_text"] = not isinstance(args, dict)
     own = getattr(args, "insert_opts", None)
-    unique = chosen_unique_opts(opts, own() if callable(own) else None)
+    own_opts = own() if callable(own) else None
+    unique = chosen_unique_opts(opts, own_opts if isinstance(own_opts, InsertOpts) else None)
     if isinstance(unique, UniqueOpts) and not unique.is_empty():
         # Without them a leader lacking the job's code made its runs unique by the
         # periodic job's id and tick only, where the client that added it used these.
