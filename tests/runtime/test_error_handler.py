@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
@@ -23,6 +24,7 @@ from riverboat import (
     QueueConfig,
     Workers,
 )
+from riverboat.runtime.producer import Producer
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 
@@ -154,3 +156,183 @@ def test_handle_error_must_be_callable() -> None:
 
     with pytest.raises(riverboat.InvalidInputError, match="handle_error is not callable"):
         riverboat.Client("sqlite:///:memory:", middleware=[NotCallable()])
+
+
+class Hangs:
+    """An error handler that waits until told (a reporting service that does not
+    answer), then cancels the job: the job's body is over, its error decided, while it
+    runs. ``plain``: a plain def, which runs on a worker thread."""
+
+    def __init__(self, *, plain: bool = False) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.thread_release = threading.Event()
+        self.returned = 0
+        if plain:
+            self.handle_error = self._plain  # type: ignore[method-assign, assignment]
+
+    async def handle_error(self, job: JobRow, exc: BaseException) -> ErrorHandlerResult:
+        self.started.set()
+        await self.release.wait()
+        self.returned += 1
+        return ErrorHandlerResult(set_cancelled=True)
+
+    def _plain(self, job: JobRow, exc: BaseException) -> ErrorHandlerResult:
+        self.loop.call_soon_threadsafe(self.started.set)
+        self.thread_release.wait(30)
+        self.returned += 1
+        return ErrorHandlerResult(set_cancelled=True)
+
+    def let_go(self) -> None:
+        self.release.set()
+        self.thread_release.set()
+
+
+async def test_error_handlers_outlive_the_job_timeout(
+    any_db: Db,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As River's ``HandleError``, called outside the job's timeout context, the error
+    handlers are not cut short by the job's timeout: their verdict stands. Before, the
+    producer's deadline watch cancelled the job's task while they ran, the
+    CancelledError left execute_job without an outcome, the row stayed ``running`` and
+    the rescuer ran the job again."""
+    db = any_db
+    workers = Workers()
+    runs: list[int] = []
+
+    @workers.register("fails")
+    async def fails(job: Job[Any]) -> None:
+        runs.append(job.id)
+        raise ValueError("the body failed")
+
+    deadline_checked = asyncio.Event()
+    check_deadlines = Producer._check_deadlines
+
+    def noting_check(self: Producer) -> None:
+        check_deadlines(self)
+        deadline_checked.set()
+
+    monkeypatch.setattr(Producer, "_check_deadlines", noting_check)
+    handler = Hangs()
+    client = riverboat.AsyncClient(
+        db.url,
+        schema=db.schema,
+        queues={"default": QueueConfig(max_workers=2)},
+        workers=workers,
+        middleware=[handler],
+        job_timeout=0.2,
+        fetch_poll_interval=0.1,
+    )
+    sub = client.subscribe(riverboat.EventKind.JOB_CANCELLED)
+    caplog.set_level(logging.WARNING, "riverboat")
+    job_id = (
+        await client.insert({}, kind="fails", opts=riverboat.InsertOpts(max_attempts=2))
+    ).job.id
+    await client.start()
+    try:
+        async with asyncio.timeout(10):
+            await handler.started.wait()
+            # The producer's deadline watch ran at the job's deadline, the handler still
+            # waiting; only then does the handler answer.
+            await deadline_checked.wait()
+            handler.let_go()
+            event = await sub.get()
+        assert event.job is not None and event.job.id == job_id
+        row = await client.job_get(job_id)
+    finally:
+        handler.let_go()
+        await client.close()
+    assert runs == [job_id] and handler.returned == 1
+    assert (row.state, row.attempt) == (JobState.CANCELLED, 1)  # the handler's verdict
+    assert row.errors[-1].error == "ValueError: the body failed"
+    assert "cut short" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("cut", "body", "handler_kind"),
+    [
+        ("remote_cancel", "async", "async"),
+        ("remote_cancel", "async", "plain"),
+        ("hard_stop", "async", "async"),
+        ("hard_stop", "async", "plain"),
+        ("hard_stop", "sync", "async"),
+        ("hard_stop", "sync", "plain"),
+    ],
+)
+async def test_error_handlers_cut_short_keep_the_outcome(
+    any_db: Db,  # noqa: F811
+    cut: str,
+    body: str,
+    handler_kind: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A remote cancel or a hard stop (``soft_stop_timeout=None``: nothing else bounds
+    the stop) while the error handlers run cuts them short, and the attempt's outcome
+    is still written, without their verdict. The stop does not wait for a handler that
+    does not answer (a plain one keeps its thread). Before, the CancelledError ended the
+    job's task without an outcome: the row stayed ``running``, nothing was logged, and
+    the rescuer ran the job again, though it had failed (or been cancelled) once."""
+    db = any_db
+    workers = Workers()
+    runs: list[int] = []
+
+    if body == "async":
+
+        @workers.register("fails")
+        async def fails(job: Job[Any]) -> None:
+            runs.append(job.id)
+            raise ValueError("the body failed")
+
+    else:
+
+        @workers.register("fails")
+        def fails_in_a_thread(job: Job[Any]) -> None:
+            runs.append(job.id)
+            raise ValueError("the body failed")
+
+    handler = Hangs(plain=handler_kind == "plain")
+    client = riverboat.AsyncClient(
+        db.url,
+        schema=db.schema,
+        queues={"default": QueueConfig(max_workers=2)},
+        workers=workers,
+        middleware=[handler],
+        soft_stop_timeout=None,
+        fetch_poll_interval=0.1,
+    )
+    other = riverboat.AsyncClient(db.url, schema=db.schema)
+    sub = client.subscribe(riverboat.EventKind.JOB_FAILED, riverboat.EventKind.JOB_CANCELLED)
+    caplog.set_level(logging.WARNING, "riverboat")
+    opts = riverboat.InsertOpts(max_attempts=1)
+    job_id = (await client.insert({}, kind="fails", opts=opts)).job.id
+    await client.start()
+    try:
+        async with asyncio.timeout(10):
+            await handler.started.wait()
+            if cut == "remote_cancel":
+                await other.job_cancel(job_id)
+                event = await sub.get()
+                assert event.job is not None and event.job.id == job_id
+            else:
+                await client.stop_and_cancel()
+        row = await other.job_get(job_id)
+        answered = handler.returned
+    finally:
+        handler.let_go()
+        await client.close()
+        await other.close()
+    assert runs == [job_id]
+    assert answered == 0, "the handler had not answered: its verdict is not in"
+    assert row.attempt == 1
+    if cut == "remote_cancel":
+        # As a remote cancel a moment earlier, while the body ran: cancelled.
+        assert row.state is JobState.CANCELLED
+        assert row.errors[-1].error == "JobCancelledRemotely: job cancelled remotely"
+        assert "its error handlers were cut short (the job was cancelled remotely)" in caplog.text
+    else:
+        assert row.state is JobState.DISCARDED  # max_attempts 1: the failure stands
+        assert row.errors[-1].error == "ValueError: the body failed"
+        assert "its error handlers were cut short (the client is stopping)" in caplog.text

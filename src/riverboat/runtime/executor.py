@@ -118,6 +118,15 @@ class RunState:
     # completer (its backpressure); a cancel there would only drop it, and the job, run
     # and finished, would be rescued and run again.
     ended: bool = False
+    # Set once the job's code is over (its body and work middleware returned or raised)
+    # and its error decided, before its error handlers run. The job's timeout no longer
+    # applies (River calls HandleError outside the timeout's context), and a hard stop
+    # does not hand the job back: it cuts the handlers short, and the outcome stands.
+    past_body: bool = False
+    # The outcome goes to the completer without waiting for room past its high-water
+    # mark: a stop or a cancel cut the job short, and waiting there for a database that
+    # does not answer would hold the stop for as long.
+    hand_over_now: bool = False
     # An async job's timeout watched by its producer (one timer for all its jobs, where
     # asyncio.timeout would cost a timer per job): the loop time it is due, its length,
     # and whether it fired.
@@ -303,6 +312,7 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
         # never arrives here: it reaches the main thread (the sync client's loop runs in
         # a thread of its own) or, under asyncio.run, cancels the main task.
         error = exc
+    state.past_body = True
     if state.cancelled_remotely and error is not None and not isinstance(error, JobCancel):
         # River: an error after a remote cancel becomes the cancellation.
         error = JobCancel(JobCancelledRemotely())
@@ -319,8 +329,13 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
         async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
             return await _in_thread(pool, contextvars.copy_context(), fn, *args)
 
-        if await run_error_handlers(config.middleware.error_handlers, row, error, in_thread):
-            error = JobCancel(error)
+        try:
+            if await run_error_handlers(config.middleware.error_handlers, row, error, in_thread):
+                error = JobCancel(error)
+        except asyncio.CancelledError:
+            if _cut_short(row, state):
+                # As a remote cancel that came a moment earlier: the cancellation.
+                error = JobCancel(JobCancelledRemotely())
     finished = time.monotonic()
     if error is None and not state.interrupted and not ctx.metadata_updates:
         # A plain completion (most outcomes): nothing to merge, no clock to read.
@@ -371,6 +386,38 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
     # runtime/collector.py). Dropping the reference frees them now.
     error = None
     return PendingCompletion(update, row, kind, started_at, finished - started_mono, finished)
+
+
+def _cut_short(row: JobRow, state: RunState) -> bool:
+    """A cancel reached the job's error handlers: a hard stop, a stop giving up on its
+    producer, a remote cancel (the job's timeout no longer applies there). The body is
+    over and its error decided, so the handlers are cut short and the attempt's outcome
+    is still written, without their verdict; had the cancel gone on, the task would
+    have ended with no outcome, the row left running, and the rescuer would have run
+    the job again. (River waits for HandleError, which gets a cancelled context; a
+    thread or a coroutine can't be made to return, so this does not wait.) The outcome
+    then goes to the completer at once, past its high-water mark: a stop must not wait
+    for room in it. True when the cancel was a remote cancel of the job."""
+    task = asyncio.current_task()
+    cancelled = task is not None and task.cancelling() > 0
+    if task is not None and cancelled:
+        task.uncancel()
+    remote = cancelled and state.cancelled_remotely and not state.hand_over_now
+    if not cancelled:
+        why = "an error handler raised CancelledError"
+    elif remote:
+        why = "the job was cancelled remotely"
+    else:
+        why = "the client is stopping"  # a hard stop, or a stop giving up on its producer
+    state.hand_over_now = state.hand_over_now or cancelled
+    log.warning(
+        "job %d (%s): its error handlers were cut short (%s); the attempt's outcome is "
+        "written without their verdict",
+        row.id,
+        row.kind,
+        why,
+    )
+    return remote
 
 
 def _log_failure(

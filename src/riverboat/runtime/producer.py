@@ -1027,7 +1027,7 @@ class Producer:
         nearest = math.inf
         for task, state in self._active.values():
             deadline = state.deadline
-            if deadline is None or state.timed_out or state.stuck or state.ended:
+            if deadline is None or state.timed_out or state.stuck or state.past_body:
                 continue
             if deadline <= now:
                 if not state.cancellable:
@@ -1097,7 +1097,7 @@ class Producer:
             else:
                 if self._counting_in_flight:
                     self._note_outcome(pending)
-                if not self._completer.add_nowait(pending):
+                if not self._completer.add_nowait(pending, past_mark=state.hand_over_now):
                     await self._hand_over(pending)
         except Exception:  # pragma: no cover - execute_job turns user errors into outcomes
             log.exception("producer %s: job %d failed outside its worker", self.queue, row.id)
@@ -1141,9 +1141,13 @@ class Producer:
         for task, state in list(self._active.values()):
             if state.interrupted:
                 continue
-            if state.ended:
-                # Its outcome waits for room in the completer: buffered now, past the
-                # mark (_hand_over), not handed back.
+            # Whatever its outcome, it goes to the completer now, not after room there.
+            state.hand_over_now = True
+            if state.past_body:
+                # Its code is over, its outcome decided: not handed back. Its error
+                # handlers are cut short (execute_job writes the outcome without their
+                # verdict), or its outcome waits for room in the completer (buffered
+                # now, past the mark: _hand_over).
                 task.cancel()
                 continue
             state.interrupted = True

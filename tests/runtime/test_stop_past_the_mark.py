@@ -1,0 +1,214 @@
+"""A stop that cuts a job's error handlers short while the completer is past its
+high-water mark and the database does not answer: the attempt's outcome is kept, and
+the stop still ends.
+
+Past the mark (BACKPRESSURE_HIGH outcomes the database has not taken; lowered to 1
+here), a finished job waits for room before it hands its outcome over. A job whose
+error handlers a stop cut short must not wait there: room comes only when the
+database answers again, and the stop waits for the job. That was the hang a first fix
+of the lost outcome had: the cancel reaching the handlers was swallowed, and when it
+was the runner's give-up cancel (soft_stop_timeout + STOP_GRACE), nothing else came to
+end the wait; with ``soft_stop_timeout=None`` the hard stop's own cancel did the same.
+
+The database does not answer because another session holds its write lock: a
+``LOCK TABLE river_job`` on Postgres, ``BEGIN IMMEDIATE`` on SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+import riverboat
+from riverboat import ErrorHandlerResult, Job, JobRow, JobState, QueueConfig, Workers
+from riverboat.runtime import completer as completer_module
+from riverboat.runtime import runner as runner_module
+from riverboat.runtime.producer import Producer
+from tests.runtime.dbs import Db, any_db  # noqa: F401
+from tests.waiting import wait_until_async
+
+GRACE = 1.0  # STOP_GRACE for the test (4 s): how long past the hard stop it gives up
+
+
+@contextmanager
+def writes_refused(db: Db) -> Iterator[Callable[[], None]]:
+    """Another session holds the database's write lock until ``release()`` (or the
+    block's end): the client's writes wait for it."""
+    with db.connect() as conn:
+        if db.dialect == "postgres":
+            conn.execute("LOCK TABLE river_job IN EXCLUSIVE MODE")
+        else:
+            conn.execute("BEGIN IMMEDIATE")
+        held = True
+
+        def release() -> None:
+            nonlocal held
+            if held:
+                held = False
+                conn.rollback()
+
+        try:
+            yield release
+        finally:
+            release()
+
+
+class Hangs:
+    """An error handler that does not answer (a reporting service that is down)."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def handle_error(self, job: JobRow, exc: BaseException) -> ErrorHandlerResult:
+        self.started.set()
+        await self.release.wait()
+        return ErrorHandlerResult(set_cancelled=True)
+
+
+@pytest.mark.parametrize("stop", ["give_up", "hard_stop_no_timeout"])
+async def test_handlers_cut_short_past_the_mark_keep_the_outcome_and_the_stop_ends(
+    any_db: Db,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    stop: str,
+) -> None:
+    """``give_up``: the hard stop's cancel turns into the body's error (a job that
+    catches it and raises), so the handlers run after the hard stop and only the
+    runner's give-up cancel, GRACE later, reaches them; the database still does not
+    answer when the stop ends, so the outcome is checked in the completer, left
+    unwritten for the rescuer. ``hard_stop_no_timeout``: the body failed, the handlers
+    run, then ``stop_and_cancel()`` with ``soft_stop_timeout=None`` (nothing gives up);
+    the database answers again once the producer has stopped, so the outcome is
+    written."""
+    db = any_db
+    # 10,000 outcomes the database has not taken, scaled down: past the mark at 1, room
+    # again below 1, written 1 per statement (5,000), so a failed write's retry makes no
+    # room while the database does not answer.
+    monkeypatch.setattr(completer_module, "BACKPRESSURE_HIGH", 1)
+    monkeypatch.setattr(completer_module, "BACKPRESSURE_LOW", 1)
+    monkeypatch.setattr(completer_module, "BATCH_MAX", 1)
+    monkeypatch.setattr(runner_module, "STOP_GRACE", GRACE)
+    producer_stopped = asyncio.Event()
+    producer_stop = Producer.stop
+
+    async def noting_stop(self: Producer, *, cancel_running: bool = False) -> None:
+        try:
+            await producer_stop(self, cancel_running=cancel_running)
+        finally:
+            producer_stopped.set()
+
+    monkeypatch.setattr(Producer, "stop", noting_stop)
+    go = {1: asyncio.Event(), 2: asyncio.Event()}
+    started: dict[str, asyncio.Event] = {name: asyncio.Event() for name in ("1", "2", "subject")}
+    workers = Workers()
+
+    @workers.register("quick")
+    async def quick(job: Job[dict[str, int]]) -> None:
+        started[str(job.args["n"])].set()
+        await go[job.args["n"]].wait()
+
+    @workers.register("subject")
+    async def subject(job: Job[Any]) -> None:
+        started["subject"].set()
+        if stop == "hard_stop_no_timeout":
+            raise ValueError("the body failed")
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise ValueError("cut off mid-write") from None
+
+    handler = Hangs()
+    client = riverboat.AsyncClient(
+        db.url,
+        schema=db.schema,
+        queues={"default": QueueConfig(max_workers=3)},
+        workers=workers,
+        middleware=[handler],
+        soft_stop_timeout=None if stop == "hard_stop_no_timeout" else 10.0,
+        # One claim takes the three jobs; none follows while the database is locked.
+        fetch_cooldown=60.0,
+        fetch_poll_interval=60.0,
+        leader_election=False,
+    )
+    client.runtime.config.completer_flush_delay = 0.01
+    caplog.set_level(logging.WARNING, "riverboat")
+    quick_ids = [(await client.insert({"n": n}, kind="quick")).job.id for n in sorted(go)]
+    subject_id = (
+        await client.insert({}, kind="subject", opts=riverboat.InsertOpts(max_attempts=1))
+    ).job.id
+    await client.start()
+    completer = client.runtime.completer
+    assert completer is not None
+    stopping: asyncio.Future[None] | None = None
+    try:
+        async with asyncio.timeout(10):
+            for event in started.values():
+                await event.wait()
+            if stop == "hard_stop_no_timeout":
+                await handler.started.wait()
+        with writes_refused(db) as release:
+            # The first outcome's write waits for the lock (out of the buffer), the
+            # second stays buffered: the completer is past its mark of 1.
+            go[1].set()
+            await wait_until_async(
+                lambda: (
+                    quick_ids[0] in completer.pending_ids()
+                    and quick_ids[0] not in _buffered(completer)
+                ),
+                what="the first outcome's write under way",
+            )
+            go[2].set()
+            await wait_until_async(
+                lambda: quick_ids[1] in _buffered(completer), what="the second outcome buffered"
+            )
+            began = time.monotonic()
+            stopping = asyncio.ensure_future(client.stop_and_cancel())
+            if stop == "give_up":
+                async with asyncio.timeout(10):
+                    await handler.started.wait()
+                    await asyncio.shield(stopping)
+                took = time.monotonic() - began
+                kept = {p.update.id: p for p in completer.buffered()}
+            else:
+                async with asyncio.timeout(10):
+                    await producer_stopped.wait()
+                took = time.monotonic() - began
+                release()
+                async with asyncio.timeout(10):
+                    await asyncio.shield(stopping)
+        rows = {job_id: await client.job_get(job_id) for job_id in [*quick_ids, subject_id]}
+    finally:
+        handler.release.set()
+        for event in go.values():
+            event.set()
+        if stopping is not None and not stopping.done():
+            # Failed above: let it end (the lock is gone) before closing.
+            await asyncio.wait([stopping], timeout=15)
+        await client.close()
+    print(f"{stop}: {took:.2f}s from the stop to its end (give_up) or the producer's")
+    subject_row = rows[subject_id]
+    if stop == "give_up":
+        assert took < GRACE + 5, "the stop ended soon after it gave up"
+        # The database never answered: the outcomes stay unwritten (running, for the
+        # rescuer), the subject's among them, decided: the body's error, discarded.
+        assert subject_id in kept, "the cut-short job's outcome reached the completer"
+        assert kept[subject_id].update.state is JobState.DISCARDED
+        assert "cut off mid-write" in (kept[subject_id].update.error or "")
+        assert subject_row.state is JobState.RUNNING
+        assert "shutdown drain incomplete" in caplog.text
+    else:
+        assert took < 5, "the producer stopped while the database did not answer"
+        assert [rows[job_id].state for job_id in quick_ids] == [JobState.COMPLETED] * 2
+        assert (subject_row.state, subject_row.attempt) == (JobState.DISCARDED, 1)
+        assert subject_row.errors[-1].error == "ValueError: the body failed"
+    assert "its error handlers were cut short (the client is stopping)" in caplog.text
+
+
+def _buffered(completer: completer_module.Completer) -> set[int]:
+    return {pending.update.id for pending in completer.buffered()}
