@@ -35,7 +35,7 @@ from riverboat.runtime import outcomes
 from riverboat.runtime.completer import PendingCompletion
 from riverboat.runtime.events import EventKind
 from riverboat.runtime.outcomes import RetryPolicy
-from riverboat.runtime.threads import DaemonThreadPool, call_then_release
+from riverboat.runtime.threads import DaemonThreadPool, awaitable_error, call_then_release
 from riverboat.runtime.worker import (
     Job,
     JobCancel,
@@ -123,6 +123,13 @@ class RunState:
     # applies (River calls HandleError outside the timeout's context), and a hard stop
     # does not hand the job back: it cuts the handlers short, and the outcome stands.
     past_body: bool = False
+    # A sync job's body call its task is awaiting (a thread's result reaches the task a
+    # loop iteration or more after the body returned), else None.
+    body_call: _BodyCall | None = None
+    # A hard stop came while body_call had returned but its result had not reached the
+    # task: the job was not handed back, its result goes on to the code awaiting it, and
+    # that code is cut short at its next await (then the job is handed back after all).
+    stopped_after_body: bool = False
     # The outcome goes to the completer without waiting for room past its high-water
     # mark: a stop or a cancel cut the job short, and waiting there for a database that
     # does not answer would hold the stop for as long.
@@ -142,6 +149,31 @@ class RunState:
     # busy event loop (another job blocking it) was otherwise timed out before it ran,
     # or cancelled at its first await, having used an attempt.
     arm_deadline: Callable[[RunState], None] | None = None
+
+
+class _BodyCall:
+    """A sync job's body on its pool thread, seen from the job's task: ``returned`` turns
+    True (on the thread, before the AFTER_SYNC_JOB hooks) once the body returned or
+    raised (``error``); ``kept`` is set by a hard stop that found it so."""
+
+    __slots__ = ("error", "kept", "returned")
+
+    def __init__(self) -> None:
+        self.returned = False
+        self.error: BaseException | None = None
+        self.kept = False
+
+
+def _run_body(fn: Callable[..., Any], job: Job[Any], call: _BodyCall) -> None:
+    """``fn(job)`` on the pool thread, noting on ``call`` that it returned, or what it
+    raised."""
+    try:
+        fn(job)
+    except BaseException as exc:
+        call.error = exc
+        call.returned = True
+        raise
+    call.returned = True
 
 
 _RUNTIME_FRAMES = (
@@ -226,7 +258,43 @@ async def _call(
     # logs it as stuck and sets job.cancel_requested for bodies that check it.
     context = contextvars.copy_context()
     context.run(_work_context.set, ctx)
-    await _in_thread(pool, context, worker.fn, job)
+    if state is None:
+        await _in_thread(pool, context, worker.fn, job)
+        return
+    if state.interrupted or state.stopped_after_body:
+        # A hard stop handed the job back (or cut it short after its body returned) and
+        # a middleware calls the body again: it does not start, the row may be claimed
+        # by another worker already.
+        raise asyncio.CancelledError
+    call = state.body_call = _BodyCall()
+    kept_error: BaseException | None = None
+    try:
+        await _in_thread(pool, context, _run_body, worker.fn, job, call)
+    except asyncio.CancelledError:
+        if not call.kept:
+            raise
+        # The hard stop came once the body had returned on its thread, its result not
+        # yet here (Producer.interrupt_running): the body ran to its end, so its result
+        # goes on to the code awaiting it, as if the stop had come a moment later. What
+        # that code awaits next (work middleware, error handlers, the hand-over to the
+        # completer) is cut short, so the stop does not wait for it.
+        task = asyncio.current_task()
+        assert task is not None
+        task.uncancel()
+        asyncio.get_running_loop().call_soon(task.cancel)
+        kept_error = call.error
+        if kept_error is None:
+            return
+    finally:
+        # The error's traceback holds the frames that hold ``call``: no cycle to keep a
+        # failed job's locals alive until the collector runs (see execute_job).
+        state.body_call = call.error = None
+    if kept_error is not None:
+        # Raised here, outside the except block, so that its context is its own.
+        try:
+            raise awaitable_error(kept_error)
+        finally:
+            kept_error = None
 
 
 async def _in_thread(
@@ -296,7 +364,11 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
         elif state.timed_out:
             killed = "; its child process was killed" if in_process else ""
             error = JobTimeoutError(f"job exceeded its timeout of {state.timeout:g}s{killed}")
-        elif state.interrupted:
+        elif state.interrupted or state.stopped_after_body:
+            # Handed back; or cut short after a body that returned, in the code that
+            # awaited it (work middleware): handed back as well, as if the stop had come
+            # a moment later, since that code had not finished.
+            state.interrupted = True
             error = None
         elif not cancelled_here:
             # The job's own code raised it (it awaited a task something else cancelled):

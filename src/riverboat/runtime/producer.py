@@ -1139,7 +1139,7 @@ class Producer:
         count = len(self._ahead)
         self._hand_back_ahead()
         for task, state in list(self._active.values()):
-            if state.interrupted:
+            if state.interrupted or state.stopped_after_body:
                 continue
             # Whatever its outcome, it goes to the completer now, not after room there.
             state.hand_over_now = True
@@ -1150,11 +1150,23 @@ class Producer:
                 # now, past the mark: _hand_over).
                 task.cancel()
                 continue
+            call = state.body_call
+            if call is not None and call.returned:
+                # A sync job whose body has returned on its thread, its result not yet
+                # back on the loop: it ran to its end, and handed back it would run
+                # again. Its result goes on; what its code awaits next is cut short
+                # (executor._call).
+                call.kept = True
+                state.stopped_after_body = True
+                task.cancel()
+                continue
             state.interrupted = True
             count += 1
             if state.job is not None:
                 state.job._cancel_requested = True
-            if not state.cancellable and state.started:
+            if not state.cancellable and state.started and state.body_call is not None:
+                # (A sync job whose work middleware runs on the loop, its body not
+                # called or returned, has no thread to leave behind.)
                 self.abandoned_threads += 1
                 log.warning(
                     "job %d (%s): handed back (available again) while its thread still "

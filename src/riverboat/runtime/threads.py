@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
 
-__all__ = ["AFTER_SYNC_JOB", "DaemonThreadPool", "call_then_release"]
+__all__ = ["AFTER_SYNC_JOB", "DaemonThreadPool", "awaitable_error", "call_then_release"]
 
 log = logging.getLogger("riverboat.executor")
 
@@ -38,6 +38,18 @@ def call_then_release(fn: Callable[..., Any], /, *args: Any) -> Any:
                 hook()
             except Exception:
                 log.exception("after_sync_job hook %r failed", hook)
+
+
+def awaitable_error(error: BaseException) -> BaseException:
+    """``error``, raised by a call on a pool thread, as its awaiting task may raise it. A
+    future refuses StopIteration as such (a coroutine may not raise it either);
+    GeneratorExit, set on one, ended the awaiting task unseen (the job's row left
+    running). Both become a RuntimeError caused by them."""
+    if isinstance(error, StopIteration | GeneratorExit):
+        wrapped = RuntimeError(f"the job raised {error!r}")
+        wrapped.__cause__ = error
+        return wrapped
+    return error
 
 
 _Item = tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
@@ -112,13 +124,7 @@ class DaemonThreadPool(Executor):
             if future.done():  # cancelled while the call ran
                 continue
             if raised:
-                # A future refuses StopIteration as such; GeneratorExit, set on one,
-                # ended the awaiting task unseen (the job's row left running).
-                if isinstance(value, StopIteration | GeneratorExit):
-                    error = RuntimeError(f"the job raised {value!r}")
-                    error.__cause__ = value
-                    value = error
-                future.set_exception(value)
+                future.set_exception(awaitable_error(value))
             else:
                 future.set_result(value)
 
