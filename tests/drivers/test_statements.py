@@ -106,6 +106,33 @@ async def test_completion_with_returning(h: Harness) -> None:
     assert got.state is JobState.COMPLETED
 
 
+async def test_a_cancel_asked_for_overrides_a_retry_a_snooze_and_a_hand_back(h: Harness) -> None:
+    """A job whose cancellation was asked for (``cancel_attempted_at``, its notification
+    perhaps lost) is cancelled by an outcome that would run it again: a retry, a snooze,
+    and one that makes it available at once (a hand-back, a retry or snooze due now), as
+    River 0.51's JobSetStateIfRunningMany does on both databases. (Available was left
+    out: the job ran again.) Its attempt stays as claimed; a completion is written."""
+    dialect = h.driver.dialect
+    marked = {"cancel_attempted_at": "2026-01-01T00:00:00Z"}
+    await insert_jobs(h, "conf_cancel_asked", 4, queue="cancelq", metadata=marked)
+    retry, snooze, again, done = await claim(h, "cancelq", 4)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    error = AttemptError(at=datetime.now(UTC), attempt=1, error="e").to_json()
+    updates = [
+        JobStateUpdate(retry.id, JobState.RETRYABLE, error=error, scheduled_at=later),
+        JobStateUpdate(snooze.id, JobState.SCHEDULED, attempt=0, scheduled_at=later),
+        JobStateUpdate(again.id, JobState.AVAILABLE, attempt=0, scheduled_at=datetime.now(UTC)),
+        JobStateUpdate(done.id, JobState.COMPLETED, finalized=True),
+    ]
+    rows = await h.fetch(h.driver, dialect.job_set_state_if_running_many(updates))
+    by_id = {j.id: j for j in dialect.decode_jobs(rows)}
+    for job in (retry, snooze, again):
+        assert by_id[job.id].state is JobState.CANCELLED, job
+        assert by_id[job.id].finalized_at is not None
+        assert by_id[job.id].attempt == 1  # as claimed: the give-back is skipped
+    assert by_id[done.id].state is JobState.COMPLETED
+
+
 async def test_completion_without_returning(h: Harness) -> None:
     dialect = h.driver.dialect
     await insert_jobs(h, "conf_complete_nr", 2, queue="nrq")

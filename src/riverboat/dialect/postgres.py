@@ -211,18 +211,22 @@ QUERIES["job_get_available_kinds"] = QUERIES["job_get_available"].replace(
 assert QUERIES["job_get_available_kinds"] != QUERIES["job_get_available"]
 
 # River's JobSetStateIfRunningMany: only rows still running change (a rescued or deleted
-# job is not clobbered), metadata merges regardless, and a retry or snooze of a job with
-# cancel_attempted_at becomes a cancellation. The rows are locked first; for the completer
-# with SKIP LOCKED: a row another session holds locked (a `SELECT ... FOR UPDATE` left
-# open) is skipped instead of making the whole batch wait for as long as the lock is
-# held; the completer finds it still running at its claimed attempt and retries it alone
-# (River waits, as job_complete_tx, inside the caller's transaction, still does). The
-# UPDATE joins the locked rows by id: the planner drives it with primary-key lookups per
-# input row, even when statistics say the table is empty. (An extra `id = ANY(:ids)`
-# predicate looks harmless but, with stale statistics, lets the planner scan the (state,
-# ...) index over every running job; see tests/admin for the EXPLAIN check.) Postgres
-# re-checks the guard against the latest row version when taking the lock.
-_CANCEL = "(i.state IN ('retryable', 'scheduled') AND river_job.metadata ? 'cancel_attempted_at')"
+# job is not clobbered), metadata merges regardless, and a retry, a snooze or a hand-back
+# (available again) of a job with cancel_attempted_at becomes a cancellation. The rows are
+# locked first; for the completer with SKIP LOCKED: a row another session holds locked (a
+# `SELECT ... FOR UPDATE` left open) is skipped instead of making the whole batch wait for
+# as long as the lock is held; the completer finds it still running at its claimed attempt
+# and retries it alone (River waits, as job_complete_tx, inside the caller's transaction,
+# still does). The UPDATE joins the locked rows by id: the planner drives it with
+# primary-key lookups per input row, even when statistics say the table is empty. (An
+# extra `id = ANY(:ids)` predicate looks harmless but, with stale statistics, lets the
+# planner scan the (state, ...) index over every running job; see tests/admin for the
+# EXPLAIN check.) Postgres re-checks the guard against the latest row version when taking
+# the lock.
+_CANCEL = (
+    "(i.state IN ('available', 'retryable', 'scheduled')"
+    " AND river_job.metadata ? 'cancel_attempted_at')"
+)
 _SET_STATE_BODY = f"""
 WITH i AS (
     SELECT u.*

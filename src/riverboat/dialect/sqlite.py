@@ -161,17 +161,18 @@ QUERIES["job_get_available_kinds"] = QUERIES["job_get_available"].replace(
 assert QUERIES["job_get_available_kinds"] != QUERIES["job_get_available"]
 
 # River's JobSetStateIfRunning, for a whole batch in one UPDATE ... FROM. Every SET
-# expression sees the row as it was before the statement, so `river_job.state =
-# 'running'` is the guard throughout: a job that is no longer running (rescued, or
-# deleted and re-inserted) only gets its metadata patched, and one no longer at the attempt
-# that produced the outcome (claimed_attempt) gets nothing. A retry or snooze of a job
-# carrying cancel_attempted_at becomes a cancellation. Metadata merges top-level keys,
-# keeping nulls, as River's SQLite driver does since 0.50. metadata that is not a JSON
-# object (written by another client) starts over empty and errors that are not an array
-# become the first element of one, rather than failing every outcome in the batch.
+# expression sees the row as it was before the statement, so `river_job.state = 'running'`
+# is the guard throughout: a job that is no longer running (rescued, or deleted and
+# re-inserted) only gets its metadata patched, and one no longer at the attempt that
+# produced the outcome (claimed_attempt) gets nothing. A retry, a snooze or a hand-back
+# (available again) of a job carrying cancel_attempted_at becomes a cancellation. Metadata
+# merges top-level keys, keeping nulls, as River's SQLite driver does since 0.50. metadata
+# that is not a JSON object (written by another client) starts over empty and errors that
+# are not an array become the first element of one, rather than failing every outcome in
+# the batch.
 _METADATA = valid_json_or("river_job.metadata", "jsonb('{}')", "object")
 _CANCEL = (
-    "(u.state IN ('retryable', 'scheduled')"
+    "(u.state IN ('available', 'retryable', 'scheduled')"
     f" AND json_type({_METADATA}, '$.cancel_attempted_at') IS NOT NULL)"
 )
 _SET_STATE_BODY = f"""
