@@ -23,10 +23,31 @@ __all__ = [
     "DEFAULT_UNIQUE_STATES",
     "REQUIRED_UNIQUE_STATES",
     "STATE_BITS",
+    "KeyedRawArgs",
+    "args_unique_part",
     "unique_key",
     "unique_states_bitmask",
     "validate_unique_opts",
 ]
+
+
+@dataclasses.dataclass(slots=True, frozen=True)
+class KeyedRawArgs(RawArgs):
+    """:class:`RawArgs` whose ``&args=`` unique-key part was worked out where the args
+    object was (:func:`args_unique_part`): a periodic job's stored template, run by a
+    leader without the job's code, has the args' encoded text but not the object that
+    says how Go would order and encode its values (a dataclass's fields in order, a
+    nested dict's keys sorted, ``1.0`` as ``1``)."""
+
+    unique_part: str = ""
+
+
+def args_unique_part(
+    encoded_args: str, unique_fields: Sequence[str | Sequence[str]] | None, args: object
+) -> str:
+    """The ``&args=`` part of a by_args unique key for these args (see unique_key)."""
+    return _args_for_unique(encoded_args, unique_fields, args)
+
 
 # Bit values as River's uniquestates package assigns them (available = 1 ... scheduled = 128).
 STATE_BITS: dict[JobState, int] = {
@@ -316,6 +337,8 @@ def _args_for_unique(
     ``unique_fields``, River starts from empty bytes, not ``{}``: when no field is
     present (absent, or its path runs through null) the part is ``&args=``.
     """
+    if isinstance(args, KeyedRawArgs):
+        return args.unique_part
     raw = isinstance(args, RawArgs)
     paths = _check_unique_fields(unique_fields) if unique_fields is not None else []
     decoded: Any = None

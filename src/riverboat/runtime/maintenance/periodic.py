@@ -65,7 +65,12 @@ from riverboat._job import (
 )
 from riverboat._json import json_loads
 from riverboat._periodic import CATCH_UP_LIMIT, CATCH_UP_POLICIES, PeriodicJobRecord
-from riverboat._unique import unique_states_bitmask
+from riverboat._unique import (
+    KeyedRawArgs,
+    args_unique_part,
+    unique_states_bitmask,
+    validate_unique_opts,
+)
 from riverboat.dialect._periodic_common import PeriodicJobDeclaration, PeriodicJobWrite
 from riverboat.errors import (
     CALLBACK_FAILURES,
@@ -352,14 +357,10 @@ async def _template_of(job: PeriodicJob, defaults: InsertDefaults) -> dict[str, 
         "tags": list(params.tags),
         "metadata": json.loads(params.encoded_metadata),
     }
-    # The args as encoded, in a JSON string: Postgres's jsonb keeps no number as written
-    # (1e21 came back as an integer past int64, and every run built from the parsed
-    # "args" above was refused). Args given as JSON text or as an object (a dataclass,
-    # a model) are used as that text, byte for byte, which is what a by_args unique key
-    # reads of them (an object's fields in their order, as a Go struct's); a dict's as
-    # the dict parsed from it (nested keys sorted for the key, as Go sorts a map's).
+    # The args as encoded, in a JSON string, for the runs: Postgres's jsonb keeps no
+    # number as written (1e21 came back as an integer past int64, and every run built
+    # from the parsed "args" above was refused).
     template["args_text"] = params.encoded_args
-    template["args_as_text"] = not isinstance(args, dict)
     own = getattr(args, "insert_opts", None)
     own_opts = own() if callable(own) else None
     unique = chosen_unique_opts(opts, own_opts if isinstance(own_opts, InsertOpts) else None)
@@ -367,9 +368,12 @@ async def _template_of(job: PeriodicJob, defaults: InsertDefaults) -> dict[str, 
         # Without them a leader lacking the job's code made its runs unique by the
         # periodic job's id and tick only, where the client that added it used these.
         template["unique_opts"] = _unique_template(unique)
-        fields = getattr(args, "unique_fields", None)
-        if fields is not None:
-            template["unique_fields"] = [f if isinstance(f, str) else list(f) for f in fields]
+        if unique.by_args:
+            # The args' part of the key, worked out here where the args object is (how
+            # Go orders and encodes an object's values): the text alone can't say.
+            template["unique_args"] = args_unique_part(
+                params.encoded_args, getattr(args, "unique_fields", None), args
+            )
     return template
 
 
@@ -386,21 +390,44 @@ def _unique_template(unique: UniqueOpts) -> dict[str, Any]:
     }
 
 
-def _unique_of(template: dict[str, Any]) -> UniqueOpts | None:
-    """The unique options stored with a template (None: none, or not readable: the runs
-    are then unique by the periodic job's id and tick, as a template without them)."""
+def _unique_of(record_id: str, template: dict[str, Any]) -> UniqueOpts | None:
+    """The unique options stored with a template (None: none, or not valid here, said
+    once: the runs are then unique by the periodic job's id and tick, as a template
+    without them, rather than refused at every tick)."""
     stored = template.get("unique_opts")
     if not isinstance(stored, dict):
         return None
     by_state = stored.get("by_state")
     period = stored.get("by_period")
-    return UniqueOpts(
-        by_args=stored.get("by_args") is True,
-        by_period=period if isinstance(period, (int, float)) and period > 0 else None,
-        by_queue=stored.get("by_queue") is True,
-        by_state=by_state if isinstance(by_state, list) else None,
-        exclude_kind=stored.get("exclude_kind") is True,
-    )
+    try:
+        unique = UniqueOpts(
+            by_args=stored.get("by_args") is True,
+            by_period=period
+            if isinstance(period, int | float) and not isinstance(period, bool)
+            else None,
+            by_queue=stored.get("by_queue") is True,
+            by_state=by_state if isinstance(by_state, list) else None,
+            exclude_kind=stored.get("exclude_kind") is True,
+        )
+        validate_unique_opts(unique, "template.unique_opts")
+        if unique.by_args and not isinstance(template.get("unique_args"), str):
+            raise InvalidInputError("template.unique_args", "missing")
+    except InvalidInputError as exc:
+        log.warning(
+            "periodic job %r: its template's unique options can't be used here (%s); its "
+            "runs are unique per tick only",
+            record_id,
+            exc,
+        )
+        return None
+    return unique
+
+
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(json_loads(text), dict)
+    except ValueError:
+        return False
 
 
 def _job_of(record: PeriodicJobRecord) -> PeriodicJob | None:
@@ -410,18 +437,16 @@ def _job_of(record: PeriodicJobRecord) -> PeriodicJob | None:
     if template is None or schedule is None:
         return None
     args: Any = template.get("args") or {}
-    text, fields = template.get("args_text"), template.get("unique_fields")
-    if isinstance(text, str):
-        # As the client that added it encoded them, and keyed by the same fields.
-        if template.get("args_as_text") is True:
-            args = RawArgs(text, unique_fields=fields if isinstance(fields, list) else None)
+    unique = _unique_of(record.id, template)
+    text = template.get("args_text")
+    if isinstance(text, str) and _is_json_object(text):
+        # As the client that added it encoded them, byte for byte, and keyed as its own
+        # insert of them was.
+        part = template.get("unique_args")
+        if unique is not None and unique.by_args and isinstance(part, str):
+            args = KeyedRawArgs(text, unique_part=part)
         else:
-            try:
-                parsed = json_loads(text)
-            except ValueError:
-                parsed = None
-            if isinstance(parsed, dict):
-                args = parsed
+            args = RawArgs(text)
     insert = InsertManyParams(
         args,
         InsertOpts(
@@ -430,7 +455,7 @@ def _job_of(record: PeriodicJobRecord) -> PeriodicJob | None:
             max_attempts=template.get("max_attempts"),
             tags=template.get("tags"),
             metadata=template.get("metadata"),
-            unique_opts=_unique_of(template),
+            unique_opts=unique,
         ),
         kind=template.get("kind"),
     )
