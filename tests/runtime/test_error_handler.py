@@ -336,3 +336,58 @@ async def test_error_handlers_cut_short_keep_the_outcome(
         assert row.state is JobState.DISCARDED  # max_attempts 1: the failure stands
         assert row.errors[-1].error == "ValueError: the body failed"
         assert "its error handlers were cut short (the client is stopping)" in caplog.text
+
+
+async def test_a_hard_stop_skips_handlers_for_an_error_its_cancel_became(
+    any_db: Db,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An async job turns the hard stop's cancel into an error of its own (as some HTTP
+    clients do: "request aborted"), and its error handler never answers. The cancel is
+    spent, so nothing would cut handlers started now: they are skipped, and the stop
+    (soft_stop_timeout=None) ends; the error is the attempt's failure. (Before, the stop
+    waited for the handler, and a second stop_and_cancel() did too. Found in review.)"""
+    running = asyncio.Event()
+    handler_called = asyncio.Event()
+    workers = Workers()
+
+    @workers.register("wraps_cancel")
+    async def wraps(job: Job[Any]) -> None:
+        running.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise RuntimeError("request aborted") from None
+
+    class Hangs:
+        async def handle_error(self, job: JobRow, exc: BaseException) -> ErrorHandlerResult:
+            handler_called.set()
+            await asyncio.Event().wait()
+            return ErrorHandlerResult()
+
+    client = riverboat.AsyncClient(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": QueueConfig(max_workers=1)},
+        workers=workers,
+        middleware=[Hangs()],
+        fetch_poll_interval=0.1,
+        soft_stop_timeout=None,
+        leader_election=False,
+    )
+    job = (await client.insert({}, kind="wraps_cancel")).job
+    await client.start()
+    try:
+        async with asyncio.timeout(10):
+            await running.wait()
+        with caplog.at_level(logging.WARNING, "riverboat.executor"):
+            async with asyncio.timeout(10):
+                await client.stop_and_cancel()
+        assert not handler_called.is_set()
+        assert "its error handlers were cut short (the client is stopping)" in caplog.text
+        # Its own error stands as the attempt's failure (retried), without a verdict.
+        row = await client.job_get(job.id)
+        assert row.state in (JobState.AVAILABLE, JobState.RETRYABLE)
+        assert "request aborted" in row.errors[-1].error
+    finally:
+        await client.close()

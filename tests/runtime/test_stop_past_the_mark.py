@@ -71,21 +71,21 @@ class Hangs:
         return ErrorHandlerResult(set_cancelled=True)
 
 
-@pytest.mark.parametrize("stop", ["give_up", "hard_stop_no_timeout"])
+@pytest.mark.parametrize("stop", ["cancel_turned_error", "hard_stop_no_timeout"])
 async def test_handlers_cut_short_past_the_mark_keep_the_outcome_and_the_stop_ends(
     any_db: Db,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
     stop: str,
 ) -> None:
-    """``give_up``: the hard stop's cancel turns into the body's error (a job that
-    catches it and raises), so the handlers run after the hard stop and only the
-    runner's give-up cancel, GRACE later, reaches them; the database still does not
-    answer when the stop ends, so the outcome is checked in the completer, left
-    unwritten for the rescuer. ``hard_stop_no_timeout``: the body failed, the handlers
-    run, then ``stop_and_cancel()`` with ``soft_stop_timeout=None`` (nothing gives up);
-    the database answers again once the producer has stopped, so the outcome is
-    written."""
+    """``cancel_turned_error``: the hard stop's cancel turns into the body's error (a job
+    that catches it and raises), so nothing would be left to cut handlers started after
+    it: they are skipped (before, they ran, and only the runner's give-up cancel, GRACE
+    later, reached them); the database still does not answer when the stop ends, so the
+    outcome is checked in the completer, left unwritten for the rescuer.
+    ``hard_stop_no_timeout``: the body failed, the handlers run, then
+    ``stop_and_cancel()`` with ``soft_stop_timeout=None`` (nothing gives up); the
+    database answers again once the producer has stopped, so the outcome is written."""
     db = any_db
     # 10,000 outcomes the database has not taken, scaled down: past the mark at 1, room
     # again below 1, written 1 per statement (5,000), so a failed write's retry makes no
@@ -169,9 +169,8 @@ async def test_handlers_cut_short_past_the_mark_keep_the_outcome_and_the_stop_en
             )
             began = time.monotonic()
             stopping = asyncio.ensure_future(client.stop_and_cancel())
-            if stop == "give_up":
+            if stop == "cancel_turned_error":
                 async with asyncio.timeout(10):
-                    await handler.started.wait()
                     await asyncio.shield(stopping)
                 took = time.monotonic() - began
                 kept = {p.update.id: p for p in completer.buffered()}
@@ -191,9 +190,10 @@ async def test_handlers_cut_short_past_the_mark_keep_the_outcome_and_the_stop_en
             # Failed above: let it end (the lock is gone) before closing.
             await asyncio.wait([stopping], timeout=15)
         await client.close()
-    print(f"{stop}: {took:.2f}s from the stop to its end (give_up) or the producer's")
+    print(f"{stop}: {took:.2f}s from the stop to its end, or to the producer's")
     subject_row = rows[subject_id]
-    if stop == "give_up":
+    if stop == "cancel_turned_error":
+        assert not handler.started.is_set(), "the handlers ran after the hard stop"
         assert took < GRACE + 5, "the stop ended soon after it gave up"
         # The database never answered: the outcomes stay unwritten (running, for the
         # rescuer), the subject's among them, decided: the body's error, discarded.
@@ -212,3 +212,96 @@ async def test_handlers_cut_short_past_the_mark_keep_the_outcome_and_the_stop_en
 
 def _buffered(completer: completer_module.Completer) -> set[int]:
     return {pending.update.id for pending in completer.buffered()}
+
+
+async def test_jobs_claimed_ahead_handed_back_past_the_mark_do_not_hold_the_stop(
+    any_db: Db,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Jobs claimed ahead (never started) are handed back by a hard stop while the
+    completer is past its high-water mark and the database does not answer: their
+    hand-backs go to the completer at once, as every other outcome of the stop, and
+    the producers' stop (soft_stop_timeout=None) ends. (Before, they waited for room, and
+    the stop with them, for as long as the database did not answer. Found in review.)"""
+    from riverboat.runtime import producer as producer_module
+
+    monkeypatch.setattr(completer_module, "BACKPRESSURE_HIGH", 1)
+    monkeypatch.setattr(completer_module, "BACKPRESSURE_LOW", 1)
+    monkeypatch.setattr(completer_module, "BATCH_MAX", 1)
+    # A claim ahead right after the first claim, and none expiring while the test runs.
+    monkeypatch.setattr(producer_module, "AHEAD_WINDOW", 30.0)
+    monkeypatch.setattr(producer_module, "AHEAD_MAX_WAIT", 60.0)
+    stopped: dict[str, asyncio.Event] = {"default": asyncio.Event(), "other": asyncio.Event()}
+    producer_stop = Producer.stop
+
+    async def noting_stop(self: Producer, *, cancel_running: bool = False) -> None:
+        try:
+            await producer_stop(self, cancel_running=cancel_running)
+        finally:
+            stopped[self.queue].set()
+
+    monkeypatch.setattr(Producer, "stop", noting_stop)
+    go = {n: asyncio.Event() for n in range(1, 7)}
+    started = {n: asyncio.Event() for n in range(1, 7)}
+    workers = Workers()
+
+    @workers.register("block")
+    async def block(job: Job[dict[str, int]]) -> None:
+        started[job.args["n"]].set()
+        await go[job.args["n"]].wait()
+
+    client = riverboat.AsyncClient(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": QueueConfig(max_workers=2), "other": QueueConfig(max_workers=2)},
+        workers=workers,
+        soft_stop_timeout=None,
+        fetch_poll_interval=0.1,
+        leader_election=False,
+    )
+    client.runtime.config.completer_flush_delay = 0.01
+    ids: dict[int, int] = {}
+    # 1 and 2 run in "default", 3 and 4 are claimed ahead there; 5 and 6 run in "other",
+    # and their outcomes put the completer past its mark.
+    for n in (1, 2, 3, 4):
+        ids[n] = (await client.insert({"n": n}, kind="block")).job.id
+    for n in (5, 6):
+        opts = riverboat.InsertOpts(queue="other")
+        ids[n] = (await client.insert({"n": n}, kind="block", opts=opts)).job.id
+    await client.start()
+    completer = client.runtime.completer
+    assert completer is not None
+    producer = client.runtime.producers["default"]
+    try:
+        async with asyncio.timeout(10):
+            for n in (1, 2, 5, 6):
+                await started[n].wait()
+        await wait_until_async(lambda: len(producer._ahead) == 2, what="two jobs claimed ahead")
+        with writes_refused(any_db) as release:
+            go[5].set()
+            await wait_until_async(
+                lambda: ids[5] in completer.pending_ids() and ids[5] not in _buffered(completer),
+                what="the first outcome's write under way",
+            )
+            go[6].set()
+            await wait_until_async(
+                lambda: ids[6] in _buffered(completer), what="the second outcome buffered"
+            )
+            stopping = asyncio.ensure_future(client.stop_and_cancel())
+            # The producers end while the database does not answer (the completer's
+            # drain then waits for it, up to its DRAIN_TIMEOUT, as River's does).
+            async with asyncio.timeout(10):
+                await stopped["default"].wait()
+                await stopped["other"].wait()
+            release()
+            async with asyncio.timeout(30):
+                await stopping
+        rows = {n: await client.job_get(job_id) for n, job_id in ids.items()}
+        for n in (1, 2, 3, 4):
+            assert (rows[n].state, rows[n].attempt) == (JobState.AVAILABLE, 0), rows[n]
+        for n in (5, 6):
+            assert rows[n].state is JobState.COMPLETED, rows[n]
+    finally:
+        for event in go.values():
+            event.set()
+        await client.close()

@@ -401,13 +401,21 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
         async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
             return await _in_thread(pool, contextvars.copy_context(), fn, *args)
 
-        try:
-            if await run_error_handlers(config.middleware.error_handlers, row, error, in_thread):
-                error = JobCancel(error)
-        except asyncio.CancelledError:
-            if _cut_short(row, state):
-                # As a remote cancel that came a moment earlier: the cancellation.
-                error = JobCancel(JobCancelledRemotely())
+        if state.interrupted or state.hand_over_now:
+            # A stop came first (the job's code turned its cancel into this error): the
+            # job is handed back, or its outcome goes at once; nothing is left to cut
+            # handlers short that started now, and the stop would wait for them.
+            _say_cut_short(row, "the client is stopping")
+        else:
+            try:
+                if await run_error_handlers(
+                    config.middleware.error_handlers, row, error, in_thread
+                ):
+                    error = JobCancel(error)
+            except asyncio.CancelledError:
+                if _cut_short(row, state):
+                    # As a remote cancel that came a moment earlier: the cancellation.
+                    error = JobCancel(JobCancelledRemotely())
     finished = time.monotonic()
     if error is None and not state.interrupted and not ctx.metadata_updates:
         # A plain completion (most outcomes): nothing to merge, no clock to read.
@@ -482,6 +490,11 @@ def _cut_short(row: JobRow, state: RunState) -> bool:
     else:
         why = "the client is stopping"  # a hard stop, or a stop giving up on its producer
     state.hand_over_now = state.hand_over_now or cancelled
+    _say_cut_short(row, why)
+    return remote
+
+
+def _say_cut_short(row: JobRow, why: str) -> None:
     log.warning(
         "job %d (%s): its error handlers were cut short (%s); the attempt's outcome is "
         "written without their verdict",
@@ -489,7 +502,6 @@ def _cut_short(row: JobRow, state: RunState) -> bool:
         row.kind,
         why,
     )
-    return remote
 
 
 def _log_failure(

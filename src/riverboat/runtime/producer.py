@@ -1097,7 +1097,10 @@ class Producer:
             else:
                 if self._counting_in_flight:
                     self._note_outcome(pending)
-                if not self._completer.add_nowait(pending, past_mark=state.hand_over_now):
+                # A job handed back by a stop (claimed ahead, or started while the stop
+                # ran) goes at once too: the stop must not wait for room.
+                past_mark = state.hand_over_now or state.interrupted
+                if not self._completer.add_nowait(pending, past_mark=past_mark):
                     await self._hand_over(pending)
         except Exception:  # pragma: no cover - execute_job turns user errors into outcomes
             log.exception("producer %s: job %d failed outside its worker", self.queue, row.id)
@@ -1139,17 +1142,19 @@ class Producer:
         count = len(self._ahead)
         self._hand_back_ahead()
         for task, state in list(self._active.values()):
-            if state.interrupted or state.stopped_after_body:
-                continue
-            # Whatever its outcome, it goes to the completer now, not after room there.
-            state.hand_over_now = True
             if state.past_body:
                 # Its code is over, its outcome decided: not handed back. Its error
                 # handlers are cut short (execute_job writes the outcome without their
                 # verdict), or its outcome waits for room in the completer (buffered
-                # now, past the mark: _hand_over).
+                # now, past the mark: _hand_over). Also when an earlier stop handed it
+                # back: a second hard stop must not wait for it either.
+                state.hand_over_now = True
                 task.cancel()
                 continue
+            if state.interrupted or state.stopped_after_body:
+                continue
+            # Whatever its outcome, it goes to the completer now, not after room there.
+            state.hand_over_now = True
             call = state.body_call
             if call is not None and call.returned:
                 # A sync job whose body has returned on its thread, its result not yet
