@@ -253,10 +253,16 @@ async def test_jobs_claimed_ahead_handed_back_past_the_mark_do_not_hold_the_stop
     client = riverboat.AsyncClient(
         any_db.url,
         schema=any_db.schema,
-        queues={"default": QueueConfig(max_workers=2), "other": QueueConfig(max_workers=2)},
+        queues={
+            "default": QueueConfig(max_workers=2),
+            # No claim while the database is locked (one waiting for the lock holds its
+            # producer's stop until the claim's own deadline, not what this tests): no
+            # poll, and a first claim that is not full, so ending jobs wake no refill.
+            "other": QueueConfig(max_workers=3, fetch_poll_interval=60.0),
+        },
         workers=workers,
         soft_stop_timeout=None,
-        fetch_poll_interval=0.1,
+        fetch_poll_interval=0.1,  # the default queue's claim ahead follows a poll
         leader_election=False,
     )
     client.runtime.config.completer_flush_delay = 0.01
