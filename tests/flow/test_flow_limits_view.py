@@ -36,7 +36,7 @@ def test_limits_show_use_and_held_back_jobs(
     jobs = [InsertManyParams({"customer_id": 1, "sleep": 30}, kind="flow_job") for _ in range(3)]
     jobs.append(InsertManyParams({"customer_id": 2, "sleep": 30}, kind="flow_job"))
     client = _insert(any_db, jobs)
-    with workers(any_db, 1, FLOW, hard_stop=True):
+    with client, workers(any_db, 1, FLOW, hard_stop=True):
 
         def settled() -> bool:
             uses = _limits(any_db, capsys, "--json")
@@ -71,7 +71,7 @@ def test_local_limits_and_sequences_show_their_use_per_worker_and_key(
     jobs += [InsertManyParams({"sleep": 30}, kind="flow_job") for _ in range(3)]
     client = _insert(any_db, jobs)
     flow = {"concurrency": {"local_limit": 1}, "sequences": True}
-    with workers(any_db, 2, flow, hard_stop=True):
+    with client, workers(any_db, 2, flow, hard_stop=True):
 
         def settled() -> bool:
             uses = _limits(any_db, capsys, "--json")
