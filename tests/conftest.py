@@ -5,9 +5,11 @@ Running every migration for each of the suite's ~1,000 database tests cost more 
 minute, so the session migrates one template per dialect and each test gets a clone:
 a Postgres schema rebuilt from ``pg_dump`` of the migrated template schema (one round
 trip, about half the cost of the migrations), a SQLite file copied from the migrated
-template file. tests/test_templates.py checks that a clone's catalog equals a freshly
-migrated one. The migration tests (tests/migrations, tests/sqlite) override these
-fixtures to run the real migrations.
+template file. A Postgres clone that a test left as it found it (same catalog, no
+client still connected) is emptied and handed to the next test instead of dropped:
+cheaper for the server than a new clone (tests/templates.py). tests/test_templates.py
+checks that a clone's catalog equals a freshly migrated one. The migration tests
+(tests/migrations, tests/sqlite) override these fixtures to run the real migrations.
 """
 
 from __future__ import annotations
@@ -210,11 +212,13 @@ def pg_schema_cloner(pg_url: str) -> Iterator[SchemaCloner]:
 
 @pytest.fixture
 def pg_schema(pg_url: str, pg_schema_cloner: SchemaCloner) -> Iterator[str]:
-    """A fresh schema at River's latest version (a clone of the session's migrated
-    template); dropped afterwards."""
-    schema = pg_schema_cloner.create()
+    """A schema at River's latest version, as a fresh clone of the session's migrated
+    template is: the one the worker's last test left as it found it, emptied, else a
+    new clone; afterwards emptied for the next test, or dropped when the test changed
+    its catalog (tests/templates.py SchemaCloner)."""
+    schema = pg_schema_cloner.take()
     yield schema
-    pg_schema_cloner.drop(schema)
+    pg_schema_cloner.give_back(schema)
 
 
 @pytest.fixture
