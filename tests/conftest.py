@@ -99,8 +99,9 @@ LONGEST = (
 )
 
 
-# The modules that drive chromium (the ``browser`` fixture, one browser per module and
-# worker: playwright's sync API must be gone before an async test starts its loop).
+# The modules that drive chromium (the ``browser`` fixture: one chromium for a run of
+# browser tests, tests/ui/conftest.py Chromium; playwright's sync API must be gone
+# before an async test starts its loop).
 # They sat at the back of the collection, where the other workers stole them at the
 # end, one or two tests each: each thief started its own chromium (one to two seconds
 # of CPU, up to nine of wall time under the suite's load; 43 s of setup for the 8 tests
@@ -187,6 +188,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep
     _spread_longest(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After a browser test's teardown, stops the chromium it shared (tests/ui/conftest.py
+    Chromium) unless the next test uses it too."""
+    try:
+        return (yield)
+    finally:
+        ui = sys.modules.get("tests.ui.conftest")
+        chromium = getattr(ui, "CHROMIUM", None)
+        if chromium is not None and chromium.started:
+            if nextitem is None or "browser" not in getattr(nextitem, "fixturenames", ()):
+                chromium.stop()
 
 
 @pytest.fixture

@@ -116,14 +116,80 @@ def _chromium() -> str | None:
     return None
 
 
-# Module scope: while playwright's sync API is up it keeps an event loop running on this
-# thread, and any async test after it (pytest-asyncio) would fail to start its own.
+class Chromium:
+    """Playwright's driver, chromium, one context and its keeper page, shared by a run of
+    browser tests (the BROWSER_MODULES of tests/conftest.py, together at the front of
+    one xdist worker's slice): started by the first test that asks for ``browser``,
+    stopped by tests/conftest.py's ``pytest_runtest_teardown`` as soon as the next test
+    does not use it. While playwright's sync API is up it keeps an event loop running
+    on this thread, and an async test (pytest-asyncio) could not start its own.
+
+    One chromium, not one per module: each launch cost its driver and browser start-up
+    again. The keeper is a page of the dashboards' site (http://127.0.0.1, whatever
+    the port; its content made up by playwright, no server behind it) that stays open:
+    a test's page of that site then joins the keeper's renderer process instead of
+    starting one, and closing it ends nothing. Starting a renderer was about half of
+    a test page's cost to chromium."""
+
+    KEEPER = "http://127.0.0.1:9/keeper"
+
+    def __init__(self) -> None:
+        self._playwright: Any = None
+        self.browser: Any = None
+        self.context: Any = None
+
+    def start(self, executable: str) -> None:
+        if self._playwright is not None:
+            return
+        from playwright.sync_api import sync_playwright
+
+        self._playwright = sync_playwright().start()
+        try:
+            self.browser = self._playwright.chromium.launch(
+                executable_path=executable,
+                # As root (CI containers) chromium refuses to start inside its sandbox.
+                args=["--no-sandbox", "--disable-dev-shm-usage"],
+            )
+            # One context, its cookies cleared before each test: a context per test made
+            # chromium start its renderer processes anew each time. The dashboard keeps
+            # nothing in the browser but cookies (no page pushes history, so htmx's
+            # history cache stays empty); a test that needs other settings (a color
+            # scheme, a phone's width) makes its own context.
+            self.context = self.browser.new_context(viewport={"width": 1280, "height": 860})
+            keeper = self.context.new_page()
+            keeper.route(
+                self.KEEPER,
+                lambda route: route.fulfill(body="<!doctype html><title>keeper</title>"),
+            )
+            keeper.goto(self.KEEPER)
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def started(self) -> bool:
+        return self._playwright is not None
+
+    def stop(self) -> None:
+        if self._playwright is None:
+            return
+        try:
+            if self.browser is not None:
+                self.browser.close()
+        finally:
+            self._playwright.stop()
+            self._playwright = self.browser = self.context = None
+
+
+CHROMIUM = Chromium()
+
+
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def browser() -> Any:
     executable = _chromium()
     in_ci = os.environ.get("CI", "").lower() == "true"
     try:
-        from playwright.sync_api import sync_playwright
+        import playwright.sync_api  # noqa: F401
     except ImportError:
         if in_ci:
             raise
@@ -132,26 +198,13 @@ def browser() -> Iterator[Any]:
         if in_ci:
             pytest.fail("CI=true but no chromium on PATH: .ci/run installs Debian's chromium")
         pytest.skip("no chromium on PATH: apt-get install chromium (or set RIVERBOAT_CHROMIUM)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=executable,
-            # As root (CI containers) chromium refuses to start inside its sandbox.
-            args=["--no-sandbox", "--disable-dev-shm-usage"],
-        )
-        yield launched
-        launched.close()
+    CHROMIUM.start(executable)
+    return CHROMIUM.browser
 
 
-# One context per module, its cookies cleared before each test: a context per test made
-# chromium start its renderer processes anew each time, about a sixth of the browser
-# tests' CPU on the 2-core VM. The dashboard keeps nothing in the browser but cookies
-# (no page pushes history, so htmx's history cache stays empty); a test that needs
-# other settings (a color scheme, a phone's width) makes its own context.
 @pytest.fixture(scope="module")
-def browser_context(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1280, "height": 860})
-    yield context
-    context.close()
+def browser_context(browser: Any) -> Any:
+    return CHROMIUM.context
 
 
 @pytest.fixture
