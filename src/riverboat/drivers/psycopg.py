@@ -250,26 +250,12 @@ class PsycopgDriver(
         self._conn: Any = None
         self._pool: Any = None
         if self.url is not None:
-            psycopg_pool = import_optional("psycopg_pool", "psycopg")
             # Opened at the first statement, after one direct connection has proved the
             # URL works: a wrong password or database then fails at once with the
             # server's own message, instead of a pool retrying for 30 s in the background.
-            self._pool = psycopg_pool.ConnectionPool(
-                self.url,
-                min_size=1,
-                max_size=max_pool_size,
-                kwargs={
-                    "autocommit": True,
-                    "cursor_factory": psycopg.RawCursor,
-                    "prepare_threshold": 0 if self._prepare else None,
-                    **self._connect_params,
-                },
-                open=False,
-                configure=self._on_connect,
-                check=self._check_idle,
-                reset=self._note_idle,
-                timeout=pool_timeout,
-            )
+            self._max_pool_size = max_pool_size
+            self._pool_timeout = pool_timeout
+            self._pool = self._new_pool()
             # When each pooled connection was last returned (or opened), for _check_idle.
             self._idle_since: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
             self._owned_pool = True
@@ -282,8 +268,32 @@ class PsycopgDriver(
 
         self._lock = threading.Lock()
 
+    def _new_pool(self) -> Any:
+        """The owned pool, not opened yet."""
+        psycopg = _import_psycopg()
+        psycopg_pool = import_optional("psycopg_pool", "psycopg")
+        return psycopg_pool.ConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=self._max_pool_size,
+            kwargs={
+                "autocommit": True,
+                "cursor_factory": psycopg.RawCursor,
+                "prepare_threshold": 0 if self._prepare else None,
+                **self._connect_params,
+            },
+            open=False,
+            configure=self._on_connect,
+            check=self._check_idle,
+            reset=self._note_idle,
+            timeout=self._pool_timeout,
+        )
+
     def _open_pool(self) -> None:
-        """Prove the URL with one connection, then open the owned pool (once)."""
+        """Prove the URL with one connection, then open the owned pool (once) and wait
+        for its first connection. A statement that found the pool still empty made
+        psycopg_pool open a second connection for it (the pool grows for a waiting
+        client): three backends started for a client's first statement, not two."""
         psycopg = _import_psycopg()
         with self._lock:
             if self._pool_opened:
@@ -293,6 +303,13 @@ class PsycopgDriver(
             except psycopg.Error as exc:
                 raise _translate(exc) from exc
             self._pool.open(wait=False)
+            try:
+                self._pool.wait(timeout=self._pool_timeout)
+            except psycopg.Error:
+                # PoolTimeout: wait() closed the pool, and a closed psycopg_pool cannot
+                # be opened again. The next statement proves the URL again, with a new one.
+                self._pool = self._new_pool()
+                raise
             self._pool_opened = True
 
     def _failure(self, exc: Exception) -> DriverError:
