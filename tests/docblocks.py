@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from tests.forkserver import run_python
 
 SQLITE_PLACEHOLDER = "sqlite:///app.sqlite3"
 PG_PLACEHOLDER = "postgresql://localhost/app"
@@ -59,13 +60,11 @@ def database_for(code: str, request: pytest.FixtureRequest) -> tuple[str, str]:
 def run_script(
     path: Path, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-W", "error", str(path)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **(env or {})},
+    """``python -W error PATH`` in ``cwd``, in a process of its own forked from a server
+    with riverboat imported (tests/forkserver.py): what a reader who pastes the block
+    into a file runs, without an interpreter's start-up each time."""
+    return run_python(
+        ("-W", "error"), str(path), cwd=str(cwd), env={**os.environ, **(env or {})}, timeout=60
     )
 
 
