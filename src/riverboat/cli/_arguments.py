@@ -20,3 +20,13 @@ def page_size(most: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def add_limit(parser: argparse.ArgumentParser, most: int, default: int, what: str) -> None:
+    """A list command's ``--limit``: ``what`` it bounds, from 1 to ``most``."""
+    parser.add_argument(
+        "--limit",
+        type=page_size(most),
+        default=default,
+        help=f"{what} (1-{most:,}, default {default})",
+    )

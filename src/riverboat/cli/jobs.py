@@ -33,7 +33,7 @@ from riverboat._admin import JOB_LIST_LIMIT_MAX, JobListCursor
 from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, JobRow, JobState
 from riverboat._json import date_time_text
 from riverboat._seconds import is_seconds
-from riverboat.cli._arguments import page_size
+from riverboat.cli._arguments import add_limit
 from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.cli._terminal import printable
 from riverboat.client import Client
@@ -449,12 +449,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--order-by", choices=("id", "time", "scheduled_at", "finalized_at"), default="id"
     )
     listing.add_argument("--desc", action="store_true", help="descending order")
-    listing.add_argument(
-        "--limit",
-        type=page_size(JOB_LIST_LIMIT_MAX),
-        default=100,
-        help=f"page size (1-{JOB_LIST_LIMIT_MAX:,}, default 100)",
-    )
+    add_limit(listing, JOB_LIST_LIMIT_MAX, 100, "page size")
     listing.add_argument("--cursor", help="continue after this cursor (printed by a prior list)")
 
     get = sub.add_parser("get", help="show jobs: args, metadata, every error with its trace")

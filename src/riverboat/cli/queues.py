@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from riverboat._admin import JOB_LIST_LIMIT_MAX
 from riverboat._queue import QueueRow
-from riverboat.cli._arguments import page_size
+from riverboat.cli._arguments import add_limit
 from riverboat.cli.jobs import (
     add_common,
     add_queue_actions,
@@ -102,12 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = sub.add_parser("list", help="list queues by name")
     add_common(listing)
-    listing.add_argument(
-        "--limit",
-        type=page_size(JOB_LIST_LIMIT_MAX),
-        default=100,
-        help=f"at most this many (1-{JOB_LIST_LIMIT_MAX:,}, default 100)",
-    )
+    add_limit(listing, JOB_LIST_LIMIT_MAX, 100, "at most this many")
     limits = sub.add_parser(
         "limits",
         help="flow-control limits, their use and the jobs they hold back",

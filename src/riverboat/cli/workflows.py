@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from riverboat.cli._arguments import page_size
+from riverboat.cli._arguments import add_limit
 from riverboat.cli._terminal import printable
 from riverboat.cli.jobs import (
     add_common,
@@ -91,12 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     text = "list the newest workflows, their states and task counts"
     listing = sub.add_parser("list", help=text, description=text)
     add_common(listing)
-    listing.add_argument(
-        "--limit",
-        type=page_size(WORKFLOW_LIST_MAX),
-        default=20,
-        help=f"at most this many (1-{WORKFLOW_LIST_MAX}, default 20)",
-    )
+    add_limit(listing, WORKFLOW_LIST_MAX, 20, "at most this many")
     for action, text in (
         ("get", "show a workflow's tasks, their dependencies and states"),
         ("wait", "wait until every task is finalized (exit 0 completed, 4 failed, 3 timeout)"),
