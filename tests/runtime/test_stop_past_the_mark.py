@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -94,16 +95,7 @@ async def test_handlers_cut_short_past_the_mark_keep_the_outcome_and_the_stop_en
     monkeypatch.setattr(completer_module, "BACKPRESSURE_LOW", 1)
     monkeypatch.setattr(completer_module, "BATCH_MAX", 1)
     monkeypatch.setattr(runner_module, "STOP_GRACE", GRACE)
-    producer_stopped = asyncio.Event()
-    producer_stop = Producer.stop
-
-    async def noting_stop(self: Producer, *, cancel_running: bool = False) -> None:
-        try:
-            await producer_stop(self, cancel_running=cancel_running)
-        finally:
-            producer_stopped.set()
-
-    monkeypatch.setattr(Producer, "stop", noting_stop)
+    producer_stopped = note_producer_stops(monkeypatch)["default"]
     go = {1: asyncio.Event(), 2: asyncio.Event()}
     started: dict[str, asyncio.Event] = {name: asyncio.Event() for name in ("1", "2", "subject")}
     workers = Workers()
@@ -210,6 +202,21 @@ async def test_handlers_cut_short_past_the_mark_keep_the_outcome_and_the_stop_en
     assert "its error handlers were cut short (the client is stopping)" in caplog.text
 
 
+def note_producer_stops(monkeypatch: pytest.MonkeyPatch) -> defaultdict[str, asyncio.Event]:
+    """Per queue, an event set once its producer's stop has ended (whatever it raised)."""
+    stopped: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
+    producer_stop = Producer.stop
+
+    async def noting_stop(self: Producer, *, cancel_running: bool = False) -> None:
+        try:
+            await producer_stop(self, cancel_running=cancel_running)
+        finally:
+            stopped[self.queue].set()
+
+    monkeypatch.setattr(Producer, "stop", noting_stop)
+    return stopped
+
+
 def _buffered(completer: completer_module.Completer) -> set[int]:
     return {pending.update.id for pending in completer.buffered()}
 
@@ -231,16 +238,7 @@ async def test_jobs_claimed_ahead_handed_back_past_the_mark_do_not_hold_the_stop
     # A claim ahead right after the first claim, and none expiring while the test runs.
     monkeypatch.setattr(producer_module, "AHEAD_WINDOW", 30.0)
     monkeypatch.setattr(producer_module, "AHEAD_MAX_WAIT", 60.0)
-    stopped: dict[str, asyncio.Event] = {"default": asyncio.Event(), "other": asyncio.Event()}
-    producer_stop = Producer.stop
-
-    async def noting_stop(self: Producer, *, cancel_running: bool = False) -> None:
-        try:
-            await producer_stop(self, cancel_running=cancel_running)
-        finally:
-            stopped[self.queue].set()
-
-    monkeypatch.setattr(Producer, "stop", noting_stop)
+    stopped = note_producer_stops(monkeypatch)
     go = {n: asyncio.Event() for n in range(1, 7)}
     started = {n: asyncio.Event() for n in range(1, 7)}
     workers = Workers()
