@@ -191,17 +191,23 @@ claimed AS (
     ORDER BY priority, scheduled_at, cid
     LIMIT :max_to_lock::integer
 ),"""
+# Each locked row with whether it is claimed: the claimed ids gathered once (an
+# uncorrelated subquery), then one test per row. A join on the claimed rows was planned
+# as a nested loop (both sides estimated at one row) that scanned them again for every
+# locked row: 1.1 of 4.9 ms for 100 tasks.
+_FLAGGED = """
+flagged AS MATERIALIZED (
+    SELECT l.*, l.cid = ANY(ARRAY(SELECT cid FROM claimed)) AS claimed FROM locked l
+),"""
 _RUNNING_IF_CLAIMED = """
-                     WHEN c.cid IS NOT NULL THEN 'running'"""
+                     WHEN v.claimed THEN 'running'"""
 _CLAIM_SET = "".join(
     f"""
-        {column} = CASE WHEN c.cid IS NOT NULL THEN {value} ELSE river_job.{column} END,"""
+        {column} = CASE WHEN v.claimed THEN {value} ELSE river_job.{column} END,"""
     for column, value in CLAIM_SET.items()
 )
 # The claimed rows' columns, read only for them: NULLs for the others.
-_CLAIMED_COLUMNS = ", " + job_columns(
-    "river_job", when="c.cid IS NOT NULL", alias_prefix="claimed_"
-)
+_CLAIMED_COLUMNS = ", " + job_columns("river_job", when="v.claimed", alias_prefix="claimed_")
 _CLAIMED_AND_LAST_CANDIDATE = _CHANGED_AND_LAST_CANDIDATE.replace(
     "       s.locked_elsewhere\n",
     "       s.locked_elsewhere, " + ", ".join(f"u.claimed_{c.name}" for c in JOB_COLUMNS) + "\n",
@@ -352,7 +358,7 @@ locked AS (
     JOIN <schema>river_job l ON l.id = v.cid
     WHERE (v.run OR v.cancel) AND l.state::text = 'pending'
     FOR UPDATE OF l SKIP LOCKED
-),{_CLAIMED if claim else ""}
+),{_CLAIMED + _FLAGGED if claim else ""}
 updated AS (
     UPDATE <schema>river_job
     SET state = CASE WHEN v.cancel THEN 'cancelled'{_RUNNING_IF_CLAIMED if claim else ""}
@@ -365,7 +371,7 @@ updated AS (
             -- fewer in the GIN index for this and every later write of the row).
             WHEN v.outputs = '{{}}'::jsonb THEN river_job.metadata
             ELSE jsonb_set(river_job.metadata, '{{{_KEY},dep_outputs}}', v.outputs) END
-    FROM locked v{" LEFT JOIN claimed c ON c.cid = v.cid" if claim else ""}
+    FROM {"flagged" if claim else "locked"} v
     -- Still pending: its row is locked since. (No state test here, which could lead
     -- the planner to scan every pending row per verdict.)
     WHERE river_job.id = v.cid
