@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import select
 import signal
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -460,6 +461,55 @@ async def test_hard_stop_kills_children_and_hands_their_jobs_back(
             assert row.state is JobState.AVAILABLE and row.attempt == 0 and not row.errors
         assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
         assert len(list(tmp_path.glob("started-*"))) == 2  # the third never ran
+        _no_overlap(tmp_path)
+
+
+def _wait_until_readable_blocking(client: riverboat.AsyncClient) -> None:
+    """Block this thread (the client's event loop with it) until the busy child's pipe
+    to this process holds something to read: its job's outcome, sent and not read."""
+    (child,) = _pool(client)._busy
+    pipe = child.process._transport.get_pipe_transport(1).get_extra_info("pipe")
+    readable, _, _ = select.select([pipe], [], [], 30)
+    assert readable, "the child sent nothing within 30 s"
+
+
+@pytest.mark.parametrize("middleware", [False, True], ids=["plain", "riverlog"])
+async def test_a_hard_stop_keeps_an_outcome_the_child_had_sent(
+    any_db: Db, tmp_path: Path, middleware: bool
+) -> None:
+    """A hard stop that comes once a child has sent its job's outcome, before this
+    process read it (its event loop busy meanwhile), keeps that outcome: the job ran to
+    its end, so it is completed, its output recorded, and it is not handed back to run
+    again (it was: available, attempt 0, run a second time by the next worker)."""
+    client = riverboat.AsyncClient(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": QueueConfig(executor="process", max_workers=1, process_pool_size=1)},
+        workers=_workers(),
+        middleware=[RiverLog()] if middleware else [],
+        soft_stop_timeout=10,
+    )
+    async with client:
+        args = {"dir": str(tmp_path), "seconds": 0.2}
+        job_id = (await client.insert(args, kind="hang")).job.id
+        await client.start()
+        try:
+            await wait_until_async(
+                lambda: (tmp_path / f"started-{job_id}-1").exists(),
+                timeout=30,
+                what="the job started in its child",
+            )
+            # The loop does not run from here to the stop: the outcome the child sends
+            # 0.2 s after it started waits unread.
+            _wait_until_readable_blocking(client)
+            client.runtime.interrupt_running()
+        finally:
+            await asyncio.wait_for(client.stop_and_cancel(), 20)
+        row = await client.job_get(job_id)
+        assert row.state is JobState.COMPLETED and row.attempt == 1
+        started = tmp_path / f"started-{job_id}-1"
+        assert row.metadata.get("output") == int(started.read_text())
+        assert list(tmp_path.glob("started-*")) == [started]
         _no_overlap(tmp_path)
 
 

@@ -239,7 +239,36 @@ async def _call(
         arm = None
         if state is not None and state.arm_deadline is not None:
             arm = functools.partial(state.arm_deadline, state)
-        await process_pool.run(worker, job, ctx, reference, arm)
+        if state is None:
+            await process_pool.run(worker, job, ctx, reference, arm)
+            return
+        if state.interrupted or state.stopped_after_body:
+            raise asyncio.CancelledError  # handed back: a middleware calling it again
+
+        def keep_sent() -> bool:
+            # A hard stop (not a timeout, not a remote cancel) that came once the child
+            # had sent its outcome: the job ran to its end, and handed back it would run
+            # again. Its outcome goes on, as for a sync job's body that returned on its
+            # thread (below).
+            return state.interrupted and not state.cancelled_remotely and not state.timed_out
+
+        kept = False
+
+        def keep() -> None:
+            nonlocal kept
+            kept = True
+            state.interrupted = False  # not handed back after all
+            state.stopped_after_body = True
+
+        try:
+            await process_pool.run(worker, job, ctx, reference, arm, keep_sent, keep)
+        finally:
+            if kept:
+                # Once its child is reaped: what its code awaits next is cut short.
+                task = asyncio.current_task()
+                assert task is not None
+                task.uncancel()
+                asyncio.get_running_loop().call_soon(task.cancel)
         return
     if worker.is_async:
         _work_context.set(ctx)

@@ -15,7 +15,10 @@ instance. :mod:`riverboat.runtime.process_reference` says so at registration or 
 
 A job whose task is cancelled (its timeout, a remote cancel, a hard stop) has its child
 SIGKILLed, and the cancellation goes on only once the child is reaped: the row is never
-made available while a child still runs it. A child that dies mid-job fails that job
+made available while a child still runs it. A hard stop that finds the child's outcome
+already sent, not yet read (the child ended the job a moment before), keeps it: what
+the pipe holds once the child is killed is read to its end, and a job that ran to its
+end is not handed back to run again (``keep_sent``). A child that dies mid-job fails that job
 with how it died (exit code or signal) and is replaced by the next job that needs one.
 """
 
@@ -62,6 +65,9 @@ CHILD_MODULE = "riverboat.runtime.process_child"
 LEASE_EXPIRED_EXIT = 75
 # A child's first message; its interpreter and riverboat import take ~0.1 s.
 CHILD_START_TIMEOUT = 60.0
+# Seconds a hard stop reads what a killed child's pipe still holds (its end comes at
+# once, unless something the job started holds the pipe open).
+SENT_READ_TIMEOUT = 0.5
 
 
 class ChildJobError(Exception):
@@ -185,7 +191,7 @@ def _encode_row(row: JobRow) -> dict[str, Any]:
 
 
 class _Child:
-    __slots__ = ("pid", "process", "reader", "writer")
+    __slots__ = ("_body_size", "pid", "process", "reader", "writer")
 
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
@@ -193,14 +199,20 @@ class _Child:
         assert process.stdout is not None and process.stdin is not None
         self.reader = process.stdout
         self.writer = process.stdin
+        # A message's size once its header is read: a receive cancelled while its body
+        # arrives leaves it here, and the next receive reads that body.
+        self._body_size: int | None = None
 
     def send(self, message: dict[str, Any]) -> None:
         data = go_json_dumps(message).encode()
         self.writer.write(_HEADER.pack(len(data)) + data)
 
     async def receive(self) -> dict[str, Any]:
-        header = await self.reader.readexactly(_HEADER.size)
-        body = await self.reader.readexactly(_HEADER.unpack(header)[0])
+        if self._body_size is None:
+            header = await self.reader.readexactly(_HEADER.size)
+            self._body_size = _HEADER.unpack(header)[0]
+        body = await self.reader.readexactly(self._body_size)
+        self._body_size = None
         message: dict[str, Any] = json_loads(body)
         return message
 
@@ -408,10 +420,18 @@ class ProcessPool:
         ctx: _WorkContext,
         reference: str,
         on_start: Callable[[], None] | None = None,
+        keep_sent: Callable[[], bool] | None = None,
+        on_kept: Callable[[], None] | None = None,
     ) -> None:
         """Work ``job`` in a child; return as the work function did or raise what it
         raised (JobSnooze, JobCancel, or a :class:`ChildJobError` named after the
-        original), :class:`ChildProcessDied` or :class:`MemoryLimitExceeded`."""
+        original), :class:`ChildProcessDied` or :class:`MemoryLimitExceeded`.
+
+        Cancelled while it waits for the child, it raises the cancellation, unless
+        ``keep_sent()`` says to keep an outcome the child sent already (a hard stop) and
+        the child had: then ``on_kept()`` is called and it goes on with that outcome as
+        if the cancel had come a moment later (the caller sees to the cancellation: it
+        is not re-raised)."""
         if self._closed:
             raise RuntimeError("the process pool was closed")
         message = {
@@ -422,7 +442,7 @@ class ProcessPool:
         async with self._slots:
             child = self._idle_child() or await self._spawn()
             self._busy.add(child)
-            keep = False
+            keep = killed = False
             try:
                 if on_start is not None:  # the job's timeout counts from here
                     on_start()
@@ -432,10 +452,20 @@ class ProcessPool:
                 )
                 try:
                     outcome = await self._outcome(child, job.id)
+                except asyncio.CancelledError:
+                    sent = None
+                    if keep_sent is not None and keep_sent():
+                        killed = True
+                        sent = await self._sent_before_kill(child, job.id)
+                    if sent is None:
+                        raise
+                    outcome = sent
+                    if on_kept is not None:
+                        on_kept()
                 finally:
                     if renewing is not None:
                         renewing.cancel()
-                keep = "memory" not in outcome.get("error", {})
+                keep = not killed and "memory" not in outcome.get("error", {})
             except (asyncio.IncompleteReadError, ConnectionError):
                 await _reap(child.process)
                 raise self._died(child, job) from None
@@ -483,6 +513,18 @@ class ProcessPool:
                 outcome: dict[str, Any] = done
                 return outcome
             self._log(message, job_id)
+
+    async def _sent_before_kill(self, child: _Child, job_id: int) -> dict[str, Any] | None:
+        """The outcome ``child`` had sent for ``job_id`` and this process not read yet,
+        or None: it is killed first, so that what its pipe holds is all it will ever
+        send, read to its end (within SENT_READ_TIMEOUT)."""
+        with contextlib.suppress(ProcessLookupError):
+            child.process.kill()
+        try:
+            async with asyncio.timeout(SENT_READ_TIMEOUT):
+                return await self._outcome(child, job_id)
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+            return None
 
     def _died(self, child: _Child, job: Job[Any]) -> ChildProcessDied:
         how = describe_exit(child.process.returncode)
