@@ -1141,7 +1141,7 @@ class Producer:
         self._interrupting = True
         count = len(self._ahead)
         self._hand_back_ahead()
-        for task, state in list(self._active.values()):
+        for job_id, (task, state) in list(self._active.items()):
             if state.past_body:
                 # Its code is over, its outcome decided: not handed back. Its error
                 # handlers are cut short (execute_job writes the outcome without their
@@ -1152,6 +1152,16 @@ class Producer:
                 task.cancel()
                 continue
             if state.interrupted or state.stopped_after_body:
+                if (
+                    job_id in self._orphaned
+                    and not state.cancellable
+                    and state.started
+                    and task.cancelling() == 0
+                ):
+                    # Orphaned by a lost lease (orphan_running), which can't stop a
+                    # thread: the stop leaves it, as it leaves a handed-back job's.
+                    self._leave_thread(state)
+                    task.cancel()
                 continue
             # Whatever its outcome, it goes to the completer now, not after room there.
             state.hand_over_now = True
@@ -1172,16 +1182,21 @@ class Producer:
             if not state.cancellable and state.started and state.body_call is not None:
                 # (A sync job whose work middleware runs on the loop, its body not
                 # called or returned, has no thread to leave behind.)
-                self.abandoned_threads += 1
-                log.warning(
-                    "job %d (%s): handed back (available again) while its thread still "
-                    "runs; what that thread does from now on is discarded",
-                    state.job.id if state.job is not None else -1,
-                    state.job.kind if state.job is not None else "?",
-                )
+                self._leave_thread(state, "handed back (available again)")
             if state.started:
                 task.cancel()
         return count
+
+    def _leave_thread(self, state: RunState, what: str = "its outcome dropped") -> None:
+        """A hard stop leaves a sync job's thread running: counted and logged."""
+        self.abandoned_threads += 1
+        log.warning(
+            "job %d (%s): %s while its thread still runs; what that thread does from now "
+            "on is discarded",
+            state.job.id if state.job is not None else -1,
+            state.job.kind if state.job is not None else "?",
+            what,
+        )
 
     async def stop(self, *, cancel_running: bool = False) -> None:
         """Stop fetching; wait for running jobs (handing them all back first when

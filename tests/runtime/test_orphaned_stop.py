@@ -1,0 +1,63 @@
+"""A hard stop after this client lost its lease (runtime/registry.py) while a sync job's
+thread still runs: the stop ends at once, the thread left to finish on its own (its
+outcome is dropped in any case: the job may run elsewhere), also with
+``soft_stop_timeout=None``. The lease's loss marks the job handed back but cannot stop
+its thread, and the hard stop passed over every job marked so: with
+``soft_stop_timeout=None`` it waited for that thread for ever."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import riverboat
+from riverboat import Job, JobState, QueueConfig, Workers
+from tests.runtime.dbs import Db, any_db  # noqa: F401
+from tests.waiting import wait_until_async
+
+STOP_WITHIN = 5.0  # seconds: the hard stop ends at once; this only catches a wait
+
+
+def test_a_hard_stop_leaves_an_orphaned_thread_behind(any_db: Db) -> None:  # noqa: F811
+    started = threading.Event()
+    release = threading.Event()
+    workers = Workers()
+
+    @workers.register("orphaned_sync")
+    def body(job: Job[Any]) -> None:
+        started.set()
+        release.wait(60)
+
+    async def scenario() -> None:
+        client = riverboat.AsyncClient(
+            any_db.url,
+            schema=any_db.schema,
+            id="orphaned-client",
+            queues={"default": QueueConfig(max_workers=1)},
+            workers=workers,
+            heartbeat_interval=0.1,
+            dead_after=2.0,
+            soft_stop_timeout=None,
+        )
+        job = (await client.insert({}, kind="orphaned_sync")).job
+        await client.start()
+        try:
+            await asyncio.to_thread(started.wait, 30)
+            assert started.is_set()
+            # Its registry row gone (as the leader removes an expired one): the next
+            # heartbeat finds the lease lost and orphans the running job.
+            any_db.execute("DELETE FROM riverboat_client WHERE id = 'orphaned-client'")
+            registry = client.runtime.registry
+            assert registry is not None
+            await wait_until_async(lambda: registry.lost, timeout=30, what="the lease lost")
+            await asyncio.wait_for(client.stop_and_cancel(), STOP_WITHIN)
+            assert client.runtime.producers["default"].abandoned_threads == 1
+            row = await client.job_get(job.id)
+            # Its outcome dropped: still running, for the leader to hand out again.
+            assert row.state is JobState.RUNNING and row.attempt == 1
+        finally:
+            release.set()
+            await client.close()
+
+    asyncio.run(scenario())
