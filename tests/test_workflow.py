@@ -2420,3 +2420,56 @@ def test_a_forked_copy_of_a_workflow_does_not_skip_the_check() -> None:
     assert child.exitcode == 0
     assert wf.take_fresh() is True
     assert wf.take_fresh() is False
+
+
+@pytest.mark.parametrize("outcome", ["retry", "snooze"])
+def test_a_cancel_asked_for_while_a_task_ran_cancels_its_dependents_at_once(
+    any_db: Db,  # noqa: F811
+    outcome: str,
+) -> None:
+    """A task whose cancel was asked for while it ran, its notification missed (only
+    ``cancel_attempted_at`` set on its row), then fails or snoozes: River 0.51.2's
+    completion writes it cancelled, not retryable or scheduled. Its dependents are
+    cancelled by that completion's promotion, so they are when the client's stop
+    returns; they waited pending for the next sweep of pending tasks (up to 2 s, or the
+    next start of a client), since the outcome sent was not a final one."""
+    started = threading.Event()
+    gate = threading.Event()
+    workers = Workers()
+
+    @workers.register("ends_late")
+    def ends_late(job: Job[Any]) -> None:
+        started.set()
+        gate.wait(30)
+        if job.args["outcome"] == "retry":
+            raise ValueError("failed once cancelled")
+        raise riverboat.JobSnooze(3600)
+
+    @workers.register("step")
+    async def step(job: Job[Any]) -> None:
+        return None
+
+    wf = Workflow("cancel-asked")
+    wf.add("a", {"outcome": outcome}, kind="ends_late")
+    _step(wf, "b", ["a"])
+    _step(wf, "c", ["b"])
+
+    async def scenario() -> None:
+        client = _async_client(any_db, workers)
+        await client.start()
+        try:
+            info = await client.workflow_insert(wf)
+            a = info.task("a").job.id
+            assert await asyncio.to_thread(started.wait, 30)
+            await client.job_update(a, metadata={"cancel_attempted_at": "2026-01-01T00:00:00Z"})
+        finally:
+            gate.set()
+            await client.stop()  # a's outcome written, and its promotion with it
+        try:
+            done = await client.workflow_get(wf.id)
+        finally:
+            await client.close()
+        states = {task.name: task.state for task in done.tasks}
+        assert states == {"a": "cancelled", "b": "cancelled", "c": "cancelled"}
+
+    asyncio.run(scenario())

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from riverboat._job import FAILED_STATES, AttemptError, JobRow, JobState
+from riverboat._job import FAILED_STATES, FINALIZED_STATES, AttemptError, JobRow, JobState
 from riverboat.dialect.base import JobStateUpdate, is_plain_completion
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import DriverError
@@ -100,6 +100,13 @@ class PendingCompletion:
         if not self.started_at:
             return 0.0
         return max(0.0, self.started_at - self.job.scheduled_at.timestamp())
+
+
+def _finalized(pending: PendingCompletion, row: JobRow | None) -> bool:
+    """Whether ``pending``'s outcome finalized its job: its own state, or the row as the
+    write left it (``row``, when read), which a cancel asked for meanwhile may have
+    made cancelled."""
+    return pending.update.finalized or (row is not None and row.state in FINALIZED_STATES)
 
 
 def _at_claimed_attempt(pending: PendingCompletion) -> JobStateUpdate:
@@ -572,31 +579,45 @@ class Completer:
     ) -> list[PendingCompletion]:
         """:meth:`_write_outcomes`, then the dependents of the workflow tasks it
         finalized; returns the outcomes skipped because their rows were locked."""
+        signals = self._finalized_signals
+        watched = signals is not None and signals.watching()
+        # An outcome that leaves the job to run again (retryable, scheduled, available:
+        # a failure, a snooze, a hand-back) is written as cancelled when a cancel was
+        # asked for meanwhile (the cancel's notification missed, River 0.51.2): its
+        # workflow dependents and waiters are then told from the row as written.
+        may_end = not plain and any(
+            not p.update.finalized and (watched or WORKFLOW_METADATA_KEY in p.job.metadata)
+            for p in batch
+        )
         promote = self._on_workflow_finalized is not None and any(
-            p.update.finalized and WORKFLOW_METADATA_KEY in p.job.metadata for p in batch
+            WORKFLOW_METADATA_KEY in p.job.metadata and (p.update.finalized or may_end)
+            for p in batch
         )
         # The rows as written are read only when the copies claimed say that no
         # promotion may be needed (a fan-in's leaves but the last): they confirm it.
         may_skip = promote and self._promotion_plan(batch, None)[2]
-        skipped, current = await self._write_outcomes(batch, plain, want_current=may_skip)
-        signals = self._finalized_signals
-        watched = signals is not None and signals.watching()
+        skipped, current = await self._write_outcomes(
+            batch, plain, want_current=may_skip or may_end
+        )
         if promote or watched:
             waiting = {p.update.id for p in skipped}
             written = [p for p in batch if p.update.id not in waiting] if waiting else batch
             if promote:
                 await self._promote_workflow_tasks(written, current)
             if watched:
-                await self._signal_finalized(written)
+                await self._signal_finalized(written, current)
         return skipped
 
-    async def _signal_finalized(self, batch: list[PendingCompletion]) -> None:
+    async def _signal_finalized(
+        self, batch: list[PendingCompletion], current: dict[int, JobRow] | None
+    ) -> None:
         """Wake whoever waits for the jobs this batch finalized (riverboat.wait); only
         called while someone waits. A failure costs the waiter a poll, nothing more."""
         assert self._finalized_signals is not None
         done = []
         for pending in batch:
-            if pending.update.finalized:
+            row = current.get(pending.update.id) if current is not None else None
+            if _finalized(pending, row):
                 meta = pending.job.metadata.get(WORKFLOW_METADATA_KEY)
                 workflow_id = meta.get("id") if isinstance(meta, dict) else None
                 done.append((pending.update.id, workflow_id))
@@ -621,9 +642,9 @@ class Completer:
         known: set[int] = set()
         failed_dependents: set[int] = set()
         for p in batch:
-            if not p.update.finalized:
-                continue
             row = current.get(p.update.id) if current is not None else None
+            if not _finalized(p, row):
+                continue
             meta = (row or p.job).metadata.get(WORKFLOW_METADATA_KEY)
             if meta is None:
                 continue
