@@ -140,20 +140,6 @@ def hang(job: Job[Any]) -> None:
         _leave()
 
 
-def end_after(job: Job[Any]) -> None:
-    """Ends ``args["seconds"]`` after it started: records an output of ``args["size"]``
-    characters (its pid when none), or fails with ``args["fail"]``."""
-    _enter(job)
-    try:
-        time.sleep(job.args["seconds"])
-        if job.args.get("fail"):
-            raise ValueError(job.args["fail"])
-        size = job.args.get("size")
-        record_output("x" * size if size else os.getpid())
-    finally:
-        _leave()
-
-
 def hog(job: Job[Any]) -> None:
     """Allocates ``args["mib"]`` MiB on its first attempt."""
     _enter(job)

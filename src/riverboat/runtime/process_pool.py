@@ -29,7 +29,6 @@ import contextlib
 import contextvars
 import logging
 import os
-import select
 import signal
 import struct
 import subprocess
@@ -66,8 +65,8 @@ CHILD_MODULE = "riverboat.runtime.process_child"
 LEASE_EXPIRED_EXIT = 75
 # A child's first message; its interpreter and riverboat import take ~0.1 s.
 CHILD_START_TIMEOUT = 60.0
-# Seconds a hard stop reads what a child had sent when it came (a killed child's pipe
-# ends at once, unless something the job started holds it open).
+# Seconds a hard stop reads what a killed child's pipe still holds (its end comes at
+# once, unless something the job started holds the pipe open).
 SENT_READ_TIMEOUT = 0.5
 
 
@@ -192,7 +191,7 @@ def _encode_row(row: JobRow) -> dict[str, Any]:
 
 
 class _Child:
-    __slots__ = ("_body_size", "_pipe", "pid", "process", "reader", "writer")
+    __slots__ = ("_body_size", "pid", "process", "reader", "writer")
 
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
@@ -203,25 +202,6 @@ class _Child:
         # A message's size once its header is read: a receive cancelled while its body
         # arrives leaves it here, and the next receive reads that body.
         self._body_size: int | None = None
-        # The pipe the child writes to, as the event loop reads it: polled, never read
-        # here (sending). Taken from asyncio's transport, which has no public way to it;
-        # without it, bytes still in the pipe are not seen.
-        transport = getattr(process, "_transport", None)
-        pipe = transport.get_pipe_transport(1) if transport is not None else None
-        self._pipe: Any = pipe.get_extra_info("pipe") if pipe is not None else None
-
-    def sending(self) -> bool:
-        """Whether the child has begun a message this process has not read to its end:
-        one whose header was read, or bytes waiting in the pipe. A message larger than
-        the pipe holds (64 KiB on Linux) is written only as it is read."""
-        if self._body_size is not None:
-            return True
-        if self._pipe is None:
-            return False
-        try:
-            return bool(select.select([self._pipe], [], [], 0)[0])
-        except (OSError, ValueError):  # closed meanwhile
-            return False
 
     def send(self, message: dict[str, Any]) -> None:
         data = go_json_dumps(message).encode()
@@ -536,14 +516,10 @@ class ProcessPool:
 
     async def _sent_before_kill(self, child: _Child, job_id: int) -> dict[str, Any] | None:
         """The outcome ``child`` had sent for ``job_id`` and this process not read yet,
-        or None, read within SENT_READ_TIMEOUT. A child sending nothing is killed first,
-        so that what its pipe holds is all it will ever send, read to its end; one in
-        the middle of a message is read alive (a message larger than the pipe waits for
-        the reader), and killed by run() afterwards. That message may be a log record
-        of a job still running: then the stop waits out the timeout for it."""
-        if not child.sending():
-            with contextlib.suppress(ProcessLookupError):
-                child.process.kill()
+        or None: it is killed first, so that what its pipe holds is all it will ever
+        send, read to its end (within SENT_READ_TIMEOUT)."""
+        with contextlib.suppress(ProcessLookupError):
+            child.process.kill()
         try:
             async with asyncio.timeout(SENT_READ_TIMEOUT):
                 return await self._outcome(child, job_id)
