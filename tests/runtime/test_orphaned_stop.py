@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
+
+import pytest
 
 import riverboat
 from riverboat import Job, JobState, QueueConfig, Workers
@@ -58,6 +61,59 @@ def test_a_hard_stop_leaves_an_orphaned_thread_behind(any_db: Db) -> None:  # no
             assert row.state is JobState.RUNNING and row.attempt == 1
         finally:
             release.set()
+            await client.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("where", ["before_body", "after_body"])
+def test_a_hard_stop_cuts_an_orphaned_jobs_middleware_short(
+    any_db: Db,  # noqa: F811
+    where: str,
+) -> None:
+    """The same with the job's work middleware awaiting on the event loop (an export
+    that does not answer), before calling the body or after it returned: the stop ends
+    at once, and no thread is counted as left behind (none runs)."""
+    in_middleware = threading.Event()
+
+    async def exports(job: Job[Any], call_next: Callable[[], Awaitable[None]]) -> None:
+        if where == "after_body":
+            await call_next()
+        in_middleware.set()
+        await asyncio.sleep(60)
+        if where == "before_body":
+            await call_next()
+
+    workers = Workers()
+
+    @workers.register("orphaned_sync", middleware=[exports])
+    def body(job: Job[Any]) -> None:
+        return None
+
+    async def scenario() -> None:
+        client = riverboat.AsyncClient(
+            any_db.url,
+            schema=any_db.schema,
+            id="orphaned-client",
+            queues={"default": QueueConfig(max_workers=1)},
+            workers=workers,
+            heartbeat_interval=0.1,
+            dead_after=2.0,
+            soft_stop_timeout=None,
+        )
+        job = (await client.insert({}, kind="orphaned_sync")).job
+        await client.start()
+        try:
+            assert await asyncio.to_thread(in_middleware.wait, 30)
+            any_db.execute("DELETE FROM riverboat_client WHERE id = 'orphaned-client'")
+            registry = client.runtime.registry
+            assert registry is not None
+            await wait_until_async(lambda: registry.lost, timeout=30, what="the lease lost")
+            await asyncio.wait_for(client.stop_and_cancel(), STOP_WITHIN)
+            assert client.runtime.producers["default"].abandoned_threads == 0
+            row = await client.job_get(job.id)
+            assert row.state is JobState.RUNNING and row.attempt == 1
+        finally:
             await client.close()
 
     asyncio.run(scenario())

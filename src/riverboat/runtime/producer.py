@@ -1159,8 +1159,11 @@ class Producer:
                     and task.cancelling() == 0
                 ):
                     # Orphaned by a lost lease (orphan_running), which can't stop a
-                    # thread: the stop leaves it, as it leaves a handed-back job's.
-                    self._leave_thread(state)
+                    # thread: the stop leaves it, as it leaves a handed-back job's (a
+                    # job whose code awaits on the loop, its body not called or
+                    # returned, has none to leave).
+                    if state.body_call is not None:
+                        self._leave_thread(state)
                     task.cancel()
                 continue
             # Whatever its outcome, it goes to the completer now, not after room there.
