@@ -15,11 +15,42 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import Job, JobState, QueueConfig, Workers
+from riverboat import Job, JobRow, JobState, QueueConfig, Workers
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 from tests.waiting import wait_until_async
 
 STOP_WITHIN = 5.0  # seconds: the hard stop ends at once; this only catches a wait
+
+
+async def _orphan_then_hard_stop(
+    db: Db, workers: Workers, running: threading.Event
+) -> tuple[int, JobRow]:
+    """Run one ``orphaned_sync`` job until ``running`` is set, make the client lose its
+    lease, then hard-stop it: how many threads the stop left behind, and the job's row."""
+    client = riverboat.AsyncClient(
+        db.url,
+        schema=db.schema,
+        id="orphaned-client",
+        queues={"default": QueueConfig(max_workers=1)},
+        workers=workers,
+        heartbeat_interval=0.1,
+        dead_after=2.0,
+        soft_stop_timeout=None,
+    )
+    try:
+        job = (await client.insert({}, kind="orphaned_sync")).job
+        await client.start()
+        assert await asyncio.to_thread(running.wait, 30)
+        # Its registry row gone (as the leader removes an expired one): the next
+        # heartbeat finds the lease lost and orphans the running job.
+        db.execute("DELETE FROM riverboat_client WHERE id = 'orphaned-client'")
+        registry = client.runtime.registry
+        assert registry is not None
+        await wait_until_async(lambda: registry.lost, timeout=30, what="the lease lost")
+        await asyncio.wait_for(client.stop_and_cancel(), STOP_WITHIN)
+        return client.runtime.producers["default"].abandoned_threads, await client.job_get(job.id)
+    finally:
+        await client.close()
 
 
 def test_a_hard_stop_leaves_an_orphaned_thread_behind(any_db: Db) -> None:  # noqa: F811
@@ -33,35 +64,13 @@ def test_a_hard_stop_leaves_an_orphaned_thread_behind(any_db: Db) -> None:  # no
         release.wait(60)
 
     async def scenario() -> None:
-        client = riverboat.AsyncClient(
-            any_db.url,
-            schema=any_db.schema,
-            id="orphaned-client",
-            queues={"default": QueueConfig(max_workers=1)},
-            workers=workers,
-            heartbeat_interval=0.1,
-            dead_after=2.0,
-            soft_stop_timeout=None,
-        )
-        job = (await client.insert({}, kind="orphaned_sync")).job
-        await client.start()
         try:
-            await asyncio.to_thread(started.wait, 30)
-            assert started.is_set()
-            # Its registry row gone (as the leader removes an expired one): the next
-            # heartbeat finds the lease lost and orphans the running job.
-            any_db.execute("DELETE FROM riverboat_client WHERE id = 'orphaned-client'")
-            registry = client.runtime.registry
-            assert registry is not None
-            await wait_until_async(lambda: registry.lost, timeout=30, what="the lease lost")
-            await asyncio.wait_for(client.stop_and_cancel(), STOP_WITHIN)
-            assert client.runtime.producers["default"].abandoned_threads == 1
-            row = await client.job_get(job.id)
-            # Its outcome dropped: still running, for the leader to hand out again.
-            assert row.state is JobState.RUNNING and row.attempt == 1
+            abandoned, row = await _orphan_then_hard_stop(any_db, workers, started)
         finally:
             release.set()
-            await client.close()
+        assert abandoned == 1
+        # Its outcome dropped: still running, for the leader to hand out again.
+        assert row.state is JobState.RUNNING and row.attempt == 1
 
     asyncio.run(scenario())
 
@@ -91,29 +100,8 @@ def test_a_hard_stop_cuts_an_orphaned_jobs_middleware_short(
         return None
 
     async def scenario() -> None:
-        client = riverboat.AsyncClient(
-            any_db.url,
-            schema=any_db.schema,
-            id="orphaned-client",
-            queues={"default": QueueConfig(max_workers=1)},
-            workers=workers,
-            heartbeat_interval=0.1,
-            dead_after=2.0,
-            soft_stop_timeout=None,
-        )
-        job = (await client.insert({}, kind="orphaned_sync")).job
-        await client.start()
-        try:
-            assert await asyncio.to_thread(in_middleware.wait, 30)
-            any_db.execute("DELETE FROM riverboat_client WHERE id = 'orphaned-client'")
-            registry = client.runtime.registry
-            assert registry is not None
-            await wait_until_async(lambda: registry.lost, timeout=30, what="the lease lost")
-            await asyncio.wait_for(client.stop_and_cancel(), STOP_WITHIN)
-            assert client.runtime.producers["default"].abandoned_threads == 0
-            row = await client.job_get(job.id)
-            assert row.state is JobState.RUNNING and row.attempt == 1
-        finally:
-            await client.close()
+        abandoned, row = await _orphan_then_hard_stop(any_db, workers, in_middleware)
+        assert abandoned == 0
+        assert row.state is JobState.RUNNING and row.attempt == 1
 
     asyncio.run(scenario())
