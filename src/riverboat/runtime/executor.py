@@ -252,18 +252,16 @@ async def _call(
             # thread (below).
             return state.interrupted and not state.cancelled_remotely and not state.timed_out
 
-        kept = False
-
         def keep() -> None:
-            nonlocal kept
-            kept = True
             state.interrupted = False  # not handed back after all
             state.stopped_after_body = True
 
         try:
             await process_pool.run(worker, job, ctx, reference, arm, keep_sent, keep)
         finally:
-            if kept:
+            # Set by keep() alone here: it was not when this call began (above), and
+            # a process job has no body call for a hard stop to find returned.
+            if state.stopped_after_body:
                 # Once its child is reaped: what its code awaits next is cut short.
                 task = asyncio.current_task()
                 assert task is not None
