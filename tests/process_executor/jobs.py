@@ -140,6 +140,20 @@ def hang(job: Job[Any]) -> None:
         _leave()
 
 
+def end_after(job: Job[Any]) -> None:
+    """Ends ``args["seconds"]`` after it started: records an output of ``args["size"]``
+    characters (its pid when none), then fails with ``args["fail"]`` if given."""
+    _enter(job)
+    try:
+        time.sleep(job.args["seconds"])
+        size = job.args.get("size")
+        record_output("x" * size if size else os.getpid())
+        if job.args.get("fail"):
+            raise ValueError(job.args["fail"])
+    finally:
+        _leave()
+
+
 def hog(job: Job[Any]) -> None:
     """Allocates ``args["mib"]`` MiB on its first attempt."""
     _enter(job)

@@ -9,8 +9,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import select
 import signal
+import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,7 @@ from riverboat import (
     Workers,
 )
 from riverboat.riverlog import METADATA_KEY, RiverLog
+from riverboat.runtime import process_pool
 from riverboat.runtime.outcomes import ERROR_MESSAGE_MAX, ERROR_TRACE_MAX
 from riverboat.runtime.process_pool import ChildJobError, ProcessPool
 from tests.process_executor import jobs
@@ -51,6 +55,7 @@ KINDS = (
     "hog",
     "noop",
     "fork",
+    "end_after",
 )
 
 
@@ -469,18 +474,71 @@ def _wait_until_readable_blocking(client: riverboat.AsyncClient) -> None:
     to this process holds something to read: its job's outcome, sent and not read."""
     (child,) = _pool(client)._busy
     pipe = child.process._transport.get_pipe_transport(1).get_extra_info("pipe")
-    readable, _, _ = select.select([pipe], [], [], 30)
-    assert readable, "the child sent nothing within 30 s"
+    poller = select.poll()  # the pipe may be past select()'s FD_SETSIZE
+    poller.register(pipe, select.POLLIN)
+    assert poller.poll(30_000), "the child sent nothing within 30 s"
 
 
-@pytest.mark.parametrize("middleware", [False, True], ids=["plain", "riverlog"])
+@pytest.fixture
+def fds_past_fd_setsize() -> Iterator[None]:
+    """Every descriptor up to 1100 taken, so that those opened next (a child's pipes)
+    are past FD_SETSIZE (1024), which select() refuses."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2048:
+        if hard != resource.RLIM_INFINITY and hard < 2048:
+            pytest.skip(f"RLIMIT_NOFILE {hard}: no descriptors past 1024")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (2048, hard))
+    taken: list[int] = []
+    try:
+        while not taken or taken[-1] < 1100:
+            taken.append(os.open(os.devnull, os.O_RDONLY))
+        yield
+    finally:
+        for fd in taken:
+            os.close(fd)
+        if soft < 2048:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+# More than a pipe holds (64 KiB on Linux): the child writes it only as it is read.
+LARGE = 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("middleware", "outcome"),
+    [
+        (False, "output"),
+        (True, "output"),
+        (False, "large_output"),
+        (True, "large_output"),
+        (False, "error"),
+        (False, "large_error"),
+        (False, "large_output_past_fd_1024"),
+    ],
+    ids=[
+        "plain",
+        "riverlog",
+        "larger_than_the_pipe",
+        "larger_riverlog",
+        "error",
+        "larger_error",
+        "larger_past_fd_1024",
+    ],
+)
 async def test_a_hard_stop_keeps_an_outcome_the_child_had_sent(
-    any_db: Db, tmp_path: Path, middleware: bool
+    any_db: Db, tmp_path: Path, request: pytest.FixtureRequest, middleware: bool, outcome: str
 ) -> None:
-    """A hard stop that comes once a child has sent its job's outcome, before this
-    process read it (its event loop busy meanwhile), keeps that outcome: the job ran to
-    its end, so it is completed, its output recorded, and it is not handed back to run
-    again (it was: available, attempt 0, run a second time by the next worker)."""
+    """A hard stop that comes once a child has begun sending its job's outcome, before
+    this process read it (its event loop busy meanwhile), keeps that outcome: the job
+    ran to its end, so it is completed with its output (or retryable with its error),
+    and it is not handed back to run again (it was: available, attempt 0, run a second
+    time by the next worker). Also an outcome larger than the pipe holds, which the
+    child writes only as this process reads it (it was handed back: the child was
+    killed first, and half its message lost), its pipe's descriptor past 1024 too
+    (select() refuses it)."""
+    if outcome.endswith("past_fd_1024"):
+        request.getfixturevalue("fds_past_fd_setsize")
+        outcome = outcome.removesuffix("_past_fd_1024")
     client = riverboat.AsyncClient(
         any_db.url,
         schema=any_db.schema,
@@ -488,10 +546,15 @@ async def test_a_hard_stop_keeps_an_outcome_the_child_had_sent(
         workers=_workers(),
         middleware=[RiverLog()] if middleware else [],
         soft_stop_timeout=10,
+        retry_policy=RetryInAnHour(),
     )
+    args: dict[str, Any] = {"dir": str(tmp_path), "seconds": 0.2}
+    if outcome.startswith("large"):
+        args["size"] = LARGE
+    if outcome.endswith("error"):
+        args["fail"] = "failed at its end"
     async with client:
-        args = {"dir": str(tmp_path), "seconds": 0.2}
-        job_id = (await client.insert(args, kind="hang")).job.id
+        job_id = (await client.insert(args, kind="end_after")).job.id
         await client.start()
         try:
             await wait_until_async(
@@ -506,11 +569,151 @@ async def test_a_hard_stop_keeps_an_outcome_the_child_had_sent(
         finally:
             await asyncio.wait_for(client.stop_and_cancel(), 20)
         row = await client.job_get(job_id)
-        assert row.state is JobState.COMPLETED and row.attempt == 1
         started = tmp_path / f"started-{job_id}-1"
-        assert row.metadata.get("output") == int(started.read_text())
+        assert row.attempt == 1
+        if outcome.endswith("error"):
+            assert row.state is JobState.RETRYABLE
+            assert "failed at its end" in row.errors[-1].error
+        else:
+            assert row.state is JobState.COMPLETED
+            expected = "x" * LARGE if outcome == "large_output" else int(started.read_text())
+            assert row.metadata.get("output") == expected
         assert list(tmp_path.glob("started-*")) == [started]
         _no_overlap(tmp_path)
+
+
+HUGE = 30_000_000
+
+
+def _once_fed(
+    monkeypatch: pytest.MonkeyPatch, client: riverboat.AsyncClient, size: int, then: Any
+) -> None:
+    """Call ``then()`` on the event loop once it has read ``size`` bytes from the busy
+    child's pipe, in the middle of the message it reads."""
+    (child,) = _pool(client)._busy
+    reader = child.reader
+    feed = reader.feed_data
+    fed = [0]
+
+    def feed_then(data: bytes) -> None:
+        feed(data)
+        before, fed[0] = fed[0], fed[0] + len(data)
+        if before < size <= fed[0]:
+            then()
+
+    monkeypatch.setattr(reader, "feed_data", feed_then)
+
+
+async def test_a_hard_stop_while_an_outcome_is_read_keeps_it(
+    any_db: Db, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hard stop that comes while this process reads an outcome larger than the pipe
+    (its header read, a quarter of it in) keeps it: the child goes on writing it as it
+    is read. It was handed back, the child killed mid-message."""
+    client = riverboat.AsyncClient(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": QueueConfig(executor="process", max_workers=1, process_pool_size=1)},
+        workers=_workers(),
+        soft_stop_timeout=10,
+    )
+    async with client:
+        args = {"dir": str(tmp_path), "seconds": 0.2, "size": LARGE}
+        job_id = (await client.insert(args, kind="end_after")).job.id
+        await client.start()
+        try:
+            await wait_until_async(
+                lambda: (tmp_path / f"started-{job_id}-1").exists(),
+                timeout=30,
+                what="the job started in its child",
+            )
+            # Nothing of the outcome read yet (the loop blocked until it came): the stop
+            # comes once a quarter of it is.
+            _wait_until_readable_blocking(client)
+            stopped: list[int] = []
+            _once_fed(
+                monkeypatch,
+                client,
+                LARGE // 4,
+                lambda: stopped.append(client.runtime.interrupt_running()),
+            )
+            await wait_until_async(lambda: stopped, timeout=30, what="the stop mid-read")
+        finally:
+            await asyncio.wait_for(client.stop_and_cancel(), 20)
+        assert stopped == [1]
+        row = await client.job_get(job_id)
+        assert row.state is JobState.COMPLETED and row.attempt == 1
+        assert row.metadata.get("output") == "x" * LARGE
+        assert len(list(tmp_path.glob("started-*"))) == 1
+        _no_overlap(tmp_path)
+
+
+@pytest.mark.parametrize("bound", ["read_within", "passed_mid_message"])
+async def test_a_hard_stop_during_a_huge_outcome_ends(
+    any_db: Db, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bound: str
+) -> None:
+    """A hard stop that comes while a child sends an outcome of 30 MB ends, and so does
+    the client's close: the outcome is read within the stop's bound and kept, or the
+    bound passes mid-message (forced here) and the job is handed back, never left
+    running or lost. A first version left asyncio's reader paused on a full buffer when
+    it gave up, and the reaping of the killed child waited for ever for the end of its
+    pipe, never read."""
+    if bound == "passed_mid_message":
+        monkeypatch.setattr(process_pool, "SENT_READ_LIMIT", 1.0)
+    client = riverboat.AsyncClient(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": QueueConfig(executor="process", max_workers=1, process_pool_size=1)},
+        workers=_workers(),
+        soft_stop_timeout=10,
+    )
+    try:
+        args = {"dir": str(tmp_path), "seconds": 0.2, "size": HUGE}
+        job_id = (await client.insert(args, kind="end_after")).job.id
+        await client.start()
+        try:
+            await wait_until_async(
+                lambda: (tmp_path / f"started-{job_id}-1").exists(),
+                timeout=30,
+                what="the job started in its child",
+            )
+            (child,) = _pool(client)._busy
+            _wait_until_readable_blocking(client)
+            if bound == "passed_mid_message":
+                # Past the read's bound, as a sync callback or another job holding
+                # the GIL would block the loop, with the child still writing.
+                limit = process_pool.SENT_READ_LIMIT
+                _once_fed(monkeypatch, client, 1 << 20, lambda: time.sleep(limit))
+            client.runtime.interrupt_running()
+        finally:
+            await asyncio.wait_for(client.stop_and_cancel(), 30)
+        row = await client.job_get(job_id)
+        if bound == "passed_mid_message" or row.state is not JobState.COMPLETED:
+            assert row.state is JobState.AVAILABLE and row.attempt == 0 and not row.errors
+        else:
+            assert row.attempt == 1 and row.metadata.get("output") == "x" * HUGE
+        assert not _alive(child.pid)
+        assert len(list(tmp_path.glob("started-*"))) == 1
+        _no_overlap(tmp_path)
+    finally:
+        await asyncio.wait_for(client.close(), 30)
+
+
+async def test_a_child_is_sending_once_bytes_are_read_and_not_taken() -> None:
+    """Bytes read from a child's pipe into its reader and not taken by a receive (one
+    cancelled as they came) are a message begun: a hard stop reads it alive, not
+    killing the child first. Only the pipe was polled, so a large outcome whose header
+    was in the reader, the pipe emptied a moment, was cut short."""
+    pool = ProcessPool(1, name="sending")
+    try:
+        child = await pool._spawn()
+        assert not child.sending()  # its ready message taken, nothing since
+        child.reader.feed_data(b"\x00\x00")  # half a header, as a read would leave it
+        assert child.sending()
+        await child.kill()
+        assert not child.sending()  # its pipe closed
+    finally:
+        await pool.close()
 
 
 async def test_a_process_queue_refuses_workers_a_child_cannot_import(any_db: Db) -> None:

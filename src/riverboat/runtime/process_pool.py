@@ -16,10 +16,13 @@ instance. :mod:`riverboat.runtime.process_reference` says so at registration or 
 A job whose task is cancelled (its timeout, a remote cancel, a hard stop) has its child
 SIGKILLed, and the cancellation goes on only once the child is reaped: the row is never
 made available while a child still runs it. A hard stop that finds the child's outcome
-already sent, not yet read (the child ended the job a moment before), keeps it: what
-the pipe holds once the child is killed is read to its end, and a job that ran to its
-end is not handed back to run again (``keep_sent``). A child that dies mid-job fails that job
-with how it died (exit code or signal) and is replaced by the next job that needs one.
+already sent, not yet read (the child ended the job a moment before), keeps it, and a
+job that ran to its end is not handed back to run again (``keep_sent``): a child
+sending nothing is killed first and what its pipe holds read to its end; one in the
+middle of a message (an outcome larger than the pipe holds is written only as it is
+read) is read alive, within bounds, then killed (``_sent_before_kill``). A child that
+dies mid-job fails that job with how it died (exit code or signal) and is replaced by
+the next job that needs one.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import contextlib
 import contextvars
 import logging
 import os
+import select
 import signal
 import struct
 import subprocess
@@ -65,9 +69,17 @@ CHILD_MODULE = "riverboat.runtime.process_child"
 LEASE_EXPIRED_EXIT = 75
 # A child's first message; its interpreter and riverboat import take ~0.1 s.
 CHILD_START_TIMEOUT = 60.0
-# Seconds a hard stop reads what a killed child's pipe still holds (its end comes at
-# once, unless something the job started holds the pipe open).
+# Seconds after a hard stop within which a child's message must have begun for the stop
+# to read it (a killed child's pipe ends at once, unless something the job started holds
+# it open; a live child may be logging, its job still running).
 SENT_READ_TIMEOUT = 0.5
+# Seconds after a hard stop within which a message begun by then must have been read to
+# its end, else the job is handed back. An outcome larger than the pipe holds (an output
+# of up to 32 MB, its metadata, an error's trace) is written only as it is read: ~0.1 s
+# for 30 MB on an idle machine, more on a loaded one. It bounds what a stop waits for a
+# child that stalls mid-message, and stays under runner.STOP_GRACE (4 s), after which a
+# stop with a soft_stop_timeout gives up on its producers, leaving time to write it.
+SENT_READ_LIMIT = 2.0
 
 
 class ChildJobError(Exception):
@@ -191,7 +203,7 @@ def _encode_row(row: JobRow) -> dict[str, Any]:
 
 
 class _Child:
-    __slots__ = ("_body_size", "pid", "process", "reader", "writer")
+    __slots__ = ("_body_size", "_out", "pid", "process", "reader", "writer")
 
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
@@ -202,26 +214,71 @@ class _Child:
         # A message's size once its header is read: a receive cancelled while its body
         # arrives leaves it here, and the next receive reads that body.
         self._body_size: int | None = None
+        # The transport reading the child's stdout into ``reader``, taken from asyncio's
+        # (no public way to it): polled by a hard stop (sending), closed before reaping
+        # (kill). Without it a hard stop never reads a live child (the earlier rule).
+        transport = getattr(process, "_transport", None)
+        self._out: Any = transport.get_pipe_transport(1) if transport is not None else None
 
     def send(self, message: dict[str, Any]) -> None:
         data = go_json_dumps(message).encode()
         self.writer.write(_HEADER.pack(len(data)) + data)
 
-    async def receive(self) -> dict[str, Any]:
+    def in_message(self) -> bool:
+        """Whether a message's header was read and its body not yet."""
+        return self._body_size is not None
+
+    async def begin(self) -> None:
+        """Read the next message's header, unless one was read already."""
         if self._body_size is None:
             header = await self.reader.readexactly(_HEADER.size)
             self._body_size = _HEADER.unpack(header)[0]
+
+    async def receive(self) -> dict[str, Any]:
+        await self.begin()
+        assert self._body_size is not None
         body = await self.reader.readexactly(self._body_size)
         self._body_size = None
         message: dict[str, Any] = json_loads(body)
         return message
+
+    def sending(self) -> bool:
+        """Whether the child has begun a message this process has not read to its end:
+        its header read, bytes read from the pipe and not taken yet (a receive cancelled
+        as they came), or bytes waiting in the pipe. False when the pipe's transport is
+        unknown (then nothing can tell, nor can kill() close it)."""
+        out = self._out
+        if out is None or out.is_closing():  # its end was read: nothing more comes
+            return False
+        # The reader's buffer, private too: a header there, not taken, is a message
+        # begun though the pipe may be empty a moment (the child refilling it).
+        if self._body_size is not None or getattr(self.reader, "_buffer", None):
+            return True
+        try:
+            # poll, not select: select() refuses a descriptor past FD_SETSIZE (1024),
+            # which a worker with many connections and children reaches.
+            poller = select.poll()
+            poller.register(out.get_extra_info("pipe"), select.POLLIN)
+            return bool(poller.poll(0))  # POLLIN, or POLLHUP: a read would not wait
+        except (OSError, ValueError, AttributeError):  # closed meanwhile; no poll()
+            return False
 
     async def kill(self) -> None:
         """SIGKILL and reap; returns only once the process is gone, even if cancelled."""
         with contextlib.suppress(ProcessLookupError):
             self.process.kill()
         self.writer.close()
+        self._close_out()
         await _reap(self.process)
+
+    def _close_out(self) -> None:
+        # Nothing more is read from the child: its pipe is closed now. asyncio's wait(),
+        # begun before the exit is seen (just after a SIGKILL), returns only once every
+        # pipe of the process is closed too; a reader left with a full buffer (a message
+        # cut short: a hard stop that gave up on it) has stopped reading the pipe, and
+        # would never see the EOF that closes it: the stop, and close(), hung for good.
+        if self._out is not None:
+            self._out.close()
 
     async def close(self, grace: float) -> None:
         """Close its pipe (an idle child exits at EOF); SIGKILL after ``grace`` s."""
@@ -516,13 +573,30 @@ class ProcessPool:
 
     async def _sent_before_kill(self, child: _Child, job_id: int) -> dict[str, Any] | None:
         """The outcome ``child`` had sent for ``job_id`` and this process not read yet,
-        or None: it is killed first, so that what its pipe holds is all it will ever
-        send, read to its end (within SENT_READ_TIMEOUT)."""
-        with contextlib.suppress(ProcessLookupError):
-            child.process.kill()
+        or None. A child sending nothing is killed first, so that what its pipe holds is
+        all it will ever send, read to its end. One in the middle of a message is read
+        alive (a message larger than the pipe holds is written only as it is read), and
+        killed by run() afterwards. Either way a message must begin within
+        SENT_READ_TIMEOUT of the stop, and end within SENT_READ_LIMIT: a child logging as
+        the stop comes, its job still running, costs the stop that half second; one
+        that stalls mid-message costs it the limit, and its job is handed back."""
+        if not child.sending():
+            with contextlib.suppress(ProcessLookupError):
+                child.process.kill()
+        now = asyncio.get_running_loop().time()
+        begun_by, read_by = now + SENT_READ_TIMEOUT, now + SENT_READ_LIMIT
         try:
-            async with asyncio.timeout(SENT_READ_TIMEOUT):
-                return await self._outcome(child, job_id)
+            while True:
+                if not child.in_message():
+                    async with asyncio.timeout_at(begun_by):
+                        await child.begin()
+                async with asyncio.timeout_at(read_by):
+                    message = await child.receive()
+                done = message.get("done")
+                if done is not None:
+                    outcome: dict[str, Any] = done
+                    return outcome
+                self._log(message, job_id)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             return None
 
