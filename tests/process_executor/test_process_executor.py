@@ -699,6 +699,48 @@ async def test_a_hard_stop_during_a_huge_outcome_ends(
         await asyncio.wait_for(client.close(), 30)
 
 
+async def test_a_timeout_while_a_hard_stop_reads_an_outcome_does_not_fail_the_job(
+    any_db: Db, tmp_path: Path
+) -> None:
+    """The job's timeout passing while a hard stop reads the outcome its child was
+    sending does not decide the job: it ran to its end, and is completed. It was failed
+    as timed out (discarded, at max_attempts 1), the read cancelled by the timeout."""
+    client = riverboat.AsyncClient(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": QueueConfig(executor="process", max_workers=1, process_pool_size=1)},
+        workers=_workers(),
+        job_timeout=2.0,
+        soft_stop_timeout=10,
+    )
+    async with client:
+        args = {"dir": str(tmp_path), "seconds": 0.2, "size": LARGE}
+        job_id = (await client.insert(args, InsertOpts(max_attempts=1), kind="end_after")).job.id
+        await client.start()
+        try:
+            await wait_until_async(
+                lambda: (tmp_path / f"started-{job_id}-1").exists(),
+                timeout=30,
+                what="the job started in its child",
+            )
+            # The loop does not run from here to the stop: the outcome waits unread,
+            # and the job's deadline passes meanwhile, its timer due.
+            _wait_until_readable_blocking(client)
+            _, state = client.runtime.producers["default"]._active[job_id]
+            assert state.deadline is not None
+            loop = asyncio.get_running_loop()
+            while loop.time() <= state.deadline:
+                time.sleep(state.deadline - loop.time() + 0.01)
+            client.runtime.interrupt_running()
+        finally:
+            await asyncio.wait_for(client.stop_and_cancel(), 20)
+        row = await client.job_get(job_id)
+        assert row.state is JobState.COMPLETED and row.attempt == 1 and not row.errors
+        assert row.metadata.get("output") == "x" * LARGE
+        assert len(list(tmp_path.glob("started-*"))) == 1
+        _no_overlap(tmp_path)
+
+
 async def test_a_child_is_sending_once_bytes_are_read_and_not_taken() -> None:
     """Bytes read from a child's pipe into its reader and not taken by a receive (one
     cancelled as they came) are a message begun: a hard stop reads it alive, not

@@ -1179,6 +1179,11 @@ class Producer:
                 task.cancel()
                 continue
             state.interrupted = True
+            # Handed back: its timeout no longer decides. A process job's task goes on a
+            # moment (up to SENT_READ_LIMIT) reading an outcome its child was sending;
+            # the deadline passing meanwhile cancelled that read and failed the job as
+            # timed out (discarded at its last attempt), though it had run to its end.
+            state.deadline = None
             count += 1
             if state.job is not None:
                 state.job._cancel_requested = True
