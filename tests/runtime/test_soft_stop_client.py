@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import riverboat
-from riverboat import EventKind, InvalidInputError, Job, JobState, QueueConfig, Workers
+from riverboat import EventKind, InsertOpts, InvalidInputError, Job, JobState, QueueConfig, Workers
 from riverboat.runtime.runner import DEFAULT_SOFT_STOP_TIMEOUT
 from tests.runtime.helpers import next_events
 
@@ -91,3 +91,44 @@ def test_soft_stop_timeout_defaults_and_none() -> None:
     assert config(soft_stop_timeout=-1) is None
     assert config(soft_stop_timeout=None) is None
     assert config(soft_stop_timeout=0) == 0.0
+
+
+@pytest.mark.asyncio
+async def test_a_job_that_swallows_the_hard_stops_cancel_is_timed_out(
+    db: tuple[str, str | None],
+) -> None:
+    """An async job that catches the hard stop's cancel and goes on is cancelled again at
+    its timeout, so a stop without a soft_stop_timeout (which waits for every job) ends
+    then. The job was handed back, then timed out: its attempt fails."""
+    url, schema = db
+    workers = Workers()
+    started = asyncio.Event()
+    swallowed = asyncio.Event()
+
+    @workers.register("stubborn", timeout=2.0)
+    async def stubborn(job: Job[Any]) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            swallowed.set()
+        await asyncio.sleep(60)
+
+    client = riverboat.AsyncClient(
+        url,
+        schema=schema,
+        queues={"default": QueueConfig(max_workers=1)},
+        workers=workers,
+        soft_stop_timeout=None,
+    )
+    job_id = (await client.insert({}, InsertOpts(max_attempts=1), kind="stubborn")).job.id
+    await client.start()
+    try:
+        await asyncio.wait_for(started.wait(), 30)
+        await asyncio.wait_for(client.stop_and_cancel(), 30)
+        row = await client.job_get(job_id)
+    finally:
+        await client.close()
+    assert swallowed.is_set()
+    assert row.state is JobState.DISCARDED
+    assert "timeout" in row.errors[-1].error

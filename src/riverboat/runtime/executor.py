@@ -110,6 +110,9 @@ class RunState:
     # only async jobs; only a hard stop (the process is going away) hands back a sync job
     # whose thread still runs.
     cancellable: bool = True
+    # The job's body runs in a child process (the process executor): a hard stop reads
+    # an outcome the child is sending before it hands the job back.
+    in_process: bool = False
     # Set once execute_job runs. A task cancelled before its first step never runs any
     # of its code (so no outcome would be written); such jobs get flags instead.
     started: bool = False
@@ -352,6 +355,7 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
         is_async = worker.is_async
         in_process = runs_in_process(worker, config)
         state.cancellable = is_async or in_process
+        state.in_process = in_process
         if state.arm_deadline is not None and not in_process:
             state.arm_deadline(state)
         job = Job(row, worker.decode(row), ctx)

@@ -1179,11 +1179,15 @@ class Producer:
                 task.cancel()
                 continue
             state.interrupted = True
-            # Handed back: its timeout no longer decides. A process job's task goes on a
-            # moment (up to SENT_READ_LIMIT) reading an outcome its child was sending;
-            # the deadline passing meanwhile cancelled that read and failed the job as
-            # timed out (discarded at its last attempt), though it had run to its end.
-            state.deadline = None
+            if state.in_process:
+                # Handed back: its timeout no longer decides. A process job's task goes
+                # on a moment (up to SENT_READ_LIMIT) reading an outcome its child was
+                # sending; the deadline passing meanwhile cancelled that read and failed
+                # the job as timed out (discarded at its last attempt), though it had run
+                # to its end. (An async job keeps its deadline: one that swallows the
+                # stop's cancel is cancelled again there, or a stop without a
+                # soft_stop_timeout would wait for it for good.)
+                state.deadline = None
             count += 1
             if state.job is not None:
                 state.job._cancel_requested = True
