@@ -240,3 +240,46 @@ def release_the_leftover_thread(job: Job[Any]) -> None:
     if not _leftover_logged.wait(30):
         raise RuntimeError("no thread left by an earlier job in this child")
     log.warning("job %d ran after it", job.id)
+
+
+def chatty(job: Job[Any]) -> None:
+    """Logs a line of ``args["line"]`` characters without pause for ``args["seconds"]``,
+    then records its pid."""
+    _enter(job)
+    try:
+        line = "y" * job.args.get("line", 100)
+        until = time.monotonic() + job.args["seconds"]
+        while time.monotonic() < until:
+            log.warning("%s", line)
+        record_output(os.getpid())
+    finally:
+        _leave()
+
+
+def mark_then_sleep(job: Job[Any]) -> None:
+    """Writes ``ended-<id>`` once its sleep of ``args["seconds"]`` is over."""
+    _enter(job)
+    try:
+        time.sleep(job.args["seconds"])
+        (Path(job.args["dir"]) / f"ended-{job.id}").write_text(str(os.getpid()))
+        record_output(os.getpid())
+    finally:
+        _leave()
+
+
+def c_fork_then_sleep(job: Job[Any]) -> None:
+    """Forks through libc (no Python at-fork handlers: the protocol pipes stay open in
+    the forked process, as a C extension's fork leaves them), records the forked pid in
+    ``forked-<id>``, then sleeps. The forked process only pauses."""
+    _enter(job)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        pid = libc.fork()
+        if pid == 0:
+            while True:
+                libc.pause()
+        (Path(job.args["dir"]) / f"forked-{job.id}").write_text(str(pid))
+        time.sleep(job.args.get("seconds", 600))
+        record_output(os.getpid())
+    finally:
+        _leave()

@@ -110,9 +110,12 @@ class RunState:
     # only async jobs; only a hard stop (the process is going away) hands back a sync job
     # whose thread still runs.
     cancellable: bool = True
-    # The job's body runs in a child process (the process executor): a hard stop reads
-    # an outcome the child is sending before it hands the job back.
-    in_process: bool = False
+    # The process pool is reading, for a hard stop, the outcome the job's child was
+    # sending (bounded by SENT_READ_LIMIT): the job's deadline waits for that read to
+    # end, then applies again (to work middleware that goes on awaiting).
+    reading_sent: bool = False
+    # Orphaned by a lost lease (Producer.orphan_running): its outcome is dropped.
+    orphaned: bool = False
     # Set once execute_job runs. A task cancelled before its first step never runs any
     # of its code (so no outcome would be written); such jobs get flags instead.
     started: bool = False
@@ -253,7 +256,17 @@ async def _call(
             # had sent its outcome: the job ran to its end, and handed back it would run
             # again. Its outcome goes on, as for a sync job's body that returned on its
             # thread (below).
-            return state.interrupted and not state.cancelled_remotely and not state.timed_out
+            # Not for a job orphaned by a lost lease: its outcome is dropped anyway, and
+            # its child, read alive, would go on running it beside another attempt.
+            if (
+                state.interrupted
+                and not state.orphaned
+                and not state.cancelled_remotely
+                and not state.timed_out
+            ):
+                state.reading_sent = True
+                return True
+            return False
 
         def keep() -> None:
             state.interrupted = False  # not handed back after all
@@ -262,6 +275,7 @@ async def _call(
         try:
             await process_pool.run(worker, job, ctx, reference, arm, keep_sent, keep)
         finally:
+            state.reading_sent = False
             # Set by keep() alone here: it was not when this call began (above), and
             # a process job has no body call for a hard stop to find returned.
             if state.stopped_after_body:
@@ -355,7 +369,6 @@ async def execute_job(row: JobRow, config: ExecutorConfig, state: RunState) -> P
         is_async = worker.is_async
         in_process = runs_in_process(worker, config)
         state.cancellable = is_async or in_process
-        state.in_process = in_process
         if state.arm_deadline is not None and not in_process:
             state.arm_deadline(state)
         job = Job(row, worker.decode(row), ctx)

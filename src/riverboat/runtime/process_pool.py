@@ -260,7 +260,7 @@ class _Child:
             poller = select.poll()
             poller.register(out.get_extra_info("pipe"), select.POLLIN)
             return bool(poller.poll(0))  # POLLIN, or POLLHUP: a read would not wait
-        except (OSError, ValueError, AttributeError):  # closed meanwhile; no poll()
+        except (OSError, ValueError, AttributeError, TypeError):  # closed; no poll(), no pipe
             return False
 
     async def kill(self) -> None:

@@ -62,6 +62,7 @@ from riverboat.dialect.base import MAX_ATTEMPTED_BY, is_plain_completion
 from riverboat.drivers.base import AsyncDriver
 from riverboat.errors import CALLBACK_FAILURES, DriverError
 from riverboat.flow import ConcurrencyLimit, FlowControl, RateLimit
+from riverboat.runtime import process_pool as _process_pool
 from riverboat.runtime._waiting import wait_event
 from riverboat.runtime.completer import Completer, PendingCompletion
 from riverboat.runtime.events import Event, EventKind
@@ -434,6 +435,7 @@ class Producer:
             self._orphaned.add(job_id)
             count += 1
             state.interrupted = True
+            state.orphaned = True
             _ask_to_stop(task, state)
         return count
 
@@ -1033,6 +1035,11 @@ class Producer:
                 if not state.cancellable:
                     self._report_stuck(state)
                     continue
+                if state.reading_sent:
+                    # A hard stop's read of the outcome the child was sending decides
+                    # the job (bounded by SENT_READ_LIMIT): looked at again after it.
+                    nearest = min(nearest, now + _process_pool.SENT_READ_LIMIT)
+                    continue
                 state.timed_out = True
                 if state.started:
                     task.cancel()
@@ -1179,15 +1186,6 @@ class Producer:
                 task.cancel()
                 continue
             state.interrupted = True
-            if state.in_process:
-                # Handed back: its timeout no longer decides. A process job's task goes
-                # on a moment (up to SENT_READ_LIMIT) reading an outcome its child was
-                # sending; the deadline passing meanwhile cancelled that read and failed
-                # the job as timed out (discarded at its last attempt), though it had run
-                # to its end. (An async job keeps its deadline: one that swallows the
-                # stop's cancel is cancelled again there, or a stop without a
-                # soft_stop_timeout would wait for it for good.)
-                state.deadline = None
             count += 1
             if state.job is not None:
                 state.job._cancel_requested = True
