@@ -109,6 +109,8 @@ LONGEST = (
     ("tests/reliability/test_leader_faults.py::test_frozen_leader_steps_down_before_acting", 4),
     ("tests/process_executor/test_frozen_parent.py::test_a_job_holding_the_gil_past_the", 3),
     ("tests/reliability/test_db_faults.py::test_server_restart_mid_run", 2),
+    ("tests/process_executor/test_hard_stop_bounds.py::test_a_hard_stop_of_a_child_stop", 3),
+    ("tests/process_executor/test_hard_stop_bounds.py::test_process_job_middleware_stu", 2),
 )
 
 

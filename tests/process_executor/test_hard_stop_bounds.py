@@ -21,7 +21,9 @@ from tests.process_executor.test_process_executor import _alive, _no_overlap, _p
 from tests.runtime.dbs import Db
 from tests.waiting import wait_until_async
 
-pytestmark = pytest.mark.asyncio
+# Their bounds (a stop within 4 s, a child gone within 0.3 s) are timed: they run with
+# the timing-sensitive tests (tests/conftest.py SERIAL).
+pytestmark = [pytest.mark.asyncio, pytest.mark.serial]
 
 
 def _more_workers() -> Any:
