@@ -270,15 +270,20 @@ def mark_then_sleep(job: Job[Any]) -> None:
 def c_fork_then_sleep(job: Job[Any]) -> None:
     """Forks through libc (no Python at-fork handlers: the protocol pipes stay open in
     the forked process, as a C extension's fork leaves them), records the forked pid in
-    ``forked-<id>``, then sleeps. The forked process only pauses."""
+    ``forked-<id>`` (whole once it exists: written aside, then renamed), then sleeps.
+    The forked process only pauses, and ends on its own after two minutes (SIGALRM's
+    default action), so that a test failing before it kills it leaves nothing behind."""
     _enter(job)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         pid = libc.fork()
         if pid == 0:
+            libc.alarm(120)
             while True:
                 libc.pause()
-        (Path(job.args["dir"]) / f"forked-{job.id}").write_text(str(pid))
+        forked = Path(job.args["dir"]) / f"forked-{job.id}"
+        forked.with_suffix(".part").write_text(str(pid))
+        forked.with_suffix(".part").replace(forked)
         time.sleep(job.args.get("seconds", 600))
         record_output(os.getpid())
     finally:
