@@ -564,12 +564,19 @@ class ProcessPool:
 
     async def _outcome(self, child: _Child, job_id: int) -> dict[str, Any]:
         while True:
-            message = await child.receive()
-            done = message.get("done")
-            if done is not None:
-                outcome: dict[str, Any] = done
+            outcome = self._outcome_or_log(await child.receive(), job_id)
+            if outcome is not None:
                 return outcome
-            self._log(message, job_id)
+
+    def _outcome_or_log(self, message: dict[str, Any], job_id: int) -> dict[str, Any] | None:
+        """The job's outcome when ``message`` is it; else the message is a log record of
+        the job's, logged here, and None."""
+        done = message.get("done")
+        if done is not None:
+            outcome: dict[str, Any] = done
+            return outcome
+        self._log(message, job_id)
+        return None
 
     async def _sent_before_kill(self, child: _Child, job_id: int) -> dict[str, Any] | None:
         """The outcome ``child`` had sent for ``job_id`` and this process not read yet,
@@ -592,11 +599,9 @@ class ProcessPool:
                         await child.begin()
                 async with asyncio.timeout_at(read_by):
                     message = await child.receive()
-                done = message.get("done")
-                if done is not None:
-                    outcome: dict[str, Any] = done
+                outcome = self._outcome_or_log(message, job_id)
+                if outcome is not None:
                     return outcome
-                self._log(message, job_id)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             return None
 
