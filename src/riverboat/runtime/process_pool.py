@@ -252,7 +252,7 @@ class _Child:
             return False
         # The reader's buffer, private too: a header there, not taken, is a message
         # begun though the pipe may be empty a moment (the child refilling it).
-        if self._body_size is not None or getattr(self.reader, "_buffer", None):
+        if self.in_message() or getattr(self.reader, "_buffer", None):
             return True
         try:
             # poll, not select: select() refuses a descriptor past FD_SETSIZE (1024),

@@ -327,9 +327,9 @@ class Producer:
         # its own, shared with the rest of the client.
         self.clock = Clock()
         # The registry of live clients (runtime/registry.py): no claims while this
-        # client may have been declared dead; jobs whose outcomes must be dropped.
+        # client may have been declared dead (the jobs whose outcomes must be dropped
+        # are marked in their RunState: orphan_running).
         self.may_claim: Callable[[], bool] | None = None
-        self._orphaned: set[int] = set()
         # Stopped by an operator through the registry (`riverboat workers stop`): like a
         # pause, but of this client only, and River's river_queue row is not touched.
         self.operator_stopped = False
@@ -429,10 +429,9 @@ class Producer:
         # Claimed ahead, never started: dropped (others may claim them once rescued).
         count = len(self._ahead)
         self._ahead.clear()
-        for job_id, (task, state) in list(self._active.items()):
-            if job_id in self._orphaned:
+        for task, state in list(self._active.values()):
+            if state.orphaned:
                 continue
-            self._orphaned.add(job_id)
             count += 1
             state.interrupted = True
             state.orphaned = True
@@ -1094,7 +1093,7 @@ class Producer:
                     row.kind,
                     self._loop_time() - (state.deadline - state.timeout),
                 )
-            if row.id in self._orphaned:
+            if state.orphaned:
                 log.warning(
                     "job %d (%s): outcome dropped: this client lost its lease while the job "
                     "ran, so the job may have run again elsewhere",
@@ -1113,7 +1112,6 @@ class Producer:
             log.exception("producer %s: job %d failed outside its worker", self.queue, row.id)
         finally:
             self._completer.workflow_task_ended(row)
-            self._orphaned.discard(row.id)
             self._active.pop(row.id, None)
             self._release_slot()
 
@@ -1148,7 +1146,7 @@ class Producer:
         self._interrupting = True
         count = len(self._ahead)
         self._hand_back_ahead()
-        for job_id, (task, state) in list(self._active.items()):
+        for task, state in list(self._active.values()):
             if state.past_body:
                 # Its code is over, its outcome decided: not handed back. Its error
                 # handlers are cut short (execute_job writes the outcome without their
@@ -1160,7 +1158,7 @@ class Producer:
                 continue
             if state.interrupted or state.stopped_after_body:
                 if (
-                    job_id in self._orphaned
+                    state.orphaned
                     and not state.cancellable
                     and state.started
                     and task.cancelling() == 0
