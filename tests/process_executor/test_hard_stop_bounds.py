@@ -14,10 +14,20 @@ from typing import Any
 
 import pytest
 
-import riverboat
-from riverboat import InsertOpts, Job, JobState, QueueConfig
+from riverboat import InsertOpts, Job, JobState
 from tests.process_executor import jobs
-from tests.process_executor.test_process_executor import _alive, _no_overlap, _pool, _workers
+from tests.process_executor.test_process_executor import (
+    HUGE,
+    LARGE,
+    _alive,
+    _no_overlap,
+    _once_fed,
+    _one_child,
+    _pool,
+    _started,
+    _wait_until_readable_blocking,
+    _workers,
+)
 from tests.runtime.dbs import Db
 from tests.waiting import wait_until_async
 
@@ -60,25 +70,13 @@ async def test_process_job_middleware_stuck_after_a_hard_stop_is_still_timed_out
                 entered_after.set()
             await asyncio.sleep(600)
 
-    client = riverboat.AsyncClient(
-        any_db.url,
-        schema=any_db.schema,
-        queues={"default": QueueConfig(executor="process", max_workers=1, process_pool_size=1)},
-        workers=_workers(),
-        middleware=[stuck],
-        job_timeout=2.0,
-        soft_stop_timeout=None,
-    )
+    client = _one_child(any_db, middleware=[stuck], job_timeout=2.0, soft_stop_timeout=None)
     args = {"dir": str(tmp_path), "seconds": 600}
     job_id = (await client.insert(args, InsertOpts(max_attempts=1), kind="hang")).job.id
     await client.start()
     stop: asyncio.Future[None] | None = None
     try:
-        await wait_until_async(
-            lambda: (tmp_path / f"started-{job_id}-1").exists(),
-            timeout=30,
-            what="the job started in its child",
-        )
+        await _started(tmp_path, job_id)
         stop = asyncio.ensure_future(client.stop_and_cancel())
         await asyncio.wait_for(entered_after.wait(), 10)
         started = time.monotonic()
@@ -102,24 +100,14 @@ async def test_a_hard_stop_of_a_child_that_keeps_logging_ends_within_the_bound(
     """A child logging without pause (lines larger than the pipe, so it is always in
     the middle of a message) when the hard stop comes: read alive, then given up at
     SENT_READ_LIMIT; the job is handed back, its child gone, the stop bounded."""
-    client = riverboat.AsyncClient(
-        any_db.url,
-        schema=any_db.schema,
-        queues={"default": QueueConfig(executor="process", max_workers=1, process_pool_size=1)},
-        workers=_more_workers(),
-        soft_stop_timeout=None,
-    )
+    client = _one_child(any_db, _more_workers(), soft_stop_timeout=None)
     async with client:
         args = {"dir": str(tmp_path), "seconds": 60, "line": 200_000}
         job_id = (await client.insert(args, kind="chatty")).job.id
         await client.start()
-        await wait_until_async(
-            lambda: (tmp_path / f"started-{job_id}-1").exists(),
-            timeout=30,
-            what="the job started in its child",
-        )
-        await asyncio.sleep(0.3)
+        await _started(tmp_path, job_id)
         (child,) = _pool(client)._busy
+        _wait_until_readable_blocking(client)  # in the middle of a log record
         started = time.monotonic()
         await asyncio.wait_for(client.stop_and_cancel(), 20)
         took = time.monotonic() - started
@@ -139,24 +127,12 @@ async def test_a_hard_stop_of_a_child_stopped_mid_message_ends_at_the_limit(
     import os
     import signal
 
-    from tests.process_executor.test_process_executor import HUGE, _wait_until_readable_blocking
-
-    client = riverboat.AsyncClient(
-        any_db.url,
-        schema=any_db.schema,
-        queues={"default": QueueConfig(executor="process", max_workers=1, process_pool_size=1)},
-        workers=_more_workers(),
-        soft_stop_timeout=None,
-    )
+    client = _one_child(any_db, _more_workers(), soft_stop_timeout=None)
     async with client:
         args = {"dir": str(tmp_path), "seconds": 0.2, "size": HUGE}
         job_id = (await client.insert(args, kind="end_after")).job.id
         await client.start()
-        await wait_until_async(
-            lambda: (tmp_path / f"started-{job_id}-1").exists(),
-            timeout=30,
-            what="the job started in its child",
-        )
+        await _started(tmp_path, job_id)
         (child,) = _pool(client)._busy
         _wait_until_readable_blocking(client)
         os.kill(child.pid, signal.SIGSTOP)
@@ -178,13 +154,7 @@ async def test_a_hard_stop_with_a_grandchild_holding_the_pipes_ends(
     import os
     import signal
 
-    client = riverboat.AsyncClient(
-        any_db.url,
-        schema=any_db.schema,
-        queues={"default": QueueConfig(executor="process", max_workers=1, process_pool_size=1)},
-        workers=_more_workers(),
-        soft_stop_timeout=None,
-    )
+    client = _one_child(any_db, _more_workers(), soft_stop_timeout=None)
     forked = tmp_path / "forked-{}"
     grandchild = None
     try:
@@ -214,30 +184,15 @@ async def test_an_orphaned_process_jobs_child_is_killed_at_once(any_db: Db, tmp_
     as for a hard stop (keep_sent() is true for an orphaned job too) and goes on
     running its job up to SENT_READ_LIMIT, beside the attempt another worker may have
     started, in a first version of the read's fix (6bd7eae)."""
-    client = riverboat.AsyncClient(
-        any_db.url,
-        schema=any_db.schema,
-        queues={"default": QueueConfig(executor="process", max_workers=1, process_pool_size=1)},
-        workers=_more_workers(),
-        soft_stop_timeout=10,
-    )
+    client = _one_child(any_db, _more_workers())
     async with client:
         args = {"dir": str(tmp_path), "seconds": 60, "line": 200_000}
         job_id = (await client.insert(args, kind="chatty")).job.id
         await client.start()
         try:
-            await wait_until_async(
-                lambda: (tmp_path / f"started-{job_id}-1").exists(),
-                timeout=30,
-                what="the job started in its child",
-            )
-            await asyncio.sleep(0.3)
+            await _started(tmp_path, job_id)
             (child,) = _pool(client)._busy
             # The child in the middle of a log message (as it nearly always is).
-            from tests.process_executor.test_process_executor import (
-                _wait_until_readable_blocking,
-            )
-
             _wait_until_readable_blocking(client)
             assert client.runtime.producers["default"].orphan_running() == 1
             orphaned_at = time.monotonic()
@@ -273,28 +228,13 @@ async def test_a_remote_cancel_during_the_stops_read(
     """A hard stop reads a 1 MB outcome; a remote cancel arrives a quarter of the way
     into that read: the read is cut, the child killed, the job cancelled (not lost, not
     left running, not run twice)."""
-    from tests.process_executor.test_process_executor import (
-        LARGE,
-        _once_fed,
-        _wait_until_readable_blocking,
-    )
 
-    client = riverboat.AsyncClient(
-        any_db.url,
-        schema=any_db.schema,
-        queues={"default": QueueConfig(executor="process", max_workers=1, process_pool_size=1)},
-        workers=_more_workers(),
-        soft_stop_timeout=None,
-    )
+    client = _one_child(any_db, _more_workers(), soft_stop_timeout=None)
     async with client:
         args = {"dir": str(tmp_path), "seconds": 0.2, "size": LARGE}
         job_id = (await client.insert(args, kind="end_after")).job.id
         await client.start()
-        await wait_until_async(
-            lambda: (tmp_path / f"started-{job_id}-1").exists(),
-            timeout=30,
-            what="the job started in its child",
-        )
+        await _started(tmp_path, job_id)
         (child,) = _pool(client)._busy
         _wait_until_readable_blocking(client)
         cancelled: list[bool] = []

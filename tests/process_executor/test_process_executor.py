@@ -117,6 +117,27 @@ async def _finished(client: riverboat.AsyncClient, job_id: int, *states: JobStat
     return await wait_until_async(done, timeout=30, what=f"job {job_id} in {states}")
 
 
+def _one_child(db: Db, workers: Workers | None = None, **options: Any) -> riverboat.AsyncClient:
+    """A client whose process queue runs one job at a time, in one child; ``options``
+    are the client's (``soft_stop_timeout`` 10 s unless given)."""
+    options.setdefault("soft_stop_timeout", 10)
+    return riverboat.AsyncClient(
+        db.url,
+        schema=db.schema,
+        queues={"default": QueueConfig(executor="process", max_workers=1, process_pool_size=1)},
+        workers=workers or _workers(),
+        **options,
+    )
+
+
+async def _started(tmp_path: Path, job_id: int) -> Path:
+    """Once job ``job_id``'s first attempt started in its child: its ``started-`` file
+    (jobs.py), which holds the child's pid."""
+    started = tmp_path / f"started-{job_id}-1"
+    await wait_until_async(started.exists, timeout=30, what=f"job {job_id} started in its child")
+    return started
+
+
 async def test_outcomes_output_and_logs_come_back_from_the_child(
     any_db: Db, tmp_path: Path
 ) -> None:
@@ -345,8 +366,7 @@ async def test_cancelling_a_running_job_kills_its_child(any_db: Db, tmp_path: Pa
         after = (await client.insert({"dir": str(tmp_path)}, kind="succeed")).job.id
         await client.start()
         try:
-            started = tmp_path / f"started-{job_id}-1"
-            await wait_until_async(started.exists, timeout=30, what="the job started")
+            started = await _started(tmp_path, job_id)
             child = int(started.read_text())
             if any_db.dialect == "postgres":
                 # From another client, as `riverboat jobs cancel` or River's UI would: the
@@ -376,8 +396,7 @@ async def test_soft_stop_lets_children_finish(any_db: Db, tmp_path: Path) -> Non
         await client.start()
         try:
             for job_id in ids:
-                started = tmp_path / f"started-{job_id}-1"
-                await wait_until_async(started.exists, timeout=30, what=f"job {job_id} started")
+                await _started(tmp_path, job_id)
             pids = _pool(client).pids
         finally:
             await client.stop()
@@ -539,14 +558,8 @@ async def test_a_hard_stop_keeps_an_outcome_the_child_had_sent(
     if outcome.endswith("past_fd_1024"):
         request.getfixturevalue("fds_past_fd_setsize")
         outcome = outcome.removesuffix("_past_fd_1024")
-    client = riverboat.AsyncClient(
-        any_db.url,
-        schema=any_db.schema,
-        queues={"default": QueueConfig(executor="process", max_workers=1, process_pool_size=1)},
-        workers=_workers(),
-        middleware=[RiverLog()] if middleware else [],
-        soft_stop_timeout=10,
-        retry_policy=RetryInAnHour(),
+    client = _one_child(
+        any_db, middleware=[RiverLog()] if middleware else [], retry_policy=RetryInAnHour()
     )
     args: dict[str, Any] = {"dir": str(tmp_path), "seconds": 0.2}
     if outcome.startswith("large"):
@@ -557,11 +570,7 @@ async def test_a_hard_stop_keeps_an_outcome_the_child_had_sent(
         job_id = (await client.insert(args, kind="end_after")).job.id
         await client.start()
         try:
-            await wait_until_async(
-                lambda: (tmp_path / f"started-{job_id}-1").exists(),
-                timeout=30,
-                what="the job started in its child",
-            )
+            started = await _started(tmp_path, job_id)
             # The loop does not run from here to the stop: the outcome the child sends
             # 0.2 s after it started waits unread.
             _wait_until_readable_blocking(client)
@@ -569,7 +578,6 @@ async def test_a_hard_stop_keeps_an_outcome_the_child_had_sent(
         finally:
             await asyncio.wait_for(client.stop_and_cancel(), 20)
         row = await client.job_get(job_id)
-        started = tmp_path / f"started-{job_id}-1"
         assert row.attempt == 1
         if outcome.endswith("error"):
             assert row.state is JobState.RETRYABLE
@@ -610,23 +618,13 @@ async def test_a_hard_stop_while_an_outcome_is_read_keeps_it(
     """A hard stop that comes while this process reads an outcome larger than the pipe
     (its header read, a quarter of it in) keeps it: the child goes on writing it as it
     is read. It was handed back, the child killed mid-message."""
-    client = riverboat.AsyncClient(
-        any_db.url,
-        schema=any_db.schema,
-        queues={"default": QueueConfig(executor="process", max_workers=1, process_pool_size=1)},
-        workers=_workers(),
-        soft_stop_timeout=10,
-    )
+    client = _one_child(any_db)
     async with client:
         args = {"dir": str(tmp_path), "seconds": 0.2, "size": LARGE}
         job_id = (await client.insert(args, kind="end_after")).job.id
         await client.start()
         try:
-            await wait_until_async(
-                lambda: (tmp_path / f"started-{job_id}-1").exists(),
-                timeout=30,
-                what="the job started in its child",
-            )
+            await _started(tmp_path, job_id)
             # Nothing of the outcome read yet (the loop blocked until it came): the stop
             # comes once a quarter of it is.
             _wait_until_readable_blocking(client)
@@ -660,23 +658,13 @@ async def test_a_hard_stop_during_a_huge_outcome_ends(
     pipe, never read."""
     if bound == "passed_mid_message":
         monkeypatch.setattr(process_pool, "SENT_READ_LIMIT", 1.0)
-    client = riverboat.AsyncClient(
-        any_db.url,
-        schema=any_db.schema,
-        queues={"default": QueueConfig(executor="process", max_workers=1, process_pool_size=1)},
-        workers=_workers(),
-        soft_stop_timeout=10,
-    )
+    client = _one_child(any_db)
     try:
         args = {"dir": str(tmp_path), "seconds": 0.2, "size": HUGE}
         job_id = (await client.insert(args, kind="end_after")).job.id
         await client.start()
         try:
-            await wait_until_async(
-                lambda: (tmp_path / f"started-{job_id}-1").exists(),
-                timeout=30,
-                what="the job started in its child",
-            )
+            await _started(tmp_path, job_id)
             (child,) = _pool(client)._busy
             _wait_until_readable_blocking(client)
             if bound == "passed_mid_message":
@@ -705,24 +693,13 @@ async def test_a_timeout_while_a_hard_stop_reads_an_outcome_does_not_fail_the_jo
     """The job's timeout passing while a hard stop reads the outcome its child was
     sending does not decide the job: it ran to its end, and is completed. It was failed
     as timed out (discarded, at max_attempts 1), the read cancelled by the timeout."""
-    client = riverboat.AsyncClient(
-        any_db.url,
-        schema=any_db.schema,
-        queues={"default": QueueConfig(executor="process", max_workers=1, process_pool_size=1)},
-        workers=_workers(),
-        job_timeout=2.0,
-        soft_stop_timeout=10,
-    )
+    client = _one_child(any_db, job_timeout=2.0)
     async with client:
         args = {"dir": str(tmp_path), "seconds": 0.2, "size": LARGE}
         job_id = (await client.insert(args, InsertOpts(max_attempts=1), kind="end_after")).job.id
         await client.start()
         try:
-            await wait_until_async(
-                lambda: (tmp_path / f"started-{job_id}-1").exists(),
-                timeout=30,
-                what="the job started in its child",
-            )
+            await _started(tmp_path, job_id)
             # The loop does not run from here to the stop: the outcome waits unread,
             # and the job's deadline passes meanwhile, its timer due.
             _wait_until_readable_blocking(client)
@@ -821,8 +798,7 @@ async def test_soft_stop_past_its_timeout_kills_children_and_hands_jobs_back(
         sub = client.subscribe(EventKind.JOB_INTERRUPTED)
         await client.start()
         try:
-            started = tmp_path / f"started-{job_id}-1"
-            await wait_until_async(started.exists, timeout=30, what="the job started")
+            started = await _started(tmp_path, job_id)
             child = int(started.read_text())
         finally:
             await asyncio.wait_for(client.stop(), 20)
