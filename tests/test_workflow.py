@@ -1805,6 +1805,26 @@ def test_workflow_insert_tx_rolls_back_with_the_callers_transaction(any_db: Db) 
         assert [t.name for t in client.workflow_insert(wf).tasks] == ["a", "b"]
 
 
+def test_an_addition_refused_for_an_unknown_dependency_writes_nothing_in_the_callers_tx(
+    any_db: Db,  # noqa: F811
+) -> None:
+    """On SQLite the ids are known only after the insert, and the unknown name was
+    found then: the rows were already in the caller's transaction, and committed they
+    stayed pending for good (no ids to wait on, nothing to decide them)."""
+    wf = Workflow("txadd")
+    _step(wf, "a")
+    with _client(any_db, Recorder()) as client, any_db.connect() as conn:
+        client.workflow_insert(wf)
+        more = Workflow(id=wf.id)
+        _step(more, "b", ["a"])
+        _step(more, "z", ["nope"])
+        with pytest.raises(InvalidInputError, match="'z' depends on 'nope'"):
+            client.workflow_insert_tx(conn, more)
+        conn.commit()  # the caller's transaction goes on, and ends well
+        assert [t.name for t in client.workflow_get(wf.id).tasks] == ["a"]
+        assert any_db.execute("SELECT count(*) FROM river_job") == [(1,)]
+
+
 def test_a_second_insert_racing_an_uncommitted_first_waits_and_is_refused(
     any_db: Db,  # noqa: F811
 ) -> None:

@@ -220,6 +220,7 @@ class ClientBase(SyncAdmin):
             clash = sorted(existing.keys() & {task.name for task in workflow.tasks})
             if clash:
                 raise InvalidInputError("name", f"tasks already in the workflow: {clash}")
+            workflow.check_deps(existing)
         elif not fresh and executor.fetch(dialect.workflow_get(workflow.id, 1)):
             # The same Workflow inserted again (a retry after an error that did not say
             # whether the first insert committed) made a second copy of every task under

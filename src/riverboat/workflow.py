@@ -276,6 +276,20 @@ class Workflow:
         name = list(self._tasks)[index]
         return type(exc)(f"tasks[{name!r}].{rest}", str(exc).split(": ", 1)[-1])
 
+    def check_deps(self, existing: Iterable[str]) -> None:
+        """Refuse a task that depends on a name neither in this Workflow nor among
+        ``existing`` (the stored tasks' names, when adding), before anything is written:
+        on SQLite the ids are known only after the insert, and a refusal from
+        :meth:`links` then came after the rows were in the caller's transaction
+        (``workflow_insert_tx``), pending for good if it committed."""
+        known = set(existing) | self._tasks.keys()
+        for task in self._tasks.values():
+            for dep in task.deps:
+                if dep not in known:
+                    raise InvalidInputError(
+                        "deps", f"task {task.name!r} depends on {dep!r}, which is not in workflow"
+                    )
+
     def links(self, new_ids: Sequence[int], existing: Mapping[str, int]) -> Links:
         """After insert: for every job to patch, ``(ids, dep_ids, dependent_ids to
         append)``. ``new_ids`` are the inserted tasks' ids in order; ``existing`` maps the
