@@ -2238,6 +2238,52 @@ def test_waiters_in_another_process_are_woken_as_the_job_finalizes(
         assert signals.notified >= 1
 
 
+def test_finalized_notifications_stay_under_postgres_payload_limit(any_db: Db) -> None:  # noqa: F811
+    """Waiters of many jobs and workflows finalized in one batch are told in as many
+    notifications as it takes: split by count (500 ids), 500 generated workflow ids
+    took about 15,500 bytes, Postgres refused the payload ("payload string too long"),
+    and every waiter of the batch fell back to polling."""
+    if any_db.dialect != "postgres":
+        pytest.skip("SQLite's waiters poll")
+    from riverboat.drivers.psycopg import AsyncPsycopgDriver
+    from riverboat.wait import FINALIZED_TOPIC, FinalizedSignals
+
+    job_ids = list(range(10**17, 10**17 + 600))
+    workflow_ids = [Workflow("w").id for _ in range(400)]
+    schema = any_db.schema or "public"
+    with psycopg.connect(any_db.url, autocommit=True) as listening:
+        listening.execute(f'LISTEN "{schema}.{FINALIZED_TOPIC}"')
+
+        async def finalize() -> int:
+            driver = AsyncPsycopgDriver(any_db.url, schema=any_db.schema)
+            try:
+                signals = FinalizedSignals(driver)
+                for job_id in job_ids:
+                    signals.heard({"job_id": job_id, "timeout": 60})
+                for workflow_id in workflow_ids:
+                    signals.heard({"workflow_id": workflow_id, "timeout": 60})
+                await signals.after_finalized(
+                    [(i, None) for i in job_ids] + [(10**17 - 1, w) for w in workflow_ids]
+                )
+                return signals.notified
+            finally:
+                await driver.close()
+
+        sent = asyncio.run(finalize())
+        payloads = [json.loads(n.payload) for n in listening.notifies(timeout=10, stop_after=sent)]
+    assert sent == len(payloads) > 1
+    assert sorted(i for p in payloads for i in p["job_ids"]) == job_ids
+    assert sorted(w for p in payloads for w in p["workflow_ids"]) == sorted(workflow_ids)
+
+
+def test_a_workflow_id_too_long_for_any_notification_is_left_to_its_waiters_poll() -> None:
+    from riverboat.wait import NOTIFY_PAYLOAD_MAX, finalized_payloads
+
+    huge = "x" * NOTIFY_PAYLOAD_MAX
+    assert finalized_payloads([1], [huge, "wf_a"]) == ['{"job_ids": [1], "workflow_ids": ["wf_a"]}']
+    assert finalized_payloads([], [huge]) == []
+
+
 def test_job_wait_in_the_workers_process_is_woken_by_its_completer(any_db: Db) -> None:  # noqa: F811
     """A waiter in the process whose runtime finishes the job is woken by the completer
     right after the write, whatever the poll's pause; jobs nobody waits for cost no

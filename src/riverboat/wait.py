@@ -67,7 +67,10 @@ LISTENING_PAUSE_MAX = 1.0
 # this many of them (the oldest go first; their waiters fall back to polling).
 INTEREST_SLACK = 5.0
 INTEREST_MAX = 10_000
-NOTIFY_IDS_MAX = 500  # ids per notification (a payload must stay under 8,000 bytes)
+# Bytes of one notification's payload: Postgres refuses 8,000 or more ("payload string
+# too long"), and the whole batch's waiters then fell back to polling. Counted in bytes,
+# not ids: 500 generated workflow ids took about 15,500.
+NOTIFY_PAYLOAD_MAX = 7900
 
 
 def check_timeout(timeout: object) -> float:
@@ -190,15 +193,8 @@ class FinalizedSignals:
         for job_id in jobs:  # answered: every waiter of it hears this one notification
             del self._jobs[job_id]
         self._expire(now)
-        for start in range(0, max(len(jobs), len(workflows)), NOTIFY_IDS_MAX):
-            stmt = self._dialect.job_finalized_notify(
-                json.dumps(
-                    {
-                        "job_ids": jobs[start : start + NOTIFY_IDS_MAX],
-                        "workflow_ids": workflows[start : start + NOTIFY_IDS_MAX],
-                    }
-                )
-            )
+        for payload in finalized_payloads(jobs, workflows):
+            stmt = self._dialect.job_finalized_notify(payload)
             if stmt is not None:
                 await self._driver.fetch(stmt)
                 self.notified += 1
@@ -206,6 +202,35 @@ class FinalizedSignals:
     def _expire(self, now: float) -> None:
         _expire(self._jobs, now)
         _expire(self._workflows, now)
+
+
+def finalized_payloads(
+    job_ids: Sequence[int], workflow_ids: Sequence[str], limit: int = NOTIFY_PAYLOAD_MAX
+) -> list[str]:
+    """The notifications that name ``job_ids`` and ``workflow_ids`` as finalized, each
+    payload under ``limit`` bytes. An id that can't fit even alone (a workflow id of
+    thousands of characters, written by hand) is left out: its waiters poll."""
+    empty = len(json.dumps({"job_ids": [], "workflow_ids": []}))
+    payloads: list[str] = []
+    jobs: list[int] = []
+    workflows: list[str] = []
+    size = empty
+    values: list[int | str] = [*job_ids, *workflow_ids]
+    for value in values:
+        piece = len(json.dumps(value)) + 2  # ", " before it (ASCII: json escapes the rest)
+        if empty + piece >= limit:
+            continue
+        if size + piece >= limit:
+            payloads.append(json.dumps({"job_ids": jobs, "workflow_ids": workflows}))
+            jobs, workflows, size = [], [], empty
+        if isinstance(value, str):
+            workflows.append(value)
+        else:
+            jobs.append(value)
+        size += piece
+    if jobs or workflows:
+        payloads.append(json.dumps({"job_ids": jobs, "workflow_ids": workflows}))
+    return payloads
 
 
 def _expire(table: dict[Any, float], now: float) -> None:
