@@ -213,3 +213,59 @@ def test_settings_are_left_alone_without_prepare_or_on_the_callers_connection(
     with psycopg.connect(pg_url, autocommit=True) as conn:
         ((zone, plans, _moment),) = PsycopgDriver(conn, schema=pg_schema).fetch(SESSION)
     assert (zone, plans) == (server_zone, "auto")
+
+
+def test_a_forked_child_opens_connections_of_its_own(pg_url: str) -> None:
+    """A process forked from one whose driver had connected (gunicorn --preload,
+    multiprocessing's fork) used the inherited connections (psycopg; asyncpg's pool is
+    bound to the parent's event loop), over the sockets the parent
+    still used: the two interleaved their messages ("prepared statement already
+    exists" in one or the other). The child now opens its own; the parent's go on."""
+    import asyncio
+    import json
+    import os
+
+    from riverboat.drivers.asyncpg import AsyncpgDriver
+
+    sync_driver = PsycopgDriver(pg_url)
+    async_driver = AsyncPsycopgDriver(pg_url)
+    asyncpg_driver = AsyncpgDriver(pg_url)
+
+    async def async_backend() -> int:
+        return int((await async_driver.fetch(BACKEND_PID))[0][0])
+
+    async def asyncpg_backend() -> int:
+        return int((await asyncpg_driver.fetch(BACKEND_PID))[0][0])
+
+    def backends() -> list[int]:
+        return [int(sync_driver.fetch(BACKEND_PID)[0][0]) for _ in range(30)]
+
+    loop = asyncio.new_event_loop()
+    try:
+        parent = {
+            *backends(),
+            *(loop.run_until_complete(f()) for f in (async_backend, asyncpg_backend)),
+        }
+        results_r, results_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report through the pipe, never return to pytest
+            try:
+                found = {*backends(), *(asyncio.run(f()) for f in (async_backend, asyncpg_backend))}
+                os.write(results_w, json.dumps(sorted(found)).encode())
+            finally:
+                os._exit(0)
+        os.close(results_w)
+        parent_again = {
+            *backends(),
+            *(loop.run_until_complete(f()) for f in (async_backend, asyncpg_backend)),
+        }
+        with os.fdopen(results_r) as results:
+            child = set(json.loads(results.read() or "[]"))
+        os.waitpid(pid, 0)
+        # The parent's statements after the fork ran (on its own sessions, not the child's).
+        assert child and not child & (parent | parent_again)
+    finally:
+        loop.run_until_complete(async_driver.close())
+        loop.run_until_complete(asyncpg_driver.close())
+        loop.close()
+        sync_driver.close()

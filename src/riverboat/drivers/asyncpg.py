@@ -38,7 +38,9 @@ from riverboat.drivers.base import (
     Watchdog,
     call_timeout,
     import_optional,
+    new_pool_after_fork,
     plain_postgres_url,
+    set_aside,
     translate_error,
 )
 from riverboat.errors import DeadlineExceededError, DriverError
@@ -319,6 +321,7 @@ class AsyncpgDriver(AsyncStatementRunner):
         if isinstance(source, str):
             self.url = _asyncpg_url(source)
             self._owned_pool = True
+            new_pool_after_fork(self)
         elif isinstance(source, asyncpg.Pool):
             self._pool = source
         elif isinstance(source, asyncpg.Connection):
@@ -330,6 +333,14 @@ class AsyncpgDriver(AsyncStatementRunner):
             )
         # A lone connection has nothing to open a dedicated LISTEN connection from.
         self.capabilities = Capabilities(listen=self._conn is None, async_=True, copy=True)
+
+    def _after_fork(self) -> None:
+        """In a forked child (see drivers.base.new_pool_after_fork): the pool is made
+        again on first use, on the child's event loop."""
+        set_aside(self._pool)
+        self._pool = None
+        self._pool_lock = None
+        self._conn_lock = asyncio.Lock()
 
     async def _on_connect(self, conn: Any) -> None:
         self.stats.connections_opened += 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Iterator
@@ -38,7 +39,9 @@ from riverboat.drivers.base import (
     call_timeout,
     caller_connection,
     import_optional,
+    new_pool_after_fork,
     plain_postgres_url,
+    set_aside,
     shut_socket,
     translate_error,
 )
@@ -230,6 +233,11 @@ class _PsycopgDriverBase(Generic[ConnT, PoolT]):
         """Keep the connection or pool given, or make the pool for ``self.url``."""
         raise NotImplementedError
 
+    def _after_fork(self) -> None:
+        """In a forked child (see drivers.base.new_pool_after_fork): an empty pool. A
+        connection or pool the caller gave is theirs to handle."""
+        raise NotImplementedError
+
 
 class PsycopgDriver(
     _PsycopgDriverBase["psycopg.Connection[Any]", "psycopg_pool.ConnectionPool[Any]"],
@@ -260,13 +268,19 @@ class PsycopgDriver(
             self._idle_since: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
             self._owned_pool = True
             self._pool_opened = False
+            new_pool_after_fork(self)
         elif isinstance(source, psycopg.Connection):
             self._conn = source
         else:
             self._pool = source
-        import threading
-
         self._lock = threading.Lock()
+
+    def _after_fork(self) -> None:
+        set_aside(self._pool)
+        self._pool = self._new_pool()
+        self._pool_opened = False
+        self._idle_since = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()  # another thread of the parent may have held it
 
     def _new_pool(self) -> Any:
         """The owned pool, not opened yet."""
@@ -712,20 +726,31 @@ class AsyncPsycopgDriver(
         self._user_pool: Any = None
         self._pool: _AsyncPool | None = None
         if self.url is not None:
-            self._pool = _AsyncPool(
-                self.url,
-                max_pool_size,
-                bool(self._prepare),
-                self.stats,
-                pool_timeout,
-                self._connect_params,
-                self._session_sql,
-            )
+            self._pool_args = (max_pool_size, pool_timeout)
+            self._pool = self._new_pool()
+            new_pool_after_fork(self)
         elif isinstance(source, psycopg.AsyncConnection):
             self._conn = source
         else:
             self._user_pool = source
         self._conn_lock = asyncio.Lock()
+
+    def _new_pool(self) -> _AsyncPool:
+        assert self.url is not None
+        max_pool_size, pool_timeout = self._pool_args
+        return _AsyncPool(
+            self.url,
+            max_pool_size,
+            bool(self._prepare),
+            self.stats,
+            pool_timeout,
+            self._connect_params,
+            self._session_sql,
+        )
+
+    def _after_fork(self) -> None:
+        set_aside(self._pool)
+        self._pool = self._new_pool()
 
     @asynccontextmanager
     async def _lease(self) -> AsyncIterator[Any]:
