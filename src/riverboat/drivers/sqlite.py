@@ -37,6 +37,8 @@ from riverboat.drivers.base import (
     DriverStats,
     Notification,
     StatementRunner,
+    new_pool_after_fork,
+    set_aside,
     translate_error,
 )
 from riverboat.errors import DriverError, InvalidInputError
@@ -449,9 +451,19 @@ class _SqliteDriverBase:
         self._busy_timeout = busy_timeout
         self._closed = False
         self._start()
+        if self.path not in (_MEMORY, ""):
+            # A process forked from this one opens the file again (an in-memory database
+            # exists only in the copy it inherited): SQLite's file locks are per process,
+            # and a connection used across fork() can corrupt the database.
+            new_pool_after_fork(self)
 
     def _start(self) -> None:
         """Set up whoever runs the connection (a lock, or a thread)."""
+        raise NotImplementedError
+
+    def _after_fork(self) -> None:
+        """In a forked child (see drivers.base.new_pool_after_fork): set the inherited
+        connection (and thread) aside; a new one opens at the first statement."""
         raise NotImplementedError
 
     def _open_connection(self, stats: DriverStats | None = None) -> _Connection:
@@ -478,7 +490,12 @@ class SqliteDriver(_SqliteDriverBase, StatementRunner):
 
     def _start(self) -> None:
         self._lock = threading.RLock()
-        self._conn = self._open_connection()
+        self._conn: _Connection | None = self._open_connection()
+
+    def _after_fork(self) -> None:
+        set_aside(self._conn)
+        self._conn = None
+        self._lock = threading.RLock()  # another thread of the parent may have held it
 
     @contextmanager
     def _lease(self) -> Iterator[_Connection]:
@@ -486,6 +503,8 @@ class SqliteDriver(_SqliteDriverBase, StatementRunner):
             if self._closed:
                 raise DriverError("the driver is closed")
             self.stats.leases += 1
+            if self._conn is None:
+                self._conn = self._open_connection()
             yield self._conn
 
     def _run(self, stmt: Statement, want_rows: bool) -> Any:
@@ -513,7 +532,8 @@ class SqliteDriver(_SqliteDriverBase, StatementRunner):
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._conn.close()
+                if self._conn is not None:
+                    self._conn.close()
 
     def async_driver(self) -> AsyncSqliteDriver:
         """An async driver on the same database (its own connection)."""
@@ -558,6 +578,12 @@ class AsyncSqliteDriver(_SqliteDriverBase, AsyncStatementRunner):
         self._owner: asyncio.Task[Any] | None = None
         self._depth = 0
         self._free: asyncio.Condition | None = None
+
+    def _after_fork(self) -> None:
+        # The executor's thread is not in the child, and the executor does not start
+        # another: every statement there waited for ever.
+        set_aside((self._conn, self._thread))
+        self._start()
 
     def _connection(self) -> _Connection:
         # Runs on the worker thread: the connection is opened lazily there.
