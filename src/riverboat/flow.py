@@ -92,7 +92,16 @@ class ConcurrencyLimit:
             _positive_int(self.global_limit, "global_limit")
         if self.local_limit is not None:
             _positive_int(self.local_limit, "local_limit")
+        _bool(self.by_kind, "by_kind")
         object.__setattr__(self, "by_args", _args_keys(self.by_args, "by_args"))
+
+
+def _bool(value: object, field_name: str) -> None:
+    # A string reached the claim as the partition flag: Postgres failed every claim of
+    # the queue on "x" (the job waited for good), and took "false" as false where
+    # SQLite took any non-empty string as true.
+    if not isinstance(value, bool):
+        raise InvalidInputError(field_name, f"must be True or False, not {value!r}")
 
 
 @dataclass(slots=True, frozen=True)
@@ -110,6 +119,7 @@ class RateLimit:
         seconds = self.period.total_seconds() if isinstance(self.period, timedelta) else self.period
         if not is_seconds(seconds, at_least=0.001) or seconds > 86_400 * 7:
             raise InvalidInputError("period", "must be from 1 ms to 7 days")
+        _bool(self.by_kind, "by_kind")
         object.__setattr__(self, "by_args", _args_keys(self.by_args, "by_args"))
 
     @property

@@ -293,6 +293,12 @@ def test_bad_flow_control_is_refused_before_anything_runs() -> None:
             ConcurrencyLimit(global_limit=1, by_args=[key])
         with pytest.raises(InvalidInputError, match="by_args"):
             RateLimit(limit=1, period=1, by_args=[key])
+    # A string went to the claim as the partition flag: every claim failed on Postgres.
+    for bad in ("x", "false", 1, None):
+        with pytest.raises(InvalidInputError, match="by_kind"):
+            ConcurrencyLimit(global_limit=1, by_kind=bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="by_kind"):
+            RateLimit(limit=1, period=1, by_kind=bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="sequence_on_discard"):
         FlowControl.of(QueueConfig(sequences=True, sequence_on_discard="skip"))  # type: ignore[arg-type]
     assert FlowControl.of(QueueConfig()) is None  # no flow control: River's plain claim
