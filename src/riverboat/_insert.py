@@ -313,6 +313,19 @@ def chosen_unique_opts(opts: InsertOpts | None, own: InsertOpts | None) -> objec
     return unique
 
 
+def _check_sequence_metadata(value: object) -> None:
+    """A sequence given through ``opts.metadata`` (a job's metadata copied onto a new
+    insert) as ``opts.sequence`` would write it. A key that was not a string was stored
+    as given: the Postgres claim, which compares keys as text, put no two of those jobs
+    in one sequence and ran them all at once."""
+    if not (isinstance(value, dict) and set(value) == {"key"}):
+        raise InvalidInputError(
+            "opts.metadata",
+            f"{SEQUENCE_METADATA_KEY!r} must be {{'key': <sequence key>}} (or use opts.sequence)",
+        )
+    check_sequence_key(value["key"], "opts.metadata")
+
+
 def resolve_insert(
     args: object,
     opts: InsertOpts | None,
@@ -357,6 +370,8 @@ def resolve_insert(
         metadata[SEQUENCE_METADATA_KEY] = {"key": check_sequence_key(sequence)}
         encoded_metadata = encode_metadata(metadata)
     else:
+        if o.metadata is not None and SEQUENCE_METADATA_KEY in o.metadata:
+            _check_sequence_metadata(o.metadata[SEQUENCE_METADATA_KEY])
         encoded_metadata = "{}" if o.metadata is None else encode_metadata(o.metadata)
 
     scheduled_value = _pick(o.scheduled_at, a.scheduled_at)
