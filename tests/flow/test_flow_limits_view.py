@@ -98,3 +98,33 @@ def test_a_long_partition_is_cut_in_the_table_not_in_json() -> None:
     long = json.dumps(["x" * 300])
     assert len(_cut(long)) == PARTITION_WIDTH and _cut(long).endswith("…")
     assert _cut("[1]") == "[1]"
+
+
+def test_a_partition_key_with_a_quote_or_backslash_is_read_per_value(any_db: Db) -> None:  # noqa: F811
+    """On SQLite the view's JSON path held the key unescaped, as the claim's no longer
+    did: it named no key, and the view put every job in one partition of nulls while
+    the claim counted them apart."""
+    import riverboat
+
+    key = 'customer "id" \\ 2'
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        client.insert_many([InsertManyParams({key: c}, kind="flow_job") for c in (1, 1, 2)])
+        any_db.execute(
+            "UPDATE river_job SET state = 'running', attempted_by = %s",
+            '["w1"]' if any_db.dialect == "sqlite" else ["w1"],
+        )
+        dialect = client.driver.dialect
+        use = client.driver.fetch(
+            dialect.flow_use(queue="default", by_kind=False, by_args=[key], rate_period=None)
+        )
+        local = client.driver.fetch(
+            dialect.flow_local_use(queue="default", by_kind=False, by_args=[key])
+        )
+    assert sorted((json.loads(r[1]) if isinstance(r[1], str) else r[1], r[2]) for r in use) == [
+        ([1], 2),
+        ([2], 1),
+    ]
+    assert sorted((json.loads(r[2]) if isinstance(r[2], str) else r[2], r[3]) for r in local) == [
+        ([1], 2),
+        ([2], 1),
+    ]
