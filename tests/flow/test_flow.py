@@ -309,12 +309,14 @@ def test_bad_flow_control_is_refused_before_anything_runs() -> None:
         client.insert({}, InsertOpts(sequence=42), kind="flow_job")  # type: ignore[arg-type]
     # Through the metadata (a job's copied onto a new insert) the key was stored as
     # given: on Postgres, jobs with the number 5 as their key ran all at once.
-    for bad in ({"key": 5}, {"key": ""}, {"key": "a", "more": 1}, "a", None):
+    for sequence in ({"key": 5}, {"key": ""}, {"key": "a", "more": 1}, "a", None):
         with (
             riverboat.Client("sqlite:///:memory:") as client,
             pytest.raises(InvalidInputError, match=r"opts\.metadata"),
         ):
-            client.insert({}, InsertOpts(metadata={"riverboat_sequence": bad}), kind="flow_job")
+            client.insert(
+                {}, InsertOpts(metadata={"riverboat_sequence": sequence}), kind="flow_job"
+            )
 
 
 def test_a_sequence_in_copied_metadata_is_kept_as_written(any_db: Db) -> None:  # noqa: F811
