@@ -9,6 +9,7 @@ row count is unchanged.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 from typing import Any
@@ -249,8 +250,19 @@ def test_cursor_with_an_out_of_range_id(any_db: tuple[str, str | None, Any]) -> 
         (["jobs", "list", "--metadata", '{"s": "\\u0000"}'], "NUL"),
         (["jobs", "list", "--kind", "bad\udcffkind"], "surrogate"),  # argv bytes, not UTF-8
         (["jobs", "list", "--kind", "nul\x00kind"], "NUL"),
+        # Nested arrays past json.loads' recursion limit (was a traceback).
+        (["jobs", "list", "--cursor", base64.urlsafe_b64encode(b"[" * 5000).decode()], "cursor"),
     ],
-    ids=["get", "cancel-negative", "list-id", "surrogate-json", "nul-json", "argv", "nul"],
+    ids=[
+        "get",
+        "cancel-negative",
+        "list-id",
+        "surrogate-json",
+        "nul-json",
+        "argv",
+        "nul",
+        "cursor",
+    ],
 )
 def test_cli_bad_values_one_line(
     any_db: tuple[str, str | None, Any], argv: list[str], says: str

@@ -385,6 +385,9 @@ def test_a_job_page_with_a_workflow_id_that_is_not_text(seeded: SeededDb, serve:
     assert 'id="job-workflow"' not in text
 
 
+_NESTED_CURSOR = base64.urlsafe_b64encode(b"[" * 5000).decode().rstrip("=")
+
+
 def test_bad_input_is_a_page_not_a_500(seeded: SeededDb, serve: Any) -> None:
     base = serve(create_app(seeded.url, schema=seeded.schema)).url
     browser = Http(base)
@@ -394,6 +397,8 @@ def test_bad_input_is_a_page_not_a_500(seeded: SeededDb, serve: Any) -> None:
         ("/jobs?state=available&kind=%00", 400, "NUL"),
         ("/jobs?state=available&queue=Not%20A%20Queue", 400, "queue"),
         ("/jobs?state=available&cursor=%%%", 400, "cursor"),
+        # Nested arrays past json.loads' recursion limit (was a 500).
+        (f"/jobs?state=available&cursor={_NESTED_CURSOR}", 400, "cursor"),
         ("/jobs/99999999999999999999", 404, "is not a job id"),
         ("/jobs/424242", 404, "not found"),
         # Digits str.isdigit() accepts and int() refuses ("²"), and a NUL in a workflow id.
