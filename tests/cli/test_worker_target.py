@@ -13,6 +13,8 @@ from riverboat.cli import main
 def app_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "workerapp_typo.py").write_text(
         "import riverboat\nclient = riverboat.AsyncClient('sqlite:///x.sqlite3')\n"
+        "def send_email(job): pass\n"
+        "async def build(): return client\n"
     )
     (tmp_path / "workerapp_broken.py").write_text("import no_such_dependency_xyz\n")
     monkeypatch.chdir(tmp_path)
@@ -27,6 +29,10 @@ def app_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         ("workerapp_typo:clent", "workerapp_typo has no attribute 'clent'; did you mean client?"),
         ("workerapp_typo", "must look like package.module:attribute"),
         ("riverboat:Client", "riverboat:Client is a class; name a client, or a function"),
+        # The work function named instead of the factory: a TypeError's traceback.
+        ("workerapp_typo:send_email", "workerapp_typo:send_email takes arguments"),
+        # A coroutine never awaited, beside the error.
+        ("workerapp_typo:build", "workerapp_typo:build is an async function"),
     ],
 )
 def test_a_mistyped_target_is_one_line(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import inspect
 import logging
 import multiprocessing
 import os
@@ -129,6 +130,25 @@ def load_client(target: str) -> AsyncClient:
             "target", f"{target} is a class; name a client, or a function that returns one"
         )
     if callable(obj) and not isinstance(obj, (AsyncClient, Client)):
+        # Checked before the call: a work function named by mistake (myapp.jobs:send)
+        # raised a TypeError about its own parameters, printed as a traceback, and an
+        # async factory left a coroutine never awaited.
+        if inspect.iscoroutinefunction(obj):
+            raise InvalidInputError(
+                "target",
+                f"{target} is an async function; name a client, or a plain function that "
+                "returns one",
+            )
+        try:
+            inspect.signature(obj).bind()
+        except TypeError:
+            raise InvalidInputError(
+                "target",
+                f"{target} takes arguments; name a client, or a function of no arguments "
+                "that returns one",
+            ) from None
+        except ValueError:  # no signature to read (a builtin): let the call say
+            pass
         obj = obj()
     if isinstance(obj, Client):
         embedded = obj._embedded
