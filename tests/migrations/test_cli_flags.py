@@ -18,6 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from riverboat.cli import main
 from riverboat.drivers._sqlite_module import sqlite_module
 from riverboat.migrations import LATEST_VERSION
 from tests.cli_in_process import cli_in_process
@@ -253,3 +254,23 @@ def test_newer_schema_is_refused_by_every_command(db: Db) -> None:
     ):
         error = one_line_error(cli_in_process(*command, *db.args))
         assert "version 9" in error and "upgrade riverboat" in error, (command, error)
+
+
+def test_actions_that_only_read_create_no_sqlite_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """validate, list, down and a dry run read a missing file (or a schema's missing
+    sibling) as an empty database; they had left an empty file behind a typo."""
+    missing = f"sqlite:///{tmp_path / 'typo.sqlite3'}"
+    for argv in (["validate"], ["list"], ["down"], ["up", "--dry-run"]):
+        code = main(["migrate", *argv, "--database-url", missing])
+        assert code == (1 if argv == ["validate"] else 0)
+    out = capsys.readouterr().out
+    assert "would apply 001 create river migration [up] [dry run]" in out
+    assert "nothing to revert" in out
+    migrated = tmp_path / "app.sqlite3"
+    assert main(["migrate", "up", "--database-url", f"sqlite:///{migrated}"]) == 0
+    url = f"sqlite:///{migrated}"
+    assert main(["migrate", "up", "--dry-run", "--database-url", url, "--schema", "typo"]) == 0
+    assert main(["migrate", "validate", "--database-url", url, "--schema", "typo"]) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.sqlite3"]

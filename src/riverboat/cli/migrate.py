@@ -18,12 +18,17 @@ steps over the whole stack. ``--line`` runs one line exactly as River's CLI runs
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from riverboat._url import driver_from_url, is_sqlite_url
-from riverboat.cli._database import add_database_options, database_url, database_url_or_none
+from riverboat.cli._database import (
+    add_database_options,
+    database_url,
+    database_url_or_none,
+)
 from riverboat.dialect.base import validate_schema_name
 from riverboat.drivers.base import import_optional
 from riverboat.errors import DriverError, InvalidInputError
@@ -118,6 +123,8 @@ def _open_driver(args: argparse.Namespace) -> tuple[Any, Any]:
     schema = validate_schema_name(args.schema)
     if not url.startswith(_PG_PREFIXES):
         # sqlite:/// URLs, and refusing anything else with the usual message.
+        if args.action != "up" or getattr(args, "dry_run", False):
+            return _sqlite_driver_that_creates_nothing(url, schema), None
         return driver_from_url(url, schema=schema), None
     # One direct connection instead of the driver's pool: a wrong host or password
     # then fails at once with the server's message, not after the pool's timeout.
@@ -129,6 +136,25 @@ def _open_driver(args: argparse.Namespace) -> tuple[Any, Any]:
     except psycopg.Error as exc:
         raise DriverError(f"cannot connect to the database: {exc}") from exc
     return PsycopgDriver(conn, schema=schema), conn
+
+
+def _sqlite_driver_that_creates_nothing(url: str, schema: str | None) -> Any:
+    """For the actions that only read (validate, list, down, a dry run): a missing file
+    (or a schema's missing sibling file) is read as an empty database, in memory. Opened
+    as such they left an empty file behind a mistyped path or --schema; only a real
+    `up` creates files."""
+    from riverboat._url import is_sqlite_url
+    from riverboat.drivers.sqlite import SqliteDriver, sqlite_path_from_url, sqlite_schema_path
+
+    if not is_sqlite_url(url):
+        return driver_from_url(url, schema=schema)  # refused there, with the usual message
+    path = sqlite_path_from_url(url)
+    if path != ":memory:" and not os.path.exists(path):
+        return SqliteDriver(":memory:", schema=schema)
+    attached = sqlite_schema_path(path, schema)
+    if schema is not None and attached not in (None, ":memory:") and not os.path.exists(attached):
+        return SqliteDriver(url, schema=schema, attach={schema: ":memory:"})
+    return driver_from_url(url, schema=schema)
 
 
 def _print_versions(verb: str, versions: list[int], names: Mapping[int, str]) -> None:
