@@ -278,14 +278,28 @@ def test_a_mistyped_sqlite_schema_is_an_error_not_a_new_file(
 
 
 @pytest.mark.parametrize(
-    ("flag", "value"),
-    [("--interval", "0"), ("--interval", "nan"), ("--interval", "inf"), ("--timeout", "nan")],
+    ("argv", "says"),
+    [
+        # NaN passed the old check: as the interval, tail polled without pausing; as
+        # the timeout, it never stopped.
+        (["jobs", "tail", "--interval", "0"], "above 0"),
+        (["jobs", "tail", "--interval", "nan"], "above 0"),
+        (["jobs", "tail", "--interval", "inf"], "above 0"),
+        (["jobs", "tail", "--timeout", "nan"], "at least 0"),
+        (["jobs", "tail", "--max-events", "0"], "below 1"),
+        (["jobs", "wait", "1", "--timeout", "-5"], "at least 0"),
+        (["jobs", "retry", "--all", "--batch-size", "0"], "between 1 and 10000"),
+        (["jobs", "list", "--priority", "9"], "between 1 and 4"),
+        (["workers", "scale", "default", "0"], "between 1 and 10000"),
+        (["workflows", "wait", "wf_x", "--timeout", "-1"], "at least 0"),
+    ],
 )
-def test_tail_refuses_intervals_and_timeouts_that_are_not_seconds(
-    sqlite_url: str, flag: str, value: str
+def test_bad_option_values_are_usage_errors_before_anything_connects(
+    argv: list[str], says: str
 ) -> None:
-    """NaN passed the check: as the interval, tail polled without pausing; as the
-    timeout, it never stopped."""
-    done = cli_in_process("jobs", "tail", "--database-url", sqlite_url, flag, value)
-    assert (done.returncode, done.stdout) == (1, "")
-    assert done.stderr.startswith(f"riverboat: error: {flag}: must be a number of seconds")
+    """They were refused by the call after connecting (exit 1): against a database
+    that does not answer, the user waited and saw only the connection's error."""
+    unreachable = "postgresql://postgres@127.0.0.1:9/nowhere"  # nothing listens
+    done = cli_in_process(*argv, "--database-url", unreachable)
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert "error: argument" in done.stderr and says in done.stderr, done.stderr

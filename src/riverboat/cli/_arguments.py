@@ -6,17 +6,44 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from riverboat._seconds import is_seconds
+
 
 def page_size(most: int) -> Callable[[str], int]:
     """An argparse ``type``: an int from 1 to ``most`` (the API's limit for that list)."""
+    return whole_number(1, most)
+
+
+def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: an int of at least ``low`` (and at most ``high``)."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not 1 <= value <= most:
-            raise argparse.ArgumentTypeError(f"{value} is not between 1 and {most}")
+        if high is not None and not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below {low}")
+        return value
+
+    return parse
+
+
+def seconds(*, positive: bool = False) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number of seconds, at least 0 (above 0 with
+    ``positive``). NaN passed a plain ``<= 0`` test: as an interval it polled without
+    pause, as a timeout it never ended."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not is_seconds(value, positive=positive):
+            more = "above 0" if positive else "at least 0"
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds {more}")
         return value
 
     return parse

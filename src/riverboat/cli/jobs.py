@@ -32,8 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from riverboat._admin import JOB_LIST_LIMIT_MAX, JobListCursor
 from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, JobRow, JobState
 from riverboat._json import date_time_text
-from riverboat._seconds import is_seconds
-from riverboat.cli._arguments import add_limit
+from riverboat.cli._arguments import add_limit, seconds, whole_number
 from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.cli._terminal import printable
 from riverboat.client import Client
@@ -443,7 +442,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(listing)
     listing.add_argument("--id", type=int, action="append", dest="ids", metavar="ID")
     _add_filters(listing)
-    listing.add_argument("--priority", type=int, action="append", dest="priorities")
+    listing.add_argument("--priority", type=whole_number(1, 4), action="append", dest="priorities")
     listing.add_argument("--metadata", metavar="JSON", help="jobs whose metadata contains this")
     listing.add_argument(
         "--order-by", choices=("id", "time", "scheduled_at", "finalized_at"), default="id"
@@ -463,7 +462,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_common(wait)
     wait.add_argument("job_id", type=int, metavar="ID")
-    wait.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
+    wait.add_argument("--timeout", type=seconds(), default=60.0, help="seconds (default 60)")
 
     count = sub.add_parser("count", help="count jobs by state (and queue, kind)")
     add_common(count)
@@ -484,13 +483,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tail.add_argument("--kind", action="append", dest="kinds", metavar="KIND")
     tail.add_argument("--queue", action="append", dest="queues", metavar="QUEUE")
     tail.add_argument(
-        "--interval", type=float, default=1.0, metavar="S", help="poll every S seconds (1)"
+        "--interval",
+        type=seconds(positive=True),
+        default=1.0,
+        metavar="S",
+        help="poll every S seconds (1)",
     )
     tail.add_argument(
-        "--max-events", type=int, metavar="N", help="stop after N outcomes (default: never)"
+        "--max-events",
+        type=whole_number(1),
+        metavar="N",
+        help="stop after N outcomes (default: never)",
     )
     tail.add_argument(
-        "--timeout", type=float, metavar="S", help="stop after S seconds (default: never)"
+        "--timeout", type=seconds(), metavar="S", help="stop after S seconds (default: never)"
     )
     tail.add_argument("--since", type=parse_age, metavar="AGE", help="start AGE ago (default: now)")
 
@@ -515,7 +521,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "--dry-run", action="store_true", help="only say how many jobs it would change"
         )
         command.add_argument(
-            "--batch-size", type=int, default=500, metavar="N", help="rows per statement (500)"
+            "--batch-size",
+            type=whole_number(1, 10_000),
+            default=500,
+            metavar="N",
+            help="rows per statement (500)",
         )
 
 
@@ -623,14 +633,6 @@ def _tail(client: Client, args: argparse.Namespace) -> int:
     """Poll for outcomes newer than the start: finalized jobs in the order they were
     finalized (a keyset on finalized_at), and failed attempts waiting for their retry
     (retryable jobs whose attempt was not printed yet)."""
-    # NaN passed `<= 0` (no comparison with it is true): as the interval it polled
-    # without pausing, as the timeout it never stopped.
-    if not is_seconds(args.interval, positive=True):
-        raise InvalidInputError("--interval", "must be a number of seconds above 0")
-    if args.timeout is not None and not is_seconds(args.timeout):
-        raise InvalidInputError("--timeout", "must be a number of seconds, at least 0")
-    if args.max_events is not None and args.max_events < 1:
-        raise InvalidInputError("--max-events", "must be 1 or more")
     start = datetime.now(UTC) - (args.since or timedelta(0))
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     filters: dict[str, Any] = {
@@ -722,8 +724,6 @@ def _act(client: Client, args: argparse.Namespace) -> int:
             f"give job ids, or filters (--state, --kind, --queue, --tag, --args-key, "
             f"--args-text, --older-than) for every job to {action}, or --all",
         )
-    if not 1 <= args.batch_size <= 10_000:
-        raise InvalidInputError("--batch-size", "must be from 1 to 10000")
     described = _describe(filters) or "every job"
     if args.dry_run:
         would = client.job_count_matching(action=action, **filters)

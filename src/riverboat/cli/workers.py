@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from riverboat._fleet import WorkerInfo
+from riverboat.cli._arguments import whole_number
 from riverboat.cli._terminal import printable
 from riverboat.cli.jobs import (
     add_common,
@@ -61,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     scale = sub.add_parser("scale", help="set a queue's max_workers on its live workers")
     add_common(scale, after_action=True)
     scale.add_argument("queue", metavar="QUEUE")
-    scale.add_argument("max_workers", type=int, metavar="N")
+    scale.add_argument("max_workers", type=_max_workers, metavar="N")
     add_worker_option(scale)
     add_queue_actions(
         sub,
@@ -72,6 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         worker=True,
         after_action=True,
     )
+
+
+def _max_workers(text: str) -> int:
+    from riverboat.runtime.producer import MAX_WORKERS_LIMIT
+
+    return whole_number(1, MAX_WORKERS_LIMIT)(text)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from riverboat.cli._arguments import add_limit
+from riverboat.cli._arguments import add_limit, seconds
 from riverboat.cli._terminal import printable
 from riverboat.cli.jobs import (
     add_common,
@@ -102,7 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_common(command)
         command.add_argument("workflow_id", metavar="ID")
         if action == "wait":
-            command.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
+            command.add_argument(
+                "--timeout", type=seconds(), default=60.0, help="seconds (default 60)"
+            )
 
 
 def run(args: argparse.Namespace) -> int:
