@@ -709,5 +709,24 @@ def test_a_database_that_stops_answering_is_a_503_not_a_hung_page(
         proxy.freeze(new_too=True)
         status, _, page = browser.request("GET", "/jobs")
         assert status == 503 and "the database did not answer" in page
+        # These pages read riverboat's own tables too, and took any failure there for
+        # a missing migration: a 200 that said to run `riverboat migrate up`.
+        for path in ("/periodic", "/workers"):
+            status, _, page = browser.request("GET", path)
+            assert status == 503 and "the database did not answer" in page, (path, status)
+            assert "migrate up" not in page
     finally:
         proxy.close()
+
+
+def test_a_database_without_riverboats_line_says_how_to_add_it(tmp_path: Any, serve: Any) -> None:
+    """River's line alone (a database River migrated): the pages on riverboat's own
+    tables say which migration adds them, and the rest of the page works."""
+    from riverboat.cli import main
+
+    url = f"sqlite:///{tmp_path / 'river_only.sqlite3'}"
+    assert main(["migrate", "up", "--line", "main", "--database-url", url]) == 0
+    browser = Http(serve(create_app(url)).url)
+    for path, marker in (("/workers", 'id="no-registry"'), ("/periodic", 'id="no-periodic-table"')):
+        status, _, page = browser.request("GET", path)
+        assert status == 200 and marker in page and "riverboat migrate up" in page, path

@@ -1203,7 +1203,7 @@ def create_app(
             except DeadlineExceededError as exc:
                 return error_page(request, 503, f"the database did not answer: {exc}")
             except RiverboatError as exc:
-                return error_page(request, 503, f"the database answered: {exc}")
+                return error_page(request, 503, f"the database call failed: {exc}")
 
         return run
 

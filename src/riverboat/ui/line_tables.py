@@ -4,20 +4,31 @@ and says why the rest is missing, rather than failing."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from riverboat.errors import RiverboatError
+from riverboat.errors import DriverError, NotMigratedError
 
 __all__ = ["read_line_table"]
 
 T = TypeVar("T")
 
+# How Postgres and SQLite say that one of riverboat's own tables is missing.
+_MISSING_LINE_TABLE = re.compile(
+    r'relation "(?:[^"]+\.)?riverboat_\w+" does not exist|no such table: (?:\w+\.)?riverboat_\w+'
+)
+
 
 async def read_line_table(read: Awaitable[list[T]]) -> tuple[list[T], str | None]:
-    """The rows ``read`` returns and None; or no rows and the database's error where it
-    failed (without riverboat's migration line, or the version that adds the table)."""
+    """The rows ``read`` returns and None; or no rows and the database's error when the
+    table is missing (without riverboat's migration line, or the version that adds it).
+    Any other failure is raised, for the page to say the database did not answer: a
+    database that refused connections or never answered was shown as a missing
+    migration (after the call's deadline, which a second read then waited out again)."""
     try:
         return await read, None
-    except RiverboatError as exc:
-        return [], str(exc)
+    except DriverError as exc:
+        if isinstance(exc, NotMigratedError) or _MISSING_LINE_TABLE.search(str(exc)):
+            return [], str(exc)
+        raise
