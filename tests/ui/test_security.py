@@ -730,3 +730,42 @@ def test_a_database_without_riverboats_line_says_how_to_add_it(tmp_path: Any, se
     for path, marker in (("/workers", 'id="no-registry"'), ("/periodic", 'id="no-periodic-table"')):
         status, _, page = browser.request("GET", path)
         assert status == 200 and marker in page and "riverboat migrate up" in page, path
+
+
+def test_a_workflow_id_with_a_slash_opens_and_acts(tmp_path: Any, serve: Any) -> None:
+    """Ids other clients write may hold "/": the list's link (the "/" left as it is)
+    matched the POST-only action route (a 405), and its actions were a 404."""
+    from riverboat import Client, Workflow
+    from riverboat.cli import main
+
+    url = f"sqlite:///{tmp_path / 'slash.sqlite3'}"
+    assert main(["migrate", "up", "--database-url", url]) == 0
+    workflow_id = "team a/b %2F c"
+    with Client(url) as client:
+        client.insert(
+            {},
+            InsertOpts(
+                metadata={"riverboat_workflow": {"id": workflow_id, "task": "t1", "name": "hand"}}
+            ),
+            kind="hand_step",
+        )
+        more = Workflow(id=workflow_id)
+        more.add("t2", {}, kind="hand_step", deps=["t1"])
+        client.workflow_insert(more)
+    browser = Http(serve(create_app(url)).url)
+    status, _, listing = browser.request("GET", "/workflows")
+    assert status == 200
+    links = re.findall(r'href="(/workflows/[^"]+)"', listing)
+    assert len(links) == 1
+    status, _, page = browser.request("GET", html.unescape(links[0]))
+    assert status == 200 and "t1" in page and "t2" in page, (links, status)
+    action = re.search(r'action="(/workflows/[^"?]+/cancel)', page)
+    assert action is not None
+    token = browser.csrf(html.unescape(links[0]))
+    status, headers, _ = browser.request("POST", html.unescape(action.group(1)), {"csrf": token})
+    assert status == 303 and browser.flash is not None and "cancelled" in browser.flash
+    status, _, _ = browser.request("GET", headers["location"])
+    assert status == 200
+    with Client(url) as client:
+        states = {t.name: t.state.value for t in client.workflow_get(workflow_id).tasks}
+    assert states == {"t1": "cancelled", "t2": "cancelled"}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
@@ -1062,7 +1062,7 @@ def create_app(
         except (NotFoundError, InvalidInputError):
             return error_page(request, 404, f"workflow {workflow_id!r} not found")
         message, kind = workflow_action_message(action, before, after)
-        back = _safe_back(request, f"/workflows/{workflow_id}")
+        back = _safe_back(request, f"/workflows/{quote(workflow_id, safe='/')}")
         return flash.redirect(request, request.scope.get("root_path", "") + back, message, kind)
 
     async def jobs_bulk(request: Request) -> Response:
@@ -1224,8 +1224,11 @@ def create_app(
         Route("/jobs/{job_id}/{action}", guarded(job_action), methods=["POST"]),
         Route("/queues/{name}/{action}", guarded(queue_action), methods=["POST"]),
         Route("/workflows", guarded(workflows)),
-        Route("/workflows/{workflow_id}", guarded(workflow_detail)),
-        Route("/workflows/{workflow_id}/{action}", guarded(workflow_action), methods=["POST"]),
+        # A workflow id may hold "/" (ids other clients write): matched whole, so its
+        # link (the id's "/" left as it is) opens its page, and an action posts to
+        # /workflows/<id>/<action>; they were a 405 and a 404.
+        Route("/workflows/{workflow_id:path}/{action}", guarded(workflow_action), methods=["POST"]),
+        Route("/workflows/{workflow_id:path}", guarded(workflow_detail)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app: ASGIApp = Starlette(routes=routes, lifespan=lifespan)
