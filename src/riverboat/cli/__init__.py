@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -88,6 +89,18 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     return parser
 
 
+# Seconds each database call of an operator's command (jobs, queues, workflows, workers,
+# periodic) may take: a server that stopped answering without closing the connection
+# (a stalled proxy, a partitioned host) held the command for ever, --timeout or not.
+# Generous, for a count or a bulk batch on a big table; a command with --timeout (the
+# waits, tail) bounds each call by it, and CALL_SLACK. Not for worker, ui, migrate,
+# bench and demo, which run long on purpose (the worker and the dashboard set deadlines
+# of their own).
+OPERATOR_CALL_TIMEOUT = 60.0
+# Seconds past its --timeout a call of a command that takes one may take.
+CALL_SLACK = 2.0
+_OPERATOR_COMMANDS = frozenset({"jobs", "queues", "workflows", "workers", "periodic"})
+
 # A write to stdout failed for a reason of the machine's, not of riverboat's.
 _OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EBADF)
 
@@ -103,7 +116,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(args_list)
     args = parser.parse_args(args_list)
     try:
-        code: int = _load(args.command).run(args)
+        if args.command in _OPERATOR_COMMANDS:
+            from riverboat.drivers.base import call_deadline
+
+            # The pool's own warnings (a connection found broken and dropped) went to
+            # stderr beside the command's one-line error.
+            logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+            timeout = getattr(args, "timeout", None)
+            with call_deadline(
+                OPERATOR_CALL_TIMEOUT
+                if timeout is None
+                else min(OPERATOR_CALL_TIMEOUT, timeout + CALL_SLACK)
+            ):
+                code: int = _load(args.command).run(args)
+        else:
+            code = _load(args.command).run(args)
         if sys.stdout is not None:  # None when started with stdout closed (>&-)
             sys.stdout.flush()
     except BrokenPipeError:

@@ -17,6 +17,7 @@ and 3 when ``--timeout`` passed first.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import re
@@ -24,7 +25,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -32,10 +33,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from riverboat._admin import JOB_LIST_LIMIT_MAX, JobListCursor
 from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, JobRow, JobState
 from riverboat._json import date_time_text
+from riverboat.cli import CALL_SLACK, OPERATOR_CALL_TIMEOUT
 from riverboat.cli._arguments import add_limit, seconds, whole_number
 from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.cli._terminal import printable
 from riverboat.client import Client
+from riverboat.drivers.base import call_deadline
 from riverboat.errors import InvalidInputError, NotFoundError, WaitTimeoutError
 
 if TYPE_CHECKING:
@@ -629,6 +632,15 @@ def _outcome_line(job: JobRow) -> str:
     return printable(text)
 
 
+def _calls_until(deadline: float | None) -> AbstractContextManager[None]:
+    """Database calls that end by ``deadline`` (monotonic; and CALL_SLACK): a server
+    that stopped answering held `jobs tail --timeout 5` for minutes."""
+    if deadline is None:
+        return contextlib.nullcontext()
+    left = max(deadline - time.monotonic(), 0.0)
+    return call_deadline(min(OPERATOR_CALL_TIMEOUT, left + CALL_SLACK))
+
+
 def _tail(client: Client, args: argparse.Namespace) -> int:
     """Poll for outcomes newer than the start: finalized jobs in the order they were
     finalized (a keyset on finalized_at), and failed attempts waiting for their retry
@@ -646,9 +658,10 @@ def _tail(client: Client, args: argparse.Namespace) -> int:
     preview = not args.json
 
     def retryable() -> list[JobRow]:
-        return client.job_list(
-            states=[JobState.RETRYABLE], limit=10_000, preview=preview, **filters
-        ).jobs
+        with _calls_until(deadline):
+            return client.job_list(
+                states=[JobState.RETRYABLE], limit=10_000, preview=preview, **filters
+            ).jobs
 
     for job in retryable():
         if job.attempted_at is None or job.attempted_at < start:
@@ -657,14 +670,15 @@ def _tail(client: Client, args: argparse.Namespace) -> int:
     while True:
         events: list[JobRow] = []
         while True:  # every finalized page since the cursor
-            page = client.job_list(
-                states=sorted(FINALIZED_STATES),
-                order_by="finalized_at",
-                limit=500,
-                cursor=cursor,
-                preview=preview,
-                **filters,
-            )
+            with _calls_until(deadline):
+                page = client.job_list(
+                    states=sorted(FINALIZED_STATES),
+                    order_by="finalized_at",
+                    limit=500,
+                    cursor=cursor,
+                    preview=preview,
+                    **filters,
+                )
             events.extend(page.jobs)
             if page.last_cursor is not None:
                 cursor = page.last_cursor

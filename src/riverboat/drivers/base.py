@@ -8,6 +8,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
@@ -455,7 +456,17 @@ class Watchdog:
         self.seconds = seconds if deadline is None else deadline
         self.what = what
         self.missed = False
-        self._handle = asyncio.get_running_loop().call_later(max(seconds, 0.0), self._fire, abort)
+        self._handle: asyncio.TimerHandle | threading.Timer
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            # A sync driver's call (the CLI, a sync Client's own calls): the call blocks
+            # its thread, so a timer thread breaks it.
+            self._handle = threading.Timer(max(seconds, 0.0), self._fire, (abort,))
+            self._handle.daemon = True
+            self._handle.start()
+        else:
+            self._handle = loop.call_later(max(seconds, 0.0), self._fire, abort)
 
     def _fire(self, abort: Callable[[], None]) -> None:
         self.missed = True

@@ -97,6 +97,9 @@ def _watch(conn: Any, seconds: float | None, what: str) -> Watchdog | None:
     return Watchdog(seconds, lambda: shut_socket(conn.pgconn.socket), what)
 
 
+#: Seconds the sync driver's close() waits for its pool's worker threads.
+POOL_CLOSE_TIMEOUT = 1.0
+
 #: Seconds a new connection may take (libpq's connect_timeout), so an unreachable
 #: host fails instead of hanging on TCP's own timeout.
 CONNECT_TIMEOUT = 10
@@ -157,6 +160,7 @@ class _SyncExecutor(StatementRunner):
         sql, names = stmt.query.compile("dollar")
         params = stmt.params
         self._stats.count(stmt.query.name)
+        watchdog = _watch(self._conn, call_timeout(), stmt.query.name)
         try:
             cur = self._cursor_cls(self._conn)
             cur.execute(sql, [params[n] for n in names], binary=True)
@@ -164,7 +168,10 @@ class _SyncExecutor(StatementRunner):
                 return cur.fetchall() if _returns_rows(cur) else []
             return int(cur.rowcount)
         except _psycopg_error() as exc:
-            raise _translate(exc) from exc
+            raise _call_error(watchdog, exc) from exc
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
 
     def copy(self, batch: CopyBatch) -> int:
         """COPY ``batch``'s rows in (text format): ``insert_many_fast``."""
@@ -257,12 +264,12 @@ class PsycopgDriver(
         self._owned_pool = False
         self._conn: Any = None
         self._pool: Any = None
+        self._pool_timeout = pool_timeout
         if self.url is not None:
             # Opened at the first statement, after one direct connection has proved the
             # URL works: a wrong password or database then fails at once with the
             # server's own message, instead of a pool retrying for 30 s in the background.
             self._max_pool_size = max_pool_size
-            self._pool_timeout = pool_timeout
             self._pool = self._new_pool()
             # When each pooled connection was last returned (or opened), for _check_idle.
             self._idle_since: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
@@ -317,8 +324,13 @@ class PsycopgDriver(
             except psycopg.Error as exc:
                 raise _translate(exc) from exc
             self._pool.open(wait=False)
+            deadline = call_timeout()
             try:
-                self._pool.wait(timeout=self._pool_timeout)
+                self._pool.wait(
+                    timeout=self._pool_timeout
+                    if deadline is None
+                    else min(deadline, self._pool_timeout)
+                )
             except psycopg.Error:
                 # PoolTimeout: wait() closed the pool, and a closed psycopg_pool cannot
                 # be opened again. The next statement proves the URL again, with a new one.
@@ -331,7 +343,9 @@ class PsycopgDriver(
         came: when a direct connection fails now, say why, with the server's message."""
         psycopg = _import_psycopg()
         err = _translate(exc)
-        if type(exc).__name__ == "PoolTimeout" and self.url is not None:
+        # Not under a call deadline, which the pool's wait has used up: the connect
+        # would take up to its own 10 s more.
+        if type(exc).__name__ == "PoolTimeout" and self.url is not None and call_timeout() is None:
             try:
                 psycopg.connect(self.url, **self._connect_params).close()
             except psycopg.Error as cause:
@@ -357,7 +371,14 @@ class PsycopgDriver(
         connection."""
         since = self._idle_since.get(conn)
         if since is None or time.monotonic() - since >= CHECK_IDLE_AFTER:
-            conn.execute("")
+            # Under a call deadline, the check has it too: a connection to a server that
+            # stopped answering held the check, and the call, for ever.
+            watchdog = _watch(conn, call_timeout(), "idle connection check")
+            try:
+                conn.execute("")
+            finally:
+                if watchdog is not None:
+                    watchdog.cancel()
 
     @contextmanager
     def _lease(self) -> Iterator[Any]:
@@ -368,7 +389,12 @@ class PsycopgDriver(
             return
         if self._owned_pool and not self._pool_opened:
             self._open_pool()
-        with self._pool.connection() as conn:
+        # Under a call deadline, a connection comes within it or the call fails (the
+        # pool's own timeout is 30 s).
+        timeout = call_timeout()
+        with self._pool.connection(
+            timeout=None if timeout is None else min(timeout, self._pool_timeout)
+        ) as conn:
             yield conn
             if not conn.autocommit and conn.info.transaction_status != 0:
                 conn.commit()
@@ -381,15 +407,24 @@ class PsycopgDriver(
         psycopg = _import_psycopg()
         # The lease is inside the try: a pool timeout or a failed connect is a
         # psycopg.Error too, and must surface as DriverError like any other.
+        watchdog = None
         try:
             with self._lease() as conn:
+                # Under call_deadline (the CLI's commands): a server that stopped
+                # answering held the call, and the command, for ever.
+                watchdog = _watch(conn, call_timeout(), stmt.query.name)
                 cur = psycopg.RawCursor(conn)
                 cur.execute(sql, args, prepare=self._prepare, binary=True)
                 if want_rows:
                     return cur.fetchall() if _returns_rows(cur) else []
                 return int(cur.rowcount)
         except psycopg.Error as exc:
+            if watchdog is not None and watchdog.missed:
+                raise watchdog.error() from exc
             raise self._failure(exc) from exc
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
 
     @contextmanager
     def transaction(self) -> Iterator[_SyncExecutor]:
@@ -419,7 +454,9 @@ class PsycopgDriver(
 
     def close(self) -> None:
         if self._owned_pool:
-            self._pool.close()
+            # Its workers are daemon threads: one still connecting to a server that
+            # does not answer is left to end on its own, not waited for 5 s.
+            self._pool.close(timeout=POOL_CLOSE_TIMEOUT)
 
     def async_driver(self) -> AsyncPsycopgDriver:
         """An async driver on the same database, for running workers from sync code."""
