@@ -203,7 +203,8 @@ class ClientRegistry:
         River's rescue while the other keeps the row alive. It was silent, but for a
         misleading "counts as dead" when their heartbeats crossed. A warning, not a
         refusal: the holder may be this process's own previous run, killed within
-        ``dead_after``, whose lease has not run out yet."""
+        ``dead_after``, whose lease has not run out yet (its running jobs then wait for
+        River's rescue: the new run keeps the lease alive; docs/fleet.md)."""
         client_id = self._runtime.client_id
         rows = await self._driver.fetch(self._dialect.client_live_holder(client_id))
         here = (socket.gethostname(), os.getpid())
@@ -211,10 +212,11 @@ class ClientRegistry:
             if (str(host), int(pid)) != here:
                 log.warning(
                     "registry: client id %r is held by a live client (host %s, pid %s): "
-                    "give each process its own id (Client(id=...)); two live processes "
-                    "under one id break flow-control limits and delay each other's "
-                    "rescue. (If that process was this one's previous run, killed less "
-                    "than dead_after ago, ignore this.)",
+                    "give each process run its own id (Client(id=...)); two live "
+                    "processes under one id break flow-control limits and delay each "
+                    "other's rescue. If that process was this one's previous run, killed "
+                    "less than dead_after ago, the jobs it held stay running until "
+                    "River's rescue (rescue_stuck_jobs_after): see docs/fleet.md",
                     client_id,
                     host,
                     pid,
