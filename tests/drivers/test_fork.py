@@ -1,6 +1,6 @@
 """A process forked from one whose driver made its pool from a URL (gunicorn --preload
 with a module-level client, multiprocessing's fork) opens connections of its own and
-leaves the inherited ones to the parent (drivers.base.new_pool_after_fork)."""
+leaves the inherited ones to the parent (drivers._fork.new_pool_after_fork)."""
 
 from __future__ import annotations
 

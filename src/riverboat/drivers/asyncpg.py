@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from riverboat._sql import Statement
 from riverboat.dialect.postgres import CopyBatch, PostgresDialect
+from riverboat.drivers._fork import new_pool_after_fork, set_aside
 from riverboat.drivers.base import (
     DEFAULT_TCP,
     LOCK_TIMEOUT,
@@ -38,9 +39,7 @@ from riverboat.drivers.base import (
     Watchdog,
     call_timeout,
     import_optional,
-    new_pool_after_fork,
     plain_postgres_url,
-    set_aside,
     translate_error,
 )
 from riverboat.errors import DeadlineExceededError, DriverError
@@ -335,7 +334,7 @@ class AsyncpgDriver(AsyncStatementRunner):
         self.capabilities = Capabilities(listen=self._conn is None, async_=True, copy=True)
 
     def _after_fork(self) -> None:
-        """In a forked child (see drivers.base.new_pool_after_fork): the pool is made
+        """In a forked child (see drivers._fork.new_pool_after_fork): the pool is made
         again on first use, on the child's event loop."""
         set_aside(self._pool)
         self._pool = None

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from riverboat._sql import Statement
 from riverboat.dialect.postgres import CopyBatch, PostgresDialect
+from riverboat.drivers._fork import new_pool_after_fork, set_aside
 from riverboat.drivers.base import (
     DEFAULT_TCP,
     LOCK_TIMEOUT,
@@ -39,9 +40,7 @@ from riverboat.drivers.base import (
     call_timeout,
     caller_connection,
     import_optional,
-    new_pool_after_fork,
     plain_postgres_url,
-    set_aside,
     shut_socket,
     translate_error,
 )
@@ -235,13 +234,15 @@ class _PsycopgDriverBase(Generic[ConnT, PoolT]):
         self._lock_timeout = lock_timeout
         self._session_sql = _session_setup(lock_timeout)
         self._open(source, max_pool_size, pool_timeout)
+        if self.url is not None:  # its own pool, made from the URL
+            new_pool_after_fork(self)
 
     def _open(self, source: Any, max_pool_size: int, pool_timeout: float) -> None:
         """Keep the connection or pool given, or make the pool for ``self.url``."""
         raise NotImplementedError
 
     def _after_fork(self) -> None:
-        """In a forked child (see drivers.base.new_pool_after_fork): an empty pool. A
+        """In a forked child (see drivers._fork.new_pool_after_fork): an empty pool. A
         connection or pool the caller gave is theirs to handle."""
         raise NotImplementedError
 
@@ -275,19 +276,11 @@ class PsycopgDriver(
             self._idle_since: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
             self._owned_pool = True
             self._pool_opened = False
-            new_pool_after_fork(self)
         elif isinstance(source, psycopg.Connection):
             self._conn = source
         else:
             self._pool = source
         self._lock = threading.Lock()
-
-    def _after_fork(self) -> None:
-        set_aside(self._pool)
-        self._pool = self._new_pool()
-        self._pool_opened = False
-        self._idle_since = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()  # another thread of the parent may have held it
 
     def _new_pool(self) -> Any:
         """The owned pool, not opened yet."""
@@ -309,6 +302,13 @@ class PsycopgDriver(
             reset=self._note_idle,
             timeout=self._pool_timeout,
         )
+
+    def _after_fork(self) -> None:
+        set_aside(self._pool)
+        self._pool = self._new_pool()
+        self._pool_opened = False
+        self._idle_since = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()  # another thread of the parent may have held it
 
     def _open_pool(self) -> None:
         """Prove the URL with one connection, then open the owned pool (once) and wait
@@ -762,32 +762,23 @@ class AsyncPsycopgDriver(
         self._conn: Any = None
         self._user_pool: Any = None
         self._pool: _AsyncPool | None = None
+        # Kept for _after_fork, which opens the same again.
+        self._pool_args = (max_pool_size, pool_timeout)
         if self.url is not None:
-            self._pool_args = (max_pool_size, pool_timeout)
-            self._pool = self._new_pool()
-            new_pool_after_fork(self)
+            self._pool = _AsyncPool(
+                self.url,
+                max_pool_size,
+                bool(self._prepare),
+                self.stats,
+                pool_timeout,
+                self._connect_params,
+                self._session_sql,
+            )
         elif isinstance(source, psycopg.AsyncConnection):
             self._conn = source
         else:
             self._user_pool = source
         self._conn_lock = asyncio.Lock()
-
-    def _new_pool(self) -> _AsyncPool:
-        assert self.url is not None
-        max_pool_size, pool_timeout = self._pool_args
-        return _AsyncPool(
-            self.url,
-            max_pool_size,
-            bool(self._prepare),
-            self.stats,
-            pool_timeout,
-            self._connect_params,
-            self._session_sql,
-        )
-
-    def _after_fork(self) -> None:
-        set_aside(self._pool)
-        self._pool = self._new_pool()
 
     @asynccontextmanager
     async def _lease(self) -> AsyncIterator[Any]:
@@ -806,6 +797,10 @@ class AsyncPsycopgDriver(
                 yield conn
                 if not conn.autocommit and conn.info.transaction_status != 0:
                     await conn.commit()
+
+    def _after_fork(self) -> None:
+        set_aside(self._pool)
+        self._open(self.url, *self._pool_args)
 
     async def _run(self, stmt: Statement, want_rows: bool) -> Any:
         sql, names = stmt.query.compile("dollar")

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 from riverboat._sql import Statement
 from riverboat.dialect.sqlite import SqliteDialect
+from riverboat.drivers._fork import new_pool_after_fork, set_aside
 from riverboat.drivers._sqlite_module import sqlite_module
 from riverboat.drivers.base import (
     AsyncStatementRunner,
@@ -37,8 +38,6 @@ from riverboat.drivers.base import (
     DriverStats,
     Notification,
     StatementRunner,
-    new_pool_after_fork,
-    set_aside,
     translate_error,
 )
 from riverboat.errors import DriverError, InvalidInputError
@@ -462,7 +461,7 @@ class _SqliteDriverBase:
         raise NotImplementedError
 
     def _after_fork(self) -> None:
-        """In a forked child (see drivers.base.new_pool_after_fork): set the inherited
+        """In a forked child (see drivers._fork.new_pool_after_fork): set the inherited
         connection (and thread) aside; a new one opens at the first statement."""
         raise NotImplementedError
 
