@@ -212,3 +212,34 @@ async def test_the_sqlalchemy_listener_reaches_the_engines_database(
     finally:
         with psycopg.connect(pg_url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_a_thread_watchdog_firing_and_cancel_exclude_each_other() -> None:
+    """Outside an event loop the deadline is a timer thread. A cancel that came while it
+    fired returned at once, and the call's connection went back to the pool as the
+    timer shut its socket: the next statement on it failed ("server closed the
+    connection"). cancel() now waits for a firing timer and says it fired."""
+    import threading
+
+    from riverboat.drivers.base import Watchdog
+
+    aborting, release = threading.Event(), threading.Event()
+
+    def slow_abort() -> None:
+        aborting.set()
+        assert release.wait(10)
+
+    fired = Watchdog(0.0, slow_abort, "slow")
+    assert aborting.wait(10)  # the timer is inside abort
+    outcome: list[bool] = []
+    canceller = threading.Thread(target=lambda: outcome.append(fired.cancel()))
+    canceller.start()
+    canceller.join(0.2)
+    assert canceller.is_alive() and outcome == []  # waits for the firing timer
+    release.set()
+    canceller.join(10)
+    assert outcome == [True] and fired.missed
+
+    aborted: list[int] = []
+    quiet = Watchdog(60.0, lambda: aborted.append(1), "quiet")
+    assert quiet.cancel() is False and not quiet.missed and aborted == []

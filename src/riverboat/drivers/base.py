@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import re
 import socket
@@ -404,7 +405,7 @@ class Watchdog:
     call fails at once and the connection is discarded; :meth:`error` is then what the
     caller raises instead of the library's "connection closed"."""
 
-    __slots__ = ("_handle", "missed", "seconds", "what")
+    __slots__ = ("_cancelled", "_handle", "_lock", "missed", "seconds", "what")
 
     def __init__(
         self,
@@ -418,12 +419,18 @@ class Watchdog:
         self.seconds = seconds if deadline is None else deadline
         self.what = what
         self.missed = False
+        self._cancelled = False
+        self._lock: threading.Lock | None = None
         self._handle: asyncio.TimerHandle | threading.Timer
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             # A sync driver's call (the CLI, a sync Client's own calls): the call blocks
-            # its thread, so a timer thread breaks it.
+            # its thread, so a timer thread breaks it. The lock makes firing and
+            # cancelling exclusive: once cancel() returns, ``missed`` says for good
+            # whether the socket was shut (a timer already firing could shut it after
+            # the call had succeeded and its connection gone back to the pool).
+            self._lock = threading.Lock()
             self._handle = threading.Timer(max(seconds, 0.0), self._fire, (abort,))
             self._handle.daemon = True
             self._handle.start()
@@ -431,14 +438,22 @@ class Watchdog:
             self._handle = loop.call_later(max(seconds, 0.0), self._fire, abort)
 
     def _fire(self, abort: Callable[[], None]) -> None:
-        self.missed = True
-        try:
-            abort()
-        except Exception:  # the connection is being dropped anyway
-            pass
+        with self._lock or contextlib.nullcontext():
+            if self._cancelled:
+                return
+            self.missed = True
+            try:
+                abort()
+            except Exception:  # the connection is being dropped anyway
+                pass
 
-    def cancel(self) -> None:
-        self._handle.cancel()
+    def cancel(self) -> bool:
+        """Stop the timer; returns whether it fired (the call's connection is broken,
+        even if the call itself got its answer first)."""
+        with self._lock or contextlib.nullcontext():
+            self._cancelled = True
+            self._handle.cancel()
+        return self.missed
 
     def error(self) -> DeadlineExceededError:
         what = f" ({self.what})" if self.what else ""

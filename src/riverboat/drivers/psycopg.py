@@ -163,14 +163,18 @@ class _SyncExecutor(StatementRunner):
         try:
             cur = self._cursor_cls(self._conn)
             cur.execute(sql, [params[n] for n in names], binary=True)
-            if want_rows:
-                return cur.fetchall() if _returns_rows(cur) else []
-            return int(cur.rowcount)
+            result = (
+                (cur.fetchall() if _returns_rows(cur) else []) if want_rows else int(cur.rowcount)
+            )
         except _psycopg_error() as exc:
-            raise _call_error(watchdog, exc) from exc
-        finally:
             if watchdog is not None:
                 watchdog.cancel()
+            raise _call_error(watchdog, exc) from exc
+        if watchdog is not None and watchdog.cancel():
+            # The deadline struck as the answer came: the statement ran, but the
+            # connection (a transaction's, or the caller's) is broken for the next one.
+            raise watchdog.error()
+        return result
 
     def copy(self, batch: CopyBatch) -> int:
         """COPY ``batch``'s rows in (text format): ``insert_many_fast``."""
@@ -377,8 +381,10 @@ class PsycopgDriver(
             try:
                 conn.execute("")
             finally:
-                if watchdog is not None:
-                    watchdog.cancel()
+                if watchdog is not None and watchdog.cancel():
+                    # Struck as the answer came: the pool drops a connection whose
+                    # check raised, and takes another.
+                    raise watchdog.error()
 
     @contextmanager
     def _lease(self) -> Iterator[Any]:
@@ -413,18 +419,21 @@ class PsycopgDriver(
                 # Under call_deadline (the CLI's commands): a server that stopped
                 # answering held the call, and the command, for ever.
                 watchdog = _watch(conn, call_timeout(), stmt.query.name)
-                cur = psycopg.RawCursor(conn)
-                cur.execute(sql, args, prepare=self._prepare, binary=True)
-                if want_rows:
-                    return cur.fetchall() if _returns_rows(cur) else []
-                return int(cur.rowcount)
+                try:
+                    cur = psycopg.RawCursor(conn)
+                    cur.execute(sql, args, prepare=self._prepare, binary=True)
+                    if want_rows:
+                        return cur.fetchall() if _returns_rows(cur) else []
+                    return int(cur.rowcount)
+                finally:
+                    # Before the connection goes back to the pool: a deadline that
+                    # struck as the answer came broke it, and the pool must drop it.
+                    if watchdog is not None and watchdog.cancel():
+                        conn.close()
         except psycopg.Error as exc:
             if watchdog is not None and watchdog.missed:
                 raise watchdog.error() from exc
             raise self._failure(exc) from exc
-        finally:
-            if watchdog is not None:
-                watchdog.cancel()
 
     @contextmanager
     def transaction(self) -> Iterator[_SyncExecutor]:
