@@ -102,3 +102,26 @@ def test_a_forked_child_opens_the_sqlite_file_again(tmp_path: Path) -> None:
         loop.run_until_complete(async_driver.close())
         loop.close()
         sync_driver.close()
+
+
+def test_an_attached_in_memory_schema_is_kept_in_a_forked_child(tmp_path: Path) -> None:
+    """A schema attached as an in-memory database exists only in the copy the child
+    inherited: opened again there, it was empty ("no such table")."""
+    driver = SqliteDriver(str(tmp_path / "main.sqlite3"), schema="s", attach={"s": ":memory:"})
+    try:
+        driver.execute(Statement(Query("make", "CREATE TABLE s.t (x INTEGER)"), {}))
+        driver.execute(Statement(Query("fill", "INSERT INTO s.t VALUES (7)"), {}))
+        results_r, results_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report through the pipe, never return to pytest
+            try:
+                rows = driver.fetch(Statement(Query("read", "SELECT x FROM s.t"), {}))
+                os.write(results_w, json.dumps([list(r) for r in rows]).encode())
+            finally:
+                os._exit(0)
+        os.close(results_w)
+        with os.fdopen(results_r) as results:
+            assert json.loads(results.read() or "null") == [[7]]
+        os.waitpid(pid, 0)
+    finally:
+        driver.close()

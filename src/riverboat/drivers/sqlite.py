@@ -450,10 +450,11 @@ class _SqliteDriverBase:
         self._busy_timeout = busy_timeout
         self._closed = False
         self._start()
-        if self.path not in (_MEMORY, ""):
-            # A process forked from this one opens the file again (an in-memory database
-            # exists only in the copy it inherited): SQLite's file locks are per process,
-            # and a connection used across fork() can corrupt the database.
+        if _MEMORY not in (self.path, self._attach_path):
+            # A process forked from this one opens the file again (an in-memory database,
+            # the main one or the schema's, exists only in the copy it inherited):
+            # SQLite's file locks are per process, and a connection used across fork()
+            # can corrupt the database.
             new_pool_after_fork(self)
 
     def _start(self) -> None:
@@ -494,7 +495,10 @@ class SqliteDriver(_SqliteDriverBase, StatementRunner):
     def _after_fork(self) -> None:
         set_aside(self._conn)
         self._conn = None
-        self._lock = threading.RLock()  # another thread of the parent may have held it
+        # Another thread of the parent may have held it. (If it held a write
+        # transaction, the file stays locked for this process: SQLite's lock records
+        # are the process's. docs/drivers.md: no fork inside a transaction.)
+        self._lock = threading.RLock()
 
     @contextmanager
     def _lease(self) -> Iterator[_Connection]:
