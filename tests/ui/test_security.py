@@ -766,6 +766,10 @@ def test_a_workflow_id_with_a_slash_opens_and_acts(tmp_path: Any, serve: Any) ->
     assert status == 303 and browser.flash is not None and "cancelled" in browser.flash
     status, _, _ = browser.request("GET", headers["location"])
     assert status == 200
+    # The list with a trailing slash still goes to the list (the route now takes ids
+    # with "/", the empty one too).
+    status, headers, _ = browser.request("GET", "/workflows/")
+    assert status == 307 and headers["location"].endswith("/workflows")
     with Client(url) as client:
         states = {t.name: t.state.value for t in client.workflow_get(workflow_id).tasks}
     assert states == {"t1": "cancelled", "t2": "cancelled"}

@@ -943,6 +943,8 @@ def create_app(
 
     async def workflow_detail(request: Request) -> Response:
         workflow_id = str(request.path_params["workflow_id"])
+        if not workflow_id:  # "/workflows/": the list, as before ids could hold "/"
+            return RedirectResponse(request.scope.get("root_path", "") + "/workflows", 307)
         client = await holder.get()
         try:
             workflow = await client.workflow_get(workflow_id)
