@@ -24,6 +24,7 @@ from tests.process_executor.test_process_executor import (
     _once_fed,
     _one_child,
     _pool,
+    _run_one,
     _started,
     _wait_until_readable_blocking,
     _workers,
@@ -103,11 +104,8 @@ async def test_a_hard_stop_of_a_child_that_keeps_logging_ends_within_the_bound(
     client = _one_child(any_db, _more_workers(), soft_stop_timeout=None)
     async with client:
         args = {"dir": str(tmp_path), "seconds": 60, "line": 200_000}
-        job_id = (await client.insert(args, kind="chatty")).job.id
-        await client.start()
-        await _started(tmp_path, job_id)
-        (child,) = _pool(client)._busy
-        _wait_until_readable_blocking(client)  # in the middle of a log record
+        job_id = await _run_one(client, tmp_path, args, "chatty")
+        child = _wait_until_readable_blocking(client)  # in the middle of a log record
         started = time.monotonic()
         await asyncio.wait_for(client.stop_and_cancel(), 20)
         took = time.monotonic() - started
@@ -130,11 +128,8 @@ async def test_a_hard_stop_of_a_child_stopped_mid_message_ends_at_the_limit(
     client = _one_child(any_db, _more_workers(), soft_stop_timeout=None)
     async with client:
         args = {"dir": str(tmp_path), "seconds": 0.2, "size": HUGE}
-        job_id = (await client.insert(args, kind="end_after")).job.id
-        await client.start()
-        await _started(tmp_path, job_id)
-        (child,) = _pool(client)._busy
-        _wait_until_readable_blocking(client)
+        job_id = await _run_one(client, tmp_path, args, "end_after")
+        child = _wait_until_readable_blocking(client)
         os.kill(child.pid, signal.SIGSTOP)
         started = time.monotonic()
         await asyncio.wait_for(client.stop_and_cancel(), 20)
@@ -191,9 +186,8 @@ async def test_an_orphaned_process_jobs_child_is_killed_at_once(any_db: Db, tmp_
         await client.start()
         try:
             await _started(tmp_path, job_id)
-            (child,) = _pool(client)._busy
             # The child in the middle of a log message (as it nearly always is).
-            _wait_until_readable_blocking(client)
+            child = _wait_until_readable_blocking(client)
             assert client.runtime.producers["default"].orphan_running() == 1
             orphaned_at = time.monotonic()
             while _alive(child.pid) and time.monotonic() - orphaned_at < 10:
@@ -232,11 +226,8 @@ async def test_a_remote_cancel_during_the_stops_read(
     client = _one_child(any_db, _more_workers(), soft_stop_timeout=None)
     async with client:
         args = {"dir": str(tmp_path), "seconds": 0.2, "size": LARGE}
-        job_id = (await client.insert(args, kind="end_after")).job.id
-        await client.start()
-        await _started(tmp_path, job_id)
-        (child,) = _pool(client)._busy
-        _wait_until_readable_blocking(client)
+        job_id = await _run_one(client, tmp_path, args, "end_after")
+        child = _wait_until_readable_blocking(client)
         cancelled: list[bool] = []
         producer = client.runtime.producers["default"]
         _once_fed(

@@ -130,6 +130,17 @@ def _one_child(db: Db, workers: Workers | None = None, **options: Any) -> riverb
     )
 
 
+async def _run_one(
+    client: riverboat.AsyncClient, tmp_path: Path, args: dict[str, Any], kind: str
+) -> int:
+    """Insert a ``kind`` job of ``args``, start the client, and return the job's id
+    once its first attempt started in its child."""
+    job_id = int((await client.insert(args, kind=kind)).job.id)
+    await client.start()
+    await _started(tmp_path, job_id)
+    return job_id
+
+
 async def _started(tmp_path: Path, job_id: int) -> Path:
     """Once job ``job_id``'s first attempt started in its child: its ``started-`` file
     (jobs.py), which holds the child's pid."""
@@ -488,14 +499,16 @@ async def test_hard_stop_kills_children_and_hands_their_jobs_back(
         _no_overlap(tmp_path)
 
 
-def _wait_until_readable_blocking(client: riverboat.AsyncClient) -> None:
+def _wait_until_readable_blocking(client: riverboat.AsyncClient) -> Any:
     """Block this thread (the client's event loop with it) until the busy child's pipe
-    to this process holds something to read: its job's outcome, sent and not read."""
+    to this process holds something to read (its job's outcome, sent and not read);
+    returns that child."""
     (child,) = _pool(client)._busy
     pipe = child.process._transport.get_pipe_transport(1).get_extra_info("pipe")
     poller = select.poll()  # the pipe may be past select()'s FD_SETSIZE
     poller.register(pipe, select.POLLIN)
     assert poller.poll(30_000), "the child sent nothing within 30 s"
+    return child
 
 
 @pytest.fixture
@@ -665,8 +678,7 @@ async def test_a_hard_stop_during_a_huge_outcome_ends(
         await client.start()
         try:
             await _started(tmp_path, job_id)
-            (child,) = _pool(client)._busy
-            _wait_until_readable_blocking(client)
+            child = _wait_until_readable_blocking(client)
             if bound == "passed_mid_message":
                 # Past the read's bound, as a sync callback or another job holding
                 # the GIL would block the loop, with the child still writing.
