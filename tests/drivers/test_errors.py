@@ -13,6 +13,7 @@ import pytest
 from riverboat import DriverError, MigrationError, NotMigratedError
 from tests.drivers.conftest import DriverCase
 from tests.drivers.harness import Env
+from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 
 @pytest.fixture
@@ -65,3 +66,18 @@ async def test_a_sqlite_file_that_cannot_be_opened_is_named(tmp_path: Path) -> N
         async with riverboat.AsyncClient(f"sqlite:///{missing}") as async_client:
             await async_client.insert({}, kind="probe")
     assert not missing.parent.exists()  # nothing was created on the way
+
+
+def test_a_missing_riverboat_table_says_to_apply_riverboats_line(any_db: Db) -> None:  # noqa: F811
+    """A table of riverboat's own migration line missing (a database River migrated)
+    is a NotMigratedError too, naming that line: it was the database's raw error,
+    which the dashboard's pages told from a database that was down by its text."""
+    import riverboat
+
+    any_db.execute("DROP TABLE riverboat_client")
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        with pytest.raises(NotMigratedError) as info:
+            client.workers_list()
+    message = str(info.value)
+    assert "riverboat_client" in message and "riverboat's migration line" in message
+    assert "run `riverboat migrate up`" in message

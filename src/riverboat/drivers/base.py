@@ -54,10 +54,11 @@ __all__ = [
 
 Row = Sequence[Any]
 
-
-# How Postgres and SQLite say that one of River's tables (or the schema) is missing.
+# How Postgres and SQLite say that one of River's tables, or riverboat's own (its
+# migration line's), or the schema is missing.
 _MISSING_TABLE = re.compile(
-    r'relation "(?:[^"]+\.)?(river_\w+)" does not exist|no such table: (?:\w+\.)?(river_\w+)'
+    r'relation "(?:[^"]+\.)?(river(?:boat)?_\w+)" does not exist'
+    r"|no such table: (?:\w+\.)?(river(?:boat)?_\w+)"
 )
 _MISSING_SCHEMA = re.compile(r'schema "([^"]+)" does not exist')
 
@@ -96,7 +97,7 @@ def translate_error(exc: BaseException, detail: BaseException | None = None) -> 
     (kept as ``__cause__``); ``detail`` is the exception whose text says what went
     wrong when ``exc`` wraps it (SQLAlchemy's ``.orig``).
 
-    A statement that finds River's tables or its schema missing becomes a
+    A statement that finds River's tables, riverboat's or the schema missing becomes a
     :class:`NotMigratedError` whose message says to run ``riverboat migrate up``: the
     same error from every driver and both databases, instead of the raw SQL error."""
     source = detail if detail is not None else exc
@@ -105,10 +106,16 @@ def translate_error(exc: BaseException, detail: BaseException | None = None) -> 
     err: DriverError
     if (table := _MISSING_TABLE.search(first_line)) is not None:
         name = table.group(1) or table.group(2)
-        err = NotMigratedError(
-            f"River's table {name} is missing ({first_line}): the database is not "
-            "migrated; run `riverboat migrate up` (or River's `river migrate-up`)"
-        )
+        if name.startswith("riverboat_"):  # River's migrate-up does not make these
+            err = NotMigratedError(
+                f"riverboat's table {name} is missing ({first_line}): riverboat's "
+                "migration line is not applied; run `riverboat migrate up`"
+            )
+        else:
+            err = NotMigratedError(
+                f"River's table {name} is missing ({first_line}): the database is not "
+                "migrated; run `riverboat migrate up` (or River's `river migrate-up`)"
+            )
     elif (schema := _MISSING_SCHEMA.search(first_line)) is not None:
         err = NotMigratedError(
             f"schema {schema.group(1)!r} does not exist: create it, then run "
