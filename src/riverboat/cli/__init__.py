@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from types import ModuleType
 
 from riverboat.errors import RiverboatError
@@ -101,6 +102,17 @@ OPERATOR_CALL_TIMEOUT = 60.0
 CALL_SLACK = 2.0
 _OPERATOR_COMMANDS = frozenset({"jobs", "queues", "workflows", "workers", "periodic"})
 
+
+def calls_within(seconds: float | None) -> AbstractContextManager[None]:
+    """Each database call in the block ends within ``seconds`` and CALL_SLACK (None: no
+    time of the command's own), and at most OPERATOR_CALL_TIMEOUT."""
+    from riverboat.drivers.base import call_deadline
+
+    if seconds is None:
+        return call_deadline(OPERATOR_CALL_TIMEOUT)
+    return call_deadline(min(OPERATOR_CALL_TIMEOUT, seconds + CALL_SLACK))
+
+
 # A write to stdout failed for a reason of the machine's, not of riverboat's.
 _OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EBADF)
 
@@ -117,17 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(args_list)
     try:
         if args.command in _OPERATOR_COMMANDS:
-            from riverboat.drivers.base import call_deadline
-
             # The pool's own warnings (a connection found broken and dropped) went to
             # stderr beside the command's one-line error.
             logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
-            timeout = getattr(args, "timeout", None)
-            with call_deadline(
-                OPERATOR_CALL_TIMEOUT
-                if timeout is None
-                else min(OPERATOR_CALL_TIMEOUT, timeout + CALL_SLACK)
-            ):
+            with calls_within(getattr(args, "timeout", None)):
                 code: int = _load(args.command).run(args)
         else:
             code = _load(args.command).run(args)

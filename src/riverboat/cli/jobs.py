@@ -17,7 +17,6 @@ and 3 when ``--timeout`` passed first.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import re
@@ -33,12 +32,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from riverboat._admin import JOB_LIST_LIMIT_MAX, JobListCursor
 from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, JobRow, JobState
 from riverboat._json import date_time_text
-from riverboat.cli import CALL_SLACK, OPERATOR_CALL_TIMEOUT
+from riverboat.cli import calls_within
 from riverboat.cli._arguments import add_limit, seconds, whole_number
 from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.cli._terminal import printable
 from riverboat.client import Client
-from riverboat.drivers.base import call_deadline
 from riverboat.errors import InvalidInputError, NotFoundError, WaitTimeoutError
 
 if TYPE_CHECKING:
@@ -635,10 +633,7 @@ def _outcome_line(job: JobRow) -> str:
 def _calls_until(deadline: float | None) -> AbstractContextManager[None]:
     """Database calls that end by ``deadline`` (monotonic; and CALL_SLACK): a server
     that stopped answering held `jobs tail --timeout 5` for minutes."""
-    if deadline is None:
-        return contextlib.nullcontext()
-    left = max(deadline - time.monotonic(), 0.0)
-    return call_deadline(min(OPERATOR_CALL_TIMEOUT, left + CALL_SLACK))
+    return calls_within(None if deadline is None else max(deadline - time.monotonic(), 0.0))
 
 
 def _tail(client: Client, args: argparse.Namespace) -> int:

@@ -24,11 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from riverboat._url import driver_from_url, is_sqlite_url
-from riverboat.cli._database import (
-    add_database_options,
-    database_url,
-    database_url_or_none,
-)
+from riverboat.cli._database import add_database_options, database_url, database_url_or_none
 from riverboat.dialect.base import validate_schema_name
 from riverboat.drivers.base import import_optional
 from riverboat.errors import DriverError, InvalidInputError
@@ -143,7 +139,6 @@ def _sqlite_driver_that_creates_nothing(url: str, schema: str | None) -> Any:
     (or a schema's missing sibling file) is read as an empty database, in memory. Opened
     as such they left an empty file behind a mistyped path or --schema; only a real
     `up` creates files."""
-    from riverboat._url import is_sqlite_url
     from riverboat.drivers.sqlite import SqliteDriver, sqlite_path_from_url, sqlite_schema_path
 
     if not is_sqlite_url(url):
