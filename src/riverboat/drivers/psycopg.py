@@ -307,6 +307,13 @@ class PsycopgDriver(
             timeout=self._pool_timeout,
         )
 
+    def _pool_wait(self) -> float | None:
+        """How long to wait for a pooled connection under a call deadline: within it,
+        or the call fails (the pool's own timeout is 30 s). None: no deadline, the
+        pool's own timeout."""
+        deadline = call_timeout()
+        return None if deadline is None else min(deadline, self._pool_timeout)
+
     def _after_fork(self) -> None:
         set_aside(self._pool)
         self._pool = self._new_pool()
@@ -328,13 +335,9 @@ class PsycopgDriver(
             except psycopg.Error as exc:
                 raise _translate(exc) from exc
             self._pool.open(wait=False)
-            deadline = call_timeout()
+            wait = self._pool_wait()
             try:
-                self._pool.wait(
-                    timeout=self._pool_timeout
-                    if deadline is None
-                    else min(deadline, self._pool_timeout)
-                )
+                self._pool.wait(timeout=self._pool_timeout if wait is None else wait)
             except psycopg.Error:
                 # PoolTimeout: wait() closed the pool, and a closed psycopg_pool cannot
                 # be opened again. The next statement proves the URL again, with a new one.
@@ -395,12 +398,7 @@ class PsycopgDriver(
             return
         if self._owned_pool and not self._pool_opened:
             self._open_pool()
-        # Under a call deadline, a connection comes within it or the call fails (the
-        # pool's own timeout is 30 s).
-        timeout = call_timeout()
-        with self._pool.connection(
-            timeout=None if timeout is None else min(timeout, self._pool_timeout)
-        ) as conn:
+        with self._pool.connection(timeout=self._pool_wait()) as conn:
             yield conn
             if not conn.autocommit and conn.info.transaction_status != 0:
                 conn.commit()
