@@ -11,6 +11,7 @@ import pytest
 import riverboat
 from riverboat import InsertManyParams, InsertOpts, InvalidInputError, JobState, UniqueOpts
 from riverboat.middleware import InsertingJob, insert_hook
+from riverboat.workflow import workflow_meta
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 LATER = datetime(2040, 1, 1, tzinfo=UTC)
@@ -100,6 +101,6 @@ def test_hooks_may_not_take_away_riverboats_own_metadata(any_db: Db) -> None:  #
         stored = client.workflow_insert(wf)
         task_b = next(t.job for t in stored.tasks if t.name == "b")
         assert task_b.metadata["tenant"] == "acme"
-        assert task_b.metadata["riverboat_workflow"]["dep_ids"]
+        assert (workflow_meta(task_b) or {}).get("dep_ids")
         seq = client.insert({}, InsertOpts(sequence="acct-1"), kind="seq_job").job
         assert seq.metadata == {"riverboat_sequence": {"key": "acct-1"}, "tenant": "acme"}

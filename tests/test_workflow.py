@@ -16,7 +16,8 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 import pytest
@@ -37,7 +38,7 @@ from riverboat import (
     record_output,
 )
 from riverboat.drivers.base import call_timeout
-from riverboat.workflow import WORKFLOW_TASKS_MAX, ids_in
+from riverboat.workflow import WORKFLOW_TASKS_MAX, LinkForm, ids_in, workflow_meta
 from tests.reliability._support import OutputReader, spawn_worker
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 from tests.waiting import wait_until, wait_until_async
@@ -140,11 +141,17 @@ def test_diamond_runs_in_dependency_order_and_hands_outputs_on(any_db: Db) -> No
     assert done.task("d").output == {"name": "d", "saw": ["b", "c"]}
     assert done.task("b").output == {"name": "b", "saw": ["a"]}
     # Go River and River's UI see ordinary jobs: the graph is in one metadata key.
-    # A dependency is named by its own row's "task", not again in its dependents' rows.
-    meta = done.task("d").job.metadata["riverboat_workflow"]
+    # A dependency is named by its own row's task name, not again in its dependents'.
+    meta = workflow_meta(done.task("d").job)
+    assert meta is not None
     assert "deps" not in meta and len(ids_in(meta["dep_ids"]) or []) == 2
     assert meta["name"] == "diamond"
     assert "name" not in done.task("b").job.metadata["riverboat_workflow"]
+    # On Postgres a task's links and name are one string (River's GIN index on metadata
+    # holds an entry per key and value); SQLite writes the keys.
+    stored = done.task("d").job.metadata["riverboat_workflow"]
+    postgres = any_db.dialect == "postgres"
+    assert ("node" in stored) is postgres and ("task" in stored) is not postgres
     assert done.task("d").deps == ["b", "c"] and done.name == "diamond"
 
 
@@ -236,20 +243,28 @@ def test_the_insert_links_tasks_by_id_as_it_writes_them(any_db: Db) -> None:  # 
     postgres = any_db.url.startswith("postgres")
     assert ("workflow_link" in ran) is not postgres
     assert ("workflow_reserve_ids" in ran) is postgres
+
+    def metas(got: WorkflowInfo) -> dict[str, dict[str, Any]]:
+        return {t.name: workflow_meta(t.job) or {} for t in got.tasks}
+
     for got in (info, stored):
-        meta = {t.name: t.job.metadata["riverboat_workflow"] for t in got.tasks}
+        meta = metas(got)
         assert ids_in(meta["a"].get("dep_ids", [])) == []
         assert ids_in(meta["d"].get("dependent_ids", [])) == []
         assert ids_in(meta["a"]["dependent_ids"]) == [ids["b"], ids["c"]]
         assert ids_in(meta["d"]["dep_ids"]) == [ids["b"], ids["c"]]
-        # One string of ids on Postgres (one entry in River's GIN index, not one per id).
+        # One string on Postgres (one entry in River's GIN index, not one per id).
         assert isinstance(meta["d"]["dep_ids"], str) is postgres
         assert [t.deps for t in got.tasks] == [[], ["a"], ["a"], ["b", "c"]]
-    meta = {t.name: t.job.metadata["riverboat_workflow"] for t in added.tasks}
+    meta = metas(added)
     assert ids_in(meta["e"]["dep_ids"]) == [ids["d"], ids["a"]]
     assert ids_in(meta["a"]["dependent_ids"]) == [ids["b"], ids["c"], added.task("e").job.id]
     assert ids_in(meta["d"]["dependent_ids"]) == [added.task("e").job.id]
     assert isinstance(meta["a"]["dependent_ids"], str) is postgres
+    # A task inserted earlier keeps its one string (and its name) as it learns more.
+    a_stored = added.task("a").job.metadata["riverboat_workflow"]
+    if postgres:
+        assert a_stored["node"] == f";{ids['b']},{ids['c']},{added.task('e').job.id};a"
 
 
 def test_failed_dependency_cancels_dependents_then_retry_continues(any_db: Db) -> None:  # noqa: F811
@@ -355,17 +370,19 @@ def test_tasks_stored_in_the_earlier_form_still_run(any_db: Db) -> None:  # noqa
     assert isinstance(stored_b["dependent_ids"], str) is (any_db.dialect == "postgres")
 
 
-def test_id_lists_are_text_only_once_the_schema_says_every_process_reads_them(
+def test_each_link_form_is_written_only_once_the_schema_says_every_process_reads_it(
     pg_url: str, pg_schema: str
 ) -> None:
     """Releases before riverboat's line version 7 read a task's id lists only as JSON
-    arrays: below it (such a release may share the schema, in a rolling upgrade) this
-    one writes arrays, also when it adds tasks to a workflow; from it, one string of
-    ids each. Migrating down to 6 turns every string back into the array of the same
-    ids, so the earlier release reads them all."""
+    arrays, and those before version 8 only as separate keys: below 7 (such a release
+    may share the schema, in a rolling upgrade) this one writes arrays, also when it
+    adds tasks to a workflow; at 7, one string of ids each; from 8, each task's links
+    and name as one node. Migrating down to 7 turns every node back into the keys, and
+    down to 6 every string back into the array of the same ids, so each earlier release
+    reads them all."""
     from riverboat.drivers.psycopg import PsycopgDriver
     from riverboat.migrations import Migrator
-    from riverboat.workflow import WORKFLOW_IDS_TEXT_LINE_VERSION
+    from riverboat.workflow import WORKFLOW_IDS_TEXT_LINE_VERSION, WORKFLOW_NODE_LINE_VERSION
 
     def stored(client: riverboat.Client, workflow_id: str) -> dict[str, dict[str, Any]]:
         tasks = client.workflow_get(workflow_id).tasks
@@ -375,8 +392,14 @@ def test_id_lists_are_text_only_once_the_schema_says_every_process_reads_them(
         wf = Workflow(name)
         _step(wf, "a")
         _step(wf, "b", ["a"])
-        _step(wf, "c", ["a", "b"])
+        _step(wf, "c;x", ["a", "b"])
         return wf
+
+    def keys_hold(workflow_id: str, kind: type) -> None:
+        for m in stored(client, workflow_id).values():
+            assert "node" not in m and "task" in m, m
+            for key in ("dep_ids", "dependent_ids"):
+                assert isinstance(m.get(key, kind()), kind), (workflow_id, m)
 
     driver = PsycopgDriver(pg_url, schema=pg_schema)
     line = Migrator(driver, "riverboat")
@@ -384,39 +407,53 @@ def test_id_lists_are_text_only_once_the_schema_says_every_process_reads_them(
         line.down(WORKFLOW_IDS_TEXT_LINE_VERSION - 1)
         db = Db("postgres", pg_url, pg_schema)
         with _client(db, Recorder()) as client:
-            before = client.workflow_insert(fan("before")).id
-            more = Workflow(id=before)
-            _step(more, "d", ["c"])
+            arrays = client.workflow_insert(fan("arrays")).id
+            more = Workflow(id=arrays)
+            _step(more, "d", ["c;x"])
             client.workflow_insert(more)
-            meta = stored(client, before)
-            assert all(
-                isinstance(m.get(key, []), list)
-                for m in meta.values()
-                for key in ("dep_ids", "dependent_ids")
-            )
-            assert meta["c"]["dependent_ids"] == [client.workflow_get(before).task("d").job.id]
-        line.up()
+            keys_hold(arrays, list)
+            meta = stored(client, arrays)
+            assert meta["c;x"]["dependent_ids"] == [client.workflow_get(arrays).task("d").job.id]
+        line.up(WORKFLOW_IDS_TEXT_LINE_VERSION)
         with _client(db, Recorder()) as client:
-            after = client.workflow_insert(fan("after")).id
-            assert isinstance(stored(client, after)["c"]["dep_ids"], str)
-            more = Workflow(id=before)
+            text = client.workflow_insert(fan("text")).id
+            keys_hold(text, str)
+            more = Workflow(id=arrays)
             _step(more, "e", ["a"])
             client.workflow_insert(more)
             # The array it had is read, and written anew as a string.
-            a = stored(client, before)["a"]
+            a = stored(client, arrays)["a"]
             assert (
                 isinstance(a["dependent_ids"], str) and len(ids_in(a["dependent_ids"]) or []) == 3
             )
+        line.up(WORKFLOW_NODE_LINE_VERSION)
+        with _client(db, Recorder()) as client:
+            node = client.workflow_insert(fan("node")).id
+            nodes = stored(client, node)
+            assert all(set(m) <= {"id", "node", "name"} for m in nodes.values()), nodes
+            assert nodes["c;x"]["node"].endswith(";;c;x")
+            more = Workflow(id=text)
+            _step(more, "f", ["b"])
+            client.workflow_insert(more)
+            # A task written with the keys keeps them as it learns its new dependent.
+            b = stored(client, text)["b"]
+            assert "node" not in b and len(ids_in(b["dependent_ids"]) or []) == 2
             client.start()
-            done = [client.workflow_wait(w, timeout=30) for w in (before, after)]
+            done = [client.workflow_wait(w, timeout=30) for w in (arrays, text, node)]
             client.stop()
-        assert [w.state for w in done] == ["completed", "completed"]
+        assert [w.state for w in done] == ["completed"] * 3
+        assert done[2].task("c;x").deps == ["a", "b"]
+        line.down(WORKFLOW_IDS_TEXT_LINE_VERSION)
+        with _client(db, Recorder()) as client:
+            for workflow_id in (text, node):
+                keys_hold(workflow_id, str)
+            assert stored(client, node)["c;x"]["task"] == "c;x"
         line.down(WORKFLOW_IDS_TEXT_LINE_VERSION - 1)
         with _client(db, Recorder()) as client:
-            for workflow_id in (before, after):
-                for m in stored(client, workflow_id).values():
-                    for key in ("dep_ids", "dependent_ids"):
-                        assert isinstance(m.get(key, []), list), (workflow_id, m)
+            for workflow_id in (arrays, text, node):
+                keys_hold(workflow_id, list)
+            # What the earlier releases read, after the round trip: the same graph.
+            assert client.workflow_get(node).task("c;x").deps == ["a", "b"]
     finally:
         line.up()
         driver.close()
@@ -433,25 +470,35 @@ def test_an_id_list_written_by_hand_does_not_stop_the_others(any_db: Db) -> None
     rec = Recorder()
     wf = Workflow("hand-written")
     _step(wf, "root")
-    for leaf in ("good", "letters", "huge", "spaced", "nulled"):
+    for leaf in ("good", "letters", "huge", "spaced", "nulled", "node_letters", "node_huge"):
         _step(wf, leaf, ["root"])
+    _step(wf, "node_number", ["root"])
     later = Workflow("swept")
     _step(later, "first")
     _step(later, "after", ["first"])
     with _client(any_db, rec) as client:
         ids = _inserted(client, wf)
         swept = _inserted(client, later)
+        # In the keys of earlier releases, and in this one's node.
         bad: dict[str, object] = {
             "letters": "x1",
             "huge": "9" * 25,
             "spaced": f" {ids['root']}",
             "nulled": [None],  # the earlier array form: a null is not a finished dependency
+            "node_letters": "x1;;node_letters",
+            "node_huge": "9" * 25 + ";;node_huge",
+            "node_number": ids["root"],  # a node that is not a string
         }
-        for name, text in bad.items():
+        for name, value in bad.items():
+            part = (
+                {"id": wf.id, "node": value}
+                if name.startswith("node_")
+                else {"id": wf.id, "task": name, "dep_ids": value}
+            )
             any_db.execute(
                 "UPDATE river_job SET metadata = jsonb_set(metadata,"
-                " '{riverboat_workflow,dep_ids}', %s::jsonb) WHERE id = %s",
-                json.dumps(text),
+                " '{riverboat_workflow}', %s::jsonb) WHERE id = %s",
+                json.dumps(part),
                 ids[name],
             )
         # Finished behind the promoter's back: only the sweep can promote "after".
@@ -2047,18 +2094,18 @@ class _OwnOpts(dict[str, Any]):
         return self._opts
 
 
-@pytest.mark.parametrize("ids_as_text", [False, True])
-def test_task_metadata_is_written_as_the_json_encoder_writes_it(ids_as_text: bool) -> None:
+@pytest.mark.parametrize("form", ["arrays", "text", "node"])
+def test_task_metadata_is_written_as_the_json_encoder_writes_it(form: LinkForm) -> None:
     """The workflow's part of each task's metadata is put together from pieces encoded
     once per workflow; it must be the text go_json_dumps writes for the same document
-    (after the task's own metadata), escapes and all, with id lists as arrays or (on
-    Postgres) as one string of ids each."""
+    (after the task's own metadata), escapes and all: id lists as arrays, or (on
+    Postgres) as one string of ids each, or each task's links and name as one node."""
     from riverboat._client_core import _ClientCore
     from riverboat._json import go_json_dumps
     from riverboat.workflow import add_workflow_metadata
 
     wf = Workflow("n<&>\u00e9\u2028", on_dep_failure="run")
-    a = wf.add("a<b>", {"x": 1}, kind="k1")
+    a = wf.add("a<b>;", {"x": 1}, kind="k1")
     b = wf.add("b", {}, InsertOpts(metadata={"m": [1, {"z": None}]}), kind="k2", deps=[a])
     wf.add("c\u00e9", {}, kind="k3", deps=[a, b, a], on_dep_failure="cancel")
     core = _ClientCore("sqlite:///:memory:", None, None, 25, None, None, None, want_async=False)
@@ -2066,25 +2113,36 @@ def test_task_metadata_is_written_as_the_json_encoder_writes_it(ids_as_text: boo
     links = wf.links(ids, {})
     plan = core.plan_many(
         wf.task_params(),
-        prepare=lambda jobs: add_workflow_metadata(wf, jobs, ids, links, ids_as_text=ids_as_text),
+        prepare=lambda jobs: add_workflow_metadata(wf, jobs, ids, links, form=form),
     )
     # Only what is not a default: the workflow's name on the first and the last task, no
     # empty id list, the policy only when it is "run".
     expected = [
-        ({}, {"task": "a<b>", "name": wf.name, "dependent_ids": [102, 103]}, "run"),
+        ({}, {"task": "a<b>;", "name": wf.name, "dependent_ids": [102, 103]}, "run"),
         ({"m": [1, {"z": None}]}, {"task": "b", "dep_ids": [101], "dependent_ids": [103]}, "run"),
         ({}, {"task": "c\u00e9", "name": wf.name, "dep_ids": [101, 102]}, "cancel"),
     ]
     for job, (own, stored, policy) in zip(plan.jobs, expected, strict=True):
         part: dict[str, object] = {"id": wf.id, **stored}
+        if form == "node":
+            deps, more = (
+                ",".join(map(str, stored.get(key, ()))) for key in ("dep_ids", "dependent_ids")
+            )
+            part = {"id": wf.id, "node": f"{deps};{more};{stored['task']}"}
+            part.update({k: v for k, v in stored.items() if k == "name"})
         for key in ("dep_ids", "dependent_ids"):
-            if key in part and ids_as_text:
+            if key in part and form == "text":
                 part[key] = ",".join(map(str, part[key]))  # type: ignore[call-overload]
         if policy == "run":
             part["on_dep_failure"] = "run"
         document = {**own, "riverboat_workflow": part}
         assert job.encoded_metadata == go_json_dumps(document)
         assert job.state == ("pending" if "dep_ids" in stored else "available")
+        # Read back in any form as the separate keys.
+        meta = workflow_meta(cast(Any, SimpleNamespace(metadata=json.loads(job.encoded_metadata))))
+        assert meta is not None and meta["task"] == stored["task"]
+        assert ids_in(meta.get("dep_ids", [])) == stored.get("dep_ids", [])
+        assert ids_in(meta.get("dependent_ids", [])) == stored.get("dependent_ids", [])
     core.driver.close()
 
 

@@ -26,6 +26,7 @@ from riverboat.errors import InvalidInputError, NotFoundError, UnknownJobKindErr
 from riverboat.flow import check_args_keys, partition_args_keys
 from riverboat.middleware import MiddlewareStack
 from riverboat.runtime.worker import Workers
+from riverboat.workflow import LinkForm
 
 __all__ = ["default_client_id"]
 
@@ -93,10 +94,10 @@ class _ClientCore:
         # that can be switched off. The runtime shares this clock object.
         self.clock = Clock()
         self.unique_enforcement = True
-        # Whether workflows' id lists are written as text (see the client's
-        # _writes_ids_as_text), and when to look again while they are not.
-        self.workflow_ids_as_text: bool | None = None
-        self.workflow_ids_as_text_after = 0.0
+        # How workflows' links are written (see the client's _workflow_link_form), and
+        # when to look again while not in the newest form.
+        self.workflow_link_form: LinkForm | None = None
+        self.workflow_link_form_after = 0.0
 
     def set_flow_args_keys(self, queue: str, config: object | None) -> None:
         """Follow a queue added (``config``) or removed (None) at run time."""

@@ -35,22 +35,23 @@ from riverboat.runtime import outcomes
 from riverboat.runtime.worker import Job
 from riverboat.wait import FinalizedWaiter, check_timeout
 from riverboat.workflow import (
-    WORKFLOW_IDS_TEXT_LINE_VERSION,
     WORKFLOW_LIST_MAX,
     WORKFLOW_TASKS_MAX,
+    LinkForm,
     Workflow,
     WorkflowInfo,
     WorkflowSummary,
     add_workflow_metadata,
     check_workflow_id,
     is_finalized,
+    link_form_at,
 )
 
 __all__ = ["ClientBase"]
 
 # Seconds between reads of riverboat's migration line while it is below the version from
-# which workflows' id lists are written as text.
-IDS_TEXT_RECHECK = 60.0
+# which workflows' links are written in their newest form.
+LINK_FORM_RECHECK = 60.0
 
 
 class ClientBase(SyncAdmin):
@@ -169,22 +170,23 @@ class ClientBase(SyncAdmin):
         info, _ = self._workflow_insert(self.driver.wrap(conn), workflow)
         return info
 
-    def _writes_ids_as_text(self) -> bool:
-        """Whether workflows' id lists are written as text here: where the dialect does
-        (Postgres), once riverboat's migration line is at WORKFLOW_IDS_TEXT_LINE_VERSION,
-        which says that every process sharing the schema reads them (docs/workflows.md,
-        "Upgrading"). Until it is, arrays, and the version is read again at most once
-        every IDS_TEXT_RECHECK seconds."""
+    def _workflow_link_form(self) -> LinkForm:
+        """How workflows' links are written here (riverboat.workflow's LinkForm): where
+        the dialect writes them compactly (Postgres), id lists as text once riverboat's
+        migration line is at WORKFLOW_IDS_TEXT_LINE_VERSION and a task's links as one
+        "node" from WORKFLOW_NODE_LINE_VERSION, each version saying that every process
+        sharing the schema reads the form (docs/workflows.md, "Upgrading"). Until the
+        newest, the version is read again at most once every LINK_FORM_RECHECK seconds."""
         core = self._core
         if not core.dialect.workflow_ids_as_text:
-            return False
-        if core.workflow_ids_as_text is None or (
-            not core.workflow_ids_as_text and time.monotonic() >= core.workflow_ids_as_text_after
+            return "arrays"
+        if core.workflow_link_form is None or (
+            core.workflow_link_form != "node" and time.monotonic() >= core.workflow_link_form_after
         ):
             version = applied_version(self.driver, "riverboat")
-            core.workflow_ids_as_text = version >= WORKFLOW_IDS_TEXT_LINE_VERSION
-            core.workflow_ids_as_text_after = time.monotonic() + IDS_TEXT_RECHECK
-        return core.workflow_ids_as_text
+            core.workflow_link_form = link_form_at(version)
+            core.workflow_link_form_after = time.monotonic() + LINK_FORM_RECHECK
+        return core.workflow_link_form
 
     def _workflow_insert(
         self, executor: Any, workflow: Workflow
@@ -230,13 +232,13 @@ class ClientBase(SyncAdmin):
                 f"{workflow.id} is in the database already: a Workflow is inserted once"
                 " (add tasks to it with Workflow(id=...))",
             )
-        as_text = self._writes_ids_as_text()
+        form = self._workflow_link_form()
         reserve = dialect.workflow_reserve_ids(len(workflow.tasks))
         given = sorted(int(row[0]) for row in executor.fetch(reserve)) if reserve else None
         links = workflow.links(given, existing) if given is not None else None
 
         def prepare(jobs: list[InsertParams]) -> None:
-            add_workflow_metadata(workflow, jobs, given, links, stored_name, as_text)
+            add_workflow_metadata(workflow, jobs, given, links, stored_name, form)
             if given is not None:
                 for job, job_id in zip(jobs, given, strict=True):
                     job.id = job_id
@@ -263,7 +265,9 @@ class ClientBase(SyncAdmin):
                     dep_ids.append(None)
                     dependents.append(more)
         if targets:
-            executor.execute(dialect.workflow_link(targets, dep_ids, dependents, as_text=as_text))
+            executor.execute(
+                dialect.workflow_link(targets, dep_ids, dependents, as_text=form != "arrays")
+            )
         if not workflow.adding:
             # The rows as inserted, with the links just written: no read-back.
             return WorkflowInfo.linked(workflow, inserted, targets, dep_ids, dependents), plan.jobs

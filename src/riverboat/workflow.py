@@ -8,9 +8,8 @@ know about the graph lives in the job's metadata under one key,
 :data:`WORKFLOW_METADATA_KEY`, so River's UI lists the tasks as ordinary jobs::
 
     {"riverboat_workflow": {
-        "id": "wf_...", "task": "load",
-        "dep_ids": "101,102",                  # its dependencies' job ids
-        "dependent_ids": "104",                # the tasks that wait on this one
+        "id": "wf_...",
+        "node": "101,102;104;load",            # dependencies' job ids; dependents'; name
         "on_dep_failure": "run",               # only when not the default, "cancel"
         "dep_outputs": {"extract": {...}},     # at promotion, when any were recorded
         "cancelled_by": "extract"              # set when a failed dependency cancelled it
@@ -19,15 +18,19 @@ know about the graph lives in the job's metadata under one key,
 A task without dependencies, and one no other task depends on (it finishes last, so the
 cleaner deletes it last), also carries the workflow's ``"name"``. Nothing else is
 stored: every key and value is an entry in River's GIN index on ``metadata`` at each of
-the row's writes, so a dependency's name is read from its own row's ``task`` and empty
-lists and defaults are left out. For the same reason the id lists are one string of
-comma-separated ids on Postgres, not a JSON array: an array is an index entry per id,
-and a fan-in's join or a fan-out's root lists hundreds (0.7 to 1.4 ms of the server's
-time at each write of a row listing 1,000, against 0.03 to 0.15 ms as one string,
-docs/workflows.md). SQLite, which
-has no such index, writes arrays. Tasks stored by earlier builds of riverboat list ids
-as arrays on Postgres too, and some also ``"deps"`` (names), ``"name"`` and
-``"on_dep_failure"`` on every task; every form is read.
+the row's writes (insert, promotion, claim, completion), so a dependency's name is read
+from its own row's task name and defaults are left out. For the same reason a task's
+dependencies, dependents and name are one string on Postgres, its ``"node"``: the
+dependencies' job ids (comma-separated), ``;``, the dependents' job ids, ``;``, the task's
+name (which may hold ``;`` itself: it is the rest). As separate keys (``"task"``,
+``"dep_ids"``, ``"dependent_ids"``) they were four more index entries per write, about
+a tenth of a 1,000-task fan-out/fan-in's time (docs/workflows.md). An id list as a JSON
+array would be an index entry per id, and a fan-in's join or a fan-out's root lists
+hundreds. SQLite, which has no such index, writes the separate keys, id lists as
+arrays. Tasks stored by earlier builds of riverboat have the separate keys on Postgres
+too (id lists as arrays, or as one string of comma-separated ids), and some also
+``"deps"`` (names), ``"name"`` and ``"on_dep_failure"`` on every task; every form is
+read (:func:`workflow_meta` gives each as the separate keys).
 
 Promotion happens in the database, by primary key: the completer of the client that
 finalized a task runs one statement that looks at that task's dependents, and every
@@ -76,7 +79,23 @@ WORKFLOW_LIST_MAX = 100
 # as text where the dialect does (Postgres): every process that shares the schema reads
 # them by then (docs/workflows.md, "Upgrading").
 WORKFLOW_IDS_TEXT_LINE_VERSION = 7
+# The version from which a task's dependencies, dependents and name are written as its
+# one "node" string where the dialect does (Postgres), for the same reason.
+WORKFLOW_NODE_LINE_VERSION = 8
+# How a dialect writes a task's links at a given line version: "arrays" (SQLite, and
+# Postgres before version 7), "text" (id lists as strings, version 7), "node" (version 8).
+LinkForm = Literal["arrays", "text", "node"]
+NODE_KEY = "node"
 _FINALIZED = (JobState.CANCELLED, JobState.COMPLETED, JobState.DISCARDED)
+
+
+def link_form_at(line_version: int) -> LinkForm:
+    """The newest :data:`LinkForm` that every process sharing a schema reads once
+    riverboat's migration line is at ``line_version`` (for a dialect that writes the
+    compact forms at all)."""
+    if line_version >= WORKFLOW_NODE_LINE_VERSION:
+        return "node"
+    return "text" if line_version >= WORKFLOW_IDS_TEXT_LINE_VERSION else "arrays"
 
 
 # Workflow.links: the jobs to patch, the dependency ids of each (None: keep) and the
@@ -350,7 +369,7 @@ def add_workflow_metadata(
     ids: Sequence[int] | None = None,
     links: Links | None = None,
     name: str | None = None,
-    ids_as_text: bool = False,
+    form: LinkForm = "arrays",
 ) -> None:
     """Give the resolved ``jobs`` of ``workflow`` (one per task, in order:
     :meth:`Workflow.task_params`) their workflow metadata under
@@ -360,12 +379,15 @@ def add_workflow_metadata(
     dependency and new dependent by id already; without, the ids are written once the
     rows exist. ``name``: the stored workflow's name, for tasks added to it (a
     ``Workflow(id=...)`` carries a name of its own, not the stored one).
-    ``ids_as_text``: the id lists are written as one string each, not as arrays (the
-    dialect's ``workflow_ids_as_text``; see the module's docstring).
+    ``form``: how the links are written (:data:`LinkForm`, the dialect's
+    ``workflow_link_form`` at the schema's version; see the module's docstring). The
+    ``"node"`` form needs ``ids``: without, the separate keys with id lists as text.
 
     The JSON is written here from pieces encoded once per workflow (the names were
     checked when added, the ids are the database's), not encoded and checked as a
     document per task: a fan-in's metadata lists hundreds of ids and names."""
+    ids_as_text = form != "arrays"
+    node = form == "node" and ids is not None
     dep_ids: dict[int, str] = {}
     dependents: dict[int, str] = {}
     if ids is not None:
@@ -383,7 +405,7 @@ def add_workflow_metadata(
     # the workflow's name is kept on the tasks without dependencies (a workflow's entry
     # points) and on those nothing depends on (they finish last, so the cleaner deletes
     # them last); the policy only when it is "run"; the id lists only when not empty.
-    head = f'{{"id":{go_json_string(workflow.id)},"task":'
+    head = f'{{"id":{go_json_string(workflow.id)},' + ('"node":' if node else '"task":')
     named = f',"name":{go_json_string(workflow.name if name is None else name)}'
     # What add() checks in the options given to it, here again as resolved: the args'
     # own insert_opts() and insert hooks can make a job unique or pending too. A task
@@ -402,14 +424,21 @@ def add_workflow_metadata(
     depended_on = {dep for task in workflow.tasks for dep in task.deps}
     for position, (task, job) in enumerate(zip(workflow.tasks, jobs, strict=True)):
         job_id = ids[position] if ids is not None else None
-        pieces = [head, go_json_string(task.name)]
+        waiting = dependents.get(job_id, none) if job_id is not None else none
+        if node and job_id is not None:
+            # The id lists as encoded above are JSON strings of digits and commas: their
+            # quotes are dropped, and the three parts encoded as one string.
+            deps_text = dep_ids.get(job_id, none) if task.deps else none
+            pieces = [head, go_json_string(f"{deps_text[1:-1]};{waiting[1:-1]};{task.name}")]
+        else:
+            pieces = [head, go_json_string(task.name)]
         if not task.deps or task.name not in depended_on:
             pieces.append(named)
-        if task.deps and job_id is not None:
-            pieces += (',"dep_ids":', dep_ids.get(job_id, none))
-        waiting = dependents.get(job_id, none) if job_id is not None else none
-        if waiting != none:
-            pieces += (',"dependent_ids":', waiting)
+        if not node:
+            if task.deps and job_id is not None:
+                pieces += (',"dep_ids":', dep_ids.get(job_id, none))
+            if waiting != none:
+                pieces += (',"dependent_ids":', waiting)
         if (task.on_dep_failure or workflow.on_dep_failure) == "run":
             pieces.append(',"on_dep_failure":"run"')
         pieces.append("}")
@@ -422,9 +451,30 @@ def add_workflow_metadata(
 
 
 def workflow_meta(job: JobRow) -> dict[str, Any] | None:
-    """The workflow part of a job's metadata, or None for a job outside any workflow."""
+    """The workflow part of a job's metadata, or None for a job outside any workflow.
+    A ``"node"`` is given as the separate keys (``task``, ``dep_ids``, ``dependent_ids``)
+    in a new dict; a malformed one (not ``ids;ids;name``, another client wrote it) as
+    none of them."""
     meta = job.metadata.get(WORKFLOW_METADATA_KEY) if isinstance(job.metadata, dict) else None
-    return meta if isinstance(meta, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    if NODE_KEY not in meta:
+        return meta
+    expanded = {key: value for key, value in meta.items() if key != NODE_KEY}
+    if (parts := node_parts(meta[NODE_KEY])) is not None:
+        expanded["dep_ids"], expanded["dependent_ids"], expanded["task"] = parts
+    return expanded
+
+
+def node_parts(node: object) -> tuple[str, str, str] | None:
+    """A task's ``"node"`` as its dependencies' ids, its dependents' ids (each a string
+    as :func:`ids_in` reads it) and its name; None when it is not such a string."""
+    if not isinstance(node, str):
+        return None
+    parts = node.split(";", 2)
+    if len(parts) != 3:
+        return None
+    return parts[0], parts[1], parts[2]
 
 
 def orphaned_dependents(deleted: Iterable[JobRow]) -> list[tuple[int, str]]:
@@ -450,6 +500,9 @@ def dependent_ids(meta: object) -> Sequence[int]:
     metadata (:func:`workflow_meta`); none from a malformed one (another client wrote
     the row)."""
     value = meta.get("dependent_ids") if isinstance(meta, dict) else None
+    if value is None and isinstance(meta, dict) and NODE_KEY in meta:
+        parts = node_parts(meta[NODE_KEY])
+        value = parts[1] if parts is not None else None
     if isinstance(value, list):
         # The ids among what another client wrote: orphans and running counts use them.
         return [i for i in value if _is_id(i)]

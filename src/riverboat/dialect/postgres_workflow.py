@@ -22,7 +22,7 @@ from riverboat.dialect._workflow_common import (
     workflow_retry_sql,
 )
 from riverboat.dialect.base import MAX_ATTEMPTED_BY
-from riverboat.workflow import ID_LIST_TEXT, ID_TEXT
+from riverboat.workflow import ID_LIST_TEXT, ID_TEXT, NODE_KEY
 
 __all__ = ["PostgresWorkflow"]
 
@@ -30,6 +30,32 @@ _KEY = "riverboat_workflow"
 _INSERT_CHANNEL = CHANNEL.format(topic="river_insert")
 
 QUERIES: dict[str, str] = {}
+
+
+def _link(meta: str, field: str) -> str:
+    """A task's ``dep_ids`` or ``dependent_ids`` (``field``) as jsonb, from the workflow
+    part ``meta`` of its metadata: the part of its ``node`` string (riverboat's line at
+    WORKFLOW_NODE_LINE_VERSION), or the key of that name (earlier releases); NULL for a
+    node that is not a string."""
+    part = {"dep_ids": 1, "dependent_ids": 2}[field]
+    return f"""(CASE WHEN {meta} ? '{NODE_KEY}'
+              THEN CASE WHEN jsonb_typeof({meta}->'{NODE_KEY}') = 'string'
+                        THEN to_jsonb(split_part({meta}->>'{NODE_KEY}', ';', {part})) END
+              ELSE {meta}->'{field}' END)"""
+
+
+def _task(meta: str) -> str:
+    """A task's name as jsonb, from the workflow part ``meta`` of its metadata: what
+    follows the second ``;`` of its ``node`` (the name may hold ``;`` itself), or its
+    ``task``; NULL for a node that is not such a string."""
+    node = f"({meta}->>'{NODE_KEY}')"
+    return f"""(CASE WHEN {meta} ? '{NODE_KEY}'
+              THEN CASE WHEN jsonb_typeof({meta}->'{NODE_KEY}') = 'string'
+                             AND {node} LIKE '%;%;%'
+                        THEN to_jsonb(substr({node}, length(split_part({node}, ';', 1))
+                                                     + length(split_part({node}, ';', 2)) + 3))
+                   END
+              ELSE {meta}->'task' END)"""
 
 
 def _ids(value: str) -> str:
@@ -59,7 +85,7 @@ def _ids(value: str) -> str:
 # of an earlier failure goes, and so does River's cancel_attempted_at (River 0.51: a
 # cancellation asked of an earlier attempt must not cancel the next). No braces: the
 # bulk retry's statement goes through str.format.
-_RETRIED_DEP_IDS = f"river_job.metadata->'{_KEY}'->'dep_ids'"
+_RETRIED_DEP_IDS = _link(f"river_job.metadata->'{_KEY}'", "dep_ids")
 RETRIED_STATE = f"""CASE
             WHEN (jsonb_typeof({_RETRIED_DEP_IDS}) = 'array'
                   AND {_RETRIED_DEP_IDS} <> '[]'::jsonb)
@@ -79,19 +105,29 @@ def _stored_ids(ids: str) -> str:
 
 # When tasks are added to a workflow: each task inserted earlier learns its new
 # dependents (and, given them, its dependencies' job ids), each list written in the
-# form the schema's version says, the list already there read in either.
-_DEPENDENT_IDS = f"river_job.metadata->'{_KEY}'->'dependent_ids'"
-_LINKED_DEPENDENTS = _stored_ids(
-    f"(coalesce({_ids(_DEPENDENT_IDS)}, '{{}}'::bigint[])"
+# form the schema's version says, the list already there read in either. A task
+# written as a node stays one (its name kept); one written with separate keys keeps
+# them.
+_STORED_PART = f"river_job.metadata->'{_KEY}'"
+_ALL_DEPENDENTS = (
+    f"(coalesce({_ids(_link(_STORED_PART, 'dependent_ids'))}, '{{}}'::bigint[])"
     " || string_to_array(p.dependents, ',')::bigint[])"
 )
+_LINKED_DEPENDENTS = _stored_ids(_ALL_DEPENDENTS)
+_LINKED_NODE = f"""to_jsonb(concat(
+                 coalesce(p.dep_ids, {_link(_STORED_PART, "dep_ids")} #>> ARRAY[]::text[]), ';',
+                 array_to_string({_ALL_DEPENDENTS}, ','), ';',
+                 {_task(_STORED_PART)} #>> ARRAY[]::text[]))"""
 QUERIES["workflow_link"] = f"""
 UPDATE <schema>river_job
-SET metadata = jsonb_set(
+SET metadata = CASE
+    WHEN {_STORED_PART} ? '{NODE_KEY}'
+    THEN jsonb_set(river_job.metadata, '{{{_KEY},{NODE_KEY}}}', {_LINKED_NODE})
+    ELSE jsonb_set(
         CASE WHEN p.dep_ids IS NULL THEN river_job.metadata
              ELSE jsonb_set(river_job.metadata, '{{{_KEY},dep_ids}}',
                             {_stored_ids("string_to_array(p.dep_ids, ',')::bigint[]")}) END,
-        '{{{_KEY},dependent_ids}}', {_LINKED_DEPENDENTS})
+        '{{{_KEY},dependent_ids}}', {_LINKED_DEPENDENTS}) END
 FROM unnest(:ids::bigint[], :dep_ids::text[], :dependents::text[]) AS p(id, dep_ids, dependents)
 WHERE river_job.id = p.id AND river_job.metadata->'{_KEY}' IS NOT NULL
 """
@@ -274,7 +310,8 @@ candidates AS (
         SELECT j.id, {_ids("w.dep_ids")} AS dep_ids,
                coalesce(j.metadata->'{_KEY}'->>'on_dep_failure', 'cancel') AS policy
         FROM <schema>river_job j
-        CROSS JOIN LATERAL (SELECT j.metadata->'{_KEY}'->'dep_ids' AS dep_ids OFFSET 0) AS w
+        CROSS JOIN LATERAL (SELECT {_link(f"j.metadata->'{_KEY}'", "dep_ids")} AS dep_ids
+                            OFFSET 0) AS w
         WHERE j.id = ANY(ARRAY(SELECT id FROM candidate_ids))
           -- Compared as text so that rows are found by primary key, never through the
           -- index of every pending job (which stale statistics can make look cheaper).
@@ -311,9 +348,9 @@ dep_rows AS (
     SELECT jsonb_object_agg(
                d.id::text,
                CASE WHEN d.metadata ? 'output'
-                    THEN jsonb_build_array(d.state::text, d.metadata->'{_KEY}'->'task',
+                    THEN jsonb_build_array(d.state::text, {_task(f"d.metadata->'{_KEY}'")},
                                            d.metadata->'output')
-                    ELSE jsonb_build_array(d.state::text, d.metadata->'{_KEY}'->'task')
+                    ELSE jsonb_build_array(d.state::text, {_task(f"d.metadata->'{_KEY}'")})
                END) AS by_id
     FROM <schema>river_job d
     WHERE d.id = ANY(ARRAY(
@@ -392,11 +429,11 @@ def cancel_orphans(deleted: str) -> str:
     gone counts as completed (the cleaner deletes finished ones), and they would run.
     Dependents under the ``run`` policy are left to promotion, which runs them once
     their other dependencies finished. Rows are found by primary key."""
+    part = f"(x.metadata::jsonb->'{_KEY}')"
     return f"""orphans AS (
-    SELECT e.dep_id::bigint AS id, x.metadata::jsonb->'{_KEY}'->>'task' AS task
+    SELECT e.dep_id::bigint AS id, {_task(part)} #>> ARRAY[]::text[] AS task
     FROM {deleted} x
-    CROSS JOIN LATERAL unnest(
-        {_ids(f"(x.metadata::jsonb->'{_KEY}'->'dependent_ids')")}::text[]) AS e(dep_id)
+    CROSS JOIN LATERAL unnest({_ids(_link(part, "dependent_ids"))}::text[]) AS e(dep_id)
     WHERE x.state NOT IN ('completed', 'cancelled', 'discarded')
 ),
 orphans_cancelled AS (
@@ -412,7 +449,7 @@ orphans_cancelled AS (
 
 
 # The dependents of tasks that were just finalized, plus any named directly.
-_FINALIZED_DEPENDENTS = f"f.metadata->'{_KEY}'->'dependent_ids'"
+_FINALIZED_DEPENDENTS = _link(f"f.metadata->'{_KEY}'", "dependent_ids")
 _DEPENDENTS_AND_CANDIDATES = f"""SELECT unnest({_ids(_FINALIZED_DEPENDENTS)}) AS id
     FROM <schema>river_job f
     WHERE f.id = ANY(:finalized_ids::bigint[]) AND f.metadata->'{_KEY}' IS NOT NULL
@@ -438,7 +475,7 @@ RETURNING id, state::text, queue
 # The sweep: pending workflow tasks after ``after_id`` in id order, a bounded batch, with
 # what deciding whether to name them takes.
 QUERIES["workflow_pending_tasks"] = f"""
-SELECT id, (metadata->'{_KEY}'->'dep_ids')::text,
+SELECT id, {_link(f"metadata->'{_KEY}'", "dep_ids")}::text,
        coalesce(metadata->'{_KEY}'->>'on_dep_failure', 'cancel')
 FROM <schema>river_job
 WHERE state = 'pending' AND id > :after_id::bigint AND metadata ? '{_KEY}'

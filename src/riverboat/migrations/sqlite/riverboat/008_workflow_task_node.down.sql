@@ -1,0 +1,2 @@
+-- Nothing to revert on SQLite (see the up migration).
+SELECT 1;
