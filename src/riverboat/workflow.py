@@ -499,9 +499,13 @@ def dependent_ids(meta: object) -> Sequence[int]:
     """The job ids of the tasks waiting on a task, from the workflow part of its
     metadata (:func:`workflow_meta`); none from a malformed one (another client wrote
     the row)."""
-    value = meta.get("dependent_ids") if isinstance(meta, dict) else None
-    if value is None and isinstance(meta, dict) and NODE_KEY in meta:
-        parts = node_parts(meta[NODE_KEY])
+    if not isinstance(meta, dict):
+        return ()
+    value = meta.get("dependent_ids")
+    if value is None and isinstance(node := meta.get(NODE_KEY), str):
+        if len(node) <= _CACHED_NODE_MAX:
+            return _dependents_in_node(node)
+        parts = node_parts(node)
         value = parts[1] if parts is not None else None
     if isinstance(value, list):
         # The ids among what another client wrote: orphans and running counts use them.
@@ -513,6 +517,18 @@ def dependent_ids(meta: object) -> Sequence[int]:
 
 # The longest stored list of ids parsed once and kept (a few dozen ids; 256 are kept).
 _CACHED_IDS_TEXT_MAX = 400
+
+
+# The longest node whose dependents are parsed once and kept: a fan-out's leaves (a few
+# ids and a name) each have one of their own, and the completer asks for a task's
+# dependents when it starts, is buffered and is written.
+_CACHED_NODE_MAX = 400
+
+
+@functools.lru_cache(maxsize=4096)
+def _dependents_in_node(node: str) -> tuple[int, ...]:
+    parts = node_parts(node)
+    return tuple(ids_in(parts[1]) or ()) if parts is not None else ()
 
 
 @functools.lru_cache(maxsize=256)
