@@ -2597,3 +2597,32 @@ def test_a_cancel_asked_for_while_a_task_ran_cancels_its_dependents_at_once(
         assert states == {"a": "cancelled", "b": "cancelled", "c": "cancelled"}
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("part", "expected"),
+    [
+        ({"node": "1,2;3,4;a;b"}, [3, 4]),  # the name is the rest: it may hold ";"
+        ({"node": ";5;root"}, [5]),
+        ({"node": "9;;leaf"}, []),
+        ({"node": "1;x;y"}, []),  # not a list of ids (written by hand)
+        ({"node": "1;2"}, []),  # no name part: not a node
+        ({"node": 5}, []),
+        ({"node": "1;" + "9" * 19 + ";a"}, []),  # past bigint
+        ({"node": ",".join(map(str, range(1, 1001))) + ";7;join"}, [7]),  # past the cache
+        ({"task": "a", "dependent_ids": "3,4"}, [3, 4]),  # release 7's keys
+        ({"task": "a", "dependent_ids": [3, 4]}, [3, 4]),  # earlier releases' arrays
+        ({"task": "a"}, []),
+    ],
+)
+def test_a_tasks_dependents_are_read_from_every_stored_form(
+    part: dict[str, object], expected: list[int]
+) -> None:
+    """The completer reads a task's dependents from its metadata at every start and
+    outcome; each stored form gives the same ids, and anything else none."""
+    from riverboat.workflow import dependent_ids
+
+    assert list(dependent_ids(part)) == expected
+    assert list(dependent_ids(part)) == expected  # cached the second time
+    meta = workflow_meta(cast(Any, SimpleNamespace(metadata={"riverboat_workflow": part})))
+    assert meta is not None and ids_in(meta.get("dependent_ids", [])) in (expected, None)
