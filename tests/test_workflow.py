@@ -2626,3 +2626,38 @@ def test_a_tasks_dependents_are_read_from_every_stored_form(
     assert list(dependent_ids(part)) == expected  # cached the second time
     meta = workflow_meta(cast(Any, SimpleNamespace(metadata={"riverboat_workflow": part})))
     assert meta is not None and ids_in(meta.get("dependent_ids", [])) in (expected, None)
+
+
+def test_a_running_client_follows_a_downgrade_of_the_link_form(
+    pg_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that wrote nodes reads the schema's version again (every
+    LINK_FORM_RECHECK seconds, here at each insert): after ``migrate down`` to 7 it
+    writes the keys the earlier release reads, not nodes for as long as it runs."""
+    import riverboat._client_sync
+    from riverboat.drivers.psycopg import PsycopgDriver
+    from riverboat.migrations import Migrator
+    from riverboat.workflow import WORKFLOW_IDS_TEXT_LINE_VERSION
+
+    monkeypatch.setattr(riverboat._client_sync, "LINK_FORM_RECHECK", 0.0)
+    driver = PsycopgDriver(pg_url, schema=pg_schema)
+    line = Migrator(driver, "riverboat")
+    db = Db("postgres", pg_url, pg_schema)
+
+    def pair(name: str) -> Workflow:
+        wf = Workflow(name)
+        _step(wf, "a")
+        _step(wf, "b", ["a"])
+        return wf
+
+    try:
+        with _client(db, Recorder()) as client:
+            first = client.workflow_insert(pair("at 8")).task("b").job.metadata
+            line.down(WORKFLOW_IDS_TEXT_LINE_VERSION)
+            second = client.workflow_insert(pair("at 7")).task("b").job.metadata
+        assert "node" in first["riverboat_workflow"]
+        assert second["riverboat_workflow"]["task"] == "b"
+        assert "node" not in second["riverboat_workflow"]
+    finally:
+        line.up()
+        driver.close()

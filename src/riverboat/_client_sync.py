@@ -49,8 +49,8 @@ from riverboat.workflow import (
 
 __all__ = ["ClientBase"]
 
-# Seconds between reads of riverboat's migration line while it is below the version from
-# which workflows' links are written in their newest form.
+# Seconds between reads of riverboat's migration line, which says how workflows' links
+# are written.
 LINK_FORM_RECHECK = 60.0
 
 
@@ -175,14 +175,14 @@ class ClientBase(SyncAdmin):
         the dialect writes them compactly (Postgres), id lists as text once riverboat's
         migration line is at WORKFLOW_IDS_TEXT_LINE_VERSION and a task's links as one
         "node" from WORKFLOW_NODE_LINE_VERSION, each version saying that every process
-        sharing the schema reads the form (docs/workflows.md, "Upgrading"). Until the
-        newest, the version is read again at most once every LINK_FORM_RECHECK seconds."""
+        sharing the schema reads the form (docs/workflows.md, "Upgrading"). The version
+        is read again at most once every LINK_FORM_RECHECK seconds, in the newest form
+        too: after ``migrate down`` (a downgrade) this process goes back to the form the
+        schema's version says, which the earlier release reads."""
         core = self._core
         if not core.dialect.workflow_ids_as_text:
             return "arrays"
-        if core.workflow_link_form is None or (
-            core.workflow_link_form != "node" and time.monotonic() >= core.workflow_link_form_after
-        ):
+        if core.workflow_link_form is None or time.monotonic() >= core.workflow_link_form_after:
             version = applied_version(self.driver, "riverboat")
             core.workflow_link_form = link_form_at(version)
             core.workflow_link_form_after = time.monotonic() + LINK_FORM_RECHECK

@@ -36,10 +36,12 @@ def _link(meta: str, field: str) -> str:
     """A task's ``dep_ids`` or ``dependent_ids`` (``field``) as jsonb, from the workflow
     part ``meta`` of its metadata: the part of its ``node`` string (riverboat's line at
     WORKFLOW_NODE_LINE_VERSION), or the key of that name (earlier releases); NULL for a
-    node that is not a string."""
+    node that is not a string with two ``;`` at least (as riverboat.workflow.node_parts
+    reads it)."""
     part = {"dep_ids": 1, "dependent_ids": 2}[field]
     return f"""(CASE WHEN {meta} ? '{NODE_KEY}'
               THEN CASE WHEN jsonb_typeof({meta}->'{NODE_KEY}') = 'string'
+                             AND ({meta}->>'{NODE_KEY}') LIKE '%;%;%'
                         THEN to_jsonb(split_part({meta}->>'{NODE_KEY}', ';', {part})) END
               ELSE {meta}->'{field}' END)"""
 
