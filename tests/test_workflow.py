@@ -2661,3 +2661,21 @@ def test_a_running_client_follows_a_downgrade_of_the_link_form(
     finally:
         line.up()
         driver.close()
+
+
+def test_a_workflow_id_that_is_not_text_is_not_listed(any_db: Db) -> None:  # noqa: F811
+    """Metadata written by hand may give a workflow id that is a number or an object:
+    workflow_get (by text) can't open such a workflow, so the list (and the dashboard's,
+    whose links were 404s) leaves it out."""
+    wf = Workflow("listed")
+    _step(wf, "a")
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        client.workflow_insert(wf)
+        for odd in (42, {"k": 1}, ["x"]):
+            client.insert(
+                {},
+                InsertOpts(metadata={"riverboat_workflow": {"id": odd, "task": "t"}}),
+                kind="k_odd",
+            )
+        listed = [s.id for s in client.workflow_list()]
+    assert wf.id in listed and not any(i in listed for i in ("42", '{"k": 1}', '["x"]', '{"k":1}'))

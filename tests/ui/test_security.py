@@ -730,6 +730,7 @@ def test_a_database_without_riverboats_line_says_how_to_add_it(tmp_path: Any, se
     for path, marker in (("/workers", 'id="no-registry"'), ("/periodic", 'id="no-periodic-table"')):
         status, _, page = browser.request("GET", path)
         assert status == 200 and marker in page and "riverboat migrate up" in page, path
+        assert page.count("migrate up") == 1, path  # the advice once, not again after it
 
 
 def test_a_workflow_id_with_a_slash_opens_and_acts(tmp_path: Any, serve: Any) -> None:

@@ -522,6 +522,9 @@ WITH recent AS (
         ORDER BY id DESC
         LIMIT {WORKFLOW_LIST_WINDOW}
     ) AS w
+    -- A workflow id that is not text (metadata written by hand) names no workflow that
+    -- workflow_get could open.
+    WHERE jsonb_typeof(w.metadata->'{_KEY}'->'id') = 'string'
     GROUP BY 1
     ORDER BY newest DESC
     LIMIT :max::integer

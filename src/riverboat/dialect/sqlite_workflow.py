@@ -211,11 +211,16 @@ QUERIES["workflow_list"] = f"""
 WITH recent AS (
     SELECT w.workflow_id, max(w.id) AS newest
     FROM (
-        SELECT id, {WORKFLOW_ID} AS workflow_id FROM <schema>river_job
+        SELECT id, {WORKFLOW_ID} AS workflow_id,
+               json_type(metadata, '$.riverboat_workflow.id') AS id_type
+        FROM <schema>river_job
         WHERE {WORKFLOW_ID} IS NOT NULL
         ORDER BY id DESC
         LIMIT {WORKFLOW_LIST_WINDOW}
     ) AS w
+    -- A workflow id that is not text (metadata written by hand) names no workflow that
+    -- workflow_get could open.
+    WHERE w.id_type = 'text'
     GROUP BY w.workflow_id
     ORDER BY newest DESC
     LIMIT :max
