@@ -163,3 +163,49 @@ def test_an_interval_is_stored_as_exactly_its_seconds(
     assert job.schedule_text == text
     seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
     assert parse_schedule(text) == timedelta(seconds=seconds)
+
+
+class _EverySecond:
+    def next(self, after: datetime) -> datetime:
+        return after.replace(microsecond=0) + timedelta(seconds=1)
+
+
+@pytest.mark.parametrize("limit", [1, 100])
+def test_a_custom_schedule_past_the_walk_gives_the_latest_missed_ticks(
+    monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    """More missed ticks than one walk takes (_CUSTOM_WALK_MAX, 1,000 here): the walk
+    gave the first walk's last ticks, so the job's next run was set that many ticks
+    after the stored time and every tick from there to now was inserted (tens of
+    thousands after two days of a schedule of seconds)."""
+    from riverboat.runtime.maintenance import periodic_job
+
+    monkeypatch.setattr(periodic_job, "_CUSTOM_WALK_MAX", 1000)
+    job = PeriodicJob(_EverySecond(), lambda: None)
+    start = _utc(2026, 12, 1)
+    end = start + timedelta(seconds=5000)
+    ticks, left_out = job.last_ticks(start, end, limit)
+    assert left_out
+    assert ticks == [end - timedelta(seconds=n) for n in range(limit, 0, -1)]
+    # Within one walk, as before.
+    assert job.last_ticks(start, start + timedelta(seconds=10), 100) == (
+        [start + timedelta(seconds=n) for n in range(10)],
+        False,
+    )
+
+
+def test_a_zone_without_a_name_is_refused_and_an_equal_one_is_the_same() -> None:
+    """A ZoneInfo read from a file has no IANA key: it was stored as its repr, which
+    no leader could read back (the job never ran, a warning every second). A zone
+    equal by name but another object (ZoneInfo.no_cache) was refused as differing from
+    the schedule's own CRON_TZ prefix."""
+    from zoneinfo import ZoneInfo
+
+    with open("/usr/share/zoneinfo/Europe/Paris", "rb") as file:
+        keyless = ZoneInfo.from_file(file)
+    with pytest.raises(InvalidInputError, match="no IANA name"):
+        PeriodicJob("0 9 * * *", lambda: None, tz=keyless)
+    job = PeriodicJob(
+        "CRON_TZ=Europe/Paris 0 9 * * *", lambda: None, tz=ZoneInfo.no_cache("Europe/Paris")
+    )
+    assert job.next_after(_utc(2026, 12, 1)) == _utc(2026, 12, 1, 8)

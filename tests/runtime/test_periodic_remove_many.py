@@ -98,3 +98,23 @@ async def test_leadership_gained_is_observable_from_attach(any_db: Db) -> None: 
     finally:
         await client.stop()
         await client.close()
+
+
+def test_removing_by_an_id_that_is_not_text_is_refused(sqlite_url: str) -> None:
+    """None matched every job added without an id: ``remove_by_id(None)`` (a stray
+    ``dict.get``) removed them all and said it had found one."""
+    with riverboat.Client(
+        sqlite_url, queues={"default": riverboat.QueueConfig()}, workers=riverboat.Workers()
+    ) as client:
+        jobs = client.periodic_jobs
+        anonymous = [
+            PeriodicJob(timedelta(hours=1), lambda: riverboat.InsertManyParams({}, kind="k"))
+            for _ in range(2)
+        ]
+        jobs.add_many(anonymous)
+        stray: Any = None
+        with pytest.raises(InvalidInputError, match="str"):
+            jobs.remove_by_id(stray)
+        with pytest.raises(InvalidInputError, match="str"):
+            jobs.remove_many_by_id([stray])
+        assert len(jobs) == 2

@@ -174,6 +174,9 @@ class PeriodicJobs:
 
     def remove_by_id(self, id: str) -> bool:
         """Remove the job with this ``id``; False when there was none."""
+        if not isinstance(id, str):
+            # None matched every job added without an id, and removed them all.
+            raise InvalidInputError("id", f"must be a str, not {type(id).__name__}")
         with self._lock:
             found = [h for h, job in self._jobs.items() if job.id == id]
             self._forget(found)
@@ -190,6 +193,8 @@ class PeriodicJobs:
     def remove_many_by_id(self, ids: Sequence[str]) -> None:
         """Remove the jobs with these ids at once (River's ``RemoveManyByID``)."""
         _check_many(ids, "ids")
+        if not all(isinstance(i, str) for i in ids):
+            raise InvalidInputError("ids", "must be strs (None matched every job without an id)")
         wanted = set(ids)
         with self._lock:
             self._forget([h for h, job in self._jobs.items() if job.id in wanted])

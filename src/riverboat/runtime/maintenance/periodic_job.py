@@ -41,6 +41,12 @@ def _zone(value: object, field: str) -> tzinfo:
     zone without an IANA name (a fixed offset) is refused here, not left for a leader
     that can't run it."""
     if isinstance(value, ZoneInfo):
+        if value.key is None:  # ZoneInfo.from_file: a zone with no name to store
+            raise InvalidInputError(
+                field,
+                f"{value!r} has no IANA name to store the schedule under, for a leader to "
+                "read back: pass a name such as 'Europe/Paris'",
+            )
         return value
     if isinstance(value, tzinfo):
         # A fixed offset (datetime.timezone) of whole hours has an IANA name: Etc/GMT-9
@@ -223,7 +229,11 @@ class PeriodicJob:
             self._cron, self._seconds_first, zone = _parse_cron(schedule)
             self._fixed_time = _fixed_time(self._cron, self._seconds_first)
             if zone is not None:
-                if self.tz is not None and self.tz != zone:
+                # By name: ZoneInfo.no_cache gives an equal zone that is another object,
+                # and ZoneInfo compares by identity.
+                if self.tz is not None and getattr(self.tz, "key", self.tz) != getattr(
+                    zone, "key", zone
+                ):
                     raise InvalidInputError(
                         "tz", f"{tz!r} differs from the schedule's own CRON_TZ/TZ prefix"
                     )
@@ -307,17 +317,29 @@ class PeriodicJob:
         if self._cron is not None:
             ticks = self._cron_prev(start, end, limit + 1)
             return self._cut(ticks, limit)
-        kept: deque[datetime] = deque(maxlen=limit + 1)
-        tick_or_none: datetime | None = start
-        for _ in range(_CUSTOM_WALK_MAX):
-            if tick_or_none is None or tick_or_none >= end:
-                break
-            kept.append(tick_or_none)
-            tick_or_none = self.next_after(tick_or_none)
-        else:
-            # Too many to walk: the latest found stands for the rest.
+        # Walked from ``start``; when that is more than _CUSTOM_WALK_MAX ticks, walked
+        # again from a later point (half the way to ``end`` each time) until the walk
+        # reaches ``end``: the ticks found must be the latest. (The first walk's last
+        # ticks stood for them: the job's next run was set that many ticks after the
+        # stored time, and every tick from there to now was inserted, 100 per pass,
+        # tens of thousands after a long downtime of a schedule of seconds.)
+        origin = start
+        while True:
+            kept: deque[datetime] = deque(maxlen=limit + 1)
+            tick_or_none: datetime | None = (
+                start if origin == start else self.next_after(origin - timedelta(microseconds=1))
+            )
+            for _ in range(_CUSTOM_WALK_MAX):
+                if tick_or_none is None or tick_or_none >= end:
+                    break
+                kept.append(tick_or_none)
+                tick_or_none = self.next_after(tick_or_none)
+            else:
+                origin = end - (end - origin) / 2
+                continue
+            if origin == start:
+                return self._cut(list(kept), limit)
             return list(kept)[-limit:], True
-        return self._cut(list(kept), limit)
 
     @staticmethod
     def _cut(ticks: list[datetime], limit: int) -> tuple[list[datetime], bool]:
