@@ -167,3 +167,91 @@ def test_a_worker_registered_by_decorator_in_a_module_run_with_dash_m(
         timeout=60,
     )
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
+
+
+SCRIPT_WITH_MULTIPROCESSING = """
+import multiprocessing  # noqa: F401  (or a library that imports it: joblib, torch...)
+import sys
+
+from riverboat import Client, InsertOpts, Job, QueueConfig, Workers
+
+workers = Workers()
+
+
+class PaymentDeclined(Exception):
+    pass
+
+
+@workers.register("first")
+def first(job: Job[dict]) -> None:
+    import multiprocessing.pool  # noqa: F401  (imported by the job itself)
+
+
+@workers.register("second")
+def second(job: Job[dict]) -> None:
+    pass
+
+
+@workers.register("declined")
+def declined(job: Job[dict]) -> None:
+    raise PaymentDeclined("card declined")
+
+
+@workers.register("exhausted")
+def exhausted(job: Job[dict]) -> None:
+    next(iter([]))
+
+
+seen = []
+
+
+class Handler:
+    def handle_error(self, job, exc):
+        seen.append((job.kind, isinstance(exc, PaymentDeclined)))
+
+
+if __name__ == "__main__":
+    queues = {"default": QueueConfig(max_workers=1, executor="process")}
+    with Client(sys.argv[1], queues=queues, workers=workers, middleware=[Handler()]) as client:
+        ids = [
+            client.insert({}, InsertOpts(max_attempts=1, priority=p), kind=kind).job.id
+            for p, kind in enumerate(("first", "second", "declined", "exhausted"), start=1)
+        ]
+        client.run_until_idle()
+        for job_id in ids:
+            row = client.job_get(job_id)
+            print(row.kind, row.state, [(e.error, "pe_script.py" in e.trace) for e in row.errors])
+    print("handled", seen)
+"""
+
+
+def test_a_script_that_imports_multiprocessing_keeps_its_process_jobs(tmp_path: Path) -> None:
+    """Importing multiprocessing points ``sys.modules["__mp_main__"]`` at the process's
+    own ``__main__``: in a child, riverboat's, so every job defined in the script failed
+    ("module '__main__' has no attribute 'first'"), at the top of the script or once a
+    job imported it. An exception class of the script was named ``__mp_main__`` by the
+    child, so an error handler's isinstance against the script's class was False; and a
+    StopIteration a job raised lost its trace ("coroutine raised StopIteration")."""
+    from riverboat.cli import main
+
+    url = f"sqlite:///{tmp_path / 'pe.sqlite3'}"
+    assert main(["migrate", "up", "--database-url", url]) == 0
+    (tmp_path / "pe_script.py").write_text(textwrap.dedent(SCRIPT_WITH_MULTIPROCESSING))
+    run = subprocess.run(
+        [sys.executable, "pe_script.py", url],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[:3] == [
+        "first completed []",
+        "second completed []",
+        "declined discarded [('PaymentDeclined: card declined', True)]",
+    ], run.stdout
+    assert lines[3] == (
+        "exhausted discarded [('RuntimeError: the job raised StopIteration()', True)]"
+    ), run.stdout
+    assert lines[4] == "handled [('declined', True), ('exhausted', False)]", run.stdout

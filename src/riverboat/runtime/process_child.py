@@ -146,18 +146,24 @@ class _Resolver:
         self._main_path = main_path
         self._main_module = main_module
         self._functions: dict[str, Callable[[Job[Any]], Any]] = {}
+        # The parent's __main__ once loaded, held here: sys.modules["__mp_main__"] is
+        # not ours to keep (importing multiprocessing points it at this process's own
+        # __main__, riverboat.runtime.process_child).
+        self.main: types.ModuleType | None = None
         self._decoders: dict[str | None, Callable[[JobRow], Any]] = {}
 
     def module(self, name: str) -> Any:
         if name != "__main__":
             return importlib.import_module(name)
-        loaded = sys.modules.get(MAIN_MODULE)
-        if loaded is not None:
-            return loaded
+        if self.main is not None:
+            # Again: a job may have imported multiprocessing since.
+            sys.modules[MAIN_MODULE] = self.main
+            return self.main
         if self._main_module is not None and self._main_module != "__main__":
             # `python -m package.module`: imported by its name, so its relative imports
             # work and its main block (under __name__ == "__main__") doesn't run.
             loaded = sys.modules[MAIN_MODULE] = importlib.import_module(self._main_module)
+            self.main = loaded
             return loaded
         if self._main_path is None:
             raise ImportError("the parent's __main__ has no file to import")
@@ -171,8 +177,10 @@ class _Resolver:
         try:
             exec(code, module.__dict__)
         except BaseException:
-            del sys.modules[MAIN_MODULE]
+            sys.modules.pop(MAIN_MODULE, None)
             raise
+        # Again: the script may have imported multiprocessing, which repoints the name.
+        sys.modules[MAIN_MODULE] = self.main = module
         return module
 
     def _object(self, reference: str) -> Any:
@@ -234,6 +242,21 @@ def _row(data: dict[str, Any]) -> JobRow:
 _MESSAGE_SENT_MAX = ERROR_MESSAGE_MAX - 512
 
 
+def _module_name(cls: type) -> str:
+    """``cls``'s module as the parent names it: the parent's script runs here as
+    __mp_main__ (or by its ``-m`` name), and is ``__main__`` there."""
+    module = getattr(cls, "__module__", None)
+    if not isinstance(module, str):
+        return ""
+    main = _RESOLVER.main if _RESOLVER is not None else None
+    if module == MAIN_MODULE or (main is not None and module == main.__name__):
+        return "__main__"
+    return module
+
+
+_RESOLVER: _Resolver | None = None
+
+
 def _describe_error(exc: BaseException) -> dict[str, Any]:
     tb = exc.__traceback__
     # Leave out this module's own frame above the work function.
@@ -249,7 +272,7 @@ def _describe_error(exc: BaseException) -> dict[str, Any]:
     )
     described: dict[str, Any] = {
         "type": type(exc).__name__,
-        "module": type(exc).__module__,
+        "module": _module_name(type(exc)),
         "qualname": type(exc).__qualname__,
         "message": message,
         "traceback": trace,
@@ -261,7 +284,7 @@ def _describe_error(exc: BaseException) -> dict[str, Any]:
         cause = reason if isinstance(reason, BaseException) else exc
         described["cancel"] = True
         described["type"] = type(cause).__name__
-        described["module"] = type(cause).__module__
+        described["module"] = _module_name(type(cause))
         described["qualname"] = type(cause).__qualname__
         described["message"] = capped_error_text(error_message(cause), "", _MESSAGE_SENT_MAX)[0]
     elif isinstance(exc, MemoryError):
@@ -380,7 +403,8 @@ def main() -> None:
             name="riverboat-child-lease",
             daemon=True,
         ).start()
-    resolver = _Resolver(hello.get("main_path"), hello.get("main_module"))
+    global _RESOLVER
+    resolver = _RESOLVER = _Resolver(hello.get("main_path"), hello.get("main_module"))
     for module in hello.get("preload", ()):
         try:
             resolver.module(module)

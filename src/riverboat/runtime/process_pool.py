@@ -631,6 +631,22 @@ class ProcessPool:
             )
             exceeded.remote_traceback = error["traceback"]
             return exceeded
+        if isinstance(cause, StopIteration | GeneratorExit):
+            # A coroutine may not raise StopIteration (PEP 479): raised as is, it became
+            # "RuntimeError: coroutine raised StopIteration", the child's trace lost. As
+            # the thread executor does (threads.awaitable_error), a RuntimeError caused by
+            # it; GeneratorExit too, as there.
+            wrapped = ChildJobError.named(
+                "RuntimeError",
+                f"the job raised {error['type']}({error['message']!r})"
+                if error["message"]
+                else f"the job raised {error['type']}()",
+                error["traceback"],
+                "builtins",
+                "RuntimeError",
+            )
+            wrapped.__cause__ = cause
+            return wrapped
         return cause
 
     async def close(self, grace: float = 5.0) -> None:
