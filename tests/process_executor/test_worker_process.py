@@ -170,12 +170,28 @@ def test_a_worker_registered_by_decorator_in_a_module_run_with_dash_m(
 
 
 SCRIPT_WITH_MULTIPROCESSING = """
+from __future__ import annotations
+
+import dataclasses
 import multiprocessing  # noqa: F401  (or a library that imports it: joblib, torch...)
+import pickle
 import sys
+from typing import ClassVar
 
 from riverboat import Client, InsertOpts, Job, QueueConfig, Workers
 
 workers = Workers()
+
+
+@dataclasses.dataclass
+class Point:  # looked up by its module's name while the class is made
+    registry: ClassVar[dict] = {}
+    x: int = 0
+
+
+@workers.register("dump")
+def dump(job: Job[dict]) -> None:
+    pickle.dumps(Point(1))  # pickle finds the class by its module's name
 
 
 class PaymentDeclined(Exception):
@@ -213,9 +229,10 @@ class Handler:
 if __name__ == "__main__":
     queues = {"default": QueueConfig(max_workers=1, executor="process")}
     with Client(sys.argv[1], queues=queues, workers=workers, middleware=[Handler()]) as client:
+        # In this order: one slot, and jobs of one priority go in id order.
         ids = [
-            client.insert({}, InsertOpts(max_attempts=1, priority=p), kind=kind).job.id
-            for p, kind in enumerate(("first", "second", "declined", "exhausted"), start=1)
+            client.insert({}, InsertOpts(max_attempts=1), kind=kind).job.id
+            for kind in ("dump", "first", "second", "declined", "exhausted", "dump")
         ]
         client.run_until_idle()
         for job_id in ids:
@@ -229,7 +246,8 @@ def test_a_script_that_imports_multiprocessing_keeps_its_process_jobs(tmp_path: 
     """Importing multiprocessing points ``sys.modules["__mp_main__"]`` at the process's
     own ``__main__``: in a child, riverboat's, so every job defined in the script failed
     ("module '__main__' has no attribute 'first'"), at the top of the script or once a
-    job imported it. An exception class of the script was named ``__mp_main__`` by the
+    job imported it; what looks the script's module up by name (a dataclass's ClassVar,
+    pickle) failed. An exception class of the script was named ``__mp_main__`` by the
     child, so an error handler's isinstance against the script's class was False; and a
     StopIteration a job raised lost its trace ("coroutine raised StopIteration")."""
     from riverboat.cli import main
@@ -246,6 +264,8 @@ def test_a_script_that_imports_multiprocessing_keeps_its_process_jobs(tmp_path: 
     )
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
+    assert lines[0] == lines.pop(5) == "dump completed []", run.stdout
+    lines = lines[1:]
     assert lines[:3] == [
         "first completed []",
         "second completed []",
@@ -255,3 +275,71 @@ def test_a_script_that_imports_multiprocessing_keeps_its_process_jobs(tmp_path: 
         "exhausted discarded [('RuntimeError: the job raised StopIteration()', True)]"
     ), run.stdout
     assert lines[4] == "handled [('declined', True), ('exhausted', False)]", run.stdout
+
+
+DOUBLE_IMPORT_APP = """
+import sys
+
+from riverboat import Client, InsertOpts, QueueConfig, Workers
+
+
+class Declined(Exception):
+    pass
+
+
+workers = Workers()
+
+
+@workers.register("in_main")
+def in_main(job):
+    raise Declined("from main")
+
+
+seen = []
+
+
+class Handler:
+    def handle_error(self, job, exc):
+        by_name = sys.modules["pkg.app"].Declined
+        seen.append((job.kind, isinstance(exc, Declined), isinstance(exc, by_name)))
+
+
+if __name__ == "__main__":
+    from pkg import tasks
+
+    workers.register("in_tasks")(tasks.raise_declined)
+    queues = {"default": QueueConfig(max_workers=1, executor=sys.argv[2])}
+    with Client(sys.argv[1], queues=queues, workers=workers, middleware=[Handler()]) as client:
+        for priority, kind in enumerate(("in_main", "in_tasks"), start=1):
+            client.insert({}, InsertOpts(max_attempts=1, priority=priority), kind=kind)
+        client.run_until_idle()
+    print(seen)
+"""
+
+
+def test_an_error_class_of_a_dash_m_module_imported_twice_is_both(tmp_path: Path) -> None:
+    """``python -m pkg.app`` whose ``pkg.tasks`` imports ``pkg.app`` by name: the parent
+    holds the module twice (``__main__`` and ``pkg.app``), the child once. The error of
+    a process job is an instance of both classes (an error handler may check either);
+    naming the child's module ``__main__`` had made it only the first."""
+    from riverboat.cli import main
+
+    url = f"sqlite:///{tmp_path / 'dm.sqlite3'}"
+    assert main(["migrate", "up", "--database-url", url]) == 0
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "app.py").write_text(textwrap.dedent(DOUBLE_IMPORT_APP))
+    (package / "tasks.py").write_text(
+        "from pkg.app import Declined\n\n\ndef raise_declined(job):\n"
+        '    raise Declined("from tasks")\n'
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "pkg.app", url, "process"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[('in_main', True, True), ('in_tasks', True, True)]", run.stdout

@@ -209,3 +209,51 @@ def test_a_zone_without_a_name_is_refused_and_an_equal_one_is_the_same() -> None
         "CRON_TZ=Europe/Paris 0 9 * * *", lambda: None, tz=ZoneInfo.no_cache("Europe/Paris")
     )
     assert job.next_after(_utc(2026, 12, 1)) == _utc(2026, 12, 1, 8)
+
+
+class _UntilDeadline:
+    """Every second until a deadline, then never again."""
+
+    def __init__(self, deadline: datetime) -> None:
+        self.deadline = deadline
+
+    def next(self, after: datetime) -> datetime | None:
+        tick = after.replace(microsecond=0) + timedelta(seconds=1)
+        return tick if tick < self.deadline else None
+
+
+class _Bursts:
+    """Every second in the first 2,000 s of each 10,000 s."""
+
+    def next(self, after: datetime) -> datetime:
+        second = int(after.timestamp()) + 1
+        if second % 10_000 >= 2000:
+            second += 10_000 - second % 10_000
+        return datetime.fromtimestamp(second, UTC)
+
+
+class _Stuck:
+    def next(self, after: datetime) -> datetime:
+        return after
+
+
+def test_a_long_custom_walk_finds_the_latest_ticks_where_they_are_sparse(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past one walk, the latest ticks may lie well before the end (a schedule that
+    stopped, or ticks in bursts): a walk from half way that found too few came back
+    with none, and the job's next run stayed at the stored time (every tick since
+    inserted). A schedule that does not move forward is refused, not walked for ever."""
+    from riverboat.runtime.maintenance import periodic_job
+
+    monkeypatch.setattr(periodic_job, "_CUSTOM_WALK_MAX", 1000)
+    start = datetime.fromtimestamp(0, UTC)
+    stopped = PeriodicJob(_UntilDeadline(start + timedelta(seconds=3000)), lambda: None)
+    ticks, left_out = stopped.last_ticks(start, start + timedelta(seconds=5000), 100)
+    assert left_out and ticks == [start + timedelta(seconds=s) for s in range(2900, 3000)]
+    bursts = PeriodicJob(_Bursts(), lambda: None)
+    ticks, left_out = bursts.last_ticks(start, start + timedelta(seconds=8000), 100)
+    assert left_out and ticks == [start + timedelta(seconds=s) for s in range(1900, 2000)]
+    stuck = PeriodicJob(_Stuck(), lambda: None)
+    with pytest.raises(ValueError, match="not a later time"):
+        stuck.last_ticks(start, start + timedelta(seconds=5000), 100)

@@ -19,6 +19,11 @@ import faulthandler
 import importlib
 import json
 import logging
+
+# Imported before the parent's __main__ is: its first import points
+# sys.modules["__mp_main__"] at this process's __main__ (once), and a later one, by
+# the script or a job, no longer takes the name from the script's module.
+import multiprocessing  # noqa: F401
 import os
 import queue
 import select
@@ -254,6 +259,17 @@ def _module_name(cls: type) -> str:
     return module
 
 
+def _main_alias(cls: type) -> str | None:
+    """The ``-m`` module's real name when ``cls`` was named ``__main__`` for it: the
+    parent may hold that module twice (as __main__ and, imported by another module, by
+    its name), and the child's one class stands for both."""
+    main = _RESOLVER.main if _RESOLVER is not None else None
+    module = getattr(cls, "__module__", None)
+    if isinstance(module, str) and main is not None and module == main.__name__:
+        return module if module != MAIN_MODULE else None
+    return None
+
+
 _RESOLVER: _Resolver | None = None
 
 
@@ -273,6 +289,7 @@ def _describe_error(exc: BaseException) -> dict[str, Any]:
     described: dict[str, Any] = {
         "type": type(exc).__name__,
         "module": _module_name(type(exc)),
+        "main_alias": _main_alias(type(exc)),
         "qualname": type(exc).__qualname__,
         "message": message,
         "traceback": trace,
@@ -285,6 +302,7 @@ def _describe_error(exc: BaseException) -> dict[str, Any]:
         described["cancel"] = True
         described["type"] = type(cause).__name__
         described["module"] = _module_name(type(cause))
+        described["main_alias"] = _main_alias(type(cause))
         described["qualname"] = type(cause).__qualname__
         described["message"] = capped_error_text(error_message(cause), "", _MESSAGE_SENT_MAX)[0]
     elif isinstance(exc, MemoryError):

@@ -93,19 +93,25 @@ class ChildJobError(Exception):
     not carried."""
 
     remote_traceback = ""
-    _classes: dict[tuple[str, str, str], type[ChildJobError]] = {}
+    _classes: dict[tuple[str, str, str, str | None], type[ChildJobError]] = {}
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
 
     @classmethod
     def named(
-        cls, name: str, message: str, remote_traceback: str, module: str = "", qualname: str = ""
+        cls,
+        name: str,
+        message: str,
+        remote_traceback: str,
+        module: str = "",
+        qualname: str = "",
+        alias: str | None = None,
     ) -> ChildJobError:
-        key = (name, module, qualname)
+        key = (name, module, qualname, alias)
         sub = cls._classes.get(key)
         if sub is None:
-            sub = cls._classes[key] = _error_class(cls, name, module, qualname)
+            sub = cls._classes[key] = _error_class(cls, name, module, qualname, alias)
         error = _bare_instance(sub)
         error.args = (message,)
         error.remote_traceback = remote_traceback
@@ -124,18 +130,31 @@ def _bare_instance(sub: type[ChildJobError]) -> ChildJobError:
     raise AssertionError("every exception class has BaseException's __new__")
 
 
+def _loaded_class(module: str | None, qualname: str) -> Any:
+    loaded = sys.modules.get(module) if module else None
+    if loaded is None or not qualname or "<" in qualname:
+        return None
+    original: Any = loaded
+    for part in qualname.split("."):
+        original = getattr(original, part, None)
+    return original if isinstance(original, type) and issubclass(original, Exception) else None
+
+
 def _error_class(
-    base: type[ChildJobError], name: str, module: str, qualname: str
+    base: type[ChildJobError], name: str, module: str, qualname: str, alias: str | None = None
 ) -> type[ChildJobError]:
-    original: Any = None
-    loaded = sys.modules.get(module)
-    if loaded is not None and qualname and "<" not in qualname:
-        original = loaded
-        for part in qualname.split("."):
-            original = getattr(original, part, None)
-    if isinstance(original, type) and issubclass(original, Exception):
+    # ``alias``: the -m module's own name, which the parent may also hold, a second copy
+    # of __main__ (imported by name from another module): the error is of both classes.
+    originals: list[type] = []
+    for candidate in (module, alias):
+        found = _loaded_class(candidate, qualname)
+        if found is not None and found not in originals:
+            originals.append(found)
+    for bases in ([base, *originals], [base, *originals[:1]]):
+        if len(bases) == 1:
+            break
         try:
-            made: type[ChildJobError] = type(name, (base, original), {"__module__": module})
+            made: type[ChildJobError] = type(name, tuple(bases), {"__module__": module})
             # It must also be made without arguments: a built-in base whose __new__
             # needs them (ExceptionGroup's) can't be, and the error keeps only its name.
             _bare_instance(made)
@@ -621,6 +640,7 @@ class ProcessPool:
             error["traceback"],
             error.get("module", ""),
             error.get("qualname", ""),
+            error.get("main_alias"),
         )
         if "cancel" in error:
             return JobCancel(cause)
@@ -631,7 +651,10 @@ class ProcessPool:
             )
             exceeded.remote_traceback = error["traceback"]
             return exceeded
-        if isinstance(cause, StopIteration | GeneratorExit):
+        if isinstance(cause, StopIteration) or (
+            # Not an Exception: its ChildJobError is not one, so known by its name.
+            error.get("module") == "builtins" and error.get("qualname") == "GeneratorExit"
+        ):
             # A coroutine may not raise StopIteration (PEP 479): raised as is, it became
             # "RuntimeError: coroutine raised StopIteration", the child's trace lost. As
             # the thread executor does (threads.awaitable_error), a RuntimeError caused by

@@ -323,23 +323,43 @@ class PeriodicJob:
         # ticks stood for them: the job's next run was set that many ticks after the
         # stored time, and every tick from there to now was inserted, 100 per pass,
         # tens of thousands after a long downtime of a schedule of seconds.)
+        lo, hi = start, end  # a walk from lo overflows; one from hi holds <= limit ticks
         origin = start
+        overflowed: list[datetime] = []
         while True:
             kept: deque[datetime] = deque(maxlen=limit + 1)
             tick_or_none: datetime | None = (
                 start if origin == start else self.next_after(origin - timedelta(microseconds=1))
             )
+            after = origin - timedelta(microseconds=1)
             for _ in range(_CUSTOM_WALK_MAX):
+                if tick_or_none is not None and tick_or_none <= after:
+                    # As _next refuses it: a walk that never advances never ends.
+                    raise ValueError(
+                        f"next({after.isoformat()}) returned {tick_or_none.isoformat()}, "
+                        "not a later time"
+                    )
                 if tick_or_none is None or tick_or_none >= end:
                     break
                 kept.append(tick_or_none)
-                tick_or_none = self.next_after(tick_or_none)
+                after = tick_or_none
+                tick_or_none = self.next_after(after)
             else:
-                origin = end - (end - origin) / 2
+                lo, overflowed = origin, list(kept)
+                if hi - lo <= timedelta(microseconds=1):
+                    return overflowed[-limit:], True  # likewise
+                origin = lo + (hi - lo) / 2
                 continue
             if origin == start:
                 return self._cut(list(kept), limit)
-            return list(kept)[-limit:], True
+            if len(kept) > limit:
+                return list(kept)[-limit:], True
+            if hi - lo <= timedelta(microseconds=1):  # can't happen with advancing ticks
+                return ([t for t in overflowed if t < origin] + list(kept))[-limit:], True
+            # Too few past ``origin`` (a schedule that stops, or sparse there): the latest
+            # ticks begin before it; look between the walk that overflowed and this one.
+            hi = origin
+            origin = lo + (hi - lo) / 2
 
     @staticmethod
     def _cut(ticks: list[datetime], limit: int) -> tuple[list[datetime], bool]:
