@@ -343,3 +343,51 @@ def test_an_error_class_of_a_dash_m_module_imported_twice_is_both(tmp_path: Path
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[('in_main', True, True), ('in_tasks', True, True)]", run.stdout
+
+
+SCRIPT_EXITING_AT_IMPORT = """
+import sys
+
+from riverboat import Client, InsertOpts, Job, QueueConfig, Workers
+
+if __name__ != "__main__":
+    sys.exit("run this script, don't import it")  # a guard some scripts have
+
+workers = Workers()
+
+
+@workers.register("report")
+def report(job: Job[dict]) -> None:
+    pass
+
+
+if __name__ == "__main__":
+    queues = {"default": QueueConfig(max_workers=1, executor="process")}
+    with Client(sys.argv[1], queues=queues, workers=workers) as client:
+        job_id = client.insert({}, InsertOpts(max_attempts=1), kind="report").job.id
+        client.run_until_idle()
+        row = client.job_get(job_id)
+        print(row.state, row.errors[-1].error if row.errors else "")
+"""
+
+
+def test_a_script_that_exits_at_import_fails_its_jobs_saying_why(tmp_path: Path) -> None:
+    """A script that exits when imported (a guard against use as a module): the child,
+    which runs it to find the job's function, got its SystemExit past the preload,
+    which stopped the child's start. Each job now fails saying what happened."""
+    from riverboat.cli import main
+
+    url = f"sqlite:///{tmp_path / 'exits.sqlite3'}"
+    assert main(["migrate", "up", "--database-url", url]) == 0
+    (tmp_path / "exits_script.py").write_text(textwrap.dedent(SCRIPT_EXITING_AT_IMPORT))
+    run = subprocess.run(
+        [sys.executable, "exits_script.py", url],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    state, _, error = run.stdout.strip().partition(" ")
+    assert state == "discarded", run.stdout
+    assert "exited (SystemExit: run this script, don't import it)" in error, error

@@ -181,6 +181,16 @@ class _Resolver:
             code = compile(source.read(), self._main_path, "exec")
         try:
             exec(code, module.__dict__)
+        except SystemExit as exc:
+            # A script that reads its command line at import (argparse's parse_args at
+            # the top level): the child has no such arguments. It stopped the child's
+            # start (preload let it through); each job now fails saying why.
+            sys.modules.pop(MAIN_MODULE, None)
+            raise ImportError(
+                f"the worker's script {self._main_path} exited (SystemExit: {exc.code}) "
+                "while a child process ran it to find the job's function: read the "
+                'command line under `if __name__ == "__main__":`, which a child skips'
+            ) from None
         except BaseException:
             sys.modules.pop(MAIN_MODULE, None)
             raise
