@@ -257,3 +257,16 @@ def test_a_long_custom_walk_finds_the_latest_ticks_where_they_are_sparse(
     stuck = PeriodicJob(_Stuck(), lambda: None)
     with pytest.raises(ValueError, match="not a later time"):
         stuck.last_ticks(start, start + timedelta(seconds=5000), 100)
+
+
+@pytest.mark.parametrize("name", ["localtime", "posixrules", "Factory"])
+def test_zone_names_that_are_not_places_are_refused(name: str) -> None:
+    """A zone named "localtime" is the zone of whichever machine leads: two leaders set differently
+    ticked at different times."""
+    from zoneinfo import ZoneInfo
+
+    for schedule, tz in (("0 9 * * *", name), (f"CRON_TZ={name} 0 9 * * *", None)):
+        with pytest.raises(InvalidInputError, match="not a place"):
+            PeriodicJob(schedule, lambda: None, tz=tz)
+    with pytest.raises(InvalidInputError, match="not a place"):
+        PeriodicJob("0 9 * * *", lambda: None, tz=ZoneInfo(name))

@@ -35,11 +35,19 @@ def _import_croniter() -> Any:
 _TZ_PREFIX = re.compile(r"\A(?:CRON_TZ|TZ)=(\S+)\s+(.*)\Z", re.S)
 
 
+# Names the zone database holds that are not places: "localtime" is each machine's own
+# zone (leaders on machines set differently would tick at different times), the others
+# are the database's internals.
+_NOT_PLACES = frozenset({"localtime", "posixrules", "Factory"})
+
+
 def _zone(value: object, field: str) -> tzinfo:
     """An IANA time zone: its name, a ZoneInfo, or UTC. The schedule is stored as
     ``CRON_TZ=<name> ...`` for the leader (maybe another process) to read back, so a
     zone without an IANA name (a fixed offset) is refused here, not left for a leader
     that can't run it."""
+    if isinstance(value, ZoneInfo) and value.key in _NOT_PLACES:
+        value = value.key  # refused below, by name
     if isinstance(value, ZoneInfo):
         if value.key is None:  # ZoneInfo.from_file: a zone with no name to store
             raise InvalidInputError(
@@ -67,6 +75,12 @@ def _zone(value: object, field: str) -> tzinfo:
         )
     if not isinstance(value, str) or not value:
         raise InvalidInputError(field, "must be a time zone name (IANA, e.g. Europe/Paris)")
+    if value in _NOT_PLACES:
+        raise InvalidInputError(
+            field,
+            f"{value!r} is not a place's time zone (the leader may be any machine): pass "
+            "a name such as 'Europe/Paris', or 'UTC'",
+        )
     try:
         return ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError):
