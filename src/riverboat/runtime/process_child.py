@@ -257,27 +257,28 @@ def _row(data: dict[str, Any]) -> JobRow:
 _MESSAGE_SENT_MAX = ERROR_MESSAGE_MAX - 512
 
 
-def _module_name(cls: type) -> str:
-    """``cls``'s module as the parent names it: the parent's script runs here as
-    __mp_main__ (or by its ``-m`` name), and is ``__main__`` there."""
+def _class_names(cls: type) -> dict[str, Any]:
+    """How the parent finds ``cls`` again: its name, its module as the parent names it
+    (the parent's script runs here as __mp_main__, or by its ``-m`` name, and is
+    ``__main__`` there), its qualname, and for the ``-m`` module its own name too
+    (``main_alias``): the parent may hold that module twice (as __main__ and, imported by
+    another module, by its name), and the child's one class stands for both."""
     module = getattr(cls, "__module__", None)
+    main = _RESOLVER.main if _RESOLVER is not None else None
+    alias = None
     if not isinstance(module, str):
-        return ""
-    main = _RESOLVER.main if _RESOLVER is not None else None
-    if module == MAIN_MODULE or (main is not None and module == main.__name__):
-        return "__main__"
-    return module
-
-
-def _main_alias(cls: type) -> str | None:
-    """The ``-m`` module's real name when ``cls`` was named ``__main__`` for it: the
-    parent may hold that module twice (as __main__ and, imported by another module, by
-    its name), and the child's one class stands for both."""
-    main = _RESOLVER.main if _RESOLVER is not None else None
-    module = getattr(cls, "__module__", None)
-    if isinstance(module, str) and main is not None and module == main.__name__:
-        return module if module != MAIN_MODULE else None
-    return None
+        module = ""
+    elif main is not None and module == main.__name__:
+        alias = module if module != MAIN_MODULE else None
+        module = "__main__"
+    elif module == MAIN_MODULE:
+        module = "__main__"
+    return {
+        "type": cls.__name__,
+        "module": module,
+        "main_alias": alias,
+        "qualname": cls.__qualname__,
+    }
 
 
 _RESOLVER: _Resolver | None = None
@@ -297,10 +298,7 @@ def _describe_error(exc: BaseException) -> dict[str, Any]:
         _MESSAGE_SENT_MAX,
     )
     described: dict[str, Any] = {
-        "type": type(exc).__name__,
-        "module": _module_name(type(exc)),
-        "main_alias": _main_alias(type(exc)),
-        "qualname": type(exc).__qualname__,
+        **_class_names(type(exc)),
         "message": message,
         "traceback": trace,
     }
@@ -310,10 +308,7 @@ def _describe_error(exc: BaseException) -> dict[str, Any]:
         reason = exc.reason
         cause = reason if isinstance(reason, BaseException) else exc
         described["cancel"] = True
-        described["type"] = type(cause).__name__
-        described["module"] = _module_name(type(cause))
-        described["main_alias"] = _main_alias(type(cause))
-        described["qualname"] = type(cause).__qualname__
+        described.update(_class_names(type(cause)))
         described["message"] = capped_error_text(error_message(cause), "", _MESSAGE_SENT_MAX)[0]
     elif isinstance(exc, MemoryError):
         described["memory"] = True
