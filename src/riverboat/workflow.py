@@ -527,11 +527,10 @@ _CACHED_NODE_MAX = 400
 
 @functools.lru_cache(maxsize=4096)
 def _dependents_in_node(node: str) -> tuple[int, ...]:
-    # The list between the first two ";", through the cache of lists: a fan-out's leaves
-    # all name the same join.
-    first = node.find(";")
-    second = node.find(";", first + 1) if first >= 0 else -1
-    return _ids_in_text(node[first + 1 : second]) if second >= 0 else ()
+    # The dependents' list through the cache of lists: a fan-out's leaves all name the
+    # same join.
+    parts = node_parts(node)
+    return _ids_in_text(parts[1]) if parts is not None else ()
 
 
 @functools.lru_cache(maxsize=256)
