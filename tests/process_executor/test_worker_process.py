@@ -169,6 +169,24 @@ def test_a_worker_registered_by_decorator_in_a_module_run_with_dash_m(
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
 
 
+def _run_on_sqlite(tmp_path: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    """``python <command...>`` run in ``tmp_path``, where ``{url}`` in ``command`` is the
+    url of a migrated SQLite file there; the run must exit 0."""
+    from riverboat.cli import main
+
+    url = f"sqlite:///{tmp_path / 'jobs.sqlite3'}"
+    assert main(["migrate", "up", "--database-url", url]) == 0
+    run = subprocess.run(
+        [sys.executable, *(part.format(url=url) for part in command)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    return run
+
+
 SCRIPT_WITH_MULTIPROCESSING = """
 from __future__ import annotations
 
@@ -250,19 +268,8 @@ def test_a_script_that_imports_multiprocessing_keeps_its_process_jobs(tmp_path: 
     pickle) failed. An exception class of the script was named ``__mp_main__`` by the
     child, so an error handler's isinstance against the script's class was False; and a
     StopIteration a job raised lost its trace ("coroutine raised StopIteration")."""
-    from riverboat.cli import main
-
-    url = f"sqlite:///{tmp_path / 'pe.sqlite3'}"
-    assert main(["migrate", "up", "--database-url", url]) == 0
     (tmp_path / "pe_script.py").write_text(textwrap.dedent(SCRIPT_WITH_MULTIPROCESSING))
-    run = subprocess.run(
-        [sys.executable, "pe_script.py", url],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert run.returncode == 0, run.stderr
+    run = _run_on_sqlite(tmp_path, "pe_script.py", "{url}")
     lines = run.stdout.splitlines()
     assert lines[0] == lines.pop(5) == "dump completed []", run.stdout
     lines = lines[1:]
@@ -322,10 +329,6 @@ def test_an_error_class_of_a_dash_m_module_imported_twice_is_both(tmp_path: Path
     holds the module twice (``__main__`` and ``pkg.app``), the child once. The error of
     a process job is an instance of both classes (an error handler may check either);
     naming the child's module ``__main__`` had made it only the first."""
-    from riverboat.cli import main
-
-    url = f"sqlite:///{tmp_path / 'dm.sqlite3'}"
-    assert main(["migrate", "up", "--database-url", url]) == 0
     package = tmp_path / "pkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
@@ -334,14 +337,7 @@ def test_an_error_class_of_a_dash_m_module_imported_twice_is_both(tmp_path: Path
         "from pkg.app import Declined\n\n\ndef raise_declined(job):\n"
         '    raise Declined("from tasks")\n'
     )
-    run = subprocess.run(
-        [sys.executable, "-m", "pkg.app", url, "process"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert run.returncode == 0, run.stderr
+    run = _run_on_sqlite(tmp_path, "-m", "pkg.app", "{url}", "process")
     assert run.stdout.strip() == "[('in_main', True, True), ('in_tasks', True, True)]", run.stdout
 
 
@@ -375,19 +371,8 @@ def test_a_script_that_exits_at_import_fails_its_jobs_saying_why(tmp_path: Path)
     """A script that exits when imported (a guard against use as a module): the child,
     which runs it to find the job's function, got its SystemExit past the preload,
     which stopped the child's start. Each job now fails saying what happened."""
-    from riverboat.cli import main
-
-    url = f"sqlite:///{tmp_path / 'exits.sqlite3'}"
-    assert main(["migrate", "up", "--database-url", url]) == 0
     (tmp_path / "exits_script.py").write_text(textwrap.dedent(SCRIPT_EXITING_AT_IMPORT))
-    run = subprocess.run(
-        [sys.executable, "exits_script.py", url],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert run.returncode == 0, run.stderr
+    run = _run_on_sqlite(tmp_path, "exits_script.py", "{url}")
     state, _, error = run.stdout.strip().partition(" ")
     assert state == "discarded", run.stdout
     assert "exited (SystemExit: run this script, don't import it)" in error, error
