@@ -22,7 +22,7 @@ from riverboat.dialect._workflow_common import (
     workflow_retry_sql,
 )
 from riverboat.dialect.base import MAX_ATTEMPTED_BY
-from riverboat.workflow import ID_LIST_TEXT, ID_TEXT, NODE_KEY
+from riverboat.workflow import ID_TEXT, NODE_KEY, NOT_ID_LIST_TEXT
 
 __all__ = ["PostgresWorkflow"]
 
@@ -71,7 +71,7 @@ def _ids(value: str) -> str:
     text = f"({value} #>> ARRAY[]::text[])"
     return f"""(CASE jsonb_typeof({value})
         WHEN 'string' THEN CASE WHEN {text} = '' THEN ARRAY[]::bigint[]
-                                WHEN {text} ~ '^{ID_LIST_TEXT}$'
+                                WHEN {text} !~ '{NOT_ID_LIST_TEXT}'
                                 THEN string_to_array({text}, ',')::bigint[] END
         WHEN 'array' THEN CASE WHEN NOT EXISTS (
                                    SELECT 1 FROM jsonb_array_elements({value}) AS x(id)
@@ -253,7 +253,8 @@ _CLAIMED_AND_LAST_CANDIDATE = _CHANGED_AND_LAST_CANDIDATE.replace(
 assert _CLAIMED_AND_LAST_CANDIDATE != _CHANGED_AND_LAST_CANDIDATE
 
 
-_NO_DISK_WAIT = "AND set_config('synchronous_commit', 'off', true) = 'off'"
+# A scalar subquery: set once per statement (an InitPlan), not once per candidate row.
+_NO_DISK_WAIT = "AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'"
 
 
 def _promote(candidates: str, *, step: bool = False, claim: bool = False) -> str:
