@@ -459,6 +459,42 @@ def test_each_link_form_is_written_only_once_the_schema_says_every_process_reads
         driver.close()
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1",
+        "1,2",
+        "123456789012345678",
+        "1234567890123456789",
+        "1,1234567890123456789,2",
+        ",1",
+        "1,",
+        "1,,2",
+        ",",
+        "x",
+        "1 ,2",
+        "-1",
+        "1\n",
+        "\n1",
+        "1\n,2",
+        "\u0661",  # an Arabic-Indic digit: not an id
+    ],
+)
+def test_the_statements_read_a_stored_id_list_as_ids_in_does(pg_url: str, text: str) -> None:
+    """The promotion statement tells a stored list of ids from anything else with
+    NOT_ID_LIST_TEXT (faster in Postgres than matching ID_LIST_TEXT whole); both rules
+    and ids_in must agree, or the sweep would name a task the statement never decides
+    (an empty list is told apart before either rule is used)."""
+    from riverboat.workflow import ID_LIST_TEXT, NOT_ID_LIST_TEXT
+
+    with psycopg.connect(pg_url) as conn:
+        whole, not_list = conn.execute(
+            "SELECT %s::text ~ %s, %s::text !~ %s",
+            [text, f"^{ID_LIST_TEXT}$", text, NOT_ID_LIST_TEXT],
+        ).fetchone() or (None, None)
+    assert whole == not_list == (ids_in(text) is not None)
+
+
 def test_an_id_list_written_by_hand_does_not_stop_the_others(any_db: Db) -> None:  # noqa: F811
     """On Postgres, a task whose stored dependency ids are not a list of ids (metadata
     written by hand, a number past bigint) is never decided, and the statements that
@@ -966,11 +1002,9 @@ def test_a_promotion_claims_the_tasks_it_makes_ready_for_its_own_producer(
         # No polls: a claim of the producer's own in flight when a step finishes would
         # rightly keep the promotion from claiming (it waits for notifications only).
         # Poll-only, and no polls: nothing but this client's own wake-ups moves the
-        # producer. (With LISTEN, the echo of this client's own insert notification can
-        # arrive after the claim that took s0; the producer then can't tell it from
-        # another client's insert and rightly lets the next steps go through the queue
-        # until a claim of its own finds it empty. A 100-step chain with notifications
-        # had 95 to 99 of its 99 steps claimed this way.)
+        # producer (with LISTEN, the echo of this client's own insert notification
+        # starts a claim of its own, which may be in flight when s0 finishes; see the
+        # next test).
         client = _async_client(any_db, workers, fetch_poll_interval=30.0, poll_only=True)
         async with _running(client):
             producer = client.runtime.producers["default"]
@@ -986,6 +1020,65 @@ def test_a_promotion_claims_the_tasks_it_makes_ready_for_its_own_producer(
             assert task.job.attempt == 1 and task.job.attempted_by == [client.id]
         # s1..s5, fan and fan2: every task but the first was made ready by a promotion.
         assert claimed == (7 if any_db.dialect == "postgres" else 0)
+
+    asyncio.run(scenario())
+
+
+def test_a_fan_out_inserted_by_its_worker_is_claimed_by_its_promotion(
+    pg_url: str, pg_schema: str
+) -> None:
+    """With LISTEN, the client that inserts a fan-out and works it hears the echo of its
+    own insert notification, which it can't tell from another client's. The promotion
+    after the root still claims the leaves for it: the statement itself checks that no
+    job waits in the queue. It used to offer the producer's slots only while no
+    notification had come since its last claim found the queue empty: the echo, heard
+    during the claim that took the root, sent the leaves through the queue (written
+    once more, claimed once more) in most runs of the workflow bench."""
+    gate = asyncio.Event()
+    workers = Workers()
+
+    @workers.register("gated")
+    async def gated(job: Job[Any]) -> None:
+        await gate.wait()
+
+    @workers.register("step")
+    async def step(job: Job[Any]) -> None:
+        return None
+
+    wf = Workflow("echo")
+    wf.add("root", {}, kind="gated")
+    for i in range(5):
+        wf.add(f"leaf{i}", {}, kind="step", deps=["root"])
+
+    cooldown = 3.0
+
+    async def scenario() -> None:
+        # The echo's wake-up, within the cooldown of the claim that took the root,
+        # makes the producer claim again only at the cooldown's end: none of its own
+        # claims is in flight when the root ends a moment later.
+        client = riverboat.AsyncClient(
+            pg_url,
+            schema=pg_schema,
+            queues={"default": QueueConfig(max_workers=20)},
+            workers=workers,
+            fetch_cooldown=cooldown,
+            fetch_poll_interval=30.0,
+        )
+        async with _running(client, [gate]):
+            producer = client.runtime.producers["default"]
+            promoter = client.runtime.workflow_promoter
+            assert promoter is not None
+            await wait_until_async(lambda: producer.fetches > 0, what="the first claim")
+            # A time window, not an event: the cooldown of the claim at start passes, so
+            # that the insert's own wake-up claims the root at once (inside the cooldown
+            # it would wait for its end, and the echo with it).
+            await asyncio.sleep(cooldown + 0.1)
+            await client.workflow_insert(wf)
+            await wait_until_async(lambda: producer.active == 1, what="the root running")
+            gate.set()
+            done = await client.workflow_wait(wf.id, timeout=30)
+            assert done.state == "completed"
+            assert promoter.claimed == 5
 
     asyncio.run(scenario())
 
@@ -1047,11 +1140,11 @@ def test_a_promotion_claims_only_what_the_producer_would(any_db: Db) -> None:  #
 
 
 def test_a_promoted_task_does_not_pass_a_job_waiting_in_its_queue(any_db: Db) -> None:  # noqa: F811
-    """A job inserted into a full queue (its notification heard) is claimed before a
-    task made ready afterwards, by priority, as River would: the promotion does not
-    claim the task past it. (Here the queue's slots were last filled by a promotion's
-    claim, after a claim of the producer's own that found the queue empty.) Promoted
-    tasks also run as claimed ones do, outside the completer's database call deadline."""
+    """A job inserted into a full queue is claimed before a task made ready afterwards,
+    by priority, as River would: the promotion does not claim the task past it. (Here
+    the queue's slots were last filled by a promotion's claim, after a claim of the
+    producer's own that found the queue empty.) Promoted tasks also run as claimed ones
+    do, outside the completer's database call deadline."""
     gates = {"b1": asyncio.Event(), "b2": asyncio.Event()}
     order: list[str] = []
     deadlines: list[float | None] = []
@@ -1079,12 +1172,11 @@ def test_a_promoted_task_does_not_pass_a_job_waiting_in_its_queue(any_db: Db) ->
         try:
             info = await client.workflow_insert(wf)
             await wait_until_async(lambda: {"b1", "b2"} <= set(order), what="b1, b2 running")
-            producer = client.runtime.producers["default"]
-            wakes = producer._wakes
+            # Committed when insert returns: waiting in the queue whether or not the
+            # producer has heard of it yet.
             urgent = await inserter.insert(
                 {"name": "urgent"}, kind="step", opts=InsertOpts(priority=1)
             )
-            await wait_until_async(lambda: producer._wakes > wakes, what="the insert heard")
             gates["b1"].set()
             assert (await client.job_wait(urgent.job.id, timeout=30)).state is JobState.COMPLETED
             gates["b2"].set()

@@ -27,12 +27,11 @@ write, the producer of the finalized tasks' queue in this client may offer its f
 slots (:meth:`PromotionClaimer.promotion_claim`); the step then moves the tasks it
 makes ready straight to running for this client, as its claim would, and hands their
 rows over (:meth:`PromotionClaimer.take_promoted`). A task then waits for no
-notification and no claim, and is written once less. The producer offers only while
-the queue is empty as far as it knows, so a task ready now does not pass a job it knows
-to be waiting (see ``Producer.promotion_claim``); the statement claims nothing while a
-job is available in the queue, so it does not pass one the producer has not heard of
-yet either (``poll_only``, or a notification on its way). Tasks a step decided but found locked
-by another session are looked at again soon (LOCKED_RETRY), not left to the sweep.
+notification and no claim, and is written once less. The statement claims nothing
+while a job is available in the queue, so a task ready now passes no job waiting there,
+whether the producer has heard of it or not (``poll_only``, or a notification on its
+way; see ``Producer.promotion_claim``). Tasks a step decided but found locked by
+another session are looked at again soon (LOCKED_RETRY), not left to the sweep.
 """
 
 from __future__ import annotations
