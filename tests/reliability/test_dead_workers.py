@@ -167,6 +167,58 @@ def test_killed_worker_jobs_run_again_within_seconds(
         assert table[job][1] == 1 and table[job][2] == []  # ran once, never rescued
 
 
+def test_a_worker_restarted_under_its_killed_runs_id_runs_its_jobs_again(
+    tmp_path: Path, db: tuple[str, str | None]
+) -> None:
+    """A fixed id (a pod's name) reused by a restart right after a kill: the new run
+    waits until the leader (itself, here: the only client) has rescued the killed run's
+    jobs and removed its row, then joins and runs them again, within seconds. It used
+    to take the row over, keeping its lease alive: the killed run's jobs stayed running
+    until River's rescue (an hour here), and never ran again within this test."""
+    url, schema = db
+    ids = insert_jobs(url, schema, "rel_span", [{"sleep": 1.0} for _ in range(6)])
+    a = spawn_worker(tmp_path, url, schema, RB_CLIENT_ID="pod_0", **ENV)
+    reader_a = OutputReader(a)
+    wait_until(lambda: len(starts_in(tmp_path, a.pid)) >= 4, timeout=60, what="a's runs")
+    a.send_signal(signal.SIGKILL)
+    a.wait(10)
+    killed_at = time.time()
+    reader_a.join()
+    left_running = running_ids(url, schema)
+    assert left_running, "the kill left no job running"
+    assert registry_ids(url, schema) == {"pod_0"}  # the killed run's row, lease valid
+
+    b = spawn_worker(tmp_path, url, schema, RB_CLIENT_ID="pod_0", **ENV)
+    reader_b = OutputReader(b)
+    try:
+        wait_until(
+            lambda: counts_by_state(url, schema) == {"completed": len(ids)},
+            timeout=60,
+            what="every job completed",
+        )
+    finally:
+        code = stop_process(b)
+        reader_b.join()
+        print(reader_b.text())
+        assert code == 0
+    assert "is already in the registry" in reader_b.text()
+    assert registry_ids(url, schema) == set()  # a clean stop deletes the row
+    all_runs = runs(tmp_path)
+    assert_no_overlap(all_runs, {a.pid: killed_at})
+    table = job_table(url, schema)
+    by = attempted_by(url, schema)
+    again = []
+    for job in left_running:
+        state, attempt, errors = table[job]
+        assert state == "completed" and attempt == 2, table[job]
+        assert [e["error"] for e in errors] == [RESCUE_ERROR]
+        assert by[job] == ["pod_0", "pod_0"]
+        rerun = min(s for j, _, p, s, _ in all_runs if j == job and p == b.pid)
+        again.append(rerun - killed_at)
+    print(f"the killed run's {len(left_running)} jobs ran again after {sorted(again)} s")
+    assert max(again) < 60
+
+
 def test_frozen_worker_wakes_without_a_second_concurrent_run(
     tmp_path: Path, db: tuple[str, str | None]
 ) -> None:

@@ -235,23 +235,34 @@ async def test_without_riverboats_line_a_client_runs_as_rivers_do(
     assert len(warned) == 1
 
 
-async def test_a_second_live_process_under_one_id_is_warned_of(
+async def test_a_client_waits_while_another_process_holds_its_id(
     any_db: Db,  # noqa: F811
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Two live processes under one client id share a registry row, each counted as the
-    other (a limit of the queue then counts one of them): the second to start says so.
-    Here the first's row is made to name another process, as a twin's would."""
+    """Two processes under one client id: the second to start says so and claims
+    nothing while the first holds the id (they used to share one registry row, each
+    counted as the other); once the first stops, the second joins at its next heartbeat
+    and works jobs. Here the first's row is made to name another process, as a twin's
+    would."""
     first = _client(any_db, "twin")
+    second = _client(any_db, "twin")
     await first.start()
     try:
         any_db.execute("UPDATE riverboat_client SET pid = 1 WHERE id = 'twin'")
-        second = _client(any_db, "twin")
         await second.start()
-        await second.stop()
-        await second.close()
+        registry = second.runtime.registry
+        assert registry is not None and registry.lost and not registry.may_claim()
+        assert second.runtime.producers["default"].fetches == 0
+        beats = registry.heartbeats
+        await first.stop()
+        await wait_until_async(lambda: not registry.lost, timeout=30, what="second joins")
+        assert registry.heartbeats > beats
+        job = (await second.insert({}, kind="fleet_noop")).job
+        await wait_until_async(lambda: _all_completed(second, [job.id]), timeout=30)
     finally:
         await first.stop()
         await first.close()
-    assert "client id 'twin' is held by a live client" in caplog.text
-    assert "pid 1" in caplog.text
+        await second.stop()
+        await second.close()
+    assert "client id 'twin' is already in the registry" in caplog.text
+    assert "pid 1, lease still valid" in caplog.text

@@ -50,11 +50,12 @@ class FleetStatements(DialectPart, ABC):
         job_ids: Sequence[int],
         slots: int,
         dead_after: float,
-        rejoin: bool = False,
     ) -> Statement:
-        """A client's first row; ``rejoin`` puts it back after it was declared dead."""
+        """A client's row, at start or when it joins again after it was declared dead:
+        never over a row that holds its id (no row comes back then; see
+        runtime/registry.py)."""
         return self.stmt(
-            "client_rejoin" if rejoin else "client_register",
+            "client_register",
             id=id,
             host=host,
             pid=pid,
@@ -93,10 +94,10 @@ class FleetStatements(DialectPart, ABC):
     def client_delete(self, client_id: str) -> Statement:
         return self.stmt("client_delete", id=client_id)
 
-    def client_live_holder(self, client_id: str) -> Statement:
-        """``(host, pid)`` of the row of ``client_id`` while its lease runs (none: no
-        live client holds the id)."""
-        return self.stmt("client_live_holder", id=client_id)
+    def client_holder(self, client_id: str) -> Statement:
+        """``(host, pid, lease still valid)`` of the row that holds ``client_id`` (none:
+        the id is free)."""
+        return self.stmt("client_holder", id=client_id)
 
     def client_list(self) -> Statement:
         return self.stmt("client_list")

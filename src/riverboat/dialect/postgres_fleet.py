@@ -24,21 +24,10 @@ VALUES (:id::text, :host::text, :pid::bigint, :version::text, :queues::jsonb,
 
 QUERIES: dict[str, str] = {}
 
-# A client's first row (or its row again after it was declared dead and removed). A
-# leftover row under the same id (a process that reused an id) is taken over.
+# A client's row, at start or back after being declared dead: never over a row that
+# holds its id (another process's, or a previous run's that did not stop cleanly, whose
+# jobs the leader rescues before it removes the row).
 QUERIES["client_register"] = f"""
-INSERT INTO <schema>riverboat_client {_VALUES}
-ON CONFLICT (id) DO UPDATE
-SET host = excluded.host, pid = excluded.pid, riverboat_version = excluded.riverboat_version,
-    queues = excluded.queues, job_ids = excluded.job_ids, queue_settings = '{{}}',
-    slots_in_use = excluded.slots_in_use,
-    started_at = now(), heartbeat_at = now(), expires_at = excluded.expires_at
-RETURNING queue_settings
-"""
-
-# Back after being declared dead: only once the leader has removed the old row (and
-# with it made the old run's jobs available again), never over it.
-QUERIES["client_rejoin"] = f"""
 INSERT INTO <schema>riverboat_client {_VALUES}
 ON CONFLICT (id) DO NOTHING
 RETURNING queue_settings
@@ -57,8 +46,8 @@ RETURNING queue_settings
 
 QUERIES["client_delete"] = "DELETE FROM <schema>riverboat_client WHERE id = :id::text"
 
-QUERIES["client_live_holder"] = """
-SELECT host, pid FROM <schema>riverboat_client WHERE id = :id::text AND expires_at > now()
+QUERIES["client_holder"] = """
+SELECT host, pid, expires_at > now() FROM <schema>riverboat_client WHERE id = :id::text
 """
 
 QUERIES["client_list"] = f"SELECT {_LIST} FROM <schema>riverboat_client ORDER BY host, pid, id"

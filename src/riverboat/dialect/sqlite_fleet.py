@@ -25,17 +25,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 QUERIES: dict[str, str] = {}
 
+# See postgres_fleet.
 QUERIES["client_register"] = f"""
-INSERT INTO <schema>riverboat_client {_VALUES}
-ON CONFLICT (id) DO UPDATE
-SET host = excluded.host, pid = excluded.pid, riverboat_version = excluded.riverboat_version,
-    queues = excluded.queues, job_ids = excluded.job_ids, queue_settings = jsonb('{{}}'),
-    slots_in_use = excluded.slots_in_use,
-    started_at = {NOW}, heartbeat_at = {NOW}, expires_at = excluded.expires_at
-RETURNING json(queue_settings)
-"""
-
-QUERIES["client_rejoin"] = f"""
 INSERT INTO <schema>riverboat_client {_VALUES}
 ON CONFLICT (id) DO NOTHING
 RETURNING json(queue_settings)
@@ -81,8 +72,8 @@ WHERE id = :id AND expires_at <= {NOW}
 
 QUERIES["client_delete"] = "DELETE FROM <schema>riverboat_client WHERE id = :id"
 
-QUERIES["client_live_holder"] = f"""
-SELECT host, pid FROM <schema>riverboat_client WHERE id = :id AND expires_at > {NOW}
+QUERIES["client_holder"] = f"""
+SELECT host, pid, expires_at > {NOW} FROM <schema>riverboat_client WHERE id = :id
 """
 
 QUERIES["client_list"] = f"SELECT {_LIST} FROM <schema>riverboat_client ORDER BY host, pid, id"

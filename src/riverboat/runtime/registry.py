@@ -1,7 +1,8 @@
 """riverboat's registry of live clients: heartbeats in ``riverboat_client``.
 
 A client that works jobs records itself (id, host, pid, its queues with ``max_workers``
-and jobs running, slots in use, riverboat version) when it starts, and again every
+and jobs running, slots in use, riverboat version) when it starts (or, when a row holds
+its id already, once that row is gone: it claims nothing until then), and again every
 ``heartbeat_interval``; each heartbeat extends its lease, ``expires_at``, to
 ``dead_after`` from the database's now. A clean stop deletes the row. A row whose lease
 ran out belongs to a dead client: the leader's rescuer makes that client's running jobs
@@ -184,51 +185,59 @@ class ClientRegistry:
                 "are rescued by River's rule only (rescue_stuck_jobs_after) if it dies"
             )
             return
-        await self._warn_of_a_twin()
+        holders = await self._driver.fetch(self._dialect.client_holder(self._runtime.client_id))
         sent = time.monotonic()
-        rows = await self._driver.fetch(self._register(rejoin=False))
+        # Never over a row another run holds (see _wait_for_the_id).
+        rows = await self._driver.fetch(self._register())
         self.enabled = True
-        self._last_ok = sent
-        self._apply(rows)
+        if rows:
+            self._last_ok = sent
+            self._apply(rows)
+        else:
+            self._wait_for_the_id(holders)
         # Stopped by cancellation (stop), which supervised() never catches.
         self._task = asyncio.create_task(
             supervised("registry heartbeat", self._run, lambda: False), name="riverboat-heartbeat"
         )
 
-    async def _warn_of_a_twin(self) -> None:
-        """Say so when another live process holds this client's id (a factory that sets
-        ``id=`` run with ``--processes 2``, two pods given one name): the two share one
-        registry row, each counted as the other, so a limit of the queue counts one of
-        them only (and runs up to twice as many jobs), and a killed twin's jobs wait for
-        River's rescue while the other keeps the row alive. It was silent, but for a
-        misleading "counts as dead" when their heartbeats crossed. A warning, not a
-        refusal: the holder may be this process's own previous run, killed within
-        ``dead_after``, whose lease has not run out yet (its running jobs then wait for
-        River's rescue: the new run keeps the lease alive; docs/fleet.md)."""
-        client_id = self._runtime.client_id
-        rows = await self._driver.fetch(self._dialect.client_live_holder(client_id))
-        here = (socket.gethostname(), os.getpid())
-        for host, pid in rows:
-            if (str(host), int(pid)) != here:
-                log.warning(
-                    "registry: client id %r is held by a live client (host %s, pid %s): "
-                    "give each process run its own id (Client(id=...)); two live "
-                    "processes under one id break flow-control limits and delay each "
-                    "other's rescue. If that process was this one's previous run, killed "
-                    "less than dead_after ago, the jobs it held stay running until "
-                    "River's rescue (rescue_stuck_jobs_after): see docs/fleet.md",
-                    client_id,
-                    host,
-                    pid,
-                )
+    def _wait_for_the_id(self, holders: Any) -> None:
+        """This client's id has a row already: a process that holds it (two processes
+        given one id, two pods given one name), or this process's previous run, which
+        did not stop cleanly (killed, or its database gone at stop). The row's jobs may
+        still be running there, or are the dead run's, which only the leader's rescue of
+        dead clients hands out again, and only once the row's lease ran out. Taking the
+        row over kept its lease alive: the killed run's jobs stayed ``running`` until
+        River's rescue (``rescue_stuck_jobs_after``, 1 h by default), and two live
+        processes shared one row, each counted as the other. So this client waits, as
+        one that lost its place does: no claims, and at each heartbeat one attempt to
+        join, which succeeds once the row is gone (a clean stop removes it; the leader
+        removes a dead one after rescuing its jobs: within ``dead_after`` and
+        ``dead_client_check_interval`` of the kill)."""
+        self.lost = True
+        self._last_attempt = time.monotonic()
+        held_by = [
+            f"host {host}, pid {pid}" + (", lease still valid" if alive else ", lease ran out")
+            for host, pid, alive in holders
+        ]
+        log.warning(
+            "registry: client id %r is already in the registry (%s): a process that holds "
+            "it, or this one's previous run, which did not stop cleanly. This client claims "
+            "no jobs until that row is gone: a live holder removes it when it stops; for a "
+            "dead run the leader rescues its jobs and removes it within dead_after (%gs) "
+            "of its last heartbeat and dead_client_check_interval. Give each process run "
+            "its own id (Client(id=...)); see docs/fleet.md",
+            self._runtime.client_id,
+            "; ".join(held_by) or "a row just removed",
+            self.dead_after,
+        )
 
-    def _register(self, *, rejoin: bool) -> Any:
+    def _register(self) -> Any:
+        """The client's row, unless one holds its id already (then no row comes back)."""
         return self._dialect.client_register(
             id=self._runtime.client_id,
             host=socket.gethostname(),
             pid=os.getpid(),
             version=_version(),
-            rejoin=rejoin,
             **self._row(),
         )
 
@@ -307,7 +316,7 @@ class ClientRegistry:
                     await self._driver.execute(
                         self._dialect.client_touch_lost(self._runtime.client_id)
                     )
-                    rows = await self._driver.fetch(self._register(rejoin=True))
+                    rows = await self._driver.fetch(self._register())
                 else:
                     rows = await self._driver.fetch(
                         self._dialect.client_heartbeat(id=self._runtime.client_id, **self._row())
@@ -334,8 +343,9 @@ class ClientRegistry:
             return  # still waiting for the leader to remove the old row
         if self.lost:
             log.warning(
-                "registry: client %s joined the registry again; claiming jobs again",
+                "registry: client %s joined the registry%s; claiming jobs",
                 self._runtime.client_id,
+                " again" if self._last_ok else "",
             )
             self.lost = False
         self._last_ok = sent
