@@ -185,3 +185,33 @@ def test_each_batch_is_one_bounded_statement(any_db: Db) -> None:  # noqa: F811
                 assert stmt.then == ()
             else:
                 assert [s.query.name for s in stmt.then] == ["job_cancel_many_notify"]
+
+
+@pytest.mark.parametrize("metadata", ['"meta"', "[1]", "null", "5"])
+def test_jobs_whose_metadata_is_not_an_object_are_cancelled_and_retried(
+    any_db: Db,  # noqa: F811
+    metadata: str,
+) -> None:
+    """Metadata another client wrote as a string, an array, null or a number reads as
+    empty everywhere; a cancel or a retry writes an object in its place. On Postgres
+    jsonb_set and - refused such a value: the cancel or retry of that job failed, and a
+    bulk one by filter with it, every job of the batch left as it was."""
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        rows = client.insert_many(
+            [InsertManyParams({"n": n}, kind="odd_metadata") for n in range(4)]
+        )
+        ids = [r.job.id for r in rows]
+        cast = "%s::jsonb" if any_db.dialect == "postgres" else "jsonb(%s)"
+        for job_id in ids:
+            any_db.execute(
+                f"UPDATE river_job SET metadata = {cast} WHERE id = %s", metadata, job_id
+            )
+        assert client.job_cancel(ids[0]).state is JobState.CANCELLED
+        cancelled = client.job_cancel_many(kinds=["odd_metadata"])
+        assert sorted(j.id for j in cancelled.jobs) == ids[1:]
+        assert client.job_retry(ids[0]).state is JobState.AVAILABLE
+        retried = client.job_retry_many(kinds=["odd_metadata"], states=["cancelled"])
+        assert sorted(j.id for j in retried.jobs) == ids[1:]
+        jobs = client.job_list(kinds=["odd_metadata"], limit=10).jobs
+    assert {j.state for j in jobs} == {JobState.AVAILABLE}
+    assert all("cancel_attempted_at" not in j.metadata for j in jobs)

@@ -36,7 +36,12 @@ from riverboat.dialect._pg_common import (
     state_in_bitmask,
 )
 from riverboat.dialect._rows import JobReader
-from riverboat.dialect.postgres_workflow import RETRIED_METADATA, RETRIED_STATE, cancel_orphans
+from riverboat.dialect.postgres_workflow import (
+    OBJECT_METADATA,
+    RETRIED_METADATA,
+    RETRIED_STATE,
+    cancel_orphans,
+)
 
 __all__ = ["JOB_LIST_FILTERS", "PostgresAdmin", "PostgresAdminSql"]
 
@@ -70,11 +75,11 @@ _RETRY_SET = f"""SET state = {RETRIED_STATE},
 
 # How a cancel changes a job: a running job keeps its state (its producer reports the
 # outcome), any other is cancelled now; cancel_attempted_at is recorded either way.
-_CANCEL_SET = """SET state = CASE WHEN river_job.state = 'running' THEN river_job.state
+_CANCEL_SET = f"""SET state = CASE WHEN river_job.state = 'running' THEN river_job.state
                      ELSE 'cancelled'::<schema>river_job_state END,
         finalized_at = CASE WHEN river_job.state = 'running' THEN river_job.finalized_at
                             ELSE now() END,
-        metadata = jsonb_set(river_job.metadata, ARRAY['cancel_attempted_at'],
+        metadata = jsonb_set({OBJECT_METADATA}, ARRAY['cancel_attempted_at'],
                              to_jsonb(:cancel_attempted_at::text), true)"""
 
 # River's JobCancel. A finalized job is returned untouched and nothing is sent. Otherwise

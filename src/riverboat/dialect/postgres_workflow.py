@@ -94,7 +94,14 @@ RETRIED_STATE = f"""CASE
               OR (jsonb_typeof({_RETRIED_DEP_IDS}) = 'string'
                   AND {_RETRIED_DEP_IDS} <> '""'::jsonb)
             THEN 'pending' ELSE 'available' END::<schema>river_job_state"""
-RETRIED_METADATA = f"""(river_job.metadata - 'cancel_attempted_at')
+# A job's metadata as an object: one that is not (another client wrote a string, a
+# number or an array) reads as empty everywhere (riverboat._job.decode_metadata), and
+# jsonb_set, - and #- refuse a scalar or a text path into an array: the statement
+# failed, and a bulk retry or cancel with it, every job of the batch left as it was.
+# No braces (str.format, above).
+OBJECT_METADATA = """(CASE WHEN jsonb_typeof(river_job.metadata) = 'object'
+                   THEN river_job.metadata ELSE jsonb_build_object() END)"""
+RETRIED_METADATA = f"""({OBJECT_METADATA} - 'cancel_attempted_at')
                    #- ARRAY['{_KEY}', 'cancelled_by']"""
 
 
@@ -585,7 +592,7 @@ updated AS (
     SET state = CASE WHEN river_job.state = 'running' THEN river_job.state
                      ELSE 'cancelled'::<schema>river_job_state END,
         finalized_at = CASE WHEN river_job.state = 'running' THEN NULL ELSE now() END,
-        metadata = jsonb_set(river_job.metadata, '{{cancel_attempted_at}}',
+        metadata = jsonb_set({OBJECT_METADATA}, '{{cancel_attempted_at}}',
                              to_jsonb(:cancel_attempted_at::text), true)
     FROM targets CROSS JOIN notified
     WHERE river_job.id = targets.id

@@ -227,7 +227,7 @@ class ClientRegistry:
             "of its last heartbeat and dead_client_check_interval. Give each process run "
             "its own id (Client(id=...)); see docs/fleet.md",
             self._runtime.client_id,
-            "; ".join(held_by) or "a row just removed",
+            "; ".join(held_by) or "a row written just now",
             self.dead_after,
         )
 
