@@ -193,3 +193,28 @@ def test_json_output_of_a_number_past_float_range_is_json(sqlite_url: str) -> No
         assert job["metadata"] == {"m": "Infinity"}, argv
         assert any("args" in p for p in job["decode_errors"]), argv
         assert any("metadata" in p for p in job["decode_errors"]), argv
+
+
+def test_lone_surrogates_from_json_escapes_are_printed_as_escapes(sqlite_url: str) -> None:
+    """JSON's ``"\\ud800"`` escape decodes to a lone surrogate (Python's json.dumps and
+    JavaScript write it; SQLite's json() keeps it), which no terminal encoding can
+    write: ``jobs get``, ``jobs list`` and ``jobs tail`` (every line through the same
+    ``printable``) printed a traceback in place of the job. They print its escape, as
+    for control characters. (Postgres refuses such a value in jsonb.)"""
+    db = Db("sqlite", sqlite_url, None)
+    with riverboat.Client(sqlite_url) as client:
+        job = client.insert({}, kind="surrogate").job
+    db.execute(
+        "UPDATE river_job SET args = jsonb(%s), errors = jsonb(%s), state = 'discarded',"
+        " finalized_at = datetime('now'), attempt = 1 WHERE id = %s",
+        '{"x":"\\ud800"}',
+        '[{"at":"2024-01-01T00:00:00Z","attempt":1,"error":"e \\udfff"}]',
+        job.id,
+    )
+    for argv in (
+        ("jobs", "get", str(job.id)),
+        ("jobs", "list", "--kind", "surrogate", "--state", "discarded"),
+    ):
+        out = db.cli(*argv)
+        assert out.returncode == 0, out.stderr
+        assert "e \\udfff" in out.stdout and "Traceback" not in out.stderr

@@ -14,8 +14,10 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
+import riverboat
 from riverboat import InsertOpts, InvalidInputError
 from riverboat.ui import create_app
+from tests.runtime.dbs import Db
 from tests.ui.conftest import SeededDb
 from tests.ui.seed import XSS_ARGS
 
@@ -774,3 +776,22 @@ def test_a_workflow_id_with_a_slash_opens_and_acts(tmp_path: Any, serve: Any) ->
     with Client(url) as client:
         states = {t.name: t.state.value for t in client.workflow_get(workflow_id).tasks}
     assert states == {"t1": "cancelled", "t2": "cancelled"}
+
+
+def test_a_lone_surrogate_in_a_job_is_shown_as_its_escape(sqlite_url: str, serve: Any) -> None:
+    """A JSON ``"\\ud800"`` escape decodes to a lone surrogate, which no page can be
+    encoded with: the job's page and every list it was on answered 500. (SQLite keeps
+    such a value; Postgres refuses it in jsonb.)"""
+    with riverboat.Client(sqlite_url) as client:
+        job = client.insert({}, kind="surrogate").job
+    Db("sqlite", sqlite_url, None).execute(
+        "UPDATE river_job SET args = jsonb(%s), errors = jsonb(%s), state = 'discarded',"
+        " finalized_at = datetime('now'), attempt = 1 WHERE id = %s",
+        '{"x":"\\ud800"}',
+        '[{"at":"2024-01-01T00:00:00Z","attempt":1,"error":"e \\udfff"}]',
+        job.id,
+    )
+    browser = Http(serve(create_app(sqlite_url)).url)
+    for path in (f"/jobs/{job.id}", "/jobs?state=discarded"):
+        status, _, page = browser.request("GET", path)
+        assert status == 200 and "e \\udfff" in page, path

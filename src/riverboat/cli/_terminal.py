@@ -18,7 +18,10 @@ __all__ = ["PrintableFormatter", "printable"]
 # C0 controls, DEL and C1 controls; tab and newline are kept where lines are allowed.
 # Also the line and paragraph separators (str.splitlines breaks there, so a value could
 # fake a line of output) and the bidirectional controls (an override shows text backwards).
-_OTHERS = "\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+# And lone surrogates: JSON's "\ud800" escape decodes to one (Python's json.dumps and
+# JavaScript write it; SQLite's json() keeps it), which no terminal encoding can write:
+# print raised UnicodeEncodeError, a traceback in place of the job.
+_OTHERS = "\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
 _CONTROLS = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_OTHERS}]")
 _CONTROLS_BUT_LINES = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_OTHERS}]")
 

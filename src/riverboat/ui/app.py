@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import re
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -248,6 +249,16 @@ def _pretty_json(value: Any) -> str:
 
 
 _GO_HTML_ESCAPES = (("\\u003c", "<"), ("\\u003e", ">"), ("\\u0026", "&"))
+
+
+# A lone surrogate: JSON's "\ud800" escape decodes to one (Python's json.dumps and
+# JavaScript write it; SQLite's json() keeps it). No page holding one could be encoded:
+# the job's page, and every list it was on, answered 500. Shown as its escape.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 def _args_preview(job: JobRow, width: int = 90) -> str:
@@ -755,7 +766,8 @@ def create_app(
             message_kind=message_kind,
             base=request.scope.get("root_path", ""),
         )
-        response = HTMLResponse(env.get_template(name).render(**context), status_code=status)
+        page = _LONE_SURROGATE.sub(_surrogate_escape, env.get_template(name).render(**context))
+        response = HTMLResponse(page, status_code=status)
         new = getattr(request.state, "new_csrf", None)
         if new:
             response.set_cookie(CSRF_COOKIE, new, httponly=True, samesite="strict", path="/")
