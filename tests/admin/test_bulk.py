@@ -215,3 +215,27 @@ def test_jobs_whose_metadata_is_not_an_object_are_cancelled_and_retried(
         jobs = client.job_list(kinds=["odd_metadata"], limit=10).jobs
     assert {j.state for j in jobs} == {JobState.AVAILABLE}
     assert all("cancel_attempted_at" not in j.metadata for j in jobs)
+
+
+def test_args_and_tags_filters_pass_over_rows_with_malformed_json(sqlite_url: str) -> None:
+    """SQLite: a row whose args or tags are not valid JSON (written by another client:
+    text, or bytes) made every search by args or tags fail with 'malformed JSON', the
+    dashboard's and the CLI's too. Such a row matches no args or tags filter; the
+    others are found."""
+    db = Db("sqlite", sqlite_url, None)
+    with riverboat.Client(sqlite_url) as client:
+        good = client.insert(
+            {"msg": "hello"}, InsertOpts(tags=["tag1"]), kind="malformed_json"
+        ).job.id
+        text_args = client.insert({"msg": "hello"}, kind="malformed_json").job.id
+        blob_args = client.insert({"msg": "hello"}, kind="malformed_json").job.id
+        db.execute("UPDATE river_job SET args = 'not json at all' WHERE id = %s", text_args)
+        db.execute("UPDATE river_job SET args = x'ffff', tags = 'nope' WHERE id = %s", blob_args)
+        for options in (
+            {"args_text": "hello"},
+            {"args_keys": ["msg"]},
+            {"tags_any": ["tag1"]},
+            {"tags_all": ["tag1"]},
+        ):
+            assert [j.id for j in client.job_list(**options).jobs] == [good], options
+            assert client.job_count_matching(action="cancel", **options) == 1, options

@@ -233,6 +233,11 @@ RETURNING {QUEUE_SELECT}
 
 # Arrays travel as one JSON array parameter each (SQLite binds no arrays). tags is a JSONB
 # array: "all" means no wanted tag is missing, "any" that one of them is present.
+# A column's JSON only where it is valid: one row with malformed JSON (written by another
+# client) made json_each and json() raise 'malformed JSON', and every search by args or
+# tags failed, the dashboard's too (503). Such a row matches no args or tags filter.
+_TAGS = "CASE WHEN json_valid(river_job.tags, 10) THEN river_job.tags END"
+_ARGS = "CASE WHEN json_valid(river_job.args, 10) THEN river_job.args END"
 _FILTER_SQL: dict[str, str] = {
     "ids": "id IN (SELECT value FROM json_each(:ids))",
     "kinds": "kind IN (SELECT value FROM json_each(:kinds))",
@@ -241,24 +246,24 @@ _FILTER_SQL: dict[str, str] = {
     "priorities": "priority IN (SELECT value FROM json_each(:priorities))",
     "tags_all": (
         "NOT EXISTS (SELECT 1 FROM json_each(:tags_all) AS wanted"
-        " WHERE NOT EXISTS (SELECT 1 FROM json_each(river_job.tags) AS have"
+        f" WHERE NOT EXISTS (SELECT 1 FROM json_each({_TAGS}) AS have"
         " WHERE have.value = wanted.value))"
     ),
     "tags_any": (
-        "EXISTS (SELECT 1 FROM json_each(river_job.tags) AS have"
+        f"EXISTS (SELECT 1 FROM json_each({_TAGS}) AS have"
         " JOIN json_each(:tags_any) AS wanted ON have.value = wanted.value)"
     ),
     # See postgres_admin. SQLite's LIKE is case-insensitive for ASCII letters.
     "args_keys": (
         "NOT EXISTS (SELECT 1 FROM json_each(:args_keys) AS wanted"
-        " WHERE NOT EXISTS (SELECT 1 FROM json_each(river_job.args) AS have"
+        f" WHERE NOT EXISTS (SELECT 1 FROM json_each({_ARGS}) AS have"
         " WHERE have.key = wanted.value))"
     ),
     # The args' JSON as Postgres prints it, but compact (see _admin's args_text): the
     # <, > and & that riverboat and Go write escaped (\u003c, as Go's encoder does) read
     # as themselves, and no space after ':' or ','. SQLite folds case for ASCII only.
     "args_text": (
-        "replace(replace(replace(replace(replace(json(args), '\\u003c', '<'),"
+        f"replace(replace(replace(replace(replace(json({_ARGS}), '\\u003c', '<'),"
         " '\\u003e', '>'), '\\u0026', '&'), ': ', ':'), ', ', ',')"
         " LIKE :args_text ESCAPE '\\'"
     ),
