@@ -603,6 +603,23 @@ def test_error_entries_without_a_time_or_a_trace_show_neither_pg(
     assert "None" not in out.getvalue()
 
 
+def test_an_error_entry_that_is_not_an_object_keeps_the_others_sqlite(sqlite_url: str) -> None:
+    """SQLite reads a job's errors as one JSON array: an entry another client wrote as
+    a string was parsed as JSON a second time, which failed, and the job showed no
+    errors at all (its decode_errors said why). The entry is kept as its JSON text,
+    as on Postgres, and the others are read."""
+    job_id = _river_insert(
+        sqlite_url,
+        state="retryable",
+        attempt=2,
+        errors='[{"at":"2024-01-01T00:00:00Z","attempt":1,"error":"ok"}, "str", 7]',
+    )
+    with riverboat.Client(sqlite_url) as client:
+        job = client.job_get(job_id)
+    assert [e.error for e in job.errors] == ["ok", '"str"', "7"]
+    assert job.decode_errors == ()
+
+
 YEAR_ZERO = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))
 BAD_TIMES = [
     YEAR_ZERO,

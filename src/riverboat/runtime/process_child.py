@@ -237,7 +237,7 @@ def _row(data: dict[str, Any]) -> JobRow:
         attempted_at=_optional_time(data["attempted_at"]),
         attempted_by=data["attempted_by"],
         created_at=datetime.fromisoformat(data["created_at"]),
-        errors=[AttemptError.from_json(item) for item in data["errors"]],
+        errors=[AttemptError.from_value(item) for item in data["errors"]],
         finalized_at=None,
         kind=data["kind"],
         max_attempts=data["max_attempts"],
