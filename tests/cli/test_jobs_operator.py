@@ -115,6 +115,11 @@ def test_bulk_retry_cancel_delete_by_filter(any_db: Db) -> None:  # noqa: F811
     dry = cli(any_db, "retry", "--kind", "charge_card", "--state", "discarded", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.startswith("would retry 5 jobs (kind=charge_card, state=discarded")
+    # With --json, a dry run is JSON too (it printed the sentence, and `| jq` failed).
+    dry = cli(
+        any_db, "retry", "--kind", "charge_card", "--state", "discarded", "--dry-run", "--json"
+    )
+    assert json.loads(dry.stdout) == {"action": "retry", "would": 5, "matching": 5}
     done = cli(
         any_db, "retry", "--kind", "charge_card", "--state", "discarded", "--batch-size", "2"
     )

@@ -738,6 +738,9 @@ def _act(client: Client, args: argparse.Namespace) -> int:
         would = client.job_count_matching(action=action, **filters)
         matching = client.job_count_matching(**filters)
         others = matching - would
+        if args.json:  # what a script piping --json to jq can read, as without --dry-run
+            print(json.dumps({"action": action, "would": would, "matching": matching}))
+            return 0
         note = f"; {matching} match, {action} leaves the other {others} alone" if others else ""
         print(f"would {action} {would} job{'s' if would != 1 else ''} ({described}{note})")
         return 0
