@@ -13,6 +13,7 @@ from typing import IO, Any
 import pytest
 
 import riverboat
+from tests.cli_in_process import cli_in_process
 from tests.runtime.dbs import Db, any_db  # noqa: F401
 
 
@@ -218,3 +219,26 @@ def test_lone_surrogates_from_json_escapes_are_printed_as_escapes(sqlite_url: st
         out = db.cli(*argv)
         assert out.returncode == 0, out.stderr
         assert "e \\udfff" in out.stdout and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("jobs", "get", "\u0663"),  # an Arabic-Indic three
+        ("jobs", "get", "\uff13"),  # a fullwidth three
+        ("jobs", "delete", "1_0"),
+        ("jobs", "list", "--older-than", "\u0663d"),
+        ("jobs", "wait", "3", "--timeout", "1_0"),
+    ],
+)
+def test_numbers_are_ascii_digits(sqlite_url: str, argv: tuple[str, ...]) -> None:
+    """Python's int() and float() read other scripts' digits and underscores: the
+    first three acted on jobs 3 and 10. Refused before connecting (exit 2), as the
+    dashboard refuses them."""
+    with riverboat.Client(sqlite_url) as client:
+        for n in range(10):
+            client.insert({"n": n}, kind="ascii_ids")
+    out = cli_in_process(*argv, "--database-url", sqlite_url)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    with riverboat.Client(sqlite_url) as client:
+        assert len(client.job_list(kinds=["ascii_ids"], limit=20).jobs) == 10

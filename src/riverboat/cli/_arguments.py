@@ -4,6 +4,7 @@ usage line), refused by the parser before anything connects."""
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 
 from riverboat._seconds import is_seconds
@@ -14,14 +15,28 @@ def page_size(most: int) -> Callable[[str], int]:
     return whole_number(1, most)
 
 
+# Python's int() and float() also read other scripts' digits (Arabic-Indic, fullwidth)
+# and underscores: `jobs get` of an Arabic-Indic three acted on job 3, `jobs delete 1_0`
+# on job 10 (the dashboard refuses them). Numbers on the command line are ASCII digits.
+_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
+
+
+def _plain(text: str) -> bool:
+    return text.isascii() and "_" not in text
+
+
+def integer(text: str) -> int:
+    """An argparse ``type``: a whole number in ASCII digits (``int`` reads ``٣`` too)."""
+    if not _INTEGER.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return int(text)
+
+
 def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
     """An argparse ``type``: an int of at least ``low`` (and at most ``high``)."""
 
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        value = integer(text)
         if high is not None and not low <= value <= high:
             raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
         if value < low:
@@ -38,6 +53,8 @@ def seconds(*, positive: bool = False) -> Callable[[str], float]:
 
     def parse(text: str) -> float:
         try:
+            if not _plain(text):
+                raise ValueError(text)
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None

@@ -12,6 +12,7 @@ from typing import Any
 from riverboat._seconds import is_seconds
 from riverboat.bench.env import DRIVERS
 from riverboat.bench.runner import DEFAULT_PARTS, PARTS
+from riverboat.cli._arguments import integer
 from riverboat.errors import InvalidInputError
 
 __all__ = ["add_arguments", "run"]
@@ -24,8 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Postgres URL (default $DATABASE_URL); the sqlite driver uses a temp file",
     )
     parser.add_argument("--driver", default="psycopg", choices=sorted(DRIVERS))
-    parser.add_argument("--jobs", type=int, default=20_000, help="end-to-end jobs (20,000)")
-    parser.add_argument("--calls", type=int, default=200, help="calls per operation (200)")
+    parser.add_argument("--jobs", type=integer, default=20_000, help="end-to-end jobs (20,000)")
+    parser.add_argument("--calls", type=integer, default=200, help="calls per operation (200)")
     parser.add_argument(
         "--duration",
         type=float,
@@ -50,32 +51,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--finalized-rows",
-        type=int,
+        type=integer,
         default=1_000_000,
         help="finalized rows beside the backlog in the 'scale' part (1,000,000)",
     )
     parser.add_argument(
         "--latency-jobs",
-        type=int,
+        type=integer,
         default=None,
         help="jobs inserted one at a time for each pick-up latency figure (1%% of --jobs, "
         "10 to 200)",
     )
     parser.add_argument(
         "--burst-jobs",
-        type=int,
+        type=integer,
         default=None,
         help="single inserts in the latency part's burst (half of --jobs, at most 10,000)",
     )
     parser.add_argument(
         "--claim-jobs",
-        type=int,
+        type=integer,
         default=5_000,
         help="jobs claimed in the SQLite batch-claim scenario (5,000)",
     )
     parser.add_argument(
         "--stale-rows",
-        type=int,
+        type=integer,
         default=100_000,
         help="running jobs in the stale-statistics scenario's table (100,000)",
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import signal
 
+from riverboat.cli._arguments import integer
 from riverboat.errors import InvalidInputError
 
 __all__ = ["add_arguments", "run"]
@@ -27,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"sqlite:///path or postgresql://... (default: {DEFAULT_URL})",
     )
     parser.add_argument(
-        "--jobs", type=int, default=50, metavar="N", help="fast jobs to insert (default 50)"
+        "--jobs", type=integer, default=50, metavar="N", help="fast jobs to insert (default 50)"
     )
     parser.add_argument(
         "--plain", action="store_true", help="plain lines even on a terminal (no live display)"
@@ -39,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "then keep a stream of jobs going for it to show until Ctrl-C (needs the ui extra)",
     )
     parser.add_argument(
-        "--ui-port", type=int, default=8080, metavar="PORT", help="the dashboard's port (8080)"
+        "--ui-port", type=integer, default=8080, metavar="PORT", help="the dashboard's port (8080)"
     )
 
 

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from riverboat._url import driver_from_url, is_sqlite_url
+from riverboat.cli._arguments import integer
 from riverboat.cli._database import add_database_options, database_url, database_url_or_none
 from riverboat.dialect.base import validate_schema_name
 from riverboat.drivers.base import import_optional
@@ -41,7 +42,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _target_version(parser: argparse.ArgumentParser, help_text: str) -> None:
-    parser.add_argument("--target-version", type=int, metavar="N", help=help_text)
+    parser.add_argument("--target-version", type=integer, metavar="N", help=help_text)
 
 
 def _line(parser: argparse.ArgumentParser, default: str | None = None) -> None:
@@ -59,7 +60,7 @@ def _migrate_flags(parser: argparse.ArgumentParser) -> None:
     _line(parser)
     parser.add_argument(
         "--max-steps",
-        type=int,
+        type=integer,
         metavar="N",
         help="apply at most N migrations (a negative N applies none)",
     )
@@ -100,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     get_sql.add_argument("--direction", choices=("up", "down"), default="up", help="default: up")
     get_sql.add_argument(
         "--version",
-        type=int,
+        type=integer,
         action="append",
         metavar="N",
         help="only version N (repeatable); default: every version up to --target-version",

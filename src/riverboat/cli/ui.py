@@ -13,6 +13,7 @@ import sys
 import threading
 
 from riverboat._json import check_text_param
+from riverboat.cli._arguments import integer
 from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.dialect.base import validate_schema_name
 from riverboat.errors import InvalidInputError, install_hint
@@ -27,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_database_options(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument(
-        "--port", type=int, default=8080, help="port (default 8080; 0: any free port)"
+        "--port", type=integer, default=8080, help="port (default 8080; 0: any free port)"
     )
     parser.add_argument(
         "--read-only", action="store_true", help="hide every action and refuse its POST"

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from riverboat._imports import import_attribute
+from riverboat.cli._arguments import integer
 from riverboat.cli._terminal import PrintableFormatter
 from riverboat.client import AsyncClient, Client
 from riverboat.errors import InvalidInputError
@@ -60,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", metavar="MODULE:ATTR", help="the client (or its factory)")
     parser.add_argument(
         "--processes",
-        type=int,
+        type=integer,
         default=1,
         help=f"worker processes to run (default 1, at most {MAX_PROCESSES})",
     )
@@ -83,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--metrics-port",
-        type=int,
+        type=integer,
         default=None,
         help="serve Prometheus metrics on this port (process i of --processes uses PORT+i)",
     )
