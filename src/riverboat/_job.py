@@ -115,19 +115,25 @@ class AttemptError:
         )
 
     @classmethod
-    def from_json(cls, raw: str | Mapping[str, Any]) -> AttemptError:
-        """One entry as JSON text (Postgres hands each element of a jsonb[] so), or an
-        object already decoded; see :meth:`from_value`."""
-        return cls.from_value(json.loads(raw) if isinstance(raw, str) else raw)
+    def from_json(cls, raw: Any) -> AttemptError:
+        """One entry: its JSON text (Postgres hands each element of a jsonb[] so, and
+        River's SQLite driver stores each as a string in the array), or a value already
+        decoded. A string that is not JSON text is such a value (another client wrote a
+        bare string: parsing it failed, and the job showed none of its errors); see
+        :meth:`from_value`."""
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw)
+            except ValueError:
+                pass
+        return cls.from_value(raw)
 
     @classmethod
     def from_value(cls, data: Any) -> AttemptError:
-        """One entry, decoded (an element of a JSON array read whole, as SQLite's errors
-        are). Lenient: another client may have written any JSON here. An entry that is
-        not an object keeps its JSON text as the error; fields of the wrong type are
-        dropped. A row must always decode, or the batch it was claimed in would be
-        stranded. (A string entry of a decoded array was parsed as JSON again, which
-        failed, and every error of the job was lost.)"""
+        """One entry, decoded. Lenient: another client may have written any JSON here.
+        An entry that is not an object keeps its JSON text as the error; fields of the
+        wrong type are dropped. A row must always decode, or the batch it was claimed in
+        would be stranded."""
         if not isinstance(data, Mapping):
             return cls(datetime.min, 0, json.dumps(data), "")
         at_raw = data.get("at")

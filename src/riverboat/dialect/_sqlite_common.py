@@ -294,7 +294,7 @@ def _json_list(value: Any) -> list[Any]:
 
 
 def _errors(value: Any) -> list[AttemptError]:
-    return [AttemptError.from_value(e) for e in _json_list(value)]
+    return [AttemptError.from_json(e) for e in _json_list(value)]
 
 
 def _time(value: Any) -> datetime:
@@ -329,7 +329,7 @@ JOB_READER = JobReader(
         "created_at": Read(fast="parse_timestamp({v})", check_null=True, strict=_time),
         "errors": Read(
             sql=_JSON,
-            fast="[AttemptError.from_value(e) for e in json_loads({v})] if {v} else []",
+            fast="[AttemptError.from_json(e) for e in json_loads({v})] if {v} else []",
             strict=_errors,
         ),
         "finalized_at": Read(fast="parse_timestamp({v})", strict=parse_timestamp),
