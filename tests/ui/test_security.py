@@ -795,3 +795,25 @@ def test_a_lone_surrogate_in_a_job_is_shown_as_its_escape(sqlite_url: str, serve
     for path in (f"/jobs/{job.id}", "/jobs?state=discarded"):
         status, _, page = browser.request("GET", path)
         assert status == 200 and "e \\udfff" in page, path
+
+
+def test_a_workflow_id_is_one_segment_of_its_links(sqlite_url: str, serve: Any) -> None:
+    """A workflow id is anyone's to write (job metadata): ``../../jobs/N`` was linked
+    with its "/" as is, and the browser went to job N's page, whose Cancel and Retry
+    forms then acted on that job. The id is one encoded path segment, and its page
+    opens."""
+    with riverboat.Client(sqlite_url) as client:
+        victim = client.insert({}, kind="victim").job.id
+        wid = f"../../jobs/{victim}"
+        client.insert(
+            {},
+            InsertOpts(metadata={"riverboat_workflow": {"id": wid, "task": "t"}}),
+            kind="crafted",
+        )
+    browser = Http(serve(create_app(sqlite_url)).url)
+    status, _, page = browser.request("GET", "/workflows")
+    assert status == 200
+    encoded = f"/workflows/..%2F..%2Fjobs%2F{victim}"
+    assert f'href="{encoded}"' in page and f'href="/workflows/{wid}"' not in page
+    status, _, page = browser.request("GET", encoded)
+    assert status == 200 and f'action="{encoded}/cancel' in page

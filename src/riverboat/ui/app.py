@@ -251,6 +251,11 @@ def _pretty_json(value: Any) -> str:
 _GO_HTML_ESCAPES = (("\\u003c", "<"), ("\\u003e", ">"), ("\\u0026", "&"))
 
 
+def _segment(value: object) -> str:
+    """``value`` as one URL path segment: every reserved character encoded, "/" too."""
+    return quote(str(value), safe="")
+
+
 # A lone surrogate: JSON's "\ud800" escape decodes to one (Python's json.dumps and
 # JavaScript write it; SQLite's json() keeps it). No page holding one could be encoded:
 # the job's page, and every list it was on, answered 500. Shown as its escape.
@@ -750,6 +755,10 @@ def create_app(
     env.filters["iso"] = _iso
     env.filters["workflow_badge"] = _workflow_badge
     env.filters["args_preview"] = _args_preview
+    # A workflow id in a link is one path segment, its "/" encoded too: Jinja's urlencode
+    # keeps "/", so an id like "../../jobs/326" (metadata is anyone's to write) linked
+    # to job 326's page, whose Cancel and Retry forms then acted on that job.
+    env.filters["segment"] = _segment
     env.filters["last_error"] = _last_error
 
     def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -1076,7 +1085,7 @@ def create_app(
         except (NotFoundError, InvalidInputError):
             return error_page(request, 404, f"workflow {workflow_id!r} not found")
         message, kind = workflow_action_message(action, before, after)
-        back = _safe_back(request, f"/workflows/{quote(workflow_id, safe='/')}")
+        back = _safe_back(request, f"/workflows/{_segment(workflow_id)}")
         return flash.redirect(request, request.scope.get("root_path", "") + back, message, kind)
 
     async def jobs_bulk(request: Request) -> Response:
