@@ -253,6 +253,13 @@ async def test_a_client_waits_while_another_process_holds_its_id(
         registry = second.runtime.registry
         assert registry is not None and registry.lost and not registry.may_claim()
         assert second.runtime.producers["default"].fetches == 0
+        # A client that waits and stops leaves the holder's row alone (it deleted it by
+        # id: the holder then lost its place, its jobs' outcomes dropped).
+        third = _client(any_db, "twin")
+        await third.start()
+        await third.stop()
+        await third.close()
+        assert any_db.execute("SELECT pid FROM riverboat_client WHERE id = 'twin'") == [(1,)]
         beats = registry.heartbeats
         await first.stop()
         await wait_until_async(lambda: not registry.lost, timeout=30, what="second joins")

@@ -252,6 +252,13 @@ class ClientRegistry:
         if not self.enabled:
             return
         self.enabled = False
+        if self.lost:
+            # The row under this id is not this run's to remove: another process's
+            # (this client waited for it), or this run's own after its lease ran out,
+            # which the leader removes once it has rescued the jobs it lists. Removed
+            # here, a twin lost its place (its jobs' outcomes dropped), and a dead run's
+            # jobs waited for River's rescue (1 h).
+            return
         try:
             await self._driver.execute(self._dialect.client_delete(self._runtime.client_id))
         except DriverError as exc:
