@@ -187,7 +187,7 @@ def test_each_batch_is_one_bounded_statement(any_db: Db) -> None:  # noqa: F811
                 assert [s.query.name for s in stmt.then] == ["job_cancel_many_notify"]
 
 
-@pytest.mark.parametrize("metadata", ['"meta"', "[1]", "null", "5"])
+@pytest.mark.parametrize("metadata", ['"meta"', "[1]", "null", "5", '{"riverboat_workflow": [1]}'])
 def test_jobs_whose_metadata_is_not_an_object_are_cancelled_and_retried(
     any_db: Db,  # noqa: F811
     metadata: str,

@@ -101,8 +101,11 @@ RETRIED_STATE = f"""CASE
 # No braces (str.format, above).
 OBJECT_METADATA = """(CASE WHEN jsonb_typeof(river_job.metadata) = 'object'
                    THEN river_job.metadata ELSE jsonb_build_object() END)"""
-RETRIED_METADATA = f"""({OBJECT_METADATA} - 'cancel_attempted_at')
-                   #- ARRAY['{_KEY}', 'cancelled_by']"""
+# (#- refuses a text path into an array too: the workflow part only when an object.)
+RETRIED_METADATA = f"""(CASE WHEN jsonb_typeof(river_job.metadata->'{_KEY}') = 'object'
+                   THEN ({OBJECT_METADATA} - 'cancel_attempted_at')
+                        #- ARRAY['{_KEY}', 'cancelled_by']
+                   ELSE {OBJECT_METADATA} - 'cancel_attempted_at' END)"""
 
 
 def _stored_ids(ids: str) -> str:
