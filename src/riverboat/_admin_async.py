@@ -39,7 +39,13 @@ from riverboat._json import check_text_param
 from riverboat._periodic import PeriodicJobRecord
 from riverboat._queue import QueueRow
 from riverboat.errors import DriverError, InvalidInputError, NotFoundError
-from riverboat.flow import LimitUse, limit_uses, local_limit_uses, sequence_uses
+from riverboat.flow import (
+    LimitUse,
+    limit_uses,
+    local_limit_uses,
+    merge_number_forms,
+    sequence_uses,
+)
 from riverboat.workflow import WORKFLOW_TASKS_MAX
 
 if TYPE_CHECKING:
@@ -336,11 +342,15 @@ class AsyncAdmin:
                         rate_period=spec.get("period") if rate else None,
                     )
                 )
+                if dialect.flow_numbers_by_value:
+                    rows = merge_number_forms(rows, args_at=1, counts_from=2)
                 out += limit_uses(name, described, rows, rate=rate)
                 if local:
                     local_rows = await self.driver.fetch(
                         dialect.flow_local_use(queue=name, by_kind=by_kind, by_args=by_args)
                     )
+                    if dialect.flow_numbers_by_value:
+                        local_rows = merge_number_forms(local_rows, args_at=2, counts_from=3)
                     out += local_limit_uses(name, described, rows, local_rows, worker_ids)
             if described.get("sequences"):
                 rows = await self.driver.fetch(

@@ -38,6 +38,7 @@ __all__ = [
     "check_sequence_key",
     "limit_uses",
     "local_limit_uses",
+    "merge_number_forms",
     "partition_args_keys",
     "partition_of",
     "sequence_uses",
@@ -349,6 +350,45 @@ def _partition_key(spec: Mapping[str, Any], part_kind: Any, part_args: Any) -> l
         values = json.loads(part_args) if isinstance(part_args, str) else part_args
         partition += list(values or [])
     return partition
+
+
+def merge_number_forms(
+    rows: Sequence[Sequence[Any]], args_at: int, counts_from: int
+) -> list[list[Any]]:
+    """Use rows (a dialect's ``flow_use`` or ``flow_local_use``) whose partitions are
+    one for a claim that compares JSON numbers by value (Postgres: ``1`` and ``1.0``),
+    joined into one row, their counts (the columns from ``counts_from``) added. The
+    statements group partitions by their text: the limits view showed two rows for one
+    partition, each with part of its jobs (the one with ``1.0`` in use 0, while the claim
+    held its jobs back as the partition was full). ``args_at``: the column of the
+    partition's args values (JSON text)."""
+    merged: dict[str, list[Any]] = {}
+    for row in rows:
+        out = list(row)
+        values = out[args_at]
+        if isinstance(values, str):
+            values = json.loads(values)
+        out[args_at] = json.dumps(_integral_as_int(values))
+        key = json.dumps(out[:counts_from], default=str)
+        if key in merged:
+            into = merged[key]
+            for i in range(counts_from, len(out)):
+                into[i] = int(into[i]) + int(out[i])
+        else:
+            merged[key] = out
+    return list(merged.values())
+
+
+def _integral_as_int(value: Any) -> Any:
+    """``value`` (decoded JSON) with each float that holds a whole number (below 2**53,
+    where a float still holds every one) written as an int, in lists and objects too."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, list):
+        return [_integral_as_int(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _integral_as_int(item) for key, item in value.items()}
+    return value
 
 
 def local_limit_uses(

@@ -91,6 +91,31 @@ def test_local_limits_and_sequences_show_their_use_per_worker_and_key(
         assert any(line.split()[1:3] == ["sequence", '["a"]'] for line in table[1:])
 
 
+def test_numbers_of_one_value_are_one_partition_on_postgres(
+    pg_url: str, pg_schema: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Postgres's claim compares JSON numbers by value: customer 1 and customer 1.0 are
+    one partition (docs/flow-control.md). The view grouped them by text and showed two,
+    the 1.0 one in use 0 while the claim held both its jobs back; and a local limit's
+    rows split the same way. (SQLite keeps them apart, as its claim does.)"""
+    db = Db("postgres", pg_url, pg_schema)
+    jobs = [
+        InsertManyParams({"customer_id": value, "sleep": 30}, kind="flow_job")
+        for value in (1, 1.0, 1.0)
+    ]
+    client = _insert(db, jobs)
+    flow = {"concurrency": {"global_limit": 1, "local_limit": 1, "by_args": ["customer_id"]}}
+    with client, workers(db, 1, flow, hard_stop=True):
+
+        def settled() -> bool:
+            uses = _limits(db, capsys, "--json")
+            return sorted(
+                (u["limit"], u["partition"], u["in_use"], u["due"], u["held_back"]) for u in uses
+            ) == [("concurrency", [1], 1, 2, 2), ("local", [1], 1, 2, 2)]
+
+        wait_until(settled, timeout=60, what="one partition: one job running, two held back")
+
+
 def test_a_long_partition_is_cut_in_the_table_not_in_json() -> None:
     """A 300-character args value widened every row of the table past 300 columns."""
     from riverboat.cli.queues import PARTITION_WIDTH, _cut

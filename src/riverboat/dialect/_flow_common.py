@@ -40,6 +40,10 @@ class FlowStatements(DialectPart, ABC):
     # Whether a whole-queue concurrency limit's claim takes ``in_flight`` and counts each
     # live client by its record of it instead of by its rows.
     flow_claim_counts_in_flight: ClassVar[bool] = False
+    # Whether partition values that are JSON numbers compare by value (Postgres's jsonb:
+    # 1 and 1.0 are one partition for the claim) while the use statements group them by
+    # their text: riverboat.flow.merge_number_forms then joins those rows.
+    flow_numbers_by_value: ClassVar[bool] = False
 
     def flow_forget_record(self, queue: str, client_id: str) -> Statement | None:
         """Delete the record of in-flight jobs ``client_id`` keeps for ``queue`` (where the

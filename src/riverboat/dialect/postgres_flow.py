@@ -228,6 +228,7 @@ class PostgresFlow(DialectPart):
     _queries: ClassVar[dict[str, str]] = QUERIES
     flow_claim_excludes_finished: ClassVar[bool] = True
     flow_claim_counts_in_flight: ClassVar[bool] = True
+    flow_numbers_by_value: ClassVar[bool] = True
 
     def flow_forget_record(self, queue: str, client_id: str) -> Statement | None:
         return self.stmt("flow_forget_record", queue=queue, client_id=client_id)
