@@ -354,7 +354,7 @@ def _partition_key(spec: Mapping[str, Any], part_kind: Any, part_args: Any) -> l
 
 def merge_number_forms(
     rows: Sequence[Sequence[Any]], args_at: int, counts_from: int
-) -> list[list[Any]]:
+) -> list[Sequence[Any]]:
     """Use rows (a dialect's ``flow_use`` or ``flow_local_use``) whose partitions are
     one for a claim that compares JSON numbers by value (Postgres: ``1`` and ``1.0``),
     joined into one row, their counts (the columns from ``counts_from``) added. The
@@ -376,7 +376,8 @@ def merge_number_forms(
                 into[i] = int(into[i]) + int(out[i])
         else:
             merged[key] = out
-    return list(merged.values())
+    joined: list[Sequence[Any]] = list(merged.values())
+    return joined
 
 
 def _integral_as_int(value: Any) -> Any:
