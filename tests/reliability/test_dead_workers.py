@@ -33,6 +33,7 @@ from tests.reliability._support import (
     query,
     running_ids,
     spawn_worker,
+    sql,
     stop_process,
 )
 from tests.waiting import wait_until
@@ -217,6 +218,89 @@ def test_a_worker_restarted_under_its_killed_runs_id_runs_its_jobs_again(
         again.append(rerun - killed_at)
     print(f"the killed run's {len(left_running)} jobs ran again after {sorted(again)} s")
     assert max(again) < 60
+
+
+def _write(url: str, schema: str | None, text: str) -> None:
+    """One write on either database, committed."""
+    if not is_sqlite(url):
+        sql(url, schema, text)
+        return
+    from riverboat.drivers._sqlite_module import sqlite_module
+
+    conn = sqlite_module().connect(url.removeprefix("sqlite:///"), timeout=10)
+    with conn:
+        conn.execute(text)
+    conn.close()
+
+
+def _hold_leadership_as_go_river(url: str, schema: str | None) -> None:
+    """A Go River client leads for the next hour (its river_leader row): no riverboat
+    client runs the maintenance services, the dead-client rescue among them."""
+    now, later = (
+        ("strftime('%Y-%m-%d %H:%M:%f', 'now')", "strftime('%Y-%m-%d %H:%M:%f', 'now', '+1 hour')")
+        if is_sqlite(url)
+        else ("now()", "now() + interval '1 hour'")
+    )
+    _write(
+        url,
+        schema,
+        "INSERT INTO river_leader (leader_id, elected_at, expires_at)"
+        f" VALUES ('go-river-1', {now}, {later})",
+    )
+
+
+def test_a_restart_under_its_killed_runs_id_beside_a_go_leader_works(
+    tmp_path: Path, db: tuple[str, str | None]
+) -> None:
+    """With a Go River leader, no riverboat leader removes a dead client's row: the
+    worker restarted under its killed run's id, waiting for that row to go, waited for
+    ever, claiming nothing (found by an adversarial test). It rescues the row's jobs and
+    removes it itself once the row's lease ran out, then joins and works."""
+    url, schema = db
+    _hold_leadership_as_go_river(url, schema)
+    ids = insert_jobs(url, schema, "rel_span", [{"sleep": 1.0} for _ in range(6)])
+    a = spawn_worker(tmp_path, url, schema, RB_CLIENT_ID="pod_0", **ENV)
+    reader_a = OutputReader(a)
+    wait_until(lambda: len(starts_in(tmp_path, a.pid)) >= 4, timeout=60, what="a's runs")
+    a.send_signal(signal.SIGKILL)
+    a.wait(10)
+    reader_a.join()
+    left_running = running_ids(url, schema)
+    assert left_running, "the kill left no job running"
+    b = spawn_worker(tmp_path, url, schema, RB_CLIENT_ID="pod_0", **ENV)
+    reader_b = OutputReader(b)
+    try:
+        # Rescued (retryable), and the jobs the killed run had not started are worked.
+        wait_until(
+            lambda: (
+                counts_by_state(url, schema)
+                == {"retryable": len(left_running), "completed": len(ids) - len(left_running)}
+            ),
+            timeout=60,
+            what="the killed run's jobs rescued, the others worked",
+        )
+        # What the Go leader's scheduler does with retryable jobs whose time has come
+        # (this test's leader row has no process behind it).
+        with_state = "state = 'available', scheduled_at = " + (
+            "strftime('%Y-%m-%d %H:%M:%f', 'now')" if is_sqlite(url) else "now()"
+        )
+        _write(url, schema, f"UPDATE river_job SET {with_state} WHERE state = 'retryable'")
+        wait_until(
+            lambda: counts_by_state(url, schema) == {"completed": len(ids)},
+            timeout=60,
+            what="every job completed",
+        )
+    finally:
+        code = stop_process(b)
+        reader_b.join()
+        print(reader_b.text())
+        assert code == 0
+    assert "LEADER pod_0" not in reader_b.text()  # Go River led throughout
+    table = job_table(url, schema)
+    for job in left_running:
+        state, attempt, errors = table[job]
+        assert state == "completed" and attempt == 2, table[job]
+        assert [e["error"] for e in errors] == [RESCUE_ERROR]
 
 
 def test_frozen_worker_wakes_without_a_second_concurrent_run(

@@ -112,6 +112,8 @@ class RegisteredRuntime(Protocol):
     @property
     def completer(self) -> Completer | None: ...
 
+    async def rescue_dead_client(self, client_id: str) -> None: ...
+
 
 class ClientRegistry:
     """One client's row in ``riverboat_client``, kept fresh by a heartbeat task."""
@@ -210,9 +212,9 @@ class ClientRegistry:
         River's rescue (``rescue_stuck_jobs_after``, 1 h by default), and two live
         processes shared one row, each counted as the other. So this client waits, as
         one that lost its place does: no claims, and at each heartbeat one attempt to
-        join, which succeeds once the row is gone (a clean stop removes it; the leader
-        removes a dead one after rescuing its jobs: within ``dead_after`` and
-        ``dead_client_check_interval`` of the kill)."""
+        join, which succeeds once the row is gone (a clean stop removes it; a dead one's
+        jobs are rescued and the row removed once its lease ran out: by the leader, or
+        by this client itself, see _free_the_id)."""
         self.lost = True
         self._last_attempt = time.monotonic()
         held_by = [
@@ -222,10 +224,10 @@ class ClientRegistry:
         log.warning(
             "registry: client id %r is already in the registry (%s): a process that holds "
             "it, or this one's previous run, which did not stop cleanly. This client claims "
-            "no jobs until that row is gone: a live holder removes it when it stops; for a "
-            "dead run the leader rescues its jobs and removes it within dead_after (%gs) "
-            "of its last heartbeat and dead_client_check_interval. Give each process run "
-            "its own id (Client(id=...)); see docs/fleet.md",
+            "no jobs until that row is gone: a live holder removes it when it stops; a dead "
+            "run's jobs are rescued and its row removed once its lease has run out, "
+            "dead_after (%gs) after its last heartbeat. Give each process run its own id "
+            "(Client(id=...)); see docs/fleet.md",
             self._runtime.client_id,
             "; ".join(held_by) or "a row written just now",
             self.dead_after,
@@ -312,6 +314,8 @@ class ClientRegistry:
         await self._send(sent)
 
     async def _send(self, sent: float) -> None:
+        if self.lost:
+            await self._free_the_id()
         try:
             # Bounded like every call of the runtime (runtime/health.py): a silent
             # connection is dropped, not waited on past dead_after.
@@ -358,6 +362,20 @@ class ClientRegistry:
         self._last_ok = sent
         self.heartbeats += 1
         self._apply(rows)
+
+    async def _free_the_id(self) -> None:
+        """While this client waits for its id (its lease lost, or another row held the
+        id when it started): the row under the id is rescued and removed here once its
+        lease ran out, as riverboat's leader would. Only riverboat's leader does it
+        otherwise: beside a Go River leader, a worker restarted under its killed run's
+        id waited for ever, claiming nothing. A live holder's row is left alone. A
+        failure is the next heartbeat's to retry (its jobs are rescued once: the
+        rescue re-checks each is still running)."""
+        try:
+            async with bounded(self._runtime.config.db_call_timeout, "dead client rescue"):
+                await self._runtime.rescue_dead_client(self._runtime.client_id)
+        except DriverError as exc:
+            log.warning("registry: rescuing the jobs under this client's id failed: %s", exc)
 
     def _lose(self, why: str) -> None:
         if self.lost:

@@ -507,19 +507,15 @@ class Runtime:
         await producer.stop()
 
     # -- leader election and maintenance (riverboat.runtime.elector / .maintenance) -----
-    def _start_leadership(self) -> None:
-        """Run for leader, and run the maintenance services while leading."""
-        from riverboat.runtime.elector import Elector
-        from riverboat.runtime.maintenance import (
-            Maintainer,
-            MaintenanceConfig,
-            MaintenanceContext,
-            build_services,
-        )
+    def _maintenance_context(self) -> MaintenanceContext:
+        """The context the maintenance services run in (built once)."""
+        from riverboat.runtime.maintenance import MaintenanceConfig, MaintenanceContext
 
+        if self._maintenance_ctx is not None:
+            return self._maintenance_ctx
         cfg = self.config
         mcfg = cfg.maintenance if cfg.maintenance is not None else MaintenanceConfig()
-        ctx = MaintenanceContext(
+        self._maintenance_ctx = MaintenanceContext(
             driver=self.driver,
             client_id=self.client_id,
             config=mcfg,
@@ -533,7 +529,25 @@ class Runtime:
             dead_after=cfg.dead_after,
             args_keys=lambda: partition_args_keys(self.config.queues),
         )
-        self._maintenance_ctx = ctx
+        return self._maintenance_ctx
+
+    async def rescue_dead_client(self, client_id: str) -> None:
+        """Rescue the jobs of ``client_id`` and remove its row when its registry lease
+        ran out, as the leader's dead-client rescue does (runtime/maintenance/rescuer.py):
+        for this client while it waits for its own id (runtime/registry.py), which only
+        riverboat's leader would otherwise free, never a Go River leader."""
+        from riverboat.runtime.maintenance.rescuer import DeadClientRescuer
+
+        await DeadClientRescuer(self._maintenance_context()).rescue_client(client_id)
+
+    def _start_leadership(self) -> None:
+        """Run for leader, and run the maintenance services while leading."""
+        from riverboat.runtime.elector import Elector
+        from riverboat.runtime.maintenance import Maintainer, build_services
+
+        cfg = self.config
+        ctx = self._maintenance_context()
+        mcfg = ctx.config
         elector = Elector(self.driver, self.client_id, mcfg.elector, notifier=self.notifier)
         maintainer = Maintainer(
             elector,

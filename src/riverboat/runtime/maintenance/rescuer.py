@@ -207,8 +207,18 @@ class DeadClientRescuer(JobRescuer):
 
     async def run_once(self) -> None:
         live, dead = await self._liveness()
-        if not dead:
-            return
+        if dead:
+            await self._rescue_dead(live, dead)
+
+    async def rescue_client(self, client_id: str) -> None:
+        """Rescue ``client_id``'s jobs and remove its row if its lease ran out (nothing
+        otherwise): for a client that waits for its own id to be free, whatever the
+        leader is."""
+        live, dead = await self._liveness()
+        if client_id in dead:
+            await self._rescue_dead(live, {client_id})
+
+    async def _rescue_dead(self, live: dict[str, WorkerInfo], dead: set[str]) -> None:
         ctx = self.ctx
         if not ctx.dialect.row_locks:
             # SQLite: a lease also runs out while another connection holds the write
