@@ -21,6 +21,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from riverboat._json import check_text_param
@@ -357,19 +358,18 @@ def merge_number_forms(
 ) -> list[Sequence[Any]]:
     """Use rows (a dialect's ``flow_use`` or ``flow_local_use``) whose partitions are
     one for a claim that compares JSON numbers by value (Postgres: ``1`` and ``1.0``),
-    joined into one row, their counts (the columns from ``counts_from``) added. The
-    statements group partitions by their text: the limits view showed two rows for one
-    partition, each with part of its jobs (the one with ``1.0`` in use 0, while the claim
-    held its jobs back as the partition was full). ``args_at``: the column of the
-    partition's args values (JSON text)."""
+    joined into one row, their counts (the columns from ``counts_from``) added; the row
+    keeps the first one's text. The statements group partitions by their text: the
+    limits view showed two rows for one partition, each with part of its jobs (the one
+    with ``1.0`` in use 0, while the claim held its jobs back as the partition was
+    full). ``args_at``: the column of the partition's args values (JSON text)."""
     merged: dict[str, list[Any]] = {}
     for row in rows:
         out = list(row)
         values = out[args_at]
         if isinstance(values, str):
-            values = json.loads(values)
-        out[args_at] = json.dumps(_integral_as_int(values))
-        key = json.dumps(out[:counts_from], default=str)
+            values = json.loads(values, parse_float=Decimal, parse_int=Decimal)
+        key = repr((out[:args_at], _by_value(values), out[args_at + 1 : counts_from]))
         if key in merged:
             into = merged[key]
             for i in range(counts_from, len(out)):
@@ -380,16 +380,22 @@ def merge_number_forms(
     return joined
 
 
-def _integral_as_int(value: Any) -> Any:
-    """``value`` (decoded JSON) with each float that holds a whole number (below 2**53,
-    where a float still holds every one) written as an int, in lists and objects too."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return int(value)
+def _by_value(value: Any) -> Any:
+    """``value`` (decoded JSON) as Postgres's jsonb equality sees it: numbers by exact
+    value (read as Decimal: floats would join 0.1 and 0.10000000000000001 and part
+    9007199254740993 from its .0 form), object keys in any order; tagged so that no
+    two kinds of value look alike (True is not 1, "1" is not 1)."""
+    if isinstance(value, bool) or value is None:
+        return ("b", value)
+    if isinstance(value, (Decimal, int, float)):
+        return ("n", str(Decimal(value).normalize()))
+    if isinstance(value, str):
+        return ("s", value)
     if isinstance(value, list):
-        return [_integral_as_int(item) for item in value]
+        return ("l", tuple(_by_value(item) for item in value))
     if isinstance(value, dict):
-        return {key: _integral_as_int(item) for key, item in value.items()}
-    return value
+        return ("d", tuple(sorted((str(k), _by_value(v)) for k, v in value.items())))
+    return ("?", repr(value))
 
 
 def local_limit_uses(

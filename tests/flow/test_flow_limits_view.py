@@ -153,3 +153,39 @@ def test_a_partition_key_with_a_quote_or_backslash_is_read_per_value(any_db: Db)
         ([1], 2),
         ([2], 1),
     ]
+
+
+def test_number_forms_are_joined_by_exact_value() -> None:
+    """As Postgres's jsonb equality sees numbers: by exact value (1 and 1.0, 1e20 and
+    its digits, objects in any key order), not through floats (which joined 0.1 with
+    0.10000000000000001, and kept 9007199254740993 apart from its .0 form); a boolean
+    or a string is not a number. Counts are added; the row keeps the first text."""
+    from riverboat.flow import merge_number_forms
+
+    rows = [
+        (None, text, running, 0, due)
+        for text, running, due in [
+            ("[1]", 1, 0),
+            ("[1.0]", 0, 2),
+            ("[0.1]", 0, 1),
+            ("[0.10000000000000001]", 0, 1),
+            ("[9007199254740993]", 1, 0),
+            ("[9007199254740993.0]", 0, 1),
+            ("[true]", 1, 0),
+            ('["1"]', 0, 1),
+            ('[{"a": 1, "b": 2.0}]', 1, 0),
+            ('[{"b": 2, "a": 1.00}]', 0, 3),
+            ("[1e20]", 0, 1),
+            ("[100000000000000000000]", 1, 0),
+        ]
+    ]
+    assert [list(r) for r in merge_number_forms(rows, args_at=1, counts_from=2)] == [
+        [None, "[1]", 1, 0, 2],
+        [None, "[0.1]", 0, 0, 1],
+        [None, "[0.10000000000000001]", 0, 0, 1],
+        [None, "[9007199254740993]", 1, 0, 1],
+        [None, "[true]", 1, 0, 0],
+        [None, '["1"]', 0, 0, 1],
+        [None, '[{"a": 1, "b": 2.0}]', 1, 0, 3],
+        [None, "[1e20]", 1, 0, 1],
+    ]
