@@ -273,3 +273,38 @@ async def test_a_client_waits_while_another_process_holds_its_id(
         await second.close()
     assert "client id 'twin' is already in the registry" in caplog.text
     assert "pid 1, lease still valid" in caplog.text
+
+
+async def test_a_client_that_lost_its_lease_and_stops_leaves_no_row(
+    any_db: Db,  # noqa: F811
+) -> None:
+    """A client whose lease ran out keeps its row when it stops (the row's jobs are to
+    be rescued first), but rescues it and removes it itself then: without riverboat's
+    leader (beside a Go River leader, or with leader_election off) nothing else did,
+    and the dead row stayed in the registry for good."""
+    client = riverboat.AsyncClient(
+        any_db.url,
+        schema=any_db.schema,
+        id="solo",
+        queues={"default": QueueConfig(max_workers=1)},
+        workers=WORKERS,
+        leader_election=False,
+        heartbeat_interval=0.5,
+        dead_after=60.0,
+    )
+    await client.start()
+    try:
+        registry = client.runtime.registry
+        assert registry is not None
+        # Run out (SQLite renews a lease that ran out unless a rescue condemned it).
+        past = (
+            "'1970-01-01 00:00:00.000'"
+            if any_db.dialect == "sqlite"
+            else "now() - interval '1 minute'"
+        )
+        any_db.execute(f"UPDATE riverboat_client SET expires_at = {past} WHERE id = 'solo'")
+        await wait_until_async(lambda: registry.lost, timeout=30, what="the lease lost")
+    finally:
+        await client.stop()
+        await client.close()
+    assert any_db.execute("SELECT id FROM riverboat_client WHERE id = 'solo'") == []

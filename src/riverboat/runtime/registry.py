@@ -257,9 +257,12 @@ class ClientRegistry:
         if self.lost:
             # The row under this id is not this run's to remove: another process's
             # (this client waited for it), or this run's own after its lease ran out,
-            # which the leader removes once it has rescued the jobs it lists. Removed
-            # here, a twin lost its place (its jobs' outcomes dropped), and a dead run's
-            # jobs waited for River's rescue (1 h).
+            # whose jobs must be rescued before it goes. Removed here, a twin lost its
+            # place (its jobs' outcomes dropped), and a dead run's jobs waited for
+            # River's rescue (1 h). One last rescue of an expired row, as at each
+            # heartbeat: without riverboat's leader (beside a Go River leader) nothing
+            # else would remove this run's own row.
+            await self._free_the_id()
             return
         try:
             await self._driver.execute(self._dialect.client_delete(self._runtime.client_id))
