@@ -358,17 +358,21 @@ def merge_number_forms(
 ) -> list[Sequence[Any]]:
     """Use rows (a dialect's ``flow_use`` or ``flow_local_use``) whose partitions are
     one for a claim that compares JSON numbers by value (Postgres: ``1`` and ``1.0``),
-    joined into one row, their counts (the columns from ``counts_from``) added; the row
-    keeps the first one's text. The statements group partitions by their text: the
-    limits view showed two rows for one partition, each with part of its jobs (the one
-    with ``1.0`` in use 0, while the claim held its jobs back as the partition was
-    full). ``args_at``: the column of the partition's args values (JSON text)."""
+    joined into one row, their counts (the columns from ``counts_from``) added, each
+    number written as its exact value (``1.0`` as ``1``). The statements group
+    partitions by their text: the limits view showed two rows for one partition, each
+    with part of its jobs (the one with ``1.0`` in use 0, while the claim held its jobs
+    back as the partition was full). ``args_at``: the column of the partition's args
+    values (JSON text)."""
     merged: dict[str, list[Any]] = {}
     for row in rows:
         out = list(row)
         values = out[args_at]
         if isinstance(values, str):
             values = json.loads(values, parse_float=Decimal, parse_int=Decimal)
+        # One text for one value, in every statement's rows (the local limit's rows are
+        # matched to the use rows by it): numbers as their exact value.
+        out[args_at] = _number_text(values)
         key = repr((out[:args_at], _by_value(values), out[args_at + 1 : counts_from]))
         if key in merged:
             into = merged[key]
@@ -378,6 +382,20 @@ def merge_number_forms(
             merged[key] = out
     joined: list[Sequence[Any]] = list(merged.values())
     return joined
+
+
+def _number_text(value: Any) -> str:
+    """``value`` (decoded JSON, numbers as Decimal) as JSON text, each number as its
+    exact value: a whole one as an integer, another in plain decimal notation."""
+    if isinstance(value, Decimal):
+        exact = value.normalize()
+        return str(int(exact)) if exact == exact.to_integral_value() else format(exact, "f")
+    if isinstance(value, list):
+        return "[" + ", ".join(_number_text(item) for item in value) + "]"
+    if isinstance(value, dict):
+        items = (f"{json.dumps(str(k))}: {_number_text(v)}" for k, v in value.items())
+        return "{" + ", ".join(items) + "}"
+    return json.dumps(value)
 
 
 def _by_value(value: Any) -> Any:
