@@ -229,6 +229,7 @@ def test_lone_surrogates_from_json_escapes_are_printed_as_escapes(sqlite_url: st
         ("jobs", "delete", "1_0"),
         ("jobs", "list", "--older-than", "\u0663d"),
         ("jobs", "wait", "3", "--timeout", "1_0"),
+        ("worker", "app:make_client", "--soft-stop-timeout", "\u0663"),
     ],
 )
 def test_numbers_are_ascii_digits(sqlite_url: str, argv: tuple[str, ...]) -> None:

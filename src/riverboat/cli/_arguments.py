@@ -32,6 +32,17 @@ def integer(text: str) -> int:
     return int(text)
 
 
+def plain_number(text: str) -> float:
+    """An argparse ``type``: a number in ASCII (``float`` reads other scripts' digits
+    and underscores too); the option checks its own range."""
+    try:
+        if not _plain(text):
+            raise ValueError(text)
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
 def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
     """An argparse ``type``: an int of at least ``low`` (and at most ``high``)."""
 

@@ -12,7 +12,7 @@ from typing import Any
 from riverboat._seconds import is_seconds
 from riverboat.bench.env import DRIVERS
 from riverboat.bench.runner import DEFAULT_PARTS, PARTS
-from riverboat.cli._arguments import integer
+from riverboat.cli._arguments import integer, plain_number
 from riverboat.errors import InvalidInputError
 
 __all__ = ["add_arguments", "run"]
@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=integer, default=200, help="calls per operation (200)")
     parser.add_argument(
         "--duration",
-        type=float,
+        type=plain_number,
         default=None,
         help="stop the end-to-end phase after S seconds, whatever is left (River's --duration)",
     )
@@ -82,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--cpu-job-ms",
-        type=float,
+        type=plain_number,
         default=None,
         help="how long each CPU-bound job of the 'process' part runs (100 ms)",
     )

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from riverboat._imports import import_attribute
-from riverboat.cli._arguments import integer
+from riverboat.cli._arguments import integer, plain_number
 from riverboat.cli._terminal import PrintableFormatter
 from riverboat.client import AsyncClient, Client
 from riverboat.errors import InvalidInputError
@@ -73,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--soft-stop-timeout",
-        type=float,
+        type=plain_number,
         default=None,
         metavar="SECONDS",
         help="on SIGTERM, wait this long for running jobs before handing them back "
