@@ -187,7 +187,6 @@ class ClientRegistry:
                 "are rescued by River's rule only (rescue_stuck_jobs_after) if it dies"
             )
             return
-        holders = await self._driver.fetch(self._dialect.client_holder(self._runtime.client_id))
         sent = time.monotonic()
         # Never over a row another run holds (see _wait_for_the_id).
         rows = await self._driver.fetch(self._register())
@@ -196,7 +195,9 @@ class ClientRegistry:
             self._last_ok = sent
             self._apply(rows)
         else:
-            self._wait_for_the_id(holders)
+            # Who holds it, read only then: every other start saves the statement.
+            client_id = self._runtime.client_id
+            self._wait_for_the_id(await self._driver.fetch(self._dialect.client_holder(client_id)))
         # Stopped by cancellation (stop), which supervised() never catches.
         self._task = asyncio.create_task(
             supervised("registry heartbeat", self._run, lambda: False), name="riverboat-heartbeat"
@@ -229,7 +230,7 @@ class ClientRegistry:
             "dead_after (%gs) after its last heartbeat. Give each process run its own id "
             "(Client(id=...)); see docs/fleet.md",
             self._runtime.client_id,
-            "; ".join(held_by) or "a row written just now",
+            "; ".join(held_by) or "a row removed since",
             self.dead_after,
         )
 

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from riverboat.runtime.maintenance import Maintainer, MaintenanceContext
     from riverboat.runtime.maintenance.config import MaintenanceConfig
     from riverboat.runtime.maintenance.periodic_job import PeriodicJob
+    from riverboat.runtime.maintenance.rescuer import DeadClientRescuer
 
 __all__ = ["DEFAULT_SOFT_STOP_TIMEOUT", "IDLE_HORIZON", "STOP_GRACE", "Runtime", "RuntimeConfig"]
 
@@ -297,6 +298,7 @@ class Runtime:
         # now. start() hands this one object to the producers and the maintenance.
         self.clock = clock if clock is not None else Clock()
         self._maintenance_ctx: MaintenanceContext | None = None
+        self._dead_client_rescuer: DeadClientRescuer | None = None  # rescue_dead_client's
         self.registry: ClientRegistry | None = None
         # Leader election and maintenance: made by start() unless leader_election is off.
         self.elector: Elector | None = None
@@ -538,7 +540,11 @@ class Runtime:
         riverboat's leader would otherwise free, never a Go River leader."""
         from riverboat.runtime.maintenance.rescuer import DeadClientRescuer
 
-        await DeadClientRescuer(self._maintenance_context()).rescue_client(client_id)
+        # One rescuer for the waits: it asks once whether riverboat's migration line is
+        # applied, where a new one each heartbeat asked again every time.
+        if self._dead_client_rescuer is None:
+            self._dead_client_rescuer = DeadClientRescuer(self._maintenance_context())
+        await self._dead_client_rescuer.rescue_client(client_id)
 
     def _start_leadership(self) -> None:
         """Run for leader, and run the maintenance services while leading."""
