@@ -371,9 +371,10 @@ def merge_number_forms(
         if isinstance(values, str):
             values = json.loads(values, parse_float=Decimal, parse_int=Decimal)
         # One text for one value, in every statement's rows (the local limit's rows are
-        # matched to the use rows by it): numbers as their exact value.
+        # matched to the use rows by it); the key also reads objects' keys in any order.
         out[args_at] = _number_text(values)
-        key = repr((out[:args_at], _by_value(values), out[args_at + 1 : counts_from]))
+        by_value = [*out[:args_at], _number_text(values, sort_keys=True), *out[args_at + 1 :]]
+        key = json.dumps(by_value[:counts_from], default=str)
         if key in merged:
             into = merged[key]
             for i in range(counts_from, len(out)):
@@ -384,36 +385,25 @@ def merge_number_forms(
     return joined
 
 
-def _number_text(value: Any) -> str:
-    """``value`` (decoded JSON, numbers as Decimal) as JSON text, each number as its
-    exact value: a whole one as an integer, another in plain decimal notation."""
+def _number_text(value: Any, *, sort_keys: bool = False) -> str:
+    """``value`` (decoded JSON, numbers as Decimal) as JSON text that is one text for
+    one value as Postgres's jsonb equality sees it: each number as its exact value (a
+    whole one as an integer, another in plain decimal notation: floats would join 0.1
+    and 0.10000000000000001, and part 9007199254740993 from its .0 form); true is not
+    1, and "1" is not 1. With ``sort_keys``, objects' keys are sorted (any order is one
+    value), else kept in the order given."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = Decimal(repr(value))
     if isinstance(value, Decimal):
         exact = value.normalize()
         return str(int(exact)) if exact == exact.to_integral_value() else format(exact, "f")
     if isinstance(value, list):
-        return "[" + ", ".join(_number_text(item) for item in value) + "]"
+        return "[" + ", ".join(_number_text(item, sort_keys=sort_keys) for item in value) + "]"
     if isinstance(value, dict):
-        items = (f"{json.dumps(str(k))}: {_number_text(v)}" for k, v in value.items())
+        pairs = sorted(value.items()) if sort_keys else value.items()
+        items = (f"{json.dumps(str(k))}: {_number_text(v, sort_keys=sort_keys)}" for k, v in pairs)
         return "{" + ", ".join(items) + "}"
     return json.dumps(value)
-
-
-def _by_value(value: Any) -> Any:
-    """``value`` (decoded JSON) as Postgres's jsonb equality sees it: numbers by exact
-    value (read as Decimal: floats would join 0.1 and 0.10000000000000001 and part
-    9007199254740993 from its .0 form), object keys in any order; tagged so that no
-    two kinds of value look alike (True is not 1, "1" is not 1)."""
-    if isinstance(value, bool) or value is None:
-        return ("b", value)
-    if isinstance(value, (Decimal, int, float)):
-        return ("n", str(Decimal(value).normalize()))
-    if isinstance(value, str):
-        return ("s", value)
-    if isinstance(value, list):
-        return ("l", tuple(_by_value(item) for item in value))
-    if isinstance(value, dict):
-        return ("d", tuple(sorted((str(k), _by_value(v)) for k, v in value.items())))
-    return ("?", repr(value))
 
 
 def local_limit_uses(

@@ -21,8 +21,11 @@ def page_size(most: int) -> Callable[[str], int]:
 _INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
-def _plain(text: str) -> bool:
-    return text.isascii() and "_" not in text
+def _ascii_float(text: str) -> float:
+    """``float(text)`` for ASCII text without underscores; ValueError otherwise."""
+    if not text.isascii() or "_" in text:
+        raise ValueError(text)
+    return float(text)
 
 
 def integer(text: str) -> int:
@@ -36,9 +39,7 @@ def plain_number(text: str) -> float:
     """An argparse ``type``: a number in ASCII (``float`` reads other scripts' digits
     and underscores too); the option checks its own range."""
     try:
-        if not _plain(text):
-            raise ValueError(text)
-        return float(text)
+        return _ascii_float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
 
@@ -64,9 +65,7 @@ def seconds(*, positive: bool = False) -> Callable[[str], float]:
 
     def parse(text: str) -> float:
         try:
-            if not _plain(text):
-                raise ValueError(text)
-            value = float(text)
+            value = _ascii_float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
         if not is_seconds(value, positive=positive):
