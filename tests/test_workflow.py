@@ -1056,11 +1056,9 @@ def test_a_fan_out_inserted_by_its_worker_is_claimed_by_its_promotion(
         # The echo's wake-up, within the cooldown of the claim that took the root,
         # makes the producer claim again only at the cooldown's end: none of its own
         # claims is in flight when the root ends a moment later.
-        client = riverboat.AsyncClient(
-            pg_url,
-            schema=pg_schema,
-            queues={"default": QueueConfig(max_workers=20)},
-            workers=workers,
+        client = _async_client(
+            Db("postgres", pg_url, pg_schema),
+            workers,
             fetch_cooldown=cooldown,
             fetch_poll_interval=30.0,
         )

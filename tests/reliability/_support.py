@@ -392,14 +392,16 @@ def is_sqlite(url: str) -> bool:
 
 
 def query(url: str, schema: str | None, text: str) -> list[tuple[Any, ...]]:
-    """One read on either database (``text`` must suit both when used for both)."""
+    """One statement on either database, committed (``text`` must suit both when used
+    for both)."""
     if not is_sqlite(url):
         return sql(url, schema, text)
     from riverboat.drivers._sqlite_module import sqlite_module
 
     conn = sqlite_module().connect(url.removeprefix("sqlite:///"), timeout=10)
     try:
-        rows: list[tuple[Any, ...]] = conn.execute(text).fetchall()
+        with conn:
+            rows: list[tuple[Any, ...]] = conn.execute(text).fetchall()
         return rows
     finally:
         conn.close()

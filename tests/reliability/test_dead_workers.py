@@ -20,6 +20,7 @@ import subprocess
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,6 @@ from tests.reliability._support import (
     query,
     running_ids,
     spawn_worker,
-    sql,
     stop_process,
 )
 from tests.waiting import wait_until
@@ -115,21 +115,58 @@ def _stop_both(
         reader_b.join()
 
 
-def test_killed_worker_jobs_run_again_within_seconds(
-    tmp_path: Path, db: tuple[str, str | None]
-) -> None:
-    url, schema = db
-    ids = insert_jobs(url, schema, "rel_span", [{"sleep": 1.0} for _ in range(12)])
-    a = spawn_worker(tmp_path, url, schema, RB_CLIENT_ID="worker_a", **ENV)
+def _kill_mid_jobs(
+    tmp_path: Path, url: str, schema: str | None, client_id: str
+) -> tuple[subprocess.Popen[bytes], float, set[int]]:
+    """A worker under ``client_id``, in the registry, SIGKILLed once it has started 4
+    jobs: its process, when it was killed, and the jobs it left running."""
+    a = spawn_worker(tmp_path, url, schema, RB_CLIENT_ID=client_id, **ENV)
     reader_a = OutputReader(a)
     wait_until(lambda: len(starts_in(tmp_path, a.pid)) >= 4, timeout=60, what="a's runs")
-    assert "worker_a" in registry_ids(url, schema)
+    assert client_id in registry_ids(url, schema)
     a.send_signal(signal.SIGKILL)
     a.wait(10)
     killed_at = time.time()
     reader_a.join()
     left_running = running_ids(url, schema)
     assert left_running, "the kill left no job running"
+    return a, killed_at, left_running
+
+
+def _ran_again(
+    tmp_path: Path,
+    url: str,
+    schema: str | None,
+    left_running: set[int],
+    killed: tuple[subprocess.Popen[bytes], float],
+    rerun_by: subprocess.Popen[bytes],
+    attempted: list[str],
+) -> tuple[list[float], dict[int, tuple[str, int, list[dict[str, Any]]]]]:
+    """Every job the ``killed`` worker (process, when) left running was rescued once
+    and completed by ``rerun_by``, attempted by ``attempted``, no two runs of a job
+    overlapping: how long after the kill each ran again, and the job table."""
+    process, killed_at = killed
+    all_runs = runs(tmp_path)
+    assert_no_overlap(all_runs, {process.pid: killed_at})
+    table = job_table(url, schema)
+    by = attempted_by(url, schema)
+    again = []
+    for job in left_running:
+        state, attempt, errors = table[job]
+        assert state == "completed" and attempt == 2, table[job]
+        assert [e["error"] for e in errors] == [RESCUE_ERROR]
+        assert by[job] == attempted
+        rerun = min(s for j, _, p, s, _ in all_runs if j == job and p == rerun_by.pid)
+        again.append(rerun - killed_at)
+    return again, table
+
+
+def test_killed_worker_jobs_run_again_within_seconds(
+    tmp_path: Path, db: tuple[str, str | None]
+) -> None:
+    url, schema = db
+    ids = insert_jobs(url, schema, "rel_span", [{"sleep": 1.0} for _ in range(12)])
+    a, killed_at, left_running = _kill_mid_jobs(tmp_path, url, schema, "worker_a")
 
     b = spawn_worker(tmp_path, url, schema, RB_CLIENT_ID="worker_b", **ENV)
     reader_b = OutputReader(b)
@@ -148,18 +185,9 @@ def test_killed_worker_jobs_run_again_within_seconds(
         assert code == 0
     assert registry_ids(url, schema) == set()  # a clean stop deletes the row
 
-    all_runs = runs(tmp_path)
-    assert_no_overlap(all_runs, {a.pid: killed_at})
-    table = job_table(url, schema)
-    by = attempted_by(url, schema)
-    again = []
-    for job in left_running:
-        state, attempt, errors = table[job]
-        assert state == "completed" and attempt == 2, table[job]
-        assert [e["error"] for e in errors] == [RESCUE_ERROR]
-        assert by[job] == ["worker_a", "worker_b"]
-        rerun = min(s for j, _, p, s, _ in all_runs if j == job and p == b.pid)
-        again.append(rerun - killed_at)
+    again, table = _ran_again(
+        tmp_path, url, schema, left_running, (a, killed_at), b, ["worker_a", "worker_b"]
+    )
     # "Within seconds, not an hour": River's own rule would wait rescue_stuck_jobs_after
     # (3600 s here). The bound is loose on purpose; the measured delays are printed.
     print(f"dead worker's {len(left_running)} jobs ran again after {sorted(again)} s")
@@ -178,15 +206,7 @@ def test_a_worker_restarted_under_its_killed_runs_id_runs_its_jobs_again(
     until River's rescue (an hour here), and never ran again within this test."""
     url, schema = db
     ids = insert_jobs(url, schema, "rel_span", [{"sleep": 1.0} for _ in range(6)])
-    a = spawn_worker(tmp_path, url, schema, RB_CLIENT_ID="pod_0", **ENV)
-    reader_a = OutputReader(a)
-    wait_until(lambda: len(starts_in(tmp_path, a.pid)) >= 4, timeout=60, what="a's runs")
-    a.send_signal(signal.SIGKILL)
-    a.wait(10)
-    killed_at = time.time()
-    reader_a.join()
-    left_running = running_ids(url, schema)
-    assert left_running, "the kill left no job running"
+    a, killed_at, left_running = _kill_mid_jobs(tmp_path, url, schema, "pod_0")
     assert registry_ids(url, schema) == {"pod_0"}  # the killed run's row, lease valid
 
     b = spawn_worker(tmp_path, url, schema, RB_CLIENT_ID="pod_0", **ENV)
@@ -204,33 +224,11 @@ def test_a_worker_restarted_under_its_killed_runs_id_runs_its_jobs_again(
         assert code == 0
     assert "is already in the registry" in reader_b.text()
     assert registry_ids(url, schema) == set()  # a clean stop deletes the row
-    all_runs = runs(tmp_path)
-    assert_no_overlap(all_runs, {a.pid: killed_at})
-    table = job_table(url, schema)
-    by = attempted_by(url, schema)
-    again = []
-    for job in left_running:
-        state, attempt, errors = table[job]
-        assert state == "completed" and attempt == 2, table[job]
-        assert [e["error"] for e in errors] == [RESCUE_ERROR]
-        assert by[job] == ["pod_0", "pod_0"]
-        rerun = min(s for j, _, p, s, _ in all_runs if j == job and p == b.pid)
-        again.append(rerun - killed_at)
+    again, _ = _ran_again(
+        tmp_path, url, schema, left_running, (a, killed_at), b, ["pod_0", "pod_0"]
+    )
     print(f"the killed run's {len(left_running)} jobs ran again after {sorted(again)} s")
     assert max(again) < 60
-
-
-def _write(url: str, schema: str | None, text: str) -> None:
-    """One write on either database, committed."""
-    if not is_sqlite(url):
-        sql(url, schema, text)
-        return
-    from riverboat.drivers._sqlite_module import sqlite_module
-
-    conn = sqlite_module().connect(url.removeprefix("sqlite:///"), timeout=10)
-    with conn:
-        conn.execute(text)
-    conn.close()
 
 
 def _hold_leadership_as_go_river(url: str, schema: str | None) -> None:
@@ -241,7 +239,7 @@ def _hold_leadership_as_go_river(url: str, schema: str | None) -> None:
         if is_sqlite(url)
         else ("now()", "now() + interval '1 hour'")
     )
-    _write(
+    query(
         url,
         schema,
         "INSERT INTO river_leader (leader_id, elected_at, expires_at)"
@@ -259,14 +257,7 @@ def test_a_restart_under_its_killed_runs_id_beside_a_go_leader_works(
     url, schema = db
     _hold_leadership_as_go_river(url, schema)
     ids = insert_jobs(url, schema, "rel_span", [{"sleep": 1.0} for _ in range(6)])
-    a = spawn_worker(tmp_path, url, schema, RB_CLIENT_ID="pod_0", **ENV)
-    reader_a = OutputReader(a)
-    wait_until(lambda: len(starts_in(tmp_path, a.pid)) >= 4, timeout=60, what="a's runs")
-    a.send_signal(signal.SIGKILL)
-    a.wait(10)
-    reader_a.join()
-    left_running = running_ids(url, schema)
-    assert left_running, "the kill left no job running"
+    _, _, left_running = _kill_mid_jobs(tmp_path, url, schema, "pod_0")
     b = spawn_worker(tmp_path, url, schema, RB_CLIENT_ID="pod_0", **ENV)
     reader_b = OutputReader(b)
     try:
@@ -284,7 +275,7 @@ def test_a_restart_under_its_killed_runs_id_beside_a_go_leader_works(
         with_state = "state = 'available', scheduled_at = " + (
             "strftime('%Y-%m-%d %H:%M:%f', 'now')" if is_sqlite(url) else "now()"
         )
-        _write(url, schema, f"UPDATE river_job SET {with_state} WHERE state = 'retryable'")
+        query(url, schema, f"UPDATE river_job SET {with_state} WHERE state = 'retryable'")
         wait_until(
             lambda: counts_by_state(url, schema) == {"completed": len(ids)},
             timeout=60,
