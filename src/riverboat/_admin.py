@@ -249,9 +249,19 @@ def _json_text(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
+# The longest queue name looked up as written when it is not one River would insert.
+_FOREIGN_QUEUE_NAME_MAX = 1024
+
+
 def _queue_name(name: object, *, allow_all: bool) -> str:
+    """The queue an action names. River's inserts refuse a name outside its pattern but
+    its queue table holds any text, as another client wrote it: such a name is looked
+    up as written (not found if no row has it), as River's QueuePause does; a name that
+    cannot be a row's (not text, empty, over a kilobyte, a NUL or a lone surrogate) is refused."""
     if allow_all and name == ALL_QUEUES:
         return ALL_QUEUES
+    if isinstance(name, str) and 0 < len(name) <= _FOREIGN_QUEUE_NAME_MAX:
+        return check_text_param(name, "name")
     return validate_queue(name, "name")
 
 

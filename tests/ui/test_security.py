@@ -817,3 +817,27 @@ def test_a_workflow_id_is_one_segment_of_its_links(sqlite_url: str, serve: Any) 
     assert f'href="{encoded}"' in page and f'href="/workflows/{wid}"' not in page
     status, _, page = browser.request("GET", encoded)
     assert status == 200 and f'action="{encoded}/cancel' in page
+
+
+def test_a_queue_name_with_a_slash_pauses_and_resumes(sqlite_url: str, serve: Any) -> None:
+    """A queue row another client wrote may have "/" in its name (River's inserts refuse
+    it, its queue table does not): the overview's Pause and Resume forms posted to
+    /queues/<name>/<action> with the "/" as is, and the route answered 404. The name is
+    one encoded segment of the form's action (so ``..`` in it cannot point the form at
+    another page), and the route takes it whole."""
+    name = "../jobs/1/team a/b"
+    with riverboat.Client(sqlite_url) as client:
+        client.driver.fetch(client.driver.dialect.queue_create_or_set_updated_at(name))
+    browser = Http(serve(create_app(sqlite_url)).url)
+    for action, past in (("pause", "paused"), ("resume", "resumed")):
+        status, _, page = browser.request("GET", "/")
+        assert status == 200
+        form = f'action="/queues/..%2Fjobs%2F1%2Fteam%20a%2Fb/{action}"'
+        assert form in page, page[-3000:]
+        token = browser.csrf()
+        path = html.unescape(form.split('"')[1])
+        status, _, _ = browser.request("POST", path, {"csrf": token})
+        assert status == 303 and browser.flash == f"queue {name} {past}"
+        with riverboat.Client(sqlite_url) as client:
+            row = client.queue_get(name)
+        assert (row.paused_at is not None) == (action == "pause")

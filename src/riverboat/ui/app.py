@@ -1245,7 +1245,9 @@ def create_app(
         Route("/jobs/bulk-filter", guarded(jobs_bulk_filter), methods=["POST"]),
         Route("/jobs/{job_id}", guarded(job_detail)),
         Route("/jobs/{job_id}/{action}", guarded(job_action), methods=["POST"]),
-        Route("/queues/{name}/{action}", guarded(queue_action), methods=["POST"]),
+        # A queue name may hold "/" (River allows it): matched whole, as workflow ids
+        # are; its pause and resume were a 404.
+        Route("/queues/{name:path}/{action}", guarded(queue_action), methods=["POST"]),
         Route("/workflows", guarded(workflows)),
         # A workflow id may hold "/" (ids other clients write): matched whole, so its
         # link (the id's "/" left as it is) opens its page, and an action posts to
