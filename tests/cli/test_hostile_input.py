@@ -230,6 +230,11 @@ def test_lone_surrogates_from_json_escapes_are_printed_as_escapes(sqlite_url: st
         ("jobs", "list", "--older-than", "\u0663d"),
         ("jobs", "wait", "3", "--timeout", "1_0"),
         ("worker", "app:make_client", "--soft-stop-timeout", "\u0663"),
+        # Past int64, the id column's range: these exited 1 after connecting.
+        ("jobs", "get", "9223372036854775808"),
+        ("jobs", "delete", "99999999999999999999"),
+        ("jobs", "list", "--id", "9223372036854775808"),
+        ("jobs", "wait", "9223372036854775808", "--timeout", "1"),
     ],
 )
 def test_numbers_are_ascii_digits(sqlite_url: str, argv: tuple[str, ...]) -> None:

@@ -7,6 +7,7 @@ import argparse
 import re
 from collections.abc import Callable
 
+from riverboat._json import INT64_MAX, INT64_MIN
 from riverboat._seconds import is_seconds
 
 
@@ -33,6 +34,15 @@ def integer(text: str) -> int:
     if not _INTEGER.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
     return int(text)
+
+
+def job_id(text: str) -> int:
+    """An argparse ``type``: a job id, a whole number in int64's range (the id column's):
+    one outside it is a usage error like any malformed argument, before connecting."""
+    value = integer(text)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise argparse.ArgumentTypeError(f"{text} is outside the range of job ids (int64)")
+    return value
 
 
 def plain_number(text: str) -> float:

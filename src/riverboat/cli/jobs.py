@@ -33,7 +33,7 @@ from riverboat._admin import JOB_LIST_LIMIT_MAX, JobListCursor
 from riverboat._job import FINALIZED_STATES, LIFECYCLE_ORDER, JobRow, JobState
 from riverboat._json import date_time_text
 from riverboat.cli import calls_within
-from riverboat.cli._arguments import add_limit, integer, seconds, whole_number
+from riverboat.cli._arguments import add_limit, job_id, seconds, whole_number
 from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.cli._terminal import printable
 from riverboat.client import Client
@@ -441,7 +441,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "list", help="list jobs, filtered and paginated, with their last error"
     )
     add_common(listing)
-    listing.add_argument("--id", type=integer, action="append", dest="ids", metavar="ID")
+    listing.add_argument("--id", type=job_id, action="append", dest="ids", metavar="ID")
     _add_filters(listing)
     listing.add_argument("--priority", type=whole_number(1, 4), action="append", dest="priorities")
     listing.add_argument("--metadata", metavar="JSON", help="jobs whose metadata contains this")
@@ -454,7 +454,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     get = sub.add_parser("get", help="show jobs: args, metadata, every error with its trace")
     add_common(get)
-    get.add_argument("job_ids", type=integer, nargs="+", metavar="ID")
+    get.add_argument("job_ids", type=job_id, nargs="+", metavar="ID")
 
     wait = sub.add_parser(
         "wait",
@@ -462,7 +462,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "cancelled, 3 timeout)",
     )
     add_common(wait)
-    wait.add_argument("job_id", type=integer, metavar="ID")
+    wait.add_argument("job_id", type=job_id, metavar="ID")
     wait.add_argument("--timeout", type=seconds(), default=60.0, help="seconds (default 60)")
 
     count = sub.add_parser("count", help="count jobs by state (and queue, kind)")
@@ -513,7 +513,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "(worked in batches of --batch-size, each one bounded statement).",
         )
         add_common(command)
-        command.add_argument("job_ids", type=integer, nargs="*", metavar="ID")
+        command.add_argument("job_ids", type=job_id, nargs="*", metavar="ID")
         _add_filters(command)
         command.add_argument(
             "--all", action="store_true", help="every job the action applies to (no filter)"
