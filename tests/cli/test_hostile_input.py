@@ -221,6 +221,30 @@ def test_lone_surrogates_from_json_escapes_are_printed_as_escapes(sqlite_url: st
         assert "e \\udfff" in out.stdout and "Traceback" not in out.stderr
 
 
+def test_what_could_not_be_decoded_is_shown_in_text_and_json(sqlite_url: str) -> None:
+    """A row another client wrote with times riverboat can't read (and an error entry
+    without a readable "at"): ``jobs get`` printed the stand-in times as if stored, the
+    reason only under ``--json``; and --json wrote the entry's stand-in time without an
+    offset, unlike every other time there."""
+    db = Db("sqlite", sqlite_url, None)
+    with riverboat.Client(sqlite_url) as client:
+        job = client.insert({}, kind="undecodable").job
+    db.execute(
+        "UPDATE river_job SET scheduled_at = 'garbage', errors = jsonb(%s) WHERE id = %s",
+        '[{"at":"never","attempt":1,"error":"e"}]',
+        job.id,
+    )
+    out = db.cli("jobs", "get", str(job.id))
+    assert out.returncode == 0, out.stderr
+    shown = out.stdout.split("could not decode:\n", 1)
+    assert len(shown) == 2 and "scheduled_at" in shown[1].split("errors")[0], out.stdout
+    out = db.cli("jobs", "get", str(job.id), "--json")
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)
+    assert any(p.startswith("scheduled_at") for p in row["decode_errors"]), row
+    assert [e["at"] for e in row["errors"]] == ["0001-01-01T00:00:00+00:00"]
+
+
 @pytest.mark.parametrize(
     "argv",
     [

@@ -841,3 +841,18 @@ def test_a_queue_name_with_a_slash_pauses_and_resumes(sqlite_url: str, serve: An
         with riverboat.Client(sqlite_url) as client:
             row = client.queue_get(name)
         assert (row.paused_at is not None) == (action == "pause")
+
+
+def test_a_job_page_says_what_could_not_be_decoded(sqlite_url: str, serve: Any) -> None:
+    """A row another client wrote with a time riverboat can't read: the page showed the
+    stand-in time as if stored and never said why (only ``jobs get --json`` did)."""
+    with riverboat.Client(sqlite_url) as client:
+        job = client.insert({}, kind="undecodable").job
+    Db("sqlite", sqlite_url, None).execute(
+        "UPDATE river_job SET scheduled_at = 'garbage' WHERE id = %s", job.id
+    )
+    browser = Http(serve(create_app(sqlite_url)).url)
+    status, _, page = browser.request("GET", f"/jobs/{job.id}")
+    assert status == 200 and 'id="decode-errors"' in page
+    section = page.split('id="decode-errors"', 1)[1].split("</section>", 1)[0]
+    assert "scheduled_at" in section and "garbage" in section

@@ -76,7 +76,9 @@ def open_client(args: argparse.Namespace, *, riverboat_line: bool = False) -> It
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
-        return value.isoformat()
+        # Naive only as datetime.min, an error entry's "at" another client left out or
+        # wrote unreadably: with its offset, as every other time here is.
+        return (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).isoformat()
     if isinstance(value, bytes):
         return value.hex()
     return value
@@ -364,6 +366,12 @@ def print_job_detail(job: JobRow) -> None:
     print(_indented(printable(_pretty(_args_of(job)), lines=True)))
     print("metadata:")
     print(_indented(printable(_pretty(job.metadata), lines=True)))
+    if job.decode_errors:
+        # A row another client wrote that riverboat could not read whole: what the
+        # fields above show in its place (as --json's "decode_errors").
+        print("could not decode:")
+        for problem in job.decode_errors:
+            print(_indented(printable(problem)))
     if not job.errors:
         print("errors: none")
         return
