@@ -8,6 +8,7 @@ took (here: for ever)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
 
@@ -103,3 +104,61 @@ def test_a_forked_child_waits_without_its_parents_listen_thread(
         client.job_cancel(job.id)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
+
+
+def _with_app(url: str, app: str) -> str:
+    return url + ("&" if "?" in url else "?") + f"application_name={app}"
+
+
+@pytest.mark.parametrize("waits_for", ["job", "workflow"])
+def test_a_wait_outlives_its_connections_being_cut(
+    pg_url: str, pg_schema: str, waits_for: str
+) -> None:
+    """Every connection of the waiting client is terminated during the wait (as a
+    server restart does): the next read failed and ended the wait with a DriverError
+    (3 of 6 runs with a real restart). The wait asks again at its next pause and
+    returns the job once another client finalizes it."""
+    import psycopg
+
+    app = f"rb_wait_cut_{waits_for}"
+    with riverboat.Client(_with_app(pg_url, app), schema=pg_schema) as waiter:
+        if waits_for == "job":
+            job = waiter.insert({}, kind="nobody_works_it").job
+        else:
+            flow = riverboat.Workflow(name="cut")
+            flow.add("only", {}, kind="nobody_works_it")
+            job = waiter.workflow_insert(flow).tasks[0].job
+        result: list[object] = []
+        started = threading.Event()
+
+        def wait() -> None:
+            started.set()
+            try:
+                if waits_for == "job":
+                    result.append(waiter.job_wait(job.id, timeout=30))
+                else:
+                    result.append(
+                        waiter.workflow_wait(job.metadata["riverboat_workflow"]["id"], timeout=30)
+                    )
+            except Exception as exc:  # the assertion below shows it
+                result.append(exc)
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        started.wait(5)
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            # Until at least one of the waiter's connections (pool, LISTEN) was cut.
+            cut = 0
+            deadline = time.monotonic() + 10
+            while not cut and time.monotonic() < deadline:
+                rows = admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = %s",
+                    (app,),
+                ).fetchall()
+                cut = sum(1 for (ok,) in rows if ok)
+            assert cut
+        with riverboat.Client(pg_url, schema=pg_schema) as other:
+            other.job_cancel(job.id)
+        thread.join(40)
+    assert len(result) == 1 and not isinstance(result[0], Exception), result

@@ -6,6 +6,7 @@ from this module by ``scripts/async_to_sync.py``.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -25,11 +26,11 @@ from riverboat._job import (
     format_rfc3339_nano,
 )
 from riverboat.drivers.base import AsyncDriver
-from riverboat.errors import InvalidInputError, NotFoundError, WaitTimeoutError
+from riverboat.errors import DriverError, InvalidInputError, NotFoundError, WaitTimeoutError
 from riverboat.migrations import applied_version_async
 from riverboat.runtime import outcomes
 from riverboat.runtime.worker import Job
-from riverboat.wait import AsyncFinalizedWaiter, check_timeout
+from riverboat.wait import AsyncFinalizedWaiter, check_timeout, read_failed_while_waiting
 from riverboat.workflow import (
     WORKFLOW_LIST_MAX,
     WORKFLOW_TASKS_MAX,
@@ -339,13 +340,24 @@ class AsyncClientBase(AsyncAdmin):
         job = await self.job_get(job_id)
         if is_finalized(job):
             return job  # no waiter to set up (on Postgres, a LISTEN connection)
+        # A read that fails on the way (a server restart, a dropped connection) costs
+        # the wait one poll, not the wait: it asks again at the next pause, and only a
+        # read after the deadline raises.
+        failing = False
         async with AsyncFinalizedWaiter(self.driver, timeout, job_id=job_id) as waiter:
-            job = await self.job_get(job_id)
-            for delay in waiter.pauses():
+            for delay in itertools.chain((0.0,), waiter.pauses()):
+                if delay:
+                    await waiter.pause(delay)
+                try:
+                    job = await self.job_get(job_id)
+                except DriverError as exc:
+                    failing = read_failed_while_waiting(exc, failing)
+                    continue
+                failing = False
                 if is_finalized(job):
                     return job
-                await waiter.pause(delay)
-                job = await self.job_get(job_id)
+        if failing:
+            job = await self.job_get(job_id)
         if is_finalized(job):
             return job
         raise WaitTimeoutError(f"job {job.id} is still {job.state} after {timeout:g}s", job)
@@ -367,12 +379,17 @@ class AsyncClientBase(AsyncAdmin):
         first = min(task.job.id for task in info.tasks)
         dialect = self._core.dialect
         unfinished = dialect.workflow_unfinished(wid, first)
+        failing = False  # as job_wait's: a failed read costs a poll, not the wait
         async with AsyncFinalizedWaiter(self.driver, timeout, workflow_id=wid) as waiter:
             for delay in waiter.pauses():
-                if not await self.driver.fetch(unfinished):
-                    info = await self._workflow_read(wid, first)
-                    if info.finalized:
-                        return info
+                try:
+                    if not await self.driver.fetch(unfinished):
+                        info = await self._workflow_read(wid, first)
+                        if info.finalized:
+                            return info
+                    failing = False
+                except DriverError as exc:
+                    failing = read_failed_while_waiting(exc, failing)
                 await waiter.pause(delay)
         info = await self._workflow_read(wid, first)
         if info.finalized:

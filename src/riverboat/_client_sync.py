@@ -10,6 +10,7 @@ Generated from ``_client_async.py`` by ``scripts/async_to_sync.py``.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -29,11 +30,11 @@ from riverboat._job import (
     format_rfc3339_nano,
 )
 from riverboat.drivers.base import Driver
-from riverboat.errors import InvalidInputError, NotFoundError, WaitTimeoutError
+from riverboat.errors import DriverError, InvalidInputError, NotFoundError, WaitTimeoutError
 from riverboat.migrations import applied_version
 from riverboat.runtime import outcomes
 from riverboat.runtime.worker import Job
-from riverboat.wait import FinalizedWaiter, check_timeout
+from riverboat.wait import FinalizedWaiter, check_timeout, read_failed_while_waiting
 from riverboat.workflow import (
     WORKFLOW_LIST_MAX,
     WORKFLOW_TASKS_MAX,
@@ -341,13 +342,24 @@ class ClientBase(SyncAdmin):
         job = self.job_get(job_id)
         if is_finalized(job):
             return job  # no waiter to set up (on Postgres, a LISTEN connection)
+        # A read that fails on the way (a server restart, a dropped connection) costs
+        # the wait one poll, not the wait: it asks again at the next pause, and only a
+        # read after the deadline raises.
+        failing = False
         with FinalizedWaiter(self.driver, timeout, job_id=job_id) as waiter:
-            job = self.job_get(job_id)
-            for delay in waiter.pauses():
+            for delay in itertools.chain((0.0,), waiter.pauses()):
+                if delay:
+                    waiter.pause(delay)
+                try:
+                    job = self.job_get(job_id)
+                except DriverError as exc:
+                    failing = read_failed_while_waiting(exc, failing)
+                    continue
+                failing = False
                 if is_finalized(job):
                     return job
-                waiter.pause(delay)
-                job = self.job_get(job_id)
+        if failing:
+            job = self.job_get(job_id)
         if is_finalized(job):
             return job
         raise WaitTimeoutError(f"job {job.id} is still {job.state} after {timeout:g}s", job)
@@ -369,12 +381,17 @@ class ClientBase(SyncAdmin):
         first = min(task.job.id for task in info.tasks)
         dialect = self._core.dialect
         unfinished = dialect.workflow_unfinished(wid, first)
+        failing = False  # as job_wait's: a failed read costs a poll, not the wait
         with FinalizedWaiter(self.driver, timeout, workflow_id=wid) as waiter:
             for delay in waiter.pauses():
-                if not self.driver.fetch(unfinished):
-                    info = self._workflow_read(wid, first)
-                    if info.finalized:
-                        return info
+                try:
+                    if not self.driver.fetch(unfinished):
+                        info = self._workflow_read(wid, first)
+                        if info.finalized:
+                            return info
+                    failing = False
+                except DriverError as exc:
+                    failing = read_failed_while_waiting(exc, failing)
                 waiter.pause(delay)
         info = self._workflow_read(wid, first)
         if info.finalized:

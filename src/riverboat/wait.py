@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from riverboat._seconds import is_seconds
 from riverboat._sql import Statement
-from riverboat.errors import DriverError, InvalidInputError
+from riverboat.errors import DriverError, InvalidInputError, NotMigratedError
 
 __all__ = [
     "FINALIZED_TOPIC",
@@ -79,6 +79,17 @@ def check_timeout(timeout: object) -> float:
     if not is_seconds(timeout):
         raise InvalidInputError("timeout", "must be a finite number of seconds, at least 0")
     return float(timeout)
+
+
+def read_failed_while_waiting(exc: DriverError, failing: bool) -> bool:
+    """A wait's read failed with ``exc`` (``failing``: its previous read did too):
+    said once per run of failures, and the wait asks again at its next pause. A schema
+    that is not migrated is no passing failure: raised. Returns True (failing now)."""
+    if isinstance(exc, NotMigratedError):
+        raise exc
+    if not failing:
+        log.warning("waiting: reading from the database failed (asking again): %s", exc)
+    return True
 
 
 def _pauses(deadline: float, first: float, most: float) -> Iterator[float]:
