@@ -718,6 +718,29 @@ def test_retrying_one_task_waits_for_its_dependencies(any_db: Db) -> None:  # no
     assert sorted(rec.ran) == ["a", "c", "d", "d"]  # b never ran; d ran again
 
 
+def test_retrying_ids_retries_dependencies_first(any_db: Db) -> None:  # noqa: F811
+    """``riverboat jobs retry B A`` (the dashboard's "Retry selected" posts the list's
+    order, newest first) with B cancelled because A failed: B was retried first and
+    cancelled again by A, still discarded, and the workflow stayed failed. Ids are
+    retried oldest first, so B waits for A's new attempt."""
+    rec = Recorder()
+    rec.fail.add("a")
+    wf = Workflow("order")
+    wf.add("a", {"name": "a"}, InsertOpts(max_attempts=1), kind="step")
+    _step(wf, "b", ["a"])
+    with _client(any_db, rec) as client:
+        info = client.workflow_insert(wf)
+        ids = {t.name: t.job.id for t in info.tasks}
+        client.start()
+        client.workflow_wait(wf.id, timeout=30)
+        client.stop()
+    out = any_db.cli("jobs", "retry", str(ids["b"]), str(ids["a"]))
+    assert out.returncode == 0, out.stderr
+    with _client(any_db, rec) as client:
+        got = client.workflow_get(wf.id)
+    assert (got.task("a").state, got.task("b").state) == (JobState.AVAILABLE, JobState.PENDING)
+
+
 def test_a_bulk_retry_returns_what_the_cascade_decided(any_db: Db) -> None:  # noqa: F811
     """Retrying b and c of a chain a -> b -> c whose a was cancelled: b is cancelled
     again (its dependency failed), and so, in the same call's cascade, is c. The call

@@ -58,6 +58,19 @@ def test_ids_act_on_each_and_name_the_missing(any_db: Db) -> None:  # noqa: F811
     out = any_db.cli("jobs", "delete", str(again), str(again))
     assert out.returncode == 0, out.stderr
     assert [line.split()[0] for line in out.stdout.splitlines()[1:]] == [str(again)]
+    # A running job among them is refused and the others still deleted (the refusal
+    # stopped the command, and the ids after it were left).
+    with riverboat.Client(any_db.url, schema=any_db.schema) as client:
+        params = [riverboat.InsertManyParams({"n": n}, kind="tidy") for n in (4, 5, 6)]
+        first, running, last = [r.job.id for r in client.insert_many(params)]
+    any_db.execute(
+        "UPDATE river_job SET state = 'running', attempt = 1,"
+        " attempted_at = '2024-01-01 00:00:00+00' WHERE id = %s",
+        running,
+    )
+    out = any_db.cli("jobs", "delete", str(first), str(running), str(last))
+    assert out.returncode == 1 and f"job {running}" in out.stderr, out.stderr
+    assert [line.split()[0] for line in out.stdout.splitlines()[1:]] == [str(first), str(last)]
     # Only missing ids: the errors, and no empty table above them.
     out = any_db.cli("jobs", "retry", "424242")
     assert (out.returncode, out.stdout) == (1, "")

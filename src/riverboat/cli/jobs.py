@@ -37,7 +37,7 @@ from riverboat.cli._arguments import add_limit, job_id, seconds, whole_number
 from riverboat.cli._database import add_database_options, checked_driver, database_url
 from riverboat.cli._terminal import printable
 from riverboat.client import Client
-from riverboat.errors import InvalidInputError, NotFoundError, WaitTimeoutError
+from riverboat.errors import InvalidInputError, JobRunningError, NotFoundError, WaitTimeoutError
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -719,14 +719,18 @@ def _act(client: Client, args: argparse.Namespace) -> int:
             op = {"cancel": client.job_cancel, "retry": client.job_retry}.get(
                 action, client.job_delete
             )
-            # Each id on its own: one missing id neither stops the rest nor hides what
-            # was already changed (printed first; then each miss, and exit 1).
+            # Each id on its own: one missing (or running, for delete) id neither stops
+            # the rest nor hides what was already changed (printed first; then each
+            # refusal, and exit 1). Retries go oldest first: a workflow task's
+            # dependencies have smaller ids, and a dependent retried before its failed
+            # dependency was cancelled again by it.
+            ids = sorted(args.job_ids) if action == "retry" else args.job_ids
             done: list[JobRow] = []
             missing: list[str] = []
-            for job_id in args.job_ids:
+            for job_id in ids:
                 try:
                     done.append(op(job_id))
-                except NotFoundError as exc:
+                except (NotFoundError, JobRunningError, InvalidInputError) as exc:
                     missing.append(str(exc))
             if done or args.json:  # no table of nothing above the errors (JSON: [])
                 print_jobs(done, args.json)

@@ -1104,8 +1104,12 @@ def create_app(
         if not all(_is_id_text(v) for v in texts):
             return error_page(request, 400, "job ids must be numbers")
         # Each job once, in the order given (a form can post one id twice, or spelled
-        # "1" and "01").
+        # "1" and "01"); retries oldest first: a workflow task's dependencies have
+        # smaller ids, and a dependent retried before its failed dependency was
+        # cancelled again by it (the list shows newest first).
         ids = list(dict.fromkeys(int(v) for v in texts))
+        if action == "retry":
+            ids.sort()
         client = await holder.get()
         acts = [await _act_on_job(client, action, v) for v in ids]
         problems = [acted.problem for acted in acts if acted.problem]
