@@ -211,6 +211,46 @@ def test_tail_prints_outcomes_as_they_happen(any_db: Db) -> None:  # noqa: F811
     proc.stderr.close()
 
 
+def test_tail_prints_an_outcome_committed_after_a_newer_one(pg_url: str, pg_schema: str) -> None:
+    """A job finalized in a transaction that commits late has its transaction's start
+    (now()) as finalized_at, older than outcomes tail printed meanwhile: tail's cursor
+    had moved past it, and it was never printed."""
+    import psycopg
+
+    with riverboat.Client(pg_url, schema=pg_schema) as client:
+        late, early = (client.insert({}, kind=kind).job.id for kind in ("late", "early"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "riverboat.cli", "jobs", "tail", "--database-url", pg_url,
+         "--schema", pg_schema, "--since", "1m", "--max-events", "2", "--timeout", "20",
+         "--interval", "0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        with psycopg.connect(pg_url) as conn:
+            conn.execute(
+                f"UPDATE \"{pg_schema}\".river_job SET state = 'cancelled',"
+                " finalized_at = now() WHERE id = %s",
+                (late,),
+            )
+            with riverboat.Client(pg_url, schema=pg_schema) as client:
+                client.job_cancel(early)
+            first = proc.stdout.readline()
+            assert f" job {early} " in first, first
+        # committed now, its finalized_at before the outcome printed
+        second = proc.stdout.readline()
+        assert f" job {late} " in second, second
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
 def test_json_into_a_closed_pipe_is_quiet(any_db: Db) -> None:  # noqa: F811
     _work(any_db, _emails(300))
     common = ["--database-url", any_db.url, *(["--schema", any_db.schema] if any_db.schema else [])]

@@ -644,6 +644,12 @@ def _calls_until(deadline: float | None) -> AbstractContextManager[None]:
     return calls_within(None if deadline is None else max(deadline - time.monotonic(), 0.0))
 
 
+# How much older than the newest outcome printed a finalized_at may be and the outcome
+# still be printed by `jobs tail` (see _tail): a transaction open longer that finalized
+# a job, or a writer whose clock is that far behind, is missed.
+TAIL_LATE = timedelta(seconds=10)
+
+
 def _tail(client: Client, args: argparse.Namespace) -> int:
     """Poll for outcomes newer than the start: finalized jobs in the order they were
     finalized (a keyset on finalized_at), and failed attempts waiting for their retry
@@ -653,7 +659,12 @@ def _tail(client: Client, args: argparse.Namespace) -> int:
     filters: dict[str, Any] = {
         k: v for k, v in (("kinds", args.kinds), ("queues", args.queues)) if v is not None
     }
-    cursor = JobListCursor(0, "finalized_at", "finalized_at", start)
+    # The newest finalized_at read, and the outcomes printed within TAIL_LATE of it: a
+    # row's finalized_at is its writer's clock or its transaction's start (now()), so a
+    # job can turn up finalized before outcomes already printed. Each poll reads from
+    # TAIL_LATE before the newest again, and skips what it printed.
+    newest = start
+    printed_finals: dict[tuple[int, datetime], None] = {}
     seen_failures: set[tuple[int, int]] = set()
     # Retryable jobs already failing before the start are not news.
     # The lines print no args or metadata and one error: rows read as a listing reads
@@ -672,6 +683,7 @@ def _tail(client: Client, args: argparse.Namespace) -> int:
     printed = 0
     while True:
         events: list[JobRow] = []
+        cursor = JobListCursor(0, "finalized_at", "finalized_at", max(start, newest - TAIL_LATE))
         while True:  # every finalized page since the cursor
             with _calls_until(deadline):
                 page = client.job_list(
@@ -682,11 +694,19 @@ def _tail(client: Client, args: argparse.Namespace) -> int:
                     preview=preview,
                     **filters,
                 )
-            events.extend(page.jobs)
+            for job in page.jobs:
+                if job.finalized_at is None:
+                    continue
+                newest = max(newest, job.finalized_at)
+                if (job.id, job.finalized_at) not in printed_finals:
+                    printed_finals[(job.id, job.finalized_at)] = None
+                    events.append(job)
             if page.last_cursor is not None:
                 cursor = page.last_cursor
             if page.next_cursor is None:
                 break
+        for key in [key for key in printed_finals if key[1] < newest - TAIL_LATE]:
+            del printed_finals[key]
         retrying = retryable()
         for job in retrying:
             if (job.id, job.attempt) not in seen_failures:
