@@ -718,6 +718,29 @@ def test_retrying_one_task_waits_for_its_dependencies(any_db: Db) -> None:  # no
     assert sorted(rec.ran) == ["a", "c", "d", "d"]  # b never ran; d ran again
 
 
+def test_job_ids_past_18_digits_are_refused_before_a_workflow_is_written(
+    any_db: Db,  # noqa: F811
+) -> None:
+    """A job id sequence set near 10**18 (still far inside bigint): the workflow was
+    inserted, and every task after the first id of 19 digits stayed pending for ever,
+    as its links hold 18 digits. The insert is refused, nothing written."""
+    if any_db.dialect == "postgres":
+        any_db.execute("SELECT setval('river_job_id_seq', 999999999999999998)")
+    else:
+        any_db.execute(
+            "INSERT INTO river_job (id, kind, args, queue, state, priority, max_attempts)"
+            " VALUES (999999999999999998, 'seed', '{}', 'default', 'available', 1, 1)"
+        )
+    wf = Workflow("big")
+    for i in range(3):
+        _step(wf, f"s{i}", [f"s{i - 1}"] if i else [])
+    with _client(any_db, Recorder()) as client:
+        with pytest.raises(riverboat.NotSupportedError, match="past 999999999999999999"):
+            client.workflow_insert(wf)
+        assert client.workflow_list() == []
+        assert [j.kind for j in client.job_list(limit=10).jobs if j.kind != "seed"] == []
+
+
 def test_retrying_ids_retries_dependencies_first(any_db: Db) -> None:  # noqa: F811
     """``riverboat jobs retry B A`` (the dashboard's "Retry selected" posts the list's
     order, newest first) with B cancelled because A failed: B was retried first and

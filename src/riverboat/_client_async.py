@@ -40,6 +40,7 @@ from riverboat.workflow import (
     WorkflowSummary,
     add_workflow_metadata,
     check_workflow_id,
+    check_workflow_job_ids,
     is_finalized,
     link_form_at,
 )
@@ -234,6 +235,8 @@ class AsyncClientBase(AsyncAdmin):
         form = await self._workflow_link_form()
         reserve = dialect.workflow_reserve_ids(len(workflow.tasks))
         given = sorted(int(row[0]) for row in await executor.fetch(reserve)) if reserve else None
+        if given:
+            check_workflow_job_ids(given)  # before anything is written
         links = workflow.links(given, existing) if given is not None else None
 
         def prepare(jobs: list[InsertParams]) -> None:
@@ -248,6 +251,8 @@ class AsyncClientBase(AsyncAdmin):
             raise workflow.blame_task(exc) from None
         inserted = [r.job for r in await run_insert(plan, executor)]
         ids = [job.id for job in inserted]
+        if given is None:
+            check_workflow_job_ids(ids)  # raised inside the insert's transaction
         targets: list[int] = []
         dep_ids: list[list[int] | None] = []
         dependents: list[list[int]] = []

@@ -44,6 +44,7 @@ from riverboat.workflow import (
     WorkflowSummary,
     add_workflow_metadata,
     check_workflow_id,
+    check_workflow_job_ids,
     is_finalized,
     link_form_at,
 )
@@ -236,6 +237,8 @@ class ClientBase(SyncAdmin):
         form = self._workflow_link_form()
         reserve = dialect.workflow_reserve_ids(len(workflow.tasks))
         given = sorted(int(row[0]) for row in executor.fetch(reserve)) if reserve else None
+        if given:
+            check_workflow_job_ids(given)  # before anything is written
         links = workflow.links(given, existing) if given is not None else None
 
         def prepare(jobs: list[InsertParams]) -> None:
@@ -250,6 +253,8 @@ class ClientBase(SyncAdmin):
             raise workflow.blame_task(exc) from None
         inserted = [r.job for r in run_insert(plan, executor)]
         ids = [job.id for job in inserted]
+        if given is None:
+            check_workflow_job_ids(ids)  # raised inside the insert's transaction
         targets: list[int] = []
         dep_ids: list[list[int] | None] = []
         dependents: list[list[int]] = []

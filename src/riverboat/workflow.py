@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from riverboat._job import FINALIZED_STATES, InsertManyParams, InsertOpts, JobRow, JobState
 from riverboat._json import check_text_param, go_json_string
-from riverboat.errors import InvalidInputError
+from riverboat.errors import InvalidInputError, NotSupportedError
 
 if TYPE_CHECKING:
     from riverboat._insert import InsertParams
@@ -134,6 +134,17 @@ ID_LIST_TEXT = f"{ID_TEXT}(?:,{ID_TEXT})*"
 NOT_ID_LIST_TEXT = "[^0-9,]|,,|^,|,$|[0-9]{19}"
 _ID_LIST = re.compile(ID_LIST_TEXT)
 _ID_MAX = 10**18 - 1
+
+
+def check_workflow_job_ids(ids: Sequence[int]) -> None:
+    """Refuse job ids a workflow's links can't hold (ID_TEXT: 18 digits at most): a task
+    whose dependency had a larger id was inserted and then never decided, its workflow
+    stuck for ever (a job id sequence set past 10**18)."""
+    if ids and max(ids) > _ID_MAX:
+        raise NotSupportedError(
+            f"job id {max(ids)} is past {_ID_MAX}, the largest a workflow's task can have "
+            "(its links hold 18 digits); the workflow was not inserted"
+        )
 
 
 def _is_id(value: object) -> bool:
