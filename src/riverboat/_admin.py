@@ -253,6 +253,11 @@ def _json_text(value: object) -> str:
 _FOREIGN_QUEUE_NAME_MAX = 1024
 
 
+# The longest args text a search takes, on both databases (its escaped LIKE pattern, up
+# to 4 bytes a character and two per escape, stays under SQLite's 50,000-byte limit).
+ARGS_TEXT_MAX = 5000
+
+
 def _queue_name(name: object, *, allow_all: bool) -> str:
     """The queue an action names. River's inserts refuse a name outside its pattern but
     its queue table holds any text, as another client wrote it: such a name is looked
@@ -402,6 +407,10 @@ def _filters(options: JobFilters) -> dict[str, Any]:
         if not isinstance(args_text, str) or not args_text.strip():
             raise InvalidInputError("args_text", "must be a non-empty string")
         check_text_param(args_text, "args_text")
+        if len(args_text) > ARGS_TEXT_MAX:
+            # SQLite refuses a LIKE pattern past 50,000 bytes ("pattern too complex"),
+            # which reached the dashboard as a 503 and the CLI as a database error.
+            raise InvalidInputError("args_text", f"must be at most {ARGS_TEXT_MAX} characters")
         # A LIKE pattern: the text itself, its wildcards escaped, anywhere in the args,
         # with JSON's separators written compactly, as the dialects write the args'
         # text they search (Postgres prints jsonb with a space after ':' and ',',

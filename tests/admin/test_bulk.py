@@ -146,6 +146,14 @@ def test_filters_by_args_key_text_and_age(any_db: Db) -> None:  # noqa: F811
         for text in ("a<b", "c>d", "&&", '"order":1', '"order": 1', '"name": "É', "ÉLODIE"):
             assert listed(args_text=text) == [odd.job.id], text
 
+        # The longest text, with every character escaped or 4 bytes long, is searched;
+        # one more is refused before any statement (SQLite refused a LIKE pattern past
+        # 50,000 bytes: the dashboard answered 503).
+        for longest in ("%" * 5000, "\U0001f600" * 5000):
+            assert listed(args_text=longest) == []
+        with pytest.raises(InvalidInputError, match="at most 5000"):
+            client.job_list(args_text="x" * 5001)
+
         with pytest.raises(InvalidInputError, match="created_before"):
             client.job_list(created_before=datetime(2020, 1, 1))
         with pytest.raises(InvalidInputError, match="args_text"):
