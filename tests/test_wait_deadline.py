@@ -17,6 +17,7 @@ import pytest
 import riverboat
 from riverboat import WaitTimeoutError
 from tests.reliability._support import FreezingProxy
+from tests.waiting import wait_until
 
 # Far above the 0.5 s asked for and far below the 10 s (or the hang) it took.
 BOUND = 5.0
@@ -147,7 +148,17 @@ def test_a_wait_outlives_its_connections_being_cut(
         thread.start()
         started.wait(5)
         with psycopg.connect(pg_url, autocommit=True) as admin:
-            # Until at least one of the waiter's connections (pool, LISTEN) was cut.
+            # Once the wait listens (its first reads done), until at least one of the
+            # waiter's connections (pool, LISTEN) was cut.
+            wait_until(
+                lambda: admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE application_name = %s AND query ILIKE 'LISTEN%%'",
+                    (app,),
+                ).fetchone()[0],  # type: ignore[index]
+                timeout=10,
+                what="the waiter's LISTEN",
+            )
             cut = 0
             deadline = time.monotonic() + 10
             while not cut and time.monotonic() < deadline:

@@ -342,13 +342,16 @@ class AsyncClientBase(AsyncAdmin):
         :class:`~riverboat.errors.WaitTimeoutError` after ``timeout`` seconds."""
         job_id = _job_id(job_id)
         timeout = check_timeout(timeout)
-        job = await self.job_get(job_id)
-        if is_finalized(job):
-            return job  # no waiter to set up (on Postgres, a LISTEN connection)
         # A read that fails on the way (a server restart, a dropped connection) costs
         # the wait one poll, not the wait: it asks again at the next pause, and only a
         # read after the deadline raises.
         failing = False
+        try:
+            job = await self.job_get(job_id)
+            if is_finalized(job):
+                return job  # no waiter to set up (on Postgres, a LISTEN connection)
+        except DriverError as exc:
+            failing = read_failed_while_waiting(exc, failing)
         async with AsyncFinalizedWaiter(self.driver, timeout, job_id=job_id) as waiter:
             for delay in itertools.chain((0.0,), waiter.pauses()):
                 if delay:
