@@ -65,3 +65,31 @@ async def test_a_runtime_declaration_outlives_a_late_save_of_the_old_schedule(
     assert row.template == new.template
     assert row.next_run_at is None  # the leader starts the declared schedule from now
     await h.fetch(h.driver, dialect.periodic_job_delete(["redefined"]))
+
+
+async def test_a_job_declared_again_after_its_removal_starts_from_now(h: Harness) -> None:
+    # Removed at runtime, then added again (or its client restarted): the stored next
+    # run from before the removal was kept, and the leader caught up every tick of the
+    # pause, a run each, at once.
+    dialect = h.driver.dialect
+    tick = datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC)
+    job = PeriodicJobDeclaration("paused", "* * * * * *", "all", {"kind": "noop", "args": {}})
+    await h.execute(h.driver, dialect.periodic_job_declare([job]))
+    await h.execute(
+        h.driver,
+        dialect.periodic_job_save(
+            [PeriodicJobWrite(job.id, job.schedule, job.catch_up, tick, None)]
+        ),
+    )
+    await h.execute(h.driver, dialect.periodic_job_declare([job]))  # still declared: kept
+    (row,) = [
+        dialect.decode_periodic_job(r) for r in await h.fetch(h.driver, dialect.periodic_job_list())
+    ]
+    assert row.next_run_at == tick
+    await h.execute(h.driver, dialect.periodic_job_remove(["paused"]))
+    await h.execute(h.driver, dialect.periodic_job_declare([job]))
+    (row,) = [
+        dialect.decode_periodic_job(r) for r in await h.fetch(h.driver, dialect.periodic_job_list())
+    ]
+    assert row.removed_at is None and row.next_run_at is None
+    await h.fetch(h.driver, dialect.periodic_job_delete(["paused"]))

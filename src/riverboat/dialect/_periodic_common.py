@@ -44,7 +44,9 @@ def periodic_queries(
 
     ``periodic_job_declare``: a client's periodic jobs, at its start or added at
     runtime: the latest declaration of an id defines it (schedule, catch-up, template),
-    and clears a removal."""
+    and clears a removal. A job declared again after its removal starts from its next
+    tick (next_run_at cleared): the ticks while it was removed were paused on purpose,
+    and catching them up inserted a run for each (up to 100) at once."""
     return {
         # The columns' order is what decoding expects.
         "periodic_job_list": f"""
@@ -73,7 +75,8 @@ INSERT INTO <schema>riverboat_periodic_job AS stored (id, schedule, catch_up, te
 ON CONFLICT (id) DO UPDATE
 SET schedule = excluded.schedule, catch_up = excluded.catch_up, template = excluded.template,
     removed_at = NULL, updated_at = {now},
-    next_run_at = CASE WHEN stored.schedule = excluded.schedule THEN stored.next_run_at END
+    next_run_at = CASE WHEN stored.schedule = excluded.schedule AND stored.removed_at IS NULL
+                       THEN stored.next_run_at END
 """,
         "periodic_job_remove": f"""
 UPDATE <schema>riverboat_periodic_job SET removed_at = {now}, updated_at = {now}
