@@ -741,11 +741,17 @@ def test_job_ids_past_18_digits_are_refused_before_a_workflow_is_written(
         assert [j.kind for j in client.job_list(limit=10).jobs if j.kind != "seed"] == []
 
 
-def test_retrying_ids_retries_dependencies_first(any_db: Db) -> None:  # noqa: F811
+@pytest.mark.parametrize("order", ["dependent-first", "dependency-first"])
+def test_retrying_ids_retries_a_recancelled_dependent_again(
+    any_db: Db,  # noqa: F811
+    order: str,
+) -> None:
     """``riverboat jobs retry B A`` (the dashboard's "Retry selected" posts the list's
     order, newest first) with B cancelled because A failed: B was retried first and
-    cancelled again by A, still discarded, and the workflow stayed failed. Ids are
-    retried oldest first, so B waits for A's new attempt."""
+    cancelled again by A, still discarded, and the workflow stayed failed. A task a
+    retry cancels again is retried again once the others were (ids are not dependency
+    order: tasks added to a running workflow may be depended on by older ones' new
+    dependents), and B waits for A's new attempt."""
     rec = Recorder()
     rec.fail.add("a")
     wf = Workflow("order")
@@ -757,7 +763,8 @@ def test_retrying_ids_retries_dependencies_first(any_db: Db) -> None:  # noqa: F
         client.start()
         client.workflow_wait(wf.id, timeout=30)
         client.stop()
-    out = any_db.cli("jobs", "retry", str(ids["b"]), str(ids["a"]))
+    names = ["b", "a"] if order == "dependent-first" else ["a", "b"]
+    out = any_db.cli("jobs", "retry", *(str(ids[name]) for name in names))
     assert out.returncode == 0, out.stderr
     with _client(any_db, rec) as client:
         got = client.workflow_get(wf.id)

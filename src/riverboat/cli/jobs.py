@@ -38,6 +38,7 @@ from riverboat.cli._database import add_database_options, checked_driver, databa
 from riverboat.cli._terminal import printable
 from riverboat.client import Client
 from riverboat.errors import InvalidInputError, JobRunningError, NotFoundError, WaitTimeoutError
+from riverboat.workflow import workflow_meta
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -644,6 +645,12 @@ def _calls_until(deadline: float | None) -> AbstractContextManager[None]:
     return calls_within(None if deadline is None else max(deadline - time.monotonic(), 0.0))
 
 
+def _recancelled(job: JobRow) -> bool:
+    """A workflow task a retry cancelled at once: a dependency of it still failed."""
+    meta = workflow_meta(job)
+    return job.state is JobState.CANCELLED and bool(meta and meta.get("cancelled_by"))
+
+
 # How much older than the newest outcome printed a finalized_at may be and the outcome
 # still be printed by `jobs tail` (see _tail): a transaction open longer that finalized
 # a job, or a writer whose clock is that far behind, is missed.
@@ -741,17 +748,23 @@ def _act(client: Client, args: argparse.Namespace) -> int:
             )
             # Each id on its own: one missing (or running, for delete) id neither stops
             # the rest nor hides what was already changed (printed first; then each
-            # refusal, and exit 1). Retries go oldest first: a workflow task's
-            # dependencies have smaller ids, and a dependent retried before its failed
-            # dependency was cancelled again by it.
-            ids = sorted(args.job_ids) if action == "retry" else args.job_ids
+            # refusal, and exit 1).
             done: list[JobRow] = []
             missing: list[str] = []
-            for job_id in ids:
+            for job_id in args.job_ids:
                 try:
                     done.append(op(job_id))
                 except (NotFoundError, JobRunningError, InvalidInputError) as exc:
                     missing.append(str(exc))
+            # A workflow task retried before its failed dependency, given later, was
+            # cancelled again by it: retried again once the others were, for as long
+            # as that changes something.
+            while action == "retry":
+                again = [n for n, job in enumerate(done) if _recancelled(job)]
+                redone = {n: op(done[n].id) for n in again}
+                if not again or all(_recancelled(job) for job in redone.values()):
+                    break
+                done = [redone.get(n, job) for n, job in enumerate(done)]
             if done or args.json:  # no table of nothing above the errors (JSON: [])
                 print_jobs(done, args.json)
             for problem in missing:

@@ -208,6 +208,8 @@ class _Acted(NamedTuple):
 
     problem: str = ""
     note: str = ""
+    # A workflow task retried and cancelled again at once: its dependency still failed.
+    recancelled: bool = False
 
 
 def _workflow_link(job: JobRow) -> dict[str, str] | None:
@@ -1021,7 +1023,8 @@ def create_app(
                     # A workflow task is decided at once: its dependency still failed.
                     return _Acted(
                         f"job {job_id} was cancelled again: its dependency "
-                        f"{meta['cancelled_by']!r} failed (retry that task, or the workflow)"
+                        f"{meta['cancelled_by']!r} failed (retry that task, or the workflow)",
+                        recancelled=True,
                     )
             elif action == "cancel":
                 before = await client.job_get(job_id)
@@ -1107,14 +1110,19 @@ def create_app(
         if not all(_is_id_text(v) for v in texts):
             return error_page(request, 400, "job ids must be numbers")
         # Each job once, in the order given (a form can post one id twice, or spelled
-        # "1" and "01"); retries oldest first: a workflow task's dependencies have
-        # smaller ids, and a dependent retried before its failed dependency was
-        # cancelled again by it (the list shows newest first).
+        # "1" and "01").
         ids = list(dict.fromkeys(int(v) for v in texts))
-        if action == "retry":
-            ids.sort()
         client = await holder.get()
         acts = [await _act_on_job(client, action, v) for v in ids]
+        # A workflow task retried before its failed dependency (the list shows newest
+        # first) was cancelled again by it: retried again once the others were, for as
+        # long as that changes something.
+        while action == "retry":
+            again = [n for n, acted in enumerate(acts) if acted.recancelled]
+            redone = {n: await _act_on_job(client, action, ids[n]) for n in again}
+            if not again or all(acted.recancelled for acted in redone.values()):
+                break
+            acts = [redone.get(n, acted) for n, acted in enumerate(acts)]
         problems = [acted.problem for acted in acts if acted.problem]
         past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
         done = len(ids) - len(problems)
