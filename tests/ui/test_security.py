@@ -856,19 +856,3 @@ def test_a_job_page_says_what_could_not_be_decoded(sqlite_url: str, serve: Any) 
     assert status == 200 and 'id="decode-errors"' in page
     section = page.split('id="decode-errors"', 1)[1].split("</section>", 1)[0]
     assert "scheduled_at" in section and "garbage" in section
-
-
-@pytest.mark.parametrize("wid", ["..", "."])
-def test_a_workflow_id_of_dots_links_to_its_own_page(sqlite_url: str, serve: Any, wid: str) -> None:
-    """Browsers resolve a path segment ".." or "." before requesting it: such an id's
-    link opened the overview (or the list) and its page's forms posted to /cancel."""
-    with riverboat.Client(sqlite_url) as client:
-        client.insert(
-            {}, InsertOpts(metadata={"riverboat_workflow": {"id": wid, "task": "t"}}), kind="dots"
-        )
-    browser = Http(serve(create_app(sqlite_url)).url)
-    status, _, page = browser.request("GET", "/workflows")
-    encoded = "/workflows/" + "%2E" * len(wid)
-    assert status == 200 and f'href="{encoded}"' in page
-    status, _, page = browser.request("GET", encoded)
-    assert status == 200 and f'action="{encoded}/cancel' in page

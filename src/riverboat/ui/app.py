@@ -254,11 +254,8 @@ _GO_HTML_ESCAPES = (("\\u003c", "<"), ("\\u003e", ">"), ("\\u0026", "&"))
 
 
 def _segment(value: object) -> str:
-    """``value`` as one URL path segment: every reserved character encoded, "/" too, and
-    a segment of dots only (which a browser resolves as "this" or "the parent" folder:
-    the id ".." linked to the overview, and its page's forms posted to /cancel)."""
-    text = quote(str(value), safe="")
-    return text.replace(".", "%2E") if text.strip(".") == "" else text
+    """``value`` as one URL path segment: every reserved character encoded, "/" too."""
+    return quote(str(value), safe="")
 
 
 # A lone surrogate: JSON's "\ud800" escape decodes to one (Python's json.dumps and
