@@ -34,7 +34,12 @@ from riverboat.errors import DriverError, InvalidInputError, NotFoundError, Wait
 from riverboat.migrations import applied_version
 from riverboat.runtime import outcomes
 from riverboat.runtime.worker import Job
-from riverboat.wait import FinalizedWaiter, check_timeout, read_failed_while_waiting
+from riverboat.wait import (
+    FAILING_PAUSE,
+    FinalizedWaiter,
+    check_timeout,
+    read_failed_while_waiting,
+)
 from riverboat.workflow import (
     WORKFLOW_LIST_MAX,
     WORKFLOW_TASKS_MAX,
@@ -345,29 +350,30 @@ class ClientBase(SyncAdmin):
         job_id = _job_id(job_id)
         timeout = check_timeout(timeout)
         # A read that fails on the way (a server restart, a dropped connection) costs
-        # the wait one poll, not the wait: it asks again at the next pause, and only a
-        # read after the deadline raises.
-        failing = False
+        # the wait a poll, not the wait: it asks again (no sooner than FAILING_PAUSE
+        # while reads fail), and the last failure is raised if none answered by the
+        # deadline.
+        failed: DriverError | None = None
         try:
             job = self.job_get(job_id)
             if is_finalized(job):
                 return job  # no waiter to set up (on Postgres, a LISTEN connection)
         except DriverError as exc:
-            failing = read_failed_while_waiting(exc, failing)
+            failed = read_failed_while_waiting(exc, failed)
         with FinalizedWaiter(self.driver, timeout, job_id=job_id) as waiter:
             for delay in itertools.chain((0.0,), waiter.pauses()):
                 if delay:
-                    waiter.pause(delay)
+                    waiter.pause(max(delay, FAILING_PAUSE) if failed else delay)
                 try:
                     job = self.job_get(job_id)
                 except DriverError as exc:
-                    failing = read_failed_while_waiting(exc, failing)
+                    failed = read_failed_while_waiting(exc, failed)
                     continue
-                failing = False
+                failed = None
                 if is_finalized(job):
                     return job
-        if failing:
-            job = self.job_get(job_id)
+        if failed is not None:
+            raise failed
         if is_finalized(job):
             return job
         raise WaitTimeoutError(f"job {job.id} is still {job.state} after {timeout:g}s", job)
@@ -389,7 +395,7 @@ class ClientBase(SyncAdmin):
         first = min(task.job.id for task in info.tasks)
         dialect = self._core.dialect
         unfinished = dialect.workflow_unfinished(wid, first)
-        failing = False  # as job_wait's: a failed read costs a poll, not the wait
+        failed: DriverError | None = None  # as job_wait's: a failed read costs a poll
         with FinalizedWaiter(self.driver, timeout, workflow_id=wid) as waiter:
             for delay in waiter.pauses():
                 try:
@@ -397,10 +403,12 @@ class ClientBase(SyncAdmin):
                         info = self._workflow_read(wid, first)
                         if info.finalized:
                             return info
-                    failing = False
+                    failed = None
                 except DriverError as exc:
-                    failing = read_failed_while_waiting(exc, failing)
-                waiter.pause(delay)
+                    failed = read_failed_while_waiting(exc, failed)
+                waiter.pause(max(delay, FAILING_PAUSE) if failed else delay)
+        if failed is not None:
+            raise failed
         info = self._workflow_read(wid, first)
         if info.finalized:
             return info

@@ -40,6 +40,7 @@ from riverboat._sql import Statement
 from riverboat.errors import DriverError, InvalidInputError, NotMigratedError
 
 __all__ = [
+    "FAILING_PAUSE",
     "FINALIZED_TOPIC",
     "LOCAL",
     "WAIT_TOPIC",
@@ -48,6 +49,7 @@ __all__ = [
     "FinalizedWaiter",
     "LocalWaits",
     "check_timeout",
+    "read_failed_while_waiting",
 ]
 
 log = logging.getLogger("riverboat.wait")
@@ -81,15 +83,21 @@ def check_timeout(timeout: object) -> float:
     return float(timeout)
 
 
-def read_failed_while_waiting(exc: DriverError, failing: bool) -> bool:
-    """A wait's read failed with ``exc`` (``failing``: its previous read did too):
-    said once per run of failures, and the wait asks again at its next pause. A schema
-    that is not migrated is no passing failure: raised. Returns True (failing now)."""
+# Seconds at least between a wait's reads while they fail: a server restarting is not
+# asked every PAUSE_MAX by each waiter.
+FAILING_PAUSE = 1.0
+
+
+def read_failed_while_waiting(exc: DriverError, failed: DriverError | None) -> DriverError:
+    """A wait's read failed with ``exc`` (``failed``: its previous read's failure, if it
+    failed too): said once per run of failures, and returned, for the wait to raise if
+    no read answers by its deadline. A schema that is not migrated is no passing
+    failure: raised."""
     if isinstance(exc, NotMigratedError):
         raise exc
-    if not failing:
+    if failed is None:
         log.warning("waiting: reading from the database failed (asking again): %s", exc)
-    return True
+    return exc
 
 
 def _pauses(deadline: float, first: float, most: float) -> Iterator[float]:
