@@ -261,8 +261,9 @@ ARGS_TEXT_MAX = 5000
 def _queue_name(name: object, *, allow_all: bool) -> str:
     """The queue an action names. River's inserts refuse a name outside its pattern but
     its queue table holds any text, as another client wrote it: such a name is looked
-    up as written (not found if no row has it), as River's QueuePause does; a name that
-    cannot be a row's (not text, empty, over a kilobyte, a NUL or a lone surrogate) is refused."""
+    up as written (not found if no row has it), as River's QueuePause does. Refused: a
+    name no row can hold (not text, empty, a NUL or a lone surrogate), and one over a
+    kilobyte (not looked up; River's own names are at most 64 characters)."""
     if allow_all and name == ALL_QUEUES:
         return ALL_QUEUES
     if isinstance(name, str) and 0 < len(name) <= _FOREIGN_QUEUE_NAME_MAX:
