@@ -207,6 +207,11 @@ def test_json_output_of_a_number_past_float_range_is_json(sqlite_url: str) -> No
         assert job["metadata"] == {"m": "Infinity"}, argv
         assert any("args" in p for p in job["decode_errors"]), argv
         assert any("metadata" in p for p in job["decode_errors"]), argv
+    # The text detail names the same problems (it named only the row's own).
+    out = db.cli("jobs", "get", str(job_id))
+    assert out.returncode == 0, out.stderr
+    block = out.stdout.split("could not decode:\n", 1)[-1]
+    assert "args: a number past float" in block and "metadata: a number past" in block, out.stdout
 
 
 def test_lone_surrogates_from_json_escapes_are_printed_as_escapes(sqlite_url: str) -> None:

@@ -367,11 +367,13 @@ def print_job_detail(job: JobRow) -> None:
     print(_indented(printable(_pretty(_args_of(job)), lines=True)))
     print("metadata:")
     print(_indented(printable(_pretty(job.metadata), lines=True)))
-    if job.decode_errors:
-        # A row another client wrote that riverboat could not read whole: what the
-        # fields above show in its place (as --json's "decode_errors").
+    # A row another client wrote that riverboat could not read whole, or args no JSON
+    # reader takes as they are: what the fields above show in its place (--json's
+    # "decode_errors", the same list).
+    problems = _printable(job).get("decode_errors", [])
+    if problems:
         print("could not decode:")
-        for problem in job.decode_errors:
+        for problem in problems:
             print(_indented(printable(problem)))
     if not job.errors:
         print("errors: none")
