@@ -494,6 +494,16 @@ def node_parts(node: object) -> tuple[str, str, str] | None:
     return parts[0], parts[1], parts[2]
 
 
+def cancelled_by_dependency(job: JobRow) -> object | None:
+    """The dependency that cancelled workflow task ``job`` by failing (its stored
+    ``cancelled_by``), or None when ``job`` is not a task so cancelled: a task a retry
+    cancelled again at once, its dependency still failed."""
+    meta = workflow_meta(job)
+    if job.state is not JobState.CANCELLED or not meta:
+        return None
+    return meta.get("cancelled_by") or None
+
+
 def orphaned_dependents(deleted: Iterable[JobRow]) -> list[tuple[int, str]]:
     """``(dependent's job id, the deleted task's name)`` for every dependent of the
     workflow tasks in ``deleted`` (rows just deleted) that had not finished. A

@@ -38,7 +38,7 @@ from riverboat.cli._database import add_database_options, checked_driver, databa
 from riverboat.cli._terminal import printable
 from riverboat.client import Client
 from riverboat.errors import InvalidInputError, JobRunningError, NotFoundError, WaitTimeoutError
-from riverboat.workflow import workflow_meta
+from riverboat.workflow import cancelled_by_dependency
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -647,12 +647,6 @@ def _calls_until(deadline: float | None) -> AbstractContextManager[None]:
     return calls_within(None if deadline is None else max(deadline - time.monotonic(), 0.0))
 
 
-def _recancelled(job: JobRow) -> bool:
-    """A workflow task a retry cancelled at once: a dependency of it still failed."""
-    meta = workflow_meta(job)
-    return job.state is JobState.CANCELLED and bool(meta and meta.get("cancelled_by"))
-
-
 # How much older than the newest outcome printed a finalized_at may be and the outcome
 # still be printed by `jobs tail` (see _tail): a transaction open longer that finalized
 # a job, or a writer whose clock is that far behind, is missed.
@@ -673,7 +667,7 @@ def _tail(client: Client, args: argparse.Namespace) -> int:
     # job can turn up finalized before outcomes already printed. Each poll reads from
     # TAIL_LATE before the newest again, and skips what it printed.
     newest = start
-    printed_finals: dict[tuple[int, datetime], None] = {}
+    printed_finals: set[tuple[int, datetime]] = set()
     seen_failures: set[tuple[int, int]] = set()
     # Retryable jobs already failing before the start are not news.
     # The lines print no args or metadata and one error: rows read as a listing reads
@@ -708,14 +702,13 @@ def _tail(client: Client, args: argparse.Namespace) -> int:
                     continue
                 newest = max(newest, job.finalized_at)
                 if (job.id, job.finalized_at) not in printed_finals:
-                    printed_finals[(job.id, job.finalized_at)] = None
+                    printed_finals.add((job.id, job.finalized_at))
                     events.append(job)
             if page.last_cursor is not None:
                 cursor = page.last_cursor
             if page.next_cursor is None:
                 break
-        for key in [key for key in printed_finals if key[1] < newest - TAIL_LATE]:
-            del printed_finals[key]
+        printed_finals = {key for key in printed_finals if key[1] >= newest - TAIL_LATE}
         retrying = retryable()
         for job in retrying:
             if (job.id, job.attempt) not in seen_failures:
@@ -762,9 +755,9 @@ def _act(client: Client, args: argparse.Namespace) -> int:
             # cancelled again by it: retried again once the others were, for as long
             # as that changes something.
             while action == "retry":
-                again = [n for n, job in enumerate(done) if _recancelled(job)]
+                again = [n for n, job in enumerate(done) if cancelled_by_dependency(job)]
                 redone = {n: op(done[n].id) for n in again}
-                if not again or all(_recancelled(job) for job in redone.values()):
+                if not again or all(cancelled_by_dependency(job) for job in redone.values()):
                     break
                 done = [redone.get(n, job) for n, job in enumerate(done)]
             if done or args.json:  # no table of nothing above the errors (JSON: [])

@@ -57,7 +57,7 @@ from riverboat.errors import (
 )
 from riverboat.ui.graph import layout, table_tasks
 from riverboat.ui.line_tables import read_line_table
-from riverboat.workflow import WorkflowInfo, workflow_meta
+from riverboat.workflow import WorkflowInfo, cancelled_by_dependency, workflow_meta
 
 __all__ = ["LOCAL_HOSTS", "Dashboard", "create_app"]
 
@@ -1015,12 +1015,12 @@ def create_app(
                     return _Acted(f"job {job_id} was not retried: {exc}")
                 if job.state == JobState.RUNNING:
                     return _Acted(f"job {job_id} is running; a running job is not retried")
-                meta = workflow_meta(job)
-                if job.state == JobState.CANCELLED and meta and meta.get("cancelled_by"):
+                dependency = cancelled_by_dependency(job)
+                if dependency:
                     # A workflow task is decided at once: its dependency still failed.
                     return _Acted(
                         f"job {job_id} was cancelled again: its dependency "
-                        f"{meta['cancelled_by']!r} failed (retry that task, or the workflow)",
+                        f"{dependency!r} failed (retry that task, or the workflow)",
                         recancelled=True,
                     )
             elif action == "cancel":
