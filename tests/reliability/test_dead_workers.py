@@ -115,6 +115,14 @@ def _stop_both(
         reader_b.join()
 
 
+def _stop_and_show(proc: subprocess.Popen[bytes], reader: OutputReader) -> None:
+    """Stop a worker cleanly (exit 0), its output printed for a failing test's report."""
+    code = stop_process(proc)
+    reader.join()
+    print(reader.text())
+    assert code == 0
+
+
 def _kill_mid_jobs(
     tmp_path: Path, url: str, schema: str | None, client_id: str
 ) -> tuple[subprocess.Popen[bytes], float, set[int]]:
@@ -179,10 +187,7 @@ def test_killed_worker_jobs_run_again_within_seconds(
         # The leader removed the dead client's row after rescuing its jobs.
         wait_until(lambda: registry_ids(url, schema) == {"worker_b"}, timeout=30)
     finally:
-        code = stop_process(b)
-        reader_b.join()
-        print(reader_b.text())
-        assert code == 0
+        _stop_and_show(b, reader_b)
     assert registry_ids(url, schema) == set()  # a clean stop deletes the row
 
     again, table = _ran_again(
@@ -218,10 +223,7 @@ def test_a_worker_restarted_under_its_killed_runs_id_runs_its_jobs_again(
             what="every job completed",
         )
     finally:
-        code = stop_process(b)
-        reader_b.join()
-        print(reader_b.text())
-        assert code == 0
+        _stop_and_show(b, reader_b)
     assert "is already in the registry" in reader_b.text()
     assert registry_ids(url, schema) == set()  # a clean stop deletes the row
     again, _ = _ran_again(
@@ -231,14 +233,18 @@ def test_a_worker_restarted_under_its_killed_runs_id_runs_its_jobs_again(
     assert max(again) < 60
 
 
+def _sql_now(url: str, shift: str = "") -> str:
+    """Now (``shift``: e.g. "+1 hour") as an SQL expression of the url's database, in the
+    form River stores times in there."""
+    if is_sqlite(url):
+        return "strftime('%Y-%m-%d %H:%M:%f', 'now'" + (f", '{shift}'" if shift else "") + ")"
+    return "now()" + (f" + interval '{shift.lstrip('+')}'" if shift else "")
+
+
 def _hold_leadership_as_go_river(url: str, schema: str | None) -> None:
     """A Go River client leads for the next hour (its river_leader row): no riverboat
     client runs the maintenance services, the dead-client rescue among them."""
-    now, later = (
-        ("strftime('%Y-%m-%d %H:%M:%f', 'now')", "strftime('%Y-%m-%d %H:%M:%f', 'now', '+1 hour')")
-        if is_sqlite(url)
-        else ("now()", "now() + interval '1 hour'")
-    )
+    now, later = _sql_now(url), _sql_now(url, "+1 hour")
     query(
         url,
         schema,
@@ -272,9 +278,7 @@ def test_a_restart_under_its_killed_runs_id_beside_a_go_leader_works(
         )
         # What the Go leader's scheduler does with retryable jobs whose time has come
         # (this test's leader row has no process behind it).
-        with_state = "state = 'available', scheduled_at = " + (
-            "strftime('%Y-%m-%d %H:%M:%f', 'now')" if is_sqlite(url) else "now()"
-        )
+        with_state = "state = 'available', scheduled_at = " + _sql_now(url)
         query(url, schema, f"UPDATE river_job SET {with_state} WHERE state = 'retryable'")
         wait_until(
             lambda: counts_by_state(url, schema) == {"completed": len(ids)},
@@ -282,10 +286,7 @@ def test_a_restart_under_its_killed_runs_id_beside_a_go_leader_works(
             what="every job completed",
         )
     finally:
-        code = stop_process(b)
-        reader_b.join()
-        print(reader_b.text())
-        assert code == 0
+        _stop_and_show(b, reader_b)
     assert "LEADER pod_0" not in reader_b.text()  # Go River led throughout
     table = job_table(url, schema)
     for job in left_running:
