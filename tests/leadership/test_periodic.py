@@ -50,10 +50,13 @@ def _ticks(pg_url: str, schema: str) -> list[tuple[Any, ...]]:
 async def test_one_second_schedule_enqueues_once_per_tick_across_three_clients(
     pg_url: str, pg_schema: str
 ) -> None:
-    periodic = [PeriodicJob(timedelta(seconds=1), lambda: TickArgs(n=1), id="every_second")]
+    # The same schedule spelled two ways: River's "@every 1s" reads as the interval, so
+    # the clients declare one schedule (a difference would read as a change of it).
+    spelled = {"p1": timedelta(seconds=1), "p2": "@every 1s", "p3": "@every 1000ms"}
     watch = LeaderWatch()
     clients = []
     for client_id in ("p1", "p2", "p3"):
+        periodic = [PeriodicJob(spelled[client_id], lambda: TickArgs(n=1), id="every_second")]
         client = make_client(pg_url, pg_schema, client_id, periodic_jobs=periodic)
         await client.start()
         watch.add(client)

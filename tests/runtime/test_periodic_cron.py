@@ -165,6 +165,52 @@ def test_an_interval_is_stored_as_exactly_its_seconds(
     assert parse_schedule(text) == timedelta(seconds=seconds)
 
 
+@pytest.mark.parametrize(
+    ("schedule", "seconds"),
+    [
+        ("@every 90m", 5400),
+        ("@every 1h30m", 5400),
+        ("@every 1.5h", 5400),
+        ("@every .5h", 1800),
+        ("@every 2h45m30.5s", 9930),  # robfig's Every drops what is under a second
+        ("@every 1500ms", 1),
+        ("@every 10us", 1),  # under a second: one, as robfig's Every makes it
+        ("@every 1\u00b5s", 1),
+        ("@every 5400s", 5400),  # what schedule_text stores reads back as written
+        ("CRON_TZ=Europe/Paris @every 1h", 3600),
+        ("  @every 10m  ", 600),
+    ],
+)
+def test_every_reads_a_go_duration_as_robfig_does(schedule: str, seconds: int) -> None:
+    """River's robfig parser reads ``@every <time.ParseDuration>``; it was refused here
+    as "not a cron expression". It is an interval, counted from the Unix epoch as every
+    interval is (and needs no croniter)."""
+    job = PeriodicJob(schedule, lambda: None)
+    same = PeriodicJob(timedelta(seconds=seconds), lambda: None)
+    assert job.schedule_text == same.schedule_text == f"@every {seconds}s"
+    start = _utc(2026, 12, 7, 22, 59, 59)
+    assert _ticks(job, start, 3) == _ticks(same, start, 3)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "message"),
+    [
+        ("@every", "no duration after @every"),
+        ("@every 0", "must be positive"),
+        ("@every 0s", "must be positive"),
+        ("@every -5m", "must be positive"),  # robfig would run it every second
+        ("@every 5", "has no unit"),
+        ("@every 1d", "unknown unit 'd'"),
+        ("@every 1h30", "has no unit"),
+        ("@every .s", "not a Go duration"),
+        ("@every 2562048h", "longer than Go's longest duration"),
+    ],
+)
+def test_bad_every_durations_are_refused_when_declared(schedule: str, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        PeriodicJob(schedule, lambda: None)
+
+
 class _EverySecond:
     def next(self, after: datetime) -> datetime:
         return after.replace(microsecond=0) + timedelta(seconds=1)

@@ -1,8 +1,8 @@
 """A periodic job's definition: its schedule (a cron expression as River's robfig parser
-reads it, a fixed interval, a custom ``next(after)`` or :data:`NEVER`) and its
-constructor. No I/O: the leader's enqueuer (``maintenance.periodic``) runs these, and
-``MaintenanceConfig`` reads a reindexer schedule the same way without importing the
-service.
+reads it, ``@every <Go duration>`` included, a fixed interval, a custom ``next(after)``
+or :data:`NEVER`) and its constructor. No I/O: the leader's enqueuer
+(``maintenance.periodic``) runs these, and ``MaintenanceConfig`` reads a reindexer
+schedule the same way without importing the service.
 """
 
 from __future__ import annotations
@@ -103,6 +103,77 @@ def _robfig_refuses(field: str) -> str | None:
         if bounds is not None and int(bounds.group(1)) > int(bounds.group(2)):
             return f"the range {part!r} runs backwards (River's cron parser refuses it)"
     return None
+
+
+# Go's time.ParseDuration units, in nanoseconds (µ as the micro sign or the Greek mu).
+_GO_UNITS = {
+    "ns": 1,
+    "us": 1_000,
+    "\u00b5s": 1_000,
+    "\u03bcs": 1_000,
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+}
+_GO_DURATION_PART = re.compile(r"(\d*)(?:\.(\d*))?([^\d.]*)")
+_EVERY = "@every "
+
+
+def _every_part(schedule: str) -> str | None:
+    """The duration of an ``@every`` schedule (after any time zone prefix), else None."""
+    expression = _TZ_PREFIX.sub(r"\2", schedule.strip())
+    if expression == _EVERY.strip() or expression.startswith(_EVERY):
+        return expression[len(_EVERY) :]
+    return None
+
+
+def _every(text: str, written: str) -> timedelta:
+    """The interval of robfig's ``@every <duration>`` (``text``: the duration, as Go's
+    ``time.ParseDuration`` reads it: ``90m``, ``1h30m``, ``1.5h``, ``500ms``), as robfig's
+    ``Every`` makes it: truncated to whole seconds, and one second at least. Zero and
+    negative durations, which robfig runs every second, are refused (``written``: the
+    schedule as given, for the error)."""
+    rest = text.strip()
+    sign = 1
+    if rest[:1] in "+-" and rest:
+        sign = -1 if rest[0] == "-" else 1
+        rest = rest[1:]
+    nanos = 0
+    if rest == "0":
+        rest = ""
+    elif not rest:
+        raise InvalidInputError("schedule", f"{written!r}: no duration after @every")
+    while rest:
+        part = _GO_DURATION_PART.match(rest)
+        assert part is not None  # every group may be empty
+        whole, fraction, unit = part.groups()
+        if not whole and not fraction:
+            raise InvalidInputError(
+                "schedule", f"{written!r}: {text.strip()!r} is not a Go duration (e.g. 1h30m)"
+            )
+        if unit not in _GO_UNITS:
+            problem = "has no unit" if not unit else f"has the unknown unit {unit!r}"
+            raise InvalidInputError(
+                "schedule",
+                f"{written!r}: {text.strip()!r} {problem} (ns, us, ms, s, m or h, as Go's)",
+            )
+        scale = _GO_UNITS[unit]
+        nanos += int(whole or 0) * scale
+        if fraction:
+            nanos += int(fraction) * scale // 10 ** len(fraction)  # Go drops the rest
+        rest = rest[part.end() :]
+        if nanos > 2**63 - 1:
+            raise InvalidInputError(
+                "schedule", f"{written!r}: longer than Go's longest duration (about 292 years)"
+            )
+    if sign * nanos <= 0:
+        raise InvalidInputError(
+            "schedule",
+            f"{written!r}: an interval must be positive (River would run it every second)",
+        )
+    seconds = max(nanos // 1_000_000_000, 1)
+    return timedelta(seconds=seconds)
 
 
 def _parse_cron(text: str) -> tuple[str, bool, tzinfo | None]:
@@ -239,7 +310,12 @@ class PeriodicJob:
             getattr(schedule, "next", None)
         ):
             return  # a custom schedule: asked for each tick
-        if isinstance(schedule, str):
+        every = _every_part(schedule) if isinstance(schedule, str) else None
+        if every is not None:
+            # River's cron parser reads "@every 1h30m" as an interval; so does this,
+            # counted from the Unix epoch as every interval here (a time zone is moot).
+            self._interval = _every(every, schedule)
+        elif isinstance(schedule, str):
             self._cron, self._seconds_first, zone = _parse_cron(schedule)
             self._fixed_time = _fixed_time(self._cron, self._seconds_first)
             if zone is not None:
