@@ -175,3 +175,46 @@ async def test_a_template_keeps_the_unique_options_of_its_runs(any_db: Db) -> No
         for client in clients:
             await client.stop()
             await client.close()
+
+
+class _Hourly:
+    def next(self, after: datetime) -> datetime:
+        return after.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("schedule", "make", "why"),
+    [
+        (60, lambda: None, "its constructor returned None"),
+        (_Hourly(), _make(1), "a custom schedule"),
+    ],
+)
+async def test_a_job_added_without_a_template_says_so(
+    sqlite_url: str, caplog: pytest.LogCaptureFixture, schedule: Any, make: Any, why: str
+) -> None:
+    """A job added at runtime whose template can't be made was declared without one, and
+    a leader without its code never ran it, without a word: now a WARNING says why."""
+    client = riverboat.AsyncClient(
+        sqlite_url,
+        id="no_template",
+        queues={"default": QueueConfig(max_workers=1)},
+        workers=default_workers(),
+        maintenance=fast_maintenance(),
+    )
+    await client.start()
+    try:
+        with caplog.at_level("WARNING", logger="riverboat"):
+            client.periodic_jobs.add(PeriodicJob(schedule, make, id="templateless"))
+
+            async def declared() -> bool:
+                return any(r.id == "templateless" for r in await client.periodic_job_list())
+
+            await wait_until_async(declared, timeout=10, what="the declaration")
+        records = {r.id: r for r in await client.periodic_job_list()}
+        assert records["templateless"].template is None
+        said = [r.getMessage() for r in caplog.records if "templateless" in r.getMessage()]
+        assert said and why in said[0] and "only clients with its code run it" in said[0], said
+    finally:
+        await client.stop()
+        await client.close()

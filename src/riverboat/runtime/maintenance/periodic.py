@@ -962,6 +962,18 @@ class PeriodicPublisher:
                         type(exc).__name__,
                         exc,
                     )
+                else:
+                    if template is None:
+                        # Said, or a leader without the code never ran it, without a word.
+                        log.warning(
+                            "periodic job %r: declared without a template (%s), so only "
+                            "clients with its code run it",
+                            ident,
+                            "a custom schedule, which only its code can compute"
+                            if parse_schedule(job.schedule_text) is None
+                            else "its constructor returned None, skipping the run, when "
+                            "it was added",
+                        )
             declarations.append(
                 PeriodicJobDeclaration(ident, job.schedule_text, job.catch_up, template)
             )
