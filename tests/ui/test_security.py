@@ -99,7 +99,7 @@ def _paused(seeded: SeededDb, queue: str) -> bool:
 def test_actions_need_the_csrf_token_and_our_origin(seeded: SeededDb, serve: Any) -> None:
     base = serve(create_app(seeded.url, schema=seeded.schema)).url
     stranger = Http(base)
-    for path in ("/queues/email/pause", "/workflows/wf_any/cancel"):
+    for path in ("/queues/email/pause", "/workflows/wf_any/cancel", "/workflow/cancel?id=wf_any"):
         status, _, text = stranger.request("POST", path, {"csrf": "x" * 43})
         assert status == 403 and "CSRF token" in text, path
 
@@ -212,6 +212,8 @@ def test_read_only_refuses_every_action(seeded: SeededDb, serve: Any) -> None:
         "/jobs/bulk-filter",
         "/workflows/wf_any/retry",
         "/workflows/wf_any/cancel",
+        "/workflow/retry?id=wf_any",
+        "/workflow/cancel?id=wf_any",
     ):
         status, _, text = browser.request(
             "POST", path, {"csrf": "z" * 43, "action": "delete", "job": str(job)}
@@ -758,17 +760,21 @@ def test_a_workflow_id_with_a_slash_opens_and_acts(tmp_path: Any, serve: Any) ->
     browser = Http(serve(create_app(url)).url)
     status, _, listing = browser.request("GET", "/workflows")
     assert status == 200
-    links = re.findall(r'href="(/workflows/[^"]+)"', listing)
+    links = re.findall(r'href="(/workflow\?id=[^"]+)"', listing)
     assert len(links) == 1
     status, _, page = browser.request("GET", html.unescape(links[0]))
     assert status == 200 and "t1" in page and "t2" in page, (links, status)
-    action = re.search(r'action="(/workflows/[^"?]+/cancel)', page)
+    action = re.search(r'action="(/workflow/cancel\?[^"]+)"', page)
     assert action is not None
     token = browser.csrf(html.unescape(links[0]))
     status, headers, _ = browser.request("POST", html.unescape(action.group(1)), {"csrf": token})
     assert status == 303 and browser.flash is not None and "cancelled" in browser.flash
-    status, _, _ = browser.request("GET", headers["location"])
-    assert status == 200
+    # Back on this workflow's page: the way back was the decoded path (team a/b / c).
+    status, _, page = browser.request("GET", headers["location"])
+    assert status == 200 and "t1" in page, headers["location"]
+    # A link of an earlier release still opens it.
+    status, _, page = browser.request("GET", "/workflows/team%20a%2Fb%20%252F%20c")
+    assert status == 200 and "t1" in page
     # The list with a trailing slash still goes to the list (the route now takes ids
     # with "/", the empty one too).
     status, headers, _ = browser.request("GET", "/workflows/")
@@ -813,10 +819,43 @@ def test_a_workflow_id_is_one_segment_of_its_links(sqlite_url: str, serve: Any) 
     browser = Http(serve(create_app(sqlite_url)).url)
     status, _, page = browser.request("GET", "/workflows")
     assert status == 200
-    encoded = f"/workflows/..%2F..%2Fjobs%2F{victim}"
-    assert f'href="{encoded}"' in page and f'href="/workflows/{wid}"' not in page
-    status, _, page = browser.request("GET", encoded)
-    assert status == 200 and f'action="{encoded}/cancel' in page
+    encoded = f"..%2F..%2Fjobs%2F{victim}"
+    assert f'href="/workflow?id={encoded}"' in page and f'href="/workflows/{wid}"' not in page
+    status, _, page = browser.request("GET", f"/workflow?id={encoded}")
+    assert status == 200 and f'action="/workflow/cancel?id={encoded}&amp;' in page
+
+
+@pytest.mark.parametrize("wid", ["..", ".", "tab\there", "new\nline", "a%2Fb", "q?x=1&y#z"])
+def test_any_workflow_id_opens_and_acts_on_its_own_page(
+    sqlite_url: str, serve: Any, wid: str
+) -> None:
+    """Ids no path segment carries: a browser resolves "." and ".." (and %2E) as dot
+    segments, so /workflows/.. opened the overview; the way back from an action was the
+    decoded path (a%2Fb came back as workflow a/b) and lost a tab; the path converter
+    matches no newline (404). The id now goes in the query, and each comes back to its
+    own page after an action."""
+    with riverboat.Client(sqlite_url) as client:
+        client.insert(
+            {},
+            InsertOpts(metadata={"riverboat_workflow": {"id": wid, "task": "only"}}),
+            kind="crafted",
+        )
+    browser = Http(serve(create_app(sqlite_url)).url)
+    status, _, listing = browser.request("GET", "/workflows")
+    assert status == 200
+    links = re.findall(r'href="(/workflow\?id=[^"]+)"', listing)
+    assert len(links) == 1, links
+    link = html.unescape(links[0])
+    status, _, page = browser.request("GET", link)
+    assert status == 200 and "only" in page, (link, status)
+    action = re.search(r'action="(/workflow/cancel\?[^"]+)"', page)
+    assert action is not None
+    token = browser.csrf(link)
+    status, headers, _ = browser.request("POST", html.unescape(action.group(1)), {"csrf": token})
+    assert status == 303 and browser.flash is not None and "cancelled" in browser.flash
+    assert headers["location"] == link
+    with riverboat.Client(sqlite_url) as client:
+        assert [t.state.value for t in client.workflow_get(wid).tasks] == ["cancelled"]
 
 
 def test_a_queue_name_with_a_slash_pauses_and_resumes(sqlite_url: str, serve: Any) -> None:

@@ -258,6 +258,14 @@ def _segment(value: object) -> str:
     return quote(str(value), safe="")
 
 
+def _workflow_href(workflow_id: object) -> str:
+    """A workflow's page, its id in the query: no path segment carries every id. A
+    browser resolves "." and ".." (and %2E spelled either way) as dot segments, so
+    /workflows/.. opened the overview; a decoded path turned a%2Fb into a/b on the
+    way back from an action; and the path converter matches no newline."""
+    return "/workflow?id=" + _segment(workflow_id)
+
+
 # A lone surrogate: JSON's "\ud800" escape decodes to one (Python's json.dumps and
 # JavaScript write it; SQLite's json() keeps it). No page holding one could be encoded:
 # the job's page, and every list it was on, answered 500. Shown as its escape.
@@ -761,6 +769,7 @@ def create_app(
     # keeps "/", so an id like "../../jobs/326" (metadata is anyone's to write) linked
     # to job 326's page, whose Cancel and Retry forms then acted on that job.
     env.filters["segment"] = _segment
+    env.filters["workflow_href"] = _workflow_href
     env.filters["last_error"] = _last_error
 
     def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -964,8 +973,15 @@ def create_app(
             window=WORKFLOW_LIST_WINDOW,
         )
 
+    def _workflow_id_of(request: Request) -> str:
+        """The workflow named by the URL: ``/workflow?id=ID`` (what the pages link to),
+        or ``/workflows/ID`` (earlier links, and typed by hand)."""
+        if "workflow_id" in request.path_params:
+            return str(request.path_params["workflow_id"])
+        return str(request.query_params.get("id", ""))
+
     async def workflow_detail(request: Request) -> Response:
-        workflow_id = str(request.path_params["workflow_id"])
+        workflow_id = _workflow_id_of(request)
         if not workflow_id:  # "/workflows/": the list, as before ids could hold "/"
             return RedirectResponse(request.scope.get("root_path", "") + "/workflows", 307)
         client = await holder.get()
@@ -980,7 +996,7 @@ def create_app(
             workflow=workflow,
             drawing=layout(workflow.tasks),
             listed=table_tasks(workflow.tasks),
-            here=_app_path(request).split("?", 1)[0],
+            here=_workflow_href(workflow.id),
             can_retry=any(t.state in FAILED_STATES for t in workflow.tasks),
             can_cancel=workflow.state == "running",
         )
@@ -1076,7 +1092,7 @@ def create_app(
         _form_data, refused = await _form(request)
         if refused is not None:
             return refused
-        workflow_id = str(request.path_params["workflow_id"])
+        workflow_id = _workflow_id_of(request)
         action = str(request.path_params["action"])
         if action not in WORKFLOW_ACTIONS:
             return error_page(request, 404, "no such workflow action")
@@ -1088,7 +1104,7 @@ def create_app(
         except (NotFoundError, InvalidInputError):
             return error_page(request, 404, f"workflow {workflow_id!r} not found")
         message, kind = workflow_action_message(action, before, after)
-        back = _safe_back(request, f"/workflows/{_segment(workflow_id)}")
+        back = _safe_back(request, _workflow_href(workflow_id))
         return flash.redirect(request, request.scope.get("root_path", "") + back, message, kind)
 
     async def jobs_bulk(request: Request) -> Response:
@@ -1264,6 +1280,8 @@ def create_app(
         # A workflow id may hold "/" (ids other clients write): matched whole, so its
         # link (the id's "/" left as it is) opens its page, and an action posts to
         # /workflows/<id>/<action>; they were a 405 and a 404.
+        Route("/workflow", guarded(workflow_detail)),
+        Route("/workflow/{action}", guarded(workflow_action), methods=["POST"]),
         Route("/workflows/{workflow_id:path}/{action}", guarded(workflow_action), methods=["POST"]),
         Route("/workflows/{workflow_id:path}", guarded(workflow_detail)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
