@@ -83,6 +83,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "core",
         (
+            "_channels",
             "_clock",
             "_fleet",
             "_imports",

@@ -35,6 +35,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
+from riverboat._channels import channel_name
 from riverboat._seconds import is_seconds
 from riverboat._sql import Statement
 from riverboat.errors import DriverError, InvalidInputError, NotMigratedError
@@ -326,7 +327,7 @@ class _SharedListener:
                 rows = await self._driver.fetch(dialect.stmt("current_schema"))
                 schema = str(rows[0][0]) if rows else "public"
             listener = await self._driver.listener()
-            await listener.listen(f"{schema}.{FINALIZED_TOPIC}")
+            await listener.listen(channel_name(schema, FINALIZED_TOPIC))
         except (DriverError, OSError) as exc:
             ready.set_exception(exc)
             ready.exception()  # retrieved: a waiter may have left already

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from riverboat._channels import CHANNEL_MAX, SHORT_TOPICS
 from riverboat._job import STATE_BY_NAME, AttemptError, decode_metadata
 from riverboat.dialect._rows import PREVIEW_ARGS_MAX, QUEUE_COLUMNS, JobReader, Read, select_list
 
@@ -17,6 +18,7 @@ __all__ = [
     "TIME_HIGH",
     "TIME_LOW",
     "UNIQUE_CONFLICT",
+    "channel_sql",
     "clamped",
     "job_columns",
     "state_in_bitmask",
@@ -104,6 +106,18 @@ QUEUE_SELECT = select_list(QUEUE_COLUMNS, {"metadata": _cast("text")})
 # The NOTIFY channel for a topic: River's "<schema>.<topic>", with current_schema() when
 # no schema is configured.
 CHANNEL = "concat(coalesce(:schema::text, current_schema()), '.{topic}')"
+
+
+def channel_sql(topic: str) -> str:
+    """The SQL for ``topic``'s channel, as riverboat._channels.channel_name names it."""
+    short = SHORT_TOPICS.get(topic)
+    if short is None:
+        return CHANNEL.format(topic=topic)
+    room = CHANNEL_MAX - len(f".{topic}".encode())
+    return (
+        f"(CASE WHEN octet_length(coalesce(:schema::text, current_schema())) > {room}"
+        f" THEN {CHANNEL.format(topic=short)} ELSE {CHANNEL.format(topic=topic)} END)"
+    )
 
 
 # What a claim writes to each row it takes (River's JobGetAvailable): the next attempt,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from riverboat._sql import Statement, render_schema
-from riverboat.dialect._pg_common import CHANNEL, CLAIM_SET, clamped, job_columns
+from riverboat.dialect._pg_common import CHANNEL, CLAIM_SET, channel_sql, clamped, job_columns
 from riverboat.dialect._rows import JOB_COLUMNS
 from riverboat.dialect._workflow_common import (
     WORKFLOW_LIST_WINDOW,
@@ -614,7 +614,7 @@ QUERIES["job_wait_announce"] = (
     f"SELECT {_NO_FLUSH}, pg_notify({CHANNEL.format(topic='riverboat_wait')}, :payload::text)"
 )
 QUERIES["job_finalized_notify"] = (
-    f"SELECT {_NO_FLUSH}, pg_notify({CHANNEL.format(topic='riverboat_finalized')}, :payload::text)"
+    f"SELECT {_NO_FLUSH}, pg_notify({channel_sql('riverboat_finalized')}, :payload::text)"
 )
 
 

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from riverboat._channels import channel_name
 from riverboat.drivers.base import AsyncDriver, call_deadline
 from riverboat.errors import DriverError
 from riverboat.runtime._waiting import backoff_delay, cancel_and_wait
@@ -52,7 +53,7 @@ class Notifier:
         self.reconnects = 0
 
     def channel(self, topic: str) -> str:
-        return f"{self._schema}.{topic}"
+        return channel_name(self._schema, topic)
 
     def subscribe(self, topic: str, handler: Handler) -> None:
         self._handlers[topic].append(handler)
