@@ -179,15 +179,27 @@ def test_an_interval_is_stored_as_exactly_its_seconds(
         ("@every 5400s", 5400),  # what schedule_text stores reads back as written
         ("CRON_TZ=Europe/Paris @every 1h", 3600),
         ("  @every 10m  ", 600),
+        ("@every 1h1h", 7200),
+        ("@every +5s", 5),
+        # Go adds a fraction in float64: 16 digits and more round up where exact
+        # arithmetic truncated (3599 s, one less than robfig's).
+        ("@every 0.9999999999999999h", 3600),
+        ("@every 59.9999999999999999999s", 60),
+        ("@every " + "0" * 4400 + "1s", 1),  # past Python's int() digit limit
+        ("@every 1." + "9" * 4400 + "s", 2),
+        ("@every 2562047h47m16.854775807s", 9223372036),  # Go's longest duration
     ],
 )
 def test_every_reads_a_go_duration_as_robfig_does(schedule: str, seconds: int) -> None:
     """River's robfig parser reads ``@every <time.ParseDuration>``; it was refused here
     as "not a cron expression". It is an interval, counted from the Unix epoch as every
     interval is (and needs no croniter)."""
+    from riverboat.runtime.maintenance.periodic import parse_schedule
+
     job = PeriodicJob(schedule, lambda: None)
     same = PeriodicJob(timedelta(seconds=seconds), lambda: None)
-    assert job.schedule_text == same.schedule_text == f"@every {seconds}s"
+    assert job.schedule_text == same.schedule_text
+    assert parse_schedule(job.schedule_text) == timedelta(seconds=seconds)
     start = _utc(2026, 12, 7, 22, 59, 59)
     assert _ticks(job, start, 3) == _ticks(same, start, 3)
 
@@ -204,9 +216,26 @@ def test_every_reads_a_go_duration_as_robfig_does(schedule: str, seconds: int) -
         ("@every 1h30", "has no unit"),
         ("@every .s", "not a Go duration"),
         ("@every 2562048h", "longer than Go's longest duration"),
+        ("@every 2562047h47m16.854775808s", "longer than Go's longest duration"),
+        ("@every " + "1" * 5000 + "s", "longer than Go's longest duration"),
+        ("@every -9223372036854775808ns", "must be positive"),
+        ("@every \uff15s", "not a Go duration"),  # a fullwidth 5: Go reads ASCII digits
+        ("@every 1e3s", "unknown unit 'e'"),
+        ("@every 5 m", "unknown unit ' m'"),
+        ("CRON_TZ=Nowhere/Bogus @every 5m", "not a known time zone"),
+        ("@every5m", "a space and a duration"),
+        ("@EVERY 5m", "a space and a duration"),  # robfig's descriptors are lower case
     ],
 )
-def test_bad_every_durations_are_refused_when_declared(schedule: str, message: str) -> None:
+def test_bad_every_durations_are_refused_when_declared(
+    schedule: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused as Go refuses them (or where robfig would run them every second), with
+    InvalidInputError: 5,000 digits raised ValueError (Python's int() limit), and
+    "@every5m" asked for croniter, which a bad @every needs no more than a good one."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "croniter", None)
     with pytest.raises(InvalidInputError, match=message):
         PeriodicJob(schedule, lambda: None)
 

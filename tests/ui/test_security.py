@@ -803,6 +803,28 @@ def test_a_lone_surrogate_in_a_job_is_shown_as_its_escape(sqlite_url: str, serve
         assert status == 200 and "e \\udfff" in page, path
 
 
+def test_a_lone_surrogate_in_a_workflow_id_leaves_its_pages_up(sqlite_url: str, serve: Any) -> None:
+    """A workflow id holding a lone surrogate (metadata SQLite kept as written) made the
+    job page answer 500: its link to the workflow could not be encoded. The link is
+    made (it finds no workflow: 404), and the pages that show the id answer."""
+    with riverboat.Client(sqlite_url) as client:
+        job = client.insert({}, kind="surrogate_task").job
+    Db("sqlite", sqlite_url, None).execute(
+        "UPDATE river_job SET metadata = jsonb(%s) WHERE id = %s",
+        '{"riverboat_workflow":{"id":"s\\ud800x","task":"t1"}}',
+        job.id,
+    )
+    browser = Http(serve(create_app(sqlite_url)).url)
+    status, _, _ = browser.request("GET", "/workflows")
+    assert status == 200
+    status, _, page = browser.request("GET", f"/jobs/{job.id}")
+    assert status == 200
+    link = re.search(r'id="job-workflow" href="(/workflow\?id=[^"]+)"', page)
+    assert link is not None and link.group(1) == "/workflow?id=s%ED%A0%80x"
+    status, _, _ = browser.request("GET", link.group(1))
+    assert status == 404
+
+
 def test_a_workflow_id_is_one_segment_of_its_links(sqlite_url: str, serve: Any) -> None:
     """A workflow id is anyone's to write (job metadata): ``../../jobs/N`` was linked
     with its "/" as is, and the browser went to job N's page, whose Cancel and Retry

@@ -254,8 +254,10 @@ _GO_HTML_ESCAPES = (("\\u003c", "<"), ("\\u003e", ">"), ("\\u0026", "&"))
 
 
 def _segment(value: object) -> str:
-    """``value`` as one URL path segment: every reserved character encoded, "/" too."""
-    return quote(str(value), safe="")
+    """``value`` as one URL path segment: every reserved character encoded, "/" too. A
+    lone surrogate (a workflow id in metadata SQLite kept) is encoded as its bytes, not
+    raised from inside the page (500): the link then finds no such workflow."""
+    return quote(str(value), safe="", errors="surrogatepass")
 
 
 def _workflow_href(workflow_id: object) -> str:

@@ -116,16 +116,105 @@ _GO_UNITS = {
     "m": 60_000_000_000,
     "h": 3_600_000_000_000,
 }
-_GO_DURATION_PART = re.compile(r"(\d*)(?:\.(\d*))?([^\d.]*)")
+_GO_MAX = 2**63 - 1  # nanoseconds in Go's longest time.Duration
 _EVERY = "@every "
+_DIGITS = "0123456789"
 
 
 def _every_part(schedule: str) -> str | None:
-    """The duration of an ``@every`` schedule (after any time zone prefix), else None."""
-    expression = _TZ_PREFIX.sub(r"\2", schedule.strip())
+    """The duration of an ``@every`` schedule (after any time zone prefix, whose zone
+    must exist, as robfig loads it), else None."""
+    expression = schedule.strip()
+    prefix = _TZ_PREFIX.match(expression)
+    if prefix is not None:
+        expression = prefix.group(2).strip()
     if expression == _EVERY.strip() or expression.startswith(_EVERY):
+        if prefix is not None:
+            _zone(prefix.group(1), "schedule")
         return expression[len(_EVERY) :]
+    if expression.lower().startswith("@every"):
+        # Not a cron expression either (and no croniter needed to say so).
+        raise InvalidInputError(
+            "schedule",
+            f"{_shown(schedule)}: write @every, a space and a duration (@every 1h30m)",
+        )
     return None
+
+
+def _shown(text: str, most: int = 60) -> str:
+    """``text`` quoted for an error message, cut short past ``most`` characters."""
+    return repr(text if len(text) <= most else text[: most - 3] + "...")
+
+
+def _go_duration_nanos(text: str, written: str) -> int:
+    """``text`` as Go's ``time.ParseDuration`` reads it, in nanoseconds: its grammar (ASCII
+    digits, a fraction per part, the units of _GO_UNITS, an optional sign, "0" alone),
+    its overflow rules, and its float64 arithmetic for fractions (a fraction of 16
+    digits and more rounds as Go's does). Refused input raises InvalidInputError."""
+
+    def refuse(problem: str) -> InvalidInputError:
+        return InvalidInputError("schedule", f"{_shown(written)}: {_shown(text)} {problem}")
+
+    end = len(text)
+    i = 0
+    negative = False
+    if i < end and text[i] in "+-":
+        negative = text[i] == "-"
+        i += 1
+    if text[i:] == "0":
+        return 0
+    if i == end:
+        raise refuse("is not a Go duration (e.g. 1h30m)")
+    total = 0
+    while i < end:
+        # The whole part: Go's leadingInt, refused past 2**63.
+        start, whole = i, 0
+        while i < end and text[i] in _DIGITS:
+            whole = whole * 10 + ord(text[i]) - 48
+            if whole > 2**63:
+                raise refuse("is longer than Go's longest duration (about 292 years)")
+            i += 1
+        had_whole = i > start
+        # The fraction: Go's leadingFraction, digits past what fits in 2**63 ignored.
+        fraction, scale, had_fraction = 0, 1.0, False
+        if i < end and text[i] == ".":
+            i += 1
+            start = i
+            overflow = False
+            while i < end and text[i] in _DIGITS:
+                if not overflow:
+                    more = fraction * 10 + ord(text[i]) - 48
+                    if fraction > (2**63 - 1) // 10 or more > 2**63:
+                        overflow = True
+                    else:
+                        fraction, scale = more, scale * 10
+                i += 1
+            had_fraction = i > start
+        if not had_whole and not had_fraction:
+            raise refuse("is not a Go duration (e.g. 1h30m)")
+        start = i
+        while i < end and text[i] != "." and text[i] not in _DIGITS:
+            i += 1
+        unit = text[start:i]
+        if unit not in _GO_UNITS:
+            raise refuse(
+                ("has no unit" if not unit else f"has the unknown unit {unit!r}")
+                + " (ns, us, ms, s, m or h, as Go's)"
+            )
+        scale_ns = _GO_UNITS[unit]
+        if whole > 2**63 // scale_ns:
+            raise refuse("is longer than Go's longest duration (about 292 years)")
+        value = whole * scale_ns
+        if fraction > 0:
+            value += int(float(fraction) * (float(scale_ns) / scale))
+            if value > 2**63:
+                raise refuse("is longer than Go's longest duration (about 292 years)")
+        total += value
+        if total > 2**63:
+            raise refuse("is longer than Go's longest duration (about 292 years)")
+    if not negative and total > _GO_MAX:
+        raise refuse("is longer than Go's longest duration (about 292 years)")
+    return -total if negative else total
 
 
 def _every(text: str, written: str) -> timedelta:
@@ -134,46 +223,16 @@ def _every(text: str, written: str) -> timedelta:
     ``Every`` makes it: truncated to whole seconds, and one second at least. Zero and
     negative durations, which robfig runs every second, are refused (``written``: the
     schedule as given, for the error)."""
-    rest = text.strip()
-    sign = 1
-    if rest[:1] in "+-" and rest:
-        sign = -1 if rest[0] == "-" else 1
-        rest = rest[1:]
-    nanos = 0
-    if rest == "0":
-        rest = ""
-    elif not rest:
-        raise InvalidInputError("schedule", f"{written!r}: no duration after @every")
-    while rest:
-        part = _GO_DURATION_PART.match(rest)
-        assert part is not None  # every group may be empty
-        whole, fraction, unit = part.groups()
-        if not whole and not fraction:
-            raise InvalidInputError(
-                "schedule", f"{written!r}: {text.strip()!r} is not a Go duration (e.g. 1h30m)"
-            )
-        if unit not in _GO_UNITS:
-            problem = "has no unit" if not unit else f"has the unknown unit {unit!r}"
-            raise InvalidInputError(
-                "schedule",
-                f"{written!r}: {text.strip()!r} {problem} (ns, us, ms, s, m or h, as Go's)",
-            )
-        scale = _GO_UNITS[unit]
-        nanos += int(whole or 0) * scale
-        if fraction:
-            nanos += int(fraction) * scale // 10 ** len(fraction)  # Go drops the rest
-        rest = rest[part.end() :]
-        if nanos > 2**63 - 1:
-            raise InvalidInputError(
-                "schedule", f"{written!r}: longer than Go's longest duration (about 292 years)"
-            )
-    if sign * nanos <= 0:
+    text = text.strip()
+    if not text:
+        raise InvalidInputError("schedule", f"{_shown(written)}: no duration after @every")
+    nanos = _go_duration_nanos(text, written)
+    if nanos <= 0:
         raise InvalidInputError(
             "schedule",
-            f"{written!r}: an interval must be positive (River would run it every second)",
+            f"{_shown(written)}: an interval must be positive (River would run it every second)",
         )
-    seconds = max(nanos // 1_000_000_000, 1)
-    return timedelta(seconds=seconds)
+    return timedelta(seconds=max(nanos // 1_000_000_000, 1))
 
 
 def _parse_cron(text: str) -> tuple[str, bool, tzinfo | None]:
