@@ -59,12 +59,15 @@ def test_the_finalized_channel_fits_and_the_statement_names_it(pg_url: str, leng
         drop_postgres_schema(pg_url, schema)
 
 
+@pytest.mark.parametrize("configured", [True, False], ids=["schema", "search_path"])
 async def test_job_wait_in_the_longest_schema_is_told(
-    pg_url: str, caplog: pytest.LogCaptureFixture
+    pg_url: str, caplog: pytest.LogCaptureFixture, configured: bool
 ) -> None:
     """As a user runs it: a client in a schema of 46 characters works a job that a
     job_wait waits for; the runtime's notification goes out (it was refused at every
-    completion, with a warning each) and the wait ends with the job completed."""
+    completion, with a warning each) and the wait ends with the job completed. The
+    schema given to the client, or only the connection's search path (the statement
+    then names the channel from current_schema(), the listener from asking it)."""
     schema = _schema_of_length(pg_url, SCHEMA_MAX)
     workers = Workers()
     gate = asyncio.Event()
@@ -73,8 +76,15 @@ async def test_job_wait_in_the_longest_schema_is_told(
     async def work(job: Job[dict[str, int]]) -> None:
         await gate.wait()  # until the wait below is heard: it then needs the notification
 
+    url = pg_url
+    if not configured:
+        joiner = "&" if "?" in pg_url else "?"
+        url = f"{pg_url}{joiner}options=-csearch_path%3D{schema}"
     client = riverboat.AsyncClient(
-        pg_url, schema=schema, queues={"default": QueueConfig(max_workers=2)}, workers=workers
+        url,
+        schema=schema if configured else None,
+        queues={"default": QueueConfig(max_workers=2)},
+        workers=workers,
     )
     try:
         with caplog.at_level(logging.WARNING, logger="riverboat"):
@@ -90,7 +100,9 @@ async def test_job_wait_in_the_longest_schema_is_told(
             gate.set()
             done = await waiting
             assert done.state == "completed"
-            assert signals.notified >= 1
+            # The in-process waiter is woken first (riverboat.wait's LOCAL); the
+            # notification for waiters elsewhere goes out right after.
+            await wait_until_async(lambda: signals.notified >= 1, what="the notification")
             await client.stop()
         warned = [r.getMessage() for r in caplog.records if "notif" in r.getMessage()]
         assert not warned, warned

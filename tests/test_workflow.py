@@ -2446,14 +2446,16 @@ def test_finalized_notifications_stay_under_postgres_payload_limit(any_db: Db) -
     and every waiter of the batch fell back to polling."""
     if any_db.dialect != "postgres":
         pytest.skip("SQLite's waiters poll")
+    from riverboat._channels import channel_name
     from riverboat.drivers.psycopg import AsyncPsycopgDriver
     from riverboat.wait import FINALIZED_TOPIC, FinalizedSignals
 
     job_ids = list(range(10**17, 10**17 + 600))
     workflow_ids = [Workflow("w").id for _ in range(400)]
-    schema = any_db.schema or "public"
     with psycopg.connect(any_db.url, autocommit=True) as listening:
-        listening.execute(f'LISTEN "{schema}.{FINALIZED_TOPIC}"')
+        row = listening.execute("SELECT current_schema()").fetchone()
+        schema = any_db.schema or (row[0] if row else "public")
+        listening.execute(f'LISTEN "{channel_name(schema, FINALIZED_TOPIC)}"')
 
         async def finalize() -> int:
             driver = AsyncPsycopgDriver(any_db.url, schema=any_db.schema)

@@ -6,7 +6,8 @@ pause short, so a wait ends within milliseconds of the outcome being written:
 * **in the same process**: a waiter registers in :data:`LOCAL`; the completer of any
   runtime in the process wakes it after writing the outcome (no statement at all);
 * **from another process, on Postgres**: the waiter listens on the
-  ``<schema>.riverboat_finalized`` channel (through one LISTEN connection per client,
+  ``<schema>.riverboat_finalized`` channel (``riverboat_fin`` past 43 characters of
+  schema: riverboat/_channels.py) (through one LISTEN connection per client,
   shared by all its waiters) and announces what it waits for on
   ``<schema>.riverboat_wait``. Every runtime hears the announcements (its notifier
   listens) and keeps them until the waiter's timeout; a completer that finalized an

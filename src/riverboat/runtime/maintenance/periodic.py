@@ -5,7 +5,8 @@ catch_up="all")``:
 ``schedule`` is a cron expression as River's robfig parser reads it (five fields, or six
 with the seconds first, descriptors such as ``@daily``, an optional ``CRON_TZ=Zone``
 prefix; evaluated in ``tz`` or the prefix's zone, else UTC; needs ``riverboat[cron]``), a
-fixed interval (a ``timedelta`` or seconds), any object with ``next(after: datetime) ->
+fixed interval (a ``timedelta`` or seconds, or robfig's ``@every <Go duration>``, which
+needs no croniter), any object with ``next(after: datetime) ->
 datetime`` (River's ``PeriodicSchedule``), or :data:`NEVER` (River's ``NeverSchedule()``:
 never on a schedule, only ``run_on_start``). ``constructor()`` returns the job's args,
 ``(args, InsertOpts)``, an :class:`~riverboat.InsertManyParams`, or ``None`` to skip this

@@ -122,8 +122,10 @@ _DIGITS = "0123456789"
 
 
 def _every_part(schedule: str) -> str | None:
-    """The duration of an ``@every`` schedule (after any time zone prefix, whose zone
-    must exist, as robfig loads it), else None."""
+    """The duration of an ``@every`` schedule (after any time zone prefix, whose zone is
+    checked as a cron schedule's is, though an interval does not use it), else None.
+    Whitespace around the schedule and the duration is tolerated, as it is around a
+    cron expression (robfig refuses it)."""
     expression = schedule.strip()
     prefix = _TZ_PREFIX.match(expression)
     if prefix is not None:
