@@ -57,3 +57,28 @@ def test_workflows_command(any_db: Db) -> None:  # noqa: F811
     missing = _cli(any_db, "get", "wf_nope")
     assert missing.returncode == 1
     assert missing.stderr.strip() == "riverboat: error: workflow wf_nope not found"
+
+
+def test_a_bulk_retry_says_which_tasks_were_cancelled_again(any_db: Db) -> None:  # noqa: F811
+    """``jobs retry --kind pay_step`` retried a workflow task whose dependency (not
+    matched by the filter) had failed: the retry's promotion cancelled it again at once,
+    and the command still said "retried 1 job". It now counts only what stayed retried
+    and names the tasks cancelled again."""
+    wf = Workflow("bulk")
+    wf.add("charge", {}, kind="charge_step")
+    wf.add("pay", {}, kind="pay_step", deps=["charge"])
+    with Client(any_db.url, schema=any_db.schema) as client:
+        info = client.workflow_insert(wf)
+        client.job_cancel(info.task("charge").job.id)
+        pay = client.job_get(info.task("pay").job.id)
+        assert pay.state == "cancelled"
+
+    retried = any_db.cli("jobs", "retry", "--kind", "pay_step")
+    assert retried.returncode == 0, retried.stderr
+    assert retried.stdout.startswith("retried 0 jobs (kind=pay_step)")
+    assert retried.stderr.strip() == (
+        "riverboat: 1 workflow task cancelled again: a dependency still failed (retry "
+        f"that task, or the workflow): {pay.id}"
+    )
+    with Client(any_db.url, schema=any_db.schema) as client:
+        assert client.job_get(pay.id).state == "cancelled"

@@ -880,6 +880,30 @@ def test_any_workflow_id_opens_and_acts_on_its_own_page(
         assert [t.state.value for t in client.workflow_get(wid).tasks] == ["cancelled"]
 
 
+def test_a_bulk_retry_by_filter_counts_tasks_cancelled_again_apart(
+    sqlite_url: str, serve: Any
+) -> None:
+    """Retrying by filter a workflow task whose failed dependency the filter left out:
+    the retry's promotion cancelled it again at once, and the page still said "1 job
+    retried". It says what stayed retried, and the tasks cancelled again, as an error."""
+    from riverboat import Workflow
+
+    wf = Workflow("bulk")
+    wf.add("charge", {}, kind="charge_step")
+    wf.add("pay", {}, kind="pay_step", deps=["charge"])
+    with riverboat.Client(sqlite_url) as client:
+        info = client.workflow_insert(wf)
+        client.job_cancel(info.task("charge").job.id)
+    browser = Http(serve(create_app(sqlite_url)).url)
+    token = browser.csrf(f"/jobs/{info.task('pay').job.id}")
+    form = {"action": "retry", "state": "cancelled", "kind": "pay_step", "csrf": token}
+    status, _, _ = browser.request("POST", "/jobs/bulk-filter", form)
+    assert status == 303
+    assert browser.flash is not None and browser.flash.startswith("0 jobs retried")
+    assert "1 workflow task cancelled again: a dependency still failed" in browser.flash
+    assert browser.flash_kind == "error"
+
+
 def test_a_queue_name_with_a_slash_pauses_and_resumes(sqlite_url: str, serve: Any) -> None:
     """A queue row another client wrote may have "/" in its name (River's inserts refuse
     it, its queue table does not): the overview's Pause and Resume forms posted to

@@ -801,11 +801,23 @@ def _act(client: Client, args: argparse.Namespace) -> int:
     if args.json:
         print_jobs(changed, True)
         return 0
-    count = len(changed)
-    if count == 0:
+    # Workflow tasks whose dependency (outside the filters) still failed: the retry
+    # cancelled them again at once, which is no retry.
+    recancelled = [job for job in changed if action == "retry" and cancelled_by_dependency(job)]
+    count = len(changed) - len(recancelled)
+    if count == 0 and not recancelled:
         print(f"no job to {action} ({described})")
     else:
         print(f"{_PAST[action]} {count} job{'s' if count != 1 else ''} ({described})")
+    if recancelled:
+        tasks = f"{len(recancelled)} workflow task{'s' if len(recancelled) != 1 else ''}"
+        print(
+            f"riverboat: {tasks} cancelled again: a dependency still failed (retry that "
+            "task, or the workflow): "
+            + ", ".join(str(job.id) for job in recancelled[:20])
+            + (" ..." if len(recancelled) > 20 else ""),
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -1190,6 +1190,7 @@ def create_app(
         kwargs = {k: v for k, v in filters.list_kwargs().items() if v is not None}
         client = await holder.get()
         done = 0
+        recancelled = 0
         if action == "delete":
             while True:
                 batch = await client.job_delete_many(**kwargs, limit=BULK_BATCH, all=True)
@@ -1201,12 +1202,23 @@ def create_app(
             after_id: int | None = 0
             while after_id is not None:
                 result = await bulk(**kwargs, limit=BULK_BATCH, after_id=after_id, all=True)
+                again = sum(1 for job in result.jobs if cancelled_by_dependency(job))
+                recancelled += again if action == "retry" else 0
                 done += len(result.jobs)
                 after_id = result.next_after_id
+        done -= recancelled
         past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
         root = request.scope.get("root_path", "")
         message = f"{done:,} job{'s' if done != 1 else ''} {past} ({filters.describe()})"
-        return flash.redirect(request, f"{root}/jobs?{filters.query()}", message)
+        if recancelled:
+            # Workflow tasks whose dependency, outside the filter, still failed: the
+            # retry cancelled them again at once, which is no retry.
+            message += (
+                f"; {recancelled:,} workflow task{'s' if recancelled != 1 else ''} cancelled "
+                "again: a dependency still failed (retry that task, or the workflow)"
+            )
+        kind = "error" if recancelled and not done else "ok"
+        return flash.redirect(request, f"{root}/jobs?{filters.query()}", message, kind)
 
     async def queue_action(request: Request) -> Response:
         _form_data, refused = await _form(request)
