@@ -138,7 +138,15 @@ class _ClientCore:
             self._check_kinds(jobs)
         if self.flow_args_keys:
             check_args_keys(self.flow_args_keys, jobs, many=False)
-        return InsertPlan(self.dialect, jobs, (args,), self.limiter, now, self.middleware)
+        return InsertPlan(
+            self.dialect,
+            jobs,
+            (args,),
+            self.limiter,
+            now,
+            self.middleware,
+            args_keys=self.flow_args_keys,
+        )
 
     def plan_many(
         self,
@@ -163,7 +171,16 @@ class _ClientCore:
         args = [p.args if isinstance(p, InsertManyParams) else p for p in params]
         # COPY leaves created_at to the server's clock; a test clock needs the statement.
         copy = fast and self.driver.capabilities.copy and now is None
-        return InsertPlan(self.dialect, jobs, args, self.limiter, now, self.middleware, copy=copy)
+        return InsertPlan(
+            self.dialect,
+            jobs,
+            args,
+            self.limiter,
+            now,
+            self.middleware,
+            copy=copy,
+            args_keys=self.flow_args_keys,
+        )
 
     def one_job(self, rows: Sequence[Any], job_id: int) -> JobRow:
         if not rows:

@@ -14,7 +14,7 @@ all go through the two.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,7 @@ from riverboat._job import InsertResult, JobState
 from riverboat._sql import Statement
 from riverboat.dialect.base import BulkCopy, CopyBatch, Dialect
 from riverboat.errors import NotSupportedError
+from riverboat.flow import check_args_keys
 
 if TYPE_CHECKING:
     from riverboat.middleware import MiddlewareStack
@@ -144,7 +145,8 @@ class InsertPlan:
     (``insert_many_fast``), jobs without a unique key go in by ``COPY`` (a ``BulkCopy``
     dialect on a driver that can). ``now``: a test clock's time for ``created_at``
     (None: the database's). ``middleware``: the insert hooks and ``insert_many`` layers
-    the jobs go through."""
+    the jobs go through. ``args_keys``: the args keys each queue's limits are
+    partitioned by (riverboat.flow), checked again once the hooks ran."""
 
     dialect: Dialect
     jobs: list[InsertParams]
@@ -153,6 +155,15 @@ class InsertPlan:
     now: datetime | None = None
     middleware: MiddlewareStack | None = None
     copy: bool = False
+    args_keys: Mapping[str, tuple[str, ...]] | None = None
+
+    def check_after_hooks(self) -> None:
+        """Refuse, before anything is written, a job an insert hook moved into a queue
+        whose limits are partitioned by an args key it lacks (or whose args it changed
+        so): checked before the hooks only, such a job went into the partition of
+        null, shared with every other job without the key."""
+        if self.args_keys:
+            check_args_keys(self.args_keys, self.jobs, many=len(self.jobs) > 1)
 
     def writes(self, *, rows: bool) -> InsertWrites:
         """The statements, built from the jobs as the insert hooks left them; ``rows``:

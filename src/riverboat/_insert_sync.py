@@ -60,6 +60,7 @@ def _write(
 ) -> tuple[list[InsertResult], int]:
     if plan.middleware is not None:
         plan.middleware.apply_insert(plan.jobs, plan.args)
+        plan.check_after_hooks()
     writes = plan.writes(rows=rows)
     if transaction is not None and writes.needs_transaction:
         with transaction() as tx:

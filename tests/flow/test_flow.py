@@ -218,6 +218,50 @@ def test_a_rate_limit_never_starts_more_than_n_in_any_window(any_db: Db) -> None
         assert starts[-1] - starts[0] >= timedelta(seconds=2)  # 12 starts at 4 a second
 
 
+def test_a_rate_limit_bounds_the_starts_of_bodies_not_only_of_claims(any_db: Db) -> None:  # noqa: F811
+    """With the default cooldown a producer claimed ahead of its free slots: a job
+    claimed ahead counts in the window of its claim (attempted_at) but its body starts
+    when a slot frees, up to a job's duration later, so RateLimit(4, 1s) let 6 bodies
+    start within a second (two long jobs held both slots while four more were claimed
+    ahead). A rate-limited queue claims nothing ahead now."""
+    import threading
+    import time
+
+    starts: list[float] = []
+    lock = threading.Lock()
+    rate_workers = riverboat.Workers()
+
+    @rate_workers.register("rate_body")
+    def body(job: riverboat.Job[dict[str, float]]) -> None:
+        with lock:
+            starts.append(time.monotonic())
+        time.sleep(job.args["sleep"])
+
+    # Polled often (as a queue waiting on its rate limit wants): each poll after a full
+    # claim claimed ahead.
+    queue = riverboat.QueueConfig(
+        max_workers=2, rate_limit=RateLimit(limit=4, period=1.0), fetch_poll_interval=0.05
+    )
+    with riverboat.Client(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"default": queue},
+        workers=rate_workers,
+    ) as client:
+        client.insert_many(
+            [
+                InsertManyParams({"sleep": 0.9 if n < 2 else 0.05}, kind="rate_body")
+                for n in range(12)
+            ]
+        )
+        client.start()
+        wait_until(lambda: len(starts) == 12, timeout=60, what="every body started")
+        client.stop()
+    starts.sort()
+    # A body starts a few ms after its claim: within 0.95 s, never more than 4.
+    assert max(sum(1 for s in starts[i:] if s < t + 0.95) for i, t in enumerate(starts)) <= 4
+
+
 def test_sequences_run_one_at_a_time_in_order(any_db: Db) -> None:  # noqa: F811
     params = [
         InsertManyParams({"sleep": 0.05, "n": n}, InsertOpts(sequence=key), kind="flow_job")
@@ -350,6 +394,36 @@ def test_a_job_without_a_partition_key_is_refused_at_insert(any_db: Db) -> None:
     with riverboat.Client(any_db.url, schema=any_db.schema) as insert_only:
         insert_only.insert({"region": "eu"}, kind="flow_job")
         assert len(insert_only.job_list().jobs) == 3
+
+
+def test_a_job_an_insert_hook_moves_into_a_partitioned_queue_is_checked(any_db: Db) -> None:  # noqa: F811
+    """The partition key was checked before the insert hooks ran: a hook that moved a
+    job into a queue partitioned by an args key it lacks put it in the partition of
+    null, shared with every other such job. Checked again once the hooks ran, before
+    anything is written."""
+    from riverboat.middleware import insert_hook
+
+    def to_payments(job: Any) -> None:
+        job.queue = "payments"
+
+    per = QueueConfig(concurrency=ConcurrencyLimit(global_limit=2, by_args=["customer_id"]))
+    with riverboat.Client(
+        any_db.url,
+        schema=any_db.schema,
+        queues={"payments": per},
+        middleware=[insert_hook(to_payments)],
+    ) as client:
+        with pytest.raises(InvalidInputError, match=r"^args: has no 'customer_id'"):
+            client.insert({"cents": 100}, kind="charge")  # to "default", moved by the hook
+        batch = [
+            InsertManyParams({"customer_id": 1}, kind="charge"),
+            InsertManyParams({"cents": 100}, kind="charge"),
+        ]
+        with pytest.raises(InvalidInputError, match=r"^params\[1\]\.args: has no"):
+            client.insert_many(batch)
+        assert client.job_list().jobs == []  # nothing was written
+        moved = client.insert({"customer_id": 7}, kind="charge").job
+        assert moved.queue == "payments"
 
 
 def test_flow_control_on_postgres_needs_riverboats_line(pg_url: str, pg_schema: str) -> None:

@@ -274,7 +274,13 @@ class Producer:
         self._refill = asyncio.Event()
         # Claiming ahead: jobs claimed but not started yet (monotonic claim time, row),
         # oldest first; slots plus jobs claimed ahead the last fetch aimed for.
-        self._claim_ahead = refill_without_cooldown
+        # Not under a rate limit: a job claimed ahead counts in the window of its claim
+        # (its attempted_at) but starts when a slot frees, up to a job's duration later,
+        # so RateLimit(4, 1s) let 6 bodies start within a second. (A concurrency limit
+        # counts a job claimed ahead as running, which holds: no more run.)
+        self._claim_ahead = refill_without_cooldown and (
+            self._flow is None or self._flow.rate is None
+        )
         self._ahead: deque[tuple[float, JobRow]] = deque()
         self._ahead_timer: asyncio.TimerHandle | None = None
         self._ahead_off_until = 0.0
