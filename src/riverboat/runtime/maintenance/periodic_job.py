@@ -117,6 +117,9 @@ _GO_UNITS = {
     "h": 3_600_000_000_000,
 }
 _GO_MAX = 2**63 - 1  # nanoseconds in Go's longest time.Duration
+# Go's bound while it reads a duration (1<<63, in its unsigned arithmetic); past it, the
+# text is refused as too long.
+_GO_READ_MAX = 2**63
 _EVERY = "@every "
 _DIGITS = "0123456789"
 
@@ -157,6 +160,8 @@ def _go_duration_nanos(text: str, written: str) -> int:
     def refuse(problem: str) -> InvalidInputError:
         return InvalidInputError("schedule", f"{_shown(written)}: {_shown(text)} {problem}")
 
+    too_long = "is longer than Go's longest duration (about 292 years)"
+
     end = len(text)
     i = 0
     negative = False
@@ -169,15 +174,17 @@ def _go_duration_nanos(text: str, written: str) -> int:
         raise refuse("is not a Go duration (e.g. 1h30m)")
     total = 0
     while i < end:
-        # The whole part: Go's leadingInt, refused past 2**63.
+        # The whole part: Go's leadingInt, refused past _GO_READ_MAX.
         start, whole = i, 0
         while i < end and text[i] in _DIGITS:
             whole = whole * 10 + ord(text[i]) - 48
-            if whole > 2**63:
-                raise refuse("is longer than Go's longest duration (about 292 years)")
+            if whole > _GO_READ_MAX:
+                raise refuse(too_long)
             i += 1
         had_whole = i > start
-        # The fraction: Go's leadingFraction, digits past what fits in 2**63 ignored.
+        # The fraction: Go's leadingFraction, digits past what fits ignored. (Go also
+        # checks x > (1<<63-1)/10 first, against its uint64 wrapping; with Python's
+        # integers the check of the result below says the same.)
         fraction, scale, had_fraction = 0, 1.0, False
         if i < end and text[i] == ".":
             i += 1
@@ -186,7 +193,7 @@ def _go_duration_nanos(text: str, written: str) -> int:
             while i < end and text[i] in _DIGITS:
                 if not overflow:
                     more = fraction * 10 + ord(text[i]) - 48
-                    if fraction > (2**63 - 1) // 10 or more > 2**63:
+                    if more > _GO_READ_MAX:
                         overflow = True
                     else:
                         fraction, scale = more, scale * 10
@@ -204,18 +211,18 @@ def _go_duration_nanos(text: str, written: str) -> int:
                 + " (ns, us, ms, s, m or h, as Go's)"
             )
         scale_ns = _GO_UNITS[unit]
-        if whole > 2**63 // scale_ns:
-            raise refuse("is longer than Go's longest duration (about 292 years)")
+        if whole > _GO_READ_MAX // scale_ns:
+            raise refuse(too_long)
         value = whole * scale_ns
         if fraction > 0:
             value += int(float(fraction) * (float(scale_ns) / scale))
-            if value > 2**63:
-                raise refuse("is longer than Go's longest duration (about 292 years)")
+            if value > _GO_READ_MAX:
+                raise refuse(too_long)
         total += value
-        if total > 2**63:
-            raise refuse("is longer than Go's longest duration (about 292 years)")
+        if total > _GO_READ_MAX:
+            raise refuse(too_long)
     if not negative and total > _GO_MAX:
-        raise refuse("is longer than Go's longest duration (about 292 years)")
+        raise refuse(too_long)
     return -total if negative else total
 
 
