@@ -685,13 +685,12 @@ def test_retrying_one_task_waits_for_its_dependencies(any_db: Db) -> None:  # no
     rec = Recorder()
     rec.fail.add("a")
     wf = Workflow("one")
-    wf.add("a", {"name": "a"}, InsertOpts(max_attempts=1), kind="step")
+    _step(wf, "a", opts=InsertOpts(max_attempts=1))
     _step(wf, "b", ["a"])
     _step(wf, "c")
     _step(wf, "d", ["c"])
     with _client(any_db, rec) as client:
-        info = client.workflow_insert(wf)
-        ids = {t.name: t.job.id for t in info.tasks}
+        ids = _inserted(client, wf)
         client.start()
         client.workflow_wait(wf.id, timeout=30)
         client.stop()
@@ -755,11 +754,10 @@ def test_retrying_ids_retries_a_recancelled_dependent_again(
     rec = Recorder()
     rec.fail.add("a")
     wf = Workflow("order")
-    wf.add("a", {"name": "a"}, InsertOpts(max_attempts=1), kind="step")
+    _step(wf, "a", opts=InsertOpts(max_attempts=1))
     _step(wf, "b", ["a"])
     with _client(any_db, rec) as client:
-        info = client.workflow_insert(wf)
-        ids = {t.name: t.job.id for t in info.tasks}
+        ids = _inserted(client, wf)
         client.start()
         client.workflow_wait(wf.id, timeout=30)
         client.stop()

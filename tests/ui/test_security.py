@@ -825,6 +825,17 @@ def test_a_lone_surrogate_in_a_workflow_id_leaves_its_pages_up(sqlite_url: str, 
     assert status == 404
 
 
+def _insert_task_of(url: str, workflow_id: str, task: str) -> None:
+    """A job whose metadata makes it task ``task`` of workflow ``workflow_id``, written
+    as any client may write it (no Workflow, so any id)."""
+    with riverboat.Client(url) as client:
+        client.insert(
+            {},
+            InsertOpts(metadata={"riverboat_workflow": {"id": workflow_id, "task": task}}),
+            kind="crafted",
+        )
+
+
 def test_a_workflow_id_is_one_segment_of_its_links(sqlite_url: str, serve: Any) -> None:
     """A workflow id is anyone's to write (job metadata): ``../../jobs/N`` was linked
     with its "/" as is, and the browser went to job N's page, whose Cancel and Retry
@@ -832,12 +843,8 @@ def test_a_workflow_id_is_one_segment_of_its_links(sqlite_url: str, serve: Any) 
     opens."""
     with riverboat.Client(sqlite_url) as client:
         victim = client.insert({}, kind="victim").job.id
-        wid = f"../../jobs/{victim}"
-        client.insert(
-            {},
-            InsertOpts(metadata={"riverboat_workflow": {"id": wid, "task": "t"}}),
-            kind="crafted",
-        )
+    wid = f"../../jobs/{victim}"
+    _insert_task_of(sqlite_url, wid, "t")
     browser = Http(serve(create_app(sqlite_url)).url)
     status, _, page = browser.request("GET", "/workflows")
     assert status == 200
@@ -856,12 +863,7 @@ def test_any_workflow_id_opens_and_acts_on_its_own_page(
     decoded path (a%2Fb came back as workflow a/b) and lost a tab; the path converter
     matches no newline (404). The id now goes in the query, and each comes back to its
     own page after an action."""
-    with riverboat.Client(sqlite_url) as client:
-        client.insert(
-            {},
-            InsertOpts(metadata={"riverboat_workflow": {"id": wid, "task": "only"}}),
-            kind="crafted",
-        )
+    _insert_task_of(sqlite_url, wid, "only")
     browser = Http(serve(create_app(sqlite_url)).url)
     status, _, listing = browser.request("GET", "/workflows")
     assert status == 200
