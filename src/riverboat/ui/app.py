@@ -1202,8 +1202,8 @@ def create_app(
             after_id: int | None = 0
             while after_id is not None:
                 result = await bulk(**kwargs, limit=BULK_BATCH, after_id=after_id, all=True)
-                again = sum(1 for job in result.jobs if cancelled_by_dependency(job))
-                recancelled += again if action == "retry" else 0
+                if action == "retry":
+                    recancelled += sum(1 for job in result.jobs if cancelled_by_dependency(job))
                 done += len(result.jobs)
                 after_id = result.next_after_id
         done -= recancelled
