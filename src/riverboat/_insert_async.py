@@ -61,8 +61,9 @@ async def run_insert_count(
 async def _write(
     plan: InsertPlan, executor: Any, transaction: Transaction | None, *, rows: bool
 ) -> tuple[list[InsertResult], int]:
-    if plan.middleware is not None:
-        plan.middleware.apply_insert(plan.jobs, plan.args)
+    # The partition keys were checked before the hooks (the client's plan_one and
+    # plan_many); again only when a hook ran, since it may have moved a job.
+    if plan.middleware is not None and plan.middleware.apply_insert(plan.jobs, plan.args):
         plan.check_after_hooks()
     writes = plan.writes(rows=rows)
     if transaction is not None and writes.needs_transaction:

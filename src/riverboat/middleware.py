@@ -316,20 +316,24 @@ class MiddlewareStack:
             self._own_hooks[args_type] = hooks
         return hooks
 
-    def apply_insert(self, jobs: Sequence[InsertParams], args: Sequence[object]) -> None:
-        """Run the insert hooks on each job and re-encode the metadata they changed."""
+    def apply_insert(self, jobs: Sequence[InsertParams], args: Sequence[object]) -> bool:
+        """Run the insert hooks on each job and re-encode the metadata they changed;
+        returns whether any hook ran (a job may then be in another queue)."""
 
         client_hooks = self.insert_hooks
         hooks_of = self._hooks_of
+        ran = False
         for job, job_args in zip(jobs, args, strict=True):
             own = hooks_of(type(job_args))
             hooks = client_hooks + own if own else client_hooks
             if not hooks:
                 continue
+            ran = True
             view = _view_of(job, job_args)
             for hook in hooks:
                 hook(view)
             _apply_view(job, view, "middleware insert_begin")
+        return ran
 
     async def wrap_insert_async(
         self,
